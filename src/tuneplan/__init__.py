@@ -1,0 +1,31 @@
+"""tuneplan: how long a fine-tuning run takes, whether it fits, what it costs — from first principles,
+calibrated on real measurements.
+
+    >>> import tuneplan
+    >>> r = tuneplan.estimate("meta-llama/Llama-3.1-8B", "H100-SXM5-80GB", method="lora", gpus=4,
+    ...                       examples=30000, tokens_per_example=1000, epochs=3, micro_batch=4)
+    >>> r.wall_clock_s, r.fits
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "estimate", "plan"]
+
+
+def __getattr__(name: str):
+    # lazy: `import tuneplan` stays cheap; heavy modules load on first use
+    if name == "estimate":
+        from tuneplan.api import estimate
+
+        return estimate
+    if name == "plan":
+        from tuneplan.plan.search import plan
+
+        return plan
+    if name in ("EstimateResult",):
+        from tuneplan import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tuneplan' has no attribute {name!r}")

@@ -1,0 +1,85 @@
+"""The `tuneplan` command: a thin layer that parses, calls the API, and prints.
+
+Each subcommand lives in its own module with `register(subparsers)`; only the module of the
+command being run is imported, so `tuneplan estimate` starts fast. Bad input is one line on
+stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "estimate": ("tuneplan.commands.estimate", "time, throughput, memory, cost and energy of a fine-tuning run"),
+    "models": ("tuneplan.commands.catalogs", "list the model catalog"),
+    "gpus": ("tuneplan.commands.catalogs", "list the GPU catalog"),
+    "predict": ("tuneplan.commands.predict", "predict every row of a runs file"),
+    "calibrate": ("tuneplan.commands.learn", "fit a calibration on measured runs"),
+    "validate": ("tuneplan.commands.learn", "fit on a training split, report errors on held-out runs"),
+    "plan": ("tuneplan.commands.plan", "search GPU type x count x method x batch: cheapest, fastest, deadline"),
+    "curve": ("tuneplan.commands.plan", "throughput and memory versus micro-batch, as a plot"),
+    "probe": ("tuneplan.profile.commands", "measure this device's FLOP/s and bandwidth -> a GPU entry"),
+    "profile": ("tuneplan.profile.commands", "measure real fine-tuning steps on this machine"),
+    "serve": ("tuneplan.web.commands", "the web planner (FastAPI)"),
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (`tuneplan: error: ...`) with exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="tuneplan", description="Plan fine-tuning runs: time, memory, cost, energy.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    done: set[str] = set()
+    for name, (module, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        if module in done:
+            continue
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            sub.add_parser(name, help=help_text + " (not installed)")
+            continue
+        mod.register(sub)
+        done.add(module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tuneplan.errors import TuneplanError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    only = first if first in COMMANDS else None
+    parser = build_parser(only)
+    args = parser.parse_args(argv)
+    if getattr(args, "version", False):
+        from tuneplan import __version__
+
+        print(f"tuneplan {__version__}")
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if not argv else 2
+    try:
+        return int(args.func(args) or 0)
+    except TuneplanError as exc:
+        print(f"tuneplan {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"tuneplan {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""`tuneplan models` and `tuneplan gpus`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub) -> None:
+    m = sub.add_parser("models", help="list the model catalog")
+    m.add_argument("--json", action="store_true")
+    m.add_argument("--search", help="only names containing this text")
+    m.set_defaults(func=run_models)
+    g = sub.add_parser("gpus", help="list the GPU catalog")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=run_gpus)
+
+
+def run_models(args: argparse.Namespace) -> int:
+    from tuneplan.specs.catalog import list_models
+
+    models = list_models()
+    if args.search:
+        models = [m for m in models if args.search.lower() in m.name.lower()]
+    if args.json:
+        print(json.dumps([m.to_dict() for m in models], indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{len(models)} models (parameters computed from config.json)", title_justify="left")
+    for col, j in (("name", "left"), ("type", "left"), ("params", "right"), ("active", "right"),
+                   ("layers", "right"), ("hidden", "right"), ("heads/kv", "right"), ("vocab", "right")):
+        t.add_column(col, justify=j)
+    for m in models:
+        t.add_row(m.name, m.model_type, f"{m.params_total / 1e9:.2f} B",
+                  f"{m.params_active / 1e9:.2f} B" if m.is_moe else "", str(m.n_layers), str(m.hidden_size),
+                  f"{m.n_heads}/{m.n_kv_heads}", f"{m.vocab_size:,}")
+    Console().print(t)
+    return 0
+
+
+def run_gpus(args: argparse.Namespace) -> int:
+    from tuneplan.specs.gpu import gpu_catalog, user_gpus
+
+    gpus = {**gpu_catalog(), **user_gpus()}
+    if args.json:
+        print(json.dumps([g.to_dict() for g in gpus.values()], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{len(gpus)} GPUs (dense peak, no sparsity)", title_justify="left")
+    for col in ("name", "memory", "bandwidth", "bf16", "fp8", "intra-node", "inter-node", "TDP"):
+        t.add_column(col, justify="left" if col == "name" else "right")
+    for g in gpus.values():
+        t.add_row(g.name, f"{g.memory_gib:g} GiB", f"{g.memory_bandwidth_gbs:,.0f} GB/s",
+                  f"{g.peak_tflops.get('bf16', g.peak_tflops.get('fp16', 0)):g} TFLOP/s",
+                  f"{g.peak_tflops['fp8']:g}" if "fp8" in g.peak_tflops else "-",
+                  f"{g.intra_node_gbs:g} GB/s", f"{g.inter_node_gbps:g} Gb/s" if g.inter_node_gbps else "-",
+                  f"{g.tdp_w:g} W" if g.tdp_w else "-")
+    Console().print(t)
+    return 0

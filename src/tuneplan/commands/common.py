@@ -1,0 +1,120 @@
+"""Flags shared by estimate, predict, plan and curve."""
+
+from __future__ import annotations
+
+import argparse
+
+from tuneplan.specs.job import METHODS, OPTIMIZERS, PRECISIONS, SHARDINGS
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
+
+
+def nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if v < 0 or v != v:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return v
+
+
+def add_gpu_args(p: argparse.ArgumentParser, gpu_required: bool = False) -> None:
+    g = p.add_argument_group("GPU")
+    g.add_argument("--gpu", help="catalog name (see `tuneplan gpus`), e.g. H100-SXM5-80GB")
+    g.add_argument("--gpu-file", help="your own GPU as YAML/JSON (keys of `tuneplan gpus --json`)")
+    g.add_argument("--peak-tflops", type=positive_float, help="one-off dense peak TFLOP/s")
+    g.add_argument("--memory-gib", type=positive_float, help="one-off GPU memory, GiB")
+    g.add_argument("--bandwidth-gbs", type=positive_float, help="one-off memory bandwidth, GB/s")
+
+
+def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
+    m = p.add_argument_group("method")
+    m.add_argument("--method", choices=None if lists else METHODS, default=None,
+                   metavar="{" + ",".join(METHODS) + "}", help="fine-tuning method (default lora)")
+    m.add_argument("--lora-rank", type=positive_int, help="LoRA rank r (default 16)")
+    m.add_argument("--lora-targets", help="comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)")
+    m.add_argument("--trainable-layers", type=positive_int, help="freeze: last N blocks trained (default 2)")
+    m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
+    m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
+    m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
+    m.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
+                   help="gradient (activation) checkpointing (default off)")
+    m.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None,
+                   help="FlashAttention / SDPA memory-efficient attention (default on)")
+    m.add_argument("--moe-mode", choices=("sparse", "dense"), help="MoE: top-k experts (sparse, default) or all")
+    par = p.add_argument_group("parallelism")
+    par.add_argument("--gpus", type=positive_int, help="total GPUs (default 1)")
+    par.add_argument("--nodes", type=positive_int, help="nodes (default 1)")
+    par.add_argument("--sharding", choices=SHARDINGS, help="default ddp")
+    for d in ("tp", "pp", "cp", "ep"):
+        par.add_argument(f"--{d}", type=positive_int, help=f"{d.upper()} degree (default 1)")
+    par.add_argument("--micro-batch", type=positive_int, help="samples per GPU per micro-step (default 4)")
+    par.add_argument("--grad-accum", type=positive_int, help="gradient-accumulation steps (default 1)")
+    w = p.add_argument_group("work")
+    w.add_argument("--examples", type=positive_float, help="training examples")
+    w.add_argument("--tokens-per-example", type=positive_float, help="mean tokens per example, after templating")
+    w.add_argument("--tokens", type=positive_float, help="total tokens per epoch (instead of examples)")
+    w.add_argument("--epochs", type=positive_float, help="default 1")
+    w.add_argument("--seq-len", type=positive_int, help="padded/packed length (default: mean tokens per example)")
+    w.add_argument("--packing", action="store_true", default=None, help="pack examples into seq-len samples")
+    w.add_argument("--eval-every", type=nonneg_int, help="optimizer steps between evaluations")
+    w.add_argument("--eval-examples", type=nonneg_int, help="examples per evaluation")
+    w.add_argument("--save-every", type=nonneg_int, help="optimizer steps between checkpoint saves")
+    w.add_argument("--load-time-s", type=nonneg_float, help="model load time, s (default weights / disk)")
+    w.add_argument("--disk-gbs", type=positive_float, help="disk bandwidth for load and saves, GB/s (default 2)")
+    c = p.add_argument_group("money and energy")
+    c.add_argument("--rate", type=nonneg_float, help="$ per GPU-hour (default: cheapest on-demand price)")
+    c.add_argument("--provider", help="take the price from this provider")
+    c.add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
+    c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh)")
+
+
+JOB_FIELDS = {
+    "method": "method", "lora_rank": "lora_rank", "lora_targets": "lora_targets",
+    "trainable_layers": "trainable_layers", "precision": "precision", "quant": "quant",
+    "optimizer": "optimizer", "grad_ckpt": "grad_ckpt", "flash_attn": "flash_attn", "moe_mode": "moe_mode",
+    "gpus": "gpus", "nodes": "nodes", "sharding": "sharding", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep",
+    "micro_batch": "micro_batch", "grad_accum": "grad_accum", "examples": "examples",
+    "tokens_per_example": "tokens_per_example", "tokens": "tokens", "epochs": "epochs", "seq_len": "seq_len",
+    "packing": "packing", "eval_every": "eval_every", "eval_examples": "eval_examples",
+    "save_every": "save_every", "load_time_s": "load_time_s", "disk_gbs": "disk_gbs",
+    "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
+}
+
+
+def job_kwargs(args: argparse.Namespace) -> dict:
+    out = {}
+    for attr, fld in JOB_FIELDS.items():
+        v = getattr(args, attr, None)
+        if v is not None:
+            out[fld] = v
+    return out

@@ -1,0 +1,157 @@
+"""The Kavier seed's step-time model, term by term, with its published default constants.
+
+  T_s = G_a (T_f + T_b) + T_o + T_c
+  T_f = 2 P B S / (F E) + O_t,   E = E_b E_g min(1, a1 log2 B + a2),   T_b = 2 T_f
+  T_o = 20 P_t / B_m,            P_t = P_all (full) or 2 r d k L (LoRA family; r = 8, k = 4)
+  T_c = 0 (G = 1) | c_c T_r(G, W_n) (N = 1) | c_c (T_r(G_n, W_n) + T_r(N, W_i)) (N > 1)
+  T_r(p, W) = l log2 p + o (p - 1) + D (p - 1) / (p W / 8),   D = 4 P_t bytes
+  T   = G_a B S G / (m_g T_s) x c_m c_o c_i     (tokens/s, all GPUs)
+
+Uncalibrated, every calibration scale (E_g, c_c, m_g, c_m, c_o, c_i) is 1.0 and O_t = 0 (Kavier's
+shipped calibration has training_overhead_s = 0). Its tier-1/tier-2 calibration lives in
+`tuneplan.learn`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+
+A1 = 0.0341
+"""MFU curve slope in log2(micro-batch) (Kavier's published a1)."""
+A2 = 0.8147
+"""MFU curve intercept (Kavier's published a2)."""
+HOP_LATENCY_S = 5e-6
+"""Ring all-reduce per-hop latency l (s)."""
+MESSAGE_OVERHEAD_S = 2e-6
+"""Ring all-reduce per-message overhead o (s)."""
+INFINIBAND_GBPS = 200.0
+"""Inter-node rate W_i (Gbit/s)."""
+ADAMW_BYTES_PER_PARAM = 20.0
+"""Optimizer memory traffic per trainable parameter (bytes)."""
+LORA_RANK = 8
+LORA_TARGETS_PER_LAYER = 4
+
+
+@lru_cache(maxsize=1)
+def kavier_gpu_factors() -> dict:
+    import yaml
+
+    text = resources.files("tuneplan.data").joinpath("kavier_gpus.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+@dataclass
+class KavierScales:
+    """Kavier's calibration scales (all 1.0 uncalibrated)."""
+
+    gpu: dict[str, float] = field(default_factory=dict)  # E_g per GPU name
+    method: dict[str, float] = field(default_factory=dict)  # c_m
+    model: dict[str, float] = field(default_factory=dict)  # c_o
+    gpu_count: dict[str, float] = field(default_factory=dict)  # m_g by str(G)
+    comm: float = 1.0  # c_c
+    interaction: dict[str, float] = field(default_factory=dict)  # c_i by "model|method|gpu|G"
+    overhead_s: float = 0.0  # O_t
+
+
+class KavierEstimator:
+    name = "kavier"
+
+    def __init__(self, scales: KavierScales | None = None, calibration_name: str | None = None) -> None:
+        self.scales = scales or KavierScales()
+        self.calibration_name = calibration_name
+
+    @classmethod
+    def from_calibration(cls, calibration=None) -> KavierEstimator:
+        if calibration is None:
+            return cls()
+        from tuneplan.learn.calibration import load_calibration
+
+        return load_calibration(calibration, expected="kavier").estimator()
+
+    @staticmethod
+    def gpu_terms(gpu_name: str, catalog_peak_tflops: float) -> tuple[float, float]:
+        """(E_b, F in FLOP/s) for a GPU: Kavier's factor and the peak it was fitted against."""
+        table = kavier_gpu_factors()
+        entry = table["gpus"].get(gpu_name)
+        if entry is None:
+            return float(table["default_mfu_factor"]), catalog_peak_tflops * 1e12
+        return float(entry["mfu_factor"]), float(entry["kavier_peak_tflops"]) * 1e12
+
+    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+        B, S, Ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
+        G, N = a["gpus"], a["nodes"]
+        P = a["params_active"]
+        names = a.get("_gpu_names")
+        eb = np.asarray(a.get("kavier_eb", np.full_like(B, kavier_gpu_factors()["default_mfu_factor"])))
+        F = np.asarray(a.get("kavier_peak", a["peak_flops"]))
+        eg = np.ones_like(B)
+        if names is not None and self.scales.gpu:
+            eg = np.array([self.scales.gpu.get(n, 1.0) for n in names])
+        E = eb * eg * np.minimum(1.0, A1 * np.log2(B) + A2)
+        Tf = 2.0 * P * B * S / (F * E) + self.scales.overhead_s
+        Tb = 2.0 * Tf
+        lora = (a["method_code"] >= 1) & (a["method_code"] <= 5)
+        Pt = np.where(lora, 2.0 * LORA_RANK * a["hidden"] * LORA_TARGETS_PER_LAYER * a["n_layers"],
+                      a["params_total"])
+        To = ADAMW_BYTES_PER_PARAM * Pt / a["mem_bw"]
+        D = 4.0 * Pt
+        Wn = a.get("kavier_wn_gbps", a["intra_bw"] * 2.0 * 8.0 / 1e9)  # bidirectional GB/s -> Gbit/s
+
+        def ring(p, w_gbps):
+            p = np.maximum(p, 1.0)
+            return HOP_LATENCY_S * np.log2(p) + MESSAGE_OVERHEAD_S * (p - 1.0) + D * (p - 1.0) / (
+                p * w_gbps * 1e9 / 8.0)
+
+        Gn = np.maximum(1.0, np.floor(G / N))
+        cc = self.scales.comm
+        Tc = np.where(G <= 1, 0.0, np.where(N <= 1, cc * ring(G, Wn), cc * (ring(Gn, Wn) + ring(N, INFINIBAND_GBPS))))
+        Ts = Ga * (Tf + Tb) + To + Tc
+        scale = np.ones_like(B)
+        if self.scales.method or self.scales.model or self.scales.gpu_count or self.scales.interaction:
+            methods = a.get("_methods")
+            models = a.get("_model_names")
+            for i in range(len(B)):
+                s = 1.0
+                if methods is not None:
+                    s *= self.scales.method.get(str(methods[i]), 1.0)
+                if models is not None:
+                    s *= self.scales.model.get(str(models[i]), 1.0)
+                s /= self.scales.gpu_count.get(str(int(G[i])), 1.0)
+                if models is not None and methods is not None and names is not None:
+                    key = f"{models[i]}|{methods[i]}|{names[i]}|{int(G[i])}"
+                    s *= self.scales.interaction.get(key, 1.0)
+                scale[i] = s
+        tokens = Ga * B * S * G
+        thr = tokens / Ts * scale
+        step = tokens / thr
+        out = {
+            "step_s": step,
+            "forward_s": Ga * Tf,
+            "backward_s": Ga * Tb,
+            "optimizer_s": To,
+            "communication_s": Tc,
+            "compute_s": Ga * (Tf + Tb),
+            "tokens_per_step": tokens,
+            "model_flops_per_step": 6.0 * P * tokens,
+            "efficiency": E,
+        }
+        return out
+
+    def assumptions(self) -> list[str]:
+        return [
+            "Kavier's model: T_s = G_a (T_f + T_b) + T_o + T_c; forward 2PBS/(F E) with E = E_b min(1, "
+            f"{A1} log2 B + {A2}); backward = 2 x forward.",
+            f"AdamW moves {ADAMW_BYTES_PER_PARAM:g} bytes per trainable parameter; LoRA-family trainable "
+            f"parameters = 2 r d k L with r = {LORA_RANK}, k = {LORA_TARGETS_PER_LAYER}.",
+            f"Ring all-reduce: {HOP_LATENCY_S * 1e6:g} us per hop, {MESSAGE_OVERHEAD_S * 1e6:g} us per message, "
+            f"intra-node link rate, then InfiniBand {INFINIBAND_GBPS:g} Gb/s across nodes.",
+            "Per-GPU MFU factors E_b from Kavier's GPU library (0.42 for GPUs it does not list).",
+            "No memory model (memory figures come from tuneplan's memory model)."
+            if not self.calibration_name else f"Calibration scales from '{self.calibration_name}'.",
+        ]

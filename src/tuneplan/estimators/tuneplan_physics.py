@@ -1,0 +1,92 @@
+"""tuneplan's own estimator: FLOPs per layer from the config, the backward pass costed by method,
+recompute, dequantisation, optimizer traffic, overlapped communication, an efficiency curve in the
+tokens per micro-step — then, when a calibration is loaded, its fitted constants and a
+gradient-boosted correction on the log-residuals."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.memory import max_micro_batch, memory
+from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
+
+Arrays = dict[str, np.ndarray]
+
+
+class TuneplanEstimator:
+    name = "tuneplan"
+
+    def __init__(self, constants: PhysicsConstants = DEFAULT_CONSTANTS, residual=None,
+                 calibration_name: str | None = None) -> None:
+        self.constants = constants
+        self.residual = residual  # object with .correct(arrays, physics_out) -> (throughput factor, mem factor, info)
+        self.calibration_name = calibration_name
+
+    @classmethod
+    def from_calibration(cls, calibration=None) -> TuneplanEstimator:
+        if calibration is None:
+            return cls()
+        from tuneplan.learn.calibration import load_calibration
+
+        return load_calibration(calibration, expected="tuneplan").estimator()
+
+    def physics(self, a: Arrays) -> Arrays:
+        c = self.constants
+        t = step_time(a, c)
+        m = memory(a, c)
+        out: Arrays = {**t, **m}
+        out["tokens_per_step"] = tokens_per_step(a)
+        out["model_flops_per_step"] = model_flops_per_step(a)
+        out["memory_gib"] = m["nvidia_smi_gib"]
+        return out
+
+    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+        out = self.physics(a)
+        if self.residual is not None:
+            thr_factor, mem_factor, info = self.residual.correct(a, out)
+            out["step_s"] = out["step_s"] / thr_factor
+            for k in ("allocated_gib", "reserved_gib", "nvidia_smi_gib", "memory_gib"):
+                out[k] = out[k] * mem_factor
+            out["fits"] = out["nvidia_smi_gib"] <= a["memory_bytes"] / 1024.0**3
+            out.update(info)
+        if with_max_batch:
+            out["max_micro_batch"] = self.max_micro_batch(a)
+        return out
+
+    def max_micro_batch(self, a: Arrays) -> np.ndarray:
+        if self.residual is None:
+            return max_micro_batch(a, self.constants)
+        # search with the corrected memory
+        n = len(a["micro_batch"])
+        lo = np.zeros(n)
+        hi = np.full(n, 4097.0)
+        for _ in range(14):
+            mid = np.maximum(np.floor((lo + hi) / 2.0), 1.0)
+            trial = dict(a)
+            trial["micro_batch"] = mid
+            ok = self.predict_arrays(trial)["fits"]
+            lo = np.where(ok & (mid > lo), mid, lo)
+            hi = np.where(~ok, mid, hi)
+        return lo.astype(int)
+
+    def assumptions(self) -> list[str]:
+        c = self.constants
+        base = [
+            "FLOPs counted per layer from the model config: attention projections (GQA), the quadratic "
+            "attention term, MLP or gated MLP, MoE top-k experts plus router, and the LM head.",
+            "Backward = 2x forward for trained weights; LoRA-family methods skip frozen weights' "
+            "gradients (input gradients only) and add the adapters' own FLOPs.",
+            f"Achieved efficiency = {c.mfu_max:.2f} x t/(t+{c.tokens_half:.0f}) x h/(h+{c.hidden_half:.0f}) "
+            "of dense peak (t: tokens per GPU micro-step, h: hidden width per tensor-parallel rank).",
+            "Optimizer time from the bytes its states move over memory bandwidth; data-parallel "
+            f"communication over ring collectives, {c.overlap_fraction:.0%} overlappable with backward.",
+            "Memory: weights by storage, gradients, fp32 master and optimizer states (sharded as the "
+            "sharding divides them), activations per layer, logits with their fp32 loss copy, "
+            f"CUDA context {c.cuda_context_gib} GiB and {c.allocator_overhead:.0%} allocator overhead.",
+        ]
+        if self.calibration_name:
+            base.append(f"Constants and a residual correction from calibration '{self.calibration_name}'.")
+        else:
+            base.append("Uncalibrated physics (prior constants, not fitted to measurements).")
+        return base

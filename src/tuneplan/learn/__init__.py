@@ -1,0 +1,1 @@
+"""Learning from measured runs: calibration files, learners (kavier, xia, slst, tuneplan), intervals."""

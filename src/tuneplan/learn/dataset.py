@@ -1,0 +1,195 @@
+"""From measured run rows (reference schema) to (model, GPU, job, seq_len) configurations.
+
+Every setting a row leaves empty takes a documented default, and the defaults used are recorded per
+row; a row that cannot be turned into a configuration gets its reason instead (never dropped
+silently)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tuneplan.errors import InputError, TuneplanError
+from tuneplan.specs.gpu import GPUSpec
+from tuneplan.specs.job import JobSpec
+from tuneplan.specs.model import ModelSpec
+
+METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
+              "dora": "dora", "freeze": "freeze", "alora": "alora"}
+PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16": "fp16", "fp32": "fp32",
+                 "fp8": "fp8", "nvfp4": "fp8"}
+QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "int8",
+             "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4"}
+OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "adamw",
+                 "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
+                 "paged-adamw-8bit": "paged-adamw-8bit", "sgd": "sgd", "adafactor": "adafactor",
+                 "lion": "sgd-momentum"}
+DEFAULTS = {
+    "precision": ("bf16", "bf16 mixed precision, the common fine-tuning default on these GPUs"),
+    "optimizer": ("adamw", "AdamW, the default of HF Trainer and the frameworks in the reference"),
+    "micro_batch_size": (1, "1 sample per GPU when neither micro nor global batch is given"),
+    "grad_accum": (1, "no gradient accumulation when not stated"),
+    "grad_ckpt": (0, "checkpointing off unless stated (HF Trainer default)"),
+    "flash_attn": (1, "FlashAttention/SDPA on unless stated (PyTorch >= 2 default SDPA)"),
+    "lora_rank": (8, "peft's default r = 8"),
+    "lora_targets": ("q,v", "peft's default targets for Llama-style models: q_proj, v_proj"),
+    "gpus": (1, "one GPU"),
+    "nodes": (1, "one node"),
+}
+
+
+@dataclass
+class RunConfig:
+    model: ModelSpec
+    gpu: GPUSpec
+    job: JobSpec
+    seq_len: int
+    defaults_used: list[str] = field(default_factory=list)
+
+
+def _get(row: dict, key: str) -> Any:
+    v = row.get(key)
+    if v is None:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, str) and not v.strip():
+        return None
+    return v
+
+
+def parse_sharding(text: str | None) -> dict[str, Any]:
+    """'ddp+tp4+pp8+cp2', 'fsdp-full+cpu-offload', 'zero3+sp8' -> JobSpec fields."""
+    out: dict[str, Any] = {"sharding": "ddp"}
+    if not text:
+        return out
+    parts = [p.strip().lower() for p in str(text).split("+") if p.strip()]
+    offload = "cpu-offload" in parts
+    for p in parts:
+        m = re.fullmatch(r"(tp|pp|cp|ep|sp)(\d+)", p)
+        if m:
+            kind, n = m.group(1), int(m.group(2))
+            out["cp" if kind == "sp" else kind] = n
+        elif p in ("fsdp-full", "fsdp"):
+            out["sharding"] = "fsdp-offload" if offload else "fsdp"
+        elif p in ("fsdp-grad-op", "fsdp-hybrid", "zero1", "zero2", "zero3", "zero3-offload", "ddp", "none"):
+            out["sharding"] = p
+        elif p == "cpu-offload":
+            continue
+        else:
+            raise InputError("sharding", f"cannot read '{p}' in '{text}'")
+    return out
+
+
+def row_to_config(row: dict) -> RunConfig:
+    """One reference-schema row -> a configuration. Raises TuneplanError with the reason."""
+    from tuneplan.specs.catalog import resolve_run_model
+    from tuneplan.specs.gpu import resolve_gpu
+
+    used: list[str] = []
+
+    def default(key: str):
+        v, why = DEFAULTS[key]
+        used.append(f"{key}={v} ({why})")
+        return v
+
+    model = resolve_run_model(str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""))
+    gpu = resolve_gpu(str(_get(row, "gpu") or ""))
+    method_raw = str(_get(row, "method") or "").lower()
+    if method_raw not in METHOD_MAP:
+        raise InputError("method", f"'{method_raw or '(empty)'}' is not a method tuneplan models",
+                         sorted(METHOD_MAP))
+    method = METHOD_MAP[method_raw]
+    prec_raw = _get(row, "precision")
+    if prec_raw is None:
+        precision = default("precision")
+    else:
+        precision = PRECISION_MAP.get(str(prec_raw).lower())
+        if precision is None:
+            raise InputError("precision", f"'{prec_raw}' not modelled", sorted(PRECISION_MAP))
+        if prec_raw == "nvfp4":
+            used.append("precision=fp8 (nvfp4 runs at the fp8 peak: no fp4 figure in the catalog)")
+    quant_raw = _get(row, "quant")
+    quant = None
+    if quant_raw is not None:
+        quant = QUANT_MAP.get(str(quant_raw).lower())
+        if quant is None:
+            raise InputError("quant", f"'{quant_raw}' not modelled", sorted(QUANT_MAP))
+    if method == "full":
+        quant = None
+    if method == "lora" and quant in ("nf4",):
+        method = "qlora"
+    if method == "lora" and quant in ("gptq-int4", "awq-int4", "int8"):
+        method = "gptq-lora"
+    opt_raw = _get(row, "optimizer")
+    optimizer = default("optimizer") if opt_raw is None else OPTIMIZER_MAP.get(str(opt_raw).lower(), "adamw")
+    shard = parse_sharding(_get(row, "sharding"))
+    gpus = int(float(_get(row, "gpus") or default("gpus")))
+    nodes = int(float(_get(row, "nodes") or default("nodes")))
+    ga = _get(row, "grad_accum")
+    mb = _get(row, "micro_batch_size")
+    gb = _get(row, "global_batch_size")
+    model_par = shard.get("tp", 1) * shard.get("pp", 1) * shard.get("cp", 1)
+    dp = max(1, gpus // model_par)
+    if mb is None and gb is not None:
+        ga_v = int(float(ga)) if ga is not None else 1
+        mb = max(1, int(round(float(gb) / (dp * ga_v))))
+        used.append(f"micro_batch_size={mb} (global batch / (dp x grad_accum))")
+    elif mb is None:
+        mb = default("micro_batch_size")
+    if ga is None and gb is not None:
+        ga = max(1, int(round(float(gb) / (dp * float(mb)))))
+        used.append(f"grad_accum={ga} (global batch / (dp x micro-batch))")
+    elif ga is None:
+        ga = default("grad_accum")
+    seq = _get(row, "seq_len") or _get(row, "avg_tokens_per_sample")
+    if seq is None:
+        raise InputError("seq_len", "is empty (and no avg_tokens_per_sample)")
+    gc = _get(row, "grad_ckpt")
+    fa = _get(row, "flash_attn")
+    rank = _get(row, "lora_rank")
+    targets = _get(row, "lora_targets")
+    kw: dict[str, Any] = {
+        "method": method, "precision": precision, "optimizer": optimizer, "gpus": gpus, "nodes": nodes,
+        "micro_batch": int(float(mb)), "grad_accum": int(float(ga)), "seq_len": int(round(float(seq))),
+        "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(default("grad_ckpt")),
+        "flash_attn": bool(int(float(fa))) if fa is not None else bool(default("flash_attn")),
+        "examples": 1.0, "tokens_per_example": float(seq),
+        **shard,
+    }
+    if quant is not None and method != "full":
+        kw["quant"] = quant
+    if method in ("lora", "qlora", "gptq-lora", "dora", "alora"):
+        kw["lora_rank"] = int(float(rank)) if rank is not None else default("lora_rank")
+        t = str(targets) if targets is not None else default("lora_targets")
+        kw["lora_targets"] = tuple(x for x in re.split(r"[,+]", t) if x)
+    try:
+        job = JobSpec(**kw)
+    except ValueError as exc:
+        msg = str(exc).splitlines()
+        raise InputError("row", msg[-1] if msg else "invalid configuration") from None
+    return RunConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used)
+
+
+def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[str | None]]:
+    """Configurations for many rows; None plus a reason where a row cannot be predicted."""
+    out: list[RunConfig | None] = []
+    errors: list[str | None] = []
+    for r in rows:
+        try:
+            out.append(row_to_config(r))
+            errors.append(None)
+        except TuneplanError as exc:
+            out.append(None)
+            errors.append(str(exc))
+    return out, errors
+
+
+def arrays_for(configs: list[RunConfig], constants=None) -> dict[str, np.ndarray]:
+    from tuneplan.physics.terms import build_arrays
+
+    return build_arrays([(c.model, c.gpu, c.job, c.seq_len) for c in configs], constants)

@@ -1,0 +1,63 @@
+"""Prediction intervals: split-conformal quantiles of held-out log-ratios (measured / predicted),
+stored per estimator in a calibration file. An estimate carries low/high bounds at the nominal
+coverage (`--interval 0.8` by default)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def conformal_bounds(log_ratios: np.ndarray, coverage: float) -> tuple[float, float]:
+    """Split-conformal (low, high) multipliers for a new prediction from held-out log-ratios
+    log(measured / predicted): the finite-sample-corrected (1-a)/2 and (1+a)/2 quantiles."""
+    r = np.sort(np.asarray(log_ratios, dtype=float))
+    r = r[np.isfinite(r)]
+    n = len(r)
+    if n == 0:
+        raise ValueError("no residuals")
+    alpha = 1.0 - coverage
+    lo_q = max(0.0, math.floor((alpha / 2.0) * (n + 1)) / n - 1.0 / n)
+    hi_q = min(1.0, math.ceil((1.0 - alpha / 2.0) * (n + 1)) / n)
+    lo = float(np.quantile(r, lo_q, method="lower"))
+    hi = float(np.quantile(r, min(hi_q, 1.0), method="higher"))
+    return math.exp(lo), math.exp(hi)
+
+
+def attach_interval(result, estimator: str, coverage: float, calibration=None) -> None:
+    """Attach wall-clock / throughput bounds to an EstimateResult from the calibration's stored
+    residual quantiles for this estimator; without stored residuals, leave no interval and say so."""
+    from tuneplan.learn.calibration import interval_residuals
+
+    if not 0.0 < coverage < 1.0:
+        from tuneplan.errors import InputError
+
+        raise InputError("interval", f"coverage must be between 0 and 1, got {coverage}")
+    res = interval_residuals(estimator, calibration)
+    if res is None or len(res.get("throughput", [])) < 5:
+        result.assumptions.append("No interval: no held-out residuals stored for this estimator.")
+        return
+    lo_t, hi_t = conformal_bounds(np.asarray(res["throughput"]), coverage)
+    # throughput measured/predicted in [lo, hi] -> time in [1/hi, 1/lo]
+    t = result.totals
+    train_lo, train_hi = t.train_s / hi_t, t.train_s / lo_t
+    fixed = t.wall_clock_s - t.train_s
+    interval = {
+        "coverage": coverage,
+        "wall_clock_s_low": fixed + train_lo,
+        "wall_clock_s_high": fixed + train_hi,
+        "tokens_per_s_low": result.tokens_per_s * lo_t,
+        "tokens_per_s_high": result.tokens_per_s * hi_t,
+        "source": res.get("source", ""),
+        "n_residuals": len(res["throughput"]),
+    }
+    if t.cost_usd is not None:
+        interval["cost_usd_low"] = t.cost_usd * interval["wall_clock_s_low"] / t.wall_clock_s
+        interval["cost_usd_high"] = t.cost_usd * interval["wall_clock_s_high"] / t.wall_clock_s
+    mem = res.get("memory")
+    if mem is not None and len(mem) >= 5:
+        lo_m, hi_m = conformal_bounds(np.asarray(mem), coverage)
+        interval["memory_per_gpu_gib_low"] = result.memory_per_gpu_gib * lo_m
+        interval["memory_per_gpu_gib_high"] = result.memory_per_gpu_gib * hi_m
+    result.interval = interval

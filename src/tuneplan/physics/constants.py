@@ -1,0 +1,97 @@
+"""Named constants of tuneplan's physics. Each has a unit, a line saying where it comes from, and a
+place in the calibration file (`tuneplan calibrate` refits the ones marked *fitted*).
+
+The values here are the uncalibrated priors: literature figures or conservative engineering
+choices, not tuned to any measured row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class PhysicsConstants:
+    # --- compute efficiency (fitted) ------------------------------------------------------------
+    mfu_max: float = 0.60
+    """Best achievable model-FLOPs utilisation of a large, well-shaped matmul workload (fraction).
+    Prior: well-tuned large runs report 0.4-0.6 of dense peak (Run Planner seed; MPT/Megatron)."""
+    tokens_half: float = 512.0
+    """Tokens per GPU micro-step at which the efficiency reaches half of its maximum (tokens).
+    Small micro-steps under-use the GPU (Kavier's MFU curve in the micro-batch)."""
+    hidden_half: float = 1024.0
+    """Hidden width (per tensor-parallel rank) at which matmul efficiency reaches half (elements):
+    narrow models run small, launch-bound GEMMs."""
+    overhead_s_per_layer: float = 2.0e-4
+    """Fixed per-layer cost of one forward+backward micro-step (s): kernel launches and small ops."""
+    # --- attention -------------------------------------------------------------------------------
+    causal_fraction_flash: float = 0.5
+    """Share of the S x S attention work done with a causal mask under FlashAttention (skips masked
+    blocks); eager attention computes the full square (1.0)."""
+    # --- memory traffic (fitted) -----------------------------------------------------------------
+    bandwidth_efficiency: float = 0.80
+    """Achieved share of datasheet memory bandwidth for streaming kernels (optimizer, dequant)."""
+    dequant_bytes_nf4: float = 4.5
+    """Bytes moved per weight to dequantise NF4 to bf16 per pass (0.5 read + 2 write + 2 read)."""
+    dequant_bytes_gptq: float = 2.5
+    """Bytes-equivalent per weight per pass of fused GPTQ/AWQ 4-bit kernels (slower than a bf16 GEMM)."""
+    dora_bytes_per_weight: float = 6.0
+    """Extra bytes per adapted weight per pass for DoRA's weight-norm (materialise W + BA, its norm)."""
+    # --- optimizer: bytes read+written per trainable parameter per step ---------------------------
+    optimizer_bytes_adamw: float = 28.0
+    """AdamW, mixed precision: read fp32 param, grad, m, v (16); write param, m, v (12)."""
+    optimizer_bytes_8bit: float = 14.0
+    """8-bit AdamW (bitsandbytes): 1-byte moments, fp32 param and grad."""
+    optimizer_bytes_sgd: float = 12.0
+    optimizer_bytes_sgd_momentum: float = 20.0
+    optimizer_bytes_adafactor: float = 16.0
+    # --- communication (fitted) ------------------------------------------------------------------
+    comm_efficiency: float = 0.70
+    """Achieved share of the link rate by NCCL collectives (bus bandwidth / link rate)."""
+    comm_latency_s: float = 5e-6
+    """Per-hop latency of a ring step (s); Kavier's published value."""
+    overlap_fraction: float = 0.70
+    """Share of the backward pass that data-parallel gradient communication can hide behind."""
+    cpu_offload_gbs: float = 25.0
+    """Host-device transfer and CPU optimizer streaming rate under CPU offload (GB/s, PCIe 4 x16)."""
+    default_inter_node_gbps: float = 100.0
+    """Per-GPU inter-node network when the catalog has no figure (Gbit/s): 100 GbE class."""
+    ddp_grad_bytes: float = 4.0
+    """Bytes per gradient element all-reduced by DDP under autocast (fp32 parameters)."""
+    sharded_grad_bytes: float = 2.0
+    """Bytes per element reduce-scattered / all-gathered by FSDP/ZeRO with bf16 mixed precision."""
+    # --- memory (fitted) -------------------------------------------------------------------------
+    activation_scale: float = 1.0
+    """Multiplier on the analytic activation bytes (framework temporaries, saved copies)."""
+    logits_bytes_per_element: float = 10.0
+    """Bytes per (token x vocab) at the loss: bf16 logits (2) + fp32 upcast (4) + fp32 grad (4)."""
+    cuda_context_gib: float = 0.6
+    """CUDA context + cuBLAS/NCCL workspaces, outside torch's allocator (GiB); seen by nvidia-smi."""
+    allocator_overhead: float = 0.08
+    """Reserved / allocated - 1: caching-allocator fragmentation (fraction)."""
+    workspace_gib: float = 0.25
+    """Allocated temporaries not in the analytic terms (GiB): GEMM workspaces, loss buffers."""
+    lora_dropout_copies: float = 0.0
+    """Extra copies of an adapted module's input kept for LoRA dropout (0 when lora_dropout = 0)."""
+    # --- energy ----------------------------------------------------------------------------------
+    idle_power_fraction: float = 0.30
+    """GPU power at zero utilisation as a share of TDP (typical idle 20-35% of TDP under a job)."""
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PhysicsConstants:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: float(v) for k, v in d.items() if k in names})
+
+    def with_(self, **kw: float) -> PhysicsConstants:
+        return replace(self, **kw)
+
+
+DEFAULT_CONSTANTS = PhysicsConstants()
+
+BYTES_PER_GIB = 1024.0**3
+DEFAULT_GRID_GCO2_KWH = 480.0
+"""World-average electricity carbon intensity (g CO2 / kWh): Ember, Global Electricity Review 2024
+(2023 figure, ~480 g/kWh)."""

@@ -1,0 +1,151 @@
+"""Peak GPU memory of a fine-tuning step, term by term, vectorised over configurations.
+
+Per GPU, in bytes: weights by storage, gradients, fp32 master copy, optimizer states (each divided
+by the ranks that shard it), activations (per layer from the shapes, with or without FlashAttention
+and gradient checkpointing), logits with their fp32 loss copy, and fixed overheads. The analytic
+sum is what torch's allocator holds (`allocated`); `reserved` adds the caching allocator's
+fragmentation and `nvidia-smi` adds the CUDA context on top.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
+
+Arrays = dict[str, np.ndarray]
+
+OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0}
+"""Optimizer state bytes per trainable parameter: AdamW two fp32 moments; 8-bit AdamW (plain or
+paged) two 1-byte moments; SGD none; SGD with momentum one fp32 buffer; Adafactor's factored second
+moment (row + column statistics, taken here as ~1 fp32 per parameter upper bound for non-matrix
+parameters and the first moment when beta1 is set)."""
+
+
+def _state_bytes(code: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(code, dtype=float)
+    for k, v in OPTIMIZER_STATE_BYTES.items():
+        out = np.where(code == k, v, out)
+    return out
+
+
+def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
+    """Saved-for-backward bytes per token per layer (dense layers and MoE layers), at 2 bytes per
+    element for 16-bit training (4 for fp32)."""
+    h, q, kv = a["hidden"], a["q_dim"], a["kv_dim"]
+    gated = a["gated"] > 0
+    inter = a["intermediate"]
+    mlp_dense = np.where(gated, 4.0 * inter, 2.0 * inter) + 2.0 * h  # norm in/out + MLP internals
+    attn = 2.0 * h + 2.0 * q + 3.0 * kv  # norm in/out, q (pre/post rope), k (pre/post), v, attn out
+    eager_scores = np.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / a["cp"])
+    flash_stats = np.where(a["flash_attn"] > 0, 2.0 * a["n_heads"] / np.maximum(h, 1.0), 0.0)
+    moe_inner = np.where(gated, 4.0 * a["moe_intermediate"], 2.0 * a["moe_intermediate"])
+    mlp_moe = 2.0 * h + np.maximum(a["top_k"], 1.0) * (h + moe_inner) + 2.0 * a["n_experts"]
+    lora_extra = (a["lora_rank"] * 2.0 * a["adapted_inputs_per_layer"]
+                  + c.lora_dropout_copies * a["adapted_inputs_per_layer"] * h)
+    el_bytes = np.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
+    dense = (attn + eager_scores + flash_stats + mlp_dense + lora_extra) * el_bytes * c.activation_scale
+    moe = (attn + eager_scores + flash_stats + mlp_moe + lora_extra) * el_bytes * c.activation_scale
+    return {"dense": dense, "moe": moe, "layer_input": h * el_bytes}
+
+
+def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
+    """Per-GPU memory breakdown (GiB) and the peaks: allocated, reserved, nvidia-smi."""
+    tp, pp, cp, dp, ep = a["tp"], a["pp"], a["cp"], a["dp"], a["ep"]
+    split = tp * pp
+    shard = a["sharding"]
+    gpn = a["gpus"] / a["nodes"]
+    sdeg = np.where(shard == 4, np.minimum(dp, gpn), dp)  # hybrid shards within a node
+    w_div = np.where((shard == 3) | (shard == 4), sdeg, 1.0)
+    g_div = np.where(shard >= 2, sdeg, 1.0)
+    o_div = np.where(shard >= 1, sdeg, 1.0)
+    offload = shard == 5
+    method = a["method_code"]
+    full = method == 0
+    freeze = method == 6
+    pbytes = a["weight_bytes_compute"]
+    # expert weights are spread over the expert-parallel ranks
+    expert_share = np.where(a["params_total"] > 0, a["params_expert"] / a["params_total"], 0.0)
+    ep_factor = 1.0 - expert_share + expert_share / ep
+
+    trainable = a["params_trainable"] * ep_factor / split
+    frozen_lin = a["params_frozen_linear"] * ep_factor / split
+    frozen_other = a["params_frozen_other"] / split
+    # weights: trainable ones at compute precision (LoRA adapters are kept in fp32 by peft)
+    train_w_bytes = np.where(full | freeze, pbytes, 4.0)
+    weights = (trainable * train_w_bytes + frozen_lin * a["frozen_linear_bytes"]
+               + frozen_other * a["frozen_other_bytes"])
+    weights = np.where(offload, 0.0, weights / w_div)
+    grad_bytes = np.where(full | freeze, pbytes, 4.0)
+    grads = trainable * grad_bytes / g_div
+    master = np.where((full | freeze) & (pbytes < 4), 4.0 * trainable, 0.0) / o_div
+    opt = trainable * _state_bytes(a["optimizer_code"]) / o_div
+    master = np.where(offload, 0.0, master)
+    opt = np.where(offload, 0.0, opt)
+    grads = np.where(offload, trainable * grad_bytes / np.maximum(sdeg, 1.0), grads)
+    # sharded weights are gathered a layer (unit) at a time, with one unit prefetched
+    layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
+    gathered = np.where((shard >= 3) & (sdeg > 1), 2.0 * layer_w, 0.0)
+    # DDP gradient buckets: a second copy of the gradients while they are all-reduced
+    ddp_buckets = np.where((shard == 0) & (dp > 1), trainable * grad_bytes, 0.0)
+
+    # activations
+    per = activation_bytes_per_token_layer(a, c)
+    tokens = a["micro_batch"] * a["seq_len"] / cp
+    L = a["n_layers"]
+    moe_layers = np.minimum(a["moe_layers"], L)
+    dense_layers = L - moe_layers
+    layers_stage = 1.0 / pp
+    bwd_frac = a["bwd_layer_fraction"]
+    full_acts = tokens * (dense_layers * per["dense"] + moe_layers * per["moe"]) / tp * layers_stage * bwd_frac
+    one_layer = tokens * np.maximum(per["dense"], np.where(moe_layers > 0, per["moe"], 0.0)) / tp
+    ckpt_acts = tokens * L * layers_stage * bwd_frac * per["layer_input"] + one_layer
+    acts = np.where(a["grad_ckpt"] > 0, ckpt_acts, full_acts)
+    in_flight = np.where(pp > 1, np.minimum(pp, a["grad_accum"]), 1.0)  # 1F1B: first stage holds pp
+    acts = acts * in_flight
+    logits = tokens * a["vocab"] * c.logits_bytes_per_element / tp
+    # transient dequantised weight (QLoRA/GPTQ): one large projection at a time, in and out
+    dequant_buf = np.where(a["dequant_bytes"] > 0,
+                           2.0 * a["hidden"] * np.maximum(a["intermediate"], a["moe_intermediate"]) * 2.0 / tp,
+                           0.0)
+    workspace = c.workspace_gib * BYTES_PER_GIB + dequant_buf
+
+    allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
+    reserved = allocated * (1.0 + c.allocator_overhead)
+    smi = reserved + c.cuda_context_gib * BYTES_PER_GIB
+    g = BYTES_PER_GIB
+    return {
+        "weights_gib": weights / g,
+        "gradients_gib": (grads + ddp_buckets) / g,
+        "master_weights_gib": master / g,
+        "optimizer_gib": opt / g,
+        "gathered_params_gib": gathered / g,
+        "activations_gib": acts / g,
+        "logits_gib": logits / g,
+        "workspace_gib": workspace / g,
+        "allocated_gib": allocated / g,
+        "reserved_gib": reserved / g,
+        "nvidia_smi_gib": smi / g,
+        "cuda_context_gib": np.full_like(allocated, c.cuda_context_gib),
+        "capacity_gib": a["memory_bytes"] / g,
+        "fits": smi <= a["memory_bytes"],
+    }
+
+
+def max_micro_batch(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, upper: int = 4096) -> np.ndarray:
+    """Largest micro-batch whose peak (as nvidia-smi would see it) fits the GPU, by binary search
+    over the vectorised memory model at the configured sequence length; 0 when even 1 does not fit."""
+    n = len(next(iter(a.values())))
+    lo = np.zeros(n)
+    hi = np.full(n, float(upper) + 1)
+    for _ in range(int(np.ceil(np.log2(upper + 1))) + 1):
+        mid = np.floor((lo + hi) / 2.0)
+        mid = np.maximum(mid, 1.0)
+        trial = dict(a)
+        trial["micro_batch"] = mid
+        ok = memory(trial, c)["fits"]
+        lo = np.where(ok & (mid > lo), mid, lo)
+        hi = np.where(~ok, mid, hi)
+        if np.all(hi - lo <= 1):
+            break
+    return lo.astype(int)

@@ -1,0 +1,293 @@
+"""From specs to numbers: the per-configuration terms the vectorised physics works on.
+
+`model_terms` turns (model, method options) into scalars (FLOPs per token, parameter groups,
+bytes per weight); `job_arrays` adds the job's numbers and the GPU's figures. The result is a
+flat dict of numpy arrays, so one call of `physics.step_time` / `physics.memory` evaluates one
+configuration or a million.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuneplan.errors import InputError
+from tuneplan.specs.gpu import GPUSpec
+from tuneplan.specs.job import LORA_FAMILY, JobSpec
+from tuneplan.specs.model import ModelSpec
+
+METHOD_CODES = {"full": 0, "lora": 1, "qlora": 2, "gptq-lora": 3, "alora": 4, "dora": 5, "freeze": 6}
+SHARDING_CODES = {"none": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hybrid": 4,
+                  "zero3-offload": 5, "fsdp-offload": 5}
+OPTIMIZER_CODES = {"adamw": 0, "adamw-8bit": 1, "paged-adamw-8bit": 2, "sgd": 3, "sgd-momentum": 4,
+                   "adafactor": 5}
+PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
+QUANT_BYTES_PER_WEIGHT = {
+    "none": None,  # = precision bytes
+    "int8": 1.0 + 4.0 / 4096,  # LLM.int8: int8 weights + fp32 row scales (negligible)
+    "nf4": 0.5 + 0.127 / 8,  # QLoRA: 4-bit NF4 + double-quantised absmax (0.127 bit/param, Dettmers 2023)
+    "gptq-int4": 0.5 + (16 + 4) / 8 / 128,  # 4-bit + fp16 scale and 4-bit zero per group of 128
+    "awq-int4": 0.5 + (16 + 4) / 8 / 128,  # AWQ: same group-128 layout
+}
+
+TARGET_ALIASES = {
+    "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "out_proj": "o", "query": "q",
+    "key": "k", "value": "v", "qkv_proj": "qkv", "query_key_value": "qkv", "c_attn": "qkv",
+    "wqkv": "qkv", "gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate",
+    "w3": "up", "w2": "down", "c_fc": "fc1", "c_proj": "fc2", "dense_h_to_4h": "fc1",
+    "dense_4h_to_h": "fc2", "fc_in": "fc1", "fc_out": "fc2", "gate_up_proj": "gate_up",
+    "router": "router", "attn": "attention", "mlp": "mlp",
+}
+TARGET_GROUPS = {
+    "attention": ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "dense"),
+    "mlp": ("gate", "up", "down", "fc1", "fc2", "shared_gate", "shared_up", "shared_down", "gate_up"),
+    "moe-experts": ("gate", "up", "down"),
+}
+
+
+def normalise_targets(targets: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for t in targets:
+        t = t.strip().lower()
+        if not t:
+            continue
+        t = TARGET_ALIASES.get(t, t)
+        if t in TARGET_GROUPS:
+            out.extend(TARGET_GROUPS[t])
+        else:
+            out.append(t)
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class ModelTerms:
+    """Scalars of one (model, method options) pair. FLOPs are forward, per token, whole model."""
+
+    fwd_block_flops: float  # block matmuls (MoE: active experts, or all in dense mode)
+    head_flops: float  # LM head
+    attn_flops_per_seq: float  # x seq_len x causal factor = quadratic attention FLOPs per token
+    adapter_flops: float  # LoRA-family adapters
+    bwd_block_factor: float  # backward / forward FLOPs for block matmuls
+    bwd_head_factor: float
+    bwd_attn_factor: float
+    bwd_layer_fraction: float  # share of layers the backward pass runs through
+    recompute_fraction: float  # share of the forward recomputed under gradient checkpointing
+    params_total: float
+    params_active: float  # per token, forward (MoE dense mode: all experts)
+    params_trainable: float
+    params_frozen_linear: float  # frozen block matmul weights (quantised in QLoRA/GPTQ)
+    params_frozen_other: float  # frozen embeddings, head, norms, non-quantised parts
+    params_adapted: float  # weights under a DoRA/LoRA adapter (for DoRA's norm traffic)
+    params_expert: float  # expert weights (divided by expert parallelism)
+    frozen_linear_bytes: float  # bytes per frozen block weight
+    frozen_other_bytes: float
+    dequant_bytes: float  # bytes moved per frozen linear weight per pass (QLoRA/GPTQ), else 0
+    optimizer_code: int
+    method_code: int
+    n_layers: int
+    attn_layers: int
+    hidden: int
+    intermediate: float  # dense MLP width (per layer average over dense layers)
+    moe_intermediate: float
+    n_experts: int
+    top_k: float  # experts a token passes (dense MoE mode: all)
+    moe_layers: int
+    kv_dim: int
+    q_dim: int
+    n_heads: int
+    vocab: int
+    gated: bool
+    lora_rank: float
+    adapted_inputs_per_layer: float  # distinct input widths adapted per layer (LoRA dropout copies)
+    weight_bytes_compute: float  # bytes per weight at the compute precision
+
+
+def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
+    from tuneplan.physics.constants import DEFAULT_CONSTANTS
+
+    c = constants or DEFAULT_CONSTANTS
+    method = job.method
+    pbytes = PRECISION_BYTES[job.precision]
+    dense_moe = job.moe_mode == "dense" and model.is_moe
+    linears = model.linears
+    L = max(1, model.n_layers)
+
+    fwd_block = 0.0
+    for lin in linears:
+        active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
+        fwd_block += 2.0 * lin.in_features * lin.out_features * active * lin.n_layers
+    head_flops = 2.0 * model.vocab_size * model.hidden_size  # tied or not, the head is a V x h GEMM
+    q_dim = model.n_heads * model.head_dim
+    kv_dim = model.n_kv_heads * model.head_dim
+    attn_per_seq = 4.0 * q_dim * model.attention_layers  # QK^T and AV, 2 FLOPs per MAC
+
+    block_linear_params = float(sum(lin.params for lin in linears))
+    expert_params = float(sum(lin.params for lin in linears if lin.count_per_layer > 1))
+    total = float(model.params_total)
+
+    adapter_flops = 0.0
+    adapter_params = 0.0
+    adapted = 0.0
+    adapted_inputs = 0.0
+    if method in LORA_FAMILY:
+        targets = normalise_targets(job.lora_targets)
+        all_linear = "all-linear" in targets or "all" in targets
+        names = {lin.name for lin in linears}
+        chosen = [lin for lin in linears if all_linear or lin.name in targets]
+        if not all_linear:
+            unknown = [t for t in targets if t not in names and t not in ("all-linear", "all")]
+            if unknown and not chosen:
+                raise InputError("lora-targets", f"no module named {', '.join(unknown)} in {model.name}",
+                                 sorted(names) + ["all-linear"])
+        r = float(job.lora_rank)
+        widths = set()
+        for lin in chosen:
+            if r > min(lin.in_features, lin.out_features):
+                raise InputError("lora-rank", f"rank {job.lora_rank} is above the {lin.name} projection's "
+                                 f"smallest dimension ({min(lin.in_features, lin.out_features)})")
+            per = r * (lin.in_features + lin.out_features)
+            adapter_params += per * lin.count_per_layer * lin.n_layers
+            active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
+            adapter_flops += 2.0 * per * active * lin.n_layers
+            adapted += lin.params
+            widths.add((lin.in_features, lin.count_per_layer))
+            if method == "dora":
+                adapter_params += lin.out_features * lin.count_per_layer * lin.n_layers
+        adapted_inputs = float(len(widths))
+        trainable = adapter_params
+        quant = job.base_quant(model.quant)
+        frozen_linear = block_linear_params
+        frozen_other = total - block_linear_params
+        qb = QUANT_BYTES_PER_WEIGHT.get(quant)
+        frozen_linear_bytes = pbytes if qb is None else qb
+        dequant = {"nf4": c.dequant_bytes_nf4, "gptq-int4": c.dequant_bytes_gptq,
+                   "awq-int4": c.dequant_bytes_gptq, "int8": c.dequant_bytes_gptq}.get(quant, 0.0)
+        bwd_block, bwd_head, bwd_frac = 1.0, 1.0, 1.0
+    elif method == "freeze":
+        k = min(job.trainable_layers, L)
+        frac = k / L
+        trainable = (total - model.params_embedding - model.params_lm_head) * frac
+        frozen_linear = block_linear_params * (1 - frac)
+        frozen_other = total - trainable - frozen_linear
+        frozen_linear_bytes = pbytes
+        dequant = 0.0
+        # backward runs through the last k layers only: weight and input grads there
+        bwd_block, bwd_head, bwd_frac = 2.0, 1.0, frac
+    else:  # full
+        trainable = total
+        frozen_linear = 0.0
+        frozen_other = 0.0
+        frozen_linear_bytes = pbytes
+        dequant = 0.0
+        bwd_block, bwd_head, bwd_frac = 2.0, 2.0, 1.0
+
+    return ModelTerms(
+        fwd_block_flops=fwd_block,
+        head_flops=head_flops,
+        attn_flops_per_seq=attn_per_seq,
+        adapter_flops=adapter_flops,
+        bwd_block_factor=bwd_block,
+        bwd_head_factor=bwd_head,
+        bwd_attn_factor=2.0,
+        bwd_layer_fraction=bwd_frac,
+        recompute_fraction=1.0 if job.grad_ckpt else 0.0,
+        params_total=total,
+        params_active=float(total if dense_moe else model.params_active),
+        params_trainable=float(trainable),
+        params_frozen_linear=float(frozen_linear),
+        params_frozen_other=float(max(0.0, frozen_other)),
+        params_adapted=float(adapted),
+        params_expert=expert_params,
+        frozen_linear_bytes=float(frozen_linear_bytes),
+        frozen_other_bytes=pbytes,
+        dequant_bytes=float(dequant),
+        optimizer_code=OPTIMIZER_CODES[job.optimizer],
+        method_code=METHOD_CODES[method],
+        n_layers=L,
+        attn_layers=model.attention_layers,
+        hidden=model.hidden_size,
+        intermediate=float(model.intermediate_size),
+        moe_intermediate=float(model.moe_intermediate_size),
+        n_experts=model.n_experts,
+        top_k=float(model.n_experts if dense_moe else model.experts_per_token),
+        moe_layers=model.n_moe_layers,
+        kv_dim=kv_dim,
+        q_dim=q_dim,
+        n_heads=model.n_heads,
+        vocab=model.vocab_size,
+        gated=model.gated_mlp,
+        lora_rank=float(job.lora_rank) if method in LORA_FAMILY else 0.0,
+        adapted_inputs_per_layer=adapted_inputs,
+        weight_bytes_compute=pbytes,
+    )
+
+
+GPU_FIELDS = ("peak_flops", "mem_bw", "memory_bytes", "intra_bw", "inter_bw", "tdp_w")
+
+
+def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]:
+    from tuneplan.physics.constants import DEFAULT_CONSTANTS
+
+    c = constants or DEFAULT_CONSTANTS
+    intra = gpu.intra_node_gbs if gpu.intra_node_gbs > 0 else 16.0
+    inter = gpu.inter_node_gbps if gpu.inter_node_gbps > 0 else c.default_inter_node_gbps
+    return {
+        "peak_flops": gpu.tflops(precision) * 1e12,
+        "mem_bw": gpu.memory_bandwidth_gbs * 1e9,
+        "memory_bytes": gpu.memory_gib * 1024.0**3,
+        "intra_bw": intra * 1e9,
+        "inter_bw": inter / 8.0 * 1e9,
+        "tdp_w": gpu.tdp_w if gpu.tdp_w > 0 else 300.0,
+    }
+
+
+def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
+    return {
+        "micro_batch": float(job.micro_batch),
+        "grad_accum": float(job.grad_accum),
+        "seq_len": float(seq_len),
+        "gpus": float(job.gpus),
+        "nodes": float(job.nodes),
+        "tp": float(job.tp),
+        "pp": float(job.pp),
+        "cp": float(job.cp),
+        "ep": float(job.ep),
+        "dp": float(job.dp),
+        "sharding": float(SHARDING_CODES[job.sharding_kind()]),
+        "grad_ckpt": 1.0 if job.grad_ckpt else 0.0,
+        "flash_attn": 1.0 if job.flash_attn else 0.0,
+    }
+
+
+def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None) -> dict[str, np.ndarray]:
+    """Flat dict of arrays for many (model, gpu, job, seq_len) configurations."""
+    cols: dict[str, list[float]] = {}
+    names: dict[str, list[str]] = {}
+    cache: dict[tuple, ModelTerms] = {}
+    for model, gpu, job, seq in rows:
+        key = (id(model), job.method, job.lora_rank, job.lora_targets, job.trainable_layers,
+               job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode)
+        mt = cache.get(key)
+        if mt is None:
+            mt = model_terms(model, job, constants)
+            cache[key] = mt
+        d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq)}
+        eb, fk = kavier_terms(gpu, d["peak_flops"])
+        d["kavier_eb"], d["kavier_peak"] = eb, fk
+        for k, v in d.items():
+            cols.setdefault(k, []).append(float(v))
+        names.setdefault("_model_names", []).append(model.name)
+        names.setdefault("_gpu_names", []).append(gpu.name)
+        names.setdefault("_methods", []).append(job.method)
+    out: dict[str, np.ndarray] = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+    for k, v in names.items():
+        out[k] = np.asarray(v, dtype=object)
+    return out
+
+
+def kavier_terms(gpu: GPUSpec, peak_flops: float) -> tuple[float, float]:
+    from tuneplan.estimators.kavier import KavierEstimator
+
+    return KavierEstimator.gpu_terms(gpu.name, peak_flops / 1e12)

@@ -1,0 +1,202 @@
+"""What a fine-tuning job is: method, precision, parallelism, batch shape and the work to do.
+
+Validated with pydantic; every failure becomes an `InputError` naming the field and the allowed
+values (the CLI prints it as one line and exits 2).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from tuneplan.errors import InputError
+
+METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze")
+LORA_FAMILY = ("lora", "qlora", "gptq-lora", "alora", "dora")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")
+SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
+             "zero3-offload", "fsdp-offload")
+QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4")
+MOE_MODES = ("sparse", "dense")
+ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
+              "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
+              "dense", "wo", "wi", "wi_0", "wi_1")
+DEFAULT_LORA_RANK = 16
+"""LoRA rank r when not given: a common fine-tuning recipe choice (peft's own default is 8)."""
+DEFAULT_MICRO_BATCH = 4
+"""Samples per GPU per forward/backward when not given."""
+DEFAULT_FREEZE_TRAINABLE_LAYERS = 2
+"""`freeze` trains the last N blocks; 2 is LLaMA-Factory's freeze_trainable_layers default."""
+
+Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8"]
+Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
+                   "zero3-offload", "fsdp-offload"]
+
+
+class JobSpec(BaseModel):
+    """A fine-tuning job. Counts are per run; `micro_batch` is samples per GPU per micro-step."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: Method = "lora"
+    lora_rank: int = DEFAULT_LORA_RANK
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    trainable_layers: int = DEFAULT_FREEZE_TRAINABLE_LAYERS
+    precision: Precision = "bf16"
+    quant: str | None = None  # base weights: None = by method (qlora nf4, gptq-lora gptq-int4) / checkpoint
+    optimizer: Optimizer = "adamw"
+    grad_ckpt: bool = False
+    flash_attn: bool = True
+    gpus: int = 1
+    nodes: int = 1
+    sharding: Sharding = "ddp"
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    micro_batch: int = DEFAULT_MICRO_BATCH
+    grad_accum: int = 1
+    seq_len: int | None = None
+    examples: float | None = None
+    tokens_per_example: float | None = None
+    tokens: float | None = None
+    epochs: float = 1.0
+    packing: bool = False
+    moe_mode: Literal["sparse", "dense"] = "sparse"
+    load_time_s: float | None = None  # None: weights' bytes over disk bandwidth
+    eval_every: int = 0  # optimizer steps between evaluation passes (0 = none)
+    eval_examples: int = 0
+    save_every: int = 0  # optimizer steps between checkpoint saves (0 = only at the end)
+    save_final: bool = True
+    disk_gbs: float = 2.0  # GB/s, checkpoint save and model load
+    rate_usd_per_gpu_hour: float | None = None
+    grid_gco2_kwh: float | None = None
+
+    @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
+                     "trainable_layers")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("seq_len")
+    @classmethod
+    def _seq(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs")
+    @classmethod
+    def _pos_float(cls, v: float | None) -> float | None:
+        if v is not None and (not math.isfinite(v) or v <= 0):
+            raise ValueError("must be a positive number")
+        return v
+
+    @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s")
+    @classmethod
+    def _nonneg(cls, v: float | None) -> float | None:
+        if v is not None and (not math.isfinite(v) or v < 0):
+            raise ValueError("must be a number >= 0")
+        return v
+
+    @field_validator("eval_every", "eval_examples", "save_every")
+    @classmethod
+    def _nonneg_int(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("must be an integer >= 0")
+        return v
+
+    @field_validator("quant")
+    @classmethod
+    def _quant(cls, v: str | None) -> str | None:
+        if v is not None and v not in QUANTS:
+            raise ValueError(f"unknown quantisation '{v}' (allowed: {', '.join(QUANTS)})")
+        return v
+
+    @model_validator(mode="after")
+    def _combos(self) -> JobSpec:
+        if self.gpus % self.nodes:
+            raise ValueError(f"gpus ({self.gpus}) must be divisible by nodes ({self.nodes})")
+        model_par = self.tp * self.pp * self.cp
+        if self.gpus % model_par:
+            raise ValueError(f"gpus ({self.gpus}) must be divisible by tp x pp x cp ({model_par})")
+        if self.ep > 1 and (self.gpus // model_par) % self.ep:
+            raise ValueError(f"data-parallel degree ({self.gpus // model_par}) must be divisible by ep ({self.ep})")
+        if self.method in ("qlora", "gptq-lora") and self.precision == "fp32":
+            raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
+        if self.method == "full" and self.quant not in (None, "none"):
+            raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
+        return self
+
+    # ---- derived -------------------------------------------------------------------------------
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: what remains of the GPUs after tensor, pipeline and context parallel."""
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    @property
+    def is_lora_family(self) -> bool:
+        return self.method in LORA_FAMILY
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step, all GPUs."""
+        return self.micro_batch * self.grad_accum * self.dp
+
+    def base_quant(self, checkpoint_quant: str = "none") -> str:
+        """Storage of the frozen base weights."""
+        if self.quant not in (None, "none"):
+            return self.quant
+        if self.method == "qlora":
+            return "nf4"
+        if self.method == "gptq-lora":
+            return checkpoint_quant if checkpoint_quant in ("gptq-int4", "awq-int4") else "gptq-int4"
+        if self.method == "full":
+            return "none"
+        return checkpoint_quant if self.quant is None else "none"
+
+    def sharding_kind(self) -> str:
+        """Normalised sharding: none, ddp, zero1, zero2, zero3 (fsdp full), hybrid, offload."""
+        s = self.sharding
+        if self.dp == 1:
+            return "none" if s in ("ddp", "none") else s if "offload" in s else "none"
+        return {"fsdp": "zero3", "fsdp-grad-op": "zero2", "fsdp-hybrid": "hybrid",
+                "fsdp-offload": "zero3-offload"}.get(s, s)
+
+
+def make_job(**kwargs) -> JobSpec:
+    """Build a JobSpec, turning pydantic's errors into one-line InputErrors naming the field."""
+    clean = {k: v for k, v in kwargs.items() if v is not None}
+    if "lora_targets" in clean and isinstance(clean["lora_targets"], str):
+        clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
+    try:
+        return JobSpec(**clean)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "job"
+        field = loc.replace("_", "-")
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
+        allowed = None
+        if err.get("type") == "literal_error":
+            allowed = {
+                "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
+                "sharding": SHARDINGS, "moe_mode": MOE_MODES,
+            }.get(loc)
+            got = err.get("input")
+            msg = f"unknown value '{got}'"
+        elif err.get("type") in ("int_parsing", "int_from_float", "float_parsing"):
+            msg = f"'{err.get('input')}' is not a valid {'integer' if 'int' in err['type'] else 'number'}"
+        if not err.get("loc"):
+            field = "job"
+        raise InputError(field, msg, allowed) from None
