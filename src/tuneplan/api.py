@@ -192,7 +192,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
                         f"({mspec.max_position_embeddings}): fine with RoPE scaling, otherwise truncate")
     est = get_estimator(estimator, calibration)
     phys_name = "tuneplan"
-    phys = get_estimator(phys_name, calibration if estimator == "tuneplan" else None)
+    phys = get_estimator(phys_name, calibration if estimator == "tuneplan" else "none")
     a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], getattr(phys, "constants", None))
     out = est.predict_arrays(a)
     mem_out = out if "weights_gib" in out else phys.predict_arrays(a)
@@ -238,7 +238,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         f"Price: {rate_src}." if rate_v is not None else f"Cost not computed: {rate_src}.",
     ]
     if estimator != "tuneplan" and estimator != "planner":
-        assumptions.append("Memory figures from tuneplan's memory model (this estimator has none).")
+        assumptions.append("Memory figures from tuneplan's uncalibrated memory model (this estimator has none).")
     suggestions: list[str] = []
     if not fits:
         warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"

@@ -25,10 +25,17 @@ class TuneplanEstimator:
 
     @classmethod
     def from_calibration(cls, calibration=None) -> TuneplanEstimator:
-        if calibration is None:
+        """None: the shipped default calibration (uncalibrated physics if none ships);
+        'none': the uncalibrated physics; else a calibration path or name."""
+        if isinstance(calibration, str) and calibration.lower() in ("none", "physics", "uncalibrated"):
             return cls()
-        from tuneplan.learn.calibration import load_calibration
+        from tuneplan.learn.calibration import default_calibration, load_calibration
 
+        if calibration is None:
+            cal = default_calibration()
+            if cal is None or cal.learner != "tuneplan":
+                return cls()
+            return cal.estimator()
         return load_calibration(calibration, expected="tuneplan").estimator()
 
     def physics(self, a: Arrays) -> Arrays:

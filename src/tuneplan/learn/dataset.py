@@ -97,8 +97,10 @@ def row_to_config(row: dict) -> RunConfig:
         used.append(f"{key}={v} ({why})")
         return v
 
-    model = resolve_run_model(str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""))
-    gpu = resolve_gpu(str(_get(row, "gpu") or ""))
+    seq_cell = _get(row, "seq_len")
+    model = resolve_run_model(str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""),
+                              str(_get(row, "notes") or ""), float(seq_cell) if seq_cell is not None else None)
+    gpu = resolve_gpu(str(_get(row, "gpu_resolved") or _get(row, "gpu") or ""))
     method_raw = str(_get(row, "method") or "").lower()
     if method_raw not in METHOD_MAP:
         raise InputError("method", f"'{method_raw or '(empty)'}' is not a method tuneplan models",
@@ -179,9 +181,13 @@ def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[st
     """Configurations for many rows; None plus a reason where a row cannot be predicted."""
     out: list[RunConfig | None] = []
     errors: list[str | None] = []
+    from tuneplan.physics.terms import model_terms
+
     for r in rows:
         try:
-            out.append(row_to_config(r))
+            cfg = row_to_config(r)
+            model_terms(cfg.model, cfg.job)  # shape problems (rank, targets) surface here, per row
+            out.append(cfg)
             errors.append(None)
         except TuneplanError as exc:
             out.append(None)

@@ -61,3 +61,20 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None) -
         interval["memory_per_gpu_gib_low"] = result.memory_per_gpu_gib * lo_m
         interval["memory_per_gpu_gib_high"] = result.memory_per_gpu_gib * hi_m
     result.interval = interval
+
+
+def add_interval_columns(df, estimator: str, coverage: float, calibration=None) -> None:
+    """pred_tokens_per_s_low/high and pred_peak_mem_gib_low/high on a predicted frame."""
+    from tuneplan.learn.calibration import interval_residuals
+
+    res = interval_residuals(estimator, calibration)
+    if res is None or len(res.get("throughput", [])) < 5:
+        return
+    lo, hi = conformal_bounds(np.asarray(res["throughput"]), coverage)
+    df["pred_tokens_per_s_low"] = df["pred_tokens_per_s"] * lo
+    df["pred_tokens_per_s_high"] = df["pred_tokens_per_s"] * hi
+    mem = res.get("memory")
+    if mem is not None and len(mem) >= 5:
+        lo_m, hi_m = conformal_bounds(np.asarray(mem), coverage)
+        df["pred_peak_mem_gib_low"] = df["pred_peak_mem_gib"] * lo_m
+        df["pred_peak_mem_gib_high"] = df["pred_peak_mem_gib"] * hi_m

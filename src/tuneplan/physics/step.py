@@ -68,7 +68,9 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
     bw = a["mem_bw"] * c.bandwidth_efficiency
     passes = 2.0 + a["grad_ckpt"]
-    t_dequant = passes * a["dequant_bytes"] * a["params_frozen_linear"] / split / bw
+    dq_bytes = np.select([a["dequant_bytes"] == 1, a["dequant_bytes"] == 2],
+                         [c.dequant_bytes_nf4, c.dequant_bytes_gptq], 0.0)
+    t_dequant = passes * dq_bytes * a["params_frozen_linear"] / split / bw
     is_dora = (a["method_code"] == 5).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
     t_overhead = c.overhead_s_per_layer * L / pp * (1.0 + 0.5 * a["grad_ckpt"])

@@ -83,7 +83,7 @@ class ModelTerms:
     params_expert: float  # expert weights (divided by expert parallelism)
     frozen_linear_bytes: float  # bytes per frozen block weight
     frozen_other_bytes: float
-    dequant_bytes: float  # bytes moved per frozen linear weight per pass (QLoRA/GPTQ), else 0
+    dequant_bytes: float  # dequantisation kind per pass: 0 none, 1 NF4 (bitsandbytes), 2 GPTQ/AWQ/int8 kernels
     optimizer_code: int
     method_code: int
     n_layers: int
@@ -105,9 +105,6 @@ class ModelTerms:
 
 
 def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
-    from tuneplan.physics.constants import DEFAULT_CONSTANTS
-
-    c = constants or DEFAULT_CONSTANTS
     method = job.method
     pbytes = PRECISION_BYTES[job.precision]
     dense_moe = job.moe_mode == "dense" and model.is_moe
@@ -135,6 +132,18 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         targets = normalise_targets(job.lora_targets)
         all_linear = "all-linear" in targets or "all" in targets
         names = {lin.name for lin in linears}
+        # fused projections: q/k/v on a model with one qkv matrix (Falcon, GPT-2, phi-3...)
+        fused = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}
+        split = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+        expanded: list[str] = []
+        for t in targets:
+            if t not in names and fused.get(t) in names:
+                expanded.append(fused[t])
+            elif t not in names and t in split:
+                expanded.extend(x for x in split[t] if x in names)
+            else:
+                expanded.append(t)
+        targets = tuple(dict.fromkeys(expanded))
         chosen = [lin for lin in linears if all_linear or lin.name in targets]
         if not all_linear:
             unknown = [t for t in targets if t not in names and t not in ("all-linear", "all")]
@@ -143,10 +152,10 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
                                  sorted(names) + ["all-linear"])
         r = float(job.lora_rank)
         widths = set()
+        if r > model.hidden_size:
+            raise InputError("lora-rank", f"rank {job.lora_rank} is above {model.name}'s hidden size "
+                             f"({model.hidden_size})")
         for lin in chosen:
-            if r > min(lin.in_features, lin.out_features):
-                raise InputError("lora-rank", f"rank {job.lora_rank} is above the {lin.name} projection's "
-                                 f"smallest dimension ({min(lin.in_features, lin.out_features)})")
             per = r * (lin.in_features + lin.out_features)
             adapter_params += per * lin.count_per_layer * lin.n_layers
             active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
@@ -162,8 +171,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         frozen_other = total - block_linear_params
         qb = QUANT_BYTES_PER_WEIGHT.get(quant)
         frozen_linear_bytes = pbytes if qb is None else qb
-        dequant = {"nf4": c.dequant_bytes_nf4, "gptq-int4": c.dequant_bytes_gptq,
-                   "awq-int4": c.dequant_bytes_gptq, "int8": c.dequant_bytes_gptq}.get(quant, 0.0)
+        dequant = {"nf4": 1.0, "gptq-int4": 2.0, "awq-int4": 2.0, "int8": 2.0}.get(quant, 0.0)
         bwd_block, bwd_head, bwd_frac = 1.0, 1.0, 1.0
     elif method == "freeze":
         k = min(job.trainable_layers, L)

@@ -1,0 +1,43 @@
+"""`tuneplan predict`: every row of a runs file back with the estimator's predictions."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> None:
+    p = sub.add_parser("predict", help="predict every row of a runs file",
+                       description="Read runs (reference schema or LLMFineTuningBench columns) and write "
+                                   "them back with pred_tokens_per_s, pred_samples_per_s, pred_step_time_s, "
+                                   "pred_peak_mem_gib, pred_fits, pred_max_micro_batch, interval bounds, "
+                                   "pred_estimator and an error column for rows that cannot be predicted.")
+    p.add_argument("--runs", nargs="+", required=True, help="CSV/Parquet runs files")
+    p.add_argument("--out", required=True, help="output CSV")
+    p.add_argument("--estimator", default="tuneplan", help="tuneplan (default), kavier, xia, planner, slst")
+    p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
+    p.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
+    p.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.learn.intervals import add_interval_columns
+    from tuneplan.learn.predict_table import predict_frame
+    from tuneplan.runs import read_runs
+
+    table = read_runs(args.runs, strict=args.strict, resolve=False)
+    for prob in table.problems:
+        print(f"warning: {prob}", file=sys.stderr)
+    est = get_estimator(args.estimator, args.calibration)
+    out = predict_frame(table.df, est)
+    if args.interval:
+        add_interval_columns(out, args.estimator, args.interval, args.calibration)
+    drop = [c for c in ("file", "line") if c in out.columns]
+    out.drop(columns=drop).to_csv(args.out, index=False)
+    n_err = int(out["error"].notna().sum())
+    print(f"wrote {len(out)} rows to {args.out} ({len(out) - n_err} predicted, {n_err} with an error; "
+          f"estimator {est.name})")
+    return 0

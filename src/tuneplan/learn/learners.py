@@ -1,0 +1,520 @@
+"""The learners, one fit/predict contract (scikit-learn style): `fit(training_set)`, then
+`estimator()` gives an estimator with `predict_arrays`; `payload()` / `from_payload()` round-trip
+through a calibration file.
+
+- `tuneplan`: fit the physics' named constants (efficiency curve, overheads, communication,
+  dequantisation; memory overheads) on log-error with an L2 pull to their priors, then a
+  gradient-boosted correction on the log-residuals over physical features, shrunk back toward the
+  physics outside the range it was trained on.
+- `kavier`: the Kavier seed's two tiers — global scales by Powell with an L2 pull toward 1 (weight
+  chosen on a validation split), then per (model, method, GPU, count) median ratios.
+- `xia`: Eq. (2) fitted per (model, GPU, dataset) with scipy.
+- `slst`: a scaling law in parameters, tokens and the other size variables, then gradient boosting
+  on its log-residuals (the SLST seed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+
+import numpy as np
+
+from tuneplan.errors import TuneplanError
+from tuneplan.learn.dataset import arrays_for
+from tuneplan.learn.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
+from tuneplan.learn.measured import TrainingSet
+from tuneplan.learn.trees import export_hgb, predict_trees
+from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
+
+MIN_ROWS = 8
+"""Fewer measured rows than this: a learner refuses to fit (the physics result stands)."""
+L2_PRIOR_WEIGHT = 0.02
+"""tuneplan learner: weight of the pull of each fitted constant's log toward its prior."""
+HGB_PARAMS = {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 15, "min_samples_leaf": 8,
+              "l2_regularization": 1.0, "early_stopping": False, "random_state": 0}
+"""Gradient-boosting settings for the residual models (deterministic: no early stopping)."""
+MIN_RESIDUAL_ROWS = 30
+"""Rows needed before a residual model is fitted on top of the constants."""
+
+THROUGHPUT_CONSTANTS = {
+    "mfu_max": (0.05, 0.95), "tokens_half": (16.0, 65536.0), "hidden_half": (16.0, 65536.0),
+    "overhead_s_per_layer": (1e-6, 0.05), "comm_efficiency": (0.05, 1.0), "overlap_fraction": (0.0, 0.99),
+    "dequant_bytes_nf4": (0.5, 40.0), "dequant_bytes_gptq": (0.25, 40.0),
+}
+MEMORY_CONSTANTS = {
+    "activation_scale": (0.2, 5.0), "logits_bytes_per_element": (2.0, 24.0), "allocator_overhead": (0.0, 0.6),
+    "workspace_gib": (0.01, 8.0), "cuda_context_gib": (0.1, 3.0),
+}
+
+
+class NotEnoughData(TuneplanError):
+    """Too few usable rows to fit a learner."""
+
+
+def _log(x):
+    return np.log(np.maximum(np.asarray(x, dtype=float), 1e-30))
+
+
+# ---------------------------------------------------------------------------------------------
+class Residual:
+    """A boosted correction on log-residuals, shrunk toward 0 outside the training range."""
+
+    def __init__(self, model: dict, lo: list[float], hi: list[float]) -> None:
+        self.model = model
+        self.lo = np.asarray(lo, dtype=float)
+        self.hi = np.asarray(hi, dtype=float)
+
+    def __call__(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raw = predict_trees(self.model, X)
+        span = np.maximum(self.hi - self.lo, 1e-9)
+        excess = (np.maximum(self.lo - X, 0.0) + np.maximum(X - self.hi, 0.0)) / span
+        weight = np.exp(-np.nansum(excess, axis=1) * 4.0)
+        return raw * weight, weight
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Residual:
+        return cls(d["model"], d["lo"], d["hi"])
+
+
+def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> Residual:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    m = HistGradientBoostingRegressor(**HGB_PARAMS).fit(X, y)
+    return Residual(export_hgb(m, list(names)), np.nanmin(X, axis=0).tolist(), np.nanmax(X, axis=0).tolist())
+
+
+class TuneplanCorrection:
+    """What TuneplanEstimator calls: throughput and memory factors from the residual models."""
+
+    def __init__(self, thr: Residual | None, mem: Residual | None) -> None:
+        self.thr = thr
+        self.mem = mem
+
+    def correct(self, a: dict, out: dict):
+        n = len(out["step_s"])
+        thr_f = np.ones(n)
+        mem_f = np.ones(n)
+        info: dict = {}
+        if self.thr is not None:
+            r, w = self.thr(feature_matrix(a, out, THROUGHPUT_FEATURES))
+            thr_f = np.exp(r)
+            info["residual_weight"] = w
+            info["extrapolated"] = w < 0.5
+        if self.mem is not None:
+            r, w = self.mem(feature_matrix(a, out, MEMORY_FEATURES))
+            mem_f = np.exp(r)
+            info["memory_residual_weight"] = w
+        return thr_f, mem_f, info
+
+
+# ---------------------------------------------------------------------------------------------
+class TuneplanLearner:
+    name = "tuneplan"
+
+    def __init__(self) -> None:
+        self.constants = DEFAULT_CONSTANTS
+        self.thr_residual: Residual | None = None
+        self.mem_residual: Residual | None = None
+        self.notes: list[str] = []
+
+    # physics with given constants -> predicted throughput / memory on the training arrays
+    @staticmethod
+    def _phys(a: dict, c: PhysicsConstants) -> dict:
+        from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+
+        return TuneplanEstimator(c).physics(a)
+
+    @staticmethod
+    def _mem_for_kind(out: dict, kinds: list[str]) -> np.ndarray:
+        from tuneplan.learn.predict_table import memory_for_kind
+
+        return memory_for_kind(out, kinds)
+
+    def _fit_constants(self, a: dict, y: np.ndarray, names: dict, target: str, kinds=None) -> PhysicsConstants:
+        from scipy.optimize import least_squares
+
+        base = self.constants
+        keys = list(names)
+        x0 = np.array([math.log(getattr(base, k)) if getattr(base, k) > 0 else math.log(names[k][0] + 1e-3)
+                       for k in keys])
+        prior = np.array([math.log(max(getattr(DEFAULT_CONSTANTS, k), names[k][0])) for k in keys])
+        lo = np.array([math.log(max(names[k][0], 1e-9)) for k in keys])
+        hi = np.array([math.log(names[k][1]) for k in keys])
+        x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+        n = len(y)
+
+        def consts(x):
+            return base.with_(**{k: float(math.exp(v)) for k, v in zip(keys, x, strict=True)})
+
+        def resid(x):
+            out = self._phys(a, consts(x))
+            pred = (out["tokens_per_step"] / out["step_s"]) if target == "throughput" else self._mem_for_kind(out, kinds)
+            r = (_log(pred) - _log(y)) / math.sqrt(n)
+            return np.concatenate([r, math.sqrt(L2_PRIOR_WEIGHT) * (x - prior)])
+
+        sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", max_nfev=400, x_scale="jac")
+        return consts(sol.x)
+
+    def fit(self, ts: TrainingSet) -> TuneplanLearner:
+        thr_mask = ts.has_throughput
+        mem_mask = ts.has_memory
+        if thr_mask.sum() + mem_mask.sum() < MIN_ROWS:
+            raise NotEnoughData(f"tuneplan learner: {int(thr_mask.sum())} throughput and {int(mem_mask.sum())} "
+                                f"memory rows; at least {MIN_ROWS} needed")
+        a_all = arrays_for(ts.configs)
+        if thr_mask.sum() >= MIN_ROWS:
+            a = {k: v[thr_mask] for k, v in a_all.items()}
+            self.constants = self._fit_constants(a, ts.tokens_per_s[thr_mask], THROUGHPUT_CONSTANTS, "throughput")
+        else:
+            self.notes.append("throughput constants not fitted (too few rows)")
+        if mem_mask.sum() >= MIN_ROWS:
+            a = {k: v[mem_mask] for k, v in a_all.items()}
+            kinds = [k for k, m in zip(ts.mem_kind, mem_mask, strict=True) if m]
+            self.constants = self._fit_constants(a, ts.peak_mem_gib[mem_mask], MEMORY_CONSTANTS, "memory", kinds)
+        else:
+            self.notes.append("memory constants not fitted (too few rows)")
+        out = self._phys(a_all, self.constants)
+        if thr_mask.sum() >= MIN_RESIDUAL_ROWS:
+            X = feature_matrix(a_all, out, THROUGHPUT_FEATURES)[thr_mask]
+            pred = (out["tokens_per_step"] / out["step_s"])[thr_mask]
+            self.thr_residual = fit_residual(X, _log(ts.tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES)
+        if mem_mask.sum() >= MIN_RESIDUAL_ROWS:
+            X = feature_matrix(a_all, out, MEMORY_FEATURES)[mem_mask]
+            kinds = [k for k, m in zip(ts.mem_kind, mem_mask, strict=True) if m]
+            pred = self._mem_for_kind({k: v[mem_mask] for k, v in out.items()}, kinds)
+            self.mem_residual = fit_residual(X, _log(ts.peak_mem_gib[mem_mask]) - _log(pred), MEMORY_FEATURES)
+        return self
+
+    def estimator(self, name: str | None = None):
+        from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+
+        corr = None
+        if self.thr_residual is not None or self.mem_residual is not None:
+            corr = TuneplanCorrection(self.thr_residual, self.mem_residual)
+        return TuneplanEstimator(self.constants, corr, calibration_name=name or "fitted")
+
+    def payload(self) -> dict:
+        return {
+            "constants": {f.name: getattr(self.constants, f.name) for f in fields(PhysicsConstants)},
+            "throughput_residual": self.thr_residual.to_dict() if self.thr_residual else None,
+            "memory_residual": self.mem_residual.to_dict() if self.mem_residual else None,
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_payload(cls, d: dict) -> TuneplanLearner:
+        self = cls()
+        self.constants = PhysicsConstants.from_dict(d["constants"])
+        self.thr_residual = Residual.from_dict(d["throughput_residual"]) if d.get("throughput_residual") else None
+        self.mem_residual = Residual.from_dict(d["memory_residual"]) if d.get("memory_residual") else None
+        self.notes = list(d.get("notes", []))
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+class KavierLearner:
+    name = "kavier"
+    LAMBDAS = (0.0, 0.001, 0.01, 0.1, 1.0)
+
+    def __init__(self) -> None:
+        from tuneplan.estimators.kavier import KavierScales
+
+        self.scales = KavierScales()
+        self.lam = None
+
+    @staticmethod
+    def _parts(a: dict) -> dict:
+        from tuneplan.estimators.kavier import KavierEstimator
+
+        base = KavierEstimator().predict_arrays(a)
+        return {"tf3": base["forward_s"] + base["backward_s"], "to": base["optimizer_s"],
+                "tc": base["communication_s"], "tokens": base["tokens_per_step"]}
+
+    @staticmethod
+    def _keys(ts: TrainingSet, mask: np.ndarray) -> dict:
+        idx = np.flatnonzero(mask)
+        cf = [ts.configs[i] for i in idx]
+        return {
+            "gpu": [c.gpu.name for c in cf], "method": [c.job.method for c in cf],
+            "model": [c.model.name for c in cf], "count": [str(c.job.gpus) for c in cf],
+        }
+
+    def _tier1(self, parts, keys, y, lam):
+        from scipy.optimize import minimize
+
+        groups = {g: sorted(set(keys[g])) for g in ("gpu", "method", "model", "count")}
+        layout = [(g, v) for g in ("gpu", "method", "model", "count") for v in groups[g]] + [("comm", "")]
+        index = {g: np.array([groups[g].index(v) for v in keys[g]]) for g in groups}
+        offs = {}
+        o = 0
+        for g in ("gpu", "method", "model", "count"):
+            offs[g] = o
+            o += len(groups[g])
+        ly = _log(y)
+
+        def predict(x):
+            s = np.exp(x)
+            eg = s[offs["gpu"] + index["gpu"]]
+            cm = s[offs["method"] + index["method"]]
+            co = s[offs["model"] + index["model"]]
+            mg = s[offs["count"] + index["count"]]
+            cc = s[-1]
+            ts_ = parts["tf3"] / eg + parts["to"] + cc * parts["tc"]
+            return parts["tokens"] / (mg * ts_) * cm * co
+
+        def loss(x):
+            return float(np.mean((_log(predict(x)) - ly) ** 2) + lam * np.sum(x**2))
+
+        x0 = np.zeros(len(layout))
+        res = minimize(loss, x0, method="Powell", options={"maxiter": 20000, "xtol": 1e-4, "ftol": 1e-8})
+        return layout, res.x, predict
+
+    def fit(self, ts: TrainingSet) -> KavierLearner:
+
+        mask = ts.has_throughput
+        if mask.sum() < MIN_ROWS:
+            raise NotEnoughData(f"kavier learner: {int(mask.sum())} throughput rows; at least {MIN_ROWS} needed")
+        a = arrays_for([ts.configs[i] for i in np.flatnonzero(mask)])
+        parts = self._parts(a)
+        keys = self._keys(ts, mask)
+        y = ts.tokens_per_s[mask]
+        # choose the L2 weight on a 70/30 validation split (the seed's 70% training share)
+        rng = np.random.default_rng(0)
+        n = len(y)
+        perm = rng.permutation(n)
+        tr, va = perm[: int(0.7 * n)], perm[int(0.7 * n):]
+        best = (float("inf"), self.LAMBDAS[0])
+        if len(va) >= 3:
+            for lam in self.LAMBDAS:
+                sub = {k: v[tr] for k, v in parts.items()}
+                subk = {k: [v[i] for i in tr] for k, v in keys.items()}
+                layout, x, _ = self._tier1(sub, subk, y[tr], lam)
+                sc = self._scales_from(layout, x)
+                pred = self._predict_with(sc, {k: v[va] for k, v in parts.items()},
+                                          {k: [v[i] for i in va] for k, v in keys.items()})
+                err = float(np.median(np.abs(pred / y[va] - 1)))
+                if err < best[0]:
+                    best = (err, lam)
+        self.lam = best[1]
+        layout, x, predict = self._tier1(parts, keys, y, self.lam)
+        sc = self._scales_from(layout, x)
+        # tier 2: per (model, method, GPU, count) median of measured / tier-1 prediction
+        p1 = self._predict_with(sc, parts, keys)
+        ratio = y / p1
+        groups: dict[str, list[float]] = {}
+        for i in range(n):
+            k = f"{keys['model'][i]}|{keys['method'][i]}|{keys['gpu'][i]}|{keys['count'][i]}"
+            groups.setdefault(k, []).append(float(ratio[i]))
+        sc.interaction = {k: float(np.median(v)) for k, v in groups.items()}
+        self.scales = sc
+        return self
+
+    @staticmethod
+    def _scales_from(layout, x):
+        from tuneplan.estimators.kavier import KavierScales
+
+        sc = KavierScales()
+        for (g, v), val in zip(layout, np.exp(x), strict=True):
+            if g == "gpu":
+                sc.gpu[v] = float(val)
+            elif g == "method":
+                sc.method[v] = float(val)
+            elif g == "model":
+                sc.model[v] = float(val)
+            elif g == "count":
+                sc.gpu_count[v] = float(val)
+            else:
+                sc.comm = float(val)
+        return sc
+
+    @staticmethod
+    def _predict_with(sc, parts, keys):
+        eg = np.array([sc.gpu.get(v, 1.0) for v in keys["gpu"]])
+        cm = np.array([sc.method.get(v, 1.0) for v in keys["method"]])
+        co = np.array([sc.model.get(v, 1.0) for v in keys["model"]])
+        mg = np.array([sc.gpu_count.get(v, 1.0) for v in keys["count"]])
+        ts_ = parts["tf3"] / eg + parts["to"] + sc.comm * parts["tc"]
+        return parts["tokens"] / (mg * ts_) * cm * co
+
+    def estimator(self, name: str | None = None):
+        from tuneplan.estimators.kavier import KavierEstimator
+
+        return KavierEstimator(self.scales, calibration_name=name or "fitted")
+
+    def payload(self) -> dict:
+        s = self.scales
+        return {"gpu": s.gpu, "method": s.method, "model": s.model, "gpu_count": s.gpu_count, "comm": s.comm,
+                "interaction": s.interaction, "overhead_s": s.overhead_s, "l2_weight": self.lam}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> KavierLearner:
+        from tuneplan.estimators.kavier import KavierScales
+
+        self = cls()
+        self.scales = KavierScales(gpu=dict(d["gpu"]), method=dict(d["method"]), model=dict(d["model"]),
+                                   gpu_count=dict(d["gpu_count"]), comm=float(d["comm"]),
+                                   interaction=dict(d["interaction"]), overhead_s=float(d.get("overhead_s", 0)))
+        self.lam = d.get("l2_weight")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+class XiaLearner:
+    name = "xia"
+
+    def __init__(self) -> None:
+        from tuneplan.estimators.xia import XiaCoefficients
+
+        self.coefficients = XiaCoefficients()
+
+    def fit(self, ts: TrainingSet) -> XiaLearner:
+        from scipy.optimize import curve_fit
+
+        from tuneplan.estimators.xia import XiaCoefficients, throughput
+
+        mask = ts.has_throughput
+        if mask.sum() < MIN_ROWS:
+            raise NotEnoughData(f"xia learner: {int(mask.sum())} throughput rows; at least {MIN_ROWS} needed")
+        groups: dict[str, list[int]] = {}
+        for i in np.flatnonzero(mask):
+            c = ts.configs[i]
+            ds = str(ts.df.iloc[i].get("dataset") or "*") if "dataset" in ts.df.columns else "*"
+            if ds == "nan":
+                ds = "*"
+            for key in (f"{c.model.name}|{c.gpu.name}|{ds}", f"{c.model.name}|{c.gpu.name}|*"):
+                groups.setdefault(key, []).append(i)
+        eq2: dict[str, tuple[float, float, float]] = {}
+        for key, idx in sorted(groups.items()):
+            cf = [ts.configs[i] for i in idx]
+            b = np.array([c.job.micro_batch for c in cf], dtype=float)
+            if len(set(b)) < 2:
+                continue
+            sp = np.array([(c.model.experts_per_token / c.model.n_experts) if (c.model.is_moe and
+                           c.job.moe_mode == "sparse") else 1.0 for c in cf])
+            q = np.array([ts.tokens_per_s[i] / c.seq_len / c.job.dp for i, c in zip(idx, cf, strict=True)])
+            try:
+                if len(set(sp)) > 1:
+                    p, _ = curve_fit(lambda x, c2, c3, c4: throughput(x[0], x[1], c2, c3, c4), np.vstack([b, sp]), q,
+                                     p0=(q.mean() / 2, 1.0, q.min()), bounds=([-np.inf, 1e-6, -np.inf], np.inf),
+                                     maxfev=20000)
+                    eq2[key] = (float(p[0]), float(p[1]), float(p[2]))
+                else:
+                    s0 = float(sp[0])
+                    p, _ = curve_fit(lambda x, c2, c4, s0=s0: throughput(x, s0, c2, 1.0 / s0, c4), b, q,
+                                     p0=(q.mean() / 2, q.min()), maxfev=20000)
+                    eq2[key] = (float(p[0]), 1.0 / s0, float(p[1]))
+            except (RuntimeError, ValueError):
+                continue
+        self.coefficients = XiaCoefficients(eq2)
+        return self
+
+    def estimator(self, name: str | None = None):
+        from tuneplan.estimators.xia import XiaEstimator
+
+        return XiaEstimator(self.coefficients, calibration_name=name or "fitted")
+
+    def payload(self) -> dict:
+        return {"eq2": {k: list(v) for k, v in self.coefficients.eq2.items()}}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> XiaLearner:
+        from tuneplan.estimators.xia import XiaCoefficients
+
+        self = cls()
+        self.coefficients = XiaCoefficients({k: tuple(v) for k, v in d["eq2"].items()})
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+SLST_LAW_FEATURES = ("log_params_active", "log_tokens_per_step", "log_gpus", "log_peak_tflops", "is_lora_family",
+                     "log_seq_len")
+SLST_GB_FEATURES = ("log_params_active", "log_params_total", "log_tokens_per_step", "log_micro_batch",
+                    "log_seq_len", "log_gpus", "log_nodes", "log_peak_tflops", "log_bandwidth_gbs",
+                    "method_code", "grad_ckpt", "log_grad_accum", "trainable_fraction")
+
+
+def slst_features(a: dict, names: tuple[str, ...]) -> np.ndarray:
+    tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
+    f = {
+        "log_params_active": _log(a["params_active"]), "log_params_total": _log(a["params_total"]),
+        "log_tokens_per_step": _log(tokens), "log_micro_batch": _log(a["micro_batch"]),
+        "log_seq_len": _log(a["seq_len"]), "log_gpus": _log(a["gpus"]), "log_nodes": _log(a["nodes"]),
+        "log_peak_tflops": _log(a["peak_flops"] / 1e12), "log_bandwidth_gbs": _log(a["mem_bw"] / 1e9),
+        "method_code": a["method_code"], "grad_ckpt": a["grad_ckpt"], "log_grad_accum": _log(a["grad_accum"]),
+        "is_lora_family": ((a["method_code"] >= 1) & (a["method_code"] <= 5)).astype(float),
+        "trainable_fraction": a["params_trainable"] / np.maximum(a["params_total"], 1.0),
+    }
+    return np.column_stack([np.asarray(f[n], dtype=float) for n in names])
+
+
+class SLSTEstimator:
+    """The SLST seed's predictor: scaling law x exp(boosted residual), in step time."""
+
+    name = "slst"
+
+    def __init__(self, coef: np.ndarray, residual: Residual | None, calibration_name: str | None = None) -> None:
+        self.coef = np.asarray(coef, dtype=float)
+        self.residual = residual
+        self.calibration_name = calibration_name
+
+    def predict_arrays(self, a: dict, with_max_batch: bool = False) -> dict:
+        X = slst_features(a, SLST_LAW_FEATURES)
+        log_step = self.coef[0] + X @ self.coef[1:]
+        if self.residual is not None:
+            r, _ = self.residual(slst_features(a, SLST_GB_FEATURES))
+            log_step = log_step + r
+        step = np.exp(log_step)
+        tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
+        return {"step_s": step, "compute_s": step, "tokens_per_step": tokens}
+
+    def assumptions(self) -> list[str]:
+        return ["SLST: log step time = scaling law in active parameters, tokens per step, GPUs, peak FLOP/s, "
+                "method and sequence length, plus gradient boosting on its log-residuals, fitted on measured runs"
+                + (f" ('{self.calibration_name}')." if self.calibration_name else "."),
+                "Memory figures from tuneplan's memory model (SLST predicts time only)."]
+
+
+class SLSTLearner:
+    name = "slst"
+
+    def __init__(self) -> None:
+        self.coef: np.ndarray | None = None
+        self.residual: Residual | None = None
+
+    def fit(self, ts: TrainingSet) -> SLSTLearner:
+        mask = ts.has_throughput
+        if mask.sum() < MIN_ROWS:
+            raise NotEnoughData(f"slst learner: {int(mask.sum())} throughput rows; at least {MIN_ROWS} needed")
+        a = arrays_for([ts.configs[i] for i in np.flatnonzero(mask)])
+        tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
+        y = _log(tokens / ts.tokens_per_s[mask])  # log step time
+        X = slst_features(a, SLST_LAW_FEATURES)
+        A = np.column_stack([np.ones(len(y)), X])
+        ridge = 1e-3 * np.eye(A.shape[1])
+        ridge[0, 0] = 0.0
+        self.coef = np.linalg.solve(A.T @ A + ridge, A.T @ y)
+        if mask.sum() >= MIN_RESIDUAL_ROWS:
+            r = y - A @ self.coef
+            self.residual = fit_residual(slst_features(a, SLST_GB_FEATURES), r, SLST_GB_FEATURES)
+        return self
+
+    def estimator(self, name: str | None = None):
+        return SLSTEstimator(self.coef, self.residual, calibration_name=name or "fitted")
+
+    def payload(self) -> dict:
+        return {"law_features": list(SLST_LAW_FEATURES), "coef": [float(c) for c in self.coef],
+                "residual": self.residual.to_dict() if self.residual else None}
+
+    @classmethod
+    def from_payload(cls, d: dict) -> SLSTLearner:
+        self = cls()
+        self.coef = np.asarray(d["coef"], dtype=float)
+        self.residual = Residual.from_dict(d["residual"]) if d.get("residual") else None
+        return self
+
+
+LEARNERS = {"tuneplan": TuneplanLearner, "kavier": KavierLearner, "xia": XiaLearner, "slst": SLSTLearner}

@@ -1,0 +1,110 @@
+"""Measured targets from run rows: throughput (tokens/s, all GPUs) and peak memory per GPU, with the
+rows each metric can honestly use (duplicates counted once, estimates excluded)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tuneplan.learn.dataset import RunConfig, configs_from_rows
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in df.columns:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
+
+
+def measured_tokens_per_s(df: pd.DataFrame) -> np.ndarray:
+    """tokens/s as measured: the tokens_per_s column, else per-GPU x GPUs, samples/s x seq_len,
+    global batch x seq_len / step time, or tokens / runtime — in that order."""
+    t = _col(df, "tokens_per_s")
+    gpus = _col(df, "gpus")
+    seq = _col(df, "seq_len")
+    seq = np.where(np.isnan(seq), _col(df, "avg_tokens_per_sample"), seq)
+    cand = [
+        _col(df, "tokens_per_s_per_gpu") * np.where(np.isnan(gpus), 1.0, gpus),
+        _col(df, "samples_per_s") * seq,
+        _col(df, "global_batch_size") * seq / _col(df, "step_time_s"),
+        _col(df, "train_tokens_total") / _col(df, "runtime_s"),
+    ]
+    for c in cand:
+        t = np.where(np.isnan(t), c, t)
+    t[~(t > 0)] = np.nan
+    return t
+
+
+def _flag(df: pd.DataFrame, name: str, default: bool) -> np.ndarray:
+    if name not in df.columns:
+        return np.full(len(df), default)
+    return df[name].fillna(default).astype(bool).to_numpy()
+
+
+@dataclass
+class TrainingSet:
+    """Rows that can be configured, with their measurements and which metric each supports."""
+
+    df: pd.DataFrame  # the rows (index aligned with configs)
+    configs: list[RunConfig]
+    tokens_per_s: np.ndarray  # measured; NaN where not usable
+    peak_mem_gib: np.ndarray  # measured; NaN where not usable
+    mem_kind: list[str]
+    is_oom: np.ndarray
+    source: np.ndarray
+    skipped: list[str]  # reasons for rows left out
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    @property
+    def has_throughput(self) -> np.ndarray:
+        return np.isfinite(self.tokens_per_s)
+
+    @property
+    def has_memory(self) -> np.ndarray:
+        return np.isfinite(self.peak_mem_gib)
+
+    def subset(self, mask: np.ndarray) -> TrainingSet:
+        idx = np.flatnonzero(mask)
+        return TrainingSet(df=self.df.iloc[idx].reset_index(drop=True), configs=[self.configs[i] for i in idx],
+                           tokens_per_s=self.tokens_per_s[idx], peak_mem_gib=self.peak_mem_gib[idx],
+                           mem_kind=[self.mem_kind[i] for i in idx], is_oom=self.is_oom[idx],
+                           source=self.source[idx], skipped=[])
+
+    def fingerprint(self) -> str:
+        import hashlib
+
+        cols = [c for c in ("id", "source", "model", "gpu", "method", "micro_batch_size", "seq_len", "gpus",
+                            "tokens_per_s", "peak_mem_gib") if c in self.df.columns]
+        text = self.df[cols].astype(str).to_csv(index=False, lineterminator="\n")
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def training_set(df: pd.DataFrame) -> TrainingSet:
+    """Configure every row; keep those that configure, with their usable measurements."""
+    df = df.reset_index(drop=True)
+    dup = _flag(df, "is_duplicate", False)
+    est = _flag(df, "is_estimate", False)
+    usable_t = _flag(df, "usable_throughput", True)
+    usable_m = _flag(df, "usable_memory", True)
+    oom = _flag(df, "is_oom", False)
+    thr = measured_tokens_per_s(df)
+    mem = _col(df, "peak_mem_gib")
+    keep_rows = ~dup & ~est
+    rows = df.to_dict("records")
+    configs, errors = configs_from_rows(rows)
+    ok = np.array([c is not None for c in configs]) & keep_rows
+    skipped = [f"{r.get('id', i)}: {e}" for i, (r, e) in enumerate(zip(rows, errors, strict=True)) if e]
+    idx = np.flatnonzero(ok)
+    thr = np.where(usable_t & ~oom, thr, np.nan)
+    mem = np.where(usable_m & ~oom & (mem > 0), mem, np.nan)
+    kinds = [str(rows[i].get("mem_kind") or "unknown") if rows[i].get("mem_kind") == rows[i].get("mem_kind")
+             else "unknown" for i in idx]
+    return TrainingSet(
+        df=df.iloc[idx].reset_index(drop=True), configs=[configs[i] for i in idx], tokens_per_s=thr[idx],
+        peak_mem_gib=mem[idx], mem_kind=kinds, is_oom=oom[idx],
+        source=df["source"].astype(str).to_numpy()[idx] if "source" in df.columns else np.full(len(idx), "runs"),
+        skipped=skipped,
+    )

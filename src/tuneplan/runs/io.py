@@ -1,0 +1,593 @@
+"""Reading and writing runs files (CSV, Parquet): reference schema, LLMFineTuningBench, profiler output."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, TuneplanError, UnknownNameError
+from tuneplan.runs.defaults import Defaults, load_defaults
+from tuneplan.runs.normalise import (
+    DUPLICATE_NOTE,
+    ESTIMATE_NOTE,
+    LLMFT_NUMERIC,
+    RowError,
+    RowState,
+    _catalog_model,
+    apply_defaults,
+    apply_flags,
+    check_values,
+    derive,
+    fill_from_catalog,
+    finish_llmftbench,
+    map_llmftbench,
+    memory_unit,
+    outcome,
+    parse_number,
+    parse_numbers,
+    resolve_gpu_name,
+)
+from tuneplan.runs.schema import (
+    ADDED_COLUMNS,
+    BOOL_ADDED,
+    EXTRA_NUMERIC_COLUMNS,
+    LLMFTBENCH_RENAMES,
+    NUMERIC_COLUMNS,
+    REFERENCE_COLUMNS,
+    STRING_ADDED,
+    THROUGHPUT_COLUMNS,
+    detect_schema,
+    missing_required,
+)
+from tuneplan.runs.table import Problem, RunTable
+
+REFERENCE_DIR_ENV = "TUNEPLAN_REFERENCE_DIR"
+"""Environment variable naming the shared reference runs folder (or the reference folder holding runs/)."""
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+RUN_SUFFIXES = (".csv",) + PARQUET_SUFFIXES
+
+_LLMFT_SPECIAL_TARGETS = {"gpu_memory_utilization_peak": "peak_mem_gib", "train_steps_per_second": "step_time_s",
+                          "is_valid": "status", "batch_size": "global_batch_size", "torch_dtype": "precision"}
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+def _csv_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """Header and (first physical line, cells) for each record; quoted multi-line cells handled."""
+    f = open(path, newline="", encoding="utf-8-sig")  # noqa: SIM115 - closed by the generator
+    reader = csv.reader(f)
+    try:
+        header = next(reader)
+    except StopIteration:
+        f.close()
+        return [], iter(())
+    except (csv.Error, UnicodeDecodeError):
+        f.close()
+        raise
+
+    def records() -> Iterator[tuple[int, list[str]]]:
+        try:
+            prev = reader.line_num
+            for cells in reader:
+                start = prev + 1
+                prev = reader.line_num
+                if not cells or all(not c.strip() for c in cells):
+                    continue
+                yield start, cells
+        finally:
+            f.close()
+
+    return header, records()
+
+
+def _parquet_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """Header and (1-based row number, cells as text) of a Parquet file; needs pyarrow."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise DataFileError(str(path), None, "reading Parquet needs pyarrow (pip install pyarrow), "
+                                             "or convert the file to CSV") from None
+    import pandas as pd
+
+    df = pd.read_parquet(path)
+    header = [str(c) for c in df.columns]
+
+    def text(x: Any) -> str:
+        if x is None:
+            return ""
+        if isinstance(x, bool):
+            return "true" if x else "false"
+        if isinstance(x, float):
+            if math.isnan(x):
+                return ""
+            return repr(x)
+        try:
+            if pd.isna(x):
+                return ""
+        except (TypeError, ValueError):
+            pass
+        return str(x)
+
+    def records() -> Iterator[tuple[int, list[str]]]:
+        for i, rec in enumerate(df.itertuples(index=False, name=None), start=1):
+            yield i, [text(x) for x in rec]
+
+    return header, records()
+
+
+class _Reader:
+    def __init__(self, strict: bool, resolve: bool, defaults: Defaults) -> None:
+        self.strict = strict
+        self.resolve = resolve
+        self.defaults = defaults
+        self.problems: list[Problem] = []
+        self.rows: list[dict[str, Any]] = []
+        self.extra_columns: list[str] = []
+        self.seen_ids: dict[str, str] = {}
+        self.seen_rows: dict[frozenset, str] = {}
+        self.model_cache: dict[tuple[str, str], Any] = {}
+        self.gpu_cache: dict[tuple[str, str], Any] = {}
+
+    def report(self, path: str, line: int | None, message: str) -> None:
+        if self.strict:
+            raise DataFileError(path, line, message)
+        self.problems.append(Problem(path, line, message))
+
+    # -- files --
+
+    def read_file(self, path: Path) -> None:
+        name = str(path)
+        if not path.is_file():
+            self.report(name, None, "no such file")
+            return
+        try:
+            if path.suffix.lower() in PARQUET_SUFFIXES:
+                header, records = _parquet_records(path)
+            else:
+                header, records = _csv_records(path)
+        except UnicodeDecodeError as exc:
+            self.report(name, None, f"not UTF-8 text ({exc.reason}); file skipped")
+            return
+        except (csv.Error, OSError) as exc:
+            self.report(name, 1, f"cannot read: {exc}; file skipped")
+            return
+        if not header:
+            self.report(name, None, "empty file (no header); file skipped")
+            return
+        header = [h.strip().lower() for h in header]
+        dupes = sorted({h for h in header if header.count(h) > 1})
+        if dupes:
+            self.report(name, 1, f"duplicate column(s) in the header: {', '.join(dupes)}; file skipped")
+            return
+        schema = detect_schema(header)
+        mapped = set(header)
+        if schema == "llmftbench":
+            mapped |= {LLMFTBENCH_RENAMES[h] for h in header if h in LLMFTBENCH_RENAMES}
+            mapped |= {_LLMFT_SPECIAL_TARGETS[h] for h in header if h in _LLMFT_SPECIAL_TARGETS}
+        missing = missing_required(mapped)
+        if missing:
+            self.report(name, 1, f"missing required column(s): {'; '.join(missing)}; file skipped")
+            return
+        try:
+            recs = list(records)
+        except csv.Error as exc:
+            self.report(name, None, f"CSV error: {exc}; file skipped")
+            return
+        except UnicodeDecodeError as exc:
+            self.report(name, None, f"not UTF-8 text ({exc.reason}); file skipped")
+            return
+        unit = "percent"
+        if schema == "llmftbench" and "gpu_memory_utilization_peak" in header:
+            k = header.index("gpu_memory_utilization_peak")
+            vals = []
+            for _, cells in recs:
+                try:
+                    x = parse_number(cells[k], "gpu_memory_utilization_peak") if k < len(cells) else None
+                except RowError:
+                    x = None
+                if x is not None:
+                    vals.append(x)
+            unit = memory_unit(vals)
+        for col in header:
+            if col not in REFERENCE_COLUMNS and col not in ADDED_COLUMNS and col not in self.extra_columns:
+                self.extra_columns.append(col)
+        for line, cells in recs:
+            if len(cells) != len(header):
+                if len(cells) > len(header) and not any(c.strip() for c in cells[len(header):]):
+                    cells = cells[: len(header)]
+                else:
+                    self.report(name, line, f"{len(cells)} fields where the header has {len(header)}; "
+                                            "row skipped")
+                    continue
+            raw = dict(zip(header, cells, strict=True))
+            try:
+                row = self.read_row(raw, path, line, schema, unit)
+            except RowError as exc:
+                self.report(name, line, str(exc))
+                continue
+            if row is not None:
+                self.rows.append(row)
+
+    # -- rows --
+
+    def read_row(self, raw: dict[str, str], path: Path, line: int, schema: str,
+                 unit: str) -> dict[str, Any] | None:
+        name = str(path)
+        raw = {k: (c.strip() if isinstance(c, str) else c) for k, c in raw.items()}
+        original = raw
+        records: list[str] = []
+        errors: list[str] = []
+        if schema == "llmftbench":
+            raw, recs, errs = map_llmftbench(raw)
+            records += recs
+            errors += errs
+        source = raw.get("source", "").strip() or path.stem
+        raw["source"] = source
+        v, errs = parse_numbers(raw, LLMFT_NUMERIC if schema == "llmftbench" else ())
+        errors += errs
+        errors += check_values(v)
+        if errors:
+            for e in errors[:-1]:
+                self.report(name, line, e)
+            raise RowError(errors[-1])
+        rid = str(v.get("id") or "")
+        where = f"{name}:{line}"
+        if rid and rid in self.seen_ids:
+            raise RowError(f"duplicate id '{rid}' (first at {self.seen_ids[rid]}); row skipped, first kept")
+        key = frozenset((k, c) for k, c in original.items() if k != "id" and c)
+        if key in self.seen_rows:
+            raise RowError(f"exact duplicate of the row at {self.seen_rows[key]}; row skipped, first kept")
+        if rid:
+            self.seen_ids[rid] = where
+        else:
+            rid = f"{source}@{path.name}:{line}"
+            v["id"] = rid
+        self.seen_rows[key] = where
+
+        rules = self.defaults.source(source)
+        model_spec = None
+        gpu_spec = None
+        gpu_record = None
+        if self.resolve:
+            model_spec = self.model(str(v.get("model") or ""), str(v.get("model_hf_id") or ""),
+                                    str(v.get("notes") or ""), v.get("seq_len"))
+            gpu_spec, gpu_record = self.gpu(str(v.get("gpu") or ""), source)
+        st = RowState(v=v, source=source, defaults_used=records)
+        if gpu_record:
+            st.defaults_used.append(gpu_record)
+        if schema == "llmftbench":
+            finish_llmftbench(v, unit, getattr(gpu_spec, "memory_gib", None), st.defaults_used)
+        model_type = str(getattr(model_spec, "model_type", "") or "").lower()
+        apply_flags(st, rules, model_type)
+        apply_defaults(st, self.defaults, rules, model_type)
+        fill_from_catalog(st, model_spec)
+        derive(st)
+        return self.finish(st, name, line, model_spec, gpu_spec)
+
+    def model(self, model: str, hf_id: str, notes: str = "", seq_len: Any = None) -> Any:
+        if not model and not hf_id:
+            raise RowError("no model named (model and model_hf_id are empty); row skipped")
+        arch = "MPT arch" in (notes or "")
+        key = (model, hf_id, seq_len if arch else None, notes if arch else "")
+        if key not in self.model_cache:
+            try:
+                self.model_cache[key] = _catalog_model(model, hf_id, notes if arch else "", seq_len)
+            except (UnknownNameError, AmbiguousNameError, InputError) as exc:
+                self.model_cache[key] = exc
+            except ImportError as exc:
+                raise TuneplanError(f"the model catalog is not available ({exc}); "
+                                    "read with resolve=False") from None
+        got = self.model_cache[key]
+        if isinstance(got, Exception):
+            names = f"'{model}'" + (f" (model_hf_id '{hf_id}')" if hf_id and hf_id != model else "")
+            raise RowError(f"cannot resolve model {names}: {_reason(got)}; row skipped")
+        return got
+
+    def gpu(self, gpu: str, source: str) -> tuple[Any, str | None]:
+        key = (gpu, source)
+        if key not in self.gpu_cache:
+            try:
+                self.gpu_cache[key] = resolve_gpu_name(gpu, self.defaults.source(source))
+            except (UnknownNameError, AmbiguousNameError, InputError) as exc:
+                self.gpu_cache[key] = exc
+        got = self.gpu_cache[key]
+        if isinstance(got, Exception):
+            raise RowError(f"cannot resolve GPU '{gpu}': {_reason(got)}; row skipped")
+        return got
+
+    def finish(self, st: RowState, name: str, line: int, model_spec: Any, gpu_spec: Any) -> dict[str, Any]:
+        v = st.v
+        notes = str(v.get("notes") or "")
+        flags = st.flags
+        is_dup = bool(DUPLICATE_NOTE.match(notes))
+        is_est = bool(flags.get("is_estimate")) or bool(ESTIMATE_NOTE.match(notes))
+        status = outcome(v)
+        if is_est and status == "ok":
+            status = ""
+        is_oom = status == "oom"
+        if self.resolve:
+            gpu_name = gpu_spec.name if gpu_spec is not None else ""
+            model_name = str(getattr(model_spec, "name", "") or "")
+        else:
+            gpu_name = ""
+            model_name = ""
+        has_gpu = bool(gpu_name) if self.resolve else bool(v.get("gpu"))
+        clean = not (is_oom or is_est or is_dup or status == "failed")
+        has_thr = any(v.get(c) is not None for c in THROUGHPUT_COLUMNS)
+        usable_thr = has_thr and clean and has_gpu and flags.get("usable_throughput", True) is not False
+        usable_mem = (v.get("peak_mem_gib") is not None and clean
+                      and flags.get("usable_memory", True) is not False)
+        if is_oom:
+            fits: bool | None = False
+        elif "fits" in flags:
+            fits = None if flags["fits"] is None else bool(flags["fits"])
+        elif status == "ok":
+            fits = True
+        else:
+            fits = None
+        row = dict(v)
+        row.update({
+            "file": name,
+            "line": line,
+            "model_resolved": model_name,
+            "gpu_resolved": gpu_name,
+            "status": status,
+            "is_oom": is_oom,
+            "fits": fits,
+            "is_duplicate": is_dup,
+            "is_estimate": is_est,
+            "usable_throughput": bool(usable_thr),
+            "usable_memory": bool(usable_mem),
+            "defaults_used": ";".join(r.replace(";", ",") for r in st.defaults_used),
+            "caveats": ";".join(st.caveats),
+        })
+        return row
+
+    def table(self) -> RunTable:
+        import pandas as pd
+
+        extras = [c for c in self.extra_columns if c not in REFERENCE_COLUMNS and c not in ADDED_COLUMNS]
+        columns = list(REFERENCE_COLUMNS) + list(ADDED_COLUMNS) + extras
+        df = pd.DataFrame.from_records(self.rows, columns=columns) if self.rows else pd.DataFrame(columns=columns)
+        numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)
+        for col in columns:
+            if col in extras and col not in numeric:
+                text = df[col].map(lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x))
+                                   else str(x).strip())
+                try:
+                    df[col] = pd.to_numeric(text.mask(text == "")).astype(float)
+                except (ValueError, TypeError):
+                    df[col] = text.astype(object)
+            elif col in numeric:
+                df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+            elif col in BOOL_ADDED:
+                df[col] = df[col].fillna(False).astype(bool)
+            elif col == "fits":
+                df[col] = df[col].astype("boolean")
+            elif col == "line":
+                df[col] = df[col].astype(int)
+            elif col in STRING_ADDED or col not in numeric:
+                df[col] = df[col].map(lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x))
+                                      else str(x)).astype(object)
+        return RunTable(df=df, problems=self.problems)
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc)
+    field = getattr(exc, "field", None)
+    if field and text.startswith(f"{field}: "):
+        text = text[len(field) + 2:]
+    return text
+
+
+def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, resolve: bool = True,
+              defaults: Defaults | str | Path | None = None) -> RunTable:
+    """Read runs files into one `RunTable`.
+
+    Each file is CSV (or Parquet, with pyarrow) in the reference schema or the LLMFineTuningBench
+    schema (detected by its header); a folder stands for the runs files in it. Problems (missing columns, non-numeric cells, throughput <= 0,
+    duplicate ids or rows, names the catalogs cannot resolve) are reported one per line with file
+    and line and the row (or file) is skipped; `strict=True` raises `DataFileError` at the first.
+    `resolve=False` skips catalog look-ups (model_resolved / gpu_resolved stay '').
+    `defaults`: a parsed `Defaults` or a YAML path; the shipped source_defaults.yaml when None.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    defs = defaults if isinstance(defaults, Defaults) else load_defaults(defaults)
+    reader = _Reader(strict=strict, resolve=resolve, defaults=defs)
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            for f in reference_run_files(p):
+                reader.read_file(f)
+        else:
+            reader.read_file(p)
+    return reader.table()
+
+
+# --- reference runs -----------------------------------------------------------------------------
+
+def _runs_in(d: Path) -> Path | None:
+    """`d` itself or `d/runs` when it holds runs files."""
+    for cand in (d / "runs", d):
+        if cand.is_dir() and any(cand.glob("*.csv")):
+            return cand
+    return None
+
+
+def reference_runs_dir() -> Path:
+    """The shared reference runs folder.
+
+    `$TUNEPLAN_REFERENCE_DIR` (the runs folder, or the reference folder that holds runs/), else
+    `shared/reference/runs` next to an ancestor of this package's source tree or of the current
+    working directory (CI clones the repository next to `shared/`).
+    """
+    env = os.environ.get(REFERENCE_DIR_ENV)
+    if env:
+        found = _runs_in(Path(env).expanduser())
+        if found is None:
+            raise TuneplanError(f"{REFERENCE_DIR_ENV}={env}: no runs CSV files there or in its runs/ folder")
+        return found
+    starts = [Path(__file__).resolve().parent, Path.cwd().resolve()]
+    for start in starts:
+        for anc in [start, *start.parents]:
+            cand = anc / "shared" / "reference" / "runs"
+            if cand.is_dir() and any(cand.glob("*.csv")):
+                return cand
+    raise TuneplanError("cannot find the shared reference runs: set TUNEPLAN_REFERENCE_DIR to the folder "
+                        "holding them (e.g. <checkout>/../shared/reference/runs)")
+
+
+def reference_run_files(directory: str | Path | None = None) -> list[Path]:
+    """The runs files (CSV, Parquet) of a folder, sorted; the shared reference runs by default."""
+    d = Path(directory) if directory is not None else reference_runs_dir()
+    return sorted(p for p in d.iterdir() if p.suffix.lower() in RUN_SUFFIXES and p.is_file())
+
+
+def load_reference_runs(strict: bool = False, resolve: bool = True,
+                        directory: str | Path | None = None) -> RunTable:
+    """Every runs file of the shared reference set (see `reference_runs_dir`)."""
+    return read_runs(reference_run_files(directory), strict=strict, resolve=resolve)
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+def _cell(x: Any) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return "1" if x else "0"
+    if isinstance(x, float):
+        if math.isnan(x):
+            return ""
+        if x.is_integer() and abs(x) < 1e15:
+            return str(int(x))
+        return repr(x)
+    if hasattr(x, "item") and not isinstance(x, str):  # numpy scalars
+        return _cell(x.item())
+    try:
+        import pandas as pd
+
+        if x is pd.NA or x is pd.NaT:
+            return ""
+    except ImportError:  # pragma: no cover
+        pass
+    return str(x)
+
+
+def _as_records(rows_or_df: Any) -> list[dict[str, Any]]:
+    if isinstance(rows_or_df, RunTable):
+        rows_or_df = rows_or_df.df
+    if hasattr(rows_or_df, "to_dict") and hasattr(rows_or_df, "columns"):
+        return list(rows_or_df.to_dict(orient="records"))
+    if isinstance(rows_or_df, dict):
+        return [rows_or_df]
+    out = []
+    for r in rows_or_df:
+        if not isinstance(r, dict):
+            raise InputError("rows", "write_runs takes a DataFrame, a RunTable, a dict or dicts")
+        out.append(r)
+    return out
+
+
+_ID_SUFFIX = re.compile(r"^(.*)-(\d+)$")
+
+
+def write_runs(rows_or_df: Any, path: str | Path, append: bool = True) -> int:
+    """Append rows to a runs CSV file; returns the number of rows written.
+
+    A new file gets the reference header plus any extra columns of the rows. An existing file keeps
+    its header: rows may leave columns empty but may not bring columns it lacks. Existing rows are
+    never rewritten; an id already in the file is refused; a row without an id gets
+    `<source>-<n>` after the largest n in the file. `append=False` refuses an existing file. The
+    columns `read_runs` adds (file, line, model_resolved, ...) are not written.
+    """
+    p = Path(path)
+    records = [{k: v for k, v in r.items() if k not in ADDED_COLUMNS} for r in _as_records(rows_or_df)]
+    exists = p.is_file() and p.stat().st_size > 0
+    if exists and not append:
+        raise DataFileError(str(p), None, "file exists; refusing to overwrite it (append=True adds rows)")
+    if exists:
+        with open(p, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = [h.strip() for h in next(reader, [])]
+            id_at = header.index("id") if "id" in header else None
+            existing_ids = {cells[id_at] for cells in reader if id_at is not None and len(cells) > id_at}
+        if not header:
+            raise DataFileError(str(p), 1, "existing file has no header")
+    else:
+        header = list(REFERENCE_COLUMNS)
+        for r in records:
+            for k in r:
+                if k not in header:
+                    header.append(k)
+        existing_ids = set()
+    for i, r in enumerate(records):
+        extra = [k for k, val in r.items() if k not in header and _cell(val) != ""]
+        if extra:
+            raise DataFileError(str(p), 1, f"row {i + 1} has column(s) the file's header lacks: "
+                                           f"{', '.join(extra)}")
+    counters: dict[str, int] = {}
+    for rid in existing_ids:
+        m = _ID_SUFFIX.match(rid)
+        if m:
+            counters[m.group(1)] = max(counters.get(m.group(1), 0), int(m.group(2)))
+    new_ids: set[str] = set()
+    lines = []
+    for i, r in enumerate(records):
+        rid = _cell(r.get("id"))
+        if not rid and "id" in header:
+            prefix = _cell(r.get("source")) or p.stem
+            counters[prefix] = counters.get(prefix, 0) + 1
+            rid = f"{prefix}-{counters[prefix]}"
+            r = {**r, "id": rid}
+        if rid and (rid in existing_ids or rid in new_ids):
+            raise DataFileError(str(p), None, f"row {i + 1}: id '{rid}' is already in the file; nothing written")
+        if rid:
+            new_ids.add(rid)
+            m = _ID_SUFFIX.match(rid)
+            if m:
+                counters[m.group(1)] = max(counters.get(m.group(1), 0), int(m.group(2)))
+        lines.append([_cell(r.get(col)) for col in header])
+    p.parent.mkdir(parents=True, exist_ok=True)
+    needs_newline = False
+    if exists:
+        with open(p, "rb") as fb:
+            fb.seek(-1, os.SEEK_END)
+            needs_newline = fb.read(1) not in (b"\n", b"\r")
+    with open(p, "a", newline="", encoding="utf-8") as f:
+        _lock(f)
+        try:
+            if needs_newline:
+                f.write("\n")
+            w = csv.writer(f, lineterminator="\n")
+            if not exists:
+                w.writerow(header)
+            w.writerows(lines)
+        finally:
+            _unlock(f)
+    return len(lines)
+
+
+def _lock(f: Any) -> None:
+    try:
+        import fcntl
+
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    except (ImportError, OSError):  # pragma: no cover - Windows or unsupported filesystem
+        pass
+
+
+def _unlock(f: Any) -> None:
+    try:
+        import fcntl
+
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    except (ImportError, OSError):  # pragma: no cover
+        pass

@@ -1,0 +1,169 @@
+"""A table of measured runs and the problems met while reading it."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FINGERPRINT_EXCLUDE = ("file", "line")
+"""Columns left out of `RunTable.fingerprint` (they depend on where the files lie)."""
+
+
+@dataclass
+class Problem:
+    """One problem in a runs file, located by file and physical line (None for the whole file)."""
+
+    path: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "message": self.message}
+
+
+def _canon(value: Any) -> str:
+    """A cell as canonical text: stable across platforms and pandas versions."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return format(value, ".12g")
+    try:
+        import pandas as pd
+
+        if value is pd.NA:
+            return ""
+    except ImportError:  # pragma: no cover - pandas is a dependency
+        pass
+    if hasattr(value, "item"):  # numpy scalars
+        return _canon(value.item())
+    return str(value)
+
+
+@dataclass
+class RunTable:
+    """Rows of measured runs (`df`, one row per run kept) and the problems found while reading.
+
+    `df` has every reference column (numbers typed as float, NaN when empty; text '' when empty), the
+    columns of `tuneplan.runs.schema.ADDED_COLUMNS`, and any extra columns of the input files.
+    """
+
+    df: pd.DataFrame
+    problems: list[Problem] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+    def sources(self) -> list[str]:
+        """The sources present, sorted."""
+        if "source" not in self.df.columns:
+            return []
+        return sorted({str(s) for s in self.df["source"] if str(s)})
+
+    def filter(self, **col_values: Any) -> RunTable:
+        """Rows whose column equals the value (or is one of the values, given a list/tuple/set).
+
+        `table.filter(source="ms-swift", method=["lora", "qlora"], usable_memory=True)`.
+        """
+        df = self.df
+        mask = None
+        for col, want in col_values.items():
+            if col not in df.columns:
+                raise KeyError(f"no column '{col}' in the runs table")
+            if isinstance(want, (list, tuple, set, frozenset)):
+                m = df[col].isin(list(want))
+            else:
+                m = df[col] == want
+            mask = m if mask is None else (mask & m)
+        out = df if mask is None else df[mask.fillna(False).astype(bool)]
+        return RunTable(df=out.reset_index(drop=True), problems=list(self.problems))
+
+    def canonical_csv(self) -> str:
+        """The rows as CSV text with sorted columns and rows, fixed number format and '\\n' endings."""
+        import csv
+
+        cols = sorted(c for c in self.df.columns if c not in FINGERPRINT_EXCLUDE)
+        rows = [[_canon(v) for v in rec] for rec in self.df[cols].itertuples(index=False, name=None)]
+        rows.sort()
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        w.writerows(rows)
+        return buf.getvalue()
+
+    def fingerprint(self) -> str:
+        """sha256 (hex) of `canonical_csv()`: identifies the rows a calibration was fitted on."""
+        return hashlib.sha256(self.canonical_csv().encode("utf-8")).hexdigest()
+
+    def problem_lines(self) -> list[str]:
+        return [str(p) for p in self.problems]
+
+
+def _count(df: pd.DataFrame, col: str) -> int:
+    if col not in df.columns:
+        return 0
+    return int(df[col].fillna(False).astype(bool).sum())
+
+
+def summarise(table: RunTable) -> dict[str, Any]:
+    """Counts per source and overall: rows, usable for throughput / memory, OOM, duplicates,
+    estimates, rows without a GPU, and the number of problems (rows skipped or files refused)."""
+    df = table.df
+    by_source: dict[str, dict[str, int]] = {}
+    for src in table.sources():
+        d = df[df["source"] == src]
+        by_source[src] = _counts(d)
+    problems_by_file: dict[str, int] = {}
+    for p in table.problems:
+        problems_by_file[p.path] = problems_by_file.get(p.path, 0) + 1
+    return {
+        "rows": len(df),
+        "problems": len(table.problems),
+        "totals": _counts(df),
+        "by_source": by_source,
+        "problems_by_file": problems_by_file,
+    }
+
+
+def _counts(d: pd.DataFrame) -> dict[str, int]:
+    no_gpu = int((d["gpu_resolved"] == "").sum()) if "gpu_resolved" in d.columns else 0
+    return {
+        "rows": len(d),
+        "usable_throughput": _count(d, "usable_throughput"),
+        "usable_memory": _count(d, "usable_memory"),
+        "oom": _count(d, "is_oom"),
+        "duplicates": _count(d, "is_duplicate"),
+        "estimates": _count(d, "is_estimate"),
+        "no_gpu": no_gpu,
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The summary as a fixed-width text table (one line per source, then the total)."""
+    keys = ("rows", "usable_throughput", "usable_memory", "oom", "duplicates", "estimates", "no_gpu")
+    heads = ("rows", "thr", "mem", "oom", "dup", "est", "no_gpu")
+    width = max([len("source"), len("total")] + [len(s) for s in summary["by_source"]])
+    lines = ["source".ljust(width) + "".join(h.rjust(8) for h in heads)]
+    for src, c in summary["by_source"].items():
+        lines.append(src.ljust(width) + "".join(str(c[k]).rjust(8) for k in keys))
+    t = summary["totals"]
+    lines.append("total".ljust(width) + "".join(str(t[k]).rjust(8) for k in keys))
+    lines.append(f"problems: {summary['problems']}")
+    return "\n".join(lines)

@@ -1,0 +1,650 @@
+"""The web planner's FastAPI app: the page at `/`, its static files, and the JSON API it calls.
+
+Endpoints (all documented by FastAPI at `/docs` and `/openapi.json`):
+
+- `GET /healthz` — liveness.
+- `GET /api/options` — the closed sets and defaults the form offers (methods, precisions, providers...).
+- `GET /api/models?q=&limit=` — the model catalog (search by substring).
+- `GET /api/gpus` — the GPU catalog with the cheapest on-demand price of each.
+- `POST /api/model-config` — read a pasted config.json: parameter counts, shapes.
+- `POST /api/estimate` — one run: `tuneplan.estimate(...).to_dict()` plus the equivalent command line.
+- `POST /api/plan` — the planner's search: `tuneplan.plan(...).to_dict()` plus the command line.
+
+Every bad input answers 422 with `{"detail": [{"loc": [...], "msg": ..., "type": ...}]}`: pydantic's own
+checks on the request bodies, tuneplan's `InputError` (field, reason, allowed values) from deeper down,
+and arithmetic that a valid-looking but absurd configuration breaks. A search over an absurd space is
+refused before it starts. The page itself (`static/`) needs no network: its chart library is vendored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+import shlex
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tuneplan import __version__
+from tuneplan.errors import InputError, TuneplanError, UnknownNameError
+from tuneplan.specs.job import (
+    LORA_FAMILY,
+    METHODS,
+    MOE_MODES,
+    OPTIMIZERS,
+    PRECISIONS,
+    QUANTS,
+    SHARDINGS,
+    JobSpec,
+    Method,
+    Optimizer,
+    Precision,
+    Sharding,
+)
+
+log = logging.getLogger("tuneplan.web")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+MAX_BODY_BYTES = 2 * 1024 * 1024
+"""Largest request body accepted (a pasted config.json is a few KiB; 2 MiB leaves room)."""
+MAX_PLAN_CONFIGS = 2_000_000
+"""Most configurations one plan request may ask the planner to evaluate (about a few seconds of work)."""
+ESTIMATORS = ("tuneplan", "kavier", "xia", "planner")
+OBJECTIVES = ("cheapest", "fastest", "balanced")
+DEFAULT_INTERVAL = 0.8
+"""Interval coverage when a request gives none (the CLI's default)."""
+
+# ----------------------------------------------------------------------------------------------------
+# request bodies
+
+Float = Annotated[float, Field(allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=1, le=100_000)]
+Degree = Annotated[int, Field(ge=1, le=4096)]
+NonNegInt = Annotated[int, Field(ge=0, le=10**12)]
+Name = Annotated[str, Field(min_length=1, max_length=300)]
+Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
+
+JOB_FIELDS = ("method", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
+              "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
+              "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
+              "packing", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
+              "grid_gco2_kwh")
+"""Request fields passed to JobSpec under the same name (`rate` goes as `rate`, the API's keyword)."""
+
+
+class ModelChoice(BaseModel):
+    """A model: a catalog name, or a pasted config.json (with an optional display name)."""
+
+    model: Name | None = Field(None, description="catalog name or alias, e.g. Qwen/Qwen2.5-7B",
+                               examples=["Qwen/Qwen2.5-7B"])
+    config_json: dict[str, Any] | None = Field(
+        None, description="a pasted Hugging Face config.json, instead of `model`")
+    config_name: Annotated[str, Field(max_length=200)] | None = Field(
+        None, description="display name for a pasted config (default: custom-model)")
+
+    @model_validator(mode="after")
+    def _one_model(self) -> ModelChoice:
+        if self.model is None and self.config_json is None:
+            raise ValueError("give `model` (a catalog name) or `config_json` (a pasted config.json)")
+        if self.model is not None and self.config_json is not None:
+            raise ValueError("give `model` or `config_json`, not both")
+        return self
+
+
+class JobFields(BaseModel):
+    """What is trained and how (JobSpec's fields; absent ones take tuneplan's defaults)."""
+
+    method: Method | None = Field(None, description="fine-tuning method (default lora)")
+    lora_rank: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    lora_targets: Annotated[str, Field(min_length=1, max_length=400,
+                                       pattern=r"^[A-Za-z0-9_,\- ]+$")] | None = Field(
+        None, description="comma-separated modules (q,k,v,o,gate,up,down) or all-linear")
+    trainable_layers: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    precision: Precision | None = None
+    quant: Quant | None = None
+    optimizer: Optimizer | None = None
+    grad_ckpt: bool | None = None
+    flash_attn: bool | None = None
+    moe_mode: Literal["sparse", "dense"] | None = None
+    nodes: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    sharding: Sharding | None = None
+    tp: Degree | None = None
+    pp: Degree | None = None
+    cp: Degree | None = None
+    ep: Degree | None = None
+    micro_batch: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    grad_accum: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    examples: Annotated[Float, Field(gt=0, le=1e13)] | None = None
+    tokens_per_example: Annotated[Float, Field(gt=0, le=1e8)] | None = None
+    tokens: Annotated[Float, Field(gt=0, le=1e16)] | None = Field(
+        None, description="total tokens per epoch (instead of examples)")
+    epochs: Annotated[Float, Field(gt=0, le=1e5)] | None = None
+    seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    packing: bool | None = None
+    eval_every: NonNegInt | None = None
+    eval_examples: NonNegInt | None = None
+    save_every: NonNegInt | None = None
+    load_time_s: Annotated[Float, Field(ge=0, le=1e9)] | None = None
+    disk_gbs: Annotated[Float, Field(gt=0, le=1e6)] | None = None
+    grid_gco2_kwh: Annotated[Float, Field(ge=0, le=1e5)] | None = None
+
+
+class PriceFields(BaseModel):
+    provider: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
+        None, description="take the price from this provider (see /api/options)")
+    rate: Annotated[Float, Field(ge=0, le=1e6)] | None = Field(
+        None, description="$ per GPU-hour (default: cheapest on-demand price)")
+
+
+class EstimateRequest(ModelChoice, JobFields, PriceFields):
+    """`POST /api/estimate`: the inputs of `tuneplan estimate`."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "model": "Qwen/Qwen2.5-7B", "gpu": "H100-SXM5-80GB", "method": "lora", "gpus": 1,
+        "examples": 10000, "tokens_per_example": 512, "epochs": 1}]})
+
+    gpu: Name | None = Field(None, description="catalog GPU name, e.g. H100-SXM5-80GB")
+    peak_tflops: Annotated[Float, Field(gt=0, le=1e7)] | None = Field(
+        None, description="one-off dense peak TFLOP/s (overrides the catalog GPU's)")
+    memory_gib: Annotated[Float, Field(gt=0, le=1e7)] | None = Field(None, description="one-off memory, GiB")
+    bandwidth_gbs: Annotated[Float, Field(gt=0, le=1e8)] | None = Field(
+        None, description="one-off memory bandwidth, GB/s")
+    gpus: Count | None = Field(None, description="total GPUs (default 1)")
+    estimator: Literal["tuneplan", "kavier", "xia", "planner"] = "tuneplan"
+    interval: Annotated[Float, Field(ge=0, lt=1)] | None = Field(
+        None, description="interval coverage (default 0.8; 0 for none)")
+
+    @model_validator(mode="after")
+    def _gpu_given(self) -> EstimateRequest:
+        figures = (self.peak_tflops, self.memory_gib, self.bandwidth_gbs)
+        if self.gpu is None and any(v is None for v in figures):
+            missing = [n for n, v in zip(("peak_tflops", "memory_gib", "bandwidth_gbs"), figures,
+                                         strict=True) if v is None]
+            raise ValueError("give `gpu` (a catalog name) or all of peak_tflops, memory_gib and "
+                             f"bandwidth_gbs for your own GPU (missing: {', '.join(missing)})")
+        return self
+
+
+class PlanRequest(ModelChoice, PriceFields):
+    """`POST /api/plan`: the inputs of `tuneplan plan` (a search over GPU type x count x method x batch)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "model": "Qwen/Qwen2.5-7B", "gpus": ["A100-SXM4-80GB", "H100-SXM5-80GB"], "methods": ["lora", "qlora"],
+        "max_gpus": 8, "examples": 10000, "tokens_per_example": 512, "epochs": 1, "objective": "cheapest"}]})
+
+    gpus: list[Name] | None = Field(None, max_length=64,
+                                    description="GPU types to consider (default: every priced catalog GPU)")
+    methods: list[Method] | None = Field(None, max_length=len(METHODS),
+                                         description="methods to consider (default: the planner's)")
+    max_gpus: Annotated[int, Field(ge=1, le=4096)] = Field(8, description="largest GPU count tried")
+    examples: Annotated[Float, Field(gt=0, le=1e13)] | None = None
+    tokens_per_example: Annotated[Float, Field(gt=0, le=1e8)] | None = None
+    tokens: Annotated[Float, Field(gt=0, le=1e16)] | None = None
+    epochs: Annotated[Float, Field(gt=0, le=1e5)] | None = None
+    seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    deadline_h: Annotated[Float, Field(gt=0, le=1e6)] | None = Field(None, description="wall-clock limit, hours")
+    budget_usd: Annotated[Float, Field(gt=0, le=1e12)] | None = Field(None, description="cost limit, $")
+    objective: Literal["cheapest", "fastest", "balanced"] = "cheapest"
+
+
+class ModelConfigRequest(BaseModel):
+    """`POST /api/model-config`: a pasted config.json to read."""
+
+    model_config = ConfigDict(extra="forbid")
+    config_json: dict[str, Any]
+    config_name: Annotated[str, Field(max_length=200)] | None = None
+
+
+# ----------------------------------------------------------------------------------------------------
+# helpers
+
+
+class RequestError(Exception):
+    """A 422 located at one body field (or the whole body)."""
+
+    def __init__(self, loc: Iterable[str | int], msg: str, kind: str = "value_error", **extra: Any) -> None:
+        super().__init__(msg)
+        self.loc = ["body", *loc]
+        self.msg = msg
+        self.kind = kind
+        self.extra = extra
+
+    def detail(self) -> dict[str, Any]:
+        return {"loc": self.loc, "msg": self.msg, "type": self.kind, **self.extra}
+
+
+def _field_of(err: InputError) -> list[str]:
+    """Body location of an InputError's field (`tokens-per-example` -> tokens_per_example)."""
+    f = (err.field or "").replace("-", "_")
+    f = {"rate_usd_per_gpu_hour": "rate", "job": "", "gpu_file": "gpu", "interval": "interval"}.get(f, f)
+    return [f] if f else []
+
+
+_CLI_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def _input_error_detail(err: InputError) -> dict[str, Any]:
+    text = str(err)
+    prefix = f"{err.field}: "
+    msg = text[len(prefix):] if text.startswith(prefix) else text
+    msg = _CLI_FLAG.sub(lambda m: m.group(1).replace("-", "_"), msg)  # the page's field names, not flags
+    d: dict[str, Any] = {"loc": ["body", *_field_of(err)], "msg": msg, "type": "value_error"}
+    if err.allowed:
+        d["allowed"] = list(err.allowed)
+    if isinstance(err, UnknownNameError):
+        d["type"] = "unknown_name"
+        d["closest"] = list(getattr(err, "close", []) or [])
+    elif type(err).__name__ == "AmbiguousNameError":
+        d["type"] = "ambiguous_name"
+        d["candidates"] = list(getattr(err, "candidates", []) or [])
+    return d
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON values: non-finite floats become null, numpy scalars and tuples plain Python."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str | int):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalar
+        try:
+            return jsonable(obj.item())
+        except (TypeError, ValueError):
+            pass
+    if hasattr(obj, "to_dict"):
+        return jsonable(obj.to_dict())
+    if hasattr(obj, "model_dump"):
+        return jsonable(obj.model_dump())
+    return str(obj)
+
+
+def _looks_like_path(name: str) -> bool:
+    n = name.strip()
+    return (n.startswith(("/", "~", ".", "\\")) or "\\" in n or ".." in n or n.lower().endswith(".json")
+            or (len(n) > 1 and n[1] == ":"))
+
+
+class _ConfigCache:
+    """Model specs of pasted configs, by content (a page re-sends the same config on every change)."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._d: OrderedDict[str, Any] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, config: dict[str, Any], name: str) -> Any:
+        from tuneplan.specs.model_config import model_from_config
+
+        key = hashlib.sha256((name + "\0" + json.dumps(config, sort_keys=True, default=str)).encode()).hexdigest()
+        with self._lock:
+            if key in self._d:
+                self._d.move_to_end(key)
+                return self._d[key]
+        try:
+            spec = model_from_config(dict(config), name, "pasted config.json")
+        except InputError as exc:
+            raise RequestError(["config_json"], _input_error_detail(exc)["msg"]) from None
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError,
+                OverflowError) as exc:
+            raise RequestError(["config_json"], f"cannot read this config.json: {type(exc).__name__}: {exc}"
+                               ) from None
+        if spec.params_total <= 0 or spec.n_layers <= 0 or spec.hidden_size <= 0:
+            raise RequestError(["config_json"], "this config.json describes no layers / parameters")
+        with self._lock:
+            self._d[key] = spec
+            while len(self._d) > self._size:
+                self._d.popitem(last=False)
+        return spec
+
+
+def _model_summary(spec: Any) -> dict[str, Any]:
+    return {"name": spec.name, "model_type": spec.model_type, "params_total": spec.params_total,
+            "params_active": spec.params_active, "params_total_b": spec.params_total / 1e9,
+            "params_active_b": spec.params_active / 1e9, "is_moe": spec.is_moe, "n_layers": spec.n_layers,
+            "hidden_size": spec.hidden_size, "max_position_embeddings": spec.max_position_embeddings,
+            "quant": spec.quant, "source": spec.source}
+
+
+def _num_arg(v: float | int) -> str:
+    """A number as the CLI reads it (30000.0 -> 30000, 0.5 -> 0.5)."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+_JOB_DEFAULTS = {n: f.default for n, f in JobSpec.model_fields.items()}
+
+
+def _is_default(name: str, value: Any) -> bool:
+    d = _JOB_DEFAULTS.get(name, object())
+    if name == "lora_targets" and isinstance(value, str):
+        return tuple(t.strip() for t in value.split(",") if t.strip()) == tuple(d)
+    if isinstance(d, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value) == d
+    return value == d
+
+
+def _job_flags(req: Any, names: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        v = getattr(req, name, None)
+        if v is None or _is_default(name, v):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name in ("grad_ckpt", "flash_attn"):
+            out.append(flag if v else "--no-" + name.replace("_", "-"))
+        elif name == "packing":
+            if v:
+                out.append(flag)
+        elif isinstance(v, int | float):
+            out += [flag, _num_arg(v)]
+        else:
+            out += [flag, str(v)]
+    return out
+
+
+def _model_flags(req: ModelChoice) -> tuple[list[str], str]:
+    if req.config_json is not None:
+        return ["--model", "config.json"], "save the pasted config as config.json in the current folder first"
+    return ["--model", str(req.model)], ""
+
+
+def _price_flags(req: PriceFields) -> list[str]:
+    out: list[str] = []
+    if req.rate is not None:
+        out += ["--rate", _num_arg(req.rate)]
+    if req.provider:
+        out += ["--provider", req.provider]
+    return out
+
+
+def estimate_command(req: EstimateRequest) -> tuple[str, str]:
+    """The `tuneplan estimate ...` command line for a request, and a note when it needs a file."""
+    args, note = _model_flags(req)
+    if req.gpu:
+        args += ["--gpu", req.gpu]
+    for name in ("peak_tflops", "memory_gib", "bandwidth_gbs"):
+        v = getattr(req, name)
+        if v is not None:
+            args += ["--" + name.replace("_", "-"), _num_arg(v)]
+    if req.estimator != "tuneplan":
+        args += ["--estimator", req.estimator]
+    if req.interval is not None and req.interval != DEFAULT_INTERVAL:
+        args += ["--interval", _num_arg(req.interval)]
+    args += _job_flags(req, JOB_FIELDS)
+    args += _price_flags(req)
+    return shlex.join(["tuneplan", "estimate", *args]), note
+
+
+def plan_command(req: PlanRequest) -> tuple[str, str]:
+    """The `tuneplan plan ...` command line for a request."""
+    args, note = _model_flags(req)
+    if req.gpus:
+        args += ["--gpus", ",".join(req.gpus)]
+    if req.methods:
+        args += ["--methods", ",".join(req.methods)]
+    args += ["--max-gpus", str(req.max_gpus)]
+    for name in ("examples", "tokens_per_example", "tokens", "epochs", "seq_len"):
+        v = getattr(req, name)
+        if v is not None:
+            args += ["--" + name.replace("_", "-"), _num_arg(v)]
+    if req.deadline_h is not None:
+        args += ["--deadline-h", _num_arg(req.deadline_h)]
+    if req.budget_usd is not None:
+        args += ["--budget-usd", _num_arg(req.budget_usd)]
+    if req.objective != "cheapest":
+        args += ["--objective", req.objective]
+    args += _price_flags(req)
+    return shlex.join(["tuneplan", "plan", *args]), note
+
+
+# ----------------------------------------------------------------------------------------------------
+# the app
+
+
+def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
+    """The web planner app. `allow_hub`: resolve model ids outside the catalog on the Hugging Face Hub
+    (off by default: a page typing names would otherwise fire a network look-up per keystroke).
+    `warm_up`: load the catalogs and estimators at startup so the first estimate answers fast."""
+    configs = _ConfigCache()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if warm_up:
+            _warm()
+        yield
+
+    app = FastAPI(
+        title="tuneplan web planner",
+        version=__version__,
+        description="The JSON API behind the page at `/`: fine-tuning time, memory and cost estimates "
+                    "(`/api/estimate`) and the planner's search (`/api/plan`). Bad input answers 422 with "
+                    "the field and the reason.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(GZipMiddleware, minimum_size=2048)
+
+    # -- errors -------------------------------------------------------------------------------------
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Callable):
+        length = request.headers.get("content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > MAX_BODY_BYTES
+            except ValueError:
+                too_big = True
+            if too_big:
+                return JSONResponse(status_code=413, content={"detail": [{
+                    "loc": ["body"], "msg": f"request body over {MAX_BODY_BYTES // (1024 * 1024)} MiB",
+                    "type": "too_large"}]})
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = []
+        for e in exc.errors():
+            d: dict[str, Any] = {"loc": [x if isinstance(x, int) else str(x) for x in e.get("loc", ())],
+                                 "msg": str(e.get("msg", "invalid")).removeprefix("Value error, "),
+                                 "type": str(e.get("type", "value_error"))}
+            if e.get("type") == "literal_error" and isinstance(e.get("ctx"), dict):
+                d["allowed"] = str(e["ctx"].get("expected", ""))
+            detail.append(d)
+        return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(InputError)
+    async def on_input_error(request: Request, exc: InputError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": [_input_error_detail(exc)]})
+
+    @app.exception_handler(TuneplanError)
+    async def on_tuneplan_error(request: Request, exc: TuneplanError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": [{"loc": ["body"], "msg": str(exc),
+                                                                  "type": "value_error"}]})
+
+    @app.exception_handler(RequestError)
+    async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": [exc.detail()]})
+
+    # -- pages --------------------------------------------------------------------------------------
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/healthz", tags=["meta"], summary="liveness")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    # -- catalogs -----------------------------------------------------------------------------------
+    @app.get("/api/options", tags=["catalogs"], summary="the form's closed sets and defaults")
+    def options() -> dict[str, Any]:
+        from tuneplan.specs.prices import providers
+
+        return {
+            "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
+            "optimizers": list(OPTIMIZERS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
+            "moe_modes": list(MOE_MODES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
+            "providers": providers(), "defaults": jsonable(_JOB_DEFAULTS),
+            "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,
+            "limits": {"max_plan_configs": MAX_PLAN_CONFIGS, "max_body_bytes": MAX_BODY_BYTES},
+        }
+
+    @app.get("/api/models", tags=["catalogs"], summary="the model catalog, optionally filtered")
+    def models(q: Annotated[str, Query(max_length=200, description="words every name must contain")] = "",
+               limit: Annotated[int, Query(ge=1, le=1000)] = 1000) -> list[dict[str, Any]]:
+        from tuneplan.specs.catalog import list_models
+
+        words = [w for w in q.lower().replace("/", " ").split() if w]
+        out = []
+        for m in list_models():
+            low = m.name.lower()
+            if all(w in low for w in words):
+                out.append(_model_summary(m))
+        return jsonable(out[:limit])
+
+    @app.get("/api/gpus", tags=["catalogs"], summary="the GPU catalog with prices")
+    def gpus() -> list[dict[str, Any]]:
+        from tuneplan.specs.gpu import gpu_catalog
+        from tuneplan.specs.prices import price_for
+
+        out = []
+        for g in gpu_catalog().values():
+            d = g.to_dict()
+            p = price_for(g.name)
+            d["usd_per_gpu_hour"] = p.usd_per_gpu_hour if p else None
+            d["price_source"] = p.describe() if p else None
+            out.append(d)
+        return jsonable(out)
+
+    @app.post("/api/model-config", tags=["catalogs"], summary="read a pasted config.json")
+    def model_config(req: ModelConfigRequest) -> dict[str, Any]:
+        spec = configs.get(req.config_json, req.config_name or "custom-model")
+        return jsonable(_model_summary(spec))
+
+    # -- estimate and plan --------------------------------------------------------------------------
+    def model_spec(req: ModelChoice) -> Any:
+        if req.config_json is not None:
+            return configs.get(req.config_json, req.config_name or "custom-model")
+        name = str(req.model)
+        if _looks_like_path(name):
+            raise RequestError(["model"], "file paths are not read over the web: paste the config.json "
+                                          "instead (config_json)")
+        if allow_hub:
+            from tuneplan.specs.catalog import resolve_model
+
+            return resolve_model(name)
+        from tuneplan.specs.catalog import resolve_run_model
+
+        return resolve_run_model(name, name)
+
+    @app.post("/api/estimate", tags=["estimate"], summary="time, memory, cost and energy of one run")
+    def estimate_endpoint(req: EstimateRequest) -> dict[str, Any]:
+        from tuneplan.api import estimate
+
+        spec = model_spec(req)
+        job = {n: getattr(req, n) for n in JOB_FIELDS if getattr(req, n) is not None}
+        res = _compute(lambda: estimate(
+            spec, req.gpu, estimator=req.estimator, peak_tflops=req.peak_tflops, memory_gib=req.memory_gib,
+            bandwidth_gbs=req.bandwidth_gbs, provider=req.provider, rate=req.rate,
+            interval=DEFAULT_INTERVAL if req.interval is None else (req.interval or None), **job))
+        out = jsonable(res.to_dict())
+        out["model_info"] = jsonable(_model_summary(spec))
+        out["command"], out["command_note"] = estimate_command(req)
+        return out
+
+    @app.post("/api/plan", tags=["plan"], summary="search GPU type x count x method x batch")
+    def plan_endpoint(req: PlanRequest) -> dict[str, Any]:
+        plan = _plan_fn()
+        if plan is None:
+            raise RequestError([], "the planner is not installed in this version", kind="unavailable")
+        spec = model_spec(req)
+        kwargs = _plan_kwargs(req)
+        size = _plan_space_size(req)
+        if size > MAX_PLAN_CONFIGS:
+            raise RequestError(["max_gpus"], f"this search would evaluate about {size:,.0f} configurations "
+                                             f"(limit {MAX_PLAN_CONFIGS:,}): choose fewer GPU types, methods "
+                                             "or a smaller max_gpus", kind="too_large")
+        res = _compute(lambda: plan(spec, **kwargs))
+        out = jsonable(res.to_dict() if hasattr(res, "to_dict") else res)
+        out["model_info"] = jsonable(_model_summary(spec))
+        out["command"], out["command_note"] = plan_command(req)
+        return out
+
+    return app
+
+
+def _compute(fn: Callable[[], Any]) -> Any:
+    """Run an estimate / a plan; arithmetic that an absurd (but well-typed) input breaks is a 422."""
+    try:
+        return fn()
+    except (TuneplanError, RequestError):
+        raise
+    except (ZeroDivisionError, OverflowError, FloatingPointError, ValueError, MemoryError) as exc:
+        log.info("rejected input: %s: %s", type(exc).__name__, exc)
+        raise RequestError([], f"cannot compute this configuration: {exc}", kind="value_error") from None
+
+
+def _plan_fn() -> Callable[..., Any] | None:
+    try:
+        from tuneplan.plan.search import plan
+    except ImportError:
+        return None
+    return plan
+
+
+def _plan_kwargs(req: PlanRequest) -> dict[str, Any]:
+    kw: dict[str, Any] = {"max_gpus": req.max_gpus, "objective": req.objective}
+    if req.gpus:
+        kw["gpus"] = list(req.gpus)
+    if req.methods:
+        kw["methods"] = list(req.methods)
+    for name in ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "budget_usd", "provider",
+                 "rate"):
+        v = getattr(req, name)
+        if v is not None:
+            kw[name] = v
+    if req.deadline_h is not None:
+        kw["deadline_s"] = req.deadline_h * 3600.0
+    return kw
+
+
+def _plan_space_size(req: PlanRequest) -> float:
+    """An upper bound on the configurations a plan request would evaluate."""
+    n_gpu_types = len(req.gpus) if req.gpus else 32
+    n_methods = len(req.methods) if req.methods else len(METHODS)
+    counts = req.max_gpus  # every count up to max_gpus, at worst
+    micro_batches = 16  # powers of two up to 32k
+    layouts = 8  # shardings x tp/pp splits the planner may try
+    return float(n_gpu_types * n_methods * counts * micro_batches * layouts)
+
+
+def _warm() -> None:
+    try:
+        from tuneplan.api import estimate
+        from tuneplan.specs.catalog import list_models, model_catalog
+        from tuneplan.specs.gpu import gpu_catalog
+
+        list_models()
+        gpu = next(iter(gpu_catalog()))
+        estimate(next(iter(model_catalog())), gpu, examples=100, tokens_per_example=128)
+    except Exception as exc:  # noqa: BLE001 - warm-up is best effort; requests report their own errors
+        log.warning("warm-up failed: %s", exc)

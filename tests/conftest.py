@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory, monkeypatch):
+    """Keep ~/.tuneplan (probed GPUs, caches) out of the tests."""
+    home = tmp_path_factory.mktemp("tuneplan_home")
+    monkeypatch.setenv("TUNEPLAN_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    yield
+
+
+def reference_dir() -> Path | None:
+    env = os.environ.get("TUNEPLAN_REFERENCE_DIR")
+    if env:
+        return Path(env)
+    p = SHARED / "reference" / "runs"
+    return p if p.is_dir() else None
+
+
+def tiny_llama_config(**over) -> dict:
+    cfg = {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512,
+        "tie_word_embeddings": False, "hidden_act": "silu",
+    }
+    cfg.update(over)
+    return cfg

@@ -1,0 +1,154 @@
+"""`tuneplan estimate` end to end: JSON keys, tables, bad input as one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tuneplan.cli import main
+
+BASE = ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--method", "lora", "--gpu", "H100-SXM5-80GB",
+        "--gpus", "4", "--examples", "30000", "--tokens-per-example", "1000", "--epochs", "3",
+        "--micro-batch", "4", "--rate", "2.49"]
+TOP_KEYS = {"wall_clock_s", "device_hours", "cost_usd", "energy_kwh", "tokens_per_s", "samples_per_s",
+            "step_time_s", "memory_per_gpu_gib", "fits", "estimator", "assumptions", "max_micro_batch",
+            "step_breakdown_s", "memory_breakdown_gib", "mfu", "co2_kg", "steps", "warnings"}
+
+
+def run_json(args, capsys):
+    assert main(args + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_keys_and_consistency(capsys):
+    d = run_json(BASE, capsys)
+    assert set(d) >= TOP_KEYS
+    assert d["estimator"] == "tuneplan"
+    assert d["device_hours"] == pytest.approx(d["wall_clock_s"] * 4 / 3600)
+    assert d["cost_usd"] == pytest.approx(d["device_hours"] * 2.49)
+    assert d["tokens_per_s"] == pytest.approx(4 * 4 * 1000 / d["step_time_s"])
+    assert d["samples_per_s"] == pytest.approx(d["tokens_per_s"] / 1000)
+    parts = {k: v for k, v in d["step_breakdown_s"].items() if k != "total"}
+    assert sum(parts.values()) == pytest.approx(d["step_time_s"], rel=1e-6)
+    assert {"forward", "backward", "recompute", "optimizer", "communication"} <= set(parts)
+    assert 0 < d["mfu"] < 1
+    assert d["fits"] is True and d["max_micro_batch"] >= 4
+    assert all(isinstance(a, str) and a for a in d["assumptions"])
+
+
+@pytest.mark.parametrize("est", ["tuneplan", "kavier", "xia"])
+def test_each_estimator_runs(est, capsys):
+    d = run_json(BASE + ["--estimator", est], capsys)
+    assert d["estimator"] == est and d["tokens_per_s"] > 0 and d["wall_clock_s"] > 0
+
+
+def test_table_output(capsys):
+    assert main(BASE) == 0
+    out = capsys.readouterr().out
+    for word in ("wall clock", "device-hours", "cost", "energy", "tokens/s", "step time", "forward",
+                 "backward", "MFU", "memory per GPU", "what this assumes"):
+        assert word in out
+
+
+def test_does_not_fit_warns_with_fix(capsys):
+    d = run_json(["estimate", "--model", "meta-llama/Llama-3.1-70B", "--method", "full", "--gpu",
+                  "A100-SXM4-80GB", "--examples", "1000", "--tokens-per-example", "2048"], capsys)
+    assert d["fits"] is False
+    assert any("does not fit" in w for w in d["warnings"])
+    assert d["suggestions"]
+
+
+def test_moe_sparse_faster_than_dense(capsys):
+    args = ["estimate", "--model", "mistralai/Mixtral-8x7B-v0.1", "--method", "qlora", "--gpu",
+            "H100-SXM5-80GB", "--examples", "1000", "--tokens-per-example", "512", "--micro-batch", "1"]
+    sparse = run_json(args, capsys)
+    dense = run_json(args + ["--moe-mode", "dense"], capsys)
+    assert dense["step_time_s"] > 2 * sparse["step_time_s"]
+
+
+def test_large_parallel_runs(capsys):
+    d = run_json(["estimate", "--model", "meta-llama/Llama-3.1-70B", "--method", "lora", "--gpu",
+                  "H100-SXM5-80GB", "--gpus", "8", "--tp", "4", "--examples", "10000",
+                  "--tokens-per-example", "2048", "--micro-batch", "1"], capsys)
+    assert d["step_breakdown_s"]["tensor_parallel"] > 0
+    d = run_json(["estimate", "--model", "meta-llama/Llama-3.1-405B", "--method", "full", "--gpu",
+                  "H100-SXM5-80GB", "--gpus", "512", "--nodes", "64", "--tp", "8", "--pp", "8",
+                  "--grad-accum", "16", "--micro-batch", "1", "--tokens", "1e9", "--seq-len", "8192"], capsys)
+    assert d["step_breakdown_s"]["pipeline_bubble"] > 0
+    assert d["fits"] in (True, False)
+
+
+@pytest.mark.parametrize("extra,field", [
+    (["--micro-batch", "0"], "--micro-batch"),
+    (["--gpus", "-2"], "--gpus"),
+    (["--gpus", "2.5"], "--gpus"),
+    (["--gpus", "6", "--nodes", "4"], "gpus"),
+    (["--gpus", "4", "--tp", "3"], "tp"),
+    (["--method", "qlora", "--precision", "fp32"], "qlora"),
+    (["--method", "sideways"], "method"),
+    (["--gpu", "H900"], "gpu"),
+    (["--model", "no-such-model-xyz"], "model"),
+    (["--optimizer", "adam3"], "--optimizer"),
+    (["--interval", "1.5"], "interval"),
+])
+def test_bad_input_is_one_line_exit_2(extra, field, capsys):
+    args = list(BASE)
+    for i in range(0, len(extra), 2):
+        if extra[i] in args:
+            j = args.index(extra[i])
+            args[j + 1] = extra[i + 1]
+        else:
+            args += extra[i:i + 2]
+    with pytest.raises(SystemExit) as ei:
+        code = main(args)
+        raise SystemExit(code)
+    assert ei.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert field in err
+    assert "Traceback" not in err
+
+
+def test_unknown_gpu_lists_close_names(capsys):
+    assert main(BASE[:6] + ["H100-SXM9"] + BASE[7:]) == 2
+    err = capsys.readouterr().err
+    assert "H100-SXM5-80GB" in err
+
+
+def test_seq_above_max_position_is_warning(capsys):
+    d = run_json(["estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "H100-SXM5-80GB",
+                  "--examples", "10", "--tokens-per-example", "8192", "--micro-batch", "1"], capsys)
+    assert any("max_position_embeddings" in w for w in d["warnings"])
+
+
+def test_one_off_gpu_flags_and_gpu_file(tmp_path, capsys):
+    d = run_json(["estimate", "--model", "Qwen/Qwen2.5-0.5B", "--peak-tflops", "100", "--memory-gib", "24",
+                  "--bandwidth-gbs", "900", "--examples", "100", "--tokens-per-example", "256", "--rate", "1"],
+                 capsys)
+    assert d["gpu"] == "custom-gpu"
+    f = tmp_path / "g.yaml"
+    f.write_text("name: my-gpu\nmemory_gib: 24\nmemory_bandwidth_gbs: 900\npeak_tflops: {bf16: 100}\n")
+    d = run_json(["estimate", "--model", "Qwen/Qwen2.5-0.5B", "--gpu-file", str(f), "--examples", "100",
+                  "--tokens-per-example", "256", "--rate", "1"], capsys)
+    assert d["gpu"] == "my-gpu"
+
+
+def test_catalog_listings(capsys):
+    assert main(["models", "--json"]) == 0
+    models = json.loads(capsys.readouterr().out)
+    assert len(models) >= 100
+    assert main(["gpus", "--json"]) == 0
+    gpus = json.loads(capsys.readouterr().out)
+    assert {"A100-SXM4-80GB", "H100-SXM5-80GB", "L40S-48GB"} <= {g["name"] for g in gpus}
+
+
+def test_estimate_path_imports_nothing_heavy():
+    code = ("import sys; from tuneplan.cli import main; main(['estimate','--model','Qwen/Qwen2.5-0.5B',"
+            "'--gpu','L4-24GB','--examples','10','--tokens-per-example','100','--json']);"
+            "heavy=[m for m in ('torch','transformers','pandas','sklearn','matplotlib','fastapi','scipy')"
+            " if m in sys.modules]; print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
