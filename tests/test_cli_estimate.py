@@ -152,3 +152,14 @@ def test_estimate_path_imports_nothing_heavy():
             " if m in sys.modules]; print('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out
+
+
+def test_breakdowns_add_up_with_the_shipped_calibration(capsys):
+    for method, fits in (("full", False), ("lora", True)):
+        d = run_json(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--method", method, "--gpu",
+                      "A100-SXM4-80GB", "--examples", "1000", "--tokens-per-example", "512", "--micro-batch", "1"],
+                     capsys)
+        assert d["fits"] is fits  # 16 bytes/param of an 8B full fine-tune never fits 80 GB
+        assert sum(d["memory_breakdown_gib"].values()) == pytest.approx(d["memory_per_gpu_gib"], rel=1e-9)
+        parts = {k: v for k, v in d["step_breakdown_s"].items() if k != "total"}
+        assert sum(parts.values()) == pytest.approx(d["step_time_s"], rel=1e-9)

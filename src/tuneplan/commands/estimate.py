@@ -31,7 +31,12 @@ def register(sub) -> None:
 
 def _planner_seed(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
-    from tuneplan.estimators.planner import BYTES_PER_PARAM, DEFAULT_MFU, FLOPS_PER_PARAM_TOKEN, planner_numbers
+    from tuneplan.estimators.planner import (
+        BYTES_PER_PARAM,
+        DEFAULT_MFU,
+        FLOPS_PER_PARAM_TOKEN,
+        planner_numbers,
+    )
 
     method = args.method or "full"
     fam = "full" if method in ("full", "freeze") else "lora"

@@ -13,6 +13,9 @@ from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_st
 
 Arrays = dict[str, np.ndarray]
 
+STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "overhead_s", "tensor_parallel_s",
+              "pipeline_bubble_s", "optimizer_s", "communication_s")
+
 
 class TuneplanEstimator:
     name = "tuneplan"
@@ -52,9 +55,21 @@ class TuneplanEstimator:
         out = self.physics(a)
         if self.residual is not None:
             thr_factor, mem_factor, info = self.residual.correct(a, out)
-            out["step_s"] = out["step_s"] / thr_factor
-            for k in ("allocated_gib", "reserved_gib", "nvidia_smi_gib", "memory_gib"):
-                out[k] = out[k] * mem_factor
+            # time: every part scales with the learned factor, so the parts still add up to the step
+            for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s"):
+                if k in out:
+                    out[k] = out[k] / thr_factor
+            # memory: the byte-counted states (weights, gradients, master, optimizer) are a floor the
+            # learned factor never goes below; the difference is reported as its own part
+            static = (out["weights_gib"] + out["gradients_gib"] + out["master_weights_gib"] + out["optimizer_gib"]
+                      + out["gathered_params_gib"])
+            alloc = np.maximum(out["allocated_gib"] * mem_factor, static + out["workspace_gib"])
+            out["calibration_gib"] = alloc - out["allocated_gib"]
+            out["allocated_gib"] = alloc
+            out["reserved_gib"] = alloc * (1.0 + self.constants.allocator_overhead)
+            out["allocator_gib"] = out["reserved_gib"] - alloc
+            out["nvidia_smi_gib"] = out["reserved_gib"] + self.constants.cuda_context_gib
+            out["memory_gib"] = out["nvidia_smi_gib"]
             out["fits"] = out["nvidia_smi_gib"] <= a["memory_bytes"] / 1024.0**3
             out.update(info)
         if with_max_batch:
@@ -90,7 +105,7 @@ class TuneplanEstimator:
             f"communication over ring collectives, {c.overlap_fraction:.0%} overlappable with backward.",
             "Memory: weights by storage, gradients, fp32 master and optimizer states (sharded as the "
             "sharding divides them), activations per layer, logits with their fp32 loss copy, "
-            f"CUDA context {c.cuda_context_gib} GiB and {c.allocator_overhead:.0%} allocator overhead.",
+            f"CUDA context {c.cuda_context_gib:.2f} GiB and {c.allocator_overhead:.0%} allocator overhead.",
         ]
         if self.calibration_name:
             base.append(f"Constants and a residual correction from calibration '{self.calibration_name}'.")

@@ -45,6 +45,10 @@ class Calibration:
         return LEARNERS[self.learner].from_payload(self.payload)
 
     def estimator(self):
+        if self.learner == "tuneplan":  # the estimate path: numpy only, no fitting code imported
+            from tuneplan.learn.residual import tuneplan_estimator_from_payload
+
+            return tuneplan_estimator_from_payload(self.payload, self.name or self.learner)
         return self.learner_object().estimator(self.name or self.learner)
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,7 +24,8 @@ from tuneplan.errors import TuneplanError
 from tuneplan.learn.dataset import arrays_for
 from tuneplan.learn.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
 from tuneplan.learn.measured import TrainingSet
-from tuneplan.learn.trees import export_hgb, predict_trees
+from tuneplan.learn.residual import Residual, TuneplanCorrection
+from tuneplan.learn.trees import export_hgb
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 
 MIN_ROWS = 8
@@ -57,58 +58,11 @@ def _log(x):
 
 
 # ---------------------------------------------------------------------------------------------
-class Residual:
-    """A boosted correction on log-residuals, shrunk toward 0 outside the training range."""
-
-    def __init__(self, model: dict, lo: list[float], hi: list[float]) -> None:
-        self.model = model
-        self.lo = np.asarray(lo, dtype=float)
-        self.hi = np.asarray(hi, dtype=float)
-
-    def __call__(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        raw = predict_trees(self.model, X)
-        span = np.maximum(self.hi - self.lo, 1e-9)
-        excess = (np.maximum(self.lo - X, 0.0) + np.maximum(X - self.hi, 0.0)) / span
-        weight = np.exp(-np.nansum(excess, axis=1) * 4.0)
-        return raw * weight, weight
-
-    def to_dict(self) -> dict:
-        return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist()}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Residual:
-        return cls(d["model"], d["lo"], d["hi"])
-
-
 def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> Residual:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     m = HistGradientBoostingRegressor(**HGB_PARAMS).fit(X, y)
     return Residual(export_hgb(m, list(names)), np.nanmin(X, axis=0).tolist(), np.nanmax(X, axis=0).tolist())
-
-
-class TuneplanCorrection:
-    """What TuneplanEstimator calls: throughput and memory factors from the residual models."""
-
-    def __init__(self, thr: Residual | None, mem: Residual | None) -> None:
-        self.thr = thr
-        self.mem = mem
-
-    def correct(self, a: dict, out: dict):
-        n = len(out["step_s"])
-        thr_f = np.ones(n)
-        mem_f = np.ones(n)
-        info: dict = {}
-        if self.thr is not None:
-            r, w = self.thr(feature_matrix(a, out, THROUGHPUT_FEATURES))
-            thr_f = np.exp(r)
-            info["residual_weight"] = w
-            info["extrapolated"] = w < 0.5
-        if self.mem is not None:
-            r, w = self.mem(feature_matrix(a, out, MEMORY_FEATURES))
-            mem_f = np.exp(r)
-            info["memory_residual_weight"] = w
-        return thr_f, mem_f, info
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +341,12 @@ class XiaLearner:
                 ds = "*"
             for key in (f"{c.model.name}|{c.gpu.name}|{ds}", f"{c.model.name}|{c.gpu.name}|*"):
                 groups.setdefault(key, []).append(i)
+        import warnings
+
+        from scipy.optimize import OptimizeWarning
+
         eq2: dict[str, tuple[float, float, float]] = {}
+        warnings.simplefilter("ignore", OptimizeWarning)
         for key, idx in sorted(groups.items()):
             cf = [ts.configs[i] for i in idx]
             b = np.array([c.job.micro_batch for c in cf], dtype=float)

@@ -25,28 +25,50 @@ def export_hgb(model, feature_names: list[str]) -> dict:
             "features": list(feature_names), "trees": trees}
 
 
-def predict_trees(model: dict, X: np.ndarray) -> np.ndarray:
-    """Sum of tree outputs plus the baseline, vectorised over rows (iterative descent)."""
-    X = np.asarray(X, dtype=float)
-    n = X.shape[0]
-    out = np.full(n, model["baseline"], dtype=float)
-    rows = np.arange(n)
-    for t in model["trees"]:
-        value = np.asarray(t["value"])
-        feature = np.asarray(t["feature"])
-        thr = np.asarray(t["threshold"])
-        miss = np.asarray(t["missing_left"], dtype=bool)
-        left = np.asarray(t["left"])
-        right = np.asarray(t["right"])
-        leaf = np.asarray(t["leaf"], dtype=bool)
-        node = np.zeros(n, dtype=int)
+class Forest:
+    """All trees stacked into flat node arrays, traversed together: one pass of depth steps."""
+
+    def __init__(self, model: dict) -> None:
+        self.baseline = float(model["baseline"])
+        value, feature, thr, miss, left, right, leaf, roots = [], [], [], [], [], [], [], []
+        off = 0
+        for t in model["trees"]:
+            n = len(t["value"])
+            roots.append(off)
+            value += t["value"]
+            feature += t["feature"]
+            thr += t["threshold"]
+            miss += t["missing_left"]
+            leaf += t["leaf"]
+            left += [x + off for x in t["left"]]
+            right += [x + off for x in t["right"]]
+            off += n
+        self.value = np.asarray(value, dtype=float)
+        self.feature = np.asarray(feature, dtype=int)
+        self.threshold = np.asarray(thr, dtype=float)
+        self.missing_left = np.asarray(miss, dtype=bool)
+        self.left = np.asarray(left, dtype=int)
+        self.right = np.asarray(right, dtype=int)
+        self.leaf = np.asarray(leaf, dtype=bool)
+        self.roots = np.asarray(roots, dtype=int)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=float)
+        n = X.shape[0]
+        if len(self.roots) == 0:
+            return np.full(n, self.baseline)
+        node = np.broadcast_to(self.roots, (n, len(self.roots))).copy()
+        rows = np.arange(n)[:, None]
         for _ in range(64):
-            active = ~leaf[node]
+            active = ~self.leaf[node]
             if not active.any():
                 break
-            f = feature[node]
-            x = X[rows, np.where(active, f, 0)]
-            go_left = np.where(np.isnan(x), miss[node], x <= thr[node])
-            node = np.where(active, np.where(go_left, left[node], right[node]), node)
-        out += value[node]
-    return out
+            x = X[rows, self.feature[node]]
+            go_left = np.where(np.isnan(x), self.missing_left[node], x <= self.threshold[node])
+            node = np.where(active, np.where(go_left, self.left[node], self.right[node]), node)
+        return self.baseline + self.value[node].sum(axis=1)
+
+
+def predict_trees(model: dict, X: np.ndarray) -> np.ndarray:
+    """Sum of tree outputs plus the baseline (builds a Forest; keep one for repeated use)."""
+    return Forest(model).predict(X)

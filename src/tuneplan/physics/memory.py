@@ -126,6 +126,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "allocated_gib": allocated / g,
         "reserved_gib": reserved / g,
         "nvidia_smi_gib": smi / g,
+        "calibration_gib": np.zeros_like(allocated),
+        "allocator_gib": (reserved - allocated) / g,
         "cuda_context_gib": np.full_like(allocated, c.cuda_context_gib),
         "capacity_gib": a["memory_bytes"] / g,
         "fits": smi <= a["memory_bytes"],

@@ -60,10 +60,13 @@ log = logging.getLogger("tuneplan.web")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES = 2 * 1024 * 1024
 """Largest request body accepted (a pasted config.json is a few KiB; 2 MiB leaves room)."""
-MAX_PLAN_CONFIGS = 2_000_000
-"""Most configurations one plan request may ask the planner to evaluate (about a few seconds of work)."""
+MAX_PLAN_CONFIGS = 100_000
+"""Most configurations one plan request may enumerate (GPU types x counts x methods x micro-batches x
+gradient accumulations x shardings x checkpointing): about 3 s and 200 MB on a 2-core machine (the
+planner's cost grows faster than linearly beyond: 300,000 took minutes and 2 GB). Every priced GPU x
+all seven methods x up to 8 GPUs is about 18,000; up to 1024 GPUs about 50,000."""
 ESTIMATORS = ("tuneplan", "kavier", "xia", "planner")
-OBJECTIVES = ("cheapest", "fastest", "balanced")
+OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
 DEFAULT_INTERVAL = 0.8
 """Interval coverage when a request gives none (the CLI's default)."""
 
@@ -77,6 +80,10 @@ NonNegInt = Annotated[int, Field(ge=0, le=10**12)]
 Name = Annotated[str, Field(min_length=1, max_length=300)]
 Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
 
+METHOD_FIELDS = ("lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
+                 "flash_attn", "moe_mode")
+WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "eval_every",
+               "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
 JOB_FIELDS = ("method", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
               "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
               "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
@@ -104,42 +111,58 @@ class ModelChoice(BaseModel):
         return self
 
 
-class JobFields(BaseModel):
-    """What is trained and how (JobSpec's fields; absent ones take tuneplan's defaults)."""
+class MethodOptions(BaseModel):
+    """Options of the method (JobSpec's fields; absent ones take tuneplan's defaults)."""
 
-    method: Method | None = Field(None, description="fine-tuning method (default lora)")
-    lora_rank: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    lora_rank: Annotated[int, Field(ge=1, le=65_536)] | None = Field(None, description="LoRA rank r (default 16)")
     lora_targets: Annotated[str, Field(min_length=1, max_length=400,
                                        pattern=r"^[A-Za-z0-9_,\- ]+$")] | None = Field(
         None, description="comma-separated modules (q,k,v,o,gate,up,down) or all-linear")
-    trainable_layers: Annotated[int, Field(ge=1, le=10_000)] | None = None
-    precision: Precision | None = None
-    quant: Quant | None = None
-    optimizer: Optimizer | None = None
-    grad_ckpt: bool | None = None
-    flash_attn: bool | None = None
-    moe_mode: Literal["sparse", "dense"] | None = None
-    nodes: Annotated[int, Field(ge=1, le=10_000)] | None = None
-    sharding: Sharding | None = None
-    tp: Degree | None = None
-    pp: Degree | None = None
-    cp: Degree | None = None
-    ep: Degree | None = None
-    micro_batch: Annotated[int, Field(ge=1, le=65_536)] | None = None
-    grad_accum: Annotated[int, Field(ge=1, le=65_536)] | None = None
-    examples: Annotated[Float, Field(gt=0, le=1e13)] | None = None
-    tokens_per_example: Annotated[Float, Field(gt=0, le=1e8)] | None = None
+    trainable_layers: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        None, description="freeze: last N blocks trained (default 2)")
+    precision: Precision | None = Field(None, description="compute precision (default bf16)")
+    quant: Quant | None = Field(None, description="base weight storage (default: as the method implies)")
+    optimizer: Optimizer | None = Field(None, description="default adamw")
+    flash_attn: bool | None = Field(None, description="FlashAttention / SDPA (default on)")
+    moe_mode: Literal["sparse", "dense"] | None = Field(None, description="MoE: top-k experts or all")
+
+
+class WorkFields(BaseModel):
+    """The work: dataset size, epochs, sequence length, evaluation and checkpoints."""
+
+    examples: Annotated[Float, Field(gt=0, le=1e13)] | None = Field(None, description="training examples")
+    tokens_per_example: Annotated[Float, Field(gt=0, le=1e8)] | None = Field(
+        None, description="mean tokens per example, after templating")
     tokens: Annotated[Float, Field(gt=0, le=1e16)] | None = Field(
         None, description="total tokens per epoch (instead of examples)")
-    epochs: Annotated[Float, Field(gt=0, le=1e5)] | None = None
-    seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
-    packing: bool | None = None
+    epochs: Annotated[Float, Field(gt=0, le=1e5)] | None = Field(None, description="default 1")
+    seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = Field(
+        None, description="padded/packed length (default: tokens per example)")
+    packing: bool | None = Field(None, description="pack examples into seq_len samples")
     eval_every: NonNegInt | None = None
     eval_examples: NonNegInt | None = None
     save_every: NonNegInt | None = None
     load_time_s: Annotated[Float, Field(ge=0, le=1e9)] | None = None
     disk_gbs: Annotated[Float, Field(gt=0, le=1e6)] | None = None
-    grid_gco2_kwh: Annotated[Float, Field(ge=0, le=1e5)] | None = None
+    grid_gco2_kwh: Annotated[Float, Field(ge=0, le=1e5)] | None = Field(
+        None, description="grid carbon intensity, g/kWh (default 480)")
+
+
+class JobFields(MethodOptions, WorkFields):
+    """What is trained and how, on how many GPUs, in what batches."""
+
+    method: Method | None = Field(None, description="fine-tuning method (default lora)")
+    grad_ckpt: bool | None = Field(None, description="gradient checkpointing (default off)")
+    nodes: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    sharding: Sharding | None = Field(None, description="default ddp")
+    tp: Degree | None = None
+    pp: Degree | None = None
+    cp: Degree | None = None
+    ep: Degree | None = None
+    micro_batch: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
+        None, description="samples per GPU per micro-step (default 4)")
+    grad_accum: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
+        None, description="gradient-accumulation steps (default 1)")
 
 
 class PriceFields(BaseModel):
@@ -178,26 +201,40 @@ class EstimateRequest(ModelChoice, JobFields, PriceFields):
         return self
 
 
-class PlanRequest(ModelChoice, PriceFields):
+PosIntList = list[Annotated[int, Field(ge=1, le=1_048_576)]]
+
+
+class PlanRequest(ModelChoice, MethodOptions, WorkFields, PriceFields):
     """`POST /api/plan`: the inputs of `tuneplan plan` (a search over GPU type x count x method x batch)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
         "model": "Qwen/Qwen2.5-7B", "gpus": ["A100-SXM4-80GB", "H100-SXM5-80GB"], "methods": ["lora", "qlora"],
         "max_gpus": 8, "examples": 10000, "tokens_per_example": 512, "epochs": 1, "objective": "cheapest"}]})
 
-    gpus: list[Name] | None = Field(None, max_length=64,
+    gpus: list[Name] | None = Field(None, max_length=256,
                                     description="GPU types to consider (default: every priced catalog GPU)")
-    methods: list[Method] | None = Field(None, max_length=len(METHODS),
-                                         description="methods to consider (default: the planner's)")
-    max_gpus: Annotated[int, Field(ge=1, le=4096)] = Field(8, description="largest GPU count tried")
-    examples: Annotated[Float, Field(gt=0, le=1e13)] | None = None
-    tokens_per_example: Annotated[Float, Field(gt=0, le=1e8)] | None = None
-    tokens: Annotated[Float, Field(gt=0, le=1e16)] | None = None
-    epochs: Annotated[Float, Field(gt=0, le=1e5)] | None = None
-    seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    methods: list[Method] | None = Field(None, max_length=64, description="methods (default full, lora, qlora)")
+    max_gpus: Annotated[int, Field(ge=1, le=1_048_576)] = Field(
+        8, description="largest GPU count (powers of two up to it)")
+    gpu_counts: PosIntList | None = Field(None, max_length=10_000,
+                                          description="GPU counts to try instead of powers of two")
+    gpus_per_node: Annotated[int, Field(ge=1, le=1024)] | None = Field(None, description="default 8")
+    micro_batches: PosIntList | None = Field(None, max_length=10_000,
+                                             description="micro-batches to try (default 1,2,4,...,64)")
+    global_batch: Annotated[int, Field(ge=1, le=1_048_576)] | None = Field(
+        None, description="samples per optimizer step kept by gradient accumulation (default 32)")
+    grad_accums: PosIntList | None = Field(None, max_length=10_000,
+                                           description="gradient accumulations to try instead of global_batch")
+    shardings: list[Sharding] | None = Field(None, max_length=64, description="default ddp, fsdp")
+    grad_ckpt: bool | None = Field(None, description="pin gradient checkpointing (default: try both)")
     deadline_h: Annotated[Float, Field(gt=0, le=1e6)] | None = Field(None, description="wall-clock limit, hours")
     budget_usd: Annotated[Float, Field(gt=0, le=1e12)] | None = Field(None, description="cost limit, $")
-    objective: Literal["cheapest", "fastest", "balanced"] = "cheapest"
+    objective: Literal["cheapest", "fastest", "energy", "balanced"] = "cheapest"
+    interval: Annotated[Float, Field(ge=0, lt=1)] | None = Field(
+        None, description="interval coverage (default 0.8; 0 for none)")
+    max_candidates: Annotated[int, Field(ge=1, le=5000)] = Field(
+        200, description="candidates returned, best first (all are searched; `points` has the best of "
+                         "each GPU type x count x method)")
 
 
 class ModelConfigRequest(BaseModel):
@@ -276,9 +313,15 @@ def jsonable(obj: Any) -> Any:
 
 
 def _looks_like_path(name: str) -> bool:
+    """A model name that would make the server read a file or folder (not served over the web)."""
     n = name.strip()
-    return (n.startswith(("/", "~", ".", "\\")) or "\\" in n or ".." in n or n.lower().endswith(".json")
-            or (len(n) > 1 and n[1] == ":"))
+    if (n.startswith(("/", "~", ".", "\\")) or "\\" in n or ".." in n or n.lower().endswith(".json")
+            or (len(n) > 1 and n[1] == ":")):
+        return True
+    try:
+        return Path(n).exists()
+    except (OSError, ValueError):
+        return True
 
 
 class _ConfigCache:
@@ -300,7 +343,8 @@ class _ConfigCache:
         try:
             spec = model_from_config(dict(config), name, "pasted config.json")
         except InputError as exc:
-            raise RequestError(["config_json"], _input_error_detail(exc)["msg"]) from None
+            d = _input_error_detail(exc)
+            raise RequestError(["config_json", *d["loc"][1:]], d["msg"]) from None
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError,
                 OverflowError) as exc:
             raise RequestError(["config_json"], f"cannot read this config.json: {type(exc).__name__}: {exc}"
@@ -398,23 +442,71 @@ def estimate_command(req: EstimateRequest) -> tuple[str, str]:
 def plan_command(req: PlanRequest) -> tuple[str, str]:
     """The `tuneplan plan ...` command line for a request."""
     args, note = _model_flags(req)
-    if req.gpus:
-        args += ["--gpus", ",".join(req.gpus)]
-    if req.methods:
-        args += ["--methods", ",".join(req.methods)]
-    args += ["--max-gpus", str(req.max_gpus)]
-    for name in ("examples", "tokens_per_example", "tokens", "epochs", "seq_len"):
+    for name in ("gpus", "methods", "gpu_counts", "micro_batches", "grad_accums", "shardings"):
+        v = getattr(req, name)
+        if v:
+            args += ["--" + name.replace("_", "-"), ",".join(str(x) for x in v)]
+    if req.max_gpus != 8:
+        args += ["--max-gpus", str(req.max_gpus)]
+    for name in ("gpus_per_node", "global_batch"):
         v = getattr(req, name)
         if v is not None:
-            args += ["--" + name.replace("_", "-"), _num_arg(v)]
+            args += ["--" + name.replace("_", "-"), str(v)]
+    if req.grad_ckpt is not None:
+        args.append("--grad-ckpt" if req.grad_ckpt else "--no-grad-ckpt")
     if req.deadline_h is not None:
         args += ["--deadline-h", _num_arg(req.deadline_h)]
     if req.budget_usd is not None:
-        args += ["--budget-usd", _num_arg(req.budget_usd)]
+        args += ["--budget", _num_arg(req.budget_usd)]
     if req.objective != "cheapest":
         args += ["--objective", req.objective]
+    if req.interval is not None and req.interval != DEFAULT_INTERVAL:
+        args += ["--interval", _num_arg(req.interval)]
+    args += _job_flags(req, WORK_FIELDS + METHOD_FIELDS)
     args += _price_flags(req)
     return shlex.join(["tuneplan", "plan", *args]), note
+
+
+def plan_kwargs(req: PlanRequest) -> dict[str, Any]:
+    """`tuneplan.plan.search.plan` keyword arguments for a request (the model apart)."""
+    kw: dict[str, Any] = {"max_gpus": req.max_gpus, "objective": req.objective,
+                          "interval": DEFAULT_INTERVAL if req.interval is None else (req.interval or None)}
+    for name, key in (("gpus", "gpus"), ("methods", "methods"), ("gpu_counts", "gpu_counts_"),
+                      ("micro_batches", "micro_batches"), ("grad_accums", "grad_accums"),
+                      ("shardings", "shardings")):
+        v = getattr(req, name)
+        if v:
+            kw[key] = list(v)
+    for name in ("gpus_per_node", "global_batch", "budget_usd", "provider", "rate", *WORK_FIELDS,
+                 *METHOD_FIELDS):
+        v = getattr(req, name)
+        if v is not None:
+            kw[name] = v
+    if req.grad_ckpt is not None:
+        kw["grad_ckpt"] = (req.grad_ckpt,)
+    if req.deadline_h is not None:
+        kw["deadline_s"] = req.deadline_h * 3600.0
+    if req.rate is not None:
+        kw.pop("provider", None)
+    return kw
+
+
+def plan_space_size(req: PlanRequest) -> int:
+    """How many configurations the planner would enumerate for a request (before it drops the invalid
+    ones): GPU types x counts x methods x micro-batches x gradient accumulations x shardings x
+    checkpointing, as `tuneplan.plan.space.enumerate_grid` lays them out."""
+    from tuneplan.plan.search import DEFAULT_METHODS, default_gpus
+    from tuneplan.plan.space import DEFAULT_MICRO_BATCHES, DEFAULT_SHARDINGS, GPUS_PER_NODE, gpu_counts
+
+    n_types = len(set(req.gpus)) if req.gpus else len(default_gpus())
+    n_counts = (len(set(req.gpu_counts)) if req.gpu_counts
+                else len(gpu_counts(req.max_gpus, req.gpus_per_node or GPUS_PER_NODE)))
+    n_methods = len(set(req.methods)) if req.methods else len(DEFAULT_METHODS)
+    n_mb = len(set(req.micro_batches)) if req.micro_batches else len(DEFAULT_MICRO_BATCHES)
+    n_ga = len(set(req.grad_accums)) if req.grad_accums else 1
+    n_shard = len(set(req.shardings)) if req.shardings else len(DEFAULT_SHARDINGS)
+    n_ck = 1 if req.grad_ckpt is not None else 2
+    return n_types * n_counts * n_methods * n_mb * n_ga * n_shard * n_ck
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -478,6 +570,12 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
     async def on_tuneplan_error(request: Request, exc: TuneplanError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": [{"loc": ["body"], "msg": str(exc),
                                                                   "type": "value_error"}]})
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s", request.url.path)
+        return JSONResponse(status_code=500, content={"detail": [{
+            "loc": [], "msg": f"internal error ({type(exc).__name__}): please report it", "type": "internal"}]})
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
@@ -576,15 +674,18 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
         plan = _plan_fn()
         if plan is None:
             raise RequestError([], "the planner is not installed in this version", kind="unavailable")
-        spec = model_spec(req)
-        kwargs = _plan_kwargs(req)
-        size = _plan_space_size(req)
+        size = plan_space_size(req)
         if size > MAX_PLAN_CONFIGS:
-            raise RequestError(["max_gpus"], f"this search would evaluate about {size:,.0f} configurations "
-                                             f"(limit {MAX_PLAN_CONFIGS:,}): choose fewer GPU types, methods "
-                                             "or a smaller max_gpus", kind="too_large")
-        res = _compute(lambda: plan(spec, **kwargs))
-        out = jsonable(res.to_dict() if hasattr(res, "to_dict") else res)
+            raise RequestError([], f"this search would enumerate {size:,} configurations, over the limit of "
+                                   f"{MAX_PLAN_CONFIGS:,}: choose fewer GPU types, methods, GPU counts, "
+                                   "micro-batches or gradient accumulations", kind="search_too_large",
+                               configurations=size, limit=MAX_PLAN_CONFIGS)
+        spec = model_spec(req)
+        kwargs = plan_kwargs(req)
+        res = _compute(lambda: plan(spec, **kwargs), rename={"gpu": "gpus"})
+        out = jsonable(res.to_dict(max_candidates=req.max_candidates))
+        out["n_candidates"] = int(len(res.candidates))
+        out["points"] = _plan_points(res)
         out["model_info"] = jsonable(_model_summary(spec))
         out["command"], out["command_note"] = plan_command(req)
         return out
@@ -592,10 +693,18 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
     return app
 
 
-def _compute(fn: Callable[[], Any]) -> Any:
-    """Run an estimate / a plan; arithmetic that an absurd (but well-typed) input breaks is a 422."""
+def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None) -> Any:
+    """Run an estimate / a plan; arithmetic that an absurd (but well-typed) input breaks is a 422.
+    `rename`: body field names for InputError fields that differ (the planner's `gpu` is `gpus`)."""
     try:
         return fn()
+    except InputError as exc:
+        d = _input_error_detail(exc)
+        field = d["loc"][1] if len(d["loc"]) > 1 else ""
+        if rename and field in rename:
+            extra = {k: v for k, v in d.items() if k not in ("loc", "msg", "type")}
+            raise RequestError([rename[field]], d["msg"], d["type"], **extra) from None
+        raise
     except (TuneplanError, RequestError):
         raise
     except (ZeroDivisionError, OverflowError, FloatingPointError, ValueError, MemoryError) as exc:
@@ -611,30 +720,20 @@ def _plan_fn() -> Callable[..., Any] | None:
     return plan
 
 
-def _plan_kwargs(req: PlanRequest) -> dict[str, Any]:
-    kw: dict[str, Any] = {"max_gpus": req.max_gpus, "objective": req.objective}
-    if req.gpus:
-        kw["gpus"] = list(req.gpus)
-    if req.methods:
-        kw["methods"] = list(req.methods)
-    for name in ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "budget_usd", "provider",
-                 "rate"):
-        v = getattr(req, name)
-        if v is not None:
-            kw[name] = v
-    if req.deadline_h is not None:
-        kw["deadline_s"] = req.deadline_h * 3600.0
-    return kw
+def _plan_points(res: Any) -> list[dict[str, Any]]:
+    """The best candidate (for the objective) of each GPU type x count x method, plus every Pareto
+    candidate: what the page's chart and table show (all candidates can be tens of thousands)."""
+    from tuneplan.plan.search import records
 
+    df = res.candidates
+    if not len(df):
+        return []
+    best = df.drop_duplicates(subset=["gpu", "gpus", "method"], keep="first")
+    front = df[df["pareto"]]
+    import pandas as pd
 
-def _plan_space_size(req: PlanRequest) -> float:
-    """An upper bound on the configurations a plan request would evaluate."""
-    n_gpu_types = len(req.gpus) if req.gpus else 32
-    n_methods = len(req.methods) if req.methods else len(METHODS)
-    counts = req.max_gpus  # every count up to max_gpus, at worst
-    micro_batches = 16  # powers of two up to 32k
-    layouts = 8  # shardings x tp/pp splits the planner may try
-    return float(n_gpu_types * n_methods * counts * micro_batches * layouts)
+    both = pd.concat([best, front[~front.index.isin(best.index)]])
+    return jsonable(records(both))
 
 
 def _warm() -> None:
@@ -645,6 +744,10 @@ def _warm() -> None:
 
         list_models()
         gpu = next(iter(gpu_catalog()))
-        estimate(next(iter(model_catalog())), gpu, examples=100, tokens_per_example=128)
+        model = next(iter(model_catalog()))
+        estimate(model, gpu, examples=100, tokens_per_example=128)
+        plan = _plan_fn()
+        if plan is not None:
+            plan(model, gpus=[gpu], methods=["lora"], max_gpus=2, examples=100, tokens_per_example=128, rate=1.0)
     except Exception as exc:  # noqa: BLE001 - warm-up is best effort; requests report their own errors
         log.warning("warm-up failed: %s", exc)

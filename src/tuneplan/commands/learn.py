@@ -1,0 +1,116 @@
+"""`tuneplan calibrate` and `tuneplan validate`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub) -> None:
+    c = sub.add_parser("calibrate", help="fit a calibration on measured runs",
+                       description="Fit a learner on all the rows given (from the uncalibrated physics) and "
+                                   "write a versioned calibration file with its training data's fingerprint.")
+    c.add_argument("--runs", nargs="+", required=True, help="runs files (CSV/Parquet) or folders of them")
+    c.add_argument("--out", required=True, help="calibration file to write (.json)")
+    c.add_argument("--learner", default="tuneplan", help="tuneplan (default), kavier, xia, slst")
+    c.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
+    c.set_defaults(func=run_calibrate)
+    v = sub.add_parser("validate", help="fit on a training split, report errors on held-out runs",
+                       description="Fit every learner on the training part and report on the held-out part, "
+                                   "side by side with the uncalibrated estimators.")
+    v.add_argument("--runs", nargs="+", help="runs files (default: the shared reference runs)")
+    v.add_argument("--split", default="random", help="random (default), by-source, by-model, by-gpu")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--interval", type=float, default=0.8, help="nominal interval coverage (default 0.8)")
+    v.add_argument("--learners", default="tuneplan,kavier,xia,slst", help="comma-separated learners to fit")
+    v.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    v.add_argument("--plot", help="parity plot (predicted vs measured, log axes), PNG or SVG")
+    v.add_argument("--by-source", action="store_true", help="print every source's rows, not only ALL")
+    v.add_argument("--strict", action="store_true")
+    v.set_defaults(func=run_validate)
+
+
+def _read(paths, strict):
+    from tuneplan.runs import read_runs
+
+    table = read_runs(paths, strict=strict)
+    for p in table.problems:
+        print(f"warning: {p}", file=sys.stderr)
+    return table
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from tuneplan.learn.calibration import fit_calibration
+    from tuneplan.learn.learners import NotEnoughData
+
+    table = _read(args.runs, args.strict)
+    try:
+        cal, messages = fit_calibration(table.df, args.learner, name=args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+    except NotEnoughData as exc:
+        print(f"tuneplan calibrate: {exc}. Nothing written: estimates keep using the physics "
+              "(or the shipped default).", file=sys.stderr)
+        return 1
+    for m in messages:
+        print(m, file=sys.stderr)
+    cal.save(args.out)
+    n = cal.n_rows
+    print(f"wrote {args.out}: learner {cal.learner}, {n['throughput']} throughput rows, {n['memory']} memory rows, "
+          f"{n['oom']} OOM rows from {len(cal.sources)} sources; fingerprint {cal.fingerprint[:12]}")
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from tuneplan.errors import InputError
+    from tuneplan.learn.learners import LEARNERS
+    from tuneplan.learn.validate import SPLITS, validate
+    from tuneplan.runs import load_reference_runs
+
+    if args.split not in SPLITS:
+        raise InputError("split", f"unknown split '{args.split}'", SPLITS)
+    learners = tuple(x.strip() for x in args.learners.split(",") if x.strip())
+    for name in learners:
+        if name not in LEARNERS:
+            raise InputError("learners", f"unknown learner '{name}'", sorted(LEARNERS))
+    if not 0 < args.interval < 1:
+        raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
+    table = _read(args.runs, args.strict) if args.runs else load_reference_runs()
+    console = Console(stderr=True)
+    with console.status("validating") as status:
+        report = validate(table.df, args.split, args.seed, learners, args.interval,
+                          progress=lambda name: status.update(f"fold {name}"))
+    if args.plot:
+        from tuneplan.report.parity import parity_plot
+
+        parity_plot(report, args.plot)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0
+    m = report.metrics()
+    if not args.by_source:
+        m = m[m["source"] == "ALL"]
+    t = Table(title=f"held-out errors, split {args.split} (seed {args.seed})", title_justify="left")
+    for col in ("estimator", "source", "n thr", "MdAPE thr", "MAPE thr", "<=10%", "<=25%", "n mem", "MdAPE mem",
+                "fit/OOM right"):
+        t.add_column(col, justify="left" if col in ("estimator", "source") else "right")
+
+    def pct(v):
+        return "-" if v != v else f"{100 * v:.1f}%"
+
+    for r in m.sort_values(["source", "throughput_mdape"]).to_dict("records"):
+        t.add_row(r["estimator"], r["source"], str(r["n_throughput"]), pct(r["throughput_mdape"]),
+                  pct(r["throughput_mape"]), pct(r["within_10"]), pct(r["within_25"]), str(r["n_memory"]),
+                  pct(r["memory_mdape"]), pct(r["fit_accuracy"]) + (f" of {r['n_fit']}" if r["n_fit"] else ""))
+    out = Console()
+    out.print(t)
+    for k, v in report.coverage.items():
+        out.print(f"interval coverage of {k}: {100 * v:.1f}% of held-out rows inside the {100 * args.interval:.0f}% "
+                  "interval")
+    for msg in report.messages:
+        out.print(f"note: {msg}")
+    if args.plot:
+        out.print(f"parity plot written to {args.plot}")
+    return 0

@@ -1,0 +1,358 @@
+"""`tuneplan plan` (search GPU type x count x method x batch and recommend one) and `tuneplan curve`
+(throughput and memory versus micro-batch).
+
+Exit codes of `plan`: 0 with a recommendation; 1 when the question is valid but nothing meets the
+constraints (the message names the constraint that rules everything out and the closest
+configuration; `--runs`: when any job has no plan); 2 for bad input (unknown GPU, provider or model
+names, malformed values: one line with the close matches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tuneplan.commands.common import (
+    add_gpu_args,
+    add_job_args,
+    job_kwargs,
+    nonneg_float,
+    positive_float,
+    positive_int,
+)
+from tuneplan.specs.job import METHODS, OPTIMIZERS, PRECISIONS, SHARDINGS
+
+OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
+    if not out or any(v < 1 for v in out):
+        raise argparse.ArgumentTypeError(f"'{text}': give positive integers, e.g. 1,2,4,8")
+    return out
+
+
+def _str_list(text: str) -> list[str]:
+    out = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return out
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "plan", help="search GPU type x count x method x batch: cheapest, fastest, deadline",
+        description="Search the configurations you could choose (GPU type x count x nodes x method x "
+                    "micro-batch x gradient accumulation x sharding x checkpointing), keep those that fit "
+                    "in memory, and recommend one: the cheapest that meets the deadline by default. "
+                    "Exit code 1 when nothing meets the constraints, 2 for bad input.")
+    p.add_argument("--model", help="catalog name or Hugging Face id, or a config.json (or folder)")
+    s = p.add_argument_group("search")
+    s.add_argument("--gpus", type=_str_list, help="GPU types, comma-separated (default: every GPU the price "
+                   "file prices), e.g. A100-SXM4-80GB,H100-SXM5-80GB,L40S-48GB")
+    s.add_argument("--methods", type=_str_list, help=f"methods, comma-separated (default full,lora,qlora; "
+                   f"any of {','.join(METHODS)})")
+    s.add_argument("--method", dest="methods", type=_str_list, help=argparse.SUPPRESS)
+    s.add_argument("--max-gpus", type=positive_int, default=8, help="largest GPU count (powers of two up to it; "
+                   "default 8)")
+    s.add_argument("--gpu-counts", type=_int_list, help="GPU counts to try instead of powers of two")
+    s.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)")
+    s.add_argument("--micro-batches", type=_int_list, help="micro-batches to try (default 1,2,4,...,64)")
+    s.add_argument("--micro-batch", type=positive_int, help="pin the micro-batch")
+    s.add_argument("--global-batch", type=positive_int, help="samples per optimizer step kept by gradient "
+                   "accumulation (default 32)")
+    s.add_argument("--grad-accums", type=_int_list, help="gradient-accumulation steps to try instead of "
+                   "keeping --global-batch")
+    s.add_argument("--grad-accum", type=positive_int, help="pin the gradient accumulation")
+    s.add_argument("--shardings", type=_str_list, help=f"shardings for >1 GPU (default ddp,fsdp; any of "
+                   f"{','.join(SHARDINGS)})")
+    s.add_argument("--sharding", choices=SHARDINGS, help="pin the sharding")
+    s.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
+                   help="pin gradient checkpointing on/off (default: try both)")
+    q = p.add_argument_group("the question")
+    q.add_argument("--deadline", help="wall-clock limit: 12h, 90min, 1h30m, 2d (a bare number is hours)")
+    q.add_argument("--deadline-h", type=positive_float, help="wall-clock limit in hours")
+    q.add_argument("--budget", "--budget-usd", dest="budget", help="cost limit in $ (e.g. 400)")
+    q.add_argument("--objective", choices=OBJECTIVES, default="cheapest",
+                   help="cheapest (default), fastest, energy, or balanced (smallest time x cost)")
+    w = p.add_argument_group("work")
+    w.add_argument("--examples", type=positive_float, help="training examples")
+    w.add_argument("--tokens-per-example", type=positive_float, help="mean tokens per example")
+    w.add_argument("--tokens", type=positive_float, help="total tokens per epoch (instead of examples)")
+    w.add_argument("--epochs", type=positive_float, help="default 1")
+    w.add_argument("--seq-len", type=positive_int, help="padded/packed length (default: tokens per example)")
+    w.add_argument("--packing", action="store_true", default=None, help="pack examples into seq-len samples")
+    w.add_argument("--eval-every", type=int, help="optimizer steps between evaluations")
+    w.add_argument("--eval-examples", type=int, help="examples per evaluation")
+    w.add_argument("--save-every", type=int, help="optimizer steps between checkpoint saves")
+    w.add_argument("--load-time-s", type=nonneg_float, help="model load time, s (default weights / disk)")
+    w.add_argument("--disk-gbs", type=positive_float, help="disk bandwidth, GB/s (default 2)")
+    m = p.add_argument_group("method options")
+    m.add_argument("--lora-rank", type=positive_int, help="LoRA rank r (default 16)")
+    m.add_argument("--lora-targets", help="comma-separated modules or all-linear (default)")
+    m.add_argument("--trainable-layers", type=positive_int, help="freeze: last N blocks trained (default 2)")
+    m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
+    m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
+    m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
+    m.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None,
+                   help="FlashAttention (default on)")
+    m.add_argument("--moe-mode", choices=("sparse", "dense"), help="MoE: top-k experts (default) or all")
+    c = p.add_argument_group("money and energy")
+    c.add_argument("--rate", type=nonneg_float, help="$ per GPU-hour for every GPU type (overrides prices)")
+    c.add_argument("--provider", help="take prices from this provider (default: cheapest on-demand per GPU)")
+    c.add_argument("--prices", help="price file (YAML or CSV) instead of the shipped one")
+    c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh, "
+                   "world average)")
+    o = p.add_argument_group("output")
+    o.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
+    o.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
+    o.add_argument("--json", action="store_true", help="print one JSON object")
+    o.add_argument("--top", type=positive_int, help="candidates shown (default 10; --json: all)")
+    o.add_argument("--plot", help="write the time-versus-cost plot (PNG or SVG)")
+    o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV")
+    o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see docs/plan.md)")
+    p.set_defaults(func=run_plan)
+
+    cv = sub.add_parser(
+        "curve", help="throughput and memory versus micro-batch, as a plot",
+        description="Throughput (tokens/s) and memory per GPU versus micro-batch for one model, GPU and job, "
+                    "the largest micro-batch that fits marked; measured runs overlaid with --runs.")
+    cv.add_argument("--model", help="catalog name or Hugging Face id, or a config.json (or folder)")
+    cv.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
+    cv.add_argument("--max-micro-batch", type=positive_int, help="sweep 1..N (default: twice the largest "
+                    "that fits, at least 8)")
+    cv.add_argument("--runs", help="runs file (or folder) with measured runs to overlay")
+    cv.add_argument("--plot", help="write the plot (PNG or SVG)")
+    cv.add_argument("--json", action="store_true", help="print one JSON object")
+    add_gpu_args(cv)
+    add_job_args(cv)
+    cv.set_defaults(func=run_curve)
+
+
+# --- plan ---------------------------------------------------------------------------------------
+
+def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`plan(...)` keyword arguments from the flags (model excluded)."""
+    from tuneplan.errors import InputError
+    from tuneplan.plan.units import parse_duration, parse_money
+
+    if not (args.interval == 0 or 0 < args.interval < 1):
+        raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
+    if args.deadline is not None and args.deadline_h is not None:
+        raise InputError("deadline", "give --deadline or --deadline-h, not both")
+    kw: dict[str, Any] = {
+        "gpus": args.gpus, "methods": args.methods, "max_gpus": args.max_gpus, "objective": args.objective,
+        "provider": args.provider, "prices": args.prices, "rate": args.rate, "calibration": args.calibration,
+        "interval": args.interval or None, "gpus_per_node": args.gpus_per_node,
+        "micro_batches": args.micro_batches, "grad_accums": args.grad_accums, "global_batch": args.global_batch,
+        "shardings": args.shardings, "gpu_counts_": args.gpu_counts, "grid_gco2_kwh": args.grid_gco2_kwh,
+    }
+    if args.deadline is not None:
+        kw["deadline_s"] = parse_duration(args.deadline)
+    elif args.deadline_h is not None:
+        kw["deadline_s"] = args.deadline_h * 3600.0
+    if args.budget is not None:
+        kw["budget_usd"] = parse_money(args.budget)
+    if args.grad_ckpt is not None:
+        kw["grad_ckpt"] = (args.grad_ckpt,)
+    for name in ("examples", "tokens_per_example", "epochs"):
+        kw[name] = getattr(args, name)
+    for name in ("tokens", "seq_len", "packing", "eval_every", "eval_examples", "save_every", "load_time_s",
+                 "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
+                 "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding"):
+        v = getattr(args, name)
+        if v is not None:
+            kw[name] = v
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from tuneplan.errors import InputError
+
+    kw = plan_kwargs(args)
+    if args.runs:
+        return _run_workload(args, kw)
+    if not args.model:
+        raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path), "
+                         "or --runs FILE.csv with a model column")
+    from tuneplan.plan.search import plan
+
+    res = plan(args.model, **kw)
+    if args.plot:
+        from tuneplan.report.plots import plot_plan
+
+        plot_plan(res, args.plot)
+    if args.out:
+        _write_candidates(res, args.out)
+    if args.json:
+        json.dump(res.to_dict(max_candidates=args.top), sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print_plan(res, top=args.top or 10)
+        if args.plot:
+            print(f"plot written to {args.plot}")
+        if args.out:
+            print(f"candidates written to {args.out}")
+    if not res.ok:
+        if args.json:
+            print(f"tuneplan plan: {res.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_candidates(res, path: str) -> None:
+    from pathlib import Path
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    res.candidates.to_csv(p, index=False, lineterminator="\n")
+
+
+def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
+    from tuneplan.plan.batch import plan_workload
+
+    if args.model:
+        kw["model"] = args.model
+    if args.plot:
+        from tuneplan.errors import InputError
+
+        raise InputError("plot", "draws one plan: leave it out with --runs")
+
+    def show(r: dict) -> None:
+        if args.json:
+            return
+        if r["status"] == "planned":
+            print(f"{r['id']}: {r['model']}: {r['gpus']} x {r['gpu']} {r['method']}, "
+                  f"{_money(r.get('cost_usd'))} in {_hours(r['time_s'])}")
+        else:
+            print(f"{r['id']}: {r.get('model', '')}: {r['status']}: {r['message']}",
+                  file=sys.stderr if r["status"] == "error" else sys.stdout)
+
+    rows = plan_workload(args.runs, kw, out=args.out, on_row=show)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2, default=str)
+        print()
+    elif args.out:
+        print(f"{len(rows)} plan(s) written to {args.out}")
+    statuses = {r["status"] for r in rows}
+    return 2 if "error" in statuses else 1 if "no-plan" in statuses else 0
+
+
+def _hours(s: float | None) -> str:
+    from tuneplan.plan.units import hours
+
+    return "-" if s is None else hours(s)
+
+
+def _money(v: float | None) -> str:
+    from tuneplan.plan.units import money
+
+    return money(v)
+
+
+def _interval_text(r: dict) -> str:
+    lo, hi = r.get("time_low_s"), r.get("time_high_s")
+    if lo is None or hi is None:
+        return "no interval"
+    return f"{_hours(lo)} - {_hours(hi)}"
+
+
+def print_plan(res, top: int = 10) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    wl = res.workload
+    work = f"{wl.samples_per_epoch:,.0f} samples x {wl.seq_len} tokens x {wl.epochs:g} epoch(s)"
+    con.print(f"[bold]Plan for {res.model}[/bold]: {work}")
+    cons = []
+    if res.deadline_s is not None:
+        cons.append(f"deadline {_hours(res.deadline_s)}")
+    if res.budget_usd is not None:
+        cons.append(f"budget {_money(res.budget_usd)}")
+    con.print(f"Searched {res.n_evaluated:,} configurations ({len(res.gpus)} GPU type(s) x {len(res.methods)} "
+              f"method(s) x counts {res.space['gpu_counts']} x micro-batch x sharding x checkpointing) in "
+              f"{res.seconds:.2f} s: {res.n_fit:,} fit in memory, {res.n_eligible:,} meet the constraints "
+              f"({', '.join(cons) or 'none'}); objective: {res.objective}.")
+    if res.ok:
+        r = res.recommended
+        con.print(f"\n[bold green]Recommended:[/bold green] {r['description']}")
+        con.print(f"  time {_hours(r['time_s'])} ({_interval_text(r)}), cost {_money(r['cost_usd'])} "
+                  f"at {_money(r['rate_usd_per_gpu_hour'])}/GPU-h, energy {r['energy_kwh']:.1f} kWh "
+                  f"({r['co2_kg']:.1f} kg CO2), {r['tokens_per_s']:,.0f} tokens/s, "
+                  f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU")
+        con.print(f"[bold]Why:[/bold] {res.why}")
+    else:
+        con.print(f"\n[bold red]No plan:[/bold red] {res.message}")
+
+    def table(title: str, df) -> Table:
+        t = Table(title=title, title_justify="left", header_style="bold")
+        for col, just in (("GPUs", "right"), ("GPU", "left"), ("method", "left"), ("mb x ga", "right"),
+                          ("sharding", "left"), ("ckpt", "center"), ("time", "right"), ("cost", "right"),
+                          ("kWh", "right"), ("tokens/s", "right"), ("GiB/GPU", "right"), ("ok", "center")):
+            t.add_column(col, justify=just)
+        for row in df.to_dict("records"):
+            t.add_row(str(row["gpus"]), row["gpu"], row["method"], f"{row['micro_batch']} x {row['grad_accum']}",
+                      row["sharding"], "on" if row["grad_ckpt"] else "off", _hours(row["time_s"]),
+                      _money(row["cost_usd"]), f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}",
+                      f"{row['memory_per_gpu_gib']:.1f}", "yes" if row["eligible"] else "no")
+        return t
+
+    if len(res.pareto):
+        con.print(table("Pareto front of cost versus time (fastest first)", res.pareto.head(max(top, 12))))
+    if len(res.candidates):
+        con.print(table(f"Top {min(top, len(res.candidates))} of {len(res.candidates):,} (best first for "
+                        f"'{res.objective}'; ok: meets the constraints)", res.candidates.head(top)))
+    if res.infeasible:
+        con.print("[bold]Not feasible:[/bold]")
+        for x in res.infeasible:
+            con.print(f"  - {x['choice']}: {x['reason']}")
+    con.print("[dim]Prices: " + "; ".join(f"{g}: {p['source']}" for g, p in res.prices.items()) + "[/dim]")
+    for n in res.notes:
+        con.print(f"[dim]{n}[/dim]")
+
+
+# --- curve --------------------------------------------------------------------------------------
+
+def run_curve(args: argparse.Namespace) -> int:
+    from tuneplan.errors import InputError
+
+    if not args.model:
+        raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path)")
+    from tuneplan.plan.curve import curve
+
+    res = curve(args.model, args.gpu, max_micro_batch=args.max_micro_batch, runs=args.runs,
+                calibration=args.calibration, gpu_file=args.gpu_file, peak_tflops=args.peak_tflops,
+                memory_gib=args.memory_gib, bandwidth_gbs=args.bandwidth_gbs, **job_kwargs(args))
+    if args.plot:
+        from tuneplan.report.plots import plot_curve
+
+        plot_curve(res, args.plot)
+    if args.json:
+        json.dump(res.to_dict(), sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title=f"{res.model} · {res.method} · {res.gpus} x {res.gpu} · seq_len {res.seq_len}",
+              title_justify="left", header_style="bold")
+    for col in ("micro-batch", "tokens/s", "step", "memory/GPU", "fits"):
+        t.add_column(col, justify="right")
+    for r in res.points.to_dict("records"):
+        mark = " <- largest that fits" if r["micro_batch"] == res.max_micro_batch else ""
+        t.add_row(str(r["micro_batch"]), f"{r['tokens_per_s']:,.0f}", f"{r['step_s']:.3f} s",
+                  f"{r['memory_per_gpu_gib']:.1f} GiB", ("yes" if r["fits"] else "no") + mark)
+    con.print(t)
+    con.print(f"largest micro-batch that fits: {res.max_micro_batch} ({res.memory_capacity_gib:g} GiB per GPU)")
+    for n in res.notes:
+        con.print(f"[dim]{n}[/dim]")
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0
