@@ -1,0 +1,126 @@
+"""How fast the planner searches, and how fast the vectorised estimator evaluates configurations.
+
+    python benchmarks/plan_speed.py            # the figures quoted in docs/plan.md
+
+1. `tuneplan.plan(...)` over >= 100,000 candidates: 12 GPU types x 8 GPU counts (1..128) x 7 methods
+   x 7 micro-batches x 4 gradient accumulations x 3 shardings x checkpointing on/off (less the
+   duplicate shardings on one GPU) — enumeration, the estimator, run totals, constraints, Pareto front,
+   ranking and the result table, end to end (warm: imports and catalogs loaded by a first call).
+2. `TuneplanEstimator().predict_arrays(a)` (the uncalibrated physics) on 1,000,000 configurations
+   (the arrays of the grid above, tiled): configurations per second.
+3. The shipped calibration's estimator (physics + boosted residual trees), as `tuneplan.estimate`
+   runs it (the trees' own `Forest.predict`, on 5,000 configurations) and as the planner runs it
+   (`plan.fastforest`, on the 103,488 distinct configurations of the grid).
+Best of `--repeat` runs each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+
+GPUS = ["A100-SXM4-80GB", "A100-SXM4-40GB", "H100-SXM5-80GB", "H100-PCIe-80GB", "H200-SXM-141GB", "B200-180GB",
+        "L40S-48GB", "L4-24GB", "A10G-24GB", "RTX4090-24GB", "MI300X-192GB", "V100-SXM2-32GB"]
+METHODS = ["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"]
+SEARCH = dict(gpus=GPUS, methods=METHODS, max_gpus=128, micro_batches=(1, 2, 4, 8, 16, 32, 64),
+              grad_accums=(1, 2, 4, 8), shardings=("ddp", "zero2", "fsdp"), grad_ckpt=(False, True),
+              examples=50_000, tokens_per_example=800, epochs=3, deadline_s=12 * 3600, budget_usd=400)
+MODEL = "meta-llama/Llama-3.1-8B"
+
+
+def best_of(fn, repeat: int) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def bench_plan(repeat: int) -> dict:
+    from tuneplan.plan.search import plan
+
+    plan(MODEL, **SEARCH)  # warm-up: imports, catalogs, prices
+    secs, res = best_of(lambda: plan(MODEL, **SEARCH), repeat)
+    return {"candidates": res.n_evaluated, "fit": res.n_fit, "seconds": secs, "per_s": res.n_evaluated / secs,
+            "recommended": res.recommended["description"] if res.recommended else res.message}
+
+
+def grid_arrays(n_target: int) -> dict[str, np.ndarray]:
+    """The physics arrays of the search above, tiled to n_target configurations."""
+    from tuneplan.api import resolve_gpu_arg, resolve_model_arg
+    from tuneplan.plan.space import Space, build_arrays, enumerate_grid, gpu_counts
+    from tuneplan.specs.job import make_job
+    from tuneplan.workload import workload
+
+    model = resolve_model_arg(MODEL)
+    gpus = [resolve_gpu_arg(g) for g in GPUS]
+    jobs = [make_job(method=m, examples=50_000, tokens_per_example=800) for m in METHODS]
+    space = Space(gpu_counts=tuple(gpu_counts(128)), micro_batches=SEARCH["micro_batches"],
+                  shardings=SEARCH["shardings"], grad_accums=SEARCH["grad_accums"], global_batch=None)
+    grid = enumerate_grid(len(gpus), len(jobs), space)
+    a, _ = build_arrays(model, gpus, jobs, grid, workload(jobs[0]).seq_len)
+    reps = -(-n_target // len(grid))
+    out = {}
+    for k, v in a.items():
+        if v.strides == (0,):  # a broadcast constant
+            out[k] = np.broadcast_to(v[:1], (n_target,))
+        else:
+            out[k] = np.tile(v, reps)[:n_target]
+    return out
+
+
+def bench_estimator(n: int, repeat: int) -> dict:
+    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+
+    a = grid_arrays(n)
+    est = TuneplanEstimator()
+    est.predict_arrays({k: v[:1000] for k, v in a.items()})  # warm-up
+    secs, out = best_of(lambda: est.predict_arrays(a), repeat)
+    assert len(out["step_s"]) == n
+    return {"configurations": n, "seconds": secs, "per_s": n / secs}
+
+
+def bench_calibrated(repeat: int) -> dict:
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan.fastforest import accelerated
+
+    est = get_estimator("tuneplan")
+    if getattr(est, "residual", None) is None:
+        return {}
+    a = grid_arrays(103_488)
+    small = {k: v[:5000] for k, v in a.items()}
+    est.predict_arrays({k: v[:100] for k, v in a.items()})
+    t_orig, _ = best_of(lambda: est.predict_arrays(small), 1)
+    fast = accelerated(est)
+    fast.predict_arrays(a)  # builds the lookup tables once
+    t_fast, _ = best_of(lambda: fast.predict_arrays(a), repeat)
+    return {"orig_per_s": 5000 / t_orig, "fast_per_s": len(a["micro_batch"]) / t_fast, "fast_s": t_fast}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--estimator-n", type=int, default=1_000_000)
+    args = ap.parse_args(argv)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU(s), "
+          f"Python {platform.python_version()}, numpy {np.__version__}")
+    p = bench_plan(args.repeat)
+    print(f"plan: {p['candidates']:,} candidates ({p['fit']:,} fit) in {p['seconds']:.3f} s "
+          f"= {p['per_s']:,.0f} candidates/s; recommended: {p['recommended']}")
+    e = bench_estimator(args.estimator_n, args.repeat)
+    print(f"estimator: {e['configurations']:,} configurations in {e['seconds']:.3f} s "
+          f"= {e['per_s']:,.0f} configurations/s (uncalibrated physics)")
+    c = bench_calibrated(args.repeat)
+    if c:
+        print(f"calibrated estimator: {c['orig_per_s']:,.0f} configurations/s with the trees' own predict; "
+              f"{c['fast_per_s']:,.0f} configurations/s with plan.fastforest (103,488 in {c['fast_s']:.3f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

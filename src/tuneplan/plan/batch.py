@@ -1,0 +1,166 @@
+"""Plan every job of a workload file at once (`tuneplan plan --runs jobs.csv --out plans.csv`).
+
+A workload file is a CSV with one job per row. Columns (names as the `plan` flags, '-' or '_'):
+
+- `model` (or `model_hf_id`): required;
+- the work: `examples`, `tokens_per_example` (or `avg_tokens_per_sample`), `tokens`, `seq_len`,
+  `epochs`, `packing`;
+- the search: `gpus` (GPU types separated by ';' or ',' — a plain number is read as the largest GPU
+  count, as in a runs file), `gpu` (one type), `methods` (or `method`), `max_gpus`, `global_batch`;
+- the question: `deadline` (12h, 90min; a bare number is hours) or `deadline_h`, `budget` (or
+  `budget_usd`), `objective`, `provider`, `rate`, `grid_gco2_kwh`;
+- method options: `lora_rank`, `lora_targets`, `precision`, `quant`, `optimizer`;
+- `id`: copied to the output (default: the line number).
+
+Other columns are ignored, so a runs file in the reference schema works too. An empty cell takes the
+value given on the command line. The output has one row per job: `status` (`planned`, `no-plan`:
+nothing meets the constraints, `error`: bad input in that row) and the recommended configuration.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+from tuneplan.errors import DataFileError, InputError, TuneplanError
+from tuneplan.plan.units import parse_duration, parse_money
+
+ALIASES = {"avg_tokens_per_sample": "tokens_per_example", "method": "methods", "budget_usd": "budget"}
+NUMBER_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "rate", "grid_gco2_kwh")
+INT_FIELDS = ("seq_len", "max_gpus", "global_batch", "lora_rank")
+TEXT_FIELDS = ("objective", "provider", "precision", "quant", "optimizer", "lora_targets")
+OUT_COLUMNS = ("id", "model", "status", "message", "objective", "gpu", "gpus", "nodes", "method", "micro_batch",
+               "grad_accum", "global_batch", "sharding", "grad_ckpt", "time_s", "time_h", "time_low_s",
+               "time_high_s", "cost_usd", "cost_low_usd", "cost_high_usd", "energy_kwh", "co2_kg",
+               "tokens_per_s", "memory_per_gpu_gib", "runner_up", "why", "infeasible", "n_evaluated")
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v))
+
+
+def _num(v: str, field: str, integer: bool = False) -> float | int:
+    try:
+        x = float(v)
+    except ValueError:
+        raise InputError(field, f"'{v}' is not a number") from None
+    if integer:
+        if x != int(x):
+            raise InputError(field, f"'{v}' is not an integer")
+        return int(x)
+    return x
+
+
+def row_kwargs(row: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`plan(...)` keyword arguments for one workload row, on top of the command line's `defaults`."""
+    kw = dict(defaults)
+    cells = {ALIASES.get(_key(k), _key(k)): v for k, v in row.items() if k is not None and not _blank(v)}
+    model = cells.get("model") or cells.get("model_hf_id")
+    if model:
+        kw["model"] = model.strip()
+    for f in NUMBER_FIELDS:
+        if f in cells:
+            kw[f] = _num(cells[f], f.replace("_", "-"))
+    for f in INT_FIELDS:
+        if f in cells:
+            kw[f] = _num(cells[f], f.replace("_", "-"), integer=True)
+    for f in TEXT_FIELDS:
+        if f in cells:
+            kw[f] = cells[f].strip()
+    if "packing" in cells:
+        kw["packing"] = cells["packing"].strip().lower() in ("1", "true", "yes", "y", "on")
+    if "gpus" in cells:
+        g = cells["gpus"].strip()
+        try:
+            kw["max_gpus"] = int(float(g))
+        except ValueError:
+            kw["gpus"] = [x.strip() for x in g.replace(";", ",").replace("|", ",").split(",") if x.strip()]
+    elif "gpu" in cells:
+        kw["gpus"] = [cells["gpu"].strip()]
+    if "methods" in cells:
+        kw["methods"] = [x.strip() for x in cells["methods"].replace(";", ",").replace("|", ",").split(",")
+                         if x.strip()]
+    if "deadline" in cells:
+        kw["deadline_s"] = parse_duration(cells["deadline"])
+    elif "deadline_h" in cells:
+        kw["deadline_s"] = float(_num(cells["deadline_h"], "deadline-h")) * 3600.0
+    if "budget" in cells:
+        kw["budget_usd"] = parse_money(cells["budget"])
+    return kw
+
+
+def read_workload(path: str | Path) -> list[tuple[int, dict[str, str]]]:
+    """(line, row) for each job of a workload CSV."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataFileError(str(p), None, "no such workload file")
+    text = p.read_text(encoding="utf-8-sig")
+    reader = csv.DictReader(text.splitlines())
+    if not reader.fieldnames:
+        raise DataFileError(str(p), 1, "empty workload file: expected a header with at least 'model'")
+    keys = {ALIASES.get(_key(k), _key(k)) for k in reader.fieldnames if k}
+    if not keys & {"model", "model_hf_id"}:
+        raise DataFileError(str(p), 1, "a workload file needs a 'model' column "
+                            f"(found: {', '.join(k for k in reader.fieldnames if k)})")
+    out = []
+    for rec in reader:
+        if all(_blank(v) for v in rec.values()):
+            continue
+        out.append((reader.line_num, rec))
+    return out
+
+
+def plan_workload(path: str | Path, defaults: dict[str, Any], out: str | Path | None = None,
+                  on_row: Any = None) -> list[dict[str, Any]]:
+    """Plan each job of a workload file; write the results to `out` (CSV) when given. Bad input in a
+    row is reported in that row (status `error`, message with file and line), not raised."""
+    from tuneplan.plan.search import plan
+
+    rows = []
+    for line, rec in read_workload(path):
+        ident = (rec.get("id") or "").strip() or f"line-{line}"
+        res_row: dict[str, Any] = {"id": ident, "model": (rec.get("model") or rec.get("model_hf_id") or "").strip()}
+        try:
+            kw = row_kwargs(rec, defaults)
+            if not kw.get("model"):
+                raise InputError("model", "is empty")
+            model = kw.pop("model")
+            res = plan(model, **kw)
+        except TuneplanError as exc:
+            res_row.update(status="error", message=f"{path}:{line}: {exc}")
+        else:
+            res_row["model"] = res.model
+            res_row["objective"] = res.objective
+            res_row["n_evaluated"] = res.n_evaluated
+            res_row["infeasible"] = "; ".join(f"{x['choice']}: {x['reason']}" for x in res.infeasible)
+            if res.ok:
+                r = res.recommended
+                res_row.update(status="planned", message="", why=res.why,
+                               runner_up=res.runner_up["description"] if res.runner_up else "")
+                for c in OUT_COLUMNS:
+                    if c in r and c not in ("id", "model"):
+                        res_row[c] = r[c]
+            else:
+                res_row.update(status="no-plan", message=res.message)
+        rows.append(res_row)
+        if on_row is not None:
+            on_row(res_row)
+    if out is not None:
+        write_rows(rows, out)
+    return rows
+
+
+def write_rows(rows: list[dict[str, Any]], out: str | Path) -> None:
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(OUT_COLUMNS), extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if _blank(r.get(k)) else r.get(k)) for k in OUT_COLUMNS})

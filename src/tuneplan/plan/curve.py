@@ -1,0 +1,166 @@
+"""Throughput and memory versus micro-batch for one model, GPU and job (the shape of Xia et al.'s
+Fig. 14 and Fig. 13): where throughput saturates, and where memory runs out. Measured runs from a
+runs file are overlaid when they match the model, GPU, method and GPU count."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tuneplan.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tuneplan.specs.job import JobSpec
+
+CURVE_MAX = 1024
+"""Largest micro-batch the curve goes to without an explicit --max-micro-batch."""
+
+
+@dataclass
+class CurveResult:
+    model: str
+    gpu: str
+    method: str
+    gpus: int
+    seq_len: int
+    job: JobSpec
+    points: pd.DataFrame  # micro_batch, tokens_per_s, tokens_per_s_per_gpu, step_s, memory_per_gpu_gib, fits, mfu
+    max_micro_batch: int  # largest that fits (0: none does)
+    memory_capacity_gib: float
+    measured: pd.DataFrame | None = None  # micro_batch, tokens_per_s, peak_mem_gib, seq_len, id, source
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        from tuneplan.plan.search import records
+
+        return {
+            "model": self.model, "gpu": self.gpu, "method": self.method, "gpus": self.gpus,
+            "seq_len": self.seq_len, "max_micro_batch": self.max_micro_batch,
+            "memory_capacity_gib": self.memory_capacity_gib, "points": records(self.points),
+            "measured": records(self.measured) if self.measured is not None else [],
+            "job": self.job.model_dump(), "notes": self.notes,
+        }
+
+
+def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, runs: Any = None,
+          calibration: Any = None, gpu_file: str | None = None, peak_tflops: float | None = None,
+          memory_gib: float | None = None, bandwidth_gbs: float | None = None,
+          **job_fields: Any) -> CurveResult:
+    """Throughput (tokens/s, all GPUs) and memory per GPU at micro-batch 1..N for a job (JobSpec
+    fields; micro_batch is the swept axis). N: `max_micro_batch`, else twice the largest micro-batch
+    that fits (at least 8, at most 1024). `runs`: a runs file (or files) to overlay."""
+    import pandas as pd
+
+    from tuneplan.api import resolve_gpu_arg, resolve_model_arg
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.job import make_job
+    from tuneplan.workload import workload
+
+    mspec = resolve_model_arg(model)
+    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs)
+    fields = {k: v for k, v in job_fields.items() if v is not None}
+    fields.pop("micro_batch", None)
+    fields.pop("rate_usd_per_gpu_hour", None)
+    if "seq_len" not in fields and "tokens_per_example" not in fields:
+        raise InputError("seq-len", "is needed for a curve (or --tokens-per-example)")
+    if "examples" not in fields and "tokens" not in fields:
+        fields["tokens"] = 1.0e6  # the work does not change a step; any amount will do
+    job = make_job(**fields)
+    seq = workload(job).seq_len
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator("tuneplan", calibration))
+    one = build_arrays([(mspec, gspec, job, seq)], est.constants)
+    largest = int(est.max_micro_batch(one)[0])
+    if max_micro_batch is not None:
+        if max_micro_batch < 1:
+            raise InputError("max-micro-batch", f"must be a positive integer, got {max_micro_batch}")
+        upper = int(max_micro_batch)
+    else:
+        upper = int(min(CURVE_MAX, max(8, 2 * largest)))
+    mbs = np.arange(1, upper + 1, dtype=float)
+    a = {k: (np.repeat(v, len(mbs)) if isinstance(v, np.ndarray) else v) for k, v in one.items()}
+    a["micro_batch"] = mbs
+    out = est.predict_arrays(a)
+    step = np.asarray(out["step_s"], dtype=float)
+    tps = np.asarray(out["tokens_per_step"], dtype=float) / step
+    peak = np.asarray(a["peak_flops"], dtype=float)
+    points = pd.DataFrame({
+        "micro_batch": mbs.astype(int),
+        "tokens_per_s": tps,
+        "tokens_per_s_per_gpu": tps / job.gpus,
+        "step_s": step,
+        "memory_per_gpu_gib": np.asarray(out["memory_gib"], dtype=float),
+        "fits": np.asarray(out["fits"], dtype=bool),
+        "mfu": np.asarray(out["model_flops_per_step"], dtype=float) / (step * job.gpus * peak),
+    })
+    res = CurveResult(model=mspec.name, gpu=gspec.name, method=job.method, gpus=job.gpus, seq_len=seq, job=job,
+                      points=points, max_micro_batch=largest, memory_capacity_gib=gspec.memory_gib)
+    if largest == 0:
+        res.notes.append(f"does not fit even at micro-batch 1 on {job.gpus} x {gspec.name}")
+    if runs is not None:
+        res.measured = measured_points(runs, res, mspec)
+    return res
+
+
+def _read_runs_df(runs: Any) -> tuple[pd.DataFrame, list[str]]:
+    """A runs file (or files) as a DataFrame: tuneplan.runs.read_runs (names resolved onto the
+    catalogs) when it is available, else pandas."""
+    try:
+        from tuneplan.runs import read_runs
+    except ImportError:  # pragma: no cover - the runs package is part of tuneplan
+        read_runs = None
+    if read_runs is not None:
+        table = read_runs(runs)
+        return table.df, [str(p) for p in table.problems]
+    import pandas as pd
+
+    paths = [runs] if isinstance(runs, (str, bytes)) or not hasattr(runs, "__iter__") else list(runs)
+    return pd.concat([pd.read_csv(p) for p in paths], ignore_index=True), []
+
+
+def measured_points(runs: Any, res: CurveResult, mspec: Any) -> pd.DataFrame:
+    """Rows of a runs file for the curve's model, GPU, method and GPU count (those with a micro-batch
+    and a throughput or memory figure)."""
+    import pandas as pd
+
+    df, problems = _read_runs_df(runs)
+    if problems:
+        res.notes.append(f"{len(problems)} problem(s) reading the runs file (rows skipped); first: {problems[0]}")
+    cols = ["micro_batch", "tokens_per_s", "peak_mem_gib", "seq_len", "id", "source"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+
+    def col(name: str, default: Any = "") -> pd.Series:
+        return df[name] if name in df.columns else pd.Series([default] * len(df), index=df.index)
+
+    names = {mspec.name.lower(), str(getattr(mspec, "hf_id", "") or "").lower()} - {""}
+    model_ok = (col("model_resolved").astype(str).str.lower().isin(names)
+                | col("model").astype(str).str.lower().isin(names)
+                | col("model_hf_id").astype(str).str.lower().isin(names))
+    gpu_ok = (col("gpu_resolved").astype(str) == res.gpu) | (col("gpu").astype(str) == res.gpu)
+    method = col("method").astype(str)
+    method_ok = (method == res.method) | (method == "") | (method == "nan")
+    gpus = pd.to_numeric(col("gpus", math.nan), errors="coerce")
+    gpus_ok = gpus.isna() | (gpus == res.gpus)
+    mb = pd.to_numeric(col("micro_batch_size", math.nan), errors="coerce")
+    tps = pd.to_numeric(col("tokens_per_s", math.nan), errors="coerce")
+    per_gpu = pd.to_numeric(col("tokens_per_s_per_gpu", math.nan), errors="coerce")
+    tps = tps.fillna(per_gpu * res.gpus)
+    mem = pd.to_numeric(col("peak_mem_gib", math.nan), errors="coerce")
+    keep = model_ok & gpu_ok & method_ok & gpus_ok & mb.notna() & (tps.notna() | mem.notna())
+    n_model_gpu = int((model_ok & gpu_ok).sum())
+    seq = pd.to_numeric(col("seq_len", math.nan), errors="coerce")
+    out = pd.DataFrame({"micro_batch": mb[keep].astype(int), "tokens_per_s": tps[keep], "peak_mem_gib": mem[keep],
+                        "seq_len": seq[keep],
+                        "id": col("id")[keep].astype(str), "source": col("source")[keep].astype(str)})
+    res.notes.append(f"measured: {len(out)} run(s) of {res.model} on {res.gpu} ({res.method}, {res.gpus} GPU(s)) "
+                     f"overlaid; {n_model_gpu - len(out)} other run(s) of this model and GPU differ in method, "
+                     "GPU count or lack a micro-batch (measured runs keep their own sequence length and settings)")
+    return out.sort_values("micro_batch").reset_index(drop=True)

@@ -1,0 +1,642 @@
+"""`plan(...)`: search the configurations a user could choose (GPU type x count x nodes x method x
+micro-batch x gradient accumulation x sharding x checkpointing), keep those that fit in memory, cost
+each run, draw the Pareto front of cost versus time, and recommend one under the constraints.
+
+The whole grid goes through the estimator in one vectorised call (`predict_arrays`), and the run
+totals (wall clock, device-hours, cost, energy, CO2) are `tuneplan.workload.run_totals` written in
+numpy, so a candidate's figures equal `tuneplan.estimate(...)` for the same configuration.
+
+Objectives (`objective=`):
+- `cheapest` (default): the lowest cost that meets the constraints (costs equal to the cent tie,
+  and the faster wins);
+- `fastest`: the shortest wall clock (to the second; ties: cheaper first);
+- `energy`: the fewest kWh (to 10 Wh; ties: cheaper first);
+- `balanced`: the smallest time x cost. Normalising each by its best value does not change which
+  configuration wins, and the winner is on the Pareto front where a 1% saving of time costs at least
+  1% more money (and vice versa): the front's knee in log-log terms.
+
+The runner-up is the best other candidate with a different GPU type, GPU count or method (a
+different micro-batch of the same setup is not an alternative worth naming).
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tuneplan.errors import InputError
+from tuneplan.plan.pareto import pareto_mask
+from tuneplan.plan.space import (
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_MICRO_BATCHES,
+    DEFAULT_SHARDINGS,
+    GPUS_PER_NODE,
+    Space,
+    build_arrays,
+    enumerate_grid,
+    gpu_counts,
+)
+from tuneplan.plan.units import hours, money
+from tuneplan.specs.gpu import GPUSpec
+from tuneplan.specs.job import METHODS, JobSpec, make_job
+from tuneplan.workload import Workload, workload
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
+DEFAULT_METHODS = ("full", "lora", "qlora")
+DEFAULT_MAX_GPUS = 8
+COST_OBJECTIVES = ("cheapest", "balanced")
+_EXCLUDED_DEFAULT_GPUS = ("TPU", "Gaudi")
+"""Price-file accelerators left out of the default GPU list (the physics models CUDA/ROCm GPUs)."""
+
+
+@dataclass
+class PlanResult:
+    """The answer of `plan(...)`. `candidates`: one row per configuration that fits in memory, best
+    first for the objective (those meeting the constraints before the others); `pareto`: its
+    cost-time front, fastest first; `recommended`/`runner_up`: rows as dicts (None when nothing meets
+    the constraints, then `message` says which constraint rules everything out and `closest` is the
+    nearest configuration)."""
+
+    model: str
+    objective: str
+    deadline_s: float | None
+    budget_usd: float | None
+    candidates: pd.DataFrame
+    pareto: pd.DataFrame
+    recommended: dict[str, Any] | None
+    runner_up: dict[str, Any] | None
+    why: str
+    infeasible: list[dict[str, Any]]
+    message: str
+    closest: dict[str, Any] | None
+    workload: Workload
+    gpus: list[str]
+    methods: list[str]
+    prices: dict[str, dict[str, Any]]
+    interval: dict[str, Any] | None
+    n_evaluated: int
+    seconds: float
+    space: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.recommended is not None
+
+    @property
+    def n_fit(self) -> int:
+        return len(self.candidates)
+
+    @property
+    def n_eligible(self) -> int:
+        return int(self.candidates["eligible"].sum()) if len(self.candidates) else 0
+
+    def to_dict(self, max_candidates: int | None = None) -> dict[str, Any]:
+        cands = self.candidates if max_candidates is None else self.candidates.head(max_candidates)
+        return {
+            "model": self.model,
+            "objective": self.objective,
+            "constraints": {
+                "deadline_s": self.deadline_s,
+                "deadline_h": None if self.deadline_s is None else self.deadline_s / 3600.0,
+                "budget_usd": self.budget_usd,
+                "max_gpus": max(self.space["gpu_counts"]),
+            },
+            "ok": self.ok,
+            "recommended": self.recommended,
+            "runner_up": self.runner_up,
+            "why": self.why,
+            "message": self.message,
+            "closest": self.closest,
+            "infeasible": self.infeasible,
+            "pareto": records(self.pareto),
+            "candidates": records(cands),
+            "n_evaluated": self.n_evaluated,
+            "n_fit": self.n_fit,
+            "n_eligible": self.n_eligible,
+            "gpus": self.gpus,
+            "methods": self.methods,
+            "prices": self.prices,
+            "interval": self.interval,
+            "workload": self.workload.to_dict(),
+            "space": self.space,
+            "seconds": self.seconds,
+            "notes": self.notes,
+        }
+
+
+def _py(v: Any) -> Any:
+    if isinstance(v, (np.generic,)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """DataFrame rows as JSON-ready dicts (NaN -> None, numpy scalars -> Python)."""
+    return [{k: _py(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def describe(row: dict[str, Any] | Any, short: bool = False) -> str:
+    """'4 x H100-SXM5-80GB lora (micro-batch 8 x grad-accum 1, ddp, no checkpointing)'."""
+    r = row
+    head = f"{int(r['gpus'])} x {r['gpu']} {r['method']}"
+    if short:
+        return head
+    nodes = int(r["nodes"])
+    parts = [f"micro-batch {int(r['micro_batch'])} x grad-accum {int(r['grad_accum'])}", str(r["sharding"]),
+             "checkpointing" if bool(r["grad_ckpt"]) else "no checkpointing"]
+    if nodes > 1:
+        parts.insert(0, f"{nodes} nodes")
+    return f"{head} ({', '.join(parts)})"
+
+
+def default_gpus(prices: str | None = None) -> list[str]:
+    """The catalog GPUs the price file has a price for (TPUs and Gaudis left out)."""
+    from tuneplan.specs.gpu import gpu_catalog
+    from tuneplan.specs.prices import load_prices
+
+    cat = gpu_catalog()
+    names = {p.gpu for p in load_prices(prices)}
+    return sorted(n for n in names if n in cat and not n.startswith(_EXCLUDED_DEFAULT_GPUS))
+
+
+def _as_list(v: Any) -> list:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [x.strip() for x in v.split(",") if x.strip()]
+    if isinstance(v, GPUSpec):
+        return [v]
+    return list(v)
+
+
+def _resolve_gpus(gpus: Any, prices: str | None) -> list[GPUSpec]:
+    from tuneplan.api import resolve_gpu_arg
+
+    names = _as_list(gpus) or default_gpus(prices)
+    out: dict[str, GPUSpec] = {}
+    for g in names:
+        spec = resolve_gpu_arg(g)
+        out.setdefault(spec.name, spec)
+    if not out:
+        raise InputError("gpus", "give at least one GPU type")
+    return list(out.values())
+
+
+def _resolve_methods(methods: Any) -> list[str]:
+    out = list(dict.fromkeys(_as_list(methods) or list(DEFAULT_METHODS)))
+    for m in out:
+        if m not in METHODS:
+            raise InputError("methods", f"unknown method '{m}'", METHODS)
+    return out
+
+
+def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
+         methods: Sequence[str] | str | None = None, max_gpus: int = DEFAULT_MAX_GPUS, *,
+         examples: float | None = None, tokens_per_example: float | None = None, epochs: float | None = None,
+         deadline_s: float | None = None, budget_usd: float | None = None, objective: str = "cheapest",
+         provider: str | None = None, prices: str | None = None, rate: float | None = None,
+         calibration: Any = None, micro_batches: Sequence[int] | None = None,
+         shardings: Sequence[str] | None = None, grad_ckpt: Sequence[bool] = (False, True),
+         grad_accums: Sequence[int] | None = None, global_batch: int | None = None,
+         gpu_counts_: Sequence[int] | None = None, gpus_per_node: int = GPUS_PER_NODE,
+         grid_gco2_kwh: float | None = None, interval: float | None = 0.8,
+         **fixed_job_fields: Any) -> PlanResult:
+    """Search GPU type x count x method x micro-batch x grad-accum x sharding x checkpointing.
+
+    `gpus`: GPU types (catalog names or GPUSpecs; default: every GPU the price file prices);
+    `methods` (default full, lora, qlora); counts are powers of two up to `max_gpus` (8 per node),
+    or `gpu_counts_`; `global_batch` is the samples per optimizer step kept by choosing the gradient
+    accumulation (default 32), or `grad_accums` lists them explicitly. Other keyword arguments are
+    JobSpec fields fixed for every candidate (lora_rank, precision, optimizer, seq_len, packing...);
+    giving a grid field (micro_batch, grad_accum, sharding, grad_ckpt, method) pins that axis.
+    Raises InputError for bad input; a question with no answer returns a result with `ok` False and
+    a `message`.
+    """
+    import pandas as pd  # before the clock: the import is not the search
+
+    t0 = _time.perf_counter()
+    from tuneplan.api import resolve_model_arg
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.physics.constants import DEFAULT_GRID_GCO2_KWH
+
+    if objective not in OBJECTIVES:
+        raise InputError("objective", f"unknown objective '{objective}'", OBJECTIVES)
+    if interval is not None and interval != 0 and not 0 < interval < 1:
+        raise InputError("interval", f"must be between 0 and 1 (got {interval})")
+    for name, v in (("deadline", deadline_s), ("budget", budget_usd)):
+        if v is not None and (not math.isfinite(float(v)) or float(v) <= 0):
+            raise InputError(name, f"must be positive, got {v}")
+
+    # a single value for an axis pins it; grid fields given as fixed job fields do too
+    if isinstance(grad_ckpt, bool):
+        grad_ckpt = (grad_ckpt,)
+    if isinstance(micro_batches, int):
+        micro_batches = [micro_batches]
+    if isinstance(grad_accums, int):
+        grad_accums = [grad_accums]
+    if isinstance(shardings, str):
+        shardings = _as_list(shardings)
+    fixed = {k: v for k, v in fixed_job_fields.items() if v is not None}
+    if "method" in fixed:
+        methods = [fixed.pop("method")]
+    if "micro_batch" in fixed:
+        micro_batches = [int(fixed.pop("micro_batch"))]
+    if "grad_accum" in fixed:
+        grad_accums = [int(fixed.pop("grad_accum"))]
+    if "sharding" in fixed:
+        shardings = [fixed.pop("sharding")]
+    if "grad_ckpt" in fixed:
+        grad_ckpt = (bool(fixed.pop("grad_ckpt")),)
+    if "gpus" in fixed or "nodes" in fixed:
+        raise InputError("gpus", "the planner chooses the GPU count: give max_gpus (and gpus= the GPU types)")
+    if "rate_usd_per_gpu_hour" in fixed:
+        rate = fixed.pop("rate_usd_per_gpu_hour")
+    if "grid_gco2_kwh" in fixed:
+        grid_gco2_kwh = fixed.pop("grid_gco2_kwh")
+    if rate is not None and (not math.isfinite(float(rate)) or float(rate) < 0):
+        raise InputError("rate", f"must be a number >= 0, got {rate}")
+    if grid_gco2_kwh is not None and (not math.isfinite(float(grid_gco2_kwh)) or float(grid_gco2_kwh) < 0):
+        raise InputError("grid-gco2-kwh", f"must be a number >= 0, got {grid_gco2_kwh}")
+
+    mspec = resolve_model_arg(model)
+    gpu_specs = _resolve_gpus(gpus, prices)
+    method_list = _resolve_methods(methods)
+    if provider and rate is None:
+        from tuneplan.specs.prices import check_provider
+
+        provider = check_provider(provider, prices)
+
+    # one validated base job per method: its options, and the work
+    model_par = 1
+    for k in ("tp", "pp", "cp"):
+        model_par *= int(fixed.get(k, 1) or 1)
+    ep = int(fixed.get("ep", 1) or 1)
+    jobs: list[JobSpec] = [
+        make_job(method=m, examples=examples, tokens_per_example=tokens_per_example, epochs=epochs,
+                 gpus=model_par * ep, **fixed) for m in method_list]
+    base = jobs[0]
+    wl = workload(base)
+    notes: list[str] = []
+    if mspec.max_position_embeddings and wl.seq_len > mspec.max_position_embeddings:
+        notes.append(f"seq_len {wl.seq_len} is above {mspec.name}'s max_position_embeddings "
+                     f"({mspec.max_position_embeddings}): fine with RoPE scaling, otherwise truncate")
+
+    # prices per GPU type
+    rate_tab = np.full(len(gpu_specs), np.nan)
+    price_info: dict[str, dict[str, Any]] = {}
+    for i, g in enumerate(gpu_specs):
+        if rate is not None:
+            rate_tab[i] = float(rate)
+            price_info[g.name] = {"usd_per_gpu_hour": float(rate), "source": "--rate"}
+            continue
+        from tuneplan.specs.prices import price_for
+
+        p = price_for(g.name, provider=provider, path=prices)
+        if p is None:
+            where = f" from {provider}" if provider else ""
+            price_info[g.name] = {"usd_per_gpu_hour": None, "source": f"no price{where} in the price file"}
+        else:
+            rate_tab[i] = p.usd_per_gpu_hour
+            price_info[g.name] = {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.describe(),
+                                  "provider": p.provider, "date_seen": p.date_seen}
+    needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
+    if needs_cost and np.isnan(rate_tab).all():
+        where = f" from {provider}" if provider else ""
+        raise InputError("rate", f"no price{where} for {', '.join(g.name for g in gpu_specs)} in the price "
+                         "file: pass --rate ($ per GPU-hour), another --provider, or --prices FILE")
+
+    # the grid
+    counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
+        gpu_counts(int(max_gpus), gpus_per_node))
+    space = Space(gpu_counts=counts,
+                  micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
+                  shardings=tuple(shardings or DEFAULT_SHARDINGS),
+                  grad_ckpt=tuple(bool(c) for c in grad_ckpt),
+                  global_batch=None if grad_accums else int(global_batch or DEFAULT_GLOBAL_BATCH),
+                  grad_accums=tuple(int(g) for g in grad_accums) if grad_accums else None,
+                  gpus_per_node=gpus_per_node)
+    grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, ep=ep)
+    if len(grid) == 0:
+        raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
+                         f"{space.global_batch}: widen --micro-batches or change --global-batch")
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator("tuneplan", calibration))  # same figures, faster residual trees
+    constants = est.constants
+    a, per_mk = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, constants)
+    out = est.predict_arrays(a)
+
+    # run totals, vectorised (tuneplan.workload.run_totals)
+    mk = grid.method_idx * 2 + grid.grad_ckpt
+    step_s = np.asarray(out["step_s"], dtype=float)
+    gb = (grid.micro_batch * grid.grad_accum * grid.dp).astype(float)
+    steps_per_epoch = np.ceil(wl.samples_per_epoch / gb)
+    steps = np.maximum(1.0, np.ceil(steps_per_epoch * wl.epochs))
+    train_s = steps * step_s
+    disk = base.disk_gbs * 1e9
+    load_s = (np.full(len(grid), float(base.load_time_s)) if base.load_time_s is not None
+              else per_mk["weight_bytes"][mk] / disk)
+    fwd_micro = np.asarray(out["forward_s"], dtype=float) / grid.grad_accum
+    if base.eval_every and base.eval_examples:
+        n_evals = np.floor(steps / base.eval_every)
+        micro_steps = np.ceil(base.eval_examples / (grid.micro_batch * grid.dp))
+        eval_s = n_evals * micro_steps * fwd_micro
+    else:
+        eval_s = np.zeros(len(grid))
+    saves = (np.floor(steps / base.save_every) if base.save_every else 0.0) + (1.0 if base.save_final else 0.0)
+    checkpoint_s = saves * per_mk["checkpoint_bytes"][mk] / disk
+    wall = load_s + train_s + eval_s + checkpoint_s
+    gpus_f = grid.gpus.astype(float)
+    device_hours = wall * gpus_f / 3600.0
+    compute_share = np.asarray(out.get("compute_s", step_s), dtype=float) / step_s
+    util = np.clip(compute_share, 0.0, 1.0)
+    idle = constants.idle_power_fraction
+    tdp = np.asarray(a["tdp_w"], dtype=float)
+    energy_j = gpus_f * (tdp * (idle + (1.0 - idle) * util) * (train_s + eval_s) + tdp * idle * (load_s + checkpoint_s))
+    energy_kwh = energy_j / 3.6e6
+    grid_g = float(grid_gco2_kwh) if grid_gco2_kwh is not None else DEFAULT_GRID_GCO2_KWH
+    co2_kg = energy_kwh * grid_g / 1000.0
+    rate_row = rate_tab[grid.gpu_idx]
+    cost = device_hours * rate_row
+    tokens_step = np.asarray(out["tokens_per_step"], dtype=float)
+    peak = np.asarray(a["peak_flops"], dtype=float)
+    mfu = np.asarray(out["model_flops_per_step"], dtype=float) / (step_s * gpus_f * peak)
+    mem = np.asarray(out["memory_gib"], dtype=float)
+    cap = np.asarray(a["memory_bytes"], dtype=float) / 1024.0**3
+    fits = np.asarray(out["fits"], dtype=bool)
+
+    # intervals from stored held-out residuals, when the calibration has them
+    interval_info = None
+    t_lo = t_hi = np.full(len(grid), np.nan)
+    if interval:
+        from tuneplan.learn.calibration import interval_residuals
+        from tuneplan.learn.intervals import conformal_bounds
+
+        res = interval_residuals("tuneplan", calibration)
+        if res is not None and len(res.get("throughput", [])) >= 5:
+            lo_t, hi_t = conformal_bounds(np.asarray(res["throughput"]), interval)
+            fixed_s = wall - train_s
+            t_lo, t_hi = fixed_s + train_s / hi_t, fixed_s + train_s / lo_t
+            interval_info = {"coverage": interval, "throughput_low_factor": lo_t, "throughput_high_factor": hi_t,
+                             "source": res.get("source", ""), "n_residuals": len(res["throughput"])}
+        else:
+            notes.append("No interval: no held-out residuals stored for this estimator.")
+
+    # the table of configurations that fit
+    keep = np.flatnonzero(fits)
+    meets_deadline = np.ones(len(grid), dtype=bool) if deadline_s is None else wall <= deadline_s
+    priced = np.isfinite(cost)
+    within_budget = np.ones(len(grid), dtype=bool) if budget_usd is None else priced & (cost <= budget_usd)
+    eligible = fits & meets_deadline & within_budget & (priced if objective in COST_OBJECTIVES else True)
+    cost_key = np.where(priced, cost, np.inf)
+    # ranking keys: figures equal at the precision people read them (a cent, a second, 10 Wh) tie,
+    # and the next key decides
+    keys = {"cheapest": (np.round(cost_key, 2), wall, energy_kwh),
+            "fastest": (np.round(wall), cost_key, energy_kwh),
+            "energy": (np.round(energy_kwh, 2), cost_key, wall),
+            "balanced": (np.where(priced, wall * cost_key, np.inf), wall, cost_key)}[objective]
+    k = keep[np.lexsort(tuple(x[keep] for x in reversed(keys)) + (~eligible[keep],))]
+    gpu_names = np.array([g.name for g in gpu_specs], dtype=object)
+    method_names = np.array(method_list, dtype=object)
+    shard_names = np.array(grid.sharding_labels, dtype=object)
+    cols: dict[str, Any] = {
+        "gpu": gpu_names[grid.gpu_idx[k]],
+        "gpus": grid.gpus[k],
+        "nodes": grid.nodes[k],
+        "method": method_names[grid.method_idx[k]],
+        "micro_batch": grid.micro_batch[k],
+        "grad_accum": grid.grad_accum[k],
+        "global_batch": gb[k].astype(np.int64),
+        "sharding": shard_names[grid.sharding_idx[k]],
+        "grad_ckpt": grid.grad_ckpt[k].astype(bool),
+        "time_s": wall[k],
+        "time_h": wall[k] / 3600.0,
+        "time_low_s": t_lo[k],
+        "time_high_s": t_hi[k],
+        "cost_usd": cost[k],
+        "cost_low_usd": cost[k] * t_lo[k] / wall[k],
+        "cost_high_usd": cost[k] * t_hi[k] / wall[k],
+        "rate_usd_per_gpu_hour": rate_row[k],
+        "device_hours": device_hours[k],
+        "energy_kwh": energy_kwh[k],
+        "co2_kg": co2_kg[k],
+        "tokens_per_s": tokens_step[k] / step_s[k],
+        "step_s": step_s[k],
+        "steps": steps[k].astype(np.int64),
+        "mfu": mfu[k],
+        "memory_per_gpu_gib": mem[k],
+        "memory_capacity_gib": cap[k],
+        "fits": fits[k],
+        "meets_deadline": meets_deadline[k],
+        "within_budget": within_budget[k],
+        "eligible": eligible[k],
+    }
+    front = pareto_mask(wall[k], cost[k]) if priced[k].any() else (wall[k] == wall[k].min() if len(k) else
+                                                                   np.zeros(0, bool))
+    cols["pareto"] = front
+    df = pd.DataFrame(cols)
+    pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True)
+
+    # recommendation and runner-up
+    rec = ru = None
+    why = message = ""
+    closest = None
+    n_el = int(eligible[k].sum())
+    if n_el:
+        rec = _row(df, 0)
+        r0 = k[0]
+        other = eligible[k] & ((grid.gpu_idx[k] != grid.gpu_idx[r0]) | (grid.gpus[k] != grid.gpus[r0])
+                               | (grid.method_idx[k] != grid.method_idx[r0]))
+        idx = np.flatnonzero(other)
+        if len(idx):
+            ru = _row(df, int(idx[0]))
+        elif n_el > 1:
+            ru = _row(df, 1)
+        why = _why(objective, rec, ru, deadline_s, budget_usd)
+    else:
+        message, closest = _no_plan(df, grid, gpu_names, method_names, mem, cap, fits, deadline_s, budget_usd,
+                                    objective)
+
+    infeasible = _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced,
+                             meets_deadline, within_budget, deadline_s, budget_usd, objective, space,
+                             price_info, provider)
+    notes.append(f"Global batch: {'grad-accum ' + str(list(space.grad_accums)) if space.grad_accums else space.global_batch} "
+                 f"samples per optimizer step (gradient accumulation fills in what micro-batch x GPUs lacks).")
+    if objective == "balanced":
+        notes.append("balanced: the smallest time x cost (the Pareto point where 1% less time costs at least "
+                     "1% more money).")
+    return PlanResult(
+        model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
+        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
+        closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
+        interval=interval_info, n_evaluated=len(grid), seconds=_time.perf_counter() - t0,
+        space={"gpu_counts": list(space.gpu_counts), "micro_batches": list(space.micro_batches),
+               "shardings": list(space.shardings), "grad_ckpt": list(space.grad_ckpt),
+               "global_batch": space.global_batch,
+               "grad_accums": list(space.grad_accums) if space.grad_accums else None,
+               "gpus_per_node": space.gpus_per_node},
+        notes=notes,
+    )
+
+
+def _row(df: pd.DataFrame, i: int) -> dict[str, Any]:
+    r = {k: _py(v) for k, v in df.iloc[i].to_dict().items()}
+    r["description"] = describe(r)
+    return r
+
+
+def _why(objective: str, rec: dict, ru: dict | None, deadline_s: float | None, budget_usd: float | None) -> str:
+    lead = {"cheapest": "Cheapest", "fastest": "Fastest", "energy": "Least energy",
+            "balanced": "Best balance of time and cost"}[objective]
+    cons = []
+    if deadline_s is not None:
+        cons.append(f"meets the {hours(deadline_s)} deadline")
+    if budget_usd is not None:
+        cons.append(f"fits the {money(budget_usd)} budget")
+    head = f"{lead} configuration" + (f" that {' and '.join(cons)}" if cons else "")
+    s = f"{head}: {describe(rec)}, {money(rec['cost_usd'])} in {hours(rec['time_s'])}"
+    if objective == "energy":
+        s += f" using {rec['energy_kwh']:.1f} kWh"
+    if ru is None:
+        return s + "; no other GPU type, count or method qualifies."
+
+    def cost_part() -> tuple[str, int]:
+        a, b = rec["cost_usd"], ru["cost_usd"]
+        if a is None or b is None:
+            return "not comparable in cost (no price)", 0
+        d = b - a
+        if abs(d) < 0.005:
+            return "the same cost", 0
+        return (f"{money(d)} more", 1) if d > 0 else (f"{money(-d)} cheaper", -1)
+
+    def time_part() -> tuple[str, int]:
+        d = ru["time_s"] - rec["time_s"]
+        if abs(d) < 1.0:
+            return "as fast", 0
+        return (f"{hours(d)} slower", 1) if d > 0 else (f"{hours(-d)} faster", -1)
+
+    def energy_part() -> tuple[str, int]:
+        d = ru["energy_kwh"] - rec["energy_kwh"]
+        if abs(d) < 0.05:
+            return "the same energy", 0
+        return (f"{d:.1f} kWh more", 1) if d > 0 else (f"{-d:.1f} kWh less", -1)
+
+    order = {"cheapest": (cost_part, time_part), "fastest": (time_part, cost_part),
+             "energy": (energy_part, cost_part, time_part), "balanced": (cost_part, time_part)}[objective]
+    parts = [f() for f in order]
+    text = parts[0][0]
+    for p, sign in parts[1:]:
+        text += (" but " if sign < 0 else " and ") + p
+    ru_text = describe(ru, short=describe(ru, short=True) != describe(rec, short=True))
+    return s + f"; the runner-up, {ru_text}, is {text}."
+
+
+def _no_plan(df: pd.DataFrame, grid, gpu_names, method_names, mem, cap, fits, deadline_s, budget_usd,
+             objective) -> tuple[str, dict | None]:
+    """Which constraint rules everything out, and the closest configuration."""
+    if not fits.any():
+        i = int(np.argmin(mem / cap))
+        closest = {"gpu": gpu_names[grid.gpu_idx[i]], "gpus": int(grid.gpus[i]),
+                   "method": method_names[grid.method_idx[i]], "micro_batch": int(grid.micro_batch[i]),
+                   "grad_ckpt": bool(grid.grad_ckpt[i]), "memory_per_gpu_gib": float(mem[i]),
+                   "memory_capacity_gib": float(cap[i])}
+        return (f"no configuration fits in memory: the closest is {closest['gpus']} x {closest['gpu']} "
+                f"{closest['method']} at micro-batch {closest['micro_batch']}"
+                f"{' with checkpointing' if closest['grad_ckpt'] else ''}, needing {mem[i]:.1f} GiB per GPU "
+                f"of {cap[i]:g} GiB; try more GPUs (--max-gpus), qlora, or a GPU with more memory", closest)
+    priced = df["cost_usd"].notna().to_numpy()
+    if objective in COST_OBJECTIVES or budget_usd is not None:
+        if not priced.any():
+            return ("no configuration that fits has a price: pass --rate or another --provider", None)
+        d = df[priced]
+    else:
+        d = df
+    t = d["time_s"].to_numpy()
+    c = d["cost_usd"].to_numpy()
+    i_fast = int(np.lexsort((np.where(np.isfinite(c), c, np.inf), t))[0])
+    fastest = _row(d, i_fast)
+    cheapest = None
+    if np.isfinite(c).any():
+        i_cheap = int(np.lexsort((t, np.where(np.isfinite(c), c, np.inf)))[0])
+        cheapest = _row(d, i_cheap)
+    dl_fail = deadline_s is not None and not (t <= deadline_s).any()
+    bu_fail = budget_usd is not None and not (np.isfinite(c) & (c <= budget_usd)).any()
+    f_txt = f"{describe(fastest)} at {hours(fastest['time_s'])} ({money(fastest['cost_usd'])})"
+    if dl_fail and bu_fail:
+        c_txt = f"{describe(cheapest)} at {money(cheapest['cost_usd'])} ({hours(cheapest['time_s'])})"
+        return (f"no configuration meets the {hours(deadline_s)} deadline or the {money(budget_usd)} budget: "
+                f"the fastest is {f_txt}; the cheapest is {c_txt}", fastest)
+    if dl_fail:
+        return f"no configuration meets the {hours(deadline_s)} deadline: the fastest is {f_txt}", fastest
+    if bu_fail:
+        c_txt = f"{describe(cheapest)} at {money(cheapest['cost_usd'])} ({hours(cheapest['time_s'])})"
+        return f"no configuration is within the {money(budget_usd)} budget: the cheapest is {c_txt}", cheapest
+    # each constraint can be met, but not both at once: the least relative violation
+    viol = np.maximum(t / deadline_s, np.where(np.isfinite(c), c, np.inf) / budget_usd)
+    best = _row(d, int(np.argmin(viol)))
+    return (f"no configuration meets both the {hours(deadline_s)} deadline and the {money(budget_usd)} budget: "
+            f"the closest is {describe(best)} at {hours(best['time_s'])} and {money(best['cost_usd'])}", best)
+
+
+def _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced, meets_deadline,
+                within_budget, deadline_s, budget_usd, objective, space: Space, price_info, provider
+                ) -> list[dict[str, Any]]:
+    """One entry per (GPU type, method) asked for with no candidate meeting every constraint."""
+    n_m = len(method_names)
+    n_pairs = len(gpu_names) * n_m
+    pair = grid.gpu_idx.astype(np.int64) * n_m + grid.method_idx
+
+    def pmin(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        outv = np.full(n_pairs, np.inf)
+        np.minimum.at(outv, pair[mask], values[mask])
+        return outv
+
+    n_el = np.bincount(pair[eligible], minlength=n_pairs)
+    n_fit = np.bincount(pair[fits], minlength=n_pairs)
+    min_mem = pmin(mem, np.ones(len(pair), bool))
+    fast = pmin(wall, fits)
+    cheap = pmin(np.where(priced, cost, np.inf), fits)
+    fast_in_budget = pmin(wall, fits & within_budget)
+    cheap_in_deadline = pmin(np.where(priced, cost, np.inf), fits & meets_deadline)
+    ck = "on" if True in space.grad_ckpt else "off"
+    shard = ", ".join(space.shardings)
+    out = []
+    for p in np.flatnonzero(n_el == 0):
+        g, m = gpu_names[p // n_m], method_names[p % n_m]
+        gcap = float(cap[np.flatnonzero(pair == p)[0]]) if (pair == p).any() else float("nan")
+        if n_fit[p] == 0:
+            reason = (f"out of memory even at micro-batch {min(space.micro_batches)} with checkpointing {ck} "
+                      f"({shard}) on up to {max(space.gpu_counts)} GPUs: {min_mem[p]:.1f} GiB per GPU needed, "
+                      f"{gcap:g} GiB available")
+            kind = "memory"
+        elif not np.isfinite(cheap[p]) and (objective in COST_OBJECTIVES or budget_usd is not None):
+            where = f" from {provider}" if provider else ""
+            reason, kind = f"no price for {g}{where} in the price file: pass --rate", "price"
+        else:
+            over_b = budget_usd is not None and not cheap[p] <= budget_usd
+            late = deadline_s is not None and not fast[p] <= deadline_s
+            bits = []
+            if over_b:
+                bits.append(f"over budget (cheapest {money(cheap[p])})")
+            if late:
+                bits.append(f"past the deadline (fastest {hours(fast[p])})")
+            if bits:
+                reason, kind = " and ".join(bits), "budget" if over_b and not late else "deadline" if late and not over_b else "both"
+            else:
+                reason = ("no configuration meets both the deadline and the budget (within the deadline the "
+                          f"cheapest is {money(cheap_in_deadline[p])}; within the budget the fastest is "
+                          f"{hours(fast_in_budget[p])})")
+                kind = "both"
+        out.append({"choice": f"{g} {m}", "gpu": g, "method": m, "reason": reason, "kind": kind})
+    return out

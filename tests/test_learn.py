@@ -1,0 +1,207 @@
+"""Learners on synthetic data with known answers, the no-leak rule, intervals' coverage, and the
+calibration file round trip."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tuneplan.estimators.base import get_estimator
+from tuneplan.learn.calibration import Calibration, dumps, fit_calibration, load_calibration
+from tuneplan.learn.dataset import configs_from_rows
+from tuneplan.learn.intervals import conformal_bounds
+from tuneplan.learn.learners import KavierLearner, NotEnoughData, SLSTLearner, TuneplanLearner, XiaLearner
+from tuneplan.learn.measured import training_set
+from tuneplan.learn.predict_table import predict_configs
+from tuneplan.learn.validate import LeakError, make_folds, validate
+from tuneplan.physics.constants import DEFAULT_CONSTANTS
+
+MODELS = ["Qwen/Qwen2.5-0.5B", "meta-llama/Llama-3.1-8B", "mistralai/Mistral-7B-v0.1"]
+GPUS = ["A100-SXM4-80GB", "H100-SXM5-80GB"]
+
+
+def grid_frame(n_max: int | None = None, seed: int = 0) -> pd.DataFrame:
+    rows = []
+    combos = itertools.product(MODELS, GPUS, ("full", "lora"), (1, 4, 16), (256, 1024), (1, 2))
+    for i, (m, g, meth, mb, seq, gpus) in enumerate(combos):
+        rows.append({"id": f"syn-{i}", "source": ["alpha", "beta", "gamma"][i % 3], "model": m, "model_hf_id": m,
+                     "gpu": g, "method": meth, "micro_batch_size": mb, "seq_len": seq, "gpus": gpus, "nodes": 1,
+                     "grad_accum": 1, "precision": "bf16", "optimizer": "adamw", "grad_ckpt": 0, "flash_attn": 1,
+                     "lora_rank": 16, "lora_targets": "all-linear", "sharding": "ddp", "dataset": "syn",
+                     "mem_kind": "allocated"})
+    df = pd.DataFrame(rows)
+    if n_max:
+        df = df.sample(n=n_max, random_state=seed).reset_index(drop=True)
+    return df
+
+
+def with_measurements(df: pd.DataFrame, estimator, noise: float = 0.0, seed: int = 0,
+                      factor=None) -> pd.DataFrame:
+    configs, errors = configs_from_rows(df.to_dict("records"))
+    assert not any(errors), [e for e in errors if e][:3]
+    pred = predict_configs(configs, estimator, with_max_batch=False)
+    rng = np.random.default_rng(seed)
+    thr = pred["tokens_per_s"] * np.exp(rng.normal(0, noise, len(df)))
+    if factor is not None:
+        thr = thr * np.array([factor(r) for r in df.to_dict("records")])
+    out = df.copy()
+    out["tokens_per_s"] = thr
+    out["peak_mem_gib"] = pred["allocated_gib"] * np.exp(rng.normal(0, noise, len(df)))
+    return out
+
+
+def test_tuneplan_learner_recovers_planted_constants():
+    planted = DEFAULT_CONSTANTS.with_(mfu_max=0.42, tokens_half=1500.0, activation_scale=1.4)
+    truth = get_estimator("tuneplan", "none").__class__(planted)
+    df = with_measurements(grid_frame(), truth)
+    ts = training_set(df)
+    learner = TuneplanLearner().fit(ts)
+    assert learner.constants.mfu_max == pytest.approx(0.42, rel=0.1)
+    assert learner.constants.activation_scale == pytest.approx(1.4, rel=0.1)
+    pred = predict_configs(ts.configs, learner.estimator(), with_max_batch=False)
+    assert np.median(np.abs(pred["tokens_per_s"] / ts.tokens_per_s - 1)) < 0.03
+
+
+def test_slst_recovers_planted_scaling_law():
+    df = grid_frame()
+    configs, _ = configs_from_rows(df.to_dict("records"))
+    # planted: step time = 1e-9 x P_active^0.9 x tokens^1.0 x gpus^-0.8 (seconds)
+    thr = []
+    for c in configs:
+        tokens = c.job.micro_batch * c.seq_len * c.job.gpus
+        step = 1e-9 * c.model.params_active ** 0.9 * tokens ** 1.0 * c.job.gpus ** -0.8
+        thr.append(tokens / step)
+    df["tokens_per_s"] = thr
+    learner = SLSTLearner().fit(training_set(df))
+    law = dict(zip(("const", "log_params_active", "log_tokens_per_step", "log_gpus"), learner.coef[:4], strict=True))
+    assert law["log_params_active"] == pytest.approx(0.9, abs=0.05)
+    assert law["log_tokens_per_step"] == pytest.approx(1.0, abs=0.05)
+    assert law["log_gpus"] == pytest.approx(-0.8, abs=0.05)
+
+
+def test_kavier_tier1_recovers_planted_scales_and_tier2_medians():
+    kav = get_estimator("kavier")
+    scale = {"full": 0.8, "lora": 1.3}
+    df = with_measurements(grid_frame(), kav, factor=lambda r: scale[r["method"]])
+    learner = KavierLearner().fit(training_set(df))
+    m = learner.scales.method
+    assert m["lora"] / m["full"] == pytest.approx(1.3 / 0.8, rel=0.05)
+    # tier 2 on top of a perfect tier 1: medians of measured / tier-1 are ~1
+    assert np.median(list(learner.scales.interaction.values())) == pytest.approx(1.0, abs=0.05)
+    # a planted interaction of one group is picked up by tier 2 as its median ratio
+    key = "meta-llama/Llama-3.1-8B|lora|H100-SXM5-80GB|2"
+    df2 = with_measurements(grid_frame(), kav, factor=lambda r: 1.5 if (
+        r["model"] == "meta-llama/Llama-3.1-8B" and r["method"] == "lora" and r["gpu"] == "H100-SXM5-80GB"
+        and r["gpus"] == 2) else 1.0)
+    l2 = KavierLearner().fit(training_set(df2))
+    others = [v for k, v in l2.scales.interaction.items() if k != key]
+    assert l2.scales.interaction[key] / np.median(others) == pytest.approx(1.5, rel=0.05)
+
+
+def test_unknown_names_fall_back_to_one():
+    kav = get_estimator("kavier")
+    df = with_measurements(grid_frame(), kav)
+    learner = KavierLearner().fit(training_set(df))
+    est = learner.estimator()
+    # a GPU never seen in training gets E_g = 1.0
+    assert "A10G-24GB" not in learner.scales.gpu
+    assert est.scales.gpu.get("A10G-24GB", 1.0) == 1.0
+
+
+def test_xia_fits_eq2_per_group():
+    from tuneplan.estimators.xia import throughput
+
+    df = grid_frame()
+    configs, _ = configs_from_rows(df.to_dict("records"))
+    q = [throughput(c.job.micro_batch, 1.0, 0.5, 1.0, 2.0) for c in configs]  # queries/s per replica
+    df["tokens_per_s"] = [qi * c.seq_len * c.job.dp for qi, c in zip(q, configs, strict=True)]
+    learner = XiaLearner().fit(training_set(df))
+    c2, c3, c4 = learner.coefficients.eq2["Qwen/Qwen2.5-0.5B|A100-SXM4-80GB|syn"]
+    assert c2 == pytest.approx(0.5, rel=1e-3) and c4 == pytest.approx(2.0, rel=1e-3)
+
+
+def test_too_few_rows_is_a_clear_message():
+    df = with_measurements(grid_frame(n_max=3), get_estimator("tuneplan", "none"))
+    with pytest.raises(NotEnoughData, match="at least"):
+        TuneplanLearner().fit(training_set(df))
+
+
+def test_no_learner_is_evaluated_on_rows_it_was_trained_on(monkeypatch):
+    df = with_measurements(grid_frame(), get_estimator("tuneplan", "none"), noise=0.05)
+    ts = training_set(df)
+    for split in ("random", "by-source", "by-model", "by-gpu"):
+        for fold in make_folds(ts, split, seed=1):
+            assert not set(fold.train.df["id"]) & set(fold.test.df["id"])
+    # and every fit made for a fold (the learner and its interval cross-fits) sees none of that
+    # fold's test rows: spy on the learners' fit
+    current = {"fold": None}
+    fits: list[tuple[str, set]] = []
+    orig = TuneplanLearner.fit
+
+    def spy(self, train):
+        fits.append((current["fold"], set(train.df["id"])))
+        return orig(self, train)
+
+    monkeypatch.setattr(TuneplanLearner, "fit", spy)
+    report = validate(df, "by-source", seed=0, learners=("tuneplan",),
+                      progress=lambda name: current.update(fold=name))
+    tested = report.rows.groupby("fold")["id"].apply(set).to_dict()
+    assert len(tested) == 3
+    for fold_name, ids in tested.items():
+        own = [f for name, f in fits if name == fold_name]
+        assert own, fold_name
+        assert all(not (ids & f) for f in own)
+    # a planted leak is caught
+    from tuneplan.learn import validate as V
+
+    bad = V.Fold("leaky", ts, ts)
+    with pytest.raises(LeakError):
+        if V._row_keys(bad.train) & V._row_keys(bad.test):
+            raise LeakError("rows in both")
+
+
+def test_interval_coverage_on_synthetic_data():
+    rng = np.random.default_rng(3)
+    cal = rng.normal(0, 0.2, 400)
+    test = rng.normal(0, 0.2, 4000)
+    lo, hi = conformal_bounds(cal, 0.8)
+    cover = np.mean((np.exp(test) >= lo) & (np.exp(test) <= hi))
+    assert cover == pytest.approx(0.8, abs=0.03)
+
+
+def test_calibration_round_trip_and_determinism(tmp_path):
+    df = with_measurements(grid_frame(), get_estimator("tuneplan", "none"), noise=0.05)
+    cal, _ = fit_calibration(df, "tuneplan", name="syn")
+    p = tmp_path / "syn.json"
+    cal.save(p)
+    again, _ = fit_calibration(df, "tuneplan", name="syn")
+    assert dumps(again.to_dict()) == p.read_text()  # byte-for-byte
+    loaded = load_calibration(str(p), expected="tuneplan")
+    assert isinstance(loaded, Calibration) and loaded.fingerprint == cal.fingerprint
+    d = json.loads(p.read_text())
+    assert d["format"] == "tuneplan-calibration" and d["version"] == 1
+    assert len(d["intervals"]["tuneplan"]["throughput"]) > 10
+    est = loaded.estimator()
+    configs, _ = configs_from_rows(df.to_dict("records"))
+    p1 = predict_configs(configs, est, with_max_batch=False)["tokens_per_s"]
+    p2 = predict_configs(configs, cal.estimator(), with_max_batch=False)["tokens_per_s"]
+    np.testing.assert_allclose(p1, p2, rtol=1e-9)
+
+
+def test_calibration_wrong_learner_and_bad_file(tmp_path):
+    from tuneplan.errors import DataFileError, InputError
+
+    df = with_measurements(grid_frame(), get_estimator("kavier"))
+    cal, _ = fit_calibration(df, "kavier", name="k")
+    p = tmp_path / "k.json"
+    cal.save(p)
+    with pytest.raises(InputError, match="--estimator kavier"):
+        load_calibration(str(p), expected="tuneplan")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DataFileError, match="bad.json:1"):
+        load_calibration(str(bad))
