@@ -482,8 +482,12 @@ def test_shared_reference_set_loads() -> None:
     assert len(df) + len(t.problems) == n_rows
     assert df["id"].is_unique
     by = summary["by_source"]
-    for src in ("litgpt", "ms-swift", "vectorlm", "llmftbench", "stsxxx-finetune"):
+    for src in ("litgpt", "ms-swift", "llmftbench", "stsxxx-finetune"):
         assert by[src]["usable_throughput"] > 0
+    # vectorlm's throughputs are 0.5th-percentile first steps (Table A) or steps without an optimizer
+    # (Table B): none is a steady-state throughput; its rows are kept for the OOM verdicts
+    assert by["vectorlm"]["usable_throughput"] == 0
+    assert by["llm-foundry"]["usable_throughput"] == 300  # MPT sizes from the architecture in the notes
     assert by["ms-swift"]["duplicates"] == 6 and by["ms-swift-2023v1"]["duplicates"] == 5
     assert by["vectorlm"]["oom"] == 35
     assert by["ms-swift-2023v1"]["usable_throughput"] == 0  # wall time includes loading

@@ -46,10 +46,7 @@ def workload(job: JobSpec) -> Workload:
         real = ex * seq
     else:
         raise InputError("examples", "give --examples with --tokens-per-example, or --tokens")
-    if job.packing or ex is None:
-        samples = real / seq
-    else:
-        samples = ex
+    samples = real / seq if job.packing or ex is None else ex  # packed: tokens / length; else one per example
     return Workload(seq_len=int(seq), samples_per_epoch=float(samples), real_tokens_per_epoch=float(real),
                     processed_tokens_per_epoch=float(samples * seq), epochs=job.epochs, seq_len_source=src)
 

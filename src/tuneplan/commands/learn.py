@@ -35,9 +35,17 @@ def _read(paths, strict):
     from tuneplan.runs import read_runs
 
     table = read_runs(paths, strict=strict)
-    for p in table.problems:
-        print(f"warning: {p}", file=sys.stderr)
+    report_problems(table.problems)
     return table
+
+
+def report_problems(problems, limit: int = 10) -> None:
+    """One line per problem (file:line: message), the first `limit` of them, then a count."""
+    for p in problems[:limit]:
+        print(f"warning: {p}", file=sys.stderr)
+    if len(problems) > limit:
+        print(f"warning: ... and {len(problems) - limit} more rows skipped (`tuneplan predict` lists every "
+              "row with its reason in the error column)", file=sys.stderr)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

@@ -21,16 +21,15 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
 
     table = read_runs(args.runs, strict=args.strict, resolve=False)
-    for prob in table.problems:
-        print(f"warning: {prob}", file=sys.stderr)
+    from tuneplan.commands.learn import report_problems
+
+    report_problems(table.problems)
     est = get_estimator(args.estimator, args.calibration)
     out = predict_frame(table.df, est)
     if args.interval:

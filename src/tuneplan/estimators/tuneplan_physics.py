@@ -13,6 +13,9 @@ from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_st
 
 Arrays = dict[str, np.ndarray]
 
+MFU_CEILING = 0.80
+"""No configuration is predicted above this model-FLOPs utilisation, whatever a learned correction
+says (the best published large-model training MFUs are ~0.5-0.6 of dense peak; 0.8 leaves room)."""
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "overhead_s", "tensor_parallel_s",
               "pipeline_bubble_s", "optimizer_s", "communication_s")
 
@@ -55,6 +58,11 @@ class TuneplanEstimator:
         out = self.physics(a)
         if self.residual is not None:
             thr_factor, mem_factor, info = self.residual.correct(a, out)
+            # never faster than the model FLOPs at MFU_CEILING of dense peak: a learned correction
+            # must not promise what no GPU delivers
+            floor = out["model_flops_per_step"] / (a["gpus"] * a["peak_flops"] * MFU_CEILING)
+            thr_factor = np.minimum(thr_factor, out["step_s"] / np.maximum(floor, 1e-30))
+            thr_factor = np.maximum(thr_factor, 1e-6)
             # time: every part scales with the learned factor, so the parts still add up to the step
             for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s"):
                 if k in out:

@@ -170,19 +170,35 @@ def _estimator_log_ratios(est, ts) -> dict[str, np.ndarray]:
     return out
 
 
-def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: int = 0) -> dict[str, list[float]]:
-    """Cross-fitted residuals: each row predicted by the learner fitted on the other folds."""
-    from tuneplan.learn.learners import LEARNERS, NotEnoughData
+def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: int = 0,
+                          fitted=None, throughput_only: bool = False) -> dict[str, list[float]]:
+    """Held-out residuals for intervals: each row predicted by the learner fitted without the row's
+    whole source (a user's own runs are a source the calibration never saw); random folds when the
+    rows come from fewer than 3 sources. With `fitted` (the learner fitted on all rows), the inner
+    fits reuse its residual shares and a smaller least-squares budget."""
+    from tuneplan.learn.learners import LEARNERS, NotEnoughData, TuneplanLearner
 
     n = len(ts)
-    rng = np.random.default_rng(seed)
-    fold = rng.permutation(n) % folds
+    sources = sorted(set(ts.source.tolist()))
+    if len(sources) >= 3:
+        keys = np.array([sources.index(s) for s in ts.source])
+    else:
+        keys = np.random.default_rng(seed).permutation(n) % folds
     thr: list[float] = []
     mem: list[float] = []
-    for k in range(folds):
-        train, test = ts.subset(fold != k), ts.subset(fold == k)
+    if throughput_only and learner_name == "tuneplan":
+        ts = ts.subset(ts.has_throughput)
+        sources = sorted(set(ts.source.tolist()))
+        keys = (np.array([sources.index(s) for s in ts.source]) if len(sources) >= 3
+                else np.random.default_rng(seed).permutation(len(ts)) % folds)
+    for k in sorted(set(keys.tolist())):
+        train, test = ts.subset(keys != k), ts.subset(keys == k)
         try:
-            est = LEARNERS[learner_name]().fit(train).estimator()
+            if learner_name == "tuneplan" and isinstance(fitted, TuneplanLearner):
+                learner = TuneplanLearner(max_nfev=40, shrink=fitted.shrinks(), memory=not throughput_only)
+            else:
+                learner = LEARNERS[learner_name]()
+            est = learner.fit(train).estimator()
         except NotEnoughData:
             continue
         r = _estimator_log_ratios(est, test)
@@ -205,7 +221,7 @@ def fit_calibration(df, learner: str = "tuneplan", name: str = "") -> tuple[Cali
         raise InputError("learner", f"unknown learner '{learner}'", sorted(LEARNERS))
     ts = training_set(df)
     obj = LEARNERS[learner]().fit(ts)  # NotEnoughData propagates: the caller says so and keeps the physics
-    intervals = {learner: out_of_fold_residuals(learner, ts)}
+    intervals = {learner: out_of_fold_residuals(learner, ts, fitted=obj)}
     for raw in ("planner", "kavier", "xia"):
         if raw != learner:
             r = _estimator_log_ratios(get_estimator(raw), ts)

@@ -85,6 +85,20 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
     return out
 
 
+def truncated(model: ModelSpec, layers: int, name_or_path: str) -> ModelSpec:
+    """The same architecture with `layers` blocks (a profiler row measured with --layers N)."""
+    from tuneplan.specs.catalog import load_model_config
+    from tuneplan.specs.model_config import model_from_config
+
+    if layers < 1:
+        raise InputError("layers", f"must be >= 1, got {layers}")
+    cfg = dict(load_model_config(name_or_path or model.name))
+    keys = [k for k in ("num_hidden_layers", "n_layer", "n_layers", "num_layers") if k in cfg] or ["num_hidden_layers"]
+    for k in keys:
+        cfg[k] = layers
+    return model_from_config(cfg, f"{model.name} ({layers} layers)", source=model.source)
+
+
 def row_to_config(row: dict) -> RunConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason."""
     from tuneplan.specs.catalog import resolve_run_model
@@ -100,6 +114,10 @@ def row_to_config(row: dict) -> RunConfig:
     seq_cell = _get(row, "seq_len")
     model = resolve_run_model(str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""),
                               str(_get(row, "notes") or ""), float(seq_cell) if seq_cell is not None else None)
+    layers = _get(row, "layers")
+    if layers is not None and int(float(layers)) != model.n_layers:
+        model = truncated(model, int(float(layers)), str(_get(row, "model_hf_id") or _get(row, "model") or ""))
+        used.append(f"layers={int(float(layers))} (the profiled model was truncated)")
     gpu = resolve_gpu(str(_get(row, "gpu_resolved") or _get(row, "gpu") or ""))
     method_raw = str(_get(row, "method") or "").lower()
     if method_raw not in METHOD_MAP:

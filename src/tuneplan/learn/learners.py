@@ -58,22 +58,59 @@ def _log(x):
 
 
 # ---------------------------------------------------------------------------------------------
-def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> Residual:
+SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Candidate shares of a residual correction kept for unseen sources, chosen by leave-one-source-out."""
+
+
+def _hgb(X: np.ndarray, y: np.ndarray):
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    m = HistGradientBoostingRegressor(**HGB_PARAMS).fit(X, y)
-    return Residual(export_hgb(m, list(names)), np.nanmin(X, axis=0).tolist(), np.nanmax(X, axis=0).tolist())
+    return HistGradientBoostingRegressor(**HGB_PARAMS).fit(X, y)
+
+
+def group_out_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Each row's residual predicted by a model fitted without its group (source); random 5-fold
+    when there are fewer than 3 groups."""
+    keys = np.asarray(groups)
+    uniq = sorted(set(keys.tolist()))
+    if len(uniq) < 3:
+        keys = np.random.default_rng(seed).permutation(len(y)) % 5
+        uniq = sorted(set(keys.tolist()))
+    out = np.zeros(len(y))
+    for g in uniq:
+        test = keys == g
+        if test.all() or (~test).sum() < MIN_ROWS:
+            continue
+        out[test] = _hgb(X[~test], y[~test]).predict(X[test])
+    return out
+
+
+def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: np.ndarray | None = None) -> Residual:
+    """Boosted trees on log-residuals; with groups (sources), the share of the correction kept is
+    chosen where it helps rows of a source the trees never saw (median absolute log error)."""
+    shrink = 1.0
+    if groups is not None:
+        oos = group_out_predictions(X, y, groups)
+        errs = [float(np.median(np.abs(y - a * oos))) for a in SHRINK_GRID]
+        shrink = SHRINK_GRID[int(np.argmin(errs))]
+    m = _hgb(X, y)
+    return Residual(export_hgb(m, list(names)), np.nanmin(X, axis=0).tolist(), np.nanmax(X, axis=0).tolist(),
+                    shrink)
 
 
 # ---------------------------------------------------------------------------------------------
 class TuneplanLearner:
     name = "tuneplan"
 
-    def __init__(self) -> None:
+    def __init__(self, max_nfev: int = 150, shrink: tuple[float, float] | None = None,
+                 memory: bool = True) -> None:
         self.constants = DEFAULT_CONSTANTS
         self.thr_residual: Residual | None = None
         self.mem_residual: Residual | None = None
         self.notes: list[str] = []
+        self.max_nfev = max_nfev  # least-squares budget for the constants
+        self.fixed_shrink = shrink  # (throughput, memory) residual shares; None: chosen by source CV
+        self.memory = memory  # False: throughput only (the interval cross-fits of throughput)
 
     # physics with given constants -> predicted throughput / memory on the training arrays
     @staticmethod
@@ -110,12 +147,13 @@ class TuneplanLearner:
             r = (_log(pred) - _log(y)) / math.sqrt(n)
             return np.concatenate([r, math.sqrt(L2_PRIOR_WEIGHT) * (x - prior)])
 
-        sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", max_nfev=400, x_scale="jac")
+        sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", max_nfev=self.max_nfev, x_scale="jac",
+                            ftol=1e-5, xtol=1e-5, gtol=1e-6)
         return consts(sol.x)
 
     def fit(self, ts: TrainingSet) -> TuneplanLearner:
         thr_mask = ts.has_throughput
-        mem_mask = ts.has_memory
+        mem_mask = ts.has_memory if self.memory else np.zeros(len(ts), dtype=bool)
         if thr_mask.sum() + mem_mask.sum() < MIN_ROWS:
             raise NotEnoughData(f"tuneplan learner: {int(thr_mask.sum())} throughput and {int(mem_mask.sum())} "
                                 f"memory rows; at least {MIN_ROWS} needed")
@@ -135,12 +173,18 @@ class TuneplanLearner:
         if thr_mask.sum() >= MIN_RESIDUAL_ROWS:
             X = feature_matrix(a_all, out, THROUGHPUT_FEATURES)[thr_mask]
             pred = (out["tokens_per_step"] / out["step_s"])[thr_mask]
-            self.thr_residual = fit_residual(X, _log(ts.tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES)
+            self.thr_residual = fit_residual(X, _log(ts.tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES,
+                                             None if self.fixed_shrink else ts.source[thr_mask])
+            if self.fixed_shrink:
+                self.thr_residual.shrink = self.fixed_shrink[0]
         if mem_mask.sum() >= MIN_RESIDUAL_ROWS:
             X = feature_matrix(a_all, out, MEMORY_FEATURES)[mem_mask]
             kinds = [k for k, m in zip(ts.mem_kind, mem_mask, strict=True) if m]
             pred = self._mem_for_kind({k: v[mem_mask] for k, v in out.items()}, kinds)
-            self.mem_residual = fit_residual(X, _log(ts.peak_mem_gib[mem_mask]) - _log(pred), MEMORY_FEATURES)
+            self.mem_residual = fit_residual(X, _log(ts.peak_mem_gib[mem_mask]) - _log(pred), MEMORY_FEATURES,
+                                             None if self.fixed_shrink else ts.source[mem_mask])
+            if self.fixed_shrink:
+                self.mem_residual.shrink = self.fixed_shrink[1]
         return self
 
     def estimator(self, name: str | None = None):
@@ -150,6 +194,10 @@ class TuneplanLearner:
         if self.thr_residual is not None or self.mem_residual is not None:
             corr = TuneplanCorrection(self.thr_residual, self.mem_residual)
         return TuneplanEstimator(self.constants, corr, calibration_name=name or "fitted")
+
+    def shrinks(self) -> tuple[float, float]:
+        return (self.thr_residual.shrink if self.thr_residual else 0.0,
+                self.mem_residual.shrink if self.mem_residual else 0.0)
 
     def payload(self) -> dict:
         return {
@@ -458,7 +506,8 @@ class SLSTLearner:
         self.coef = np.linalg.solve(A.T @ A + ridge, A.T @ y)
         if mask.sum() >= MIN_RESIDUAL_ROWS:
             r = y - A @ self.coef
-            self.residual = fit_residual(slst_features(a, SLST_GB_FEATURES), r, SLST_GB_FEATURES)
+            self.residual = fit_residual(slst_features(a, SLST_GB_FEATURES), r, SLST_GB_FEATURES,
+                                         ts.source[mask])
         return self
 
     def estimator(self, name: str | None = None):

@@ -16,25 +16,26 @@ each feature's excess measured in units of its training span)."""
 class Residual:
     """A boosted correction on log-residuals, shrunk toward 0 outside the training range."""
 
-    def __init__(self, model: dict, lo: list[float], hi: list[float]) -> None:
+    def __init__(self, model: dict, lo: list[float], hi: list[float], shrink: float = 1.0) -> None:
         self.model = model
         self.forest = Forest(model)
         self.lo = np.asarray(lo, dtype=float)
         self.hi = np.asarray(hi, dtype=float)
+        self.shrink = float(shrink)  # share of the correction that transfers to unseen sources (fitted)
 
     def __call__(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raw = self.forest.predict(X)
         span = np.maximum(self.hi - self.lo, 1e-9)
         excess = (np.maximum(self.lo - X, 0.0) + np.maximum(X - self.hi, 0.0)) / span
-        weight = np.exp(-np.nansum(excess, axis=1) * EXTRAPOLATION_DECAY)
+        weight = np.exp(-np.nansum(excess, axis=1) * EXTRAPOLATION_DECAY) * self.shrink
         return raw * weight, weight
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist()}
+        return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist(), "shrink": self.shrink}
 
     @classmethod
     def from_dict(cls, d: dict) -> Residual:
-        return cls(d["model"], d["lo"], d["hi"])
+        return cls(d["model"], d["lo"], d["hi"], d.get("shrink", 1.0))
 
 
 class TuneplanCorrection:

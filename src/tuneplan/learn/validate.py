@@ -135,9 +135,11 @@ def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LE
         if len(test) == 0:
             continue
         ests = dict(raw)
+        learner_objs: dict = {}
         for name in learners:
             try:
-                ests[name] = LEARNERS[name]().fit(fold.train).estimator(f"{name} ({fold.name} training part)")
+                learner_objs[name] = LEARNERS[name]().fit(fold.train)
+                ests[name] = learner_objs[name].estimator(f"{name} ({fold.name} training part)")
             except NotEnoughData as exc:
                 messages.append(f"{fold.name}: {exc}; physics result used")
                 ests[name] = raw["tuneplan-physics"]
@@ -158,7 +160,8 @@ def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LE
                 })
         # interval coverage for the default learner: conformal bounds from cross-fitted training residuals
         if "tuneplan" in learners and fold.train.has_throughput.sum() >= 20:
-            res = out_of_fold_residuals("tuneplan", fold.train, folds=3, seed=seed)
+            fitted = learner_objs.get("tuneplan")
+            res = out_of_fold_residuals("tuneplan", fold.train, seed=seed, fitted=fitted, throughput_only=True)
             if len(res["throughput"]) >= 10:
                 lo, hi = conformal_bounds(np.asarray(res["throughput"]), interval)
                 p = _predictions(ests["tuneplan"], test, False)["tokens_per_s"]

@@ -22,11 +22,11 @@ moment (row + column statistics, taken here as ~1 fp32 per parameter upper bound
 parameters and the first moment when beta1 is set)."""
 
 
+_STATE_TABLE = np.array([OPTIMIZER_STATE_BYTES[k] for k in range(len(OPTIMIZER_STATE_BYTES))])
+
+
 def _state_bytes(code: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(code, dtype=float)
-    for k, v in OPTIMIZER_STATE_BYTES.items():
-        out = np.where(code == k, v, out)
-    return out
+    return _STATE_TABLE[np.asarray(code).astype(np.intp)]
 
 
 def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:

@@ -27,9 +27,8 @@ def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
     """Ring collective over p ranks: factor x (p-1)/p x bytes over the bus bandwidth, plus latency.
     factor 2 = all-reduce, 1 = all-gather or reduce-scatter."""
     p = np.maximum(p, 1.0)
-    frac = (p - 1.0) / p
-    return np.where(p > 1, factor * frac * nbytes / (bw * c.comm_efficiency)
-                    + factor * (p - 1.0) * c.comm_latency_s, 0.0)
+    hops = p - 1.0  # zero on one rank: no time
+    return factor * hops * (nbytes / (p * bw * c.comm_efficiency) + c.comm_latency_s)
 
 
 def dp_bandwidth(a: Arrays) -> np.ndarray:
@@ -68,8 +67,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
     bw = a["mem_bw"] * c.bandwidth_efficiency
     passes = 2.0 + a["grad_ckpt"]
-    dq_bytes = np.select([a["dequant_bytes"] == 1, a["dequant_bytes"] == 2],
-                         [c.dequant_bytes_nf4, c.dequant_bytes_gptq], 0.0)
+    dq_bytes = np.array([0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq])[a["dequant_bytes"].astype(np.intp)]
     t_dequant = passes * dq_bytes * a["params_frozen_linear"] / split / bw
     is_dora = (a["method_code"] == 5).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
@@ -96,10 +94,9 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
     # optimizer: bytes per trainable parameter, divided by the ranks that own a shard
     opt_code = a["optimizer_code"]
-    opt_bytes = np.select(
-        [opt_code == 0, opt_code <= 2, opt_code == 3, opt_code == 4],
-        [c.optimizer_bytes_adamw, c.optimizer_bytes_8bit, c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum],
-        c.optimizer_bytes_adafactor)
+    opt_bytes = np.array([c.optimizer_bytes_adamw, c.optimizer_bytes_8bit, c.optimizer_bytes_8bit,
+                          c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
+                          c.optimizer_bytes_adafactor])[opt_code.astype(np.intp)]
     shard = a["sharding"]
     opt_div = np.where(shard >= 1, dp, 1.0) * split
     offload = shard == 5
@@ -111,19 +108,25 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     train_bytes_ddp = a["params_trainable"] / split * c.ddp_grad_bytes
     train_bytes_sh = a["params_trainable"] / split * c.sharded_grad_bytes
     all_bytes = a["params_total"] / split * a["weight_bytes_compute"]
-    allreduce = ring_time(train_bytes_ddp, dp, bw_dp, 2.0, c)
-    zero2 = ring_time(train_bytes_sh, dp, bw_dp, 1.0, c) * ga + ring_time(
-        a["params_trainable"] / split * a["weight_bytes_compute"], dp, bw_dp, 1.0, c)
-    # ZeRO-3 / FSDP: all-gather the weights for forward and for backward, reduce-scatter the grads,
-    # every micro-step
-    zero3 = ga * (2.0 * ring_time(all_bytes, dp, bw_dp, 1.0, c) + ring_time(train_bytes_sh, dp, bw_dp, 1.0, c))
-    gpn = a["gpus"] / a["nodes"]
-    hybrid = ga * (2.0 * ring_time(all_bytes, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)
-                   + ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
-        train_bytes_sh / np.minimum(dp, gpn), a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
-    offload_xfer = ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9)
-    t_comm = np.select([shard <= 1, shard == 2, shard == 3, shard == 4],
-                       [allreduce, zero2, zero3, hybrid], zero3 + offload_xfer)
+    # each sharding's collectives, computed only where that sharding occurs
+    t_comm = np.zeros(np.broadcast(mb, shard).shape)
+    kinds = {k for k in (0.0, 1.0, 2.0, 3.0, 4.0, 5.0) if np.any(shard == k)}
+    if kinds & {0.0, 1.0}:  # DDP / ZeRO-1: one all-reduce of the gradients per step
+        t_comm = np.where(shard <= 1, ring_time(train_bytes_ddp, dp, bw_dp, 2.0, c), t_comm)
+    if 2.0 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
+        zero2 = ring_time(train_bytes_sh, dp, bw_dp, 1.0, c) * ga + ring_time(
+            a["params_trainable"] / split * a["weight_bytes_compute"], dp, bw_dp, 1.0, c)
+        t_comm = np.where(shard == 2, zero2, t_comm)
+    if kinds & {3.0, 5.0}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
+        zero3 = ga * (2.0 * ring_time(all_bytes, dp, bw_dp, 1.0, c) + ring_time(train_bytes_sh, dp, bw_dp, 1.0, c))
+        offload_xfer = ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9)
+        t_comm = np.where(shard == 3, zero3, np.where(shard == 5, zero3 + offload_xfer, t_comm))
+    if 4.0 in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
+        gpn = a["gpus"] / a["nodes"]
+        hybrid = ga * (2.0 * ring_time(all_bytes, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)
+                       + ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
+            train_bytes_sh / np.minimum(dp, gpn), a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
+        t_comm = np.where(shard == 4, hybrid, t_comm)
     # overlap: DDP buckets hide behind the last micro-step's backward; sharded collectives behind
     # every micro-step's forward and backward
     hide = np.where(shard >= 3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction

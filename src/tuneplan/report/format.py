@@ -28,12 +28,10 @@ def number(v: float | None, unit: str = "", digits: int = 3) -> str:
     if v is None:
         return "-"
     v = float(v)
-    if abs(v) >= 1e6:
-        s = f"{v:,.0f}"
-    elif abs(v) >= 100:
+    if abs(v) >= 100:
         s = f"{v:,.0f}"
     elif abs(v) >= 1:
-        s = f"{v:,.{max(0, digits - 1)}f}".rstrip("0").rstrip(".") if "." in f"{v}" else f"{v:,.0f}"
+        s = f"{v:,.{max(0, digits - 1)}f}".rstrip("0").rstrip(".")
     else:
         s = f"{v:.{digits}g}"
     return f"{s} {unit}".strip()

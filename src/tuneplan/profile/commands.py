@@ -1,0 +1,200 @@
+"""CLI: `tuneplan probe` and `tuneplan profile`.
+
+Imports nothing heavy at module import (the CLI imports this on every start): torch, transformers,
+peft and rich are imported inside the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from tuneplan.errors import InputError
+
+
+def _need_profile_deps() -> None:
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise InputError("profile", f"needs {' and '.join(missing)}: pip install 'tuneplan[profile]' "
+                                    "(on a CPU-only machine install a CPU torch wheel first)")
+
+
+# ---------------------------------------------------------------- probe
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    _need_profile_deps()
+    import yaml
+
+    from tuneplan.profile.device import probe, save_entry
+
+    entry = probe(args.device, args.name, quick=args.quick, threads=args.threads)
+    path = save_entry(entry, args.out)
+    sys.stdout.write(yaml.safe_dump(entry, sort_keys=False))
+    print(f"saved to {path}")
+    return 0
+
+
+# ---------------------------------------------------------------- profile
+
+
+def _lists(args: argparse.Namespace) -> dict[str, Any]:
+    from tuneplan.profile.config import (
+        parse_int,
+        parse_layers,
+        parse_list,
+        parse_on_off,
+    )
+
+    def strs(s: str) -> str:
+        return s.strip().lower()
+
+    return {
+        "methods": parse_list(args.method, strs, "method", ["full"]),
+        "seq_lens": parse_list(args.seq_len, parse_int, "seq-len"),
+        "micro_batches": parse_list(args.micro_batch, parse_int, "micro-batch"),
+        "grad_accums": parse_list(args.grad_accum, parse_int, "grad-accum", [1]),
+        "layers": parse_list(args.layers, parse_layers, "layers", [None]),
+        "lora_ranks": parse_list(args.lora_rank, parse_int, "lora-rank", [16]),
+        "precisions": parse_list(args.precision, strs, "precision", [""]),
+        "grad_ckpts": parse_list(args.grad_ckpt, parse_on_off, "grad-ckpt", [False]),
+        "attns": parse_list(args.attn, lambda s: s.strip(), "attn", ["sdpa"]),
+        "optimizers": parse_list(args.optimizer, strs, "optimizer", ["adamw"]),
+        "nprocs": parse_list(args.nproc, parse_int, "nproc", [1]),
+    }
+
+
+def _count_rows(path: str) -> int:
+    from tuneplan.profile.rows import read_rows
+
+    try:
+        return len(read_rows(path))
+    except OSError:
+        return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    _need_profile_deps()
+    from tuneplan.profile.config import parse_duration, parse_overrides
+    from tuneplan.profile.grid import curve_path, profile_auto, profile_grid
+
+    lists = _lists(args)
+    if args.auto:
+        lists["seq_lens"] = lists["seq_lens"] or [128, 256, 512, 1024]
+        lists["micro_batches"] = lists["micro_batches"] or [1, 2, 4, 8]
+    else:
+        lists["seq_lens"] = lists["seq_lens"] or [512]
+        lists["micro_batches"] = lists["micro_batches"] or [1]
+    if args.steps < 1:
+        raise InputError("steps", "must be >= 1")
+    opts: dict[str, Any] = {
+        **{k: v for k, v in lists.items() if k not in ("methods", "seq_lens", "micro_batches", "layers")},
+        "lora_targets": args.lora_targets, "lora_alpha": args.lora_alpha, "sharding": args.sharding,
+        "device": args.device, "threads": args.threads, "max_mem_gib": args.max_mem_gib,
+        "config_override": parse_overrides(args.config_override), "seed": args.seed,
+        "gpu_name": args.gpu_name, "timeout_s": args.timeout, "progress": not args.no_progress,
+        "echo": lambda line: print(line, flush=True),
+    }
+    before = _count_rows(args.out)
+    try:
+        if args.auto:
+            budget = parse_duration(args.budget)
+            if budget < 1.0:
+                raise InputError("budget", f"{args.budget} is under one training step; give e.g. --budget 10m")
+            rows, res = profile_auto(args.model, budget, args.target_error, lists["methods"],
+                                     lists["seq_lens"], lists["micro_batches"], lists["layers"],
+                                     args.steps, args.warmup, args.out, **opts)
+            _print_curve(res, budget)
+            print(f"{len(rows)} rows appended to {args.out}; learning curve in {curve_path(args.out)}")
+        else:
+            rows = profile_grid(args.model, lists["methods"], lists["seq_lens"], lists["micro_batches"],
+                                lists["layers"], args.steps, args.warmup, args.out, **opts)
+            n_bad = sum(1 for r in rows if r.get("status") != "ok")
+            print(f"{len(rows)} rows appended to {args.out}" + (f" ({n_bad} oom/error)" if n_bad else ""))
+    except KeyboardInterrupt:
+        kept = _count_rows(args.out) - before
+        print(f"\ninterrupted: the {kept} rows measured so far are kept in {args.out}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _print_curve(res: Any, budget: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="learning curve (leave-one-out relative error of step time)")
+    table.add_column("runs", justify="right")
+    table.add_column("phase")
+    table.add_column("spent", justify="right")
+    table.add_column("LOO error", justify="right")
+    for p, ch in zip(res.curve, res.trace, strict=False):
+        table.add_row(str(p.n_runs), ch.phase, f"{p.cost_s:.1f} s",
+                      "-" if p.loo_error is None else f"{100 * p.loo_error:.1f}%")
+    console = Console()
+    console.print(table)
+    why = {"budget": "budget spent", "target": "target error reached", "exhausted": "every configuration measured",
+           "max-runs": "run limit"}.get(res.stop_reason, res.stop_reason)
+    console.print(f"stopped: {why} ({res.spent_s:.1f} s of {budget:.0f} s)")
+
+
+# ---------------------------------------------------------------- registration
+
+
+def register(subparsers: Any) -> None:
+    """Add `probe` and `profile` to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "probe", help="measure this device's matmul TFLOP/s and memory bandwidth; save it as a GPU entry",
+        description="Measure achievable dense matmul TFLOP/s per precision (fp32, bf16; tf32 and fp16 on "
+                    "CUDA) and copy bandwidth, and save a GPU-catalog entry (local-cpu or local-<cuda name>) "
+                    "under $TUNEPLAN_HOME/gpus/ (default ~/.tuneplan/gpus/).")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--name", default=None, help="entry name (default local-cpu / local-<cuda device name>)")
+    p.add_argument("--out", default=None, help="YAML/JSON file or folder to write (default the user GPU folder)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for the matmuls")
+    p.add_argument("--quick", action="store_true", help="small sizes only (seconds; less accurate)")
+    p.set_defaults(func=cmd_probe)
+
+    q = subparsers.add_parser(
+        "profile", help="measure real fine-tuning steps on this device and write runs-schema rows",
+        description="Build the model from its config with random weights, run warm-up and timed optimizer "
+                    "steps on synthetic token batches for every combination of the comma-separated lists "
+                    "(or a smart sample of them with --auto --budget), and append one row per configuration "
+                    "to --out in the runs schema.")
+    q.add_argument("--model", required=True, help="catalog name, config.json path (or folder), or Hub id")
+    q.add_argument("--method", default="full", help="list of full, lora, dora, qlora, gptq-lora (default full)")
+    q.add_argument("--seq-len", default=None, help="list of sequence lengths (default 512; --auto: 128,256,512,1024)")
+    q.add_argument("--micro-batch", default=None, help="list of micro-batch sizes (default 1; --auto: 1,2,4,8)")
+    q.add_argument("--grad-accum", default=None, help="list of gradient-accumulation steps (default 1)")
+    q.add_argument("--layers", default=None, help="list of layer counts to truncate to; 'full' = whole model")
+    q.add_argument("--lora-rank", default=None, help="list of LoRA ranks (default 16)")
+    q.add_argument("--lora-alpha", type=int, default=None, help="LoRA alpha (default 2 x rank)")
+    q.add_argument("--lora-targets", default="all-linear",
+                   help="all-linear (default) or short/module names, e.g. q,v or q,k,v,o,gate,up,down")
+    q.add_argument("--precision", default=None,
+                   help="list of fp32, bf16, fp16, amp-bf16, amp-fp16 (default fp32 on CPU, bf16 on CUDA)")
+    q.add_argument("--optimizer", default=None, help="list of adamw (default), sgd, adafactor, adamw-8bit")
+    q.add_argument("--grad-ckpt", default=None, help="list of on/off (default off)")
+    q.add_argument("--attn", default=None, help="list of sdpa (default), eager, flash_attention_2")
+    q.add_argument("--nproc", default=None, help="list of data-parallel process counts (torchrun; default 1)")
+    q.add_argument("--sharding", default="ddp", choices=["ddp", "fsdp"], help="with --nproc > 1 (default ddp)")
+    q.add_argument("--steps", type=int, default=8, help="timed optimizer steps per configuration (default 8)")
+    q.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps (default 2)")
+    q.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    q.add_argument("--threads", type=int, default=None, help="CPU threads (default torch's)")
+    q.add_argument("--max-mem-gib", type=float, default=None,
+                   help="simulated memory size: a configuration using more is recorded as oom")
+    q.add_argument("--config-override", default=None,
+                   help="model config overrides, e.g. hidden_size=256,intermediate_size=688,vocab_size=32000")
+    q.add_argument("--gpu-name", default=None, help="the rows' gpu value (default local-cpu / the CUDA GPU name)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--timeout", type=float, default=1800.0, help="seconds per torchrun configuration")
+    q.add_argument("--out", default="runs.csv", help="runs CSV to append to (default runs.csv)")
+    q.add_argument("--auto", action="store_true", help="smart sampling of the grid within --budget")
+    q.add_argument("--budget", default="10m", help="time budget for --auto: 90s, 10m, 1h (default 10m)")
+    q.add_argument("--target-error", type=float, default=0.05,
+                   help="--auto stops once the leave-one-out error falls below this (default 0.05)")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.set_defaults(func=cmd_profile)

@@ -1,0 +1,363 @@
+"""One profiled configuration, the grid of them, and parsing of the profiler's options.
+
+No torch here: this module is imported by the CLI on every start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tuneplan.errors import InputError, TuneplanError
+
+METHODS = ("full", "lora", "dora", "qlora", "gptq-lora")
+PRECISIONS = ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16")
+OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw-8bit")
+ATTN_IMPLS = ("sdpa", "eager", "flash_attention_2")
+SHARDINGS = ("none", "ddp", "fsdp")
+
+# canonical LoRA target names (runs schema) -> module names in Llama-style transformers models
+LORA_TARGET_MODULES = {
+    "q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj",
+    "gate": "gate_proj", "up": "up_proj", "down": "down_proj",
+}
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines one measured configuration."""
+
+    model: str
+    method: str = "full"
+    seq_len: int = 512
+    micro_batch: int = 1
+    grad_accum: int = 1
+    layers: int | None = None  # truncate to this many layers (None: the whole model)
+    lora_rank: int = 16
+    lora_alpha: int | None = None  # default 2 * rank
+    lora_targets: str = "all-linear"
+    precision: str = ""  # "" -> fp32 on CPU, bf16 on CUDA
+    optimizer: str = "adamw"
+    grad_ckpt: bool = False
+    attn: str = "sdpa"
+    nproc: int = 1
+    sharding: str = "none"  # none | ddp | fsdp (ddp by default when nproc > 1)
+    steps: int = 8
+    warmup: int = 2
+    device: str = "auto"
+    threads: int | None = None
+    max_mem_gib: float | None = None
+    config_override: tuple[tuple[str, Any], ...] = ()
+    seed: int = 0
+    gpu_name: str | None = None  # the `gpu` column; default local-cpu / the CUDA device's catalog name
+    timeout_s: float = 1800.0  # for torchrun launches
+
+    @property
+    def is_lora(self) -> bool:
+        return self.method in ("lora", "dora", "qlora", "gptq-lora")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.micro_batch * self.seq_len * self.grad_accum * self.nproc
+
+    @property
+    def effective_sharding(self) -> str:
+        if self.nproc <= 1:
+            return "none"
+        return "ddp" if self.sharding in ("", "none") else self.sharding
+
+    def label(self) -> str:
+        """Short text for progress lines."""
+        parts = [self.method]
+        if self.is_lora:
+            parts.append(f"r={self.lora_rank}")
+        parts += [f"mb={self.micro_batch}", f"seq={self.seq_len}"]
+        if self.grad_accum > 1:
+            parts.append(f"ga={self.grad_accum}")
+        if self.layers:
+            parts.append(f"layers={self.layers}")
+        if self.precision:
+            parts.append(self.precision)
+        if self.grad_ckpt:
+            parts.append("ckpt")
+        if self.nproc > 1:
+            parts.append(f"{self.effective_sharding}x{self.nproc}")
+        return " ".join(parts)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["config_override"] = [list(kv) for kv in self.config_override]
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        d = json.loads(text)
+        d["config_override"] = tuple(tuple(kv) for kv in d.get("config_override") or ())
+        return cls(**d)
+
+    def validate(self) -> None:
+        """Checks that need no torch; raises InputError."""
+        if self.method not in METHODS:
+            raise InputError("method", f"unknown method '{self.method}'", METHODS)
+        if self.precision and self.precision not in PRECISIONS:
+            raise InputError("precision", f"unknown precision '{self.precision}'", PRECISIONS)
+        if self.optimizer not in OPTIMIZERS:
+            raise InputError("optimizer", f"unknown optimizer '{self.optimizer}'", OPTIMIZERS)
+        if self.attn not in ATTN_IMPLS:
+            raise InputError("attn", f"unknown attention implementation '{self.attn}'", ATTN_IMPLS)
+        if self.sharding not in SHARDINGS:
+            raise InputError("sharding", f"unknown sharding '{self.sharding}'", SHARDINGS)
+        for name in ("seq_len", "micro_batch", "grad_accum", "nproc", "steps", "lora_rank"):
+            if getattr(self, name) < 1:
+                raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise InputError("warmup", "must be >= 0")
+        if self.layers is not None and self.layers < 1:
+            raise InputError("layers", f"must be >= 1, got {self.layers}")
+        if self.threads is not None and self.threads < 1:
+            raise InputError("threads", "must be >= 1")
+        if self.max_mem_gib is not None and self.max_mem_gib <= 0:
+            raise InputError("max-mem-gib", "must be > 0")
+        if self.sharding == "fsdp" and self.nproc < 2:
+            raise InputError("sharding", "fsdp needs --nproc 2 or more")
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def parse_list(text: str | Sequence[Any] | None, conv: Callable[[str], T], field_name: str,
+               default: Sequence[T] | None = None) -> list[T]:
+    """Comma-separated values, each converted; InputError naming the field on a bad value."""
+    if text is None or text == "":
+        return list(default or [])
+    if not isinstance(text, str):
+        return [conv(str(v)) if not isinstance(v, (int, float, bool)) else v for v in text]  # type: ignore[misc]
+    out: list[T] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(conv(item))
+        except InputError:
+            raise
+        except (TypeError, ValueError):
+            raise InputError(field_name, f"bad value '{item}'") from None
+    if not out:
+        raise InputError(field_name, "is empty")
+    return out
+
+
+def parse_int(s: str) -> int:
+    s = s.strip().lower()
+    if re.fullmatch(r"\d+k", s):
+        return int(s[:-1]) * 1024
+    return int(s)
+
+
+def parse_layers(s: str) -> int | None:
+    """A layer count, or `full`/`all` for the whole model."""
+    if s.strip().lower() in ("full", "all", "none", "0"):
+        return None
+    return parse_int(s)
+
+
+def parse_on_off(s: str) -> bool:
+    v = s.strip().lower()
+    if v in ("on", "1", "true", "yes"):
+        return True
+    if v in ("off", "0", "false", "no"):
+        return False
+    raise InputError("grad-ckpt", f"bad value '{s}'", ["on", "off"])
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(h|hr|hours?|m|min|minutes?|s|sec|seconds?)?", re.I)
+
+
+def parse_duration(text: str) -> float:
+    """`90s`, `10m`, `1h`, `1h30m`, `600` (seconds) -> seconds."""
+    s = str(text).strip().lower().replace(" ", "")
+    if not s:
+        raise InputError("budget", "is empty; give a duration like 90s, 10m or 1h")
+    pos = 0
+    total = 0.0
+    for m in _DURATION_RE.finditer(s):
+        if m.start() != pos:
+            break
+        unit = (m.group(2) or "s")[0]
+        total += float(m.group(1)) * {"h": 3600.0, "m": 60.0, "s": 1.0}[unit]
+        pos = m.end()
+    if pos != len(s):
+        raise InputError("budget", f"cannot read duration '{text}'; give e.g. 90s, 10m, 1h or 1h30m")
+    if total <= 0:
+        raise InputError("budget", f"'{text}' is no time at all; give e.g. --budget 10m")
+    return total
+
+
+def parse_overrides(text: str | None) -> tuple[tuple[str, Any], ...]:
+    """`hidden_size=256,num_hidden_layers=2,tie_word_embeddings=true` -> ((key, value), ...).
+
+    Values are read as JSON when they parse (numbers, true/false, null, lists), else kept as text.
+    """
+    if not text:
+        return ()
+    out: list[tuple[str, Any]] = []
+    for part in re.split(r",(?=\s*[A-Za-z_][\w.]*\s*=)", text.strip()):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise InputError("config-override", f"'{part}' is not key=value")
+        key, raw = part.split("=", 1)
+        key = key.strip()
+        raw = raw.strip()
+        if not re.fullmatch(r"[A-Za-z_]\w*", key):
+            raise InputError("config-override", f"bad key '{key}'")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            low = raw.lower()
+            value = {"true": True, "false": False, "none": None}.get(low, raw)
+        out.append((key, value))
+    return tuple(out)
+
+
+def lora_target_modules(targets: str) -> str | list[str]:
+    """`all-linear` stays as is (peft's own keyword); `q,v` -> ["q_proj", "v_proj"]."""
+    t = (targets or "all-linear").strip()
+    if t in ("all-linear", "all", "all_linear"):
+        return "all-linear"
+    return [LORA_TARGET_MODULES.get(x.strip(), x.strip()) for x in t.split(",") if x.strip()]
+
+
+# ---------------------------------------------------------------- the grid
+
+
+GRID_KEYS = ("method", "seq_len", "micro_batch", "grad_accum", "layers", "lora_rank", "precision",
+             "grad_ckpt", "attn", "optimizer", "nproc")
+
+
+def expand_grid(base: RunConfig, **lists: Iterable[Any]) -> list[RunConfig]:
+    """Every combination of the given lists (keys among GRID_KEYS), in a stable order.
+
+    LoRA rank only varies for LoRA-like methods (full fine-tuning gets one row per other setting).
+    """
+    keys = [k for k in GRID_KEYS if k in lists]
+    unknown = set(lists) - set(GRID_KEYS)
+    if unknown:
+        raise TypeError(f"unknown grid keys: {sorted(unknown)}")
+    values = [list(dict.fromkeys(lists[k])) for k in keys]
+    for k, v in zip(keys, values, strict=True):
+        if not v:
+            raise InputError(k.replace("_", "-"), "is empty")
+    out: list[RunConfig] = []
+    seen: set[RunConfig] = set()
+    for combo in itertools.product(*values):
+        cfg = replace(base, **dict(zip(keys, combo, strict=True)))
+        if not cfg.is_lora and cfg.lora_rank != base.lora_rank:
+            cfg = replace(cfg, lora_rank=base.lora_rank)
+        if cfg in seen:
+            continue
+        seen.add(cfg)
+        cfg.validate()
+        out.append(cfg)
+    return out
+
+
+# ---------------------------------------------------------------- model configs
+
+
+def _clean_config(d: dict) -> dict:
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+def _bundled_config(name: str) -> dict | None:
+    from importlib import resources
+
+    base = resources.files("tuneplan.data").joinpath("models")
+    fname = name.replace("/", "__") + ".json"
+    try:
+        p = base.joinpath(fname)
+        if p.is_file():
+            return json.loads(p.read_text(encoding="utf-8"))
+        low = fname.lower()
+        for entry in base.iterdir():
+            if entry.name.lower() == low:
+                return json.loads(entry.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        return None
+    return None
+
+
+@dataclass
+class ModelSource:
+    """A model's raw config.json dict (keys starting with `_` removed) and where it came from."""
+
+    name: str
+    hf_id: str
+    config: dict
+    origin: str
+    meta: dict = field(default_factory=dict)
+
+
+def load_model_source(model: str) -> ModelSource:
+    """The config of a catalog name, a config.json path (or a folder holding one), or a Hub id.
+
+    Uses the catalog (`tuneplan.specs.catalog.load_model_config`: aliases, checkpoint variants,
+    inferred values, Hub when reachable); falls back to reading the file or the bundled JSON.
+    """
+    if not model or not str(model).strip():
+        raise InputError("model", "is empty")
+    model = str(model).strip()
+    p = Path(model).expanduser()
+    raw_file: dict | None = None
+    if p.is_dir() and (p / "config.json").is_file():
+        p = p / "config.json"
+    if p.is_file():
+        try:
+            raw_file = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError("model", f"cannot read {p}: {str(exc).splitlines()[0]}") from None
+        if not isinstance(raw_file, dict):
+            raise InputError("model", f"{p} is not a Hugging Face config.json")
+    try:
+        from tuneplan.specs import catalog
+    except ImportError:
+        catalog = None  # type: ignore[assignment]
+    cfg: dict | None = None
+    hf_id = model
+    origin = str(p) if raw_file is not None else "catalog"
+    if catalog is not None:
+        cfg = dict(catalog.load_model_config(model))  # InputError with the closest names
+        if raw_file is None:
+            try:
+                hf_id = catalog.resolve_model(model).name
+            except TuneplanError:
+                hf_id = model
+    elif raw_file is not None:
+        cfg = _clean_config(raw_file)
+    else:
+        bundled = _bundled_config(model)
+        if bundled is None:
+            raise InputError("model", f"unknown model '{model}'; pass a path to its config.json")
+        cfg = _clean_config(bundled)
+        hf_id = str(bundled.get("_hf_id") or model)
+    if raw_file is not None:
+        hf_id = str(raw_file.get("_hf_id") or raw_file.get("_name_or_path") or model)
+    if not cfg.get("model_type"):
+        raise InputError("model", f"the config of '{model}' has no model_type; transformers cannot build it "
+                                  "(add model_type to the config.json)")
+    return ModelSource(model, hf_id, cfg, origin, raw_file or {})
+
+
+def apply_overrides(config: dict, overrides: Iterable[tuple[str, Any]]) -> dict:
+    d = dict(config)
+    for k, v in overrides:
+        d[k] = v
+    return d

@@ -1,0 +1,195 @@
+"""`tuneplan probe`: this device's achievable matmul TFLOP/s per precision and memory bandwidth,
+saved as a GPU-catalog entry (YAML) that the estimators read like any catalog GPU.
+
+Figures are measured, not datasheet peaks: the best of a few square matmul sizes (2 n^3 FLOPs each)
+and of a few large tensor copies (read + write = 2 x bytes moved).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tuneplan.errors import InputError
+
+CPU_SIZES = (256, 512, 1024, 2048)
+CUDA_SIZES = (2048, 4096, 8192)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _time_op(fn: Any, device: str, min_time: float, max_reps: int = 50) -> float:
+    """Best seconds per call: one warm-up call, then calls until min_time has passed."""
+    fn()
+    _sync(device)
+    best = float("inf")
+    total = 0.0
+    reps = 0
+    while reps < max_reps and (total < min_time or reps < 2):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        dt = time.perf_counter() - t0
+        best = min(best, dt)
+        total += dt
+        reps += 1
+    return best
+
+
+def matmul_tflops(device: str, precision: str, sizes: Sequence[int], min_time: float = 0.2,
+                  max_call_s: float = 1.0) -> float:
+    """Best dense matmul TFLOP/s over the sizes; stops growing sizes once one call takes > max_call_s."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+             "fp16": torch.float16}[precision]
+    cuda = device.startswith("cuda")
+    old_tf32 = torch.backends.cuda.matmul.allow_tf32 if cuda else None
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    best = 0.0
+    try:
+        for n in sizes:
+            a = torch.randn(n, n, device=device).to(dtype)
+            b = torch.randn(n, n, device=device).to(dtype)
+            t = _time_op(lambda a=a, b=b: torch.mm(a, b), device, min_time)
+            best = max(best, 2.0 * n ** 3 / t / 1e12)
+            del a, b
+            if t > max_call_s:
+                break
+    finally:
+        if cuda:
+            torch.backends.cuda.matmul.allow_tf32 = bool(old_tf32)
+    return best
+
+
+def memory_bandwidth_gbs(device: str, mib: int, min_time: float = 0.2) -> float:
+    """Best copy bandwidth in GB/s (1e9 bytes/s), counting the read and the write."""
+    import torch
+
+    n = mib * (1 << 20) // 4
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    t = _time_op(lambda: dst.copy_(src), device, min_time)
+    return 2.0 * n * 4 / t / 1e9
+
+
+def _cpu_info() -> tuple[str, str]:
+    name, vendor = "", ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                low = line.lower()
+                if low.startswith("model name") and not name:
+                    name = line.split(":", 1)[1].strip()
+                elif low.startswith("vendor_id") and not vendor:
+                    vendor = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    vendor = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}.get(vendor, vendor)
+    return name or platform.processor() or platform.machine(), vendor
+
+
+def default_name(device: str) -> str:
+    if not device.startswith("cuda"):
+        return "local-cpu"
+    import torch
+
+    return "local-" + re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
+
+
+def probe(device: str = "auto", name: str | None = None, quick: bool = False,
+          threads: int | None = None) -> dict[str, Any]:
+    """Measure this device; returns the GPU entry (keys of GPUSpec.to_dict)."""
+    import torch
+
+    from tuneplan.profile.runner import resolve_device
+
+    dev = resolve_device(device)
+    if threads:
+        torch.set_num_threads(threads)
+    cuda = dev.startswith("cuda")
+    min_time = 0.05 if quick else 0.3
+    if cuda:
+        sizes: Sequence[int] = (512, 1024) if quick else CUDA_SIZES
+        precs = ["fp32", "tf32", "bf16", "fp16"]
+    else:
+        sizes = (128, 256) if quick else CPU_SIZES
+        precs = ["fp32", "bf16"]
+    peaks: dict[str, float] = {}
+    for p in precs:
+        if p == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+            continue
+        try:
+            v = matmul_tflops(dev, p, sizes, min_time=min_time)
+        except RuntimeError:  # a precision this device's kernels do not support
+            continue
+        if v > 0:
+            peaks[p] = round(v, 4 if v < 1 else 2)
+    bw = memory_bandwidth_gbs(dev, 16 if quick else (1024 if cuda else 256), min_time=min_time)
+    if cuda:
+        props = torch.cuda.get_device_properties(dev)
+        mem_gib = props.total_memory / 2 ** 30
+        dev_name = torch.cuda.get_device_name(dev)
+        vendor = "AMD" if getattr(torch.version, "hip", None) else "NVIDIA"
+        arch = f"sm_{props.major}{props.minor}"
+        threads_note = ""
+    else:
+        import psutil
+
+        mem_gib = psutil.virtual_memory().total / 2 ** 30
+        dev_name, vendor = _cpu_info()
+        arch = platform.machine()
+        threads_note = f"; threads={torch.get_num_threads()}"
+    when = datetime.now(UTC).strftime("%Y-%m-%d")
+    return {
+        "name": name or default_name(dev),
+        "memory_gib": round(mem_gib, 2),
+        "memory_bandwidth_gbs": round(bw, 2),
+        "peak_tflops": peaks,
+        "tdp_w": 0,
+        "intra_node_gbs": 0,
+        "inter_node_gbps": 0,
+        "vendor": vendor,
+        "architecture": arch,
+        "source": f"tuneplan probe {when} (torch {torch.__version__}) on {dev_name}",
+        "notes": ("measured achievable figures, not datasheet peaks: best square matmul over sizes "
+                  f"{','.join(map(str, sizes))}, tensor copy bandwidth (read+write); "
+                  f"memory_gib = {'device memory' if cuda else 'system RAM'}{threads_note}"
+                  + ("; quick probe" if quick else "")),
+    }
+
+
+def save_entry(entry: dict[str, Any], out: str | Path | None = None) -> Path:
+    """Validate the entry as a GPU spec and write it as YAML (default: user_gpu_dir()/<name>.yaml)."""
+    import yaml
+
+    from tuneplan.specs.gpu import gpu_from_dict, user_gpu_dir
+
+    gpu_from_dict(entry)
+    fname = re.sub(r"[^\w.-]+", "_", str(entry["name"])) + ".yaml"
+    if out is None:
+        path = user_gpu_dir() / fname
+    else:
+        p = Path(out).expanduser()
+        path = p / fname if (p.is_dir() or not p.suffix) else p
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise InputError("out", f"{path}: give a .yaml, .yml or .json file, or a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".json":
+        import json
+
+        path.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
+    else:
+        path.write_text(yaml.safe_dump(entry, sort_keys=False), encoding="utf-8")
+    return path

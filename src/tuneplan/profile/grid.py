@@ -1,0 +1,342 @@
+"""Profile a grid of configurations (every combination of the lists), or a smart sample of it
+within a time budget, writing each row to the runs CSV as soon as it is measured."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tuneplan.errors import InputError
+from tuneplan.profile.config import (
+    ModelSource,
+    RunConfig,
+    expand_grid,
+    load_model_source,
+    parse_overrides,
+)
+from tuneplan.profile.rows import RowWriter
+from tuneplan.profile.sampling import Choice, CurvePoint, Measurement, SamplingResult, smart_sample
+
+CURVE_COLUMNS = ("id", "session", "run", "phase", "config", "status", "step_time_s", "run_cost_s",
+                 "spent_s", "budget_s", "loo_error", "score", "spread", "pred_cost_s", "row_id")
+
+
+def _overrides(value: Any) -> tuple[tuple[str, Any], ...]:
+    if not value:
+        return ()
+    if isinstance(value, str):
+        return parse_overrides(value)
+    if isinstance(value, dict):
+        return tuple(value.items())
+    return tuple(tuple(kv) for kv in value)  # type: ignore[misc]
+
+
+def _as_list(value: Any, default: Sequence[Any]) -> list[Any]:
+    if value is None:
+        return list(default)
+    if isinstance(value, (str, int, float, bool)):
+        return [value]
+    out = list(value)
+    return out if out else list(default)
+
+
+def build_configs(model: str, methods: Iterable[str] = ("full",), seq_lens: Iterable[int] = (512,),
+                  micro_batches: Iterable[int] = (1,), layers: Iterable[int | None] = (None,),
+                  steps: int = 8, warmup: int = 2, **opts: Any) -> list[RunConfig]:
+    """The RunConfigs of a grid (see profile_grid for the options)."""
+    base = RunConfig(
+        model=model, steps=steps, warmup=warmup,
+        lora_targets=opts.get("lora_targets") or "all-linear",
+        lora_alpha=opts.get("lora_alpha"),
+        sharding=opts.get("sharding") or "none",
+        device=opts.get("device") or "auto",
+        threads=opts.get("threads"),
+        max_mem_gib=opts.get("max_mem_gib"),
+        config_override=_overrides(opts.get("config_override")),
+        seed=int(opts.get("seed") or 0),
+        gpu_name=opts.get("gpu_name"),
+        timeout_s=float(opts.get("timeout_s") or 1800.0),
+        lora_rank=_as_list(opts.get("lora_ranks"), [16])[0],
+    )
+    lists = {
+        "method": _as_list(methods, ["full"]),
+        "seq_len": _as_list(seq_lens, [512]),
+        "micro_batch": _as_list(micro_batches, [1]),
+        "grad_accum": _as_list(opts.get("grad_accums"), [1]),
+        "layers": _as_list(layers, [None]),
+        "lora_rank": _as_list(opts.get("lora_ranks"), [16]),
+        "precision": _as_list(opts.get("precisions"), [""]),
+        "grad_ckpt": _as_list(opts.get("grad_ckpts"), [False]),
+        "attn": _as_list(opts.get("attns"), ["sdpa"]),
+        "optimizer": _as_list(opts.get("optimizers"), ["adamw"]),
+        "nproc": _as_list(opts.get("nprocs"), [1]),
+    }
+    configs = expand_grid(base, **lists)
+    out = []
+    for c in configs:
+        if c.nproc > 1 and c.sharding == "none":
+            c = replace(c, sharding="ddp")
+        out.append(c)
+    return out
+
+
+def preflight(configs: Sequence[RunConfig], src: ModelSource) -> list[RunConfig]:
+    """Check every distinct kind of configuration before measuring anything (one-line InputErrors);
+    returns the configs with device and precision resolved."""
+    from tuneplan.profile.runner import build_config, prepare
+
+    out = []
+    checked: dict[tuple[Any, ...], tuple[RunConfig, str]] = {}
+    layers_ok: set[int | None] = set()
+    for c in configs:
+        key = (c.method, c.precision, c.optimizer, c.attn, c.nproc, c.device, c.lora_targets)
+        if key not in checked:
+            resolved, _, device = prepare(c, src)
+            checked[key] = (resolved, device)
+        resolved, device = checked[key]
+        c = replace(c, device=device, precision=resolved.precision)
+        if c.layers not in layers_ok:
+            build_config(src, c)
+            layers_ok.add(c.layers)
+        out.append(c)
+    return out
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: float, budget: bool) -> Iterator[Any]:
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    cols: list[Any] = [SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn()]
+    if budget:
+        cols += [TextColumn("{task.fields[left]}")]
+    else:
+        cols += [MofNCompleteColumn(), TimeRemainingColumn()]
+    cols += [TimeElapsedColumn()]
+    with Progress(*cols, console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("profiling", total=total, left="")
+        yield (progress, task)
+
+
+def _fmt_s(s: float) -> str:
+    s = max(0.0, s)
+    if s >= 3600:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    if s >= 60:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{s:.0f}s"
+
+
+def _summary(row: dict[str, Any]) -> str:
+    status = row.get("status")
+    if status != "ok":
+        return f"{status}: {row.get('error', '')}"[:160]
+    parts = [f"{row['step_time_s']:.3g} s/step", f"{row['tokens_per_s']:.4g} tok/s",
+             f"peak {row['peak_mem_gib']:.3g} GiB ({row['mem_kind']})"]
+    if row.get("comm_share") is not None:
+        parts.append(f"comm {100 * row['comm_share']:.0f}%")
+    return ", ".join(parts)
+
+
+def effective_config_path(out: str | Path, src: ModelSource, cfg: RunConfig) -> Path:
+    """Write the measured architecture (the model's config with --config-override applied, all its
+    layers) next to the runs file, so calibrate/predict resolve exactly what was measured."""
+    import hashlib
+    import json
+    import re
+
+    d = dict(src.config)
+    for k, v in cfg.config_override:
+        d[k] = v
+    text = json.dumps(d, indent=1, sort_keys=True)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(src.name).stem if src.origin != "catalog" else src.name)
+    folder = Path(out).resolve().parent / (Path(out).stem + ".configs")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{slug}-{digest}.json"
+    if not path.exists():
+        path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def finish_row(row: dict[str, Any], cfg: RunConfig, src: ModelSource, out: str | Path | None) -> dict[str, Any]:
+    """model_hf_id that resolves from anywhere: the absolute config path for a path model, the
+    effective config file when the config was overridden."""
+    if cfg.config_override and out:
+        row["model_hf_id"] = str(effective_config_path(out, src, cfg))
+        row["notes"] = (row.get("notes") or "") + "; model_hf_id is the measured config (overrides applied)"
+    elif src.origin not in ("catalog", "hub") and row.get("model_hf_id") == src.name:
+        row["model_hf_id"] = str(Path(src.origin).resolve())
+    return row
+
+
+def profile_configs(configs: Sequence[RunConfig], src: ModelSource, out: str | Path | None = None,
+                    progress: bool = False, echo: Any = None) -> list[dict[str, Any]]:
+    """Measure configs in order, writing each row to `out` as soon as it is measured."""
+    from tuneplan.profile.runner import run_one
+
+    writer = RowWriter(out) if out else None
+    rows: list[dict[str, Any]] = []
+    with _progress(progress, len(configs), budget=False) as bar:
+        for cfg in configs:
+            if bar:
+                bar[0].update(bar[1], description=cfg.label())
+            row = finish_row(run_one(cfg, src), cfg, src, out)
+            if writer:
+                row = writer.write(row)
+            rows.append(row)
+            if bar:
+                bar[0].advance(bar[1])
+            if echo:
+                echo(f"{cfg.label()}: {_summary(row)}")
+    return rows
+
+
+def profile_grid(model: str, methods: Iterable[str] = ("full",), seq_lens: Iterable[int] = (512,),
+                 micro_batches: Iterable[int] = (1,), layers: Iterable[int | None] = (None,),
+                 steps: int = 8, warmup: int = 2, out: str | Path | None = None,
+                 **opts: Any) -> list[dict[str, Any]]:
+    """Measure every combination of the lists; returns the rows (also appended to `out` if given).
+
+    Options (lists unless said): lora_ranks, precisions ("fp32", "bf16", "amp-bf16"...; default fp32
+    on CPU, bf16 on CUDA), grad_ckpts (bools), attns, optimizers, grad_accums, nprocs; and single
+    values: lora_targets, lora_alpha, sharding ("ddp"/"fsdp"), device ("auto"/"cpu"/"cuda"), threads,
+    max_mem_gib, config_override ("k=v,..." or dict), seed, gpu_name, timeout_s, progress (bool),
+    echo (callable printing one line per row).
+    InputError before anything is measured for bad input; out-of-memory and other failures of one
+    configuration become rows with status oom / error and profiling goes on.
+    """
+    src = load_model_source(model)
+    configs = build_configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, **opts)
+    configs = preflight(configs, src)
+    return profile_configs(configs, src, out, progress=bool(opts.get("progress")), echo=opts.get("echo"))
+
+
+# ---------------------------------------------------------------- smart sampling over real runs
+
+
+def _feature_dict(cfg: RunConfig, n_layers_full: int) -> dict[str, Any]:
+    return {
+        "method": cfg.method,
+        "micro_batch": cfg.micro_batch,
+        "seq_len": cfg.seq_len,
+        "grad_accum": cfg.grad_accum,
+        "layers": cfg.layers or n_layers_full or None,
+        "lora_rank": cfg.lora_rank if cfg.is_lora else None,
+        "precision": cfg.precision,
+        "grad_ckpt": "on" if cfg.grad_ckpt else "off",
+        "attn": cfg.attn,
+        "optimizer": cfg.optimizer,
+        "nproc": cfg.nproc,
+    }
+
+
+def curve_path(out: str | Path) -> Path:
+    """`runs.csv` -> `runs.curve.csv` (the learning curve of a smart-sampling session)."""
+    p = Path(out)
+    return p.with_name(p.stem + ".curve.csv") if p.suffix else p.with_name(p.name + ".curve.csv")
+
+
+def profile_auto(model: str, budget_s: float, target_error: float = 0.05,
+                 methods: Iterable[str] = ("full",), seq_lens: Iterable[int] = (128, 256, 512, 1024),
+                 micro_batches: Iterable[int] = (1, 2, 4, 8), layers: Iterable[int | None] = (None,),
+                 steps: int = 8, warmup: int = 2, out: str | Path | None = None,
+                 **opts: Any) -> tuple[list[dict[str, Any]], SamplingResult]:
+    """Smart sampling of the grid within `budget_s` seconds of wall time (see profile.sampling).
+
+    Rows go to `out` as measured; the learning curve to `<out stem>.curve.csv`.
+    """
+    from tuneplan.profile.runner import build_config, run_one
+
+    if budget_s <= 0:
+        raise InputError("budget", "must be > 0; give e.g. --budget 10m")
+    if not 0 < target_error < 1:
+        raise InputError("target-error", "must be between 0 and 1 (e.g. 0.05 for 5%)")
+    src = load_model_source(model)
+    configs = build_configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, **opts)
+    configs = preflight(configs, src)
+    _, full = build_config(src, configs[0])
+    feats: list[dict[str, Any]] = []
+    by_key: dict[tuple[Any, ...], int] = {}
+    kept: list[RunConfig] = []
+    for c in configs:
+        f = _feature_dict(c, full)
+        key = tuple(f.items())
+        if key in by_key:  # e.g. --layers 24,full on a 24-layer model
+            continue
+        by_key[key] = len(feats)
+        feats.append(f)
+        kept.append(c)
+    configs = kept
+    writer = RowWriter(out) if out else None
+    curve_writer = RowWriter(curve_path(out), CURVE_COLUMNS) if out else None
+    session = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    rows: list[dict[str, Any]] = []
+    echo = opts.get("echo")
+    t_start = time.perf_counter()
+    dp_steps = max(2, (steps + 1) // 2) + 1 if any(c.nproc > 1 for c in configs) else 0
+    steps_per_run = warmup + steps + dp_steps
+
+    with _progress(bool(opts.get("progress")), budget_s, budget=True) as bar:
+        def measure(feat: dict[str, Any]) -> Measurement:
+            cfg = configs[by_key[tuple(feat.items())]]
+            if bar:
+                spent = time.perf_counter() - t_start
+                bar[0].update(bar[1], description=cfg.label(), completed=min(spent, budget_s),
+                              left=f"{_fmt_s(budget_s - spent)} left")
+            row = finish_row(run_one(cfg, src), cfg, src, out)
+            if writer:
+                row = writer.write(row)
+            rows.append(row)
+            if echo:
+                echo(f"{cfg.label()}: {_summary(row)}")
+            step = row.get("step_time_s") if row.get("status") == "ok" else None
+            return Measurement(step, float(row.get("wall_s") or 0.0), str(row.get("status")), row)
+
+        def on_result(i: int, m: Measurement, point: CurvePoint, ch: Choice) -> None:
+            if bar:
+                bar[0].update(bar[1], completed=min(point.cost_s, budget_s),
+                              left=f"{_fmt_s(budget_s - point.cost_s)} left")
+            if curve_writer:
+                curve_writer.write({
+                    "id": f"{session}-{point.n_runs}", "session": session, "run": point.n_runs,
+                    "phase": ch.phase, "config": configs[i].label(), "status": m.status,
+                    "step_time_s": m.step_time_s, "run_cost_s": m.cost_s, "spent_s": point.cost_s,
+                    "budget_s": budget_s, "loo_error": point.loo_error, "score": ch.score,
+                    "spread": ch.spread, "pred_cost_s": ch.pred_cost_s, "row_id": (m.row or {}).get("id"),
+                })
+
+        res = smart_sample(feats, measure, budget_s, target_error, steps_per_run=steps_per_run,
+                           seed=int(opts.get("seed") or 0), on_result=on_result)
+    return rows, res
+
+
+def curve_table(res: SamplingResult) -> list[tuple[int, float, float | None]]:
+    """(runs measured, seconds spent, leave-one-out error) after each run."""
+    return [(p.n_runs, p.cost_s, p.loo_error) for p in res.curve]
+
+
+def write_curve_csv(path: str | Path, res: SamplingResult) -> None:
+    """The learning curve alone (used by the benchmark)."""
+    with Path(path).open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["n_runs", "cost_s", "loo_error"])
+        for n, c, e in curve_table(res):
+            w.writerow([n, f"{c:.6g}", "" if e is None else f"{e:.6g}"])

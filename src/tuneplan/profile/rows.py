@@ -1,0 +1,152 @@
+"""Profiled rows in the runs schema, and an append-only CSV writer that never loses a row.
+
+Every measured configuration is written (and flushed) as soon as it is measured, so an interrupted
+profile keeps all the rows it had. A second profile on the same file appends; if the file's header
+differs, the file is rewritten once, atomically, with the union of both headers (old rows keep all
+their cells), then appended to.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from tuneplan.errors import InputError
+
+# The common runs schema (shared/reference/SCHEMA.md), in order.
+SCHEMA_COLUMNS: tuple[str, ...] = (
+    "id", "source", "source_ref", "model", "model_hf_id", "params_b", "active_params_b", "method",
+    "lora_rank", "lora_targets", "precision", "quant", "optimizer", "grad_ckpt", "flash_attn",
+    "framework", "sharding", "gpu", "gpus", "nodes", "micro_batch_size", "grad_accum",
+    "global_batch_size", "seq_len", "avg_tokens_per_sample", "dataset", "tokens_per_s",
+    "tokens_per_s_per_gpu", "samples_per_s", "step_time_s", "runtime_s", "train_tokens_total",
+    "epochs", "peak_mem_gib", "mem_kind", "mfu", "notes",
+)
+
+# The profiler's own columns, appended after the schema columns.
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "status", "error", "step_time_s_p10", "step_time_s_p90", "step_time_s_std", "n_steps",
+    "warmup_steps", "layers", "n_layers_full", "hidden_size", "params_b_built", "trainable_params_m",
+    "peak_mem_reserved_gib", "peak_mem_growth_gib", "comm_share", "step_time_nosync_s", "allreduce_s", "nproc", "threads", "device",
+    "device_name", "attn_impl", "torch_version", "transformers_version", "peft_version",
+    "build_s", "wall_s", "timestamp",
+)
+
+COLUMNS: tuple[str, ...] = SCHEMA_COLUMNS + EXTRA_COLUMNS
+
+SOURCE = "profile"
+FRAMEWORK = "tuneplan-profile"
+
+
+def format_cell(value: object) -> str:
+    """CSV text for a cell: empty for None, 1/0 for booleans, 6 significant digits for floats."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return ""
+        return f"{value:.6g}"
+    return str(value)
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """All rows of a runs CSV as dicts of text (empty list for a missing or empty file)."""
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return []
+    with p.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _read_header(p: Path) -> list[str] | None:
+    if not p.exists() or p.stat().st_size == 0:
+        return None
+    with p.open(newline="", encoding="utf-8") as f:
+        try:
+            return next(csv.reader(f))
+        except StopIteration:
+            return None
+
+
+_ID_RE = re.compile(rf"^{SOURCE}-(\d+)$")
+
+
+class RowWriter:
+    """Appends rows to a runs CSV, one flushed write per row.
+
+    `columns` is the order wanted for a new file. An existing file keeps its header order; columns
+    it lacks are added at its end by an atomic rewrite (temp file in the same folder + os.replace),
+    so no row is ever lost. Columns of the existing file unknown to us are kept (empty in our rows).
+    """
+
+    def __init__(self, path: str | Path, columns: Iterable[str] = COLUMNS) -> None:
+        self.path = Path(path)
+        wanted = list(columns)
+        if self.path.exists() and self.path.is_dir():
+            raise InputError("out", f"{self.path} is a folder; give a CSV file path")
+        if not self.path.parent.exists():
+            raise InputError("out", f"folder {self.path.parent} does not exist")
+        existing = _read_header(self.path)
+        if existing is None:
+            self.columns = wanted
+            with self.path.open("w", newline="", encoding="utf-8") as f:
+                csv.writer(f).writerow(self.columns)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            if len(set(existing)) != len(existing) or "" in existing:
+                raise InputError("out", f"{self.path} has a malformed header (empty or repeated column "
+                                        "names); write to a new file")
+            missing = [c for c in wanted if c not in existing]
+            self.columns = existing + missing
+            if missing:
+                self._rewrite_with(self.columns)
+        self._next_id = self._max_id() + 1
+
+    def _rewrite_with(self, columns: list[str]) -> None:
+        rows = read_rows(self.path)
+        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+                w = csv.DictWriter(f, fieldnames=columns, restval="", extrasaction="raise")
+                w.writeheader()
+                for r in rows:
+                    # rows longer than the header carry their surplus under the key None: keep them out
+                    w.writerow({k: v for k, v in r.items() if k is not None})
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def _max_id(self) -> int:
+        best = 0
+        for r in read_rows(self.path):
+            m = _ID_RE.match(r.get("id") or "")
+            if m:
+                best = max(best, int(m.group(1)))
+        return best
+
+    def write(self, row: Mapping[str, object]) -> dict[str, object]:
+        """Append one row (filling `id` when empty); returns the row as written."""
+        out = dict(row)
+        if not out.get("id"):
+            out["id"] = f"{SOURCE}-{self._next_id}"
+        self._next_id += 1
+        unknown = [k for k in out if k not in self.columns]
+        if unknown:
+            self.columns = self.columns + unknown
+            self._rewrite_with(self.columns)
+        with self.path.open("a", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerow([format_cell(out.get(c)) for c in self.columns])
+            f.flush()
+            os.fsync(f.fileno())
+        return out
