@@ -1,6 +1,6 @@
 """How fast the planner searches, and how fast the vectorised estimator evaluates configurations.
 
-    python benchmarks/plan_speed.py            # the figures quoted in docs/plan.md
+    python benchmarks/plan_speed.py            # the figures quoted in the README
 
 1. `tuneplan.plan(...)` over >= 100,000 candidates: 12 GPU types x 8 GPU counts (1..128) x 7 methods
    x 7 micro-batches x 4 gradient accumulations x 3 shardings x checkpointing on/off (less the

@@ -24,13 +24,13 @@ NOISY_SPREAD = 1.6
 def test_probe_profile_calibrate_predict_unmeasured(tmp_path, capsys):
     train, test = tmp_path / "train.csv", tmp_path / "test.csv"
     assert main(["probe", "--quick"]) == 0
-    # measured: full and LoRA, 2 layers, two sequence lengths, three micro-batches
-    assert main(["profile", *COMMON, "--layers", "2", "--method", "full,lora", "--seq-len", "64,128",
+    # measured: full fine-tuning and DoRA, 2 layers, two sequence lengths, three micro-batches
+    assert main(["profile", *COMMON, "--layers", "2", "--method", "full,dora", "--seq-len", "64,128",
                  "--micro-batch", "1,2,4", "--out", str(train)]) == 0
-    # not measured in training: a longer sequence, more layers, another method
+    # not measured in training: a longer sequence, more layers, another method (LoRA)
     for extra in (["--layers", "2", "--method", "full", "--seq-len", "256", "--micro-batch", "2"],
-                  ["--layers", "4", "--method", "lora", "--seq-len", "128", "--micro-batch", "2"],
-                  ["--layers", "2", "--method", "dora", "--seq-len", "128", "--micro-batch", "2"],
+                  ["--layers", "4", "--method", "dora", "--seq-len", "128", "--micro-batch", "2"],
+                  ["--layers", "2", "--method", "lora", "--seq-len", "128", "--micro-batch", "2"],
                   ["--layers", "3", "--method", "full", "--seq-len", "64", "--micro-batch", "4"]):
         assert main(["profile", *COMMON, *extra, "--out", str(test)]) == 0
     rows = pd.read_csv(train)

@@ -14,7 +14,7 @@ from tuneplan.specs.job import JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.workload import RunTotals, Workload, run_totals, workload
 
-STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "overhead_s", "tensor_parallel_s",
+STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
               "pipeline_bubble_s", "optimizer_s", "communication_s")
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
                 "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",

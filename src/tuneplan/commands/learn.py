@@ -114,6 +114,10 @@ def run_validate(args: argparse.Namespace) -> int:
                   pct(r["memory_mdape"]), pct(r["fit_accuracy"]) + (f" of {r['n_fit']}" if r["n_fit"] else ""))
     out = Console()
     out.print(t)
+    for r in m[m["source"] == "ALL"].to_dict("records"):
+        if r["n_fit"]:
+            out.print(f"fit verdicts of {r['estimator']}: predicted fits & ran {r['fit_tp']}, predicted fits & OOM "
+                      f"{r['fit_fp']}, predicted OOM & ran {r['fit_fn']}, predicted OOM & OOM {r['fit_tn']}")
     for k, v in report.coverage.items():
         out.print(f"interval coverage of {k}: {100 * v:.1f}% of held-out rows inside the {100 * args.interval:.0f}% "
                   "interval")

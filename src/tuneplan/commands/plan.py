@@ -115,7 +115,7 @@ def register(sub) -> None:
     o.add_argument("--top", type=positive_int, help="candidates shown (default 10; --json: all)")
     o.add_argument("--plot", help="write the time-versus-cost plot (PNG or SVG)")
     o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV")
-    o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see docs/plan.md)")
+    o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see the README)")
     p.set_defaults(func=run_plan)
 
     cv = sub.add_parser(

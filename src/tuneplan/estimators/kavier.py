@@ -43,7 +43,7 @@ def kavier_gpu_factors() -> dict:
     import yaml
 
     text = resources.files("tuneplan.data").joinpath("kavier_gpus.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
 
 
 @dataclass

@@ -39,9 +39,10 @@ MIN_RESIDUAL_ROWS = 30
 """Rows needed before a residual model is fitted on top of the constants."""
 
 THROUGHPUT_CONSTANTS = {
-    "mfu_max": (0.05, 0.95), "tokens_half": (16.0, 65536.0), "hidden_half": (16.0, 65536.0),
+    "mfu_max": (0.05, 2.0), "tokens_half": (16.0, 65536.0), "hidden_half": (16.0, 65536.0),
     "overhead_s_per_layer": (1e-6, 0.05), "comm_efficiency": (0.05, 1.0), "overlap_fraction": (0.0, 0.99),
     "dequant_bytes_nf4": (0.5, 40.0), "dequant_bytes_gptq": (0.25, 40.0),
+    "loss_bytes_per_logit": (2.0, 200.0), "elementwise_passes": (0.1, 30.0),
 }
 MEMORY_CONSTANTS = {
     "activation_scale": (0.2, 5.0), "logits_bytes_per_element": (2.0, 24.0), "allocator_overhead": (0.0, 0.6),

@@ -24,6 +24,8 @@ class Residual:
         self.shrink = float(shrink)  # share of the correction that transfers to unseen sources (fitted)
 
     def __call__(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.shrink == 0.0:  # the correction does not transfer: nothing to evaluate
+            return np.zeros(len(X)), np.zeros(len(X))
         raw = self.forest.predict(X)
         span = np.maximum(self.hi - self.lo, 1e-9)
         excess = (np.maximum(self.lo - X, 0.0) + np.maximum(X - self.hi, 0.0)) / span

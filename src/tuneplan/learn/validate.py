@@ -101,6 +101,11 @@ class ValidationReport:
                 "n_memory": len(m), "memory_mdape": float(mape.median()) if len(m) else np.nan,
                 "memory_mape": float(mape.mean()) if len(m) else np.nan,
                 "n_fit": len(f),
+                # confusion of predicted fits versus measured (OOM rows are the measured "does not fit")
+                "fit_tp": int((f["pred_fits"].astype(bool) & f["measured_fits"].astype(bool)).sum()),
+                "fit_fp": int((f["pred_fits"].astype(bool) & ~f["measured_fits"].astype(bool)).sum()),
+                "fit_fn": int((~f["pred_fits"].astype(bool) & f["measured_fits"].astype(bool)).sum()),
+                "fit_tn": int((~f["pred_fits"].astype(bool) & ~f["measured_fits"].astype(bool)).sum()),
                 "fit_accuracy": float((f["pred_fits"].astype(bool) == f["measured_fits"].astype(bool)).mean())
                 if len(f) else np.nan,
             })

@@ -37,6 +37,13 @@ class PhysicsConstants:
     """Bytes-equivalent per weight per pass of fused GPTQ/AWQ 4-bit kernels (slower than a bf16 GEMM)."""
     dora_bytes_per_weight: float = 6.0
     """Extra bytes per adapted weight per pass for DoRA's weight-norm (materialise W + BA, its norm)."""
+    loss_bytes_per_logit: float = 24.0
+    """Memory traffic of the loss per (token x vocab) element, forward and backward (bytes): bf16
+    logits read, fp32 upcast written and read, softmax, its gradient written and read. Memory-bound:
+    often a large share of the step for small models with large vocabularies."""
+    elementwise_passes: float = 3.0
+    """Times the saved activations are streamed through memory by the element-wise kernels (norms,
+    activation functions, residual adds, dropout) per forward+backward: read and written (passes)."""
     # --- optimizer: bytes read+written per trainable parameter per step ---------------------------
     optimizer_bytes_adamw: float = 28.0
     """AdamW, mixed precision: read fp32 param, grad, m, v (16); write param, m, v (12)."""

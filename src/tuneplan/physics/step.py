@@ -31,6 +31,14 @@ def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
     return factor * hops * (nbytes / (p * bw * c.comm_efficiency) + c.comm_latency_s)
 
 
+def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
+    """Element-wise work per token per layer (elements): the hidden state through norms and residuals
+    (4h), attention's q/k/v/output (2q + 2kv), and the MLP's intermediate tensors (3I gated, 2I plain;
+    MoE: top-k experts' widths)."""
+    inter = np.where(a["moe_layers"] > 0, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"], a["intermediate"])
+    return 4.0 * a["hidden"] + 2.0 * a["q_dim"] + 2.0 * a["kv_dim"] + np.where(a["gated"] > 0, 3.0, 2.0) * inter
+
+
 def dp_bandwidth(a: Arrays) -> np.ndarray:
     """Bus bandwidth of the data-parallel group: intra-node when it fits in a node, else the
     slower of the intra-node link and the per-GPU network share."""
@@ -72,6 +80,13 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     is_dora = (a["method_code"] == 5).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
     t_overhead = c.overhead_s_per_layer * L / pp * (1.0 + 0.5 * a["grad_ckpt"])
+    # memory-bound element-wise work: the loss over the vocabulary (last stage) and the activations
+    # streamed by norms, activation functions and residual adds
+    t_loss = tokens * a["vocab"] * c.loss_bytes_per_logit / tp / bw
+    act_el = activation_elements_per_token_layer(a)
+    t_elem = c.elementwise_passes * tokens * act_el * a["weight_bytes_compute"] * L * a["bwd_layer_fraction"] / (
+        tp * pp) / bw
+    t_elementwise = t_loss + t_elem
 
     # tensor parallel: 2 all-reduces of the layer activations forward, 2 backward (+2 recompute)
     act_bytes = tokens * a["hidden"] * a["weight_bytes_compute"]
@@ -88,7 +103,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # pipeline: activations to the next stage, forward and backward
     t_pp_p2p = np.where(pp > 1, 2.0 * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
 
-    t_micro = t_fwd + t_bwd + t_rec + t_dequant + t_overhead + t_tp + t_cp + t_ep + t_pp_p2p
+    t_micro = t_fwd + t_bwd + t_rec + t_dequant + t_elementwise + t_overhead + t_tp + t_cp + t_ep + t_pp_p2p
     t_pipeline = (ga + pp - 1.0) * t_micro
     t_bubble = (pp - 1.0) * t_micro
 
@@ -138,6 +153,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "backward_s": ga * t_bwd,
         "recompute_s": ga * t_rec,
         "dequant_s": ga * t_dequant,
+        "elementwise_s": ga * t_elementwise,
         "overhead_s": ga * t_overhead,
         "tensor_parallel_s": ga * (t_tp + t_cp + t_ep + t_pp_p2p),
         "pipeline_bubble_s": t_bubble,
