@@ -720,6 +720,62 @@ def coastline_text(cmp: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def md_table(records: list[dict]) -> str:
+    if not records:
+        return "(no rows)\n"
+    keys = list(records[0])
+    numeric = [all(isinstance(r[k], (int, float)) for r in records) for k in keys]
+    out = ["| " + " | ".join(keys) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    for r in records:
+        out.append("| " + " | ".join(f"{v:.1f}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
+    return "\n".join(out) + "\n"
+
+
+def markdown(results: dict) -> str:
+    """The tables of docs/peers.md, from a results dict."""
+    parts = []
+    k = results["peers"].get("kavier")
+    if k:
+        parts.append(f"### kavier {k['version']}: throughput MdAPE (%)\n\n" + md_table(k["throughput"]))
+    la = results["peers"].get("llm-analysis")
+    if la:
+        parts.append(f"### llm-analysis {la['version']}: throughput MdAPE (%)\n\n" + md_table(la["throughput"]))
+        parts.append(f"### llm-analysis {la['version']}: peak memory MdAPE (%)\n\n" + md_table(la["memory"]))
+    co = results["peers"].get("coastline")
+    if co and "jobs" in co:
+        recs = []
+        for res in co["jobs"]:
+            for r in (res["coastline"].get("recommendations") or [])[:1]:
+                tu = res.get("coastline_top_under_tuneplan") or {}
+                cm = res.get("coastline_top_measured")
+                recs.append({"job": res["job"], "answer": f"coastline {co.get('version')}",
+                             "configuration": f"{r['total_gpus']} GPU x batch {r['batch_size_per_gpu']}/GPU",
+                             "kavier tok/s": f"{r['tokens_per_s']:.0f}",
+                             "tuneplan tok/s, GiB/GPU": (f"{tu['tokens_per_s']:.0f}, {tu['memory_per_gpu_gib']:.0f}"
+                                                         f"{'' if tu['fits'] else ' (does not fit)'}")
+                             if "tokens_per_s" in tu else "",
+                             "measured tok/s": f"{cm['tokens_per_s']:.0f}" if cm else ""})
+            for name, t in res["tuneplan"].items():
+                rec, tm, kv = t.get("recommended"), t.get("measured"), t.get("kavier_tokens_per_s")
+                recs.append({"job": res["job"], "answer": name.replace("tuneplan plan ", "tuneplan "),
+                             "configuration": (f"{rec['gpus']} GPU x micro-batch {rec['micro_batch']} x GA "
+                                               f"{rec['grad_accum']}, {rec['sharding']}"
+                                               f"{', ckpt' if rec['grad_ckpt'] else ''}") if rec else
+                             (t.get("error") or t.get("message") or ""),
+                             "kavier tok/s": f"{kv:.0f}" if kv else "",
+                             "tuneplan tok/s, GiB/GPU": f"{rec['tokens_per_s']:.0f}, {rec['memory_per_gpu_gib']:.0f}"
+                             if rec else "",
+                             "measured tok/s": f"{tm['tokens_per_s']:.0f}" if tm else ""})
+            mb = res.get("measured_best")
+            if mb:
+                recs.append({"job": res["job"], "answer": f"measured best (<= {COASTLINE_MAX_GPUS} GPUs)",
+                             "configuration": f"{mb['gpus']} GPU x batch {mb['micro_batch']}/GPU",
+                             "kavier tok/s": "", "tuneplan tok/s, GiB/GPU": "",
+                             "measured tok/s": f"{mb['tokens_per_s']:.0f}"})
+        parts.append("### coastline-recommender vs tuneplan plan\n\n" + md_table(recs))
+    return "\n".join(parts)
+
+
 # --------------------------------------------------------------------------------------------------
 
 
@@ -734,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refresh", action="store_true", help="recompute the cached held-out predictions")
     ap.add_argument("--stale-ok", action="store_true",
                     help="reuse the newest complete held-out cache even if tuneplan's code or rows changed since")
+    ap.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
     ap.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of {','.join(PEERS)}")
     args = ap.parse_args(argv)
     t_start = time.time()
@@ -890,6 +947,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1, default=str))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(results))
     print("\n".join(text))
     print(f"results: {out} ({results['seconds']:.0f} s)")
     return 0

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import reference_dir
+
 from tuneplan.cli import main
 
 DEFAULT = Path(__file__).resolve().parents[1] / "src" / "tuneplan" / "data" / "calibration" / "default.json"

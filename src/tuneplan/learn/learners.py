@@ -86,31 +86,63 @@ def group_out_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, seed
     return out
 
 
-def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: np.ndarray | None = None) -> Residual:
-    """Boosted trees on log-residuals; with groups (sources), the share of the correction kept is
-    chosen where it helps rows of a source the trees never saw (median absolute log error)."""
-    shrink = 1.0
-    if groups is not None:
-        oos = group_out_predictions(X, y, groups)
-        errs = [float(np.median(np.abs(y - a * oos))) for a in SHRINK_GRID]
-        shrink = SHRINK_GRID[int(np.argmin(errs))]
+TAU_GRID = (0.02, 0.1, 0.5)
+"""Candidate distance scales (in training spans) over which the near share fades to the far share."""
+
+
+def source_boxes(X: np.ndarray, groups: np.ndarray) -> list:
+    return [(np.nanmin(X[groups == g], axis=0), np.nanmax(X[groups == g], axis=0))
+            for g in sorted(set(np.asarray(groups).tolist()))]
+
+
+def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: np.ndarray | None = None,
+                 fixed: tuple[float, float, float] | None = None) -> Residual:
+    """Boosted trees on log-residuals. With groups (sources), how much of the correction applies is
+    chosen on held-out data: the `near` share on rows predicted by trees fitted without their random
+    fold (the same sources seen), the `far` share and the fade scale `tau` on rows predicted by trees
+    fitted without their whole source (median absolute log error, near and far weighed equally)."""
+    lo, hi = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
     m = _hgb(X, y)
-    return Residual(export_hgb(m, list(names)), np.nanmin(X, axis=0).tolist(), np.nanmax(X, axis=0).tolist(),
-                    shrink)
+    boxes = source_boxes(X, groups) if groups is not None else []
+    res = Residual(export_hgb(m, list(names)), lo.tolist(), hi.tolist(), 1.0, 1.0, 1.0, [(b[0], b[1]) for b in boxes])
+    if fixed is not None:
+        res.shrink, res.near, res.tau = fixed
+        return res
+    if groups is None:
+        return res
+    far_pred = group_out_predictions(X, y, groups)
+    near_pred = group_out_predictions(X, y, np.random.default_rng(1).permutation(len(y)) % 5)
+    g = np.asarray(groups)
+    span = np.maximum(hi - lo, 1e-9)
+    d_far = np.full(len(y), np.inf)  # each row's distance to the boxes of the other sources
+    for src, (blo, bhi) in zip(sorted(set(g.tolist())), boxes, strict=True):
+        ex = np.nansum((np.maximum(blo - X, 0.0) + np.maximum(X - bhi, 0.0)) / span, axis=1)
+        d_far = np.where(g != src, np.minimum(d_far, ex), d_far)
+    best = (float("inf"), (0.0, 0.0, 1.0))
+    for near in SHRINK_GRID:
+        e_near = float(np.median(np.abs(y - near * near_pred)))
+        for far in SHRINK_GRID:
+            for tau in TAU_GRID:
+                share = far + (near - far) * np.exp(-d_far / tau)
+                e = 0.5 * e_near + 0.5 * float(np.median(np.abs(y - share * far_pred)))
+                if e < best[0] - 1e-12:
+                    best = (e, (far, near, tau))
+    res.shrink, res.near, res.tau = best[1]
+    return res
 
 
 # ---------------------------------------------------------------------------------------------
 class TuneplanLearner:
     name = "tuneplan"
 
-    def __init__(self, max_nfev: int = 150, shrink: tuple[float, float] | None = None,
+    def __init__(self, max_nfev: int = 150, shrink: tuple | None = None,
                  memory: bool = True) -> None:
         self.constants = DEFAULT_CONSTANTS
         self.thr_residual: Residual | None = None
         self.mem_residual: Residual | None = None
         self.notes: list[str] = []
         self.max_nfev = max_nfev  # least-squares budget for the constants
-        self.fixed_shrink = shrink  # (throughput, memory) residual shares; None: chosen by source CV
+        self.fixed_shrink = shrink  # ((far, near, tau) throughput, memory); None: chosen on held-out data
         self.memory = memory  # False: throughput only (the interval cross-fits of throughput)
 
     # physics with given constants -> predicted throughput / memory on the training arrays
@@ -175,17 +207,13 @@ class TuneplanLearner:
             X = feature_matrix(a_all, out, THROUGHPUT_FEATURES)[thr_mask]
             pred = (out["tokens_per_step"] / out["step_s"])[thr_mask]
             self.thr_residual = fit_residual(X, _log(ts.tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES,
-                                             None if self.fixed_shrink else ts.source[thr_mask])
-            if self.fixed_shrink:
-                self.thr_residual.shrink = self.fixed_shrink[0]
+                                             ts.source[thr_mask], self.fixed_shrink[0] if self.fixed_shrink else None)
         if mem_mask.sum() >= MIN_RESIDUAL_ROWS:
             X = feature_matrix(a_all, out, MEMORY_FEATURES)[mem_mask]
             kinds = [k for k, m in zip(ts.mem_kind, mem_mask, strict=True) if m]
             pred = self._mem_for_kind({k: v[mem_mask] for k, v in out.items()}, kinds)
             self.mem_residual = fit_residual(X, _log(ts.peak_mem_gib[mem_mask]) - _log(pred), MEMORY_FEATURES,
-                                             None if self.fixed_shrink else ts.source[mem_mask])
-            if self.fixed_shrink:
-                self.mem_residual.shrink = self.fixed_shrink[1]
+                                             ts.source[mem_mask], self.fixed_shrink[1] if self.fixed_shrink else None)
         return self
 
     def estimator(self, name: str | None = None):
@@ -196,9 +224,12 @@ class TuneplanLearner:
             corr = TuneplanCorrection(self.thr_residual, self.mem_residual)
         return TuneplanEstimator(self.constants, corr, calibration_name=name or "fitted")
 
-    def shrinks(self) -> tuple[float, float]:
-        return (self.thr_residual.shrink if self.thr_residual else 0.0,
-                self.mem_residual.shrink if self.mem_residual else 0.0)
+    def shrinks(self) -> tuple:
+        """(far, near, tau) of the throughput and the memory residuals."""
+        def one(r):
+            return (r.shrink, r.near, r.tau) if r else (0.0, 0.0, 1.0)
+
+        return (one(self.thr_residual), one(self.mem_residual))
 
     def payload(self) -> dict:
         return {

@@ -14,30 +14,56 @@ each feature's excess measured in units of its training span)."""
 
 
 class Residual:
-    """A boosted correction on log-residuals, shrunk toward 0 outside the training range."""
+    """A boosted correction on log-residuals. How much of it applies depends on where a configuration
+    lies: near the measurements of a source it was trained on (inside a source's feature box) the
+    `near` share, far from all of them the `far` share, fading between them with the distance to the
+    nearest box (scale `tau`); both shares and `tau` are chosen on held-out sources and folds. Outside
+    the whole training range the correction fades to nothing."""
 
-    def __init__(self, model: dict, lo: list[float], hi: list[float], shrink: float = 1.0) -> None:
+    def __init__(self, model: dict, lo: list[float], hi: list[float], shrink: float = 1.0,
+                 near: float | None = None, tau: float = 1.0, boxes: list | None = None) -> None:
         self.model = model
         self.forest = Forest(model)
         self.lo = np.asarray(lo, dtype=float)
         self.hi = np.asarray(hi, dtype=float)
-        self.shrink = float(shrink)  # share of the correction that transfers to unseen sources (fitted)
+        self.shrink = float(shrink)  # share kept far from every source's measurements
+        self.near = float(shrink if near is None else near)  # share kept among a source's measurements
+        self.tau = float(tau)
+        self.boxes = [(np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=float)) for b in (boxes or [])]
+
+    def box_distance(self, X: np.ndarray) -> np.ndarray:
+        """Distance to the nearest source box: summed excess per feature, in units of the training span."""
+        if not self.boxes:
+            return np.full(len(X), np.inf)
+        span = np.maximum(self.hi - self.lo, 1e-9)
+        d = np.full(len(X), np.inf)
+        for lo, hi in self.boxes:
+            ex = (np.maximum(lo - X, 0.0) + np.maximum(X - hi, 0.0)) / span
+            d = np.minimum(d, np.nansum(ex, axis=1))
+        return d
+
+    def share(self, X: np.ndarray) -> np.ndarray:
+        gate = np.exp(-self.box_distance(X) / max(self.tau, 1e-9))
+        return self.shrink + (self.near - self.shrink) * gate
 
     def __call__(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.shrink == 0.0:  # the correction does not transfer: nothing to evaluate
+        if self.shrink == 0.0 and self.near == 0.0:  # the correction does not transfer: nothing to do
             return np.zeros(len(X)), np.zeros(len(X))
-        raw = self.forest.predict(X)
         span = np.maximum(self.hi - self.lo, 1e-9)
         excess = (np.maximum(self.lo - X, 0.0) + np.maximum(X - self.hi, 0.0)) / span
-        weight = np.exp(-np.nansum(excess, axis=1) * EXTRAPOLATION_DECAY) * self.shrink
-        return raw * weight, weight
+        weight = np.exp(-np.nansum(excess, axis=1) * EXTRAPOLATION_DECAY) * self.share(X)
+        if not np.any(weight > 0):
+            return np.zeros(len(X)), weight
+        return self.forest.predict(X) * weight, weight
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist(), "shrink": self.shrink}
+        return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist(), "shrink": self.shrink,
+                "near": self.near, "tau": self.tau, "boxes": [[b[0].tolist(), b[1].tolist()] for b in self.boxes]}
 
     @classmethod
     def from_dict(cls, d: dict) -> Residual:
-        return cls(d["model"], d["lo"], d["hi"], d.get("shrink", 1.0))
+        return cls(d["model"], d["lo"], d["hi"], d.get("shrink", 1.0), d.get("near"), d.get("tau", 1.0),
+                   d.get("boxes"))
 
 
 class TuneplanCorrection:
