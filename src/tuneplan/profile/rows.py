@@ -16,16 +16,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tuneplan.errors import InputError
+from tuneplan.runs.schema import REFERENCE_COLUMNS
 
-# The common runs schema (shared/reference/SCHEMA.md), in order.
-SCHEMA_COLUMNS: tuple[str, ...] = (
-    "id", "source", "source_ref", "model", "model_hf_id", "params_b", "active_params_b", "method",
-    "lora_rank", "lora_targets", "precision", "quant", "optimizer", "grad_ckpt", "flash_attn",
-    "framework", "sharding", "gpu", "gpus", "nodes", "micro_batch_size", "grad_accum",
-    "global_batch_size", "seq_len", "avg_tokens_per_sample", "dataset", "tokens_per_s",
-    "tokens_per_s_per_gpu", "samples_per_s", "step_time_s", "runtime_s", "train_tokens_total",
-    "epochs", "peak_mem_gib", "mem_kind", "mfu", "notes",
-)
+# The common runs schema (shared/reference/SCHEMA.md), in order: one list, owned by tuneplan.runs.
+SCHEMA_COLUMNS: tuple[str, ...] = REFERENCE_COLUMNS
 
 # The profiler's own columns, appended after the schema columns.
 EXTRA_COLUMNS: tuple[str, ...] = (
