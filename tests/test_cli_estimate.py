@@ -66,7 +66,12 @@ def test_moe_sparse_faster_than_dense(capsys):
             "H100-SXM5-80GB", "--examples", "1000", "--tokens-per-example", "512", "--micro-batch", "1"]
     sparse = run_json(args + ["--calibration", "none"], capsys)
     dense = run_json(args + ["--calibration", "none", "--moe-mode", "dense"], capsys)
-    assert dense["step_time_s"] > 2 * sparse["step_time_s"]  # 8 experts instead of 2 in the physics
+    def compute(d):
+        return d["step_breakdown_s"]["forward"] + d["step_breakdown_s"]["backward"]
+
+    assert compute(dense) > 2 * compute(sparse)  # 8 experts' FLOPs instead of 2 in the physics
+    # the adapters' kernel launches and the NF4 dequantisation touch every expert in both modes
+    assert dense["step_time_s"] > 1.5 * sparse["step_time_s"]
     sparse = run_json(args, capsys)
     dense = run_json(args + ["--moe-mode", "dense"], capsys)
     assert dense["step_time_s"] > sparse["step_time_s"]  # and still slower once calibrated
@@ -158,11 +163,12 @@ def test_estimate_path_imports_nothing_heavy():
 
 
 def test_breakdowns_add_up_with_the_shipped_calibration(capsys):
-    for method, fits in (("full", False), ("lora", True)):
+    for method, master, fits in (("full", "fp32", False), ("full", "none", True), ("lora", "auto", True)):
         d = run_json(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--method", method, "--gpu",
-                      "A100-SXM4-80GB", "--examples", "1000", "--tokens-per-example", "512", "--micro-batch", "1"],
-                     capsys)
-        assert d["fits"] is fits  # 16 bytes/param of an 8B full fine-tune never fits 80 GB
+                      "A100-SXM4-80GB", "--examples", "1000", "--tokens-per-example", "512", "--micro-batch", "1",
+                      "--master-weights", master], capsys)
+        # 16 bytes/param of an 8B full fine-tune with an fp32 master never fits 80 GB; 8 in place do
+        assert d["fits"] is fits
         assert sum(d["memory_breakdown_gib"].values()) == pytest.approx(d["memory_per_gpu_gib"], rel=1e-9)
         parts = {k: v for k, v in d["step_breakdown_s"].items() if k != "total"}
         assert sum(parts.values()) == pytest.approx(d["step_time_s"], rel=1e-9)

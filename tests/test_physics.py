@@ -49,6 +49,36 @@ def test_backward_by_method():
     assert lora.adapter_flops == 2 * expect
 
 
+def test_adapter_element_wise_and_launch_terms_by_hand():
+    m = tiny()  # 2 layers; 7 linears per layer
+    lora = model_terms(m, make_job(method="lora", lora_rank=4))
+    assert lora.adapted_modules == 7 * 2
+    io = (64 + 64) + (64 + 32) * 2 + (64 + 64) + (64 + 128) * 2 + (128 + 64)
+    assert lora.adapter_io_elements == io * 2
+    qv = model_terms(m, make_job(method="lora", lora_rank=4, lora_targets="q_proj,v_proj"))
+    assert qv.adapted_modules == 2 * 2 and qv.adapter_io_elements == ((64 + 64) + (64 + 32)) * 2
+    full = model_terms(m, make_job(method="full"))
+    assert full.adapted_modules == 0 and full.adapter_io_elements == 0
+
+    c = DEFAULT_CONSTANTS
+    mb, seq = 2, 128
+    t = {meth: step_time(arrays(m, make_job(method=meth, lora_rank=4, micro_batch=mb), seq=seq))
+         for meth in ("lora", "dora")}
+    bw = H100.memory_bandwidth_gbs * 1e9 * c.bandwidth_efficiency
+    # LoRA: the per-layer overhead plus 14 modules x 16 kernels x the launch time
+    assert t["lora"]["overhead_s"][0] == pytest.approx(c.overhead_s_per_layer * 2 + 14 * 16 * c.kernel_launch_s)
+    # DoRA: 56 kernels per module, and its weight-norm traffic, but the same per-token element-wise work
+    assert t["dora"]["overhead_s"][0] - t["lora"]["overhead_s"][0] == pytest.approx(14 * 40 * c.kernel_launch_s)
+    assert t["lora"]["dequant_s"][0] == 0.0
+    assert t["dora"]["dequant_s"][0] == pytest.approx(2 * c.dora_bytes_per_weight * lora.params_adapted / bw)
+    assert t["dora"]["elementwise_s"][0] == pytest.approx(t["lora"]["elementwise_s"][0])
+    # the adapter's element-wise share: passes x tokens x (in + out) elements x 2 bytes / bandwidth
+    no_adapter = step_time(arrays(m, make_job(method="lora", lora_rank=4, micro_batch=mb), seq=seq),
+                           c.with_(adapter_passes=0.0))
+    assert t["lora"]["elementwise_s"][0] - no_adapter["elementwise_s"][0] == pytest.approx(
+        c.adapter_passes * mb * seq * io * 2 * 2 / bw)
+
+
 def test_lora_targets_subset_and_errors():
     from tuneplan.errors import InputError
 
@@ -86,8 +116,9 @@ def test_weights_memory_by_storage():
     g = BYTES_PER_GIB
     assert full["weights_gib"][0] * g == pytest.approx(2 * P)
     assert full["gradients_gib"][0] * g == pytest.approx(2 * P)
-    assert full["master_weights_gib"][0] * g == pytest.approx(4 * P)
-    assert full["optimizer_gib"][0] * g == pytest.approx(8 * P)  # 16 bytes/param in all
+    # unsharded bf16: weights trained in bf16, no master copy, bf16 AdamW moments (8 bytes/param)
+    assert full["master_weights_gib"][0] * g == pytest.approx(0.0)
+    assert full["optimizer_gib"][0] * g == pytest.approx(4 * P)
     q = memory(arrays(m, make_job(method="qlora")))
     lin = sum(lin.params for lin in m.linears)
     assert q["weights_gib"][0] * g == pytest.approx(lin * (0.5 + 0.127 / 8) + (P - lin) * 2
@@ -98,8 +129,9 @@ def test_weights_memory_by_storage():
                                              ("zero3", 4, 4, 4), ("fsdp", 4, 4, 4)])
 def test_sharding_divisions(sharding, w, gr, o):
     m = tiny()
-    one = memory(arrays(m, make_job(method="full", gpus=1)))
-    four = memory(arrays(m, make_job(method="full", gpus=4, sharding=sharding)))
+    # the same fp32 master and moments on both sides
+    one = memory(arrays(m, make_job(method="full", gpus=1, master_weights="fp32")))
+    four = memory(arrays(m, make_job(method="full", gpus=4, sharding=sharding, master_weights="fp32")))
     assert four["weights_gib"][0] == pytest.approx(one["weights_gib"][0] / w)
     assert four["optimizer_gib"][0] == pytest.approx(one["optimizer_gib"][0] / o)
     grads4 = four["gradients_gib"][0]

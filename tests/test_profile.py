@@ -262,3 +262,19 @@ def test_commands_module_does_not_import_torch():
 def test_progress_bar_and_grid_module_smoke(tiny, tmp_path):
     rows = grid_mod.profile_grid(tiny, ["lora"], [16], [1], [1], out=None, progress=True, **FAST)
     assert rows[0]["status"] == "ok"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_cpu_steps_reuse_freed_memory_and_give_it_back_between_configurations():
+    from tuneplan.profile.memory import current_rss_bytes, hold_freed_memory, release_freed_memory
+
+    assert hold_freed_memory() is True
+    release_freed_memory()
+    before = current_rss_bytes()
+    block = bytearray(64 * 1024 * 1024)  # one large block, as the logits of a step
+    block[::4096] = b"\x01" * len(block[::4096])
+    del block
+    held = current_rss_bytes() - before
+    assert held > 48 * 1024 * 1024  # freed but kept in the process: the next step reuses it
+    release_freed_memory()
+    assert current_rss_bytes() - before < held / 2  # returned between configurations

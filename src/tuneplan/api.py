@@ -238,6 +238,12 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         f"CO2 at {jspec.grid_gco2_kwh if jspec.grid_gco2_kwh is not None else 480:g} g/kWh.",
         f"Price: {rate_src}." if rate_v is not None else f"Cost not computed: {rate_src}.",
     ]
+    if jspec.method in ("full", "freeze") and jspec.precision in ("bf16", "fp16"):
+        assumptions.append(
+            f"{jspec.precision} weights with an fp32 master copy and fp32 optimizer moments (--master-weights fp32)."
+            if jspec.fp32_master() else
+            f"{jspec.precision} weights trained in place: no fp32 master copy, 16-bit optimizer moments "
+            "(--master-weights fp32 for mixed precision over fp32 weights).")
     if estimator != "tuneplan" and estimator != "planner":
         assumptions.append("Memory figures from tuneplan's uncalibrated memory model (this estimator has none).")
     suggestions: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tuneplan.specs.job import METHODS, OPTIMIZERS, PRECISIONS, SHARDINGS
+from tuneplan.specs.job import MASTER_WEIGHTS, METHODS, OPTIMIZERS, PRECISIONS, SHARDINGS
 
 
 def positive_int(text: str) -> int:
@@ -66,6 +66,10 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
     m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
     m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
+    m.add_argument("--master-weights", choices=MASTER_WEIGHTS,
+                   help="full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 "
+                        "bytes/param with AdamW), none = 16-bit weights trained in place (8), auto (default) "
+                        "= fp32 under DeepSpeed ZeRO, Megatron TP/PP or fp8, else none")
     m.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
                    help="gradient (activation) checkpointing (default off)")
     m.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None,
@@ -101,7 +105,7 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
 JOB_FIELDS = {
     "method": "method", "lora_rank": "lora_rank", "lora_targets": "lora_targets",
     "trainable_layers": "trainable_layers", "precision": "precision", "quant": "quant",
-    "optimizer": "optimizer", "grad_ckpt": "grad_ckpt", "flash_attn": "flash_attn", "moe_mode": "moe_mode",
+    "optimizer": "optimizer", "master_weights": "master_weights", "grad_ckpt": "grad_ckpt", "flash_attn": "flash_attn", "moe_mode": "moe_mode",
     "gpus": "gpus", "nodes": "nodes", "sharding": "sharding", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep",
     "micro_batch": "micro_batch", "grad_accum": "grad_accum", "examples": "examples",
     "tokens_per_example": "tokens_per_example", "tokens": "tokens", "epochs": "epochs", "seq_len": "seq_len",

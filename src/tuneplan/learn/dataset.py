@@ -175,6 +175,8 @@ def row_to_config(row: dict) -> RunConfig:
     targets = _get(row, "lora_targets")
     kw: dict[str, Any] = {
         "method": method, "precision": precision, "optimizer": optimizer, "gpus": gpus, "nodes": nodes,
+        # amp-*: mixed precision over fp32 weights (an fp32 master copy); plain bf16/fp16: by framework
+        "master_weights": "fp32" if str(prec_raw or "").lower().startswith("amp-") else "auto",
         "micro_batch": int(float(mb)), "grad_accum": int(float(ga)), "seq_len": int(round(float(seq))),
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(default("grad_ckpt")),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(default("flash_attn")),

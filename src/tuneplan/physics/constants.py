@@ -36,7 +36,26 @@ class PhysicsConstants:
     dequant_bytes_gptq: float = 2.5
     """Bytes-equivalent per weight per pass of fused GPTQ/AWQ 4-bit kernels (slower than a bf16 GEMM)."""
     dora_bytes_per_weight: float = 6.0
-    """Extra bytes per adapted weight per pass for DoRA's weight-norm (materialise W + BA, its norm)."""
+    """Extra bytes per adapted weight per pass for DoRA's weight-norm (materialise W + BA, its norm):
+    a cost per optimizer micro-step that does not grow with the tokens."""
+    adapter_passes: float = 4.0
+    """Times each adapted module's input and output are streamed through memory per token by the
+    adapter's element-wise kernels, forward and backward (passes): dropout copy of the input, the
+    low-rank path's output scaled and added to the frozen path's, and their gradients. Memory-bound;
+    negligible on wide GPU models, a large share of a LoRA step on narrow models and on CPUs."""
+    kernel_launch_s: float = 8e-6
+    """Time of one small kernel launch or op dispatch that does no real work (s): CUDA launch latency
+    is ~5-10 us; an eager op on a CPU ~10-30 us. Adapters run a chain of such ops per module."""
+    lora_kernels_per_module: float = 16.0
+    """Kernels a LoRA-adapted module adds per forward+backward micro-step (count, from peft's
+    LoRA forward): dropout, A, B, scale, add forward (5); their backward with the A and B weight
+    gradients and the input-gradient accumulation (11)."""
+    dora_kernels_per_module: float = 56.0
+    """Kernels a DoRA-adapted module runs per forward+backward micro-step (count, from peft's DoRA
+    forward): LoRA's 16, plus B A materialised through an identity (eye, A, B, transpose), the norm
+    of W + s B A (transpose, scale, add, norm, cast, detach), the magnitude / norm rescaling of the
+    frozen and low-rank outputs (view, divide, subtract, 3 multiplies, add) forward (~20), and their
+    backward (~20)."""
     loss_bytes_per_logit: float = 24.0
     """Memory traffic of the loss per (token x vocab) element, forward and backward (bytes): bf16
     logits read, fp32 upcast written and read, softmax, its gradient written and read. Memory-bound:
@@ -70,8 +89,10 @@ class PhysicsConstants:
     # --- memory (fitted) -------------------------------------------------------------------------
     activation_scale: float = 1.0
     """Multiplier on the analytic activation bytes (framework temporaries, saved copies)."""
-    logits_bytes_per_element: float = 10.0
-    """Bytes per (token x vocab) at the loss: bf16 logits (2) + fp32 upcast (4) + fp32 grad (4)."""
+    logits_bytes_per_element: float = 16.0
+    """Bytes per (token x vocab) at the loss: bf16 logits (2), their fp32 upcast (4; transformers
+    casts logits to float before the loss), the fp32 log-softmax saved by cross-entropy (4), its fp32
+    gradient (4) and the bf16 gradient of the logits (2)."""
     cuda_context_gib: float = 0.6
     """CUDA context + cuBLAS/NCCL workspaces, outside torch's allocator (GiB); seen by nvidia-smi."""
     allocator_overhead: float = 0.08

@@ -1,6 +1,8 @@
 """Peak GPU memory of a fine-tuning step, term by term, vectorised over configurations.
 
-Per GPU, in bytes: weights by storage, gradients, fp32 master copy, optimizer states (each divided
+Per GPU, in bytes: weights by storage, gradients, fp32 master copy where the job keeps one (mixed
+precision over fp32 weights, DeepSpeed ZeRO, Megatron; none when 16-bit weights are trained in
+place: `JobSpec.fp32_master`), optimizer states (each divided
 by the ranks that shard it), activations (per layer from the shapes, with or without FlashAttention
 and gradient checkpointing), logits with their fp32 loss copy, and fixed overheads. The analytic
 sum is what torch's allocator holds (`allocated`); `reserved` adds the caching allocator's
@@ -78,8 +80,16 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     weights = np.where(offload, 0.0, weights / w_div)
     grad_bytes = np.where(full | freeze, pbytes, 4.0)
     grads = trainable * grad_bytes / g_div
-    master = np.where((full | freeze) & (pbytes < 4), 4.0 * trainable, 0.0) / o_div
-    opt = trainable * _state_bytes(a["optimizer_code"]) / o_div
+    # fp32 master copy and fp32 moments (JobSpec.fp32_master: AMP over fp32 weights, DeepSpeed ZeRO,
+    # Megatron); otherwise 16-bit weights are trained in place and AdamW's moments are 16-bit too
+    trained16 = (full | freeze) & (pbytes == 2)
+    keep32 = a["fp32_master"] > 0
+    master = np.where((full | freeze) & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0) / o_div
+    state = _state_bytes(a["optimizer_code"])
+    # moments allocated like the parameter (torch zeros_like); 8-bit optimizers' 1-byte states do not change
+    state16 = np.where(np.isin(a["optimizer_code"], (1, 2)), state, state * pbytes / 4.0)
+    state = np.where(trained16 & ~keep32, state16, state)
+    opt = trainable * state / o_div
     master = np.where(offload, 0.0, master)
     opt = np.where(offload, 0.0, opt)
     grads = np.where(offload, trainable * grad_bytes / np.maximum(sdeg, 1.0), grads)

@@ -79,14 +79,21 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     t_dequant = passes * dq_bytes * a["params_frozen_linear"] / split / bw
     is_dora = (a["method_code"] == 5).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
-    t_overhead = c.overhead_s_per_layer * L / pp * (1.0 + 0.5 * a["grad_ckpt"])
+    # LoRA-family: element-wise work per token on the adapted modules' inputs and outputs, and the
+    # small kernels each adapted module launches whatever the tokens (DoRA runs more of them)
+    recompute = 1.0 + 0.5 * a["grad_ckpt"]
+    t_adapter = c.adapter_passes * recompute * tokens * a["adapter_io_elements"] * a["weight_bytes_compute"] / (
+        split * bw)
+    kernels = np.where(is_dora > 0, c.dora_kernels_per_module, c.lora_kernels_per_module)
+    t_adapter_launch = recompute * a["adapted_modules"] * kernels * c.kernel_launch_s / split
+    t_overhead = c.overhead_s_per_layer * L / pp * (1.0 + 0.5 * a["grad_ckpt"]) + t_adapter_launch
     # memory-bound element-wise work: the loss over the vocabulary (last stage) and the activations
     # streamed by norms, activation functions and residual adds
     t_loss = tokens * a["vocab"] * c.loss_bytes_per_logit / tp / bw
     act_el = activation_elements_per_token_layer(a)
     t_elem = c.elementwise_passes * tokens * act_el * a["weight_bytes_compute"] * L * a["bwd_layer_fraction"] / (
         tp * pp) / bw
-    t_elementwise = t_loss + t_elem
+    t_elementwise = t_loss + t_elem + t_adapter
 
     # tensor parallel: 2 all-reduces of the layer activations forward, 2 backward (+2 recompute)
     act_bytes = tokens * a["hidden"] * a["weight_bytes_compute"]

@@ -101,6 +101,8 @@ class ModelTerms:
     gated: bool
     lora_rank: float
     adapted_inputs_per_layer: float  # distinct input widths adapted per layer (LoRA dropout copies)
+    adapter_io_elements: float  # per token, whole model: inputs + outputs of the adapted modules (elements)
+    adapted_modules: float  # adapted linear modules in the whole model (each adds its own small kernels)
     weight_bytes_compute: float  # bytes per weight at the compute precision
 
 
@@ -128,6 +130,8 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     adapter_params = 0.0
     adapted = 0.0
     adapted_inputs = 0.0
+    adapter_io = 0.0
+    adapted_modules = 0.0
     if method in LORA_FAMILY:
         targets = normalise_targets(job.lora_targets)
         all_linear = "all-linear" in targets or "all" in targets
@@ -161,6 +165,8 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
             active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
             adapter_flops += 2.0 * per * active * lin.n_layers
             adapted += lin.params
+            adapter_io += (lin.in_features + lin.out_features) * active * lin.n_layers
+            adapted_modules += lin.count_per_layer * lin.n_layers
             widths.add((lin.in_features, lin.count_per_layer))
             if method == "dora":
                 adapter_params += lin.out_features * lin.count_per_layer * lin.n_layers
@@ -228,6 +234,8 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         gated=model.gated_mlp,
         lora_rank=float(job.lora_rank) if method in LORA_FAMILY else 0.0,
         adapted_inputs_per_layer=adapted_inputs,
+        adapter_io_elements=adapter_io,
+        adapted_modules=adapted_modules,
         weight_bytes_compute=pbytes,
     )
 
@@ -266,6 +274,7 @@ def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
         "sharding": float(SHARDING_CODES[job.sharding_kind()]),
         "grad_ckpt": 1.0 if job.grad_ckpt else 0.0,
         "flash_attn": 1.0 if job.flash_attn else 0.0,
+        "fp32_master": 1.0 if job.fp32_master() else 0.0,
     }
 
 

@@ -201,6 +201,11 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     a["dp"] = grid.dp.astype(float)
     a["sharding"] = grid.sharding_code
     a["grad_ckpt"] = grid.grad_ckpt.astype(float)
+    # fp32 master copy per (method, sharding label; the last label is 'none')
+    labels = list(grid.sharding_labels)
+    master = np.array([[1.0 if job.model_copy(update={"sharding": s}).fp32_master() else 0.0 for s in labels]
+                       for job in jobs])
+    a["fp32_master"] = master[grid.method_idx, grid.sharding_idx]
     a["flash_attn"] = np.broadcast_to(np.float64(1.0 if base.flash_attn else 0.0), (n,))
     # names, as the per-row estimators' residual models expect them
     a["_model_names"] = np.broadcast_to(np.array(model.name, dtype=object), (n,))

@@ -28,7 +28,14 @@ from tuneplan.profile.config import (
     load_model_source,
     lora_target_modules,
 )
-from tuneplan.profile.memory import GIB, MemoryCap, PeakTracker, is_oom, release_freed_memory
+from tuneplan.profile.memory import (
+    GIB,
+    MemoryCap,
+    PeakTracker,
+    hold_freed_memory,
+    is_oom,
+    release_freed_memory,
+)
 from tuneplan.profile.rows import FRAMEWORK, SOURCE
 
 # ---------------------------------------------------------------- device and availability
@@ -351,6 +358,8 @@ def _measure(cfg: RunConfig, src: ModelSource, device: str, dist: DistContext | 
     tracker = PeakTracker(device)
     out = out if out is not None else Measured()
     release_freed_memory()
+    if device == "cpu":
+        hold_freed_memory()
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
         torch.cuda.empty_cache()

@@ -16,6 +16,7 @@ from tuneplan.errors import InputError
 METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze")
 LORA_FAMILY = ("lora", "qlora", "gptq-lora", "alora", "dora")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+MASTER_WEIGHTS = ("auto", "fp32", "none")
 OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
@@ -50,6 +51,7 @@ class JobSpec(BaseModel):
     precision: Precision = "bf16"
     quant: str | None = None  # base weights: None = by method (qlora nf4, gptq-lora gptq-int4) / checkpoint
     optimizer: Optimizer = "adamw"
+    master_weights: Literal["auto", "fp32", "none"] = "auto"
     grad_ckpt: bool = False
     flash_attn: bool = True
     gpus: int = 1
@@ -165,6 +167,18 @@ class JobSpec(BaseModel):
         if self.method == "full":
             return "none"
         return checkpoint_quant if self.quant is None else "none"
+
+    def fp32_master(self) -> bool:
+        """Whether a 16-bit full (or freeze) fine-tuning keeps an fp32 master copy of the trained
+        weights, with fp32 optimizer moments. `fp32`: automatic mixed precision over fp32 weights
+        (16 bytes per parameter with AdamW). `none`: the 16-bit weights are trained in place (HF
+        Trainer or TRL on a bf16-loaded model, ms-swift, litgpt bf16-true, torchtune; torch's AdamW
+        then allocates its moments in bf16: 8 bytes per parameter). `auto`: DeepSpeed ZeRO and
+        Megatron's tensor/pipeline-parallel optimizer keep fp32 masters, fp8 training keeps them too,
+        everything else (one GPU, DDP, FSDP) trains the 16-bit weights in place."""
+        if self.master_weights != "auto":
+            return self.master_weights == "fp32"
+        return self.sharding.startswith("zero") or self.tp > 1 or self.pp > 1 or self.precision == "fp8"
 
     def sharding_kind(self) -> str:
         """Normalised sharding: none, ddp, zero1, zero2, zero3 (fsdp full), hybrid, offload."""
