@@ -134,3 +134,14 @@ def test_curve_cli(capsys, tmp_path):
     assert mx >= 1 and pts[mx - 1]["fits"] and not pts[mx]["fits"]
     assert all(p["tokens_per_s"] > 0 for p in pts)
     assert main(["curve", "--model", "Qwen/Qwen-7B", "--gpu", "A10000"]) == 2
+
+
+def test_master_weights_decide_whether_one_gpu_holds_a_full_fine_tune(capsys):
+    base = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--examples", "10000", "--tokens-per-example", "512",
+            "--gpus", "H100-SXM5-80GB", "--gpu-counts", "1,2", "--methods", "full", "--interval", "0", "--json"]
+    counts = {}
+    for mw in ("fp32", "none"):
+        assert main(base + ["--master-weights", mw]) == 0
+        counts[mw] = {c["gpus"] for c in json.loads(capsys.readouterr().out)["candidates"]}
+    # 8B x 16 bytes/param (fp32 master, fp32 moments) needs two sharded GPUs; 8 bytes/param fit on one
+    assert counts["fp32"] == {2} and 1 in counts["none"]

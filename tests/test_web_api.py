@@ -157,6 +157,16 @@ def test_estimate_equals_python_api(client):
     assert ("interval" in d) == ("interval" in ref)
 
 
+def test_estimate_master_weights(client):
+    body = {**BASE, "method": "full"}
+    amp = client.post("/api/estimate", json={**body, "master_weights": "fp32"}).json()
+    in_place = client.post("/api/estimate", json={**body, "master_weights": "none"}).json()
+    assert amp["memory_breakdown_gib"]["master_weights"] > 0
+    assert in_place["memory_breakdown_gib"]["master_weights"] == 0.0
+    assert in_place["memory_per_gpu_gib"] < amp["memory_per_gpu_gib"]
+    assert client.post("/api/estimate", json={**body, "master_weights": "fp64"}).status_code == 422
+
+
 def _cli_args(command: str, sub: str):
     from tuneplan.cli import build_parser
 

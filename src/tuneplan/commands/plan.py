@@ -22,7 +22,7 @@ from tuneplan.commands.common import (
     positive_float,
     positive_int,
 )
-from tuneplan.specs.job import METHODS, OPTIMIZERS, PRECISIONS, SHARDINGS
+from tuneplan.specs.job import MASTER_WEIGHTS, METHODS, OPTIMIZERS, PRECISIONS, SHARDINGS
 
 OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
 
@@ -99,6 +99,9 @@ def register(sub) -> None:
     m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
     m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
     m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
+    m.add_argument("--master-weights", choices=MASTER_WEIGHTS,
+                   help="16-bit full fine-tuning: fp32 master copy (fp32), 16-bit weights trained in place "
+                        "(none), or by sharding (auto, default: fp32 under DeepSpeed ZeRO)")
     m.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None,
                    help="FlashAttention (default on)")
     m.add_argument("--moe-mode", choices=("sparse", "dense"), help="MoE: top-k experts (default) or all")
@@ -164,7 +167,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kw[name] = getattr(args, name)
     for name in ("tokens", "seq_len", "packing", "eval_every", "eval_examples", "save_every", "load_time_s",
                  "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
-                 "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding"):
+                 "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding"):
         v = getattr(args, name)
         if v is not None:
             kw[name] = v

@@ -81,11 +81,11 @@ Name = Annotated[str, Field(min_length=1, max_length=300)]
 Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
 
 METHOD_FIELDS = ("lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
-                 "flash_attn", "moe_mode")
+                 "master_weights", "flash_attn", "moe_mode")
 WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "eval_every",
                "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
 JOB_FIELDS = ("method", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
-              "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
+              "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
               "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
               "packing", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
               "grid_gco2_kwh")
@@ -123,6 +123,9 @@ class MethodOptions(BaseModel):
     precision: Precision | None = Field(None, description="compute precision (default bf16)")
     quant: Quant | None = Field(None, description="base weight storage (default: as the method implies)")
     optimizer: Optimizer | None = Field(None, description="default adamw")
+    master_weights: Literal["auto", "fp32", "none"] | None = Field(
+        None, description="16-bit full fine-tuning: fp32 master copy, weights trained in place, or auto "
+                          "(fp32 under DeepSpeed ZeRO, Megatron TP/PP and fp8)")
     flash_attn: bool | None = Field(None, description="FlashAttention / SDPA (default on)")
     moe_mode: Literal["sparse", "dense"] | None = Field(None, description="MoE: top-k experts or all")
 
