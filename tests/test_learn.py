@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from tests.conftest import reference_dir
 
 from tuneplan.estimators.base import get_estimator
 from tuneplan.learn.calibration import Calibration, dumps, fit_calibration, load_calibration
@@ -205,3 +206,20 @@ def test_calibration_wrong_learner_and_bad_file(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(DataFileError, match="bad.json:1"):
         load_calibration(str(bad))
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="the shared reference runs are not beside the repository")
+def test_predict_resolves_names_as_calibrate_does_and_keeps_unresolvable_rows(tmp_path, capsys):
+    from tuneplan.cli import main
+
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "--runs", str(reference_dir() / "ms-swift.csv"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    pred = pd.read_csv(out, low_memory=False)
+    src = pd.read_csv(reference_dir() / "ms-swift.csv", low_memory=False)
+    assert len(pred) == len(src)  # every row written, in file order
+    assert list(pred["id"]) == list(src["id"])
+    # 'A100-80GB' is ambiguous in the catalog; the source's defaults resolve it, as calibrate does
+    ok = pred["error"].isna()
+    assert ok.sum() > 100 and pred.loc[ok, "pred_peak_mem_gib"].notna().all()
+    assert pred.loc[~ok, "error"].str.len().gt(0).all()  # the others say why

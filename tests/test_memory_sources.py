@@ -58,9 +58,9 @@ def test_master_weights_auto_by_framework():
     auto = {k: make_job(**{"method": "full", "gpus": 4, **kw}).fp32_master() for k, kw in {
         "one": {"gpus": 1}, "ddp": {"sharding": "ddp"}, "fsdp": {"sharding": "fsdp"},
         "zero2": {"sharding": "zero2"}, "zero3": {"sharding": "zero3"}, "tp": {"tp": 2},
-        "fp8": {"precision": "fp8"}}.items()}
+        "pp": {"pp": 2}, "fp8": {"precision": "fp8"}}.items()}
     assert auto == {"one": False, "ddp": False, "fsdp": False, "zero2": True, "zero3": True, "tp": True,
-                    "fp8": True}
+                    "pp": False, "fp8": True}
     assert make_job(method="full", master_weights="fp32").fp32_master()
     assert not make_job(method="full", sharding="zero2", gpus=2, master_weights="none").fp32_master()
 
@@ -164,3 +164,13 @@ def test_ms_swift_qwen7b_full_single_a100_fits_as_measured():
     assert all(x > 8 * P / G for x in pred)  # at least the 8 bytes/param states
     for x, y in zip(pred, ts.peak_mem_gib, strict=True):
         assert abs(math.log(x / y)) < math.log(1.15)
+
+
+def test_nf4_linears_keep_their_fp32_cast_inputs():
+    # tiny: hidden 64, q 64, intermediate 128, 4 layers; seq 128, micro-batch 4 (the default)
+    _, lora = mem(make_job(method="lora", gpus=1))
+    _, qlora = mem(make_job(method="qlora", gpus=1))
+    extra = 4 * 128 * 4 * DEFAULT_CONSTANTS.nf4_input_bytes * (2 * 64 + 64 + 128)
+    assert (qlora["activations_gib"] - lora["activations_gib"]) * G == pytest.approx(extra)
+    _, gptq = mem(make_job(method="gptq-lora", gpus=1))
+    assert gptq["activations_gib"] == pytest.approx(lora["activations_gib"])  # GPTQ kernels take 16-bit inputs

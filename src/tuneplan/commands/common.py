@@ -69,7 +69,7 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     m.add_argument("--master-weights", choices=MASTER_WEIGHTS,
                    help="full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 "
                         "bytes/param with AdamW), none = 16-bit weights trained in place (8), auto (default) "
-                        "= fp32 under DeepSpeed ZeRO, Megatron TP/PP or fp8, else none")
+                        "= fp32 under DeepSpeed ZeRO, tensor parallelism or fp8, else none")
     m.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
                    help="gradient (activation) checkpointing (default off)")
     m.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None,

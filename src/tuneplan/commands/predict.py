@@ -21,17 +21,27 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from tuneplan.commands.learn import report_problems
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
 
-    table = read_runs(args.runs, strict=args.strict, resolve=False)
-    from tuneplan.commands.learn import report_problems
-
+    # names resolved as `calibrate` resolves them (with each source's defaults); rows the catalogs
+    # cannot resolve are reported and still written, with the reason in their error column
+    table = read_runs(args.runs, strict=args.strict)
     report_problems(table.problems)
+    raw = read_runs(args.runs, resolve=False).df
+    df = table.df
+    if len(raw) > len(df) and {"file", "line"} <= set(raw.columns):
+        seen = set(zip(df["file"], df["line"], strict=True))
+        rest = raw[[(f, ln) not in seen for f, ln in zip(raw["file"], raw["line"], strict=True)]]
+        df = pd.concat([df, rest], ignore_index=True).sort_values(["file", "line"], kind="stable")
+        df = df.reset_index(drop=True)
     est = get_estimator(args.estimator, args.calibration)
-    out = predict_frame(table.df, est)
+    out = predict_frame(df, est)
     if args.interval:
         add_interval_columns(out, args.estimator, args.interval, args.calibration)
     drop = [c for c in ("file", "line") if c in out.columns]

@@ -99,6 +99,11 @@ class PhysicsConstants:
     """Reserved / allocated - 1: caching-allocator fragmentation (fraction)."""
     workspace_gib: float = 0.25
     """Allocated temporaries not in the analytic terms (GiB): GEMM workspaces, loss buffers."""
+    nf4_input_bytes: float = 4.0
+    """Bytes per element of each NF4-quantized linear's input kept for its backward beyond the 16-bit
+    activations (bytes): bitsandbytes' Linear4bit casts its input to the layer's compute dtype, float32
+    unless set, and its matmul saves that copy. Per token per layer: inputs of q/k/v (h), o (q), gate/up
+    (h) and down (I)."""
     lora_dropout_copies: float = 0.0
     """Extra copies of an adapted module's input kept for LoRA dropout (0 when lora_dropout = 0)."""
     # --- energy ----------------------------------------------------------------------------------

@@ -46,8 +46,14 @@ def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CO
     lora_extra = (a["lora_rank"] * 2.0 * a["adapted_inputs_per_layer"]
                   + c.lora_dropout_copies * a["adapted_inputs_per_layer"] * h)
     el_bytes = np.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
-    dense = (attn + eager_scores + flash_stats + mlp_dense + lora_extra) * el_bytes * c.activation_scale
-    moe = (attn + eager_scores + flash_stats + mlp_moe + lora_extra) * el_bytes * c.activation_scale
+    # NF4 (bitsandbytes Linear4bit): each quantized linear's input cast to the 4-bit layer's compute dtype
+    # (float32 unless set) and kept for its backward, on top of the 16-bit copy
+    nf4 = a["dequant_bytes"] == 1
+    quant_inputs = np.where(nf4, c.nf4_input_bytes * (2.0 * h + q + inter), 0.0)
+    quant_inputs_moe = np.where(nf4, c.nf4_input_bytes * (2.0 * h + q + np.maximum(a["top_k"], 1.0)
+                                                          * a["moe_intermediate"]), 0.0)
+    dense = ((attn + eager_scores + flash_stats + mlp_dense + lora_extra) * el_bytes + quant_inputs) * c.activation_scale
+    moe = ((attn + eager_scores + flash_stats + mlp_moe + lora_extra) * el_bytes + quant_inputs_moe) * c.activation_scale
     return {"dense": dense, "moe": moe, "layer_input": h * el_bytes}
 
 

@@ -174,11 +174,12 @@ class JobSpec(BaseModel):
         (16 bytes per parameter with AdamW). `none`: the 16-bit weights are trained in place (HF
         Trainer or TRL on a bf16-loaded model, ms-swift, litgpt bf16-true, torchtune; torch's AdamW
         then allocates its moments in bf16: 8 bytes per parameter). `auto`: DeepSpeed ZeRO and
-        Megatron's tensor/pipeline-parallel optimizer keep fp32 masters, fp8 training keeps them too,
-        everything else (one GPU, DDP, FSDP) trains the 16-bit weights in place."""
+        Megatron (tensor parallel) keep fp32 masters, fp8 training keeps them too; everything else
+        (one GPU, DDP, FSDP, a model split over GPUs layer by layer with a device map) trains the
+        16-bit weights in place."""
         if self.master_weights != "auto":
             return self.master_weights == "fp32"
-        return self.sharding.startswith("zero") or self.tp > 1 or self.pp > 1 or self.precision == "fp8"
+        return self.sharding.startswith("zero") or self.tp > 1 or self.precision == "fp8"
 
     def sharding_kind(self) -> str:
         """Normalised sharding: none, ddp, zero1, zero2, zero3 (fsdp full), hybrid, offload."""
