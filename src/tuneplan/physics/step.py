@@ -85,8 +85,9 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     t_adapter = c.adapter_passes * recompute * tokens * a["adapter_io_elements"] * a["weight_bytes_compute"] / (
         split * bw)
     kernels = np.where(is_dora > 0, c.dora_kernels_per_module, c.lora_kernels_per_module)
-    t_adapter_launch = recompute * a["adapted_modules"] * kernels * c.kernel_launch_s / split
-    t_overhead = c.overhead_s_per_layer * L / pp * (1.0 + 0.5 * a["grad_ckpt"]) + t_adapter_launch
+    # every tensor-parallel rank launches the same kernels; pipeline stages split the modules
+    t_adapter_launch = recompute * a["adapted_modules"] * kernels * c.kernel_launch_s / pp
+    t_overhead = c.overhead_s_per_layer * L / pp * recompute + t_adapter_launch
     # memory-bound element-wise work: the loss over the vocabulary (last stage) and the activations
     # streamed by norms, activation functions and residual adds
     t_loss = tokens * a["vocab"] * c.loss_bytes_per_logit / tp / bw
