@@ -314,3 +314,24 @@ def test_phone_layout(browser, server):
         shot(pg, "web-phone.png")
     finally:
         ctx.close()
+
+
+def test_master_weights_option_for_full_fine_tuning(page, server):
+    page.goto(server + "/")
+    idle(page)
+    page.click("#method-options summary")
+    page.select_option("#method", "lora")
+    idle(page)
+    assert page.is_visible("#optimizer")
+    assert not page.is_visible("#master_weights")  # adapters have no master copy to choose
+    page.select_option("#method", "full")
+    idle(page)
+    assert page.is_visible("#master_weights")
+    page.select_option("#master_weights", "fp32")
+    idle(page)
+    ref = tuneplan.estimate("Qwen/Qwen2.5-7B", "H100-SXM5-80GB", method="full", master_weights="fp32",
+                            examples=10000, tokens_per_example=512, epochs=1)
+    assert value(page, "#r-mem") == pytest.approx(ref.memory_per_gpu_gib, rel=1e-9)
+    page.select_option("#master_weights", "none")
+    idle(page)
+    assert value(page, "#r-mem") < ref.memory_per_gpu_gib

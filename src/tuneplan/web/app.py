@@ -42,6 +42,7 @@ from tuneplan import __version__
 from tuneplan.errors import InputError, TuneplanError, UnknownNameError
 from tuneplan.specs.job import (
     LORA_FAMILY,
+    MASTER_WEIGHTS,
     METHODS,
     MOE_MODES,
     OPTIMIZERS,
@@ -602,7 +603,7 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
 
         return {
             "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
-            "optimizers": list(OPTIMIZERS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
+            "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
             "moe_modes": list(MOE_MODES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
             "providers": providers(), "defaults": jsonable(_JOB_DEFAULTS),
             "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,

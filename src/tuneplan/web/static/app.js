@@ -10,7 +10,7 @@
 
   // Inputs kept in the URL; the page's own starting values (PAGE_DEFAULTS) are left out of it.
   const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "trainable_layers",
-    "precision", "quant", "optimizer", "grad_ckpt", "flash_attn", "moe_mode", "gpu", "peak_tflops",
+    "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
     "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "provider", "rate",
     "max_gpus", "objective", "deadline_h", "budget_usd"];
@@ -21,7 +21,7 @@
   const PLAN_ONLY = new Set(["max_gpus", "objective", "deadline_h", "budget_usd"]);
   const PAGE_DEFAULTS = {
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, trainable_layers: 2,
-    precision: "bf16", quant: "", optimizer: "adamw", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
+    precision: "bf16", quant: "", optimizer: "adamw", master_weights: "auto", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, provider: "", max_gpus: 8,
     objective: "cheapest",
@@ -196,6 +196,7 @@
     const lora = S.options.lora_family.includes(st.method);
     if (!lora) { delete body.lora_rank; delete body.lora_targets; }
     if (st.method !== "freeze") delete body.trainable_layers;
+    if (st.method !== "full" && st.method !== "freeze") delete body.master_weights;
     if (!isMoe()) delete body.moe_mode;
     return body;
   }
@@ -681,6 +682,7 @@
     const b = document.body.classList;
     b.toggle("no-lora", !S.options.lora_family.includes(st.method));
     b.toggle("no-freeze", st.method !== "freeze");
+    b.toggle("no-full", st.method !== "full" && st.method !== "freeze");
     b.toggle("no-moe", !isMoe());
     b.toggle("no-custom", !!st.gpu);
     const g = S.gpusByName.get(st.gpu);
@@ -749,6 +751,8 @@
     fillSelect("#quant", ["", ...options.quants.filter((q) => q !== "none")],
       ["as the method implies", ...options.quants.filter((q) => q !== "none")]);
     fillSelect("#optimizer", options.optimizers);
+    fillSelect("#master_weights", options.master_weights, options.master_weights.map((m) => ({
+      auto: "auto (fp32 under ZeRO / TP / fp8)", fp32: "fp32 copy (mixed precision)", none: "none (16-bit in place)" }[m] || m)));
     fillSelect("#estimator", options.estimators, options.estimators.map((e) => ({ tuneplan: "tuneplan (physics, calibrated)",
       kavier: "Kavier", xia: "Xia et al. 2024", planner: "Run Planner seed (6ND)" }[e] || e)));
     fillSelect("#moe_mode", options.moe_modes, options.moe_modes.map((m) => (m === "sparse" ? "sparse (top-k)" : "dense (all experts)")));
