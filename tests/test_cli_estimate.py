@@ -172,3 +172,12 @@ def test_breakdowns_add_up_with_the_shipped_calibration(capsys):
         assert sum(d["memory_breakdown_gib"].values()) == pytest.approx(d["memory_per_gpu_gib"], rel=1e-9)
         parts = {k: v for k, v in d["step_breakdown_s"].items() if k != "total"}
         assert sum(parts.values()) == pytest.approx(d["step_time_s"], rel=1e-9)
+
+
+def test_assumptions_name_the_adapter_terms_only_for_adapters(capsys):
+    base = ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM5-80GB", "--tokens", "1e6",
+            "--seq-len", "512"]
+    lines = {m: [a for a in run_json(base + ["--method", m], capsys)["assumptions"] if a.startswith("Adapters:")]
+             for m in ("lora", "dora", "full")}
+    assert "16 small kernels" in lines["lora"][0] and "56 small kernels" in lines["dora"][0]
+    assert lines["full"] == []

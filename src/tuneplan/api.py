@@ -10,7 +10,7 @@ import numpy as np
 
 from tuneplan.errors import InputError
 from tuneplan.specs.gpu import GPUSpec, gpu_from_dict, load_gpu_file, resolve_gpu
-from tuneplan.specs.job import JobSpec, make_job
+from tuneplan.specs.job import LORA_FAMILY, JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.workload import RunTotals, Workload, run_totals, workload
 
@@ -238,6 +238,13 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         f"CO2 at {jspec.grid_gco2_kwh if jspec.grid_gco2_kwh is not None else 480:g} g/kWh.",
         f"Price: {rate_src}." if rate_v is not None else f"Cost not computed: {rate_src}.",
     ]
+    consts = getattr(phys, "constants", None)
+    if estimator == "tuneplan" and consts is not None and jspec.method in LORA_FAMILY:
+        kernels = consts.dora_kernels_per_module if jspec.method == "dora" else consts.lora_kernels_per_module
+        assumptions.append(
+            f"Adapters: {kernels:.0f} small kernels per adapted module per micro-step at "
+            f"{consts.kernel_launch_s * 1e6:.1f} us each, and {consts.adapter_passes:.1f} element-wise passes "
+            "over each adapted module's input and output per token.")
     if jspec.method in ("full", "freeze") and jspec.precision in ("bf16", "fp16"):
         assumptions.append(
             f"{jspec.precision} weights with an fp32 master copy and fp32 optimizer moments (--master-weights fp32)."

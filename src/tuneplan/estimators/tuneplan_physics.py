@@ -109,9 +109,6 @@ class TuneplanEstimator:
             "gradients (input gradients only) and add the adapters' own FLOPs.",
             f"Achieved efficiency = {c.mfu_max:.2f} x t/(t+{c.tokens_half:.0f}) x h/(h+{c.hidden_half:.0f}) "
             "of dense peak (t: tokens per GPU micro-step, h: hidden width per tensor-parallel rank).",
-            f"LoRA-family adapters: {c.lora_kernels_per_module:.0f} small kernels per adapted module per "
-            f"micro-step ({c.dora_kernels_per_module:.0f} for DoRA) at {c.kernel_launch_s * 1e6:.1f} us each, and "
-            f"{c.adapter_passes:.1f} element-wise passes over each adapted module's input and output per token.",
             "Optimizer time from the bytes its states move over memory bandwidth; data-parallel "
             f"communication over ring collectives, {c.overlap_fraction:.0%} overlappable with backward.",
             "Memory: weights by storage, gradients, fp32 master and optimizer states (sharded as the "
