@@ -225,10 +225,8 @@ class TuneplanLearner:
             k_te = [k for k, t in zip(kinds, test, strict=True) if t]
             for w in MEMORY_PRIOR_GRID:
                 c = base if w is None else self._fit_constants(tr, y[~test], MEMORY_CONSTANTS, "memory", k_tr, w)
-                self.constants = base
                 pred = self._mem_for_kind(self._phys(te, c), k_te)
                 errs[w].extend(np.abs(_log(pred) - _log(y[test])).tolist())
-        self.constants = base
         scores = {w: float(np.median(e)) for w, e in errs.items() if e}
         return min(scores, key=lambda w: (scores[w], 0 if w is None else 1)) if scores else MEMORY_PRIOR_WEIGHT
 

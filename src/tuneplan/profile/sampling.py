@@ -354,30 +354,23 @@ def anchor_order(fmap: FeatureMap, candidates: Sequence[Config], reach: str = "n
                     wanted += [{**m, k: lev} for m in moves]
     chosen = [base_i]
     rows = [fmap.row(base)]
-    rank = 1
+
+    def add_if_it_raises_rank(i: int) -> bool:
+        if i in chosen:
+            return False
+        row = fmap.row(candidates[i])
+        if int(np.linalg.matrix_rank(np.array(rows + [row]))) > len(rows):
+            chosen.append(i)
+            rows.append(row)
+            return True
+        return False
+
     for w in wanted:
         i = index.get(fmap.key_of(w))
-        if i is None or i in chosen:
-            continue
-        r = int(np.linalg.matrix_rank(np.array(rows + [fmap.row(candidates[i])])))
-        if r > rank:
-            chosen.append(i)
-            rows.append(fmap.row(candidates[i]))
-            rank = r
-    while rank < fmap.n_linear:
-        added = False
-        for i in order:
-            if i in chosen:
-                continue
-            r = int(np.linalg.matrix_rank(np.array(rows + [fmap.row(candidates[i])])))
-            if r > rank:
-                chosen.append(i)
-                rows.append(fmap.row(candidates[i]))
-                rank = r
-                added = True
-                break
-        if not added:
-            break
+        if i is not None:
+            add_if_it_raises_rank(i)
+    while len(rows) < fmap.n_linear and any(add_if_it_raises_rank(i) for i in order):
+        pass
     return chosen
 
 
