@@ -231,7 +231,13 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     assumptions = list(est.assumptions())
     assumptions += [
         f"Sequence length {wl.seq_len} tokens per sample ({wl.seq_len_source}); "
-        + ("samples packed to it." if jspec.packing else "each example padded to it."),
+        + ("samples packed to it." if jspec.packing else
+           "each example padded to it." if jspec.padding == "max" else
+           "each batch padded to its longest example: compute assumes seq_len, the upper bound; batch "
+           "shapes vary, so reserved memory (the allocator part) holds "
+           f"{getattr(getattr(phys, 'constants', None), 'variable_shape_reserve', 1.0):.2f}x the per-token "
+           "activations and loss buffers more (freed blocks of shorter batches stay cached); torch frees "
+           "them before it runs out, so they do not count against the fit."),
         f"Wall clock includes model load ({totals.load_s:.0f} s), evaluation ({totals.eval_s:.0f} s) and "
         f"checkpoint saves ({totals.checkpoint_s:.0f} s) at {jspec.disk_gbs:g} GB/s disk.",
         f"Energy: GPU power {gspec.tdp_w or 300:.0f} W TDP scaled by busy share; "
@@ -254,6 +260,11 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     if estimator != "tuneplan" and estimator != "planner":
         assumptions.append("Memory figures from tuneplan's uncalibrated memory model (this estimator has none).")
     suggestions: list[str] = []
+    cached = _scalar(mem_out, "variable_shape_gib", 0.0) if estimator != "planner" else 0.0
+    if fits and mem_total > gspec.memory_gib and cached > 0:
+        warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "
+                        f"shapes; torch frees them before it runs out, so the run fits in {gspec.memory_gib:g} GiB "
+                        "(slower when it must)")
     if not fits:
         warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"
                         + (f"; largest micro-batch that fits: {max_mb}" if max_mb else ""))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tuneplan.specs.job import MASTER_WEIGHTS, METHODS, OPTIMIZERS, PRECISIONS, SHARDINGS
+from tuneplan.specs.job import MASTER_WEIGHTS, METHODS, OPTIMIZERS, PADDINGS, PRECISIONS, SHARDINGS
 
 
 def positive_int(text: str) -> int:
@@ -90,6 +90,9 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     w.add_argument("--epochs", type=positive_float, help="default 1")
     w.add_argument("--seq-len", type=positive_int, help="padded/packed length (default: mean tokens per example)")
     w.add_argument("--packing", action="store_true", default=None, help="pack examples into seq-len samples")
+    w.add_argument("--padding", choices=PADDINGS, default=None,
+                   help="unpacked examples: padded to --seq-len (max, default) or each batch to its longest "
+                        "example (longest: HF's collator; batch shapes vary, so torch reserves more memory)")
     w.add_argument("--eval-every", type=nonneg_int, help="optimizer steps between evaluations")
     w.add_argument("--eval-examples", type=nonneg_int, help="examples per evaluation")
     w.add_argument("--save-every", type=nonneg_int, help="optimizer steps between checkpoint saves")
@@ -109,7 +112,7 @@ JOB_FIELDS = {
     "gpus": "gpus", "nodes": "nodes", "sharding": "sharding", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep",
     "micro_batch": "micro_batch", "grad_accum": "grad_accum", "examples": "examples",
     "tokens_per_example": "tokens_per_example", "tokens": "tokens", "epochs": "epochs", "seq_len": "seq_len",
-    "packing": "packing", "eval_every": "eval_every", "eval_examples": "eval_examples",
+    "packing": "packing", "padding": "padding", "eval_every": "eval_every", "eval_examples": "eval_examples",
     "save_every": "save_every", "load_time_s": "load_time_s", "disk_gbs": "disk_gbs",
     "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
 }

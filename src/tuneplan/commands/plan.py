@@ -22,7 +22,7 @@ from tuneplan.commands.common import (
     positive_float,
     positive_int,
 )
-from tuneplan.specs.job import MASTER_WEIGHTS, METHODS, OPTIMIZERS, PRECISIONS, SHARDINGS
+from tuneplan.specs.job import MASTER_WEIGHTS, METHODS, OPTIMIZERS, PADDINGS, PRECISIONS, SHARDINGS
 
 OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
 
@@ -87,6 +87,8 @@ def register(sub) -> None:
     w.add_argument("--epochs", type=positive_float, help="default 1")
     w.add_argument("--seq-len", type=positive_int, help="padded/packed length (default: tokens per example)")
     w.add_argument("--packing", action="store_true", default=None, help="pack examples into seq-len samples")
+    w.add_argument("--padding", choices=PADDINGS, default=None,
+                   help="unpacked examples padded to --seq-len (max, default) or each batch to its longest (longest)")
     w.add_argument("--eval-every", type=int, help="optimizer steps between evaluations")
     w.add_argument("--eval-examples", type=int, help="examples per evaluation")
     w.add_argument("--save-every", type=int, help="optimizer steps between checkpoint saves")
@@ -165,7 +167,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kw["grad_ckpt"] = (args.grad_ckpt,)
     for name in ("examples", "tokens_per_example", "epochs"):
         kw[name] = getattr(args, name)
-    for name in ("tokens", "seq_len", "packing", "eval_every", "eval_examples", "save_every", "load_time_s",
+    for name in ("tokens", "seq_len", "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s",
                  "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
                  "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding"):
         v = getattr(args, name)

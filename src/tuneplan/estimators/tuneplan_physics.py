@@ -74,11 +74,13 @@ class TuneplanEstimator:
             alloc = np.maximum(out["allocated_gib"] * mem_factor, static + out["workspace_gib"])
             out["calibration_gib"] = alloc - out["allocated_gib"]
             out["allocated_gib"] = alloc
-            out["reserved_gib"] = alloc * (1.0 + self.constants.allocator_overhead)
+            out["variable_shape_gib"] = (a["variable_shapes"] * self.constants.variable_shape_reserve
+                                         * (out["activations_gib"] + out["logits_gib"]))
+            out["reserved_gib"] = alloc * (1.0 + self.constants.allocator_overhead) + out["variable_shape_gib"]
             out["allocator_gib"] = out["reserved_gib"] - alloc
             out["nvidia_smi_gib"] = out["reserved_gib"] + self.constants.cuda_context_gib
             out["memory_gib"] = out["nvidia_smi_gib"]
-            out["fits"] = out["nvidia_smi_gib"] <= a["memory_bytes"] / 1024.0**3
+            out["fits"] = out["nvidia_smi_gib"] - out["variable_shape_gib"] <= a["memory_bytes"] / 1024.0**3
             out.update(info)
         if with_max_batch:
             out["max_micro_batch"] = self.max_micro_batch(a)

@@ -184,8 +184,8 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         keys = np.array([sources.index(s) for s in ts.source])
     else:
         keys = np.random.default_rng(seed).permutation(n) % folds
-    thr: list[float] = []
-    mem: list[float] = []
+    thr: dict[str, list[float]] = {}
+    mem: dict[str, list[float]] = {}
     if throughput_only and learner_name == "tuneplan":
         ts = ts.subset(ts.has_throughput)
         sources = sorted(set(ts.source.tolist()))
@@ -202,12 +202,32 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         except NotEnoughData:
             continue
         r = _estimator_log_ratios(est, test)
-        thr += r["throughput"].tolist()
-        mem += r.get("memory", np.array([])).tolist()
-    out = {"throughput": sorted(thr)}
-    if mem:
-        out["memory"] = sorted(mem)
+        thr.setdefault(str(k), []).extend(r["throughput"].tolist())
+        if "memory" in r:
+            mem.setdefault(str(k), []).extend(r["memory"].tolist())
+    balanced = len(sources) >= 3
+    out = {"throughput": balanced_residuals(thr, balanced)}
+    m = balanced_residuals(mem, balanced)
+    if m:
+        out["memory"] = m
     return out
+
+
+BALANCED_POINTS = 50
+"""Residuals kept per held-out source in a calibration's interval sample."""
+
+
+def balanced_residuals(by_group: dict[str, list[float]], balanced: bool) -> list[float]:
+    """The interval sample: with held-out sources, every source gives BALANCED_POINTS evenly spaced
+    quantiles of its residuals (a new user's machine is one more source, not one more row of the
+    source that published most); with random folds, all residuals as they are."""
+    groups = [np.asarray(v, dtype=float) for v in by_group.values() if len(v)]
+    if not groups:
+        return []
+    if not balanced:
+        return sorted(float(x) for g in groups for x in g)
+    q = (np.arange(BALANCED_POINTS) + 0.5) / BALANCED_POINTS
+    return sorted(float(x) for g in groups for x in np.quantile(g, q))
 
 
 def fit_calibration(df, learner: str = "tuneplan", name: str = "") -> tuple[Calibration, list[str]]:
@@ -233,4 +253,4 @@ def fit_calibration(df, learner: str = "tuneplan", name: str = "") -> tuple[Cali
         sources=sorted(set(ts.source.tolist())), intervals=intervals, tuneplan_version=__version__,
         name=name or learner, notes=list(getattr(obj, "notes", [])),
     )
-    return cal, [f"skipped {len(ts.skipped)} rows that cannot be configured"] if ts.skipped else []
+    return cal, ([f"skipped {len(ts.skipped)} rows that cannot be configured"] if ts.skipped else []) + ts.notes

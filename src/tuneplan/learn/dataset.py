@@ -15,7 +15,7 @@ import numpy as np
 
 from tuneplan.errors import InputError, TuneplanError
 from tuneplan.specs.gpu import GPUSpec
-from tuneplan.specs.job import JobSpec
+from tuneplan.specs.job import PADDINGS, JobSpec
 from tuneplan.specs.model import ModelSpec
 
 METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
@@ -49,6 +49,7 @@ class RunConfig:
     job: JobSpec
     seq_len: int
     defaults_used: list[str] = field(default_factory=list)
+    mem_kind: str = ""  # what the row's peak memory measures (allocated, reserved, nvidia-smi; "" unknown)
 
 
 def _get(row: dict, key: str) -> Any:
@@ -171,6 +172,9 @@ def row_to_config(row: dict) -> RunConfig:
         raise InputError("seq_len", "is empty (and no avg_tokens_per_sample)")
     gc = _get(row, "grad_ckpt")
     fa = _get(row, "flash_attn")
+    pad = str(_get(row, "padding") or "max").strip().lower()
+    if pad not in PADDINGS:
+        raise InputError("padding", f"unknown padding '{pad}'", PADDINGS)
     rank = _get(row, "lora_rank")
     targets = _get(row, "lora_targets")
     kw: dict[str, Any] = {
@@ -180,7 +184,7 @@ def row_to_config(row: dict) -> RunConfig:
         "micro_batch": int(float(mb)), "grad_accum": int(float(ga)), "seq_len": int(round(float(seq))),
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(default("grad_ckpt")),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(default("flash_attn")),
-        "examples": 1.0, "tokens_per_example": float(seq),
+        "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         **shard,
     }
     if quant is not None and method != "full":
@@ -194,7 +198,8 @@ def row_to_config(row: dict) -> RunConfig:
     except ValueError as exc:
         msg = str(exc).splitlines()
         raise InputError("row", msg[-1] if msg else "invalid configuration") from None
-    return RunConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used)
+    return RunConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
+                     mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
 
 def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[str | None]]:
@@ -218,4 +223,7 @@ def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[st
 def arrays_for(configs: list[RunConfig], constants=None) -> dict[str, np.ndarray]:
     from tuneplan.physics.terms import build_arrays
 
-    return build_arrays([(c.model, c.gpu, c.job, c.seq_len) for c in configs], constants)
+    a = build_arrays([(c.model, c.gpu, c.job, c.seq_len) for c in configs], constants)
+    # the memory correction depends on what a row's peak measures (allocator caching or not)
+    a["reports_reserved"] = np.array([0.0 if c.mem_kind == "allocated" else 1.0 for c in configs])
+    return a

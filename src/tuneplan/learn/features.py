@@ -13,7 +13,7 @@ THROUGHPUT_FEATURES = (
 MEMORY_FEATURES = (
     "log_tokens_per_micro", "log_hidden_per_tp", "log_params_total", "trainable_fraction", "weights_share",
     "activations_share", "logits_share", "grad_ckpt", "is_lora_family", "quantised", "log_seq_len",
-    "log_gpus", "sharded",
+    "log_gpus", "sharded", "variable_shapes", "reports_reserved",
 )
 
 
@@ -50,5 +50,8 @@ def feature_matrix(a: dict, phys: dict, names: tuple[str, ...]) -> np.ndarray:
         "logits_share": phys["logits_gib"] / alloc,
         "quantised": (a["dequant_bytes"] > 0).astype(float),
         "sharded": (a["sharding"] >= 1).astype(float),
+        "variable_shapes": np.asarray(a["variable_shapes"], dtype=float),
+        # 1 for a peak as reserved / nvidia-smi report it (what an estimate shows), 0 for torch's allocated
+        "reports_reserved": np.asarray(a.get("reports_reserved", np.ones(len(step))), dtype=float),
     }
     return np.column_stack([np.asarray(f[n], dtype=float) for n in names])

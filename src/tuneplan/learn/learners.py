@@ -24,7 +24,7 @@ from tuneplan.errors import TuneplanError
 from tuneplan.learn.dataset import arrays_for
 from tuneplan.learn.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
 from tuneplan.learn.measured import TrainingSet
-from tuneplan.learn.residual import Residual, TuneplanCorrection
+from tuneplan.learn.residual import Residual, TuneplanCorrection, nearest_distance
 from tuneplan.learn.trees import export_hgb
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 
@@ -45,6 +45,12 @@ not seen than the byte-counted priors (by-source memory MdAPE 19.3% fitted at 0.
 HGB_PARAMS = {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 15, "min_samples_leaf": 8,
               "l2_regularization": 1.0, "early_stopping": False, "random_state": 0}
 """Gradient-boosting settings for the residual models (deterministic: no early stopping)."""
+CAPACITY_GRID = tuple({"max_iter": n, "min_samples_leaf": leaf, "loss": loss}
+                      for loss in ("squared_error", "absolute_error") for n, leaf in ((150, 8), (300, 4)))
+"""Candidate residual trees over HGB_PARAMS: size (rounds, smallest leaf) and loss (squared error, or
+absolute error, which a few rows far off — a source counting something else — cannot pull), chosen in
+each fit on out-of-fold errors of the training rows (never on rows held out from the fit): see
+fit_residual."""
 MEMORY_PRIOR_GRID = (0.0005, 0.005, 0.02, None)
 """Candidate pulls for the memory constants, chosen by leave-one-source-out error (None: priors kept)."""
 LOOSE_PRIOR = 0.01
@@ -64,7 +70,7 @@ THROUGHPUT_CONSTANTS = {
 }
 MEMORY_CONSTANTS = {
     "activation_scale": (0.2, 5.0), "logits_bytes_per_element": (2.0, 24.0), "allocator_overhead": (0.0, 0.6),
-    "workspace_gib": (0.01, 8.0), "cuda_context_gib": (0.1, 3.0),
+    "workspace_gib": (0.01, 8.0), "cuda_context_gib": (0.1, 3.0), "variable_shape_reserve": (0.05, 5.0),
 }
 
 
@@ -81,13 +87,14 @@ SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Candidate shares of a residual correction kept for unseen sources, chosen by leave-one-source-out."""
 
 
-def _hgb(X: np.ndarray, y: np.ndarray):
+def _hgb(X: np.ndarray, y: np.ndarray, capacity: dict | None = None):
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    return HistGradientBoostingRegressor(**HGB_PARAMS).fit(X, y)
+    return HistGradientBoostingRegressor(**{**HGB_PARAMS, **(capacity or {})}).fit(X, y)
 
 
-def group_out_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int = 0) -> np.ndarray:
+def group_out_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int = 0,
+                          capacity: dict | None = None) -> np.ndarray:
     """Each row's residual predicted by a model fitted without its group (source); random 5-fold
     when there are fewer than 3 groups."""
     keys = np.asarray(groups)
@@ -100,53 +107,89 @@ def group_out_predictions(X: np.ndarray, y: np.ndarray, groups: np.ndarray, seed
         test = keys == g
         if test.all() or (~test).sum() < MIN_ROWS:
             continue
-        out[test] = _hgb(X[~test], y[~test]).predict(X[test])
+        out[test] = _hgb(X[~test], y[~test], capacity).predict(X[test])
     return out
 
 
-TAU_GRID = (0.02, 0.1, 0.5)
-"""Candidate distance scales (in training spans) over which the near share fades to the far share."""
+def weighted_median(x: np.ndarray, w: np.ndarray) -> float:
+    """The median of x with weights w (the smallest x whose cumulative weight reaches half)."""
+    order = np.argsort(x)
+    cw = np.cumsum(np.asarray(w, dtype=float)[order])
+    return float(np.asarray(x)[order][np.searchsorted(cw, 0.5 * cw[-1])])
 
 
-def source_boxes(X: np.ndarray, groups: np.ndarray) -> list:
-    return [(np.nanmin(X[groups == g], axis=0), np.nanmax(X[groups == g], axis=0))
-            for g in sorted(set(np.asarray(groups).tolist()))]
+TAU_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
+"""Candidate distance scales (summed feature differences, in training spans) over which the near share
+fades to the far share."""
 
 
 def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: np.ndarray | None = None,
-                 fixed: tuple[float, float, float] | None = None) -> Residual:
-    """Boosted trees on log-residuals. With groups (sources), how much of the correction applies is
-    chosen on held-out data: the `near` share on rows predicted by trees fitted without their random
-    fold (the same sources seen), the `far` share and the fade scale `tau` on rows predicted by trees
-    fitted without their whole source (median absolute log error, near and far weighed equally)."""
+                 fixed: tuple | None = None) -> Residual:
+    """Boosted trees on log-residuals. The trees' size (CAPACITY_GRID) and how much of the correction
+    applies (`near` share next to a measured configuration, `far` share away from all of them, fading
+    with the distance to the nearest training row over `tau`) are chosen together on held-out data:
+    rows predicted by trees fitted without their random fold (rows of the sources seen: a sibling
+    configuration is usually near), and rows predicted by trees fitted without their whole source (a new
+    framework or machine), each row's share computed from its distance to the rows that fit lacked.
+    Score: median absolute log error, the two halves weighed equally, the source half with every source
+    weighing the same (a large source must not decide how a correction transfers to a new one).
+    Without groups (or with fewer than 3) only the size is chosen. `fixed` (far, near, tau[, capacity]) skips the choices
+    (cross-fits reuse the full fit's)."""
     lo, hi = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
-    m = _hgb(X, y)
-    boxes = source_boxes(X, groups) if groups is not None else []
-    res = Residual(export_hgb(m, list(names)), lo.tolist(), hi.tolist(), 1.0, 1.0, 1.0, [(b[0], b[1]) for b in boxes])
-    if fixed is not None:
-        res.shrink, res.near, res.tau = fixed
-        return res
-    if groups is None:
-        return res
-    far_pred = group_out_predictions(X, y, groups)
-    near_pred = group_out_predictions(X, y, np.random.default_rng(1).permutation(len(y)) % 5)
-    g = np.asarray(groups)
     span = np.maximum(hi - lo, 1e-9)
-    d_far = np.full(len(y), np.inf)  # each row's distance to the boxes of the other sources
-    for src, (blo, bhi) in zip(sorted(set(g.tolist())), boxes, strict=True):
-        ex = np.nansum((np.maximum(blo - X, 0.0) + np.maximum(X - bhi, 0.0)) / span, axis=1)
-        d_far = np.where(g != src, np.minimum(d_far, ex), d_far)
-    best = (float("inf"), (0.0, 0.0, 1.0))
-    for near in SHRINK_GRID:
-        e_near = float(np.median(np.abs(y - near * near_pred)))
-        for far in SHRINK_GRID:
-            for tau in TAU_GRID:
-                share = far + (near - far) * np.exp(-d_far / tau)
-                e = 0.5 * e_near + 0.5 * float(np.median(np.abs(y - share * far_pred)))
-                if e < best[0] - 1e-12:
-                    best = (e, (far, near, tau))
-    res.shrink, res.near, res.tau = best[1]
-    return res
+
+    def fitted(capacity: dict, shares: tuple) -> Residual:
+        m = _hgb(X, y, capacity)
+        return Residual(export_hgb(m, list(names)), lo.tolist(), hi.tolist(), shares[0], shares[1], shares[2],
+                        None, capacity, X.tolist())
+
+    if fixed is not None:
+        return fitted(dict(fixed[3]) if len(fixed) > 3 else dict(CAPACITY_GRID[0]), tuple(fixed[:3]))
+    folds = np.random.default_rng(1).permutation(len(y)) % 5
+    if groups is None or len(set(np.asarray(groups).tolist())) < 3:  # no sources to hold out
+        errs = [(float(np.median(np.abs(y - group_out_predictions(X, y, folds, capacity=c)))), i)
+                for i, c in enumerate(CAPACITY_GRID)]
+        return fitted(dict(CAPACITY_GRID[min(errs)[1]]), (1.0, 1.0, 1.0))
+    g = np.asarray(groups).astype(str)
+    _, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
+    w_src = 1.0 / counts[inv]
+    d_near, d_far = np.empty(len(y)), np.empty(len(y))
+    for k in set(folds.tolist()):  # distance to the rows the row's held-out fit had
+        m = folds == k
+        d_near[m] = nearest_distance(X[m], X[~m], span)
+    for src in set(g.tolist()):
+        m = g == src
+        d_far[m] = nearest_distance(X[m], X[~m], span)
+    best = (float("inf"), CAPACITY_GRID[0], (0.0, 0.0, 1.0))
+    for capacity in CAPACITY_GRID:
+        near_pred = group_out_predictions(X, y, folds, capacity=capacity)
+        far_pred = group_out_predictions(X, y, g, capacity=capacity)
+        for near in SHRINK_GRID:
+            for far in SHRINK_GRID:
+                for tau in TAU_GRID:
+                    s_near = far + (near - far) * np.exp(-d_near / tau)
+                    s_far = far + (near - far) * np.exp(-d_far / tau)
+                    e = (0.5 * float(np.median(np.abs(y - s_near * near_pred)))
+                         + 0.5 * weighted_median(np.abs(y - s_far * far_pred), w_src))
+                    if e < best[0] - 1e-12:
+                        best = (e, capacity, (far, near, tau))
+    return fitted(dict(best[1]), best[2])
+
+
+SOURCE_BALANCE = 1.0
+"""Exponent of the sources' balance in the constants' fit (0: every row the same; 1: every source)."""
+
+
+def source_weights(sources: np.ndarray | None, n: int) -> np.ndarray:
+    """Square roots of the rows' weights in the constants' fit, summing to 1 over the rows. Each row
+    weighs 1 / (its source's row count) ** SOURCE_BALANCE: with 1, every source counts the same
+    however many rows it published, so one large source (llm-foundry's 300 rows of one framework) does
+    not set the constants every other framework is predicted with."""
+    if sources is None or n == 0:
+        return np.full(n, 1.0 / math.sqrt(max(n, 1)))
+    keys, inv, counts = np.unique(np.asarray(sources).astype(str), return_inverse=True, return_counts=True)
+    w = counts[inv].astype(float) ** -SOURCE_BALANCE
+    return np.sqrt(w / w.sum())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +220,7 @@ class TuneplanLearner:
         return memory_for_kind(out, kinds)
 
     def _fit_constants(self, a: dict, y: np.ndarray, names: dict, target: str, kinds=None,
-                       weight: float | None = None) -> PhysicsConstants:
+                       weight: float | None = None, sources: np.ndarray | None = None) -> PhysicsConstants:
         from scipy.optimize import least_squares
 
         base = self.constants
@@ -191,7 +234,7 @@ class TuneplanLearner:
         lo = np.array([math.log(max(names[k][0], 1e-9)) for k in keys])
         hi = np.array([math.log(names[k][1]) for k in keys])
         x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-        n = len(y)
+        row_w = source_weights(sources, len(y))
 
         def consts(x):
             return base.with_(**{k: float(math.exp(v)) for k, v in zip(keys, x, strict=True)})
@@ -199,7 +242,7 @@ class TuneplanLearner:
         def resid(x):
             out = self._phys(a, consts(x))
             pred = (out["tokens_per_step"] / out["step_s"]) if target == "throughput" else self._mem_for_kind(out, kinds)
-            r = (_log(pred) - _log(y)) / math.sqrt(n)
+            r = (_log(pred) - _log(y)) * row_w
             return np.concatenate([r, pull * (x - prior)])
 
         sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", max_nfev=self.max_nfev, x_scale="jac",
@@ -224,7 +267,8 @@ class TuneplanLearner:
             k_tr = [k for k, t in zip(kinds, test, strict=True) if not t]
             k_te = [k for k, t in zip(kinds, test, strict=True) if t]
             for w in MEMORY_PRIOR_GRID:
-                c = base if w is None else self._fit_constants(tr, y[~test], MEMORY_CONSTANTS, "memory", k_tr, w)
+                c = base if w is None else self._fit_constants(tr, y[~test], MEMORY_CONSTANTS, "memory", k_tr, w,
+                                                               np.asarray(sources)[~test])
                 pred = self._mem_for_kind(self._phys(te, c), k_te)
                 errs[w].extend(np.abs(_log(pred) - _log(y[test])).tolist())
         scores = {w: float(np.median(e)) for w, e in errs.items() if e}
@@ -239,7 +283,8 @@ class TuneplanLearner:
         a_all = arrays_for(ts.configs)
         if thr_mask.sum() >= MIN_ROWS:
             a = {k: v[thr_mask] for k, v in a_all.items()}
-            self.constants = self._fit_constants(a, ts.tokens_per_s[thr_mask], THROUGHPUT_CONSTANTS, "throughput")
+            self.constants = self._fit_constants(a, ts.tokens_per_s[thr_mask], THROUGHPUT_CONSTANTS, "throughput",
+                                                 sources=ts.source[thr_mask])
         else:
             self.notes.append("throughput constants not fitted (too few rows)")
         if mem_mask.sum() >= MIN_ROWS:
@@ -248,7 +293,8 @@ class TuneplanLearner:
             y = ts.peak_mem_gib[mem_mask]
             weight = self._memory_weight(a, y, kinds, ts.source[mem_mask])
             if weight is not None:
-                self.constants = self._fit_constants(a, y, MEMORY_CONSTANTS, "memory", kinds, weight)
+                self.constants = self._fit_constants(a, y, MEMORY_CONSTANTS, "memory", kinds, weight,
+                                                     ts.source[mem_mask])
             else:
                 self.notes.append("memory constants kept at their priors (fitted ones did worse on held-out sources)")
         else:
@@ -276,9 +322,9 @@ class TuneplanLearner:
         return TuneplanEstimator(self.constants, corr, calibration_name=name or "fitted")
 
     def shrinks(self) -> tuple:
-        """(far, near, tau) of the throughput and the memory residuals."""
+        """(far, near, tau, tree capacity) of the throughput and the memory residuals."""
         def one(r):
-            return (r.shrink, r.near, r.tau) if r else (0.0, 0.0, 1.0)
+            return (r.shrink, r.near, r.tau, r.capacity) if r else (0.0, 0.0, 1.0)
 
         return (one(self.thr_residual), one(self.mem_residual))
 

@@ -3,7 +3,7 @@ rows each metric can honestly use (duplicates counted once, estimates excluded).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -17,23 +17,41 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
     return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
 
 
+NORMALISED_MARK = "usable_throughput"
+"""A column the runs normaliser adds: its table already holds every token figure that can be derived."""
+
+
 def measured_tokens_per_s(df: pd.DataFrame) -> np.ndarray:
-    """tokens/s as measured: the tokens_per_s column, else per-GPU x GPUs, samples/s x seq_len,
-    global batch x seq_len / step time, or tokens / runtime — in that order."""
+    """tokens/s as measured: the tokens_per_s column, else per-GPU x GPUs, or tokens / runtime.
+
+    A normalised runs table (`tuneplan.runs.read_runs`) has already turned samples/s and step times into
+    tokens/s where the tokens per sample are known: the mean real tokens (avg_tokens_per_sample), or
+    seq_len where every sample is seq_len tokens (packed or fixed-length data, per source). A row that
+    counts variable-length samples with no token count has no measured tokens/s: samples/s x max length
+    would overstate it (ms-swift's Jan-2024 rows by 2-4x). A raw table (not normalised) falls back to
+    samples/s or global batch / step time times avg_tokens_per_sample, else seq_len."""
     t = _col(df, "tokens_per_s")
     gpus = _col(df, "gpus")
-    seq = _col(df, "seq_len")
-    seq = np.where(np.isnan(seq), _col(df, "avg_tokens_per_sample"), seq)
     cand = [
         _col(df, "tokens_per_s_per_gpu") * np.where(np.isnan(gpus), 1.0, gpus),
-        _col(df, "samples_per_s") * seq,
-        _col(df, "global_batch_size") * seq / _col(df, "step_time_s"),
         _col(df, "train_tokens_total") / _col(df, "runtime_s"),
     ]
+    if NORMALISED_MARK not in df.columns:
+        seq = _col(df, "avg_tokens_per_sample")
+        seq = np.where(np.isnan(seq), _col(df, "seq_len"), seq)
+        cand += [_col(df, "samples_per_s") * seq, _col(df, "global_batch_size") * seq / _col(df, "step_time_s")]
     for c in cand:
         t = np.where(np.isnan(t), c, t)
     t[~(t > 0)] = np.nan
     return t
+
+
+def uncounted_token_rows(df: pd.DataFrame) -> np.ndarray:
+    """Rows with a usable throughput figure (samples/s, step or run time) but no token count."""
+    has = np.zeros(len(df), dtype=bool)
+    for c in ("samples_per_s", "step_time_s", "runtime_s"):
+        has |= np.isfinite(_col(df, c))
+    return has & ~np.isfinite(measured_tokens_per_s(df))
 
 
 def _flag(df: pd.DataFrame, name: str, default: bool) -> np.ndarray:
@@ -54,6 +72,7 @@ class TrainingSet:
     is_oom: np.ndarray
     source: np.ndarray
     skipped: list[str]  # reasons for rows left out
+    notes: list[str] = field(default_factory=list)  # metrics some rows cannot support, and why
 
     def __len__(self) -> int:
         return len(self.configs)
@@ -100,11 +119,14 @@ def training_set(df: pd.DataFrame) -> TrainingSet:
     idx = np.flatnonzero(ok)
     thr = np.where(usable_t & ~oom, thr, np.nan)
     mem = np.where(usable_m & ~oom & (mem > 0), mem, np.nan)
+    uncounted = int((uncounted_token_rows(df) & usable_t & ~oom & ok).sum())
+    notes = [f"{uncounted} rows count variable-length samples with no token count (avg_tokens_per_sample "
+             "empty, not packed): left out of throughput"] if uncounted else []
     kinds = [str(rows[i].get("mem_kind") or "unknown") if rows[i].get("mem_kind") == rows[i].get("mem_kind")
              else "unknown" for i in idx]
     return TrainingSet(
         df=df.iloc[idx].reset_index(drop=True), configs=[configs[i] for i in idx], tokens_per_s=thr[idx],
         peak_mem_gib=mem[idx], mem_kind=kinds, is_oom=oom[idx],
         source=df["source"].astype(str).to_numpy()[idx] if "source" in df.columns else np.full(len(idx), "runs"),
-        skipped=skipped,
+        skipped=skipped, notes=notes,
     )

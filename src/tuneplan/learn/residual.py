@@ -13,37 +13,66 @@ EXTRAPOLATION_DECAY = 4.0
 each feature's excess measured in units of its training span)."""
 
 
+NEAREST_CHUNK = 256
+"""Configurations per block when measuring distances to the training rows (bounds the memory used)."""
+
+
+def nearest_distance(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Each row's distance to the nearest of `points`: summed absolute feature differences, each in
+    units of its training span (features missing on either side count 0)."""
+    if len(points) == 0:
+        return np.full(len(X), np.inf)
+    out = np.empty(len(X))
+    for i in range(0, len(X), NEAREST_CHUNK):
+        diff = np.abs(X[i:i + NEAREST_CHUNK, None, :] - points[None, :, :]) / span
+        out[i:i + NEAREST_CHUNK] = np.nansum(diff, axis=2).min(axis=1)
+    return out
+
+
 class Residual:
     """A boosted correction on log-residuals. How much of it applies depends on where a configuration
-    lies: near the measurements of a source it was trained on (inside a source's feature box) the
-    `near` share, far from all of them the `far` share, fading between them with the distance to the
-    nearest box (scale `tau`); both shares and `tau` are chosen on held-out sources and folds. Outside
-    the whole training range the correction fades to nothing."""
+    lies: next to measured configurations (a sibling of a training row: the same source, one setting
+    changed) the `near` share, far from all of them the `far` share, fading between them with the
+    distance to the nearest training row (scale `tau`); the shares, `tau` and the trees' size are chosen
+    on held-out folds and sources. Outside the whole training range the correction fades to nothing."""
 
     def __init__(self, model: dict, lo: list[float], hi: list[float], shrink: float = 1.0,
-                 near: float | None = None, tau: float = 1.0, boxes: list | None = None) -> None:
+                 near: float | None = None, tau: float = 1.0, boxes: list | None = None,
+                 capacity: dict | None = None, points: list | None = None) -> None:
         self.model = model
         self.forest = Forest(model)
         self.lo = np.asarray(lo, dtype=float)
         self.hi = np.asarray(hi, dtype=float)
-        self.shrink = float(shrink)  # share kept far from every source's measurements
-        self.near = float(shrink if near is None else near)  # share kept among a source's measurements
+        self.shrink = float(shrink)  # share kept far from every measured configuration
+        self.near = float(shrink if near is None else near)  # share kept next to measured configurations
         self.tau = float(tau)
+        # earlier calibration files stored one feature box per source instead of the training rows
         self.boxes = [(np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=float)) for b in (boxes or [])]
+        self.capacity = dict(capacity or {})  # the boosting rounds and smallest leaf chosen for it
+        self.points = (np.asarray(points, dtype=float).reshape(-1, len(self.lo)) if points is not None
+                       else np.empty((0, len(self.lo))))
 
-    def box_distance(self, X: np.ndarray) -> np.ndarray:
-        """Distance to the nearest source box: summed excess per feature, in units of the training span."""
+    def distance(self, X: np.ndarray) -> np.ndarray:
+        """Distance to the nearest training row (older files: to the nearest source box), summed over
+        the features in units of each one's training span."""
+        span = np.maximum(self.hi - self.lo, 1e-9)
+        if len(self.points):
+            return nearest_distance(X, self.points, span)
         if not self.boxes:
             return np.full(len(X), np.inf)
-        span = np.maximum(self.hi - self.lo, 1e-9)
         d = np.full(len(X), np.inf)
         for lo, hi in self.boxes:
             ex = (np.maximum(lo - X, 0.0) + np.maximum(X - hi, 0.0)) / span
             d = np.minimum(d, np.nansum(ex, axis=1))
         return d
 
+    def features(self, default: tuple[str, ...]) -> tuple[str, ...]:
+        """The feature names the trees were fitted on (a file written before a feature was added keeps
+        its own list)."""
+        return tuple(self.model.get("features") or default)
+
     def share(self, X: np.ndarray) -> np.ndarray:
-        gate = np.exp(-self.box_distance(X) / max(self.tau, 1e-9))
+        gate = np.exp(-self.distance(X) / max(self.tau, 1e-9))
         return self.shrink + (self.near - self.shrink) * gate
 
     def __call__(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -58,12 +87,15 @@ class Residual:
 
     def to_dict(self) -> dict:
         return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist(), "shrink": self.shrink,
-                "near": self.near, "tau": self.tau, "boxes": [[b[0].tolist(), b[1].tolist()] for b in self.boxes]}
+                "near": self.near, "tau": self.tau, "boxes": [[b[0].tolist(), b[1].tolist()] for b in self.boxes],
+                "capacity": self.capacity,
+                "points": [[None if not np.isfinite(v) else round(float(v), 6) for v in p] for p in self.points]}
 
     @classmethod
     def from_dict(cls, d: dict) -> Residual:
         return cls(d["model"], d["lo"], d["hi"], d.get("shrink", 1.0), d.get("near"), d.get("tau", 1.0),
-                   d.get("boxes"))
+                   d.get("boxes"), d.get("capacity"),
+                   None if d.get("points") is None else [[np.nan if v is None else v for v in p] for p in d["points"]])
 
 
 class TuneplanCorrection:
@@ -79,12 +111,12 @@ class TuneplanCorrection:
         mem_f = np.ones(n)
         info: dict = {}
         if self.thr is not None:
-            r, w = self.thr(feature_matrix(a, out, THROUGHPUT_FEATURES))
+            r, w = self.thr(feature_matrix(a, out, self.thr.features(THROUGHPUT_FEATURES)))
             thr_f = np.exp(r)
             info["residual_weight"] = w
             info["extrapolated"] = w < 0.5
         if self.mem is not None:
-            r, w = self.mem(feature_matrix(a, out, MEMORY_FEATURES))
+            r, w = self.mem(feature_matrix(a, out, self.mem.features(MEMORY_FEATURES)))
             mem_f = np.exp(r)
             info["memory_residual_weight"] = w
         return thr_f, mem_f, info

@@ -177,5 +177,6 @@ def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LE
     coverage = {k: float(np.mean(v)) for k, v in cover_hits.items() if v}
     if ts.skipped:
         messages.append(f"{len(ts.skipped)} rows could not be configured and were left out")
+    messages.extend(ts.notes)
     return ValidationReport(split=split, seed=seed, rows=rows, coverage=coverage, messages=messages,
                             interval=interval)

@@ -127,7 +127,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     workspace = c.workspace_gib * BYTES_PER_GIB + dequant_buf
 
     allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
-    reserved = allocated * (1.0 + c.allocator_overhead)
+    variable = a["variable_shapes"] * c.variable_shape_reserve * (acts + logits)
+    reserved = allocated * (1.0 + c.allocator_overhead) + variable
     smi = reserved + c.cuda_context_gib * BYTES_PER_GIB
     g = BYTES_PER_GIB
     return {
@@ -146,7 +147,10 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "allocator_gib": (reserved - allocated) / g,
         "cuda_context_gib": np.full_like(allocated, c.cuda_context_gib),
         "capacity_gib": a["memory_bytes"] / g,
-        "fits": smi <= a["memory_bytes"],
+        "variable_shape_gib": variable / g,
+        # the blocks cached for other batch shapes are freed and retried before an allocation fails:
+        # they show in reserved / nvidia-smi but do not decide whether the run fits
+        "fits": smi - variable <= a["memory_bytes"],
     }
 
 

@@ -275,6 +275,7 @@ def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
         "grad_ckpt": 1.0 if job.grad_ckpt else 0.0,
         "flash_attn": 1.0 if job.flash_attn else 0.0,
         "fp32_master": 1.0 if job.fp32_master() else 0.0,
+        "variable_shapes": 1.0 if job.variable_shapes() else 0.0,
     }
 
 

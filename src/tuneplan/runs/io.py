@@ -39,6 +39,7 @@ from tuneplan.runs.schema import (
     LLMFTBENCH_RENAMES,
     NUMERIC_COLUMNS,
     REFERENCE_COLUMNS,
+    SETTING_COLUMNS,
     STRING_ADDED,
     THROUGHPUT_COLUMNS,
     detect_schema,
@@ -352,8 +353,9 @@ class _Reader:
     def table(self) -> RunTable:
         import pandas as pd
 
-        extras = [c for c in self.extra_columns if c not in REFERENCE_COLUMNS and c not in ADDED_COLUMNS]
-        columns = list(REFERENCE_COLUMNS) + list(ADDED_COLUMNS) + extras
+        extras = [c for c in self.extra_columns
+                  if c not in REFERENCE_COLUMNS and c not in ADDED_COLUMNS and c not in SETTING_COLUMNS]
+        columns = list(REFERENCE_COLUMNS) + list(SETTING_COLUMNS) + list(ADDED_COLUMNS) + extras
         df = pd.DataFrame.from_records(self.rows, columns=columns) if self.rows else pd.DataFrame(columns=columns)
         numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)
         for col in columns:

@@ -45,6 +45,11 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 )
 """Columns whose values must be > 0 when given."""
 
+SETTING_COLUMNS: tuple[str, ...] = ("padding",)
+"""Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
+`padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
+sample, so batch shapes vary; a per-source default for sources that say so)."""
+
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",
     "is_estimate", "usable_throughput", "usable_memory", "defaults_used", "caveats",

@@ -22,6 +22,7 @@ SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "f
              "zero3-offload", "fsdp-offload")
 QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4")
 MOE_MODES = ("sparse", "dense")
+PADDINGS = ("max", "longest")
 ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
               "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
               "dense", "wo", "wi", "wi_0", "wi_1")
@@ -69,6 +70,7 @@ class JobSpec(BaseModel):
     tokens: float | None = None
     epochs: float = 1.0
     packing: bool = False
+    padding: Literal["max", "longest"] = "max"  # unpacked samples: padded to seq_len, or to the batch's longest
     moe_mode: Literal["sparse", "dense"] = "sparse"
     load_time_s: float | None = None  # None: weights' bytes over disk bandwidth
     eval_every: int = 0  # optimizer steps between evaluation passes (0 = none)
@@ -181,6 +183,11 @@ class JobSpec(BaseModel):
             return self.master_weights == "fp32"
         return self.sharding.startswith("zero") or self.tp > 1 or self.precision == "fp8"
 
+    def variable_shapes(self) -> bool:
+        """Whether batches vary in length from step to step: unpacked samples padded only to the
+        longest in their batch (HF's DataCollatorWithPadding, TRL and most SFT scripts without packing)."""
+        return self.padding == "longest" and not self.packing
+
     def sharding_kind(self) -> str:
         """Normalised sharding: none, ddp, zero1, zero2, zero3 (fsdp full), hybrid, offload."""
         s = self.sharding
@@ -206,7 +213,7 @@ def make_job(**kwargs) -> JobSpec:
         if err.get("type") == "literal_error":
             allowed = {
                 "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
-                "sharding": SHARDINGS, "moe_mode": MOE_MODES,
+                "sharding": SHARDINGS, "moe_mode": MOE_MODES, "padding": PADDINGS,
             }.get(loc)
             got = err.get("input")
             msg = f"unknown value '{got}'"

@@ -46,6 +46,7 @@ from tuneplan.specs.job import (
     METHODS,
     MOE_MODES,
     OPTIMIZERS,
+    PADDINGS,
     PRECISIONS,
     QUANTS,
     SHARDINGS,
@@ -83,12 +84,12 @@ Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
 
 METHOD_FIELDS = ("lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
                  "master_weights", "flash_attn", "moe_mode")
-WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "eval_every",
+WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "padding", "eval_every",
                "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
 JOB_FIELDS = ("method", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
               "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
               "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
-              "packing", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
+              "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
               "grid_gco2_kwh")
 """Request fields passed to JobSpec under the same name (`rate` goes as `rate`, the API's keyword)."""
 
@@ -143,6 +144,8 @@ class WorkFields(BaseModel):
     seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = Field(
         None, description="padded/packed length (default: tokens per example)")
     packing: bool | None = Field(None, description="pack examples into seq_len samples")
+    padding: Literal["max", "longest"] | None = Field(
+        None, description="unpacked examples padded to seq_len (max) or each batch to its longest example (longest)")
     eval_every: NonNegInt | None = None
     eval_examples: NonNegInt | None = None
     save_every: NonNegInt | None = None
@@ -604,7 +607,7 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
         return {
             "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
             "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
-            "moe_modes": list(MOE_MODES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
+            "moe_modes": list(MOE_MODES), "paddings": list(PADDINGS), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
             "providers": providers(), "defaults": jsonable(_JOB_DEFAULTS),
             "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,
             "limits": {"max_plan_configs": MAX_PLAN_CONFIGS, "max_body_bytes": MAX_BODY_BYTES},

@@ -12,7 +12,7 @@
   const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "trainable_layers",
     "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
-    "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "provider", "rate",
+    "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
     "max_gpus", "objective", "deadline_h", "budget_usd"];
   const NUMBER_FIELDS = new Set(["lora_rank", "trainable_layers", "peak_tflops", "memory_gib",
     "bandwidth_gbs", "gpus", "nodes", "tp", "pp", "cp", "micro_batch", "grad_accum", "seq_len", "examples",
@@ -23,7 +23,7 @@
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, trainable_layers: 2,
     precision: "bf16", quant: "", optimizer: "adamw", master_weights: "auto", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
-    examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, provider: "", max_gpus: 8,
+    examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
     objective: "cheapest",
   };
   const PLAN_GPUS_DEFAULT = ["A10G-24GB", "L40S-48GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"];
@@ -198,6 +198,7 @@
     if (st.method !== "freeze") delete body.trainable_layers;
     if (st.method !== "full" && st.method !== "freeze") delete body.master_weights;
     if (!isMoe()) delete body.moe_mode;
+    if (body.packing) delete body.padding;
     return body;
   }
 
@@ -755,6 +756,7 @@
       auto: "auto (fp32 under ZeRO / TP / fp8)", fp32: "fp32 copy (mixed precision)", none: "none (16-bit in place)" }[m] || m)));
     fillSelect("#estimator", options.estimators, options.estimators.map((e) => ({ tuneplan: "tuneplan (physics, calibrated)",
       kavier: "Kavier", xia: "Xia et al. 2024", planner: "Run Planner seed (6ND)" }[e] || e)));
+    fillSelect("#padding", options.paddings, options.paddings.map((m) => (m === "max" ? "to sequence length" : "to longest in batch")));
     fillSelect("#moe_mode", options.moe_modes, options.moe_modes.map((m) => (m === "sparse" ? "sparse (top-k)" : "dense (all experts)")));
     fillSelect("#sharding", options.shardings);
     fillSelect("#objective", options.objectives);

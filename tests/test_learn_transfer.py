@@ -1,0 +1,116 @@
+"""What the learner may take from measured rows and how its correction transfers: token counts only
+where they are known, sources weighing the same in the constants' fit, and the residual's share chosen
+by the distance to the nearest measured configuration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from tests.conftest import reference_dir
+
+from tuneplan.learn.learners import CAPACITY_GRID, fit_residual, source_weights, weighted_median
+from tuneplan.learn.measured import measured_tokens_per_s, uncounted_token_rows
+from tuneplan.learn.residual import Residual, nearest_distance
+
+NAMES = ("a", "b", "c")
+
+
+def test_tokens_only_where_the_tokens_per_sample_are_known():
+    raw = pd.DataFrame({"samples_per_s": [2.0, 2.0], "seq_len": [1024, 1024], "avg_tokens_per_sample": [np.nan, 300]})
+    # a raw table (not normalised): mean real tokens first, else seq_len
+    assert measured_tokens_per_s(raw).tolist() == [2048.0, 600.0]
+    # a normalised table has already derived every token figure it can: samples/s alone is not tokens/s
+    norm = raw.assign(usable_throughput=True, tokens_per_s=[np.nan, 600.0])
+    t = measured_tokens_per_s(norm)
+    assert np.isnan(t[0]) and t[1] == 600.0
+    assert uncounted_token_rows(norm).tolist() == [True, False]
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="shared reference runs not beside the checkout")
+def test_reference_rows_without_token_counts_are_left_out_and_said():
+    from tuneplan.learn.measured import training_set
+    from tuneplan.runs.io import read_runs
+
+    ts = training_set(read_runs([reference_dir() / "ms-swift.csv", reference_dir() / "litgpt.csv"]).df)
+    swift = ts.source == "ms-swift"
+    has_avg = ts.df["avg_tokens_per_sample"].notna().to_numpy()
+    # ms-swift's samples vary in length: tokens/s only where the mean tokens per sample is known
+    assert np.all(np.isnan(ts.tokens_per_s[swift & ~has_avg]))
+    assert np.all(np.isfinite(ts.tokens_per_s[swift & has_avg & ts.df["samples_per_s"].notna().to_numpy()]))
+    assert any("no token count" in n for n in ts.notes)
+    # litgpt's Thunder pre-training streams fixed blocks: tokens = samples x seq_len
+    thunder = ts.df["source_ref"].str.contains("extensions/thunder").to_numpy()
+    assert thunder.sum() >= 6 and np.all(np.isfinite(ts.tokens_per_s[thunder]))
+
+
+def test_every_source_weighs_the_same_in_the_constants_fit():
+    src = np.array(["big"] * 300 + ["small"] * 10 + ["mid"] * 30)
+    w2 = source_weights(src, len(src)) ** 2  # squared: the row weights
+    assert w2.sum() == pytest.approx(1.0)
+    for s in ("big", "small", "mid"):
+        assert w2[src == s].sum() == pytest.approx(1 / 3)
+    assert (source_weights(None, 4) ** 2).sum() == pytest.approx(1.0)
+
+
+def test_weighted_median():
+    assert weighted_median(np.array([1.0, 2.0, 3.0]), np.ones(3)) == 2.0
+    assert weighted_median(np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 10.0])) == 3.0
+
+
+def test_nearest_distance_in_span_units():
+    pts = np.array([[0.0, 0.0], [1.0, 1.0]])
+    d = nearest_distance(np.array([[0.0, 0.0], [0.5, 0.0], [3.0, 1.0]]), pts, np.array([2.0, 1.0]))
+    assert d.tolist() == pytest.approx([0.0, 0.25, 1.0])
+
+
+def _sources(n_src=5, n=40, seed=0, clustered=False):
+    rng = np.random.default_rng(seed)
+    X, g = [], []
+    for k in range(n_src):
+        x = rng.uniform(0, 1, size=(n, 3))
+        if clustered:
+            x[:, 0] = x[:, 0] * 0.2 + k  # each source in its own region
+        X.append(x)
+        g += [f"s{k}"] * n
+    return np.vstack(X), np.array(g), rng
+
+
+def test_a_correction_that_holds_everywhere_transfers_to_new_sources():
+    X, g, rng = _sources()
+    y = 0.4 * np.sin(3 * X[:, 1]) + 0.3 * X[:, 2] + rng.normal(0, 0.01, len(g))
+    res = fit_residual(X, y, NAMES, g)
+    assert res.capacity in [dict(c) for c in CAPACITY_GRID]
+    new = np.random.default_rng(9).uniform(0, 1, size=(200, 3))
+    assert np.median(res.share(new)) >= 0.75
+    pred, _ = res(new)
+    truth = 0.4 * np.sin(3 * new[:, 1]) + 0.3 * new[:, 2]
+    assert np.median(np.abs(pred - truth)) < 0.05
+
+
+def test_a_source_specific_correction_applies_next_to_its_rows_only():
+    X, g, rng = _sources(clustered=True)
+    offsets = {f"s{k}": v for k, v in enumerate([0.4, -0.3, 0.25, -0.35, 0.3])}
+    y = np.array([offsets[s] for s in g]) + rng.normal(0, 0.01, len(g))
+    res = fit_residual(X, y, NAMES, g)
+    # siblings of measured rows: near share; a new framework's rows far from all of them: far share
+    assert res.near >= 0.75
+    assert res.shrink <= 0.25
+    sibling = X[:5] + 0.001
+    assert np.all(res.share(sibling) > 0.7)
+    assert np.all(res.share(np.array([[2.5, 0.5, 0.5]])) < 0.5)
+
+
+def test_residual_files_round_trip_and_old_box_files_still_load():
+    X, g, rng = _sources(n_src=3, n=40)
+    y = 0.2 * X[:, 0]
+    res = fit_residual(X, y, NAMES, g)
+    back = Residual.from_dict(res.to_dict())
+    assert back.capacity == res.capacity and back.points.shape == X.shape
+    assert np.allclose(back(X)[0], res(X)[0])
+    assert back.features(("x", "y", "z")) == NAMES
+    old = res.to_dict()
+    old.pop("points"), old.pop("capacity")
+    old["boxes"] = [[[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]]
+    legacy = Residual.from_dict(old)
+    assert legacy.distance(np.array([[0.5, 0.5, 0.5], [2.0, 0.5, 0.5]])).tolist() == pytest.approx([0.0, 1.0 / np.ptp(X[:, 0])])

@@ -1,0 +1,129 @@
+"""Batches padded to their longest sample (`--padding longest`): the caching allocator's extra reserved
+memory, and how runs files and the CLI carry the setting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tests.conftest import reference_dir, tiny_llama_config
+
+from tuneplan.errors import InputError
+from tuneplan.physics.constants import DEFAULT_CONSTANTS
+from tuneplan.physics.memory import memory
+from tuneplan.physics.terms import build_arrays
+from tuneplan.specs.gpu import gpu_catalog
+from tuneplan.specs.job import make_job
+from tuneplan.specs.model_config import model_from_config
+
+H100 = gpu_catalog()["H100-SXM5-80GB"]
+
+
+def mem(job, c=DEFAULT_CONSTANTS, seq=256):
+    m = model_from_config(tiny_llama_config(num_hidden_layers=4), "tiny")
+    out = memory(build_arrays([(m, H100, job, seq)]), c)
+    return {k: float(np.asarray(v)[0]) for k, v in out.items()}
+
+
+def test_padding_to_longest_reserves_one_more_set_of_transients():
+    fixed = mem(make_job(method="lora", gpus=1))
+    varied = mem(make_job(method="lora", gpus=1, padding="longest"))
+    # allocated (the longest batch's peak) is unchanged; reserved holds the transients once more
+    assert varied["allocated_gib"] == pytest.approx(fixed["allocated_gib"])
+    transients = fixed["activations_gib"] + fixed["logits_gib"]
+    assert transients > 0
+    assert varied["reserved_gib"] - fixed["reserved_gib"] == pytest.approx(
+        DEFAULT_CONSTANTS.variable_shape_reserve * transients)
+    assert varied["nvidia_smi_gib"] - varied["reserved_gib"] == pytest.approx(fixed["nvidia_smi_gib"] - fixed["reserved_gib"])
+    # the constant scales it linearly; 0 removes it
+    half = mem(make_job(method="lora", gpus=1, padding="longest"), DEFAULT_CONSTANTS.with_(variable_shape_reserve=0.5))
+    assert half["reserved_gib"] - fixed["reserved_gib"] == pytest.approx(0.5 * transients)
+
+
+def test_packing_or_max_padding_keeps_shapes_fixed():
+    assert not make_job(method="lora").variable_shapes()
+    assert make_job(method="lora", padding="longest").variable_shapes()
+    assert not make_job(method="lora", padding="longest", packing=True).variable_shapes()
+    packed = mem(make_job(method="lora", gpus=1, padding="longest", packing=True))
+    fixed = mem(make_job(method="lora", gpus=1))
+    assert packed["reserved_gib"] == pytest.approx(fixed["reserved_gib"])
+
+
+def test_unknown_padding_is_a_named_error():
+    with pytest.raises(InputError) as exc:
+        make_job(method="lora", padding="shortest")
+    assert "padding" in str(exc.value) and "longest" in str(exc.value)
+
+
+def test_runs_rows_carry_padding_and_bad_values_are_reported():
+    from tuneplan.learn.dataset import row_to_config
+
+    base = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "lora", "seq_len": 512,
+            "micro_batch_size": 1, "gpus": 1}
+    assert row_to_config(base).job.padding == "max"
+    assert row_to_config({**base, "padding": "longest"}).job.variable_shapes()
+    with pytest.raises(InputError, match="padding"):
+        row_to_config({**base, "padding": "ragged"})
+
+
+def test_cli_padding_flag(capsys):
+    from tuneplan.cli import main
+
+    args = ["estimate", "--model", "meta-llama/Llama-3.2-1B", "--method", "lora", "--gpu", "H100-SXM5-80GB",
+            "--examples", "1000", "--tokens-per-example", "300", "--seq-len", "1024", "--json",
+            "--calibration", "none"]  # the term itself (a calibration's learned correction also sees the setting)
+    import json
+
+    assert main(args) == 0
+    fixed = json.loads(capsys.readouterr().out)
+    assert main(args + ["--padding", "longest"]) == 0
+    varied = json.loads(capsys.readouterr().out)
+    fb, vb = fixed["memory_breakdown_gib"], varied["memory_breakdown_gib"]
+    assert {k: v for k, v in vb.items() if k != "allocator"} == pytest.approx(
+        {k: v for k, v in fb.items() if k != "allocator"})  # allocated parts unchanged
+    assert vb["allocator"] > fb["allocator"]
+    assert varied["memory_per_gpu_gib"] - fixed["memory_per_gpu_gib"] == pytest.approx(
+        vb["allocator"] - fb["allocator"])
+    assert any("longest" in a for a in varied["assumptions"])
+    with pytest.raises(SystemExit) as exc:
+        main(args + ["--padding", "shortest"])
+    assert exc.value.code == 2
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="shared reference runs not beside the checkout")
+def test_ms_swift_micro_benchmarks_default_to_longest_padding():
+    """ms-swift's Jan-2024 tables keep samples whole up to max_length and pad each batch to its longest;
+    its packing rows and the Dec-2023 tables are not marked."""
+    from tuneplan.runs.io import read_runs
+
+    df = read_runs(reference_dir() / "ms-swift.csv").df
+    longest = df[df["padding"] == "longest"]
+    assert len(longest) > 100
+    assert longest["defaults_used"].str.contains("padding=longest").all()
+    assert not df[df["notes"].str.contains("packing", na=False)]["padding"].eq("longest").any()
+    old = read_runs(reference_dir() / "ms-swift-2023v1.csv").df
+    assert not old["padding"].eq("longest").any()
+
+
+def test_web_estimate_takes_padding():
+    from fastapi.testclient import TestClient
+
+    from tuneplan.web.app import create_app
+
+    c = TestClient(create_app(warm_up=False))
+    assert c.get("/api/options").json()["paddings"] == ["max", "longest"]
+    body = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "lora", "examples": 1000,
+            "tokens_per_example": 300, "seq_len": 1024}
+    fixed = c.post("/api/estimate", json=body).json()
+    varied = c.post("/api/estimate", json={**body, "padding": "longest"}).json()
+    assert varied["memory_per_gpu_gib"] > fixed["memory_per_gpu_gib"]
+    assert "--padding longest" in varied["command"]
+    assert c.post("/api/estimate", json={**body, "padding": "ragged"}).status_code == 422
+
+
+def test_runs_rows_say_what_their_memory_measures():
+    from tuneplan.learn.dataset import arrays_for, row_to_config
+
+    base = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "lora", "seq_len": 512,
+            "micro_batch_size": 1, "gpus": 1}
+    cfgs = [row_to_config({**base, "mem_kind": k}) for k in ("allocated", "reserved", "nvidia-smi", "")]
+    assert arrays_for(cfgs)["reports_reserved"].tolist() == [0.0, 1.0, 1.0, 1.0]
