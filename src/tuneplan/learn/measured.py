@@ -120,8 +120,8 @@ def training_set(df: pd.DataFrame) -> TrainingSet:
     thr = np.where(usable_t & ~oom, thr, np.nan)
     mem = np.where(usable_m & ~oom & (mem > 0), mem, np.nan)
     uncounted = int((uncounted_token_rows(df) & usable_t & ~oom & ok).sum())
-    notes = [f"{uncounted} rows count variable-length samples with no token count (avg_tokens_per_sample "
-             "empty, not packed): left out of throughput"] if uncounted else []
+    notes = [f"{uncounted} rows time samples, steps or whole runs but give no token count (samples of varying "
+             "length without avg_tokens_per_sample, or no tokens total): left out of throughput"] if uncounted else []
     kinds = [str(rows[i].get("mem_kind") or "unknown") if rows[i].get("mem_kind") == rows[i].get("mem_kind")
              else "unknown" for i in idx]
     return TrainingSet(
