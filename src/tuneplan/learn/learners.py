@@ -151,8 +151,7 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
                 for i, c in enumerate(CAPACITY_GRID)]
         return fitted(dict(CAPACITY_GRID[min(errs)[1]]), (1.0, 1.0, 1.0))
     g = np.asarray(groups).astype(str)
-    _, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
-    w_src = 1.0 / counts[inv]
+    w_src = source_weights(g, len(y)) ** 2  # every source weighing the same
     d_near, d_far = np.empty(len(y)), np.empty(len(y))
     for k in set(folds.tolist()):  # distance to the rows the row's held-out fit had
         m = folds == k
@@ -187,7 +186,7 @@ def source_weights(sources: np.ndarray | None, n: int) -> np.ndarray:
     not set the constants every other framework is predicted with."""
     if sources is None or n == 0:
         return np.full(n, 1.0 / math.sqrt(max(n, 1)))
-    keys, inv, counts = np.unique(np.asarray(sources).astype(str), return_inverse=True, return_counts=True)
+    _, inv, counts = np.unique(np.asarray(sources).astype(str), return_inverse=True, return_counts=True)
     w = counts[inv].astype(float) ** -SOURCE_BALANCE
     return np.sqrt(w / w.sum())
 
