@@ -238,6 +238,14 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
            f"{getattr(getattr(phys, 'constants', None), 'variable_shape_reserve', 1.0):.2f}x the per-token "
            "activations and loss buffers more (freed blocks of shorter batches stay cached); torch frees "
            "them before it runs out, so they do not count against the fit."),
+    ]
+    if jspec.method in ("lora", "qlora", "gptq-lora", "dora", "alora"):
+        assumptions.append(
+            "Adapters in fp32 (peft >= 0.12's default): over 16-bit weights each adapted module keeps an fp32 "
+            "copy of its input for backward (--adapter-dtype compute: adapters in the compute dtype, as older "
+            "peft, litgpt and Megatron)." if jspec.adapter_dtype == "fp32" else
+            "Adapters in the compute dtype (--adapter-dtype compute): no fp32 copies of their inputs.")
+    assumptions += [
         f"Wall clock includes model load ({totals.load_s:.0f} s), evaluation ({totals.eval_s:.0f} s) and "
         f"checkpoint saves ({totals.checkpoint_s:.0f} s) at {jspec.disk_gbs:g} GB/s disk.",
         f"Energy: GPU power {gspec.tdp_w or 300:.0f} W TDP scaled by busy share; "

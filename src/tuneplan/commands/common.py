@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from tuneplan.specs.job import MASTER_WEIGHTS, METHODS, OPTIMIZERS, PADDINGS, PRECISIONS, SHARDINGS
+from tuneplan.specs.job import (
+    ADAPTER_DTYPES,
+    MASTER_WEIGHTS,
+    METHODS,
+    OPTIMIZERS,
+    PADDINGS,
+    PRECISIONS,
+    SHARDINGS,
+)
 
 
 def positive_int(text: str) -> int:
@@ -62,6 +70,9 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
                    metavar="{" + ",".join(METHODS) + "}", help="fine-tuning method (default lora)")
     m.add_argument("--lora-rank", type=positive_int, help="LoRA rank r (default 16)")
     m.add_argument("--lora-targets", help="comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)")
+    m.add_argument("--adapter-dtype", choices=ADAPTER_DTYPES, default=None,
+                   help="LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 "
+                        "copy of its input) or in the compute dtype (older peft, litgpt, Megatron)")
     m.add_argument("--trainable-layers", type=positive_int, help="freeze: last N blocks trained (default 2)")
     m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
     m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
@@ -112,7 +123,7 @@ JOB_FIELDS = {
     "gpus": "gpus", "nodes": "nodes", "sharding": "sharding", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep",
     "micro_batch": "micro_batch", "grad_accum": "grad_accum", "examples": "examples",
     "tokens_per_example": "tokens_per_example", "tokens": "tokens", "epochs": "epochs", "seq_len": "seq_len",
-    "packing": "packing", "padding": "padding", "eval_every": "eval_every", "eval_examples": "eval_examples",
+    "packing": "packing", "padding": "padding", "adapter_dtype": "adapter_dtype", "eval_every": "eval_every", "eval_examples": "eval_examples",
     "save_every": "save_every", "load_time_s": "load_time_s", "disk_gbs": "disk_gbs",
     "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
 }

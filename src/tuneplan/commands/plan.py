@@ -22,7 +22,15 @@ from tuneplan.commands.common import (
     positive_float,
     positive_int,
 )
-from tuneplan.specs.job import MASTER_WEIGHTS, METHODS, OPTIMIZERS, PADDINGS, PRECISIONS, SHARDINGS
+from tuneplan.specs.job import (
+    ADAPTER_DTYPES,
+    MASTER_WEIGHTS,
+    METHODS,
+    OPTIMIZERS,
+    PADDINGS,
+    PRECISIONS,
+    SHARDINGS,
+)
 
 OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
 
@@ -97,6 +105,9 @@ def register(sub) -> None:
     m = p.add_argument_group("method options")
     m.add_argument("--lora-rank", type=positive_int, help="LoRA rank r (default 16)")
     m.add_argument("--lora-targets", help="comma-separated modules or all-linear (default)")
+    m.add_argument("--adapter-dtype", choices=ADAPTER_DTYPES, default=None,
+                   help="LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 "
+                        "copy of its input) or in the compute dtype (older peft, litgpt, Megatron)")
     m.add_argument("--trainable-layers", type=positive_int, help="freeze: last N blocks trained (default 2)")
     m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
     m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
@@ -167,7 +178,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kw["grad_ckpt"] = (args.grad_ckpt,)
     for name in ("examples", "tokens_per_example", "epochs"):
         kw[name] = getattr(args, name)
-    for name in ("tokens", "seq_len", "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s",
+    for name in ("tokens", "seq_len", "packing", "padding", "adapter_dtype", "eval_every", "eval_examples", "save_every", "load_time_s",
                  "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
                  "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding"):
         v = getattr(args, name)

@@ -15,7 +15,7 @@ import numpy as np
 
 from tuneplan.errors import InputError, TuneplanError
 from tuneplan.specs.gpu import GPUSpec
-from tuneplan.specs.job import PADDINGS, JobSpec
+from tuneplan.specs.job import ADAPTER_DTYPES, PADDINGS, JobSpec
 from tuneplan.specs.model import ModelSpec
 
 METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
@@ -175,6 +175,9 @@ def row_to_config(row: dict) -> RunConfig:
     pad = str(_get(row, "padding") or "max").strip().lower()
     if pad not in PADDINGS:
         raise InputError("padding", f"unknown padding '{pad}'", PADDINGS)
+    adapter_dtype = str(_get(row, "adapter_dtype") or "fp32").strip().lower()
+    if adapter_dtype not in ADAPTER_DTYPES:
+        raise InputError("adapter_dtype", f"unknown adapter dtype '{adapter_dtype}'", ADAPTER_DTYPES)
     rank = _get(row, "lora_rank")
     targets = _get(row, "lora_targets")
     kw: dict[str, Any] = {
@@ -185,6 +188,7 @@ def row_to_config(row: dict) -> RunConfig:
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(default("grad_ckpt")),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(default("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
+        "adapter_dtype": adapter_dtype,
         **shard,
     }
     if quant is not None and method != "full":

@@ -118,6 +118,9 @@ def weighted_median(x: np.ndarray, w: np.ndarray) -> float:
     return float(np.asarray(x)[order][np.searchsorted(cw, 0.5 * cw[-1])])
 
 
+MIN_SCORING_ROWS = 5
+"""Rows a source needs to vote in the choice of a residual's far share (it still trains the trees)."""
+
 TAU_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
 """Candidate distance scales (summed feature differences, in training spans) over which the near share
 fades to the far share."""
@@ -152,6 +155,11 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
         return fitted(dict(CAPACITY_GRID[min(errs)[1]]), (1.0, 1.0, 1.0))
     g = np.asarray(groups).astype(str)
     w_src = source_weights(g, len(y)) ** 2  # every source weighing the same
+    # ... among the sources with enough rows to have a median: a source of one or two rows scores
+    # its correction by one or two residuals, which must not outvote a source of a hundred rows
+    _, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
+    if (counts >= MIN_SCORING_ROWS).sum() >= 2:
+        w_src = np.where(counts[inv] >= MIN_SCORING_ROWS, w_src, 0.0)
     d_near, d_far = np.empty(len(y)), np.empty(len(y))
     for k in set(folds.tolist()):  # distance to the rows the row's held-out fit had
         m = folds == k

@@ -52,8 +52,15 @@ def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CO
     quant_inputs = np.where(nf4, c.nf4_input_bytes * (2.0 * h + q + inter), 0.0)
     quant_inputs_moe = np.where(nf4, c.nf4_input_bytes * (2.0 * h + q + np.maximum(a["top_k"], 1.0)
                                                           * a["moe_intermediate"]), 0.0)
-    dense = ((attn + eager_scores + flash_stats + mlp_dense + lora_extra) * el_bytes + quant_inputs) * c.activation_scale
-    moe = ((attn + eager_scores + flash_stats + mlp_moe + lora_extra) * el_bytes + quant_inputs_moe) * c.activation_scale
+    # fp32 adapters over 16-bit weights (peft >= 0.12 default, JobSpec.adapter_dtype): every adapted module
+    # casts its input to fp32 for lora_A, which keeps that copy for backward: 4 bytes per input element,
+    # per module (q, k and v each keep their own); NF4 layers' own fp32 input copy is quant_inputs
+    cast = (a["adapter_fp32"] > 0) & (a["weight_bytes_compute"] < 4) & (a["dequant_bytes"] != 1)
+    adapter_cast = np.where(cast, 4.0 * a["adapter_in_elements"] / np.maximum(a["n_layers"], 1.0), 0.0)
+    dense = ((attn + eager_scores + flash_stats + mlp_dense + lora_extra) * el_bytes + quant_inputs
+             + adapter_cast) * c.activation_scale
+    moe = ((attn + eager_scores + flash_stats + mlp_moe + lora_extra) * el_bytes + quant_inputs_moe
+           + adapter_cast) * c.activation_scale
     return {"dense": dense, "moe": moe, "layer_input": h * el_bytes}
 
 

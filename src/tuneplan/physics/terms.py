@@ -102,6 +102,7 @@ class ModelTerms:
     lora_rank: float
     adapted_inputs_per_layer: float  # distinct input widths adapted per layer (LoRA dropout copies)
     adapter_io_elements: float  # per token, whole model: inputs + outputs of the adapted modules (elements)
+    adapter_in_elements: float  # per token, whole model: inputs of the adapted modules, one per module
     adapted_modules: float  # adapted linear modules in the whole model (each adds its own small kernels)
     weight_bytes_compute: float  # bytes per weight at the compute precision
 
@@ -131,6 +132,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     adapted = 0.0
     adapted_inputs = 0.0
     adapter_io = 0.0
+    adapter_in = 0.0
     adapted_modules = 0.0
     if method in LORA_FAMILY:
         targets = normalise_targets(job.lora_targets)
@@ -166,6 +168,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
             adapter_flops += 2.0 * per * active * lin.n_layers
             adapted += lin.params
             adapter_io += (lin.in_features + lin.out_features) * active * lin.n_layers
+            adapter_in += lin.in_features * active * lin.n_layers
             adapted_modules += lin.count_per_layer * lin.n_layers
             widths.add((lin.in_features, lin.count_per_layer))
             if method == "dora":
@@ -235,6 +238,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         lora_rank=float(job.lora_rank) if method in LORA_FAMILY else 0.0,
         adapted_inputs_per_layer=adapted_inputs,
         adapter_io_elements=adapter_io,
+        adapter_in_elements=adapter_in,
         adapted_modules=adapted_modules,
         weight_bytes_compute=pbytes,
     )
@@ -276,6 +280,7 @@ def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
         "flash_attn": 1.0 if job.flash_attn else 0.0,
         "fp32_master": 1.0 if job.fp32_master() else 0.0,
         "variable_shapes": 1.0 if job.variable_shapes() else 0.0,
+        "adapter_fp32": 1.0 if job.adapter_dtype == "fp32" else 0.0,
     }
 
 

@@ -208,6 +208,7 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     a["fp32_master"] = master[grid.method_idx, grid.sharding_idx]
     a["flash_attn"] = np.broadcast_to(np.float64(1.0 if base.flash_attn else 0.0), (n,))
     a["variable_shapes"] = np.broadcast_to(np.float64(1.0 if base.variable_shapes() else 0.0), (n,))
+    a["adapter_fp32"] = np.broadcast_to(np.float64(1.0 if base.adapter_dtype == "fp32" else 0.0), (n,))
     # names, as the per-row estimators' residual models expect them
     a["_model_names"] = np.broadcast_to(np.array(model.name, dtype=object), (n,))
     a["_gpu_names"] = np.array([g.name for g in gpus], dtype=object)[grid.gpu_idx]

@@ -217,7 +217,10 @@ def build_model(src: ModelSource, cfg: RunConfig, device: str) -> BuiltModel:
                                          attn_implementation=cfg.attn, dtype=dtype)
             quant = "gptq-int4"
         else:
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=cfg.attn, dtype=dtype)
+            # on CUDA the random weights are drawn on the GPU (a CPU init of billions of weights
+            # takes minutes there); on CPU the context is a no-op
+            with torch.device(device):
+                model = AutoModelForCausalLM.from_config(config, attn_implementation=cfg.attn, dtype=dtype)
     except (ValueError, ImportError) as exc:
         raise InputError("attn" if "attn" in str(exc).lower() or "attention" in str(exc).lower()
                          else "model", f"cannot build {src.name}: {str(exc).splitlines()[0][:200]}") from None
@@ -491,6 +494,19 @@ def gpu_column(device: str, override: str | None) -> str:
         return "local-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
+def adapter_dtype() -> str:
+    """The runs `adapter_dtype` of this install's peft: fp32 from 0.12 on (get_peft_model's
+    autocast_adapter_dtype upcasts 16-bit adapters, and each adapted module casts its input to fp32),
+    the compute dtype before."""
+    try:
+        import peft
+
+        major, minor = (int(x) for x in re.findall(r"\d+", peft.__version__)[:2])
+    except (ImportError, ValueError):
+        return "fp32"
+    return "fp32" if (major, minor) >= (0, 12) else "compute"
+
+
 def _versions() -> dict[str, str]:
     out = {}
     for mod in ("torch", "transformers", "peft"):
@@ -515,6 +531,7 @@ def config_row(cfg: RunConfig, src: ModelSource | None, device: str) -> dict[str
         "method": cfg.method,
         "lora_rank": cfg.lora_rank if cfg.is_lora else None,
         "lora_targets": (cfg.lora_targets or "all-linear") if cfg.is_lora else None,
+        "adapter_dtype": adapter_dtype() if cfg.is_lora else None,
         "precision": cfg.precision,
         "quant": {"qlora": "nf4", "gptq-lora": "gptq-int4"}.get(cfg.method, "none"),
         "optimizer": cfg.optimizer,

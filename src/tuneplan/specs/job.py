@@ -23,6 +23,7 @@ SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "f
 QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
+ADAPTER_DTYPES = ("fp32", "compute")
 ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
               "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
               "dense", "wo", "wi", "wi_0", "wi_1")
@@ -71,6 +72,9 @@ class JobSpec(BaseModel):
     epochs: float = 1.0
     packing: bool = False
     padding: Literal["max", "longest"] = "max"  # unpacked samples: padded to seq_len, or to the batch's longest
+    # LoRA-family adapters: fp32 (peft >= 0.12's autocast_adapter_dtype: each adapted module's 16-bit input
+    # is cast to fp32 and kept for backward) or the compute dtype (older peft, litgpt, Megatron)
+    adapter_dtype: Literal["fp32", "compute"] = "fp32"
     moe_mode: Literal["sparse", "dense"] = "sparse"
     load_time_s: float | None = None  # None: weights' bytes over disk bandwidth
     eval_every: int = 0  # optimizer steps between evaluation passes (0 = none)
@@ -214,6 +218,7 @@ def make_job(**kwargs) -> JobSpec:
             allowed = {
                 "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
                 "sharding": SHARDINGS, "moe_mode": MOE_MODES, "padding": PADDINGS,
+                "adapter_dtype": ADAPTER_DTYPES,
             }.get(loc)
             got = err.get("input")
             msg = f"unknown value '{got}'"

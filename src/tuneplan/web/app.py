@@ -82,11 +82,11 @@ NonNegInt = Annotated[int, Field(ge=0, le=10**12)]
 Name = Annotated[str, Field(min_length=1, max_length=300)]
 Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
 
-METHOD_FIELDS = ("lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
+METHOD_FIELDS = ("lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
                  "master_weights", "flash_attn", "moe_mode")
 WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "padding", "eval_every",
                "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
-JOB_FIELDS = ("method", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
+JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
               "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
               "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
               "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
@@ -120,6 +120,9 @@ class MethodOptions(BaseModel):
     lora_targets: Annotated[str, Field(min_length=1, max_length=400,
                                        pattern=r"^[A-Za-z0-9_,\- ]+$")] | None = Field(
         None, description="comma-separated modules (q,k,v,o,gate,up,down) or all-linear")
+    adapter_dtype: Literal["fp32", "compute"] | None = Field(
+        None, description="LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an "
+                          "fp32 copy of its input) or in the compute dtype")
     trainable_layers: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
         None, description="freeze: last N blocks trained (default 2)")
     precision: Precision | None = Field(None, description="compute precision (default bf16)")
