@@ -110,7 +110,8 @@ class TuneplanEstimator:
             "Backward = 2x forward for trained weights; LoRA-family methods skip frozen weights' "
             "gradients (input gradients only) and add the adapters' own FLOPs.",
             f"Achieved efficiency = {c.mfu_max:.2f} x t/(t+{c.tokens_half:.0f}) x h/(h+{c.hidden_half:.0f}) "
-            "of dense peak (t: tokens per GPU micro-step, h: hidden width per tensor-parallel rank).",
+            "of dense peak (t: tokens per GPU micro-step, h: hidden width per tensor-parallel rank), times "
+            "the GPU's measured matmul efficiency / 0.80 where the catalog has one (0.80 otherwise).",
             "Optimizer time from the bytes its states move over memory bandwidth; data-parallel "
             f"communication over ring collectives, {c.overlap_fraction:.0%} overlappable with backward.",
             "Memory: weights by storage, gradients, fp32 master and optimizer states (sharded as the "

@@ -68,7 +68,8 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                           + a["bwd_head_factor"] * a["head_flops"]) / split
     rec_flops = a["grad_ckpt"] * a["recompute_fraction"] * a["bwd_layer_fraction"] * tokens * (
         a["fwd_block_flops"] + attn_tok + a["adapter_flops"]) / split
-    rate = peak * eff
+    # the GPU's measured matmul efficiency relative to the curve's reference (terms.REFERENCE_MATMUL_EFFICIENCY)
+    rate = peak * eff * a["matmul_rel"]
     t_fwd = fwd_flops / rate
     t_bwd = bwd_flops / rate
     t_rec = rec_flops / rate

@@ -244,7 +244,13 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     )
 
 
-GPU_FIELDS = ("peak_flops", "mem_bw", "memory_bytes", "intra_bw", "inter_bw", "tdp_w")
+GPU_FIELDS = ("peak_flops", "mem_bw", "memory_bytes", "intra_bw", "inter_bw", "tdp_w", "matmul_rel")
+
+REFERENCE_MATMUL_EFFICIENCY = 0.80
+"""Achievable / datasheet dense matmul TFLOP/s of the GPU the efficiency curve's ceiling is stated for
+(H100 SXM 794.5/989 and the H200 786/989, measured). A GPU whose matmuls reach a measured fraction
+(`matmul_efficiency` in the catalog: A100 SXM 0.869, MI300X 0.511...) runs at that fraction / 0.80 of
+the curve; one not measured at the reference."""
 
 
 def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]:
@@ -260,6 +266,7 @@ def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]
         "intra_bw": intra * 1e9,
         "inter_bw": inter / 8.0 * 1e9,
         "tdp_w": gpu.tdp_w if gpu.tdp_w > 0 else 300.0,
+        "matmul_rel": (gpu.matmul_efficiency or REFERENCE_MATMUL_EFFICIENCY) / REFERENCE_MATMUL_EFFICIENCY,
     }
 
 

@@ -158,6 +158,7 @@ def probe(device: str = "auto", name: str | None = None, quick: bool = False,
         "memory_bandwidth_gbs": round(bw, 2),
         "peak_tflops": peaks,
         "tdp_w": 0,
+        "matmul_efficiency": 1.0,  # the peaks above are the measured ones
         "intra_node_gbs": 0,
         "inter_node_gbps": 0,
         "vendor": vendor,

@@ -30,6 +30,9 @@ class GPUSpec:
     memory_bandwidth_gbs: float  # GB/s (1e9 bytes/s)
     peak_tflops: dict[str, float]  # dense TFLOP/s by precision: fp32, tf32, bf16, fp16, fp8
     tdp_w: float = 0.0
+    # measured achievable dense 16-bit matmul TFLOP/s / the datasheet peak (0: not measured); 1 for a
+    # `tuneplan probe` entry, whose peaks are themselves measured
+    matmul_efficiency: float = 0.0
     intra_node_gbs: float = 0.0  # per-GPU, one direction, GB/s (NVLink / PCIe / xGMI)
     inter_node_gbps: float = 0.0  # per-GPU network between nodes, Gbit/s
     intra_node_link: str = ""
@@ -89,6 +92,7 @@ def gpu_catalog() -> dict[str, GPUSpec]:
             memory_bandwidth_gbs=_num(row.get("memory_bandwidth_gbs")),
             peak_tflops={k: v for k, v in peaks.items() if v > 0},
             tdp_w=_num(row.get("tdp_w")),
+            matmul_efficiency=_num(row.get("matmul_efficiency")),
             intra_node_gbs=bidir / 2.0,
             inter_node_gbps=_num(row.get("inter_node_gbps_per_gpu")),
             intra_node_link=row.get("intra_node_interconnect", ""),
@@ -129,6 +133,10 @@ def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
         raise InputError("memory_gib", "must be > 0")
     if bw <= 0:
         raise InputError("memory_bandwidth_gbs", "must be > 0")
+    eff = float(d.get("matmul_efficiency", 0) or 0)
+    if not 0 <= eff <= 1:
+        raise InputError("matmul_efficiency", "must be between 0 and 1 (achievable / datasheet matmul TFLOP/s; "
+                                              "0 or absent: not measured)")
     known = {f for f in GPUSpec.__dataclass_fields__}
     extra = {k: v for k, v in d.items() if k not in known}
     return GPUSpec(
@@ -137,6 +145,7 @@ def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
         memory_bandwidth_gbs=bw,
         peak_tflops=peaks,
         tdp_w=float(d.get("tdp_w", 0) or 0),
+        matmul_efficiency=eff,
         intra_node_gbs=float(d.get("intra_node_gbs", 0) or 0),
         inter_node_gbps=float(d.get("inter_node_gbps", 0) or 0),
         intra_node_link=str(d.get("intra_node_link", "")),
