@@ -120,6 +120,7 @@ def test_plan_and_web_take_the_adapter_dtype(capsys):
         mem[d] = json.loads(capsys.readouterr().out)["recommended"]["memory_per_gpu_gib"]
     assert mem["fp32"] - mem["compute"] > 15  # 4 x 1000 tokens of fp32 copies: ~18.6 GiB before overheads
     client = TestClient(create_app(warm_up=False))
+    assert client.get("/api/options").json()["adapter_dtypes"] == ["fp32", "compute"]
     body = {"model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM5-80GB", "method": "lora", "examples": 1000,
             "tokens_per_example": 1000, "micro_batch": 4}
     a = client.post("/api/estimate", json=body).json()

@@ -335,3 +335,23 @@ def test_master_weights_option_for_full_fine_tuning(page, server):
     page.select_option("#master_weights", "none")
     idle(page)
     assert value(page, "#r-mem") < ref.memory_per_gpu_gib
+
+
+def test_adapter_dtype_option_for_lora(page, server):
+    page.goto(server + "/")
+    idle(page)
+    page.click("#method-options summary")
+    page.select_option("#method", "lora")
+    idle(page)
+    assert page.is_visible("#adapter_dtype")
+    fp32 = value(page, "#r-mem")
+    page.select_option("#adapter_dtype", "compute")
+    idle(page)
+    ref = tuneplan.estimate("Qwen/Qwen2.5-7B", "H100-SXM5-80GB", method="lora", adapter_dtype="compute",
+                            examples=10000, tokens_per_example=512, epochs=1)
+    assert value(page, "#r-mem") == pytest.approx(ref.memory_per_gpu_gib, rel=1e-9)
+    assert value(page, "#r-mem") < fp32  # no fp32 copies of the adapted modules' inputs
+    assert "--adapter-dtype compute" in page.inner_text("#command")
+    page.select_option("#method", "full")
+    idle(page)
+    assert not page.is_visible("#adapter_dtype")  # full fine-tuning has no adapters

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tuneplan import __version__
 from tuneplan.errors import InputError, TuneplanError, UnknownNameError
 from tuneplan.specs.job import (
+    ADAPTER_DTYPES,
     LORA_FAMILY,
     MASTER_WEIGHTS,
     METHODS,
@@ -610,7 +611,7 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
         return {
             "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
             "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
-            "moe_modes": list(MOE_MODES), "paddings": list(PADDINGS), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
+            "moe_modes": list(MOE_MODES), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
             "providers": providers(), "defaults": jsonable(_JOB_DEFAULTS),
             "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,
             "limits": {"max_plan_configs": MAX_PLAN_CONFIGS, "max_body_bytes": MAX_BODY_BYTES},

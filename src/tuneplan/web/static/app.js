@@ -9,7 +9,7 @@
   const form = $("#inputs");
 
   // Inputs kept in the URL; the page's own starting values (PAGE_DEFAULTS) are left out of it.
-  const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "trainable_layers",
+  const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers",
     "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
     "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
@@ -20,7 +20,7 @@
   const BOOL_FIELDS = new Set(["grad_ckpt", "flash_attn", "packing"]);
   const PLAN_ONLY = new Set(["max_gpus", "objective", "deadline_h", "budget_usd"]);
   const PAGE_DEFAULTS = {
-    model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, trainable_layers: 2,
+    model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
     precision: "bf16", quant: "", optimizer: "adamw", master_weights: "auto", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
@@ -194,7 +194,7 @@
     if (st.gpu) { delete body.peak_tflops; delete body.memory_gib; delete body.bandwidth_gbs; }
     if (st.rate !== undefined) delete body.provider;
     const lora = S.options.lora_family.includes(st.method);
-    if (!lora) { delete body.lora_rank; delete body.lora_targets; }
+    if (!lora) { delete body.lora_rank; delete body.lora_targets; delete body.adapter_dtype; }
     if (st.method !== "freeze") delete body.trainable_layers;
     if (st.method !== "full" && st.method !== "freeze") delete body.master_weights;
     if (!isMoe()) delete body.moe_mode;
@@ -756,6 +756,7 @@
       auto: "auto (fp32 under ZeRO / TP / fp8)", fp32: "fp32 copy (mixed precision)", none: "none (16-bit in place)" }[m] || m)));
     fillSelect("#estimator", options.estimators, options.estimators.map((e) => ({ tuneplan: "tuneplan (physics, calibrated)",
       kavier: "Kavier", xia: "Xia et al. 2024", planner: "Run Planner seed (6ND)" }[e] || e)));
+    fillSelect("#adapter_dtype", options.adapter_dtypes, options.adapter_dtypes.map((m) => (m === "fp32" ? "fp32 (peft >= 0.12)" : "compute dtype")));
     fillSelect("#padding", options.paddings, options.paddings.map((m) => (m === "max" ? "to sequence length" : "to longest in batch")));
     fillSelect("#moe_mode", options.moe_modes, options.moe_modes.map((m) => (m === "sparse" ? "sparse (top-k)" : "dense (all experts)")));
     fillSelect("#sharding", options.shardings);
