@@ -239,7 +239,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
            "activations and loss buffers more (freed blocks of shorter batches stay cached); torch frees "
            "them before it runs out, so they do not count against the fit."),
     ]
-    if jspec.method in ("lora", "qlora", "gptq-lora", "dora", "alora"):
+    if jspec.is_lora_family:
         assumptions.append(
             "Adapters in fp32 (peft >= 0.12's default): over 16-bit weights each adapted module keeps an fp32 "
             "copy of its input for backward (--adapter-dtype compute: adapters in the compute dtype, as older "

@@ -74,8 +74,7 @@ class TuneplanEstimator:
             alloc = np.maximum(out["allocated_gib"] * mem_factor, static + out["workspace_gib"])
             out["calibration_gib"] = alloc - out["allocated_gib"]
             out["allocated_gib"] = alloc
-            out["variable_shape_gib"] = (a["variable_shapes"] * self.constants.variable_shape_reserve
-                                         * (out["activations_gib"] + out["logits_gib"]))
+            # the cached blocks of other batch shapes (memory()'s variable_shape_gib) are not rescaled
             out["reserved_gib"] = alloc * (1.0 + self.constants.allocator_overhead) + out["variable_shape_gib"]
             out["allocator_gib"] = out["reserved_gib"] - alloc
             out["nvidia_smi_gib"] = out["reserved_gib"] + self.constants.cuda_context_gib

@@ -15,7 +15,7 @@ import numpy as np
 
 from tuneplan.errors import InputError, TuneplanError
 from tuneplan.specs.gpu import GPUSpec
-from tuneplan.specs.job import ADAPTER_DTYPES, PADDINGS, JobSpec
+from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec
 from tuneplan.specs.model import ModelSpec
 
 METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
@@ -193,7 +193,7 @@ def row_to_config(row: dict) -> RunConfig:
     }
     if quant is not None and method != "full":
         kw["quant"] = quant
-    if method in ("lora", "qlora", "gptq-lora", "dora", "alora"):
+    if method in LORA_FAMILY:
         kw["lora_rank"] = int(float(rank)) if rank is not None else default("lora_rank")
         t = str(targets) if targets is not None else default("lora_targets")
         kw["lora_targets"] = tuple(x for x in re.split(r"[,+]", t) if x)
