@@ -114,3 +114,32 @@ def test_residual_files_round_trip_and_old_box_files_still_load():
     old["boxes"] = [[[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]]
     legacy = Residual.from_dict(old)
     assert legacy.distance(np.array([[0.5, 0.5, 0.5], [2.0, 0.5, 0.5]])).tolist() == pytest.approx([0.0, 1.0 / np.ptp(X[:, 0])])
+
+
+
+def test_far_trees_see_the_work_shape_only_and_apply_away_from_measured_rows():
+    # five sources, each on its own machine ("m") with its own offset, and an effect of the work's
+    # shape ("w") that holds on every machine
+    rng = np.random.default_rng(3)
+    X, y, g = [], [], []
+    for k, off in enumerate([0.3, -0.3, 0.2, -0.2, 0.25]):
+        w = rng.uniform(0, 1, 40)
+        X.append(np.column_stack([w, np.full(40, float(k))]))
+        y.append(off + 0.5 * np.sin(3 * w))
+        g += [f"s{k}"] * 40
+    X, y, g = np.vstack(X), np.concatenate(y), np.array(g)
+    res = fit_residual(X, y, ("w", "m"), g, fixed=(1.0, 1.0, 0.01, dict(CAPACITY_GRID[0])), far_names=("w",))
+    assert res.far_model["features"] == ["w"] and res.far_columns == [0]
+    # next to a measured row: the trees on every feature, the machine's own offset included
+    assert np.allclose(res(X[:5])[0], res.forest.predict(X[:5]), atol=1e-3)
+    assert np.median(np.abs(res(X)[0] - y)) < 0.05
+    # a new machine between the measured ones: the shape's trees, whatever the machine
+    a, b = np.array([[0.3, 2.5]]), np.array([[0.3, 1.5]])
+    assert res(a)[0] == pytest.approx(res(b)[0], abs=1e-3)
+    assert res(a)[0] == pytest.approx(res.far_forest.predict(np.array([[0.3]])), abs=1e-3)
+    back = Residual.from_dict(res.to_dict())
+    # (the stored rows are rounded to 6 digits: the nearness gate moves by as little)
+    assert np.allclose(back(np.vstack([a, X[:5]]))[0], res(np.vstack([a, X[:5]]))[0], atol=1e-4)
+    # without far features (and with fewer than three sources to hold out) one set of trees serves both
+    assert fit_residual(X, y, ("w", "m"), g, fixed=(1.0, 1.0, 0.01)).far_model is None
+    assert fit_residual(X[g < "s2"], y[g < "s2"], ("w", "m"), g[g < "s2"], far_names=("w",)).far_model is None

@@ -89,10 +89,10 @@ def test_shipped_calibration_forests():
     if corr is None or getattr(getattr(corr, "thr", None), "forest", None) is None:
         pytest.skip("no residual trees in the shipped calibration")
     rng = np.random.default_rng(0)
-    for res in (corr.thr, corr.mem):
-        if res is None:
-            continue
-        f = res.forest
+    forests = [f for res in (corr.thr, corr.mem) if res is not None
+               for f in (res.forest, getattr(res, "far_forest", None)) if f is not None]
+    assert corr.thr.far_forest is not None  # the throughput correction's far trees (work shape only)
+    for f in forests:
         n_feat = int(f.feature.max()) + 1
         thr = f.threshold[~f.leaf]
         X = rng.choice(np.concatenate([thr, thr + 1e-9, thr - 1e-9, [np.nan]]), size=(6000, n_feat))
@@ -104,6 +104,7 @@ def test_shipped_calibration_forests():
     fast = accelerated(est)
     assert fast is not est and fast.residual is not est.residual
     assert isinstance(fast.residual.thr.forest, FastForest)
+    assert isinstance(fast.residual.thr.far_forest, FastForest)
     assert not isinstance(est.residual.thr.forest, FastForest)  # the original is untouched
 
 

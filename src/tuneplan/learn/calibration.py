@@ -214,20 +214,25 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
 
 
 BALANCED_POINTS = 50
-"""Residuals kept per held-out source in a calibration's interval sample."""
+"""Most residuals a held-out source gives a calibration's interval sample."""
 
 
 def balanced_residuals(by_group: dict[str, list[float]], balanced: bool) -> list[float]:
-    """The interval sample: with held-out sources, every source gives BALANCED_POINTS evenly spaced
-    quantiles of its residuals (a new user's machine is one more source, not one more row of the
-    source that published most); with random folds, all residuals as they are."""
+    """The interval sample: with held-out sources, every source gives at most BALANCED_POINTS
+    residuals, evenly spaced quantiles of its own when it has more (a new user's machine is one more
+    source, not one more row of the source that published most), and its rows as they are when it has
+    fewer (five rows are five measurements, not fifty: repeated, a small source's few far-off rows
+    would set the interval's tails); with random folds, all residuals as they are."""
     groups = [np.asarray(v, dtype=float) for v in by_group.values() if len(v)]
     if not groups:
         return []
     if not balanced:
         return sorted(float(x) for g in groups for x in g)
-    q = (np.arange(BALANCED_POINTS) + 0.5) / BALANCED_POINTS
-    return sorted(float(x) for g in groups for x in np.quantile(g, q))
+    out: list[float] = []
+    for g in groups:
+        k = min(len(g), BALANCED_POINTS)
+        out.extend(float(x) for x in np.quantile(g, (np.arange(k) + 0.5) / k))
+    return sorted(out)
 
 
 def fit_calibration(df, learner: str = "tuneplan", name: str = "") -> tuple[Calibration, list[str]]:

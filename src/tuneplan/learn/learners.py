@@ -22,7 +22,12 @@ import numpy as np
 
 from tuneplan.errors import TuneplanError
 from tuneplan.learn.dataset import arrays_for
-from tuneplan.learn.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
+from tuneplan.learn.features import (
+    MEMORY_FEATURES,
+    THROUGHPUT_FAR_FEATURES,
+    THROUGHPUT_FEATURES,
+    feature_matrix,
+)
 from tuneplan.learn.measured import TrainingSet
 from tuneplan.learn.residual import Residual, TuneplanCorrection, nearest_distance
 from tuneplan.learn.trees import export_hgb
@@ -127,7 +132,7 @@ fades to the far share."""
 
 
 def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: np.ndarray | None = None,
-                 fixed: tuple | None = None) -> Residual:
+                 fixed: tuple | None = None, far_names: tuple[str, ...] | None = None) -> Residual:
     """Boosted trees on log-residuals. The trees' size (CAPACITY_GRID) and how much of the correction
     applies (`near` share next to a measured configuration, `far` share away from all of them, fading
     with the distance to the nearest training row over `tau`) are chosen together on held-out data:
@@ -137,19 +142,25 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
     Score: median absolute log error, the two halves weighed equally, the source half with every source
     weighing the same (a large source must not decide how a correction transfers to a new one).
     Without groups (or with fewer than 3) only the size is chosen. `fixed` (far, near, tau[, capacity]) skips the choices
-    (cross-fits reuse the full fit's)."""
+    (cross-fits reuse the full fit's). With `far_names` (a subset of `names`), the far share applies
+    trees fitted on those features only (see features.THROUGHPUT_FAR_FEATURES); the near share, trees on
+    all of them."""
     lo, hi = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
     span = np.maximum(hi - lo, 1e-9)
+    n_groups = 0 if groups is None else len(set(np.asarray(groups).tolist()))
+    far_idx = [list(names).index(n) for n in far_names] if far_names and n_groups >= 3 else None
+    Xf = X if far_idx is None else X[:, far_idx]
 
     def fitted(capacity: dict, shares: tuple) -> Residual:
         m = _hgb(X, y, capacity)
+        far = None if far_idx is None else export_hgb(_hgb(Xf, y, capacity), list(far_names))
         return Residual(export_hgb(m, list(names)), lo.tolist(), hi.tolist(), shares[0], shares[1], shares[2],
-                        None, capacity, X.tolist())
+                        None, capacity, X.tolist(), far)
 
     if fixed is not None:
         return fitted(dict(fixed[3]) if len(fixed) > 3 else dict(CAPACITY_GRID[0]), tuple(fixed[:3]))
     folds = np.random.default_rng(1).permutation(len(y)) % 5
-    if groups is None or len(set(np.asarray(groups).tolist())) < 3:  # no sources to hold out
+    if n_groups < 3:  # no sources to hold out
         errs = [(float(np.median(np.abs(y - group_out_predictions(X, y, folds, capacity=c)))), i)
                 for i, c in enumerate(CAPACITY_GRID)]
         return fitted(dict(CAPACITY_GRID[min(errs)[1]]), (1.0, 1.0, 1.0))
@@ -171,13 +182,17 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
     for capacity in CAPACITY_GRID:
         near_pred = group_out_predictions(X, y, folds, capacity=capacity)
         far_pred = group_out_predictions(X, y, g, capacity=capacity)
+        # the far share's trees (on the far features when they differ)
+        near_pred_f = near_pred if far_idx is None else group_out_predictions(Xf, y, folds, capacity=capacity)
+        far_pred_f = far_pred if far_idx is None else group_out_predictions(Xf, y, g, capacity=capacity)
         for near in SHRINK_GRID:
             for far in SHRINK_GRID:
                 for tau in TAU_GRID:
-                    s_near = far + (near - far) * np.exp(-d_near / tau)
-                    s_far = far + (near - far) * np.exp(-d_far / tau)
-                    e = (0.5 * float(np.median(np.abs(y - s_near * near_pred)))
-                         + 0.5 * weighted_median(np.abs(y - s_far * far_pred), w_src))
+                    g_near, g_far = np.exp(-d_near / tau), np.exp(-d_far / tau)
+                    p_near = g_near * near * near_pred + (1.0 - g_near) * far * near_pred_f
+                    p_far = g_far * near * far_pred + (1.0 - g_far) * far * far_pred_f
+                    e = (0.5 * float(np.median(np.abs(y - p_near)))
+                         + 0.5 * weighted_median(np.abs(y - p_far), w_src))
                     if e < best[0] - 1e-12:
                         best = (e, capacity, (far, near, tau))
     return fitted(dict(best[1]), best[2])
@@ -311,7 +326,8 @@ class TuneplanLearner:
             X = feature_matrix(a_all, out, THROUGHPUT_FEATURES)[thr_mask]
             pred = (out["tokens_per_step"] / out["step_s"])[thr_mask]
             self.thr_residual = fit_residual(X, _log(ts.tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES,
-                                             ts.source[thr_mask], self.fixed_shrink[0] if self.fixed_shrink else None)
+                                             ts.source[thr_mask], self.fixed_shrink[0] if self.fixed_shrink else None,
+                                             THROUGHPUT_FAR_FEATURES)
         if mem_mask.sum() >= MIN_RESIDUAL_ROWS:
             X = feature_matrix(a_all, out, MEMORY_FEATURES)[mem_mask]
             kinds = [k for k, m in zip(ts.mem_kind, mem_mask, strict=True) if m]

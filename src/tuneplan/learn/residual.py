@@ -38,9 +38,14 @@ class Residual:
 
     def __init__(self, model: dict, lo: list[float], hi: list[float], shrink: float = 1.0,
                  near: float | None = None, tau: float = 1.0, boxes: list | None = None,
-                 capacity: dict | None = None, points: list | None = None) -> None:
+                 capacity: dict | None = None, points: list | None = None, far_model: dict | None = None) -> None:
         self.model = model
         self.forest = Forest(model)
+        # trees on a subset of the features for the far share (None: the same trees near and far)
+        self.far_model = far_model
+        self.far_forest = Forest(far_model) if far_model else None
+        names = list(model.get("features") or [])
+        self.far_columns = ([names.index(n) for n in far_model["features"]] if far_model else None)
         self.lo = np.asarray(lo, dtype=float)
         self.hi = np.asarray(hi, dtype=float)
         self.shrink = float(shrink)  # share kept far from every measured configuration
@@ -71,31 +76,39 @@ class Residual:
         its own list)."""
         return tuple(self.model.get("features") or default)
 
+    def gate(self, X: np.ndarray) -> np.ndarray:
+        """1 on a measured configuration, fading to 0 with the distance to the nearest one."""
+        return np.exp(-self.distance(X) / max(self.tau, 1e-9))
+
     def share(self, X: np.ndarray) -> np.ndarray:
-        gate = np.exp(-self.distance(X) / max(self.tau, 1e-9))
-        return self.shrink + (self.near - self.shrink) * gate
+        return self.shrink + (self.near - self.shrink) * self.gate(X)
 
     def __call__(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.shrink == 0.0 and self.near == 0.0:  # the correction does not transfer: nothing to do
             return np.zeros(len(X)), np.zeros(len(X))
         span = np.maximum(self.hi - self.lo, 1e-9)
         excess = (np.maximum(self.lo - X, 0.0) + np.maximum(X - self.hi, 0.0)) / span
-        weight = np.exp(-np.nansum(excess, axis=1) * EXTRAPOLATION_DECAY) * self.share(X)
+        inside = np.exp(-np.nansum(excess, axis=1) * EXTRAPOLATION_DECAY)
+        g = self.gate(X)
+        weight = inside * (self.shrink + (self.near - self.shrink) * g)
         if not np.any(weight > 0):
             return np.zeros(len(X)), weight
-        return self.forest.predict(X) * weight, weight
+        near_corr = self.forest.predict(X)
+        far_corr = near_corr if self.far_forest is None else self.far_forest.predict(X[:, self.far_columns])
+        return inside * (g * self.near * near_corr + (1.0 - g) * self.shrink * far_corr), weight
 
     def to_dict(self) -> dict:
         return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist(), "shrink": self.shrink,
                 "near": self.near, "tau": self.tau, "boxes": [[b[0].tolist(), b[1].tolist()] for b in self.boxes],
-                "capacity": self.capacity,
+                "capacity": self.capacity, "far_model": self.far_model,
                 "points": [[None if not np.isfinite(v) else round(float(v), 6) for v in p] for p in self.points]}
 
     @classmethod
     def from_dict(cls, d: dict) -> Residual:
         return cls(d["model"], d["lo"], d["hi"], d.get("shrink", 1.0), d.get("near"), d.get("tau", 1.0),
                    d.get("boxes"), d.get("capacity"),
-                   None if d.get("points") is None else [[np.nan if v is None else v for v in p] for p in d["points"]])
+                   None if d.get("points") is None else [[np.nan if v is None else v for v in p] for p in d["points"]],
+                   d.get("far_model"))
 
 
 class TuneplanCorrection:

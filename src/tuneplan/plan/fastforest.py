@@ -201,17 +201,20 @@ def accelerated(estimator: Any) -> Any:
     changed = False
     for attr in ("thr", "mem"):
         res = getattr(corr, attr, None)
-        forest = getattr(res, "forest", None)
-        if forest is None or not FastForest.supports(forest):
-            continue
-        try:
-            fast = fast_forest(forest)
-        except ValueError:
-            continue
-        new_res = copy.copy(res)
-        new_res.forest = fast
-        setattr(new_corr, attr, new_res)
-        changed = True
+        new_res = None
+        for which in ("forest", "far_forest"):  # the near trees and, where they differ, the far ones
+            forest = getattr(res, which, None)
+            if forest is None or not FastForest.supports(forest):
+                continue
+            try:
+                fast = fast_forest(forest)
+            except ValueError:
+                continue
+            new_res = new_res or copy.copy(res)
+            setattr(new_res, which, fast)
+        if new_res is not None:
+            setattr(new_corr, attr, new_res)
+            changed = True
     if not changed:
         return estimator
     out = copy.copy(estimator)
