@@ -176,6 +176,38 @@ def test_no_learner_is_evaluated_on_rows_it_was_trained_on(monkeypatch):
             raise LeakError("rows in both")
 
 
+def test_revealed_rows_of_a_held_out_source_train_and_are_never_judged():
+    df = with_measurements(grid_frame(), get_estimator("tuneplan", "none"), noise=0.05)
+    ts = training_set(df)
+    plain = {f.name: f for f in make_folds(ts, "by-source", seed=0)}
+    folds = make_folds(ts, "by-source", seed=0, reveal=3)
+    assert len(folds) == len(plain)
+    for fold in folds:
+        src = fold.name.split("=")[1].split(" ")[0]
+        assert fold.name.endswith("(3 revealed)")
+        base = plain[f"source={src}"]
+        moved = set(base.test.df["id"]) - set(fold.test.df["id"])
+        # three of the held-out source's rows, measured ones, now train and are no longer judged
+        assert len(moved) == 3 and moved <= set(fold.train.df["id"])
+        assert (fold.train.source == src).sum() == 3
+        assert not set(fold.train.df["id"]) & set(fold.test.df["id"])
+        assert len(fold.test) == len(base.test) - 3
+    # the same seed reveals the same rows
+    again = make_folds(ts, "by-source", seed=0, reveal=3)
+    assert [set(f.test.df["id"]) for f in again] == [set(f.test.df["id"]) for f in folds]
+
+
+def test_reveal_needs_the_by_source_split(tmp_path, capsys):
+    from tuneplan.cli import main
+
+    df = with_measurements(grid_frame(), get_estimator("tuneplan", "none"), noise=0.05)
+    path = tmp_path / "runs.csv"
+    df.to_csv(path, index=False)
+    assert main(["validate", "--runs", str(path), "--split", "random", "--reveal", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reveal:" in err[0] and "by-source" in err[0]
+
+
 def test_interval_coverage_on_synthetic_data():
     rng = np.random.default_rng(3)
     cal = rng.normal(0, 0.2, 400)

@@ -22,6 +22,9 @@ def register(sub) -> None:
     v.add_argument("--runs", nargs="+", help="runs files (default: the shared reference runs)")
     v.add_argument("--split", default="random", help="random (default), by-source, by-model, by-gpu")
     v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--reveal", type=int, default=0,
+                   help="by-source only: move this many measured rows of each held-out source into its "
+                        "training part (your first runs on a new machine or framework); judged on the rest")
     v.add_argument("--interval", type=float, default=0.8, help="nominal interval coverage (default 0.8)")
     v.add_argument("--learners", default="tuneplan,kavier,xia,slst", help="comma-separated learners to fit")
     v.add_argument("--json", action="store_true", help="print the metrics as JSON")
@@ -85,11 +88,14 @@ def run_validate(args: argparse.Namespace) -> int:
             raise InputError("learners", f"unknown learner '{name}'", sorted(LEARNERS))
     if not 0 < args.interval < 1:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
+    if args.reveal < 0 or (args.reveal and args.split != "by-source"):
+        raise InputError("reveal", f"a count of rows >= 0, and only with --split by-source (got {args.reveal} "
+                                   f"with --split {args.split})")
     table = _read(args.runs, args.strict) if args.runs else load_reference_runs()
     console = Console(stderr=True)
     with console.status("validating") as status:
         report = validate(table.df, args.split, args.seed, learners, args.interval,
-                          progress=lambda name: status.update(f"fold {name}"))
+                          progress=lambda name: status.update(f"fold {name}"), reveal=args.reveal)
     if args.plot:
         from tuneplan.report.parity import parity_plot
 

@@ -34,7 +34,23 @@ def _row_keys(ts: TrainingSet) -> set[str]:
     return {str(i) for i in range(len(ts))}
 
 
-def make_folds(ts: TrainingSet, split: str, seed: int = 0) -> list[Fold]:
+def _revealed(ts: TrainingSet, held: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k rows of a held-out source moved to training (rows with measured throughput first: they are
+    what a user's first runs give), at most all but one of its rows."""
+    idx = np.flatnonzero(held)
+    k = min(k, max(len(idx) - 1, 0))
+    if k <= 0:
+        return np.zeros(len(held), dtype=bool)
+    measured = idx[ts.has_throughput[idx]]
+    pool = measured if len(measured) > k else idx
+    out = np.zeros(len(held), dtype=bool)
+    out[rng.choice(pool, size=k, replace=False)] = True
+    return out
+
+
+def make_folds(ts: TrainingSet, split: str, seed: int = 0, reveal: int = 0) -> list[Fold]:
+    """Training and test parts. `reveal` (by-source only): that many rows of each held-out source
+    join its training part (a user's first runs on a new machine) and leave its test part."""
     n = len(ts)
     rng = np.random.default_rng(seed)
     if split == "random":
@@ -44,8 +60,12 @@ def make_folds(ts: TrainingSet, split: str, seed: int = 0) -> list[Fold]:
         test[perm[:k]] = True
         folds = [Fold("random", ts.subset(~test), ts.subset(test))]
     elif split == "by-source":
-        folds = [Fold(f"source={s}", ts.subset(ts.source != s), ts.subset(ts.source == s))
-                 for s in sorted(set(ts.source.tolist()))]
+        folds = []
+        for s in sorted(set(ts.source.tolist())):
+            held = ts.source == s
+            moved = _revealed(ts, held, reveal, rng) if reveal else np.zeros(n, dtype=bool)
+            name = f"source={s}" + (f" ({int(moved.sum())} revealed)" if reveal else "")
+            folds.append(Fold(name, ts.subset(~held | moved), ts.subset(held & ~moved)))
     elif split in ("by-model", "by-gpu"):
         keys = np.array([c.model.name if split == "by-model" else c.gpu.name for c in ts.configs])
         groups = sorted(set(keys.tolist()))
@@ -82,6 +102,7 @@ class ValidationReport:
     coverage: dict[str, float] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
     interval: float = 0.8
+    reveal: int = 0  # by-source: rows of each held-out source moved to its training part
 
     def metrics(self) -> pd.DataFrame:
         out = []
@@ -113,21 +134,22 @@ class ValidationReport:
 
     def to_dict(self) -> dict:
         m = self.metrics()
-        return {"split": self.split, "seed": self.seed, "interval": self.interval, "coverage": self.coverage,
+        return {"split": self.split, "seed": self.seed, "reveal": self.reveal, "interval": self.interval,
+                "coverage": self.coverage,
                 "messages": self.messages,
                 "metrics": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
                             for r in m.to_dict("records")]}
 
 
 def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LEARNER_NAMES,
-             interval: float = 0.8, progress=None) -> ValidationReport:
+             interval: float = 0.8, progress=None, reveal: int = 0) -> ValidationReport:
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.calibration import out_of_fold_residuals
     from tuneplan.learn.intervals import conformal_bounds
     from tuneplan.learn.learners import LEARNERS, NotEnoughData
 
     ts = training_set(df)
-    folds = make_folds(ts, split, seed)
+    folds = make_folds(ts, split, seed, reveal)
     records: list[dict] = []
     messages: list[str] = []
     cover_hits: dict[str, list[bool]] = {}
@@ -179,4 +201,4 @@ def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LE
         messages.append(f"{len(ts.skipped)} rows could not be configured and were left out")
     messages.extend(ts.notes)
     return ValidationReport(split=split, seed=seed, rows=rows, coverage=coverage, messages=messages,
-                            interval=interval)
+                            interval=interval, reveal=reveal)
