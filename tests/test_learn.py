@@ -192,6 +192,10 @@ def test_revealed_rows_of_a_held_out_source_train_and_are_never_judged():
         assert (fold.train.source == src).sum() == 3
         assert not set(fold.train.df["id"]) & set(fold.test.df["id"])
         assert len(fold.test) == len(base.test) - 3
+    from tuneplan.errors import InputError
+
+    with pytest.raises(InputError, match="reveal"):
+        make_folds(ts, "random", seed=0, reveal=3)
     # the same seed reveals the same rows
     again = make_folds(ts, "by-source", seed=0, reveal=3)
     assert [set(f.test.df["id"]) for f in again] == [set(f.test.df["id"]) for f in folds]

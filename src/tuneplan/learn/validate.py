@@ -53,6 +53,11 @@ def make_folds(ts: TrainingSet, split: str, seed: int = 0, reveal: int = 0) -> l
     join its training part (a user's first runs on a new machine) and leave its test part."""
     n = len(ts)
     rng = np.random.default_rng(seed)
+    if reveal < 0 or (reveal and split != "by-source"):
+        from tuneplan.errors import InputError
+
+        raise InputError("reveal", f"a count of rows >= 0, and only with the by-source split (got {reveal} "
+                                   f"with {split})")
     if split == "random":
         perm = rng.permutation(n)
         k = max(1, int(round(TEST_FRACTION * n)))
