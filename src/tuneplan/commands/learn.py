@@ -77,7 +77,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
     from tuneplan.errors import InputError
     from tuneplan.learn.learners import LEARNERS
-    from tuneplan.learn.validate import SPLITS, validate
+    from tuneplan.learn.validate import SPLITS, check_reveal, validate
     from tuneplan.runs import load_reference_runs
 
     if args.split not in SPLITS:
@@ -88,9 +88,7 @@ def run_validate(args: argparse.Namespace) -> int:
             raise InputError("learners", f"unknown learner '{name}'", sorted(LEARNERS))
     if not 0 < args.interval < 1:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
-    if args.reveal < 0 or (args.reveal and args.split != "by-source"):
-        raise InputError("reveal", f"a count of rows >= 0, and only with --split by-source (got {args.reveal} "
-                                   f"with --split {args.split})")
+    check_reveal(args.split, args.reveal)
     table = _read(args.runs, args.strict) if args.runs else load_reference_runs()
     console = Console(stderr=True)
     with console.status("validating") as status:
@@ -106,7 +104,8 @@ def run_validate(args: argparse.Namespace) -> int:
     m = report.metrics()
     if not args.by_source:
         m = m[m["source"] == "ALL"]
-    t = Table(title=f"held-out errors, split {args.split} (seed {args.seed})", title_justify="left")
+    revealed = f"; {args.reveal} rows of each held-out source revealed to its fit" if args.reveal else ""
+    t = Table(title=f"held-out errors, split {args.split} (seed {args.seed}{revealed})", title_justify="left")
     for col in ("estimator", "source", "n thr", "MdAPE thr", "MAPE thr", "<=10%", "<=25%", "n mem", "MdAPE mem",
                 "fit/OOM right"):
         t.add_column(col, justify="left" if col in ("estimator", "source") else "right")

@@ -48,16 +48,21 @@ def _revealed(ts: TrainingSet, held: np.ndarray, k: int, rng: np.random.Generato
     return out
 
 
+def check_reveal(split: str, reveal: int) -> None:
+    """`reveal` is a count of rows >= 0, and only means something with the by-source split."""
+    if reveal < 0 or (reveal and split != "by-source"):
+        from tuneplan.errors import InputError
+
+        raise InputError("reveal", f"a count of rows >= 0, and only with --split by-source (got {reveal} "
+                                   f"with --split {split})")
+
+
 def make_folds(ts: TrainingSet, split: str, seed: int = 0, reveal: int = 0) -> list[Fold]:
     """Training and test parts. `reveal` (by-source only): that many rows of each held-out source
     join its training part (a user's first runs on a new machine) and leave its test part."""
     n = len(ts)
     rng = np.random.default_rng(seed)
-    if reveal < 0 or (reveal and split != "by-source"):
-        from tuneplan.errors import InputError
-
-        raise InputError("reveal", f"a count of rows >= 0, and only with the by-source split (got {reveal} "
-                                   f"with {split})")
+    check_reveal(split, reveal)
     if split == "random":
         perm = rng.permutation(n)
         k = max(1, int(round(TEST_FRACTION * n)))
