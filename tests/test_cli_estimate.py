@@ -69,9 +69,11 @@ def test_moe_sparse_faster_than_dense(capsys):
     def compute(d):
         return d["step_breakdown_s"]["forward"] + d["step_breakdown_s"]["backward"]
 
-    assert compute(dense) > 2 * compute(sparse)  # 8 experts' FLOPs instead of 2 in the physics
+    # 8 experts' FLOPs instead of 2; in sparse mode each expert's GEMM gets a quarter of the rows (less efficient,
+    # physics/ops.expert_gemm_rows), so dense costs less than 4x, still well above the sparse step
+    assert compute(dense) > 1.4 * compute(sparse)
     # the adapters' kernel launches and the NF4 dequantisation touch every expert in both modes
-    assert dense["step_time_s"] > 1.5 * sparse["step_time_s"]
+    assert dense["step_time_s"] > 1.25 * sparse["step_time_s"]
     sparse = run_json(args, capsys)
     dense = run_json(args + ["--moe-mode", "dense"], capsys)
     assert dense["step_time_s"] > sparse["step_time_s"]  # and still slower once calibrated

@@ -29,8 +29,10 @@ def test_catalog_carries_the_measured_fractions_with_their_source():
 
 
 def _fwd(gpu) -> float:
+    # eager attention: every GEMM (attention's too) at the matmul rate; FlashAttention has its own measured
+    # efficiency (physics/ops.py), which the GPU's matmul figure does not scale
     m = resolve_model("meta-llama/Llama-3.1-8B")
-    a = build_arrays([(m, gpu, make_job(method="full", gpus=1, micro_batch=4), 2048)])
+    a = build_arrays([(m, gpu, make_job(method="full", gpus=1, micro_batch=4, flash_attn=False), 2048)])
     return float(np.asarray(step_time(a)["forward_s"])[0])
 
 

@@ -144,9 +144,15 @@ def test_sharding_divisions(sharding, w, gr, o):
 def test_tensor_parallel_divides_weights_and_activations():
     m = tiny()
     one = memory(arrays(m, make_job(method="full", gpus=2, sharding="none")))
-    tp2 = memory(arrays(m, make_job(method="full", gpus=2, tp=2)))
+    tp2 = memory(arrays(m, make_job(method="full", gpus=2, tp=2, sequence_parallel=True)))
     assert tp2["weights_gib"][0] == pytest.approx(one["weights_gib"][0] / 2)
+    # with sequence parallel every saved activation is split over the tensor-parallel ranks
     assert tp2["activations_gib"][0] == pytest.approx(one["activations_gib"][0] / 2)
+    # without it the norms' inputs and outputs (4h per token per layer) stay whole on each rank
+    no_sp = memory(arrays(m, make_job(method="full", gpus=2, tp=2, sequence_parallel=False)))
+    tokens = 4 * 128  # tiny()'s default micro-batch x the test's seq_len
+    extra = 4 * m.hidden_size * 2 / 2 * m.n_layers * tokens / 1024**3  # 4h bf16 elements, half of them kept
+    assert no_sp["activations_gib"][0] == pytest.approx(tp2["activations_gib"][0] + extra, rel=1e-6)
 
 
 def test_checkpointing_keeps_layer_inputs_plus_one_layer():

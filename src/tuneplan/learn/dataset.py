@@ -21,9 +21,9 @@ from tuneplan.specs.model import ModelSpec
 METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
               "dora": "dora", "freeze": "freeze", "alora": "alora"}
 PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16": "fp16", "fp32": "fp32",
-                 "fp8": "fp8", "nvfp4": "fp8"}
+                 "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "fp4": "nvfp4"}
 QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "int8",
-             "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4"}
+             "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4", "fp8": "fp8"}
 OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "adamw",
                  "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
                  "paged-adamw-8bit": "paged-adamw-8bit", "sgd": "sgd", "adafactor": "adafactor",
@@ -103,6 +103,7 @@ def truncated(model: ModelSpec, layers: int, name_or_path: str) -> ModelSpec:
 def row_to_config(row: dict) -> RunConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason."""
     from tuneplan.specs.catalog import resolve_run_model
+    from tuneplan.specs.framework import framework_for_text
     from tuneplan.specs.gpu import resolve_gpu
 
     used: list[str] = []
@@ -132,8 +133,8 @@ def row_to_config(row: dict) -> RunConfig:
         precision = PRECISION_MAP.get(str(prec_raw).lower())
         if precision is None:
             raise InputError("precision", f"'{prec_raw}' not modelled", sorted(PRECISION_MAP))
-        if prec_raw == "nvfp4":
-            used.append("precision=fp8 (nvfp4 runs at the fp8 peak: no fp4 figure in the catalog)")
+        if str(prec_raw).lower() == "fp4":
+            used.append("precision=nvfp4 (fp4 taken as NVIDIA's NVFP4 recipe)")
     quant_raw = _get(row, "quant")
     quant = None
     if quant_raw is not None:
@@ -188,7 +189,7 @@ def row_to_config(row: dict) -> RunConfig:
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(default("grad_ckpt")),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(default("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
-        "adapter_dtype": adapter_dtype,
+        "adapter_dtype": adapter_dtype, "framework": framework_for_text(_get(row, "framework")),
         **shard,
     }
     if quant is not None and method != "full":

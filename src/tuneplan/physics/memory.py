@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.physics.activations import checkpointed_activations, linear_input_saving, replicated_bytes
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.ops import logits_memory_bytes
+from tuneplan.physics.parallel import pipeline_inflight_factor
+from tuneplan.physics.precision import WEIGHT_COPY_BYTES
+from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
 
@@ -64,9 +69,41 @@ def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CO
     return {"dense": dense, "moe": moe, "layer_input": h * el_bytes}
 
 
+def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> tuple[np.ndarray, np.ndarray]:
+    """Saved activations and loss buffers per GPU (bytes) at the peak stage.
+
+    Per layer from the shapes, as the checkpointing mode, offload, the low-precision recipe and
+    sequence parallel keep them (physics/activations.py); the first pipeline stage holds the
+    in-flight micro-batches, the last one the loss."""
+    tp, pp, cp = a["tp"], a["pp"], a["cp"]
+    per = activation_bytes_per_token_layer(a, c)
+    el_bytes = np.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
+    saving = linear_input_saving(a, el_bytes)
+    repl = replicated_bytes(a, el_bytes) * c.activation_scale
+    tokens = a["micro_batch"] * a["seq_len"] / cp
+    L = a["n_layers"]
+    moe_layers = np.minimum(a["moe_layers"], L)
+    layers = L / pp * a["bwd_layer_fraction"]
+    moe_share = np.where(L > 0, moe_layers / np.maximum(L, 1.0), 0.0)
+    per_dense = (per["dense"] - saving["dense"] * c.activation_scale - repl) / tp + repl
+    per_moe = (per["moe"] - saving["moe"] * c.activation_scale - repl) / tp + repl
+    per_layer = (1.0 - moe_share) * per_dense + moe_share * per_moe
+    eager = np.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / cp) * el_bytes * c.activation_scale / tp
+    acts_stage = checkpointed_activations(a, tokens, per_layer, per["layer_input"], eager, layers)
+    in_flight = pipeline_inflight_factor(pp, get(a, "vpp"), a["grad_accum"])
+    logits = logits_memory_bytes(tokens, a["vocab"], tp, get(a, "ce_code"), c.logits_bytes_per_element)
+    # pipeline: the first stage holds in_flight micro-batches' activations, the last one a micro-batch's
+    # and the loss buffers; the peak is the larger (one stage alone without a pipeline)
+    first = acts_stage * in_flight
+    first_wins = (pp > 1) & (first >= acts_stage + logits)
+    acts = np.where(first_wins, first, np.where(pp > 1, acts_stage, first))
+    logits = np.where(first_wins, 0.0, logits)
+    return acts, logits
+
+
 def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     """Per-GPU memory breakdown (GiB) and the peaks: allocated, reserved, nvidia-smi."""
-    tp, pp, cp, dp, ep = a["tp"], a["pp"], a["cp"], a["dp"], a["ep"]
+    tp, pp, dp, ep = a["tp"], a["pp"], a["dp"], a["ep"]
     split = tp * pp
     shard = a["sharding"]
     gpn = a["gpus"] / a["nodes"]
@@ -90,8 +127,12 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     train_w_bytes = np.where(full | freeze, pbytes, 4.0)
     weights = (trainable * train_w_bytes + frozen_lin * a["frozen_linear_bytes"]
                + frozen_other * a["frozen_other_bytes"])
+    # low-precision training: the cast linear weights (and their transposes) next to the bf16 ones
+    lowp_copies = np.select([get(a, "lowp") == 1, get(a, "lowp") == 2], [WEIGHT_COPY_BYTES[1], WEIGHT_COPY_BYTES[2]], 0.0)
+    weights = weights + lowp_copies * (frozen_lin + np.where(full | freeze, trainable, 0.0))
     weights = np.where(offload, 0.0, weights / w_div)
-    grad_bytes = np.where(full | freeze, pbytes, 4.0)
+    # gradients in the compute dtype, or in an fp32 buffer (Megatron's main_grad, FSDP2 fp32 reduce)
+    grad_bytes = np.where(full | freeze, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
     grads = trainable * grad_bytes / g_div
     # fp32 master copy and fp32 moments (JobSpec.fp32_master: AMP over fp32 weights, DeepSpeed ZeRO,
     # Megatron); otherwise 16-bit weights are trained in place and AdamW's moments are 16-bit too
@@ -103,8 +144,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     state16 = np.where(np.isin(a["optimizer_code"], (1, 2)), state, state * pbytes / 4.0)
     state = np.where(trained16 & ~keep32, state16, state)
     opt = trainable * state / o_div
-    master = np.where(offload, 0.0, master)
-    opt = np.where(offload, 0.0, opt)
+    host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
+    master = np.where(host_states, 0.0, master)
+    opt = np.where(host_states, 0.0, opt)
     grads = np.where(offload, trainable * grad_bytes / np.maximum(sdeg, 1.0), grads)
     # sharded weights are gathered a layer (unit) at a time, with one unit prefetched
     layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
@@ -112,21 +154,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # DDP gradient buckets: a second copy of the gradients while they are all-reduced
     ddp_buckets = np.where((shard == 0) & (dp > 1), trainable * grad_bytes, 0.0)
 
-    # activations
-    per = activation_bytes_per_token_layer(a, c)
-    tokens = a["micro_batch"] * a["seq_len"] / cp
-    L = a["n_layers"]
-    moe_layers = np.minimum(a["moe_layers"], L)
-    dense_layers = L - moe_layers
-    layers_stage = 1.0 / pp
-    bwd_frac = a["bwd_layer_fraction"]
-    full_acts = tokens * (dense_layers * per["dense"] + moe_layers * per["moe"]) / tp * layers_stage * bwd_frac
-    one_layer = tokens * np.maximum(per["dense"], np.where(moe_layers > 0, per["moe"], 0.0)) / tp
-    ckpt_acts = tokens * L * layers_stage * bwd_frac * per["layer_input"] + one_layer
-    acts = np.where(a["grad_ckpt"] > 0, ckpt_acts, full_acts)
-    in_flight = np.where(pp > 1, np.minimum(pp, a["grad_accum"]), 1.0)  # 1F1B: first stage holds pp
-    acts = acts * in_flight
-    logits = tokens * a["vocab"] * c.logits_bytes_per_element / tp
+    acts, logits = activations_and_logits(a, c)
     # transient dequantised weight (QLoRA/GPTQ): one large projection at a time, in and out
     dequant_buf = np.where(a["dequant_bytes"] > 0,
                            2.0 * a["hidden"] * np.maximum(a["intermediate"], a["moe_intermediate"]) * 2.0 / tp,

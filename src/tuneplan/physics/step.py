@@ -9,7 +9,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.ops import (
+    FUSED_ADAPTER_PASSES,
+    FUSED_ELEMENTWISE_PASSES,
+    FUSED_LORA_KERNELS,
+    attention_efficiency,
+    expert_gemm_rows,
+    gemm_efficiency,
+    lm_loss_bytes,
+)
+from tuneplan.physics.parallel import (
+    hierarchical_allreduce,
+    link_bandwidth,
+    pipeline_bubble_fraction,
+    ring_attention_exposed,
+    tp_exposed,
+    ulysses_seconds,
+)
+from tuneplan.physics.precision import (
+    FP8_DEQUANT_BYTES,
+    LOW_PRECISION_GEMM_EFFICIENCY,
+    cast_seconds,
+    weight_cast_seconds,
+)
+from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
 
@@ -18,8 +43,17 @@ def efficiency(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray
     """Achieved share of dense peak for the block matmuls: saturating in the tokens each GPU
     processes per micro-step and in the matmul width per tensor-parallel rank."""
     tokens = a["micro_batch"] * a["seq_len"] / a["cp"]
-    width = a["hidden"] / a["tp"]
-    return c.mfu_max * tokens / (tokens + c.tokens_half) * width / (width + c.hidden_half)
+    return gemm_efficiency(tokens, gemm_width(a), c)
+
+
+def gemm_width(a: Arrays) -> np.ndarray:
+    """The block GEMMs' narrow dimension per tensor-parallel rank (elements): the FLOP-weighted split
+    dimension / tp or the unsplit one, whichever is narrower (hidden / tp where the terms lack them)."""
+    split = a.get("gemm_split_width")
+    full = a.get("gemm_full_width")
+    if split is None or full is None:
+        return a["hidden"] / a["tp"]
+    return np.where((split > 0) & (full > 0), np.minimum(split / a["tp"], full), a["hidden"] / a["tp"])
 
 
 def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
@@ -47,102 +81,145 @@ def dp_bandwidth(a: Arrays) -> np.ndarray:
     return np.where(spans_nodes, np.minimum(a["intra_bw"], a["inter_bw"]), a["intra_bw"])
 
 
-def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
-    """Breakdown of one optimizer step (s): forward, backward, recompute, dequant, overhead,
-    tensor/context/expert-parallel communication, pipeline bubble, optimizer, data-parallel
-    communication (exposed after overlap), and the total."""
-    mb, S, ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
-    tp, pp, cp, dp, ep = a["tp"], a["pp"], a["cp"], a["dp"], a["ep"]
-    L = a["n_layers"]
-    tokens = mb * S / cp  # tokens per GPU per micro-step (context parallel splits the sequence)
+def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arrays:
+    """Forward, backward and recompute seconds of one micro-step, operation by operation: the blocks'
+    dense GEMMs at the precision's rate (physics/precision.py), MoE experts' GEMMs at the rows each
+    expert receives, the LM head and adapters in bf16, attention at FlashAttention's efficiency for its
+    span and head dimension (physics/ops.py)."""
+    tp, pp = a["tp"], a["pp"]
+    split = tp * pp
+    S = a["seq_len"]
+    lowp = get(a, "lowp")
     eff = efficiency(a, c)
-    peak = a["peak_flops"]
-    split = tp * pp  # tensor and pipeline parallel divide the model's FLOPs
-    causal = np.where(a["flash_attn"] > 0, c.causal_fraction_flash, 1.0)
-    attn_tok = a["attn_flops_per_seq"] * S * causal  # quadratic attention, per token
+    rel = a["matmul_rel"]
+    lowp_eff = np.where(lowp > 0, LOW_PRECISION_GEMM_EFFICIENCY, 1.0)
+    block_rate = get(a, "lin_peak_flops") * eff * rel * lowp_eff
+    m_exp = expert_gemm_rows(tokens, a["top_k"], a["n_experts"], a["ep"])
+    expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a), c) * rel * lowp_eff
+    bf16_rate = get(a, "bf16_peak_flops") * eff * rel
+    flash = a["flash_attn"] > 0
+    keys = np.where(flash, get(a, "attn_keys"), S)  # eager computes the full square
+    attn_tok = a["attn_flops_per_seq"] * keys
+    attn_rate = np.where(flash & (get(a, "attn_kernel") != 2),
+                         get(a, "bf16_peak_flops") * attention_efficiency(
+                             get(a, "attn_span"), a.get("head_dim", 128.0), get(a, "attn_kernel"), get(a, "gpu_gen")),
+                         bf16_rate)
+    attn_rate = np.where(attn_rate > 0, attn_rate, bf16_rate)  # no attention layers (Mamba): any rate
+    expert = a.get("expert_fwd_flops", np.zeros_like(a["fwd_block_flops"]))
+    dense = a["fwd_block_flops"] - expert
+    frac = a["bwd_layer_fraction"]
+    per_tok_fwd = (dense / block_rate + expert / expert_rate + (a["head_flops"] + a["adapter_flops"]) / bf16_rate
+                   + attn_tok / attn_rate)
+    per_tok_bwd = (frac * (a["bwd_block_factor"] * (dense / block_rate + expert / expert_rate)
+                           + a["bwd_attn_factor"] * attn_tok / attn_rate + 2.0 * a["adapter_flops"] / bf16_rate)
+                   + a["bwd_head_factor"] * a["head_flops"] / bf16_rate)
+    mode = get(a, "ckpt_code")
+    share = get(a, "ckpt_share") * a["recompute_fraction"] * (mode >= 2)
+    per_tok_rec = frac * (share * (dense / block_rate + expert / expert_rate + a["adapter_flops"] / bf16_rate
+                                   + attn_tok / attn_rate) + (mode == 1) * attn_tok / attn_rate)
+    scale = tokens / split
+    return {"t_fwd": per_tok_fwd * scale, "t_bwd": per_tok_bwd * scale, "t_rec": per_tok_rec * scale,
+            "t_attn_fwd_layer": attn_tok / attn_rate * tokens / tp / np.maximum(a["attn_layers"], 1.0),
+            "t_gemm": (dense / block_rate + expert / expert_rate) * scale * (1.0 + frac * a["bwd_block_factor"]),
+            "eff": eff, "rec_share": share, "attn_rate": attn_rate}
 
-    fwd_flops = tokens * (a["fwd_block_flops"] + a["head_flops"] + attn_tok + a["adapter_flops"]) / split
-    bwd_flops = tokens * (a["bwd_layer_fraction"] * (a["bwd_block_factor"] * a["fwd_block_flops"]
-                                                     + a["bwd_attn_factor"] * attn_tok
-                                                     + 2.0 * a["adapter_flops"])
-                          + a["bwd_head_factor"] * a["head_flops"]) / split
-    rec_flops = a["grad_ckpt"] * a["recompute_fraction"] * a["bwd_layer_fraction"] * tokens * (
-        a["fwd_block_flops"] + attn_tok + a["adapter_flops"]) / split
-    # the GPU's measured matmul efficiency relative to the curve's reference (terms.REFERENCE_MATMUL_EFFICIENCY)
-    rate = peak * eff * a["matmul_rel"]
-    t_fwd = fwd_flops / rate
-    t_bwd = bwd_flops / rate
-    t_rec = rec_flops / rate
 
-    bw = a["mem_bw"] * c.bandwidth_efficiency
-    passes = 2.0 + a["grad_ckpt"]
-    dq_bytes = np.array([0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq])[a["dequant_bytes"].astype(np.intp)]
+def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, bw: np.ndarray,
+                            rec_share: np.ndarray) -> Arrays:
+    """Memory-bound work of one micro-step (s): dequantisation, DoRA's norm, adapter element-wise
+    passes and kernel launches, per-layer overhead, the loss, the activations' element-wise kernels,
+    and the low-precision casts; each by the kernels the framework runs (physics/ops.py)."""
+    split = a["tp"] * a["pp"]
+    L = a["n_layers"]
+    passes = 2.0 + rec_share
+    dq_bytes = np.array([0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, FP8_DEQUANT_BYTES])[
+        a["dequant_bytes"].astype(np.intp)]
     t_dequant = passes * dq_bytes * a["params_frozen_linear"] / split / bw
     is_dora = (a["method_code"] == 5).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
     # LoRA-family: element-wise work per token on the adapted modules' inputs and outputs, and the
     # small kernels each adapted module launches whatever the tokens (DoRA runs more of them)
-    recompute = 1.0 + 0.5 * a["grad_ckpt"]
-    t_adapter = c.adapter_passes * recompute * tokens * a["adapter_io_elements"] * a["weight_bytes_compute"] / (
+    recompute = 1.0 + 0.5 * rec_share
+    fused_lora = get(a, "fused_lora") > 0
+    adapter_passes = np.where(fused_lora & (is_dora == 0), FUSED_ADAPTER_PASSES, c.adapter_passes)
+    t_adapter = adapter_passes * recompute * tokens * a["adapter_io_elements"] * a["weight_bytes_compute"] / (
         split * bw)
-    kernels = np.where(is_dora > 0, c.dora_kernels_per_module, c.lora_kernels_per_module)
+    kernels = np.where(is_dora > 0, c.dora_kernels_per_module,
+                       np.where(fused_lora, FUSED_LORA_KERNELS, c.lora_kernels_per_module))
     # every tensor-parallel rank launches the same kernels; pipeline stages split the modules
-    t_adapter_launch = recompute * a["adapted_modules"] * kernels * c.kernel_launch_s / pp
-    t_overhead = c.overhead_s_per_layer * L / pp * recompute + t_adapter_launch
-    # memory-bound element-wise work: the loss over the vocabulary (last stage) and the activations
-    # streamed by norms, activation functions and residual adds
-    t_loss = tokens * a["vocab"] * c.loss_bytes_per_logit / tp / bw
+    t_adapter_launch = recompute * a["adapted_modules"] * kernels * c.kernel_launch_s / a["pp"]
+    t_overhead = c.overhead_s_per_layer * L / a["pp"] * recompute + t_adapter_launch
+    # the loss over the vocabulary (last stage) and the activations streamed by norms, activation
+    # functions and residual adds, as the framework's kernels stream them
+    t_loss = tokens * a["vocab"] * lm_loss_bytes(get(a, "ce_code"), c.loss_bytes_per_logit) / a["tp"] / bw
     act_el = activation_elements_per_token_layer(a)
-    t_elem = c.elementwise_passes * tokens * act_el * a["weight_bytes_compute"] * L * a["bwd_layer_fraction"] / (
-        tp * pp) / bw
-    t_elementwise = t_loss + t_elem + t_adapter
+    el_passes = np.where(get(a, "fused_elementwise") > 0, FUSED_ELEMENTWISE_PASSES, c.elementwise_passes)
+    t_elem = el_passes * tokens * act_el * a["weight_bytes_compute"] * L * a["bwd_layer_fraction"] / split / bw
+    lowp = get(a, "lowp")
+    io = a.get("linear_io_elements", np.zeros_like(tokens))
+    t_cast = cast_seconds(io / split, tokens, lowp, bw) * recompute
+    return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast}
 
-    # tensor parallel: 2 all-reduces of the layer activations forward, 2 backward (+2 recompute)
+
+def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, ct: Arrays) -> Arrays:
+    """Tensor, context, expert and pipeline-parallel communication of one micro-step (s)."""
+    tp, pp, cp, ep = a["tp"], a["pp"], a["cp"], a["ep"]
+    L = a["n_layers"]
+    gpn = a["gpus"] / a["nodes"]
+    rec_full = ct["rec_share"]
+    # tensor parallel: 2 all-reduces (sequence parallel: all-gather + reduce-scatter, the same bytes) of the
+    # layer activations forward, 2 backward (+2 recompute); overlapped with the GEMMs where the framework does
     act_bytes = tokens * a["hidden"] * a["weight_bytes_compute"]
-    tp_calls = (4.0 + 2.0 * a["grad_ckpt"]) * L / pp
-    t_tp = tp_calls * ring_time(act_bytes, tp, a["intra_bw"], 2.0, c)
-    # context parallel: ring exchange of K and V blocks, forward and twice backward, half hidden
-    kv_bytes = 2.0 * tokens * a["kv_dim"] * a["weight_bytes_compute"]
-    t_cp = 3.0 * a["attn_layers"] / pp * ring_time(kv_bytes * cp, cp, a["intra_bw"], 1.0, c) * (
-        1.0 - c.overlap_fraction)
+    tp_calls = (4.0 + 2.0 * rec_full) * L / pp
+    t_tp = tp_exposed(tp_calls * ring_time(act_bytes, tp, a["intra_bw"], 2.0, c), ct["t_gemm"], get(a, "tp_overlap"), c)
+    # context parallel: ring attention passes K/V blocks (forward; K/V and their gradients backward),
+    # overlapped with the attention of the block in hand; Ulysses: all-to-alls around attention
+    cp_bw = link_bandwidth(tp * cp, gpn, a["intra_bw"], a["inter_bw"])
+    kv_local = 2.0 * tokens * a["kv_dim"] / tp * a["weight_bytes_compute"]
+    t_attn = ct["t_attn_fwd_layer"]
+    ring = (ring_attention_exposed(kv_local, cp, t_attn, cp_bw, c) * (1.0 + rec_full)
+            + ring_attention_exposed(2.0 * kv_local, cp, a["bwd_attn_factor"] * t_attn, cp_bw, c))
+    uly = (3.0 + rec_full) * ulysses_seconds(tokens, a["q_dim"] / tp, a["kv_dim"] / tp, a["weight_bytes_compute"],
+                                             cp, cp_bw, c)
+    t_cp = np.where(cp > 1, a["attn_layers"] / pp * np.where(get(a, "cp_ulysses") > 0, uly, ring), 0.0)
     # expert parallel: all-to-all dispatch and combine, forward and backward, per MoE layer
-    ep_bw = np.where(ep > a["gpus"] / a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), a["intra_bw"])
+    ep_bw = link_bandwidth(ep, gpn, a["intra_bw"], a["inter_bw"])
     a2a_bytes = tokens * a["hidden"] * np.maximum(a["top_k"], 1.0) * a["weight_bytes_compute"]
     t_ep = 4.0 * a["moe_layers"] / pp * ring_time(a2a_bytes, ep, ep_bw, 1.0, c)
-    # pipeline: activations to the next stage, forward and backward
-    t_pp_p2p = np.where(pp > 1, 2.0 * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
+    # pipeline: activations to the next stage, forward and backward, once per virtual stage
+    t_pp_p2p = np.where(pp > 1, 2.0 * get(a, "vpp") * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
+    return {"t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "t_pp_p2p": t_pp_p2p}
 
-    t_micro = t_fwd + t_bwd + t_rec + t_dequant + t_elementwise + t_overhead + t_tp + t_cp + t_ep + t_pp_p2p
-    t_pipeline = (ga + pp - 1.0) * t_micro
-    t_bubble = (pp - 1.0) * t_micro
 
-    # optimizer: bytes per trainable parameter, divided by the ranks that own a shard
-    opt_code = a["optimizer_code"]
-    opt_bytes = np.array([c.optimizer_bytes_adamw, c.optimizer_bytes_8bit, c.optimizer_bytes_8bit,
-                          c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
-                          c.optimizer_bytes_adafactor])[opt_code.astype(np.intp)]
-    shard = a["sharding"]
-    opt_div = np.where(shard >= 1, dp, 1.0) * split
-    offload = shard == 5
-    t_opt = np.where(offload, a["params_trainable"] / opt_div * opt_bytes / (c.cpu_offload_gbs * 1e9),
-                     a["params_trainable"] / opt_div * opt_bytes / bw)
+def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants) -> np.ndarray:
+    """A data-parallel collective (factor 2 all-reduce, 1 all-gather / reduce-scatter): a ring inside a
+    node, hierarchical across nodes (physics/parallel.py)."""
+    model_par = a["tp"] * a["pp"] * a["cp"]
+    gpn = a["gpus"] / a["nodes"]
+    spans = a["dp"] * model_par > gpn
+    per_node = np.maximum(gpn / model_par, 1.0)
+    hier = hierarchical_allreduce(nbytes, a["dp"], per_node, a["intra_bw"], a["inter_bw"], c) * factor / 2.0
+    return np.where(spans, hier, ring_time(nbytes, a["dp"], a["intra_bw"], factor, c))
 
-    # data-parallel communication
-    bw_dp = dp_bandwidth(a)
-    train_bytes_ddp = a["params_trainable"] / split * c.ddp_grad_bytes
+
+def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> np.ndarray:
+    """Data-parallel communication of one step by sharding (s), before overlap."""
+    split = a["tp"] * a["pp"]
+    dp, ga, shard = a["dp"], a["grad_accum"], a["sharding"]
+    grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, c.ddp_grad_bytes)
+    train_bytes_ddp = a["params_trainable"] / split * grad_bytes
     train_bytes_sh = a["params_trainable"] / split * c.sharded_grad_bytes
     all_bytes = a["params_total"] / split * a["weight_bytes_compute"]
-    # each sharding's collectives, computed only where that sharding occurs
-    t_comm = np.zeros(np.broadcast(mb, shard).shape)
+    t_comm = np.zeros(np.broadcast(a["micro_batch"], shard).shape)
     kinds = {k for k in (0.0, 1.0, 2.0, 3.0, 4.0, 5.0) if np.any(shard == k)}
-    if kinds & {0.0, 1.0}:  # DDP / ZeRO-1: one all-reduce of the gradients per step
-        t_comm = np.where(shard <= 1, ring_time(train_bytes_ddp, dp, bw_dp, 2.0, c), t_comm)
+    if kinds & {0.0, 1.0}:  # DDP / ZeRO-1 / distributed optimizer: one all-reduce (RS + AG) of the gradients
+        t_comm = np.where(shard <= 1, _dp_collective(a, train_bytes_ddp, 2.0, c), t_comm)
     if 2.0 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
-        zero2 = ring_time(train_bytes_sh, dp, bw_dp, 1.0, c) * ga + ring_time(
-            a["params_trainable"] / split * a["weight_bytes_compute"], dp, bw_dp, 1.0, c)
+        zero2 = _dp_collective(a, train_bytes_sh, 1.0, c) * ga + _dp_collective(
+            a, a["params_trainable"] / split * a["weight_bytes_compute"], 1.0, c)
         t_comm = np.where(shard == 2, zero2, t_comm)
     if kinds & {3.0, 5.0}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
-        zero3 = ga * (2.0 * ring_time(all_bytes, dp, bw_dp, 1.0, c) + ring_time(train_bytes_sh, dp, bw_dp, 1.0, c))
+        zero3 = ga * (2.0 * _dp_collective(a, all_bytes, 1.0, c) + _dp_collective(a, train_bytes_sh, 1.0, c))
         offload_xfer = ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9)
         t_comm = np.where(shard == 3, zero3, np.where(shard == 5, zero3 + offload_xfer, t_comm))
     if 4.0 in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
@@ -151,6 +228,46 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                        + ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
             train_bytes_sh / np.minimum(dp, gpn), a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
         t_comm = np.where(shard == 4, hybrid, t_comm)
+    return t_comm
+
+
+def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
+    """Breakdown of one optimizer step (s): forward, backward, recompute, dequant, overhead,
+    tensor/context/expert-parallel communication, pipeline bubble, optimizer, data-parallel
+    communication (exposed after overlap), and the total."""
+    mb, S, ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
+    tp, pp, cp, dp = a["tp"], a["pp"], a["cp"], a["dp"]
+    split = tp * pp
+    tokens = mb * S / cp  # tokens per GPU per micro-step (context parallel splits the sequence)
+    bw = a["mem_bw"] * c.bandwidth_efficiency
+    ct = _compute_seconds(a, c, tokens)
+    t_fwd, t_bwd, t_rec = ct["t_fwd"], ct["t_bwd"], ct["t_rec"]
+    mt = _memory_traffic_seconds(a, c, tokens, bw, ct["rec_share"])
+    par = _model_parallel_seconds(a, c, tokens, ct)
+    host = np.where(np.isfinite(get(a, "host_bw")), get(a, "host_bw"), c.cpu_offload_gbs * 1e9)
+    t_offload = activation_offload_seconds(a, c, tokens, host, t_fwd + t_bwd)
+
+    t_micro = (t_fwd + t_bwd + t_rec + mt["t_dequant"] + mt["t_elementwise"] + mt["t_overhead"] + par["t_tp"]
+               + par["t_cp"] + par["t_ep"] + par["t_pp_p2p"] + t_offload)
+    t_bubble = pipeline_bubble_fraction(pp, get(a, "vpp")) * t_micro
+    t_pipeline = ga * t_micro + t_bubble
+
+    # optimizer: bytes per trainable parameter, divided by the ranks that own a shard; on the host when
+    # offloaded (ZeRO-offload: gradients down, updated 16-bit weights up)
+    opt_code = a["optimizer_code"]
+    opt_bytes = np.array([c.optimizer_bytes_adamw, c.optimizer_bytes_8bit, c.optimizer_bytes_8bit,
+                          c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
+                          c.optimizer_bytes_adafactor])[opt_code.astype(np.intp)]
+    shard = a["sharding"]
+    opt_div = np.where(shard >= 1, dp, 1.0) * split
+    offload = (shard == 5) | (get(a, "offload_code") > 0)
+    host_opt = a["params_trainable"] / opt_div * (opt_bytes + 2.0 * a["weight_bytes_compute"]) / (
+        c.cpu_offload_gbs * 1e9)
+    t_opt = np.where(offload, host_opt, a["params_trainable"] / opt_div * opt_bytes / bw)
+    t_opt = t_opt + weight_cast_seconds((a["params_trainable"] + a["params_frozen_linear"]) / split,
+                                        get(a, "lowp"), bw)
+
+    t_comm = _dp_seconds(a, c, ct)
     # overlap: DDP buckets hide behind the last micro-step's backward; sharded collectives behind
     # every micro-step's forward and backward
     hide = np.where(shard >= 3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
@@ -161,16 +278,16 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "forward_s": ga * t_fwd,
         "backward_s": ga * t_bwd,
         "recompute_s": ga * t_rec,
-        "dequant_s": ga * t_dequant,
-        "elementwise_s": ga * t_elementwise,
-        "overhead_s": ga * t_overhead,
-        "tensor_parallel_s": ga * (t_tp + t_cp + t_ep + t_pp_p2p),
+        "dequant_s": ga * mt["t_dequant"],
+        "elementwise_s": ga * (mt["t_elementwise"] + t_offload),
+        "overhead_s": ga * mt["t_overhead"],
+        "tensor_parallel_s": ga * (par["t_tp"] + par["t_cp"] + par["t_ep"] + par["t_pp_p2p"]),
         "pipeline_bubble_s": t_bubble,
         "optimizer_s": t_opt,
         "communication_s": t_comm_exposed,
         "communication_total_s": t_comm,
         "step_s": total,
-        "efficiency": eff,
+        "efficiency": ct["eff"],
         "compute_s": ga * (t_fwd + t_bwd + t_rec),
     }
 
@@ -179,8 +296,7 @@ def model_flops_per_step(a: Arrays) -> np.ndarray:
     """The 6N-style model FLOPs of one optimizer step, all GPUs (for MFU): forward + backward,
     without recompute or dequantisation, counting the attention term."""
     S = a["seq_len"]
-    causal = np.where(a["flash_attn"] > 0, 0.5, 1.0)
-    attn_tok = a["attn_flops_per_seq"] * S * causal
+    attn_tok = a["attn_flops_per_seq"] * np.where(a["flash_attn"] > 0, get(a, "attn_keys"), S)
     per_tok = (a["fwd_block_flops"] + a["head_flops"] + attn_tok + a["adapter_flops"]) + (
         a["bwd_layer_fraction"] * (a["bwd_block_factor"] * a["fwd_block_flops"] + 2.0 * attn_tok
                                    + 2.0 * a["adapter_flops"]) + a["bwd_head_factor"] * a["head_flops"])

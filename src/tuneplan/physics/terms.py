@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.precision import FP8_WEIGHT_BYTES
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
@@ -23,14 +24,21 @@ SHARDING_CODES = {"none": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hybr
                   "zero3-offload": 5, "fsdp-offload": 5}
 OPTIMIZER_CODES = {"adamw": 0, "adamw-8bit": 1, "paged-adamw-8bit": 2, "sgd": 3, "sgd-momentum": 4,
                    "adafactor": 5}
-PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
+PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 2.0, "nvfp4": 2.0, "mxfp4": 2.0}
+"""Bytes per weight and activation element at the compute precision. Low-precision training (fp8, fp4)
+keeps bf16 weights and activations; its cast copies are physics/precision.py's."""
 QUANT_BYTES_PER_WEIGHT = {
     "none": None,  # = precision bytes
     "int8": 1.0 + 4.0 / 4096,  # LLM.int8: int8 weights + fp32 row scales (negligible)
     "nf4": 0.5 + 0.127 / 8,  # QLoRA: 4-bit NF4 + double-quantised absmax (0.127 bit/param, Dettmers 2023)
     "gptq-int4": 0.5 + (16 + 4) / 8 / 128,  # 4-bit + fp16 scale and 4-bit zero per group of 128
     "awq-int4": 0.5 + (16 + 4) / 8 / 128,  # AWQ: same group-128 layout
+    "fp8": FP8_WEIGHT_BYTES,  # fp8 base weights + scales (physics/precision.py)
 }
+
+ROW_PARALLEL = frozenset({"o", "down", "fc2", "out_proj", "dense", "wo", "shared_down", "dense_4h_to_h"})
+"""Linears tensor parallelism splits along their input (row-parallel: attention output, MLP down); the
+others split along their output (Shoeybi et al., 'Megatron-LM', 2019, Sec. 3)."""
 
 TARGET_ALIASES = {
     "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "out_proj": "o", "query": "q",
@@ -105,6 +113,29 @@ class ModelTerms:
     adapter_in_elements: float  # per token, whole model: inputs of the adapted modules, one per module
     adapted_modules: float  # adapted linear modules in the whole model (each adds its own small kernels)
     weight_bytes_compute: float  # bytes per weight at the compute precision
+    expert_fwd_flops: float = 0.0  # the part of fwd_block_flops in MoE experts' GEMMs (per token)
+    linear_io_elements: float = 0.0  # per token, whole model: inputs + outputs of the block linears (elements)
+    head_dim: float = 128.0  # attention head dimension (elements)
+    gemm_split_width: float = 0.0  # FLOP-weighted width of the block GEMMs' dimension tensor parallel splits
+    gemm_full_width: float = 0.0  # FLOP-weighted width of their other (unsplit) dimension
+
+
+def _linear_sums(linears, dense_moe: bool) -> tuple[float, float, float, float, float]:
+    """Per token, whole model: forward FLOPs of the block linears, of the experts among them, their
+    input + output elements, and the FLOP-weighted sums of their split / unsplit widths."""
+    fwd = expert = io = split_w = full_w = 0.0
+    for lin in linears:
+        active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
+        f = 2.0 * lin.in_features * lin.out_features * active * lin.n_layers
+        fwd += f
+        io += (lin.in_features + lin.out_features) * active * lin.n_layers
+        if lin.count_per_layer > 1:
+            expert += f
+        # Megatron layout: row-parallel linears (o, down) split their input, column-parallel ones their output
+        row = lin.name in ROW_PARALLEL
+        split_w += f * (lin.in_features if row else lin.out_features)
+        full_w += f * (lin.out_features if row else lin.in_features)
+    return fwd, expert, io, split_w, full_w
 
 
 def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
@@ -114,10 +145,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     linears = model.linears
     L = max(1, model.n_layers)
 
-    fwd_block = 0.0
-    for lin in linears:
-        active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
-        fwd_block += 2.0 * lin.in_features * lin.out_features * active * lin.n_layers
+    fwd_block, expert_fwd, linear_io, split_w, full_w = _linear_sums(linears, dense_moe)
     head_flops = 2.0 * model.vocab_size * model.hidden_size  # tied or not, the head is a V x h GEMM
     q_dim = model.n_heads * model.head_dim
     kv_dim = model.n_kv_heads * model.head_dim
@@ -180,7 +208,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         frozen_other = total - block_linear_params
         qb = QUANT_BYTES_PER_WEIGHT.get(quant)
         frozen_linear_bytes = pbytes if qb is None else qb
-        dequant = {"nf4": 1.0, "gptq-int4": 2.0, "awq-int4": 2.0, "int8": 2.0}.get(quant, 0.0)
+        dequant = {"nf4": 1.0, "gptq-int4": 2.0, "awq-int4": 2.0, "int8": 2.0, "fp8": 3.0}.get(quant, 0.0)
         bwd_block, bwd_head, bwd_frac = 1.0, 1.0, 1.0
     elif method == "freeze":
         k = min(job.trainable_layers, L)
@@ -241,6 +269,9 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         adapter_in_elements=adapter_in,
         adapted_modules=adapted_modules,
         weight_bytes_compute=pbytes,
+        expert_fwd_flops=expert_fwd, linear_io_elements=linear_io, head_dim=float(model.head_dim),
+        gemm_split_width=split_w / fwd_block if fwd_block else float(model.hidden_size),
+        gemm_full_width=full_w / fwd_block if fwd_block else float(model.hidden_size),
     )
 
 
@@ -270,6 +301,20 @@ def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]
     }
 
 
+def sharding_code(job: JobSpec) -> int:
+    """SHARDING_CODES of the job's sharding; a framework with a distributed optimizer (Megatron / NeMo)
+    shards master weights and moments over data parallel (ZeRO-1) where the job says ddp; `--offload
+    all` offloads like ZeRO-3 offload."""
+    from tuneplan.specs.framework import get_framework
+
+    code = SHARDING_CODES[job.sharding_kind()]
+    if job.offload == "all":
+        return SHARDING_CODES["zero3-offload"]
+    if code == 0 and job.dp > 1 and get_framework(job.framework).distributed_optimizer:
+        return SHARDING_CODES["zero1"]
+    return code
+
+
 def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
     return {
         "micro_batch": float(job.micro_batch),
@@ -282,13 +327,19 @@ def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
         "cp": float(job.cp),
         "ep": float(job.ep),
         "dp": float(job.dp),
-        "sharding": float(SHARDING_CODES[job.sharding_kind()]),
+        "sharding": float(sharding_code(job)),
         "grad_ckpt": 1.0 if job.grad_ckpt else 0.0,
         "flash_attn": 1.0 if job.flash_attn else 0.0,
         "fp32_master": 1.0 if job.fp32_master() else 0.0,
         "variable_shapes": 1.0 if job.variable_shapes() else 0.0,
         "adapter_fp32": 1.0 if job.adapter_dtype == "fp32" else 0.0,
     }
+
+
+def stack_numbers(model, gpu, job, seq):
+    from tuneplan.physics.stack import stack_numbers as numbers
+
+    return numbers(model, gpu, job, seq)
 
 
 def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None) -> dict[str, np.ndarray]:
@@ -298,12 +349,13 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
     cache: dict[tuple, ModelTerms] = {}
     for model, gpu, job, seq in rows:
         key = (id(model), job.method, job.lora_rank, job.lora_targets, job.trainable_layers,
-               job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode)
+               job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode, job.ckpt_mode)
         mt = cache.get(key)
         if mt is None:
             mt = model_terms(model, job, constants)
             cache[key] = mt
-        d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq)}
+        d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq),
+             **stack_numbers(model, gpu, job, seq)}
         eb, fk = kavier_terms(gpu, d["peak_flops"])
         d["kavier_eb"], d["kavier_peak"] = eb, fk
         for k, v in d.items():

@@ -15,12 +15,20 @@ from tuneplan.errors import InputError
 
 METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze")
 LORA_FAMILY = ("lora", "qlora", "gptq-lora", "alora", "dora")
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4", "mxfp4")
+LOW_PRECISIONS = ("fp8", "nvfp4", "mxfp4")
+"""Training precisions whose linear layers run below 16 bits (physics/precision.py: the rest stays bf16)."""
+CKPT_MODES = ("none", "selective", "full", "offload")
+"""Activation checkpointing: none; selective (Megatron's: recompute attention's core, keep the linears'
+inputs); full (keep each checkpointed layer's input, recompute the layer); offload (keep each layer's
+input in host memory, recompute the layer)."""
+CP_MODES = ("ring", "ulysses")
+FRAMEWORK_DEFAULT = "generic"
 MASTER_WEIGHTS = ("auto", "fp32", "none")
 OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
-QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4")
+QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "fp8")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
@@ -35,7 +43,7 @@ DEFAULT_FREEZE_TRAINABLE_LAYERS = 2
 """`freeze` trains the last N blocks; 2 is LLaMA-Factory's freeze_trainable_layers default."""
 
 Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"]
-Precision = Literal["bf16", "fp16", "fp32", "fp8"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "mxfp4"]
 Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
                    "zero3-offload", "fsdp-offload"]
@@ -55,6 +63,16 @@ class JobSpec(BaseModel):
     optimizer: Optimizer = "adamw"
     master_weights: Literal["auto", "fp32", "none"] = "auto"
     grad_ckpt: bool = False
+    # --grad-ckpt none|selective|full|offload (a bool still works: true = full, false = none); "auto" = by grad_ckpt
+    ckpt_mode: Literal["auto", "none", "selective", "full", "offload"] = "auto"
+    ckpt_every: int = 1  # checkpoint one layer in every N (Megatron recompute_num_layers, unsloth's offload share)
+    act_offload: bool = False  # activation CPU offload of the saved tensors (Megatron / torchtune / NeMo)
+    framework: str = FRAMEWORK_DEFAULT  # data/frameworks.yaml: the kernels and defaults the stack uses
+    fused_ce: bool | None = None  # fused / chunked cross-entropy (no full fp32 logits); None: by framework
+    sequence_parallel: bool | None = None  # Megatron sequence parallel with tp > 1; None: by framework
+    cp_mode: Literal["ring", "ulysses"] = "ring"  # context parallel: ring attention or Ulysses all-to-all
+    vpp: int = 1  # interleaved pipeline: virtual stages per pipeline rank
+    offload: Literal["none", "optimizer", "all"] = "none"  # optimizer states (ZeRO-offload) / also parameters
     flash_attn: bool = True
     gpus: int = 1
     nodes: int = 1
@@ -85,8 +103,36 @@ class JobSpec(BaseModel):
     rate_usd_per_gpu_hour: float | None = None
     grid_gco2_kwh: float | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _ckpt_words(cls, data):
+        """`grad_ckpt` takes a mode word too (none, selective, full, offload, or true/false as text)."""
+        if isinstance(data, dict) and isinstance(data.get("grad_ckpt"), str):
+            data = dict(data)
+            word = data["grad_ckpt"].strip().lower()
+            word = {"true": "full", "1": "full", "yes": "full", "on": "full", "false": "none", "0": "none",
+                    "no": "none", "off": "none"}.get(word, word)
+            if word not in CKPT_MODES:
+                raise ValueError(f"grad_ckpt: unknown mode '{data['grad_ckpt']}' (allowed: {', '.join(CKPT_MODES)})")
+            data["ckpt_mode"] = word
+            data["grad_ckpt"] = word != "none"
+        elif isinstance(data, dict) and data.get("ckpt_mode") not in (None, "auto"):
+            data = dict(data)
+            data["grad_ckpt"] = data["ckpt_mode"] != "none"
+        return data
+
+    @field_validator("framework")
+    @classmethod
+    def _framework(cls, v: str) -> str:
+        from tuneplan.specs.framework import framework_names
+
+        v = (v or FRAMEWORK_DEFAULT).strip().lower()
+        if v not in framework_names():
+            raise ValueError(f"unknown framework '{v}' (allowed: {', '.join(framework_names())})")
+        return v
+
     @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
-                     "trainable_layers")
+                     "trainable_layers", "ckpt_every", "vpp")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
@@ -139,11 +185,20 @@ class JobSpec(BaseModel):
             raise ValueError(f"data-parallel degree ({self.gpus // model_par}) must be divisible by ep ({self.ep})")
         if self.method in ("qlora", "gptq-lora") and self.precision == "fp32":
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
+        if self.vpp > 1 and self.pp == 1:
+            raise ValueError(f"vpp ({self.vpp}) needs pipeline parallelism (pp > 1)")
         if self.method == "full" and self.quant not in (None, "none"):
             raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
         return self
 
     # ---- derived -------------------------------------------------------------------------------
+    @property
+    def checkpointing(self) -> str:
+        """The activation-checkpointing mode in effect: none, selective, full or offload."""
+        if not self.grad_ckpt:
+            return "none"
+        return self.ckpt_mode if self.ckpt_mode not in ("auto", "none") else "full"
+
     @property
     def dp(self) -> int:
         """Data-parallel degree: what remains of the GPUs after tensor, pipeline and context parallel."""
@@ -182,10 +237,17 @@ class JobSpec(BaseModel):
         then allocates its moments in bf16: 8 bytes per parameter). `auto`: DeepSpeed ZeRO and
         Megatron (tensor parallel) keep fp32 masters, fp8 training keeps them too; everything else
         (one GPU, DDP, FSDP, a model split over GPUs layer by layer with a device map) trains the
-        16-bit weights in place."""
+        16-bit weights in place, unless the framework (data/frameworks.yaml `master_weights`) keeps
+        fp32 masters (Megatron, torchtitan, llm-foundry, DeepSpeed) or trains in place (unsloth,
+        torchtune, ms-swift, litgpt)."""
         if self.master_weights != "auto":
             return self.master_weights == "fp32"
-        return self.sharding.startswith("zero") or self.tp > 1 or self.precision == "fp8"
+        from tuneplan.specs.framework import get_framework
+
+        fw_master = get_framework(self.framework).master_weights
+        if fw_master != "auto":
+            return fw_master == "fp32"
+        return self.sharding.startswith("zero") or self.tp > 1 or self.precision in LOW_PRECISIONS
 
     def variable_shapes(self) -> bool:
         """Whether batches vary in length from step to step: unpacked samples padded only to the
@@ -218,7 +280,8 @@ def make_job(**kwargs) -> JobSpec:
             allowed = {
                 "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
                 "sharding": SHARDINGS, "moe_mode": MOE_MODES, "padding": PADDINGS,
-                "adapter_dtype": ADAPTER_DTYPES,
+                "adapter_dtype": ADAPTER_DTYPES, "ckpt_mode": ("auto",) + CKPT_MODES, "cp_mode": CP_MODES,
+                "offload": ("none", "optimizer", "all"),
             }.get(loc)
             got = err.get("input")
             msg = f"unknown value '{got}'"

@@ -1,0 +1,78 @@
+"""Saved activations under the memory modes: checkpointing (none, selective, full, offload) with a
+per-layer frequency, activation CPU offload, low-precision saved inputs, and sequence-parallel
+sharding of the norm / residual activations. Bytes per GPU (vectorised), and the exposed time of the
+host transfers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tuneplan.physics.precision import SAVED_LINEAR_INPUT_BYTES
+from tuneplan.physics.stack import get
+
+OFFLOAD_RESIDENT_LAYERS = 2.0
+"""Layers whose saved tensors stay on the GPU under activation offload (count): the one computing and
+the one being copied / prefetched (torchtune's OffloadActivations, Megatron's cpu_offloading_num_layers)."""
+
+
+def linear_input_saving(a, el_bytes):
+    """Bytes per token per layer a low-precision recipe saves by keeping its linears' inputs at 8 bits
+    (the inputs of q/k/v (h), o (q), gate/up (h), down (I; MoE: top-k experts' widths))."""
+    lowp = get(a, "lowp")
+    saved = np.where(lowp == 1, SAVED_LINEAR_INPUT_BYTES[1], np.where(lowp == 2, SAVED_LINEAR_INPUT_BYTES[2], el_bytes))
+    inter_dense = a["intermediate"]
+    inter_moe = np.maximum(a["top_k"], 1.0) * a["moe_intermediate"]
+    width = 2.0 * a["hidden"] + a["q_dim"]
+    return {"dense": (width + inter_dense) * (el_bytes - saved), "moe": (width + inter_moe) * (el_bytes - saved)}
+
+
+def replicated_bytes(a, el_bytes):
+    """Bytes per token per layer that tensor parallelism does not split unless sequence parallel is on:
+    the norms' inputs and outputs of attention and MLP (4h elements; Korthikanti et al. 2022, Sec. 4.2.2)."""
+    on = (get(a, "seq_par") > 0) | (a["tp"] <= 1)
+    return np.where(on, 0.0, 4.0 * a["hidden"] * el_bytes)
+
+
+def checkpointed_activations(a, tokens, per_layer, layer_input, eager_scores, layers):
+    """Saved activations of `layers` layers (bytes) under the checkpointing mode:
+    none: every layer's full set; selective: the full set without eager attention's scores (Megatron's
+    selective recompute of the attention core; nothing to drop under FlashAttention); full: each
+    checkpointed layer (a share 1/ckpt_every) keeps only its input, the others their full set, plus
+    one layer's full set while it is recomputed; offload: the checkpointed layers' inputs go to host
+    memory, two stay; activation offload (any mode): only OFFLOAD_RESIDENT_LAYERS layers' saved tensors
+    stay on the GPU."""
+    mode = get(a, "ckpt_code")
+    share = np.clip(get(a, "ckpt_share"), 0.0, 1.0)
+    full = tokens * layers * per_layer
+    selective = tokens * layers * (per_layer - eager_scores)
+    ckpt = tokens * (layers * share * layer_input + layers * (1.0 - share) * per_layer) + tokens * per_layer
+    offload = tokens * (np.minimum(layers * share, OFFLOAD_RESIDENT_LAYERS) * layer_input
+                        + layers * (1.0 - share) * per_layer) + tokens * per_layer
+    acts = np.select([mode == 1, mode == 2, mode == 3], [selective, ckpt, offload], default=full)
+    resident = tokens * np.minimum(layers, OFFLOAD_RESIDENT_LAYERS) * per_layer
+    return np.where(get(a, "act_offload") > 0, np.minimum(acts, resident), acts)
+
+
+def offloaded_bytes(a, tokens, per_layer, layer_input, layers):
+    """Bytes copied to host memory and back per micro-step (each way): activation offload copies every
+    layer's saved tensors, checkpoint offload the checkpointed layers' inputs."""
+    mode = get(a, "ckpt_code")
+    share = np.clip(get(a, "ckpt_share"), 0.0, 1.0)
+    ck = np.where(mode == 3, tokens * layers * share * layer_input, 0.0)
+    return np.where(get(a, "act_offload") > 0, tokens * layers * per_layer, ck)
+
+
+def activation_offload_seconds(a, c, tokens, host_bw, overlap_s):
+    """Exposed time of the host copies of offloaded activations per micro-step (s): out during the
+    forward and back during the backward over the host link, overlapped with compute (copies on their
+    own CUDA stream): max(copy - compute, 0)."""
+    mode = get(a, "ckpt_code")
+    if not (np.any(mode == 3) or np.any(get(a, "act_offload") > 0)):
+        return np.zeros_like(np.asarray(tokens, dtype=float))
+    from tuneplan.physics.memory import activation_bytes_per_token_layer
+
+    per = activation_bytes_per_token_layer(a, c)
+    layers = a["n_layers"] / a["pp"] * a["bwd_layer_fraction"]
+    nbytes = offloaded_bytes(a, tokens, per["dense"] / a["tp"], per["layer_input"], layers)
+    return np.maximum(2.0 * nbytes / host_bw - overlap_s, 0.0)

@@ -1,0 +1,127 @@
+"""Per-operation costing: GEMMs at a shape-dependent efficiency, attention at FlashAttention's measured
+efficiency (a function of the attended span and the head dimension, by kernel and GPU generation),
+MoE expert GEMMs at the tokens each expert receives, and the loss / element-wise work as memory
+traffic by the kernels the framework runs. Each function is small and vectorised over configurations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ATTENTION_KERNEL_CODES = {"flash2": 0, "sdpa": 0, "flash3": 1, "te": 1, "eager": 2, "flash1": 3}
+"""0: FlashAttention-2 (PyTorch SDPA's flash backend is FA2); 1: Hopper/Blackwell-native kernels
+(FlashAttention-3, cuDNN fused attention through Transformer Engine); 2: eager (scores materialised);
+3: FlashAttention 1."""
+
+FLASH1_RELATIVE = 0.5
+"""FlashAttention 1's speed relative to FlashAttention-2 on the same GPU (fraction): 'FlashAttention-2
+... around 2x faster than FlashAttention' (Dao 2023, abstract and Fig. 4-6)."""
+
+GPU_GENERATION_CODES = {"ampere": 0, "ada": 0, "turing": 0, "volta": 0, "hopper": 1, "blackwell": 1}
+"""0: GPUs whose tensor cores FlashAttention-2 was written for (mma.sync: Volta..Ada); 1: Hopper and
+Blackwell (wgmma / tcgen05: FA2 leaves most of the peak unused); 2: other vendors."""
+
+FLASH_MAX_EFFICIENCY = {(0, 0): 0.768, (0, 1): 0.39, (1, 0): 0.768, (1, 1): 0.68, (0, 2): 0.39, (1, 2): 0.39}
+"""Attention's achieved share of the bf16 dense peak at long spans and wide heads (fraction), forward +
+backward, causal, by (kernel code, GPU generation code): the limits of `attention_efficiency`'s two
+saturating factors. Sources: Dao, 'FlashAttention-2' (2023) Fig. 6, A100 causal fwd+bwd head dim 128:
+~196 TFLOP/s at 16k = 0.63 of 312 -> 0.768 as the limit; Shah et al., 'FlashAttention-3' (2024) Fig. 5/7
+on H100 SXM5, causal head dim 128 at 16k: FA2 ~370 fwd / ~300 bwd TFLOP/s (fwd+bwd 0.32 of 989 ->
+limit 0.39), FA3 ~650 fwd / ~520 bwd (0.56 -> limit 0.68); cuDNN's fused attention (Transformer
+Engine) is at FA3's level on Hopper (NVIDIA cuDNN 9 release notes). Blackwell taken as Hopper. Other
+vendors (ROCm CK flash attention on MI300X: ~0.3 of peak forward, AMD ROCm blog 2024) at 0.39."""
+
+FLASH_SPAN_HALF = 269.0
+"""Attended span (tokens) at which FlashAttention reaches half its limit (tokens): from FA2's A100
+causal head-dim-128 curve, 0.42 of peak at 512 tokens and 0.63 at 16k (Dao 2023, Fig. 6): the
+S / (S + S_half) curve through both points has S_half = 269."""
+
+FLASH_HEAD_DIM_HALF = 25.6
+"""Head dimension at which FlashAttention reaches half its limit (elements): FA2 on A100 at 16k runs
+head dim 64 at ~169 and 128 at ~196 TFLOP/s (Dao 2023, Fig. 6): d / (d + d_half) through both gives 25.6."""
+
+EAGER_SCORE_BYTES = 12.0
+"""Eager attention's memory traffic per score element (head x query x key) per forward + backward
+(bytes): scores written and read by softmax (2 + 2), probabilities written and read by AV (2 + 2),
+and the backward's reads of both and write of their gradient (~4)."""
+
+LOSS_BYTES_PER_LOGIT = {0: None, 1: 8.0, 2: 4.0}
+"""Loss traffic per (token x vocab) element, forward + backward (bytes), by cross-entropy kind: 0 torch
+cross-entropy over upcast logits (PhysicsConstants.loss_bytes_per_logit, 24); 1 chunked / in-kernel
+(bf16 logits written and read forward, the in-place gradient written and read backward: 2 + 2 + 2 + 2);
+2 fused linear + cross-entropy (logits of one chunk written and read once each way: 4)."""
+
+LOGITS_BYTES_PER_ELEMENT = {0: None, 1: 4.0, 2: 0.0}
+"""Memory held per (token x vocab) element at the loss (bytes): 0 PhysicsConstants.logits_bytes_per_element
+(16: bf16 logits, fp32 copy, fp32 log-softmax, fp32 and bf16 gradients); 1 chunked (bf16 logits and their
+bf16 gradient, fp32 work one chunk at a time: 2 + 2); 2 fused (no full logits: a chunk's, counted in
+FUSED_CE_CHUNK_TOKENS)."""
+
+FUSED_CE_CHUNK_TOKENS = 4096.0
+"""Tokens per chunk of a fused linear + cross-entropy (tokens): Liger's FusedLinearCrossEntropy sizes
+chunks to about hidden/vocab of the batch; taken as 4,096 tokens x vocab x 6 bytes (bf16 logits + fp32 work)."""
+
+FUSED_LORA_KERNELS = 4.0
+"""Kernels per LoRA-adapted module per micro-step with fused LoRA kernels (count): unsloth's LoRA_MLP /
+LoRA_QKV fuse dropout-free A, B, scale and add into the base matmul's epilogue: about 2 forward + 2 backward."""
+
+FUSED_ADAPTER_PASSES = 1.0
+"""Element-wise passes over an adapted module's input and output with fused LoRA kernels (passes): the
+low-rank path's output added in the GEMM epilogue, its gradient read once."""
+
+FUSED_ELEMENTWISE_PASSES = 1.0
+"""Times saved activations are streamed by fused element-wise kernels (passes): a fused chain (torch.compile,
+Triton or Megatron's fusions) reads each tensor once and writes its result once, against ~3 unfused."""
+
+
+def gemm_efficiency(m, n_rank, c):
+    """Achieved share of dense peak of a GEMM of m rows (tokens per GPU per micro-step) and width n_rank
+    per tensor-parallel rank (the narrow of N and K): saturating in both (PhysicsConstants mfu_max,
+    tokens_half, hidden_half); the GPU's measured matmul efficiency multiplies it in step.py."""
+    return c.mfu_max * m / (m + c.tokens_half) * n_rank / (n_rank + c.hidden_half)
+
+
+def expert_gemm_rows(tokens, top_k, n_experts, ep):
+    """Rows of each expert's GEMM (tokens): an expert-parallel group of `ep` ranks sends each local
+    expert its share of the group's tokens, tokens x ep x top_k / n_experts (grouped GEMM over the local
+    experts); at least 1."""
+    return np.maximum(tokens * ep * np.maximum(top_k, 1.0) / np.maximum(n_experts, 1.0), 1.0)
+
+
+def attention_efficiency(span, head_dim, kernel_code, gen_code):
+    """FlashAttention's achieved share of the bf16 peak at an attended span (tokens each query attends:
+    the sequence, or the window for sliding-window layers) and head dimension."""
+    k = np.where(kernel_code == 3, 0, kernel_code)
+    emax = np.select(
+        [(k == kk) & (gen_code == g) for kk, g in FLASH_MAX_EFFICIENCY],
+        list(FLASH_MAX_EFFICIENCY.values()), default=FLASH_MAX_EFFICIENCY[(0, 0)])
+    emax = np.where(kernel_code == 3, FLASH1_RELATIVE * emax, emax)
+    return emax * span / (span + FLASH_SPAN_HALF) * head_dim / (head_dim + FLASH_HEAD_DIM_HALF)
+
+
+def causal_share(span, seq, causal_kernel):
+    """Share of the full query x span square the kernel computes: a causal FlashAttention skips masked
+    blocks (1/2 of a full sequence); a sliding window of w < S computes about w of S keys per query
+    (no further halving); eager attention computes every element (1)."""
+    window = span < seq
+    return np.where(causal_kernel > 0, np.where(window, 1.0, 0.5), 1.0)
+
+
+def attention_flops_per_token(attn_flops_per_seq, span, share):
+    """Forward attention FLOPs per token (QK^T and AV): 4 x heads x head_dim per layer x span x share."""
+    return attn_flops_per_seq * span * share
+
+
+def lm_loss_bytes(ce_code, default_bytes):
+    """Loss traffic per (token x vocab) element by cross-entropy kind (LOSS_BYTES_PER_LOGIT)."""
+    return np.where(ce_code == 1, LOSS_BYTES_PER_LOGIT[1], np.where(ce_code == 2, LOSS_BYTES_PER_LOGIT[2],
+                                                                      default_bytes))
+
+
+def logits_memory_bytes(tokens, vocab, tp, ce_code, default_bytes):
+    """Bytes held at the loss per GPU: tokens x vocab / tp x bytes per element by cross-entropy kind;
+    a fused loss holds one chunk instead."""
+    per = np.where(ce_code == 1, LOGITS_BYTES_PER_ELEMENT[1], default_bytes)
+    full = tokens * vocab / tp * per
+    chunk = np.minimum(tokens, FUSED_CE_CHUNK_TOKENS) * vocab / tp * 6.0
+    return np.where(ce_code == 2, chunk, full)

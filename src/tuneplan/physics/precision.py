@@ -1,0 +1,119 @@
+"""Low-precision training (fp8, NVFP4, MXFP4) and fp8 base weights, operation by operation.
+
+Which operations run at which precision (Transformer Engine / torchao float8 recipes, NVIDIA's NVFP4
+recipe): only the transformer blocks' linear layers (q/k/v/o, MLP, experts) run their GEMMs at the
+low precision. Attention (QK^T, softmax, AV), norms, activation functions, residual adds, the
+embedding, the LM head and the loss stay in bf16; LoRA adapters stay in bf16; master weights, gradients
+and optimizer states are kept as the recipe keeps them (fp32 master and moments, bf16 or fp32
+gradients). The low precision adds memory traffic of its own: casting each linear's input and output
+gradient (with its amax / per-tensor or per-block scale), the transposed copies the backward GEMMs
+read, and casting the weights once per optimizer step (cached across micro-batches).
+"""
+
+from __future__ import annotations
+
+from tuneplan.errors import InputError
+
+LOW_PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp32": 0, "fp8": 1, "nvfp4": 2, "mxfp4": 2}
+"""0: no low-precision GEMMs; 1: fp8 (E4M3/E5M2, per-tensor delayed/current or MXFP8 block scales);
+2: fp4 (NVFP4: E2M1 with an fp8 scale per 16 elements and an fp32 per-tensor scale; MXFP4: E2M1
+with an E8M0 scale per 32 elements)."""
+
+LOW_PRECISION_GEMM_EFFICIENCY = 0.85
+"""Achieved share of the low-precision peak relative to a bf16 GEMM of the same shape (fraction).
+Prior: cuBLASLt fp8 GEMMs at large shapes reach about 0.65-0.70 of the H100's 1,979 TFLOP/s fp8 peak,
+against 0.80 of the 989 bf16 peak (stas00/ml-engineering MAMF, H100 SXM 794.5/989); 0.68/0.80 = 0.85.
+NVIDIA's Transformer Engine docs report 1.3-1.5x end-to-end over bf16, consistent with it. The same
+ratio is taken for fp4 on Blackwell (no public MAMF figure)."""
+
+CAST_BYTES_PER_IO_ELEMENT = {1: 5.0, 2: 4.25}
+"""Extra memory traffic per element of each low-precision linear's input and output, per token, one
+forward + backward (bytes). fp8: the input cast forward (read 2, write 1, amax fused into the cast),
+the output gradient cast backward (read 2, write 1 -> 3 per output element over fwd+bwd with the
+input's), and the transposed fp8 copies the weight-gradient GEMM reads (write 1 + read 1) -> about
+2 + 3 = 5 per element of input or output. fp4: reads the same bf16 (2), writes 0.5 + one scale byte
+per 16 elements (0.0625), plus its transposed copy (0.5625 written and read): 2 + 0.5625 + 1.125 +
+0.5625 = 4.25 (Transformer Engine, transformer_engine/pytorch/module/linear.py; NVIDIA, 'Pretraining
+LLMs with NVFP4', 2025)."""
+
+WEIGHT_CAST_BYTES = {1: 4.0, 2: 3.25}
+"""Traffic per low-precision weight per optimizer step (bytes): read the bf16 weight (2), write the
+cast copy and its transpose (fp8: 1 + 1; fp4: 0.5625 x 2 with its scales). Cached across the
+micro-batches of a step (TE's is_first_microbatch, NeMo / Megatron-Bridge default)."""
+
+WEIGHT_COPY_BYTES = {0: 0.0, 1: 2.0, 2: 1.125}
+"""Memory held per low-precision weight next to its bf16 copy (bytes): the cast weight and its
+transpose for the backward GEMM (fp8 1 + 1; fp4 0.5625 + 0.5625 with the block scales)."""
+
+SAVED_LINEAR_INPUT_BYTES = {0: 2.0, 1: 1.0, 2: 1.0}
+"""Bytes per element of a linear's input kept for its backward (bytes): bf16 2; Transformer Engine
+saves the fp8 cast instead (1); the NVFP4 recipe keeps its wgrad operand at 8 bits too (1, taken
+conservatively)."""
+
+FP8_WEIGHT_BYTES = 1.0 + 4.0 / 4096
+"""fp8 base weights under LoRA (`--quant fp8`, e.g. FP8 checkpoints of DeepSeek-V3, Qwen3-FP8, or
+torchao float8 weight-only): 1 byte per weight plus scales (per-channel fp32 over 4,096 inputs, or
+DeepSeek's 128 x 128 blocks at 4 bytes / 16,384 weights: below 1/1000 either way) (bytes)."""
+
+FP8_DEQUANT_BYTES = 3.0
+"""Traffic per fp8 base weight per pass to dequantise it to bf16 for the GEMM (read 1, write 2; the
+GEMM's read of the bf16 copy is the GEMM's own) (bytes)."""
+
+
+def low_precision_code(precision: str) -> int:
+    return LOW_PRECISION_CODES.get(precision, 0)
+
+
+def linear_tflops(gpu, precision: str) -> tuple[float, str | None]:
+    """Dense peak TFLOP/s the low-precision linear layers run at, and the fallback said (or None).
+
+    fp4 (nvfp4, mxfp4) uses the catalog's fp4 column (`gpu.peak_tflops['fp4']`), else the fp8 peak,
+    else bf16; fp8 uses fp8, else bf16. A GPU without the units computes in the next precision it has
+    (the recipe's kernels emulate or refuse: Transformer Engine needs compute capability >= 8.9 for fp8
+    and 10.0 for NVFP4), which the assumptions say."""
+    peaks = dict(getattr(gpu, "peak_tflops", {}) or {})
+    bf16 = peaks.get("bf16") or peaks.get("fp16")
+    order = {"fp8": ("fp8",), "nvfp4": ("fp4", "fp8"), "mxfp4": ("fp4", "fp8")}.get(precision)
+    if order is None:
+        return float(gpu.tflops(precision)), None
+    for i, key in enumerate(order):
+        v = peaks.get(key)
+        if v:
+            note = None if i == 0 else (f"{gpu.name} has no fp4 units in the catalog: {precision} linear layers "
+                                        f"costed at its fp8 peak ({float(v):g} TFLOP/s)")
+            return float(v), note
+    if not bf16:
+        raise InputError("precision", f"GPU '{gpu.name}' has no peak TFLOP/s for {precision}, fp8 or bf16")
+    return float(bf16), (f"{gpu.name} has no {'/'.join(order)} units in the catalog: {precision} linear layers "
+                         f"costed at its bf16 peak ({float(bf16):g} TFLOP/s)")
+
+
+def cast_seconds(io_elements_per_token, tokens, code, bandwidth):
+    """Time of the low-precision casts and transposes of one micro-step (s): bytes per io element
+    (CAST_BYTES_PER_IO_ELEMENT) x the linears' input + output elements per token x tokens / bandwidth."""
+    import numpy as np
+
+    per = np.where(code == 1, CAST_BYTES_PER_IO_ELEMENT[1], np.where(code == 2, CAST_BYTES_PER_IO_ELEMENT[2], 0.0))
+    return per * io_elements_per_token * tokens / bandwidth
+
+
+def weight_cast_seconds(linear_params, code, bandwidth):
+    """Time of casting the low-precision weights once per optimizer step (s)."""
+    import numpy as np
+
+    per = np.where(code == 1, WEIGHT_CAST_BYTES[1], np.where(code == 2, WEIGHT_CAST_BYTES[2], 0.0))
+    return per * linear_params / bandwidth
+
+
+def ops_by_precision(precision: str, quant: str) -> str:
+    """The assumption line: which operations run at which precision."""
+    if low_precision_code(precision):
+        return (f"{precision}: the transformer blocks' linear layers (q/k/v/o, MLP, experts) run their GEMMs in "
+                f"{precision} with cast / scaling traffic ({CAST_BYTES_PER_IO_ELEMENT[low_precision_code(precision)]:g} "
+                "bytes per input/output element per token, weights cast once per step); attention, norms, "
+                "activations, softmax, embedding, LM head, loss and adapters stay in bf16; the saved linear inputs "
+                "are kept at 8 bits; bf16 weights with an fp32 master copy and fp32 optimizer moments.")
+    if quant == "fp8":
+        return ("fp8 base weights (--quant fp8): 1 byte per frozen block weight plus scales, dequantised to bf16 "
+                f"for each GEMM ({FP8_DEQUANT_BYTES:g} bytes of traffic per weight per pass); all compute in bf16.")
+    return ""

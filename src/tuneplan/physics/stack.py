@@ -1,0 +1,101 @@
+"""The numbers of the software stack a job runs on, as flat arrays for step.py and memory.py: the
+precision recipe (which GEMMs run at low precision, at what peak), the framework's kernels
+(data/frameworks.yaml), the checkpointing mode, the parallel modes (sequence parallel, Ulysses or ring
+context parallel, interleaved pipeline), offload, and the attention span.
+
+Every key here has a default in `STACK_DEFAULTS` that reproduces the behaviour before these terms
+existed (generic framework, bf16, full checkpointing when grad_ckpt is set), so arrays built
+elsewhere (the planner's grid) without them still evaluate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tuneplan.physics.ops import ATTENTION_KERNEL_CODES, GPU_GENERATION_CODES
+from tuneplan.physics.precision import linear_tflops, low_precision_code
+
+CKPT_CODES = {"none": 0, "selective": 1, "full": 2, "offload": 3}
+CE_CODES = {"none": 0, "chunked": 1, "fused": 2}
+OFFLOAD_CODES = {"none": 0, "optimizer": 1, "all": 2}
+
+STACK_DEFAULTS = {
+    "lowp": 0.0, "lin_peak_flops": np.nan, "bf16_peak_flops": np.nan, "ckpt_code": np.nan, "ckpt_share": 1.0,
+    "act_offload": 0.0, "ce_code": 0.0, "fused_lora": 0.0, "fused_elementwise": 0.0, "dist_opt": 0.0,
+    "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
+    "attn_kernel": 0.0, "gpu_gen": 0.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
+}
+"""Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
+
+
+def get(a: dict, key: str) -> np.ndarray:
+    """a[key], or its default broadcast to the arrays' length; NaN defaults resolved from older keys:
+    lin/bf16 peaks = peak_flops, ckpt_code = full where grad_ckpt, attention span = seq_len."""
+    if key in a:
+        return np.asarray(a[key], dtype=float)
+    n = len(np.atleast_1d(a["micro_batch"]))
+    if key in ("lin_peak_flops", "bf16_peak_flops"):
+        return np.asarray(a["peak_flops"], dtype=float) * np.ones(n)
+    if key == "ckpt_code":
+        return np.where(np.asarray(a["grad_ckpt"], dtype=float) > 0, 2.0, 0.0) * np.ones(n)
+    if key == "attn_span":
+        return np.asarray(a["seq_len"], dtype=float) * np.ones(n)
+    if key == "attn_keys":
+        return np.asarray(a["seq_len"], dtype=float) * 0.5 * np.ones(n)
+    if key == "host_bw":
+        return np.full(n, np.nan)
+    return np.full(n, STACK_DEFAULTS[key], dtype=float)
+
+
+def gpu_generation(gpu) -> int:
+    arch = f"{getattr(gpu, 'architecture', '')} {getattr(gpu, 'name', '')}".lower()
+    if getattr(gpu, "vendor", "NVIDIA") not in ("", "NVIDIA") and "nvidia" not in arch:
+        return 2
+    for word, code in GPU_GENERATION_CODES.items():
+        if word in arch:
+            return code
+    for prefix, code in (("h1", 1), ("h2", 1), ("gh", 1), ("b1", 1), ("b2", 1), ("b3", 1), ("gb", 1),
+                         ("a1", 0), ("a4", 0), ("a6", 0), ("l4", 0), ("rtx", 0), ("t4", 0), ("v1", 0)):
+        if getattr(gpu, "name", "").lower().startswith(prefix):
+            return code
+    return 2
+
+
+def attention_spans(model, seq_len: int) -> tuple[float, float]:
+    """(mean keys per query a causal kernel computes, mean attended span) over the attention layers.
+    A model with sliding-window layers gives `attention_spans(seq_len)` (the span of each attention
+    layer, the models catalogue's hook); otherwise every layer attends the whole sequence."""
+    fn = getattr(model, "attention_spans", None)
+    spans = list(fn(seq_len)) if callable(fn) else []
+    if not spans:
+        return 0.5 * seq_len, float(seq_len)
+    s = np.minimum(np.asarray(spans, dtype=float), seq_len)
+    keys = np.where(s < seq_len, s, 0.5 * seq_len)
+    return float(keys.mean()), float(s.mean())
+
+
+def stack_numbers(model, gpu, job, seq_len: int) -> dict[str, float]:
+    """The stack's arrays for one configuration (see the module docstring)."""
+    from tuneplan.specs.framework import get_framework
+
+    fw = get_framework(job.framework)
+    code = low_precision_code(job.precision)
+    lin, _note = linear_tflops(gpu, job.precision) if code else (gpu.tflops(job.precision), None)
+    bf16 = gpu.tflops("bf16") if job.precision != "fp32" else gpu.tflops("fp32")
+    keys, span = attention_spans(model, seq_len)
+    kernel = "eager" if not job.flash_attn else fw.attention
+    seq_par = job.sequence_parallel if job.sequence_parallel is not None else fw.sequence_parallel
+    # --fused-ce: a fused linear + cross-entropy (Liger, Cut Cross-Entropy); --no-fused-ce: torch's loss
+    ce = CE_CODES[fw.cross_entropy] if job.fused_ce is None else (CE_CODES["fused"] if job.fused_ce else 0)
+    return {
+        "lowp": float(code), "lin_peak_flops": lin * 1e12, "bf16_peak_flops": bf16 * 1e12,
+        "ckpt_code": float(CKPT_CODES[job.checkpointing]), "ckpt_share": 1.0 / job.ckpt_every,
+        "act_offload": float(job.act_offload), "ce_code": float(ce), "fused_lora": float(fw.fused_lora),
+        "fused_elementwise": float(fw.fused_elementwise), "dist_opt": float(fw.distributed_optimizer),
+        "fp32_grads": float(fw.fp32_grads), "seq_par": float(bool(seq_par) and job.tp > 1),
+        "tp_overlap": float(fw.tp_comm_overlap), "cp_ulysses": float(job.cp_mode == "ulysses"),
+        "vpp": float(job.vpp), "offload_code": float(OFFLOAD_CODES[job.offload]),
+        "attn_kernel": float(ATTENTION_KERNEL_CODES[kernel]), "gpu_gen": float(gpu_generation(gpu)),
+        "attn_keys": keys, "attn_span": span,
+        "host_bw": float(getattr(gpu, "host_gbs", 0.0) or 0.0) * 1e9 or np.nan,
+    }

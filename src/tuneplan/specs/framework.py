@@ -1,0 +1,105 @@
+"""Training frameworks as data (`tuneplan/data/frameworks.yaml`): the kernels and defaults each one
+uses (attention kernel, cross-entropy, fused LoRA / element-wise kernels, distributed optimizer, fp32
+gradients, sequence parallel, overlap), each with its source. The physics turns these into time and
+memory (physics/frameworks.py); nothing here is fitted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+from tuneplan.errors import InputError
+
+ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "te", "sdpa", "eager")
+CROSS_ENTROPY_KINDS = ("none", "chunked", "fused")
+BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
+               "tp_comm_overlap", "adapter_fp32", "packing")
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    name: str
+    match: tuple[str, ...]
+    attention: str
+    cross_entropy: str
+    fused_lora: bool
+    fused_elementwise: bool
+    distributed_optimizer: bool
+    fp32_grads: bool
+    sequence_parallel: bool
+    tp_comm_overlap: bool
+    adapter_fp32: bool
+    master_weights: str
+    packing: bool
+    padding: str
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line of what the framework runs, for the assumptions."""
+        on = [k.replace("_", " ") for k in BOOL_FIELDS if getattr(self, k) and k not in ("packing", "adapter_fp32")]
+        return (f"framework {self.name}: attention {self.attention}, cross-entropy {self.cross_entropy}"
+                + (f", {', '.join(on)}" if on else "")
+                + f", adapters {'fp32' if self.adapter_fp32 else 'in the compute dtype'}"
+                + f", {'packed' if self.packing else 'padded to the ' + self.padding} samples by default")
+
+
+def _parse(name: str, d: dict) -> FrameworkSpec:
+    def need(key: str, allowed=None):
+        if key not in d:
+            raise ValueError(f"frameworks.yaml: {name} has no '{key}'")
+        v = d[key]
+        if allowed is not None and v not in allowed:
+            raise ValueError(f"frameworks.yaml: {name}.{key} = {v!r} (allowed: {', '.join(allowed)})")
+        return v
+
+    for k in BOOL_FIELDS:
+        if not isinstance(need(k), bool):
+            raise ValueError(f"frameworks.yaml: {name}.{k} must be true or false")
+    return FrameworkSpec(
+        name=name, match=tuple(str(m).lower() for m in d.get("match") or ()),
+        attention=need("attention", ATTENTION_KERNELS), cross_entropy=need("cross_entropy", CROSS_ENTROPY_KINDS),
+        master_weights=need("master_weights", ("auto", "fp32", "none")), padding=need("padding", ("max", "longest")),
+        sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+        **{k: bool(d[k]) for k in BOOL_FIELDS},
+    )
+
+
+@lru_cache(maxsize=1)
+def load_frameworks() -> dict[str, FrameworkSpec]:
+    import yaml
+
+    text = resources.files("tuneplan.data").joinpath("frameworks.yaml").read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)["frameworks"]
+    return {name: _parse(name, d) for name, d in raw.items()}
+
+
+def framework_names() -> tuple[str, ...]:
+    return tuple(load_frameworks())
+
+
+def get_framework(name: str) -> FrameworkSpec:
+    fw = load_frameworks()
+    key = (name or "generic").strip().lower()
+    if key not in fw:
+        raise InputError("framework", f"unknown framework '{name}'", list(fw))
+    return fw[key]
+
+
+def framework_for_text(text: str | None) -> str:
+    """The framework a runs file's `framework` cell names ('nemo', 'trl-sft (run_sft.py)', ...): the
+    entry whose `match` substring occurs earliest in it (the stack named first: 'llama-factory
+    (modified, hf-trainer)' is llama-factory), else generic."""
+    low = str(text or "").strip().lower()
+    if not low:
+        return "generic"
+    fw = load_frameworks()
+    if low in fw:
+        return low
+    best, pos = "generic", len(low) + 1
+    for name, spec in fw.items():
+        for m in spec.match:
+            i = low.find(m)
+            if 0 <= i < pos:
+                best, pos = name, i
+    return best
