@@ -1,5 +1,8 @@
 """Uncalibrated physics, per source: throughput MdAPE, peak-memory MdAPE and fit-verdict accuracy.
 
+fit_acc: rows with a measured peak (it fit) or an OOM (it did not), as `validate` counts them; ran_acc:
+also every row that ran with only a throughput figure (it fit), as issue 15 counts "configurations that ran".
+
 Nothing is fitted, so holding a source out changes nothing: every row is judged with the same prior
 constants (`PhysicsConstants()`), which is what `tuneplan validate --split by-source` prints as its
 `tuneplan-physics` rows, in seconds instead of minutes.
@@ -43,6 +46,8 @@ def evaluate(paths):
         "measured_fits": np.where(ts.is_oom, 0.0, np.where(np.isfinite(ts.peak_mem_gib) | ts.has_throughput,
                                                            1.0, np.nan)),
         "pred_fits": p["fits"].astype(float),
+        # validate's verdict rows: a measured peak (fits) or an OOM (does not)
+        "verdict_row": ts.is_oom | np.isfinite(ts.peak_mem_gib),
     })
     out["tps_ape"] = (out["pred_tps"] / out["measured_tps"] - 1).abs()
     out["mem_ape"] = (out["pred_mem"] / out["measured_mem"] - 1).abs()
@@ -57,9 +62,11 @@ def summary(out):
         t = g["tps_ape"].dropna()
         m = g["mem_ape"].dropna()
         f = g.dropna(subset=["measured_fits"])
+        v = f[f["verdict_row"]]
         rows.append({"source": src, "n_tps": len(t), "tps_mdape": t.median() if len(t) else np.nan,
                      "n_mem": len(m), "mem_mdape": m.median() if len(m) else np.nan,
-                     "n_fit": len(f), "fit_acc": (f["measured_fits"] == f["pred_fits"]).mean() if len(f) else np.nan})
+                     "n_fit": len(v), "fit_acc": (v["measured_fits"] == v["pred_fits"]).mean() if len(v) else np.nan,
+                     "n_ran": len(f), "ran_acc": (f["measured_fits"] == f["pred_fits"]).mean() if len(f) else np.nan})
     return pd.DataFrame(rows)
 
 

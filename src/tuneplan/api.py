@@ -267,6 +267,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
             "(--master-weights fp32 for mixed precision over fp32 weights).")
     if estimator != "tuneplan" and estimator != "planner":
         assumptions.append("Memory figures from tuneplan's uncalibrated memory model (this estimator has none).")
+    assumptions += __import__("tuneplan.physics.stack", fromlist=["x"]).stack_assumptions(mspec, gspec, jspec)
     suggestions: list[str] = []
     cached = _scalar(mem_out, "variable_shape_gib", 0.0) if estimator != "planner" else 0.0
     if fits and mem_total > gspec.memory_gib and cached > 0:

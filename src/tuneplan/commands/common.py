@@ -64,6 +64,32 @@ def add_gpu_args(p: argparse.ArgumentParser, gpu_required: bool = False) -> None
     g.add_argument("--bandwidth-gbs", type=positive_float, help="one-off memory bandwidth, GB/s")
 
 
+def add_stack_args(p: argparse.ArgumentParser, m) -> None:
+    """Checkpointing modes, offload, the framework and the parallel modes (physics/stack.py)."""
+    from tuneplan.specs.framework import framework_names
+    from tuneplan.specs.job import CKPT_MODES, CP_MODES
+
+    m.add_argument("--grad-ckpt", nargs="?", const="full", default=None, metavar="MODE",
+                   choices=CKPT_MODES + ("true", "false"),
+                   help="activation checkpointing: none, selective (Megatron: recompute attention's core), full "
+                        "(default when given without a mode), offload (checkpoints kept in host memory)")
+    m.add_argument("--no-grad-ckpt", dest="grad_ckpt", action="store_const", const="none", help="no checkpointing")
+    m.add_argument("--ckpt-every", type=positive_int, help="checkpoint one layer in every N (default 1: all)")
+    m.add_argument("--act-offload", action=argparse.BooleanOptionalAction, default=None,
+                   help="offload saved activations to host memory (default off)")
+    m.add_argument("--offload", choices=("none", "optimizer", "all"),
+                   help="optimizer states (and master weights) on the host; all: parameters too (default none)")
+    m.add_argument("--framework", choices=framework_names(),
+                   help="the training stack: its kernels and defaults (data/frameworks.yaml; default generic)")
+    m.add_argument("--fused-ce", action=argparse.BooleanOptionalAction, default=None,
+                   help="fused linear + cross-entropy (Liger, Cut Cross-Entropy): no full logits (default: by framework)")
+    g = p.add_argument_group("parallel modes")
+    g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="Megatron sequence parallel with --tp (default: by framework)")
+    g.add_argument("--cp-mode", choices=CP_MODES, help="context parallel: ring attention (default) or Ulysses")
+    g.add_argument("--vpp", type=positive_int, help="interleaved pipeline: virtual stages per rank (default 1)")
+
+
 def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     m = p.add_argument_group("method")
     m.add_argument("--method", choices=None if lists else METHODS, default=None,
@@ -74,15 +100,15 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
                    help="LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 "
                         "copy of its input) or in the compute dtype (older peft, litgpt, Megatron)")
     m.add_argument("--trainable-layers", type=positive_int, help="freeze: last N blocks trained (default 2)")
-    m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
-    m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
+    m.add_argument("--precision", choices=PRECISIONS,
+                   help="compute precision (default bf16); fp8, nvfp4, mxfp4: the linear layers at low precision")
+    m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4, fp8")
     m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
     m.add_argument("--master-weights", choices=MASTER_WEIGHTS,
                    help="full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 "
                         "bytes/param with AdamW), none = 16-bit weights trained in place (8), auto (default) "
                         "= fp32 under DeepSpeed ZeRO, tensor parallelism or fp8, else none")
-    m.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
-                   help="gradient (activation) checkpointing (default off)")
+    add_stack_args(p, m)
     m.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None,
                    help="FlashAttention / SDPA memory-efficient attention (default on)")
     m.add_argument("--moe-mode", choices=("sparse", "dense"), help="MoE: top-k experts (sparse, default) or all")
@@ -126,6 +152,8 @@ JOB_FIELDS = {
     "packing": "packing", "padding": "padding", "adapter_dtype": "adapter_dtype", "eval_every": "eval_every", "eval_examples": "eval_examples",
     "save_every": "save_every", "load_time_s": "load_time_s", "disk_gbs": "disk_gbs",
     "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
+    "ckpt_every": "ckpt_every", "act_offload": "act_offload", "offload": "offload", "framework": "framework",
+    "fused_ce": "fused_ce", "sequence_parallel": "sequence_parallel", "cp_mode": "cp_mode", "vpp": "vpp",
 }
 
 

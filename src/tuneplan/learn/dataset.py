@@ -75,6 +75,8 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
         if m:
             kind, n = m.group(1), int(m.group(2))
             out["cp" if kind == "sp" else kind] = n
+            if kind == "sp":  # 'sp' in the reference rows: DeepSpeed-Ulysses sequence parallel (xtuner)
+                out["cp_mode"] = "ulysses"
         elif p in ("fsdp-full", "fsdp"):
             out["sharding"] = "fsdp-offload" if offload else "fsdp"
         elif p in ("fsdp-grad-op", "fsdp-hybrid", "zero1", "zero2", "zero3", "zero3-offload", "ddp", "none"):
@@ -103,7 +105,7 @@ def truncated(model: ModelSpec, layers: int, name_or_path: str) -> ModelSpec:
 def row_to_config(row: dict) -> RunConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason."""
     from tuneplan.specs.catalog import resolve_run_model
-    from tuneplan.specs.framework import framework_for_text
+    from tuneplan.specs.framework import framework_for_text, get_framework
     from tuneplan.specs.gpu import resolve_gpu
 
     used: list[str] = []
@@ -176,7 +178,8 @@ def row_to_config(row: dict) -> RunConfig:
     pad = str(_get(row, "padding") or "max").strip().lower()
     if pad not in PADDINGS:
         raise InputError("padding", f"unknown padding '{pad}'", PADDINGS)
-    adapter_dtype = str(_get(row, "adapter_dtype") or "fp32").strip().lower()
+    fw = get_framework(framework_for_text(_get(row, "framework")))  # data/frameworks.yaml: the stack's defaults
+    adapter_dtype = str(_get(row, "adapter_dtype") or ("fp32" if fw.adapter_fp32 else "compute")).strip().lower()
     if adapter_dtype not in ADAPTER_DTYPES:
         raise InputError("adapter_dtype", f"unknown adapter dtype '{adapter_dtype}'", ADAPTER_DTYPES)
     rank = _get(row, "lora_rank")
@@ -189,7 +192,7 @@ def row_to_config(row: dict) -> RunConfig:
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(default("grad_ckpt")),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(default("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
-        "adapter_dtype": adapter_dtype, "framework": framework_for_text(_get(row, "framework")),
+        "adapter_dtype": adapter_dtype, "framework": fw.name,
         **shard,
     }
     if quant is not None and method != "full":

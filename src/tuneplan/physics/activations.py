@@ -27,6 +27,15 @@ def linear_input_saving(a, el_bytes):
     return {"dense": (width + inter_dense) * (el_bytes - saved), "moe": (width + inter_moe) * (el_bytes - saved)}
 
 
+def fused_swiglu_saving(a, el_bytes):
+    """Bytes per token per layer a fused SwiGLU saves (dense, MoE): the SiLU output it recomputes in
+    the backward instead of keeping (I elements; MoE: top-k experts' widths). Gated MLPs only."""
+    on = (get(a, "fused_elementwise") > 0) & (a["gated"] > 0)
+    dense = np.where(on, a["intermediate"] * el_bytes, 0.0)
+    moe = np.where(on, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)
+    return {"dense": dense, "moe": moe}
+
+
 def replicated_bytes(a, el_bytes):
     """Bytes per token per layer that tensor parallelism does not split unless sequence parallel is on:
     the norms' inputs and outputs of attention and MLP (4h elements; Korthikanti et al. 2022, Sec. 4.2.2)."""

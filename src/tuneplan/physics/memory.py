@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.physics.activations import checkpointed_activations, linear_input_saving, replicated_bytes
+from tuneplan.physics.activations import (
+    checkpointed_activations,
+    fused_swiglu_saving,
+    linear_input_saving,
+    replicated_bytes,
+)
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.ops import logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
@@ -85,8 +90,9 @@ def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -
     moe_layers = np.minimum(a["moe_layers"], L)
     layers = L / pp * a["bwd_layer_fraction"]
     moe_share = np.where(L > 0, moe_layers / np.maximum(L, 1.0), 0.0)
-    per_dense = (per["dense"] - saving["dense"] * c.activation_scale - repl) / tp + repl
-    per_moe = (per["moe"] - saving["moe"] * c.activation_scale - repl) / tp + repl
+    fused = fused_swiglu_saving(a, el_bytes)
+    per_dense = (per["dense"] - (saving["dense"] + fused["dense"]) * c.activation_scale - repl) / tp + repl
+    per_moe = (per["moe"] - (saving["moe"] + fused["moe"]) * c.activation_scale - repl) / tp + repl
     per_layer = (1.0 - moe_share) * per_dense + moe_share * per_moe
     eager = np.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / cp) * el_bytes * c.activation_scale / tp
     acts_stage = checkpointed_activations(a, tokens, per_layer, per["layer_input"], eager, layers)
@@ -107,7 +113,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     split = tp * pp
     shard = a["sharding"]
     gpn = a["gpus"] / a["nodes"]
-    sdeg = np.where(shard == 4, np.minimum(dp, gpn), dp)  # hybrid shards within a node
+    # ZeRO / FSDP / distributed-optimizer shards span data x context parallel: context-parallel ranks hold
+    # the same weights (DeepSpeed-Ulysses and Megatron-Core's CP shard over both); hybrid shards within a node
+    sdeg = np.where(shard == 4, np.minimum(dp * a["cp"], gpn), dp * a["cp"])
     w_div = np.where((shard == 3) | (shard == 4), sdeg, 1.0)
     g_div = np.where(shard >= 2, sdeg, 1.0)
     o_div = np.where(shard >= 1, sdeg, 1.0)

@@ -73,7 +73,3 @@ def hierarchical_allreduce(nbytes, dp, gpus_per_node, intra_bw, inter_bw, c):
                      0.0)
     return intra + inter
 
-
-def hierarchical_gather(nbytes, dp, gpus_per_node, intra_bw, inter_bw, c):
-    """All-gather (or reduce-scatter) of nbytes over dp ranks spanning nodes (s): half an all-reduce."""
-    return 0.5 * hierarchical_allreduce(nbytes, dp, gpus_per_node, intra_bw, inter_bw, c)

@@ -74,8 +74,9 @@ def attention_spans(model, seq_len: int) -> tuple[float, float]:
     return float(keys.mean()), float(s.mean())
 
 
-def stack_numbers(model, gpu, job, seq_len: int) -> dict[str, float]:
-    """The stack's arrays for one configuration (see the module docstring)."""
+def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict[str, float]:
+    """The stack's arrays for one configuration (see the module docstring); `with_ckpt=False` leaves the
+    checkpointing mode to the arrays' grad_ckpt (the planner's grid axis: full or none)."""
     from tuneplan.specs.framework import get_framework
 
     fw = get_framework(job.framework)
@@ -87,7 +88,7 @@ def stack_numbers(model, gpu, job, seq_len: int) -> dict[str, float]:
     seq_par = job.sequence_parallel if job.sequence_parallel is not None else fw.sequence_parallel
     # --fused-ce: a fused linear + cross-entropy (Liger, Cut Cross-Entropy); --no-fused-ce: torch's loss
     ce = CE_CODES[fw.cross_entropy] if job.fused_ce is None else (CE_CODES["fused"] if job.fused_ce else 0)
-    return {
+    out = {
         "lowp": float(code), "lin_peak_flops": lin * 1e12, "bf16_peak_flops": bf16 * 1e12,
         "ckpt_code": float(CKPT_CODES[job.checkpointing]), "ckpt_share": 1.0 / job.ckpt_every,
         "act_offload": float(job.act_offload), "ce_code": float(ce), "fused_lora": float(fw.fused_lora),
@@ -99,3 +100,51 @@ def stack_numbers(model, gpu, job, seq_len: int) -> dict[str, float]:
         "attn_keys": keys, "attn_span": span,
         "host_bw": float(getattr(gpu, "host_gbs", 0.0) or 0.0) * 1e9 or np.nan,
     }
+    if not with_ckpt:
+        out.pop("ckpt_code")
+    return out
+
+
+def stack_assumptions(model, gpu, job) -> list[str]:
+    """What the estimate assumed about the stack: the framework's kernels, which operations run at which
+    precision (and any fallback), the checkpointing and offload modes, the parallel modes."""
+    from tuneplan.physics.ops import FLASH_MAX_EFFICIENCY
+    from tuneplan.physics.precision import ops_by_precision
+    from tuneplan.specs.framework import get_framework
+
+    fw = get_framework(job.framework)
+    out = [fw.summary().capitalize() + (" (--framework: data/frameworks.yaml, each with its source)."
+                                         if job.framework != "generic" else " (--framework not given).")]
+    line = ops_by_precision(job.precision, job.base_quant(getattr(model, "quant", "none")))
+    if line:
+        out.append(line)
+    if low_precision_code(job.precision):
+        _tf, note = linear_tflops(gpu, job.precision)
+        if note:
+            out.append(note + ".")
+    kernel = "eager" if not job.flash_attn else fw.attention
+    gen = gpu_generation(gpu)
+    if kernel != "eager":
+        k = ATTENTION_KERNEL_CODES[kernel]
+        emax = FLASH_MAX_EFFICIENCY.get((0 if k == 3 else k, gen), 0.39) * (0.5 if k == 3 else 1.0)
+        out.append(f"Attention in bf16 with {kernel} at up to {emax:.2f} of the bf16 peak (x span/(span+269) x "
+                   "head_dim/(head_dim+25.6), FlashAttention papers' curves); causal: half the square.")
+    mode = job.checkpointing
+    if mode != "none":
+        every = f", one layer in {job.ckpt_every}" if job.ckpt_every > 1 else ""
+        out.append(f"Activation checkpointing: {mode}{every}.")
+    if job.act_offload or job.offload != "none":
+        out.append("Offload: " + ", ".join(x for x in (
+            "saved activations to host memory (two layers stay)" if job.act_offload else "",
+            {"optimizer": "optimizer states and master weights on the host (ZeRO-offload)",
+             "all": "parameters, gradients and optimizer states on the host"}.get(job.offload, "")) if x) + ".")
+    if job.tp > 1:
+        sp = job.sequence_parallel if job.sequence_parallel is not None else fw.sequence_parallel
+        out.append("Sequence parallel: norms and residual activations split over tp." if sp else
+                   "No sequence parallel: the norms' activations stay whole on every tensor-parallel rank.")
+    if job.cp > 1:
+        out.append(f"Context parallel: {'Ulysses all-to-alls' if job.cp_mode == 'ulysses' else 'ring attention, K/V exchange overlapped with attention'}.")
+    if job.pp > 1:
+        out.append(f"Pipeline: {'interleaved, ' + str(job.vpp) + ' virtual stages per rank' if job.vpp > 1 else '1F1B'}; "
+                   f"bubble (pp - 1)/vpp micro-batch times.")
+    return out

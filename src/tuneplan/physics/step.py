@@ -194,12 +194,14 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
 def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants) -> np.ndarray:
     """A data-parallel collective (factor 2 all-reduce, 1 all-gather / reduce-scatter): a ring inside a
     node, hierarchical across nodes (physics/parallel.py)."""
-    model_par = a["tp"] * a["pp"] * a["cp"]
+    # gradients are reduced over data x context parallel ranks (context-parallel ranks hold the same weights)
+    model_par = a["tp"] * a["pp"]
+    group = a["dp"] * a["cp"]
     gpn = a["gpus"] / a["nodes"]
-    spans = a["dp"] * model_par > gpn
+    spans = group * model_par > gpn
     per_node = np.maximum(gpn / model_par, 1.0)
-    hier = hierarchical_allreduce(nbytes, a["dp"], per_node, a["intra_bw"], a["inter_bw"], c) * factor / 2.0
-    return np.where(spans, hier, ring_time(nbytes, a["dp"], a["intra_bw"], factor, c))
+    hier = hierarchical_allreduce(nbytes, group, per_node, a["intra_bw"], a["inter_bw"], c) * factor / 2.0
+    return np.where(spans, hier, ring_time(nbytes, group, a["intra_bw"], factor, c))
 
 
 def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> np.ndarray:
@@ -259,7 +261,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                           c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
                           c.optimizer_bytes_adafactor])[opt_code.astype(np.intp)]
     shard = a["sharding"]
-    opt_div = np.where(shard >= 1, dp, 1.0) * split
+    opt_div = np.where(shard >= 1, dp * cp, 1.0) * split
     offload = (shard == 5) | (get(a, "offload_code") > 0)
     host_opt = a["params_trainable"] / opt_div * (opt_bytes + 2.0 * a["weight_bytes_compute"]) / (
         c.cpu_offload_gbs * 1e9)

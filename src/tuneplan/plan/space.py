@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.stack import stack_numbers
 from tuneplan.physics.terms import SHARDING_CODES, gpu_arrays, kavier_terms, model_terms
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import SHARDINGS, JobSpec
@@ -182,8 +183,9 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     prec = [j.precision for j in jobs]
     g_rows = []
     for g in gpus:
-        for p in prec:
-            d = gpu_arrays(g, p, constants)
+        for j, p in enumerate(prec):
+            # the stack's numbers (precision recipe, framework kernels; the grid's axis decides checkpointing)
+            d = {**gpu_arrays(g, p, constants), **stack_numbers(model, g, jobs[j], seq_len, with_ckpt=False)}
             eb, fk = kavier_terms(g, d["peak_flops"])
             g_rows.append({**d, "kavier_eb": eb, "kavier_peak": fk})
     gk = grid.gpu_idx * len(jobs) + grid.method_idx

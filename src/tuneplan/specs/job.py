@@ -257,15 +257,34 @@ class JobSpec(BaseModel):
     def sharding_kind(self) -> str:
         """Normalised sharding: none, ddp, zero1, zero2, zero3 (fsdp full), hybrid, offload."""
         s = self.sharding
-        if self.dp == 1:
+        if self.dp * self.cp == 1:  # shards span data x context parallel ranks
             return "none" if s in ("ddp", "none") else s if "offload" in s else "none"
         return {"fsdp": "zero3", "fsdp-grad-op": "zero2", "fsdp-hybrid": "hybrid",
                 "fsdp-offload": "zero3-offload"}.get(s, s)
 
 
+def _framework_defaults(clean: dict) -> dict:
+    """Settings a named framework decides when the job leaves them out: the adapters' dtype and how
+    unpacked samples are padded (data/frameworks.yaml); the estimate's assumptions say both."""
+    name = clean.get("framework")
+    if not isinstance(name, str) or name.strip().lower() == FRAMEWORK_DEFAULT:
+        return clean
+    from tuneplan.specs.framework import get_framework, load_frameworks
+
+    if name.strip().lower() not in load_frameworks():
+        return clean  # the field validator names the allowed values
+    fw = get_framework(name)
+    out = dict(clean)
+    out.setdefault("adapter_dtype", "fp32" if fw.adapter_fp32 else "compute")
+    if not out.get("packing"):
+        out.setdefault("padding", fw.padding)
+    return out
+
+
 def make_job(**kwargs) -> JobSpec:
     """Build a JobSpec, turning pydantic's errors into one-line InputErrors naming the field."""
     clean = {k: v for k, v in kwargs.items() if v is not None}
+    clean = _framework_defaults(clean)
     if "lora_targets" in clean and isinstance(clean["lora_targets"], str):
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
     try:
