@@ -116,9 +116,9 @@ def measure_stage(cfg: RunConfig, src: ModelSource, device: str) -> tuple[list[f
     """(timed step seconds after the warm-up, the BuiltModel) of an SFT, DPO or GRPO run through TRL."""
     import warnings
 
-    from tuneplan.profile.runner import build_model
-
     import datasets
+
+    from tuneplan.profile.runner import build_model
 
     datasets.disable_progress_bars()
     built = build_model(src, cfg, device)
