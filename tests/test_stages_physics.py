@@ -183,3 +183,11 @@ def test_stage_result_keeps_its_fields():
     assert d["job"]["stage"] == "dpo"
     assert any("DPO" in a for a in d["assumptions"])
     assert dataclasses.asdict(r.totals)["wall_clock_s"] == d["wall_clock_s"]
+
+
+def test_vllm_colocated_reserves_its_share():
+    r = _est(method="lora", stage="grpo", micro_batch=8, seq_len=256, completion_len=128, examples=100,
+             tokens_per_example=None, rollout_engine="vllm")
+    assert r.memory_breakdown_gib["rollout_engine"] == pytest.approx(ps.VLLM_COLOCATE_MEMORY_SHARE * 80.0)
+    assert r.memory_per_gpu_gib == pytest.approx(sum(r.memory_breakdown_gib.values()))
+    assert "rollout_weight_sync" in r.step_breakdown_s

@@ -110,7 +110,6 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     w.add_argument("--save-every", type=nonneg_int, help="optimizer steps between checkpoint saves")
     w.add_argument("--load-time-s", type=nonneg_float, help="model load time, s (default weights / disk)")
     w.add_argument("--disk-gbs", type=positive_float, help="disk bandwidth for load and saves, GB/s (default 2)")
-    add_stage_args(p, lists)
     c = p.add_argument_group("money and energy")
     c.add_argument("--rate", type=nonneg_float, help="$ per GPU-hour (default: cheapest on-demand price)")
     c.add_argument("--provider", help="take the price from this provider")
@@ -118,8 +117,9 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh)")
 
 
-def add_stage_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
-    """Training stage flags (tuneplan.physics.stages, docs/stages.md)."""
+def add_stage_args(p: argparse.ArgumentParser, lists: bool = False, rollout: bool = True) -> None:
+    """Training stage flags (tuneplan.physics.stages, docs/stages.md); `rollout` False leaves out the
+    rollout engine and GPUs (the planner enumerates them)."""
     st = p.add_argument_group("stage (preference and RL fine-tuning)")
     st.add_argument("--stage", choices=None if lists else STAGES, default=None,
                     metavar="{" + ",".join(STAGES) + "}",
@@ -131,10 +131,11 @@ def add_stage_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
                     "prompt length is --seq-len")
     st.add_argument("--prompts-per-step", type=positive_int,
                     help="RL: prompts per optimizer step (default: micro-batch x grad-accum x GPUs / group size)")
-    st.add_argument("--rollout-engine", choices=("hf", "vllm"), help="RL: HF generate in the training "
-                    "process (default) or vLLM")
-    st.add_argument("--rollout-gpus", type=nonneg_int, help="RL with vllm: GPUs of --gpus serving vLLM "
-                    "(default 0: colocated in the training process)")
+    if rollout:
+        st.add_argument("--rollout-engine", choices=("hf", "vllm"), help="RL: HF generate in the training "
+                        "process (default) or vLLM")
+        st.add_argument("--rollout-gpus", type=nonneg_int, help="RL with vllm: GPUs of --gpus serving vLLM "
+                        "(default 0: colocated in the training process)")
     st.add_argument("--reward-model", help="RL: reward model (catalog name / HF id; default: a rule-based reward)")
     st.add_argument("--kl-beta", type=nonneg_float, help="RL: KL coefficient (TRL: grpo 0 = no reference model, "
                     "rloo/ppo 0.05)")

@@ -130,7 +130,8 @@ def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
     return rm, build_arrays([(rm, gspec, rjob, seq)], c), rjob
 
 
-def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int) -> StageRun:
+def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int,
+             search_max_mb: bool = True) -> StageRun:
     from tuneplan.physics.terms import build_arrays
 
     c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
@@ -203,7 +204,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     if "allocated_gib" in out:
         b, e = extras(a, out)
         add_memory(out, b, e, c)
-    max_mb = _search_micro_batch(est, a, 1.0, extras) if "allocated_gib" in out else 0
+    max_mb = _search_micro_batch(est, a, 1.0, extras) if search_max_mb and "allocated_gib" in out else 0
     res = StageRun(arrays=a, out=out, totals_job=train_job, samples_scale=float(group), samples_per_step=prompts,
                    gpu_factor=jspec.gpus / train_gpus, one_time_s=0.0, max_micro_batch=max_mb)
     res.extra["stage"] = {"stage": jspec.stage, "prompts_per_step": prompts, "completions_per_step": n,

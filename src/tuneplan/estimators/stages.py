@@ -74,11 +74,12 @@ def add_memory(out: dict, extra_bytes: dict[str, np.ndarray], engine_bytes, c=DE
     """Add the stage's tensors to the allocated peak (they pass through torch's caching allocator) and
     an inference engine's own pool after it; recompute reserved, nvidia-smi and the fit."""
     g = BYTES_PER_GIB
+    ones = np.ones_like(np.asarray(out["allocated_gib"], dtype=float))
     add = sum(extra_bytes.values())
     for k, v in extra_bytes.items():
-        out[k] = np.asarray(v, dtype=float) / g
+        out[k] = np.asarray(v, dtype=float) * ones / g
     if np.any(np.asarray(engine_bytes) > 0):
-        out["rollout_engine_gib"] = np.asarray(engine_bytes, dtype=float) / g
+        out["rollout_engine_gib"] = np.asarray(engine_bytes, dtype=float) * ones / g
     alloc = out["allocated_gib"] + add / g
     reserved = alloc * (1.0 + c.allocator_overhead) + out["variable_shape_gib"]
     out["allocated_gib"] = alloc
@@ -135,16 +136,17 @@ def stage_for_estimate(est, phys, estimator: str, mspec: ModelSpec, gspec: GPUSp
 
 
 def run_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len: int,
-              samples_per_epoch: float) -> StageRun:
+              samples_per_epoch: float, search_max_mb: bool = True) -> StageRun:
+    """The stage's step and memory; `search_max_mb` False skips the largest-micro-batch search (plan)."""
     if jspec.stage in PREFERENCE_STAGES:
-        return preference_stage(est, mspec, gspec, jspec, seq_len, samples_per_epoch)
+        return preference_stage(est, mspec, gspec, jspec, seq_len, samples_per_epoch, search_max_mb)
     from tuneplan.estimators.rl_stages import rl_stage
 
-    return rl_stage(est, mspec, gspec, jspec, seq_len)
+    return rl_stage(est, mspec, gspec, jspec, seq_len, search_max_mb)
 
 
 def preference_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len: int,
-                     samples_per_epoch: float) -> StageRun:
+                     samples_per_epoch: float, search_max_mb: bool = True) -> StageRun:
     """DPO / ORPO / KTO / SimPO / CPO: the policy's pass over every trained sequence of a micro-batch
     at once (TRL concatenates chosen and rejected), the reference's and KTO's no-grad forwards, the
     reference copy and the losses' buffers."""
@@ -181,7 +183,7 @@ def preference_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_
     if "allocated_gib" in out:
         b, e = extras(a, out)
         add_memory(out, b, e, c)
-    max_mb = _search_micro_batch(est, a, shape.trained, extras) if "allocated_gib" in out else 0
+    max_mb = _search_micro_batch(est, a, shape.trained, extras) if search_max_mb and "allocated_gib" in out else 0
     one_time = 0.0
     if jspec.precompute_ref and shape.reference > 0:
         micro_steps = math.ceil(samples_per_epoch / (jspec.micro_batch * jspec.dp))
