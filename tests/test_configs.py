@@ -287,3 +287,43 @@ def test_plan_from(capsys):
     rec = d["recommended"]
     assert rec["method"] == "qlora" and rec["gpus"] == 2 and rec["micro_batch"] == 1 and rec["grad_accum"] == 8
     assert d["from_config"]["formats"] == ["llamafactory", "accelerate"]
+
+
+# ---- the web page's endpoint -------------------------------------------------------------------
+
+def _client():
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from tuneplan.web.app import create_app
+
+    return TestClient(create_app(warm_up=False), raise_server_exceptions=False)
+
+
+def test_web_from_config_fills_the_form_and_estimates():
+    files = [{"name": p.name, "text": p.read_text()} for p in
+             (FIX / "llamafactory/llama3_fsdp_qlora_sft.yaml", FIX / "accelerate/llamafactory-fsdp_config.yaml")]
+    with _client() as c:
+        r = c.post("/api/from-config", json={"files": files})
+        assert r.status_code == 200, r.text
+        d = r.json()
+        f = d["fields"]
+        assert d["formats"] == ["llamafactory", "accelerate"]
+        assert (f["model"], f["method"], f["gpus"], f["sharding"], f["micro_batch"], f["grad_accum"]) == (
+            "meta-llama/Meta-Llama-3-8B-Instruct", "qlora", 2, "fsdp", 1, 8)
+        assert f["lora_targets"] == "all-linear" and any("lora_rank=8" in u for u in d["used"])
+        est = c.post("/api/estimate", json={**f, "gpu": "A100-SXM4-80GB", "interval": 0})
+        assert est.status_code == 200, est.text
+        assert est.json()["job"]["quant"] == "nf4"
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("a: !!python/object/apply:os.system ['true']\n", "refused"),
+    ("hello: 1\n", "format not recognised"),
+])
+def test_web_from_config_bad_input_is_422(text, msg):
+    with _client() as c:
+        r = c.post("/api/from-config", json={"files": [{"name": "x.yaml", "text": text}]})
+        assert r.status_code == 422
+        assert msg in r.json()["detail"][0]["msg"]
