@@ -327,3 +327,30 @@ def test_web_from_config_bad_input_is_422(text, msg):
         r = c.post("/api/from-config", json={"files": [{"name": "x.yaml", "text": text}]})
         assert r.status_code == 422
         assert msg in r.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("body,key", [
+    ("base_model: x\nmicro_batch_size: two\n", "micro_batch_size"),
+    ("base_model: x\nlora_r: true\nadapter: lora\n", "lora_r"),
+    ("base_model: x\nsequence_len: -5\n", "sequence_len"),
+    ("base_model: x\nnum_epochs: lots\n", "num_epochs"),
+])
+def test_bad_values_name_file_and_key(tmp_path, body, key):
+    p = tmp_path / "ax.yaml"
+    p.write_text(body)
+    with pytest.raises(ConfigError, match=rf"ax.yaml: {key}: '.*' is not"):
+        read_configs([p])
+
+
+def test_bad_deepspeed_number(tmp_path):
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "four"}))
+    with pytest.raises(ConfigError, match="ds.json: train_micro_batch_size_per_gpu: 'four' is not an integer"):
+        read_configs([p])
+
+
+def test_format_choices_match_the_readers():
+    from tuneplan.commands.from_config import FORMAT_CHOICES
+    from tuneplan.configs import FORMATS
+
+    assert FORMAT_CHOICES == FORMATS
