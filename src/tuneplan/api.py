@@ -242,6 +242,8 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
 
         totals, stage_extra = stage_totals(stage, totals)
     assumptions = list(est.assumptions())
+    if mspec.source.startswith("hub:"):
+        assumptions.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
     assumptions += [
         f"Sequence length {wl.seq_len} tokens per sample ({wl.seq_len_source}); "
         + ("samples packed to it." if jspec.packing else
