@@ -38,3 +38,21 @@ def test_dpo_plan_keeps_the_stage():
                         examples=2000, tokens_per_example=512, stage="dpo", calibration="none", rate=1.0)
     assert res.ok and set(res.candidates["stage"]) == {"dpo"}
     assert res.to_dict()["space"]["stage"] == "dpo"
+
+
+def test_web_api_takes_the_stage():
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from tuneplan.web.app import create_app
+
+    c = TestClient(create_app())
+    assert "grpo" in c.get("/api/options").json()["stages"]
+    body = {"model": "Qwen/Qwen2.5-1.5B", "gpu": "H100-SXM5-80GB", "examples": 1000, "seq_len": 256,
+            "stage": "grpo", "micro_batch": 8, "completion_len": 64, "rollout_engine": "vllm"}
+    d = c.post("/api/estimate", json=body).json()
+    assert "rollout_decode" in d["step_breakdown_s"] and d["stage"]["completions_per_step"] == 8
+    assert "--stage grpo" in d["command"] and "--rollout-engine vllm" in d["command"]
+    bad = c.post("/api/estimate", json={**body, "stage": "dpo"})
+    assert bad.status_code == 422 and "applies to the RL stages" in bad.text
