@@ -112,7 +112,9 @@ def register(sub) -> None:
                         "copy of its input) or in the compute dtype (older peft, litgpt, Megatron)")
     m.add_argument("--trainable-layers", type=positive_int, help="freeze: last N blocks trained (default 2)")
     m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
-    m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
+    m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4, fp8")
+    m.add_argument("--framework", choices=__import__("tuneplan.specs.framework", fromlist=["x"]).framework_names(),
+                   help="the training stack: its kernels and defaults (data/frameworks.yaml; default generic)")
     m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
     m.add_argument("--master-weights", choices=MASTER_WEIGHTS,
                    help="16-bit full fine-tuning: fp32 master copy (fp32), 16-bit weights trained in place "
@@ -187,7 +189,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                  "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
                  "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding",
                  "stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
-                 "kl_beta", "ppo_epochs"):
+                 "kl_beta", "ppo_epochs", "framework"):
         v = getattr(args, name)
         if v is not None:
             kw[name] = v
