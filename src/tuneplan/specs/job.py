@@ -363,4 +363,6 @@ def make_job(**kwargs) -> JobSpec:
             msg = f"'{err.get('input')}' is not a valid {'integer' if 'int' in err['type'] else 'number'}"
         if not err.get("loc"):
             field = "job"
+            if msg.startswith("grad_ckpt: "):  # the mode words' check runs before the fields have locations
+                field, msg, allowed = "grad-ckpt", msg.removeprefix("grad_ckpt: ").split(" (allowed")[0], CKPT_MODES
         raise InputError(field, msg, allowed) from None
