@@ -332,17 +332,21 @@ def _prefix_matches(name: str) -> set[str]:
     """Canonical ids whose (catalog or alias) short name starts with `name` + '-'.
 
     A name with an org only matches ids of the same org (another org's model of a similar name is
-    a different model, e.g. ibm/granite-20b is not ibm-granite/granite-20b-code-base).
+    a different model, e.g. ibm/granite-20b is not ibm-granite/granite-20b-code-base). When catalog
+    files match, aliases are not counted (Qwen3-30B is the Qwen3-30B-A3B file, not the -2507 aliases).
     """
-    _, short = _index()
+    full, short = _index()
     org, _, q = name.lower().rpartition("/")
     out: set[str] = set()
+    own: set[str] = set()  # catalog files' own names win over aliases that share a file's shapes
     for s, hits in short.items():
         if s.startswith(q + "-"):
             for written, _ in hits:
                 if not org or written.lower().split("/")[0] == org:
                     out.add(_target_of(written))
-    return out
+                    if written.lower() in full:
+                        own.add(_target_of(written))
+    return own or out
 
 
 def _resolve_catalog(name: str) -> _Resolved | None:
