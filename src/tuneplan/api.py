@@ -15,7 +15,7 @@ from tuneplan.specs.model import ModelSpec
 from tuneplan.workload import RunTotals, Workload, run_totals, workload
 
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s")
+              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
                 "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",
                 "cuda_context_gib")
@@ -197,18 +197,26 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     est = get_estimator(estimator, calibration)
     phys_name = "tuneplan"
     phys = get_estimator(phys_name, calibration if estimator == "tuneplan" else "none")
-    a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], getattr(phys, "constants", None))
-    out = est.predict_arrays(a)
-    mem_out = out if "weights_gib" in out else phys.predict_arrays(a)
+    stage = None
+    if jspec.stage != "sft":  # preference / RL stages: tuneplan.estimators.stages, docs/stages.md
+        from tuneplan.estimators.stages import stage_for_estimate
+
+        stage, a, out, mem_out = stage_for_estimate(est, phys, estimator, mspec, gspec, jspec, wl)
+    else:
+        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], getattr(phys, "constants", None))
+        out = est.predict_arrays(a)
+        mem_out = out if "weights_gib" in out else phys.predict_arrays(a)
     if estimator == "planner":
         mem_out = {**mem_out, "memory_gib": out["memory_gib"], "fits": out["fits"]}
     step_s = _scalar(out, "step_s")
     tokens_step = _scalar(out, "tokens_per_step")
-    samples_step = jspec.global_batch
+    samples_step = stage.samples_per_step if stage else jspec.global_batch
     tps = tokens_step / step_s
     peak = float(a["peak_flops"][0])
     mfu = _scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0
-    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in STEP_PARTS if k in out}
+    parts = STEP_PARTS + (stage.step_parts() if stage else ())
+    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
+                 if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
     breakdown["total"] = step_s
     if estimator == "planner":
         mem_bd = {"weights_and_optimizer_state": _scalar(out, "memory_gib")}
@@ -216,10 +224,11 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         fits = bool(np.asarray(out["fits"])[0])
         max_mb = None
     else:
-        mem_bd = {k.removesuffix("_gib"): _scalar(mem_out, k) for k in MEMORY_PARTS}
+        mem_parts = MEMORY_PARTS + (stage.memory_parts() if stage else ())
+        mem_bd = {k.removesuffix("_gib"): _scalar(mem_out, k) for k in mem_parts}
         mem_total = _scalar(mem_out, "memory_gib")
         fits = bool(np.asarray(mem_out["fits"])[0])
-        max_mb = int(phys.max_micro_batch(a)[0])
+        max_mb = stage.max_micro_batch if stage else int(phys.max_micro_batch(a)[0])
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     fwd_micro = _scalar(out, "forward_s") / jspec.grad_accum
     compute_share = _scalar(out, "compute_s", step_s) / step_s if step_s else 0.0
@@ -228,9 +237,14 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     weight_bytes = float(a["params_frozen_linear"][0] * a["frozen_linear_bytes"][0]
                          + a["params_frozen_other"][0] * a["frozen_other_bytes"][0]
                          + trainable * a["weight_bytes_compute"][0])
-    totals = run_totals(jspec, wl, step_s, fwd_micro, compute_share, mspec.params_total, weight_bytes,
+    totals = run_totals(stage.totals_job if stage else jspec, stage.workload(wl) if stage else wl, step_s, fwd_micro, compute_share, mspec.params_total, weight_bytes,
                         ckpt_bytes, gspec.tdp_w or 300.0, rate_v, getattr(phys, "constants", None) or
                         __import__("tuneplan.physics.constants", fromlist=["x"]).DEFAULT_CONSTANTS)
+    stage_extra: dict[str, Any] = {}
+    if stage:
+        from tuneplan.estimators.stages import stage_totals
+
+        totals, stage_extra = stage_totals(stage, totals)
     assumptions = list(est.assumptions())
     if mspec.source.startswith("hub:"):
         assumptions.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
@@ -250,6 +264,10 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
             "copy of its input for backward (--adapter-dtype compute: adapters in the compute dtype, as older "
             "peft, litgpt and Megatron)." if jspec.adapter_dtype == "fp32" else
             "Adapters in the compute dtype (--adapter-dtype compute): no fp32 copies of their inputs.")
+    from tuneplan.physics.architecture import architecture_assumptions
+
+    assumptions += architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
+                                            jspec.image_size)
     assumptions += [
         f"Wall clock includes model load ({totals.load_s:.0f} s), evaluation ({totals.eval_s:.0f} s) and "
         f"checkpoint saves ({totals.checkpoint_s:.0f} s) at {jspec.disk_gbs:g} GB/s disk.",
@@ -285,10 +303,13 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "
                         f"shapes; torch frees them before it runs out, so the run fits in {gspec.memory_gib:g} GiB "
                         "(slower when it must)")
+    if stage:
+        assumptions += stage.assumptions
+        warnings += stage.warnings
     if not fits:
         warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"
                         + (f"; largest micro-batch that fits: {max_mb}" if max_mb else ""))
-        if estimator != "planner":
+        if estimator != "planner" and not stage:
             from tuneplan.memory_advice import suggest_fixes
 
             suggestions = suggest_fixes(mspec, gspec, jspec, wl.seq_len, phys)
@@ -298,6 +319,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         step_breakdown_s=breakdown, memory_per_gpu_gib=mem_total, memory_breakdown_gib=mem_bd,
         memory_capacity_gib=gspec.memory_gib, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
         rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
+        extra=stage_extra,
     )
     if interval:
         from tuneplan.learn.intervals import attach_interval

@@ -17,6 +17,7 @@ from typing import Any
 from tuneplan.commands.common import (
     add_gpu_args,
     add_job_args,
+    add_stage_args,
     add_strict_names,
     job_kwargs,
     nonneg_float,
@@ -127,6 +128,7 @@ def register(sub) -> None:
     c.add_argument("--prices", help="price file (YAML or CSV) instead of the shipped one")
     c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh, "
                    "world average)")
+    add_stage_args(p, rollout=False)  # the planner enumerates the rollout split itself
     o = p.add_argument_group("output")
     o.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     o.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
@@ -186,7 +188,9 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kw[name] = getattr(args, name)
     for name in ("tokens", "seq_len", "packing", "padding", "adapter_dtype", "eval_every", "eval_examples", "save_every", "load_time_s",
                  "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
-                 "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding"):
+                 "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding",
+                 "stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
+                 "kl_beta", "ppo_epochs"):
         v = getattr(args, name)
         if v is not None:
             kw[name] = v
