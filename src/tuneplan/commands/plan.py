@@ -19,6 +19,7 @@ from tuneplan.commands.common import (
     add_job_args,
     add_stage_args,
     add_strict_names,
+    add_vision_args,
     job_kwargs,
     nonneg_float,
     positive_float,
@@ -63,6 +64,7 @@ def register(sub) -> None:
                     "in memory, and recommend one: the cheapest that meets the deadline by default. "
                     "Exit code 1 when nothing meets the constraints, 2 for bad input.")
     p.add_argument("--model", help="catalog name or Hugging Face id, or a config.json (or folder)")
+    add_vision_args(p)
     s = p.add_argument_group("search")
     s.add_argument("--gpus", type=_str_list, help="GPU types, comma-separated (default: every GPU the price "
                    "file prices), e.g. A100-SXM4-80GB,H100-SXM5-80GB,L40S-48GB")
@@ -190,7 +192,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                  "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
                  "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding",
                  "stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
-                 "kl_beta", "ppo_epochs"):
+                 "kl_beta", "ppo_epochs", "images_per_example", "image_size", "train_vision_tower"):
         v = getattr(args, name)
         if v is not None:
             kw[name] = v
