@@ -37,7 +37,9 @@ def _planner_seed(args: argparse.Namespace) -> int:
         FLOPS_PER_PARAM_TOKEN,
         planner_numbers,
     )
+    from tuneplan.specs.limits import check_planner_inputs
 
+    check_planner_inputs(args)
     method = args.method or "full"
     fam = "full" if method in ("full", "freeze") else "lora"
     for name in ("examples", "tokens_per_example"):

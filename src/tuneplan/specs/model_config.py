@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tuneplan.errors import InputError
+from tuneplan.specs.limits import check_config_sizes
 from tuneplan.specs.model import LinearShape, ModelSpec
 
 _MISSING = object()
@@ -806,6 +807,7 @@ def model_from_config(config: dict, name: str, source: str = "") -> ModelSpec:
     """
     if not isinstance(config, Mapping):
         raise InputError("config", f"must be a JSON object, got {type(config).__name__}")
+    check_config_sizes(config)
     cfg = _fill_inferred(config)
     mt = detect_model_type(cfg)
     generic = False
