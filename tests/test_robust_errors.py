@@ -297,3 +297,59 @@ def test_predict_writes_unreadable_rows_back(tmp_path, capsys):
     df = pd.read_csv(out)
     assert len(df) == len(lines) - 1
     assert df["error"].astype(str).str.contains("whole number").sum() == 1
+
+
+# --- the web server (issue 19 points 2 and 8) ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def web():
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from tuneplan.web.app import create_app
+
+    with TestClient(create_app(warm_up=False), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_chunked_body_over_the_limit_is_413(web):
+    def chunks():
+        for _ in range(4):
+            yield b"x" * (1024 * 1024)
+
+    r = web.post("/api/estimate", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_model_config_with_huge_layers_is_refused_fast(web):
+    import time
+
+    cfg = tiny_llama_config(num_hidden_layers=2e8)
+    t0 = time.perf_counter()
+    r = web.post("/api/model-config", json={"config_json": cfg})
+    assert r.status_code == 422 and "num_hidden_layers" in r.text
+    assert time.perf_counter() - t0 < 5.0
+
+
+def test_lanes_bound_concurrency():
+    import threading
+    import time
+
+    from tuneplan.web.pool import Busy, lane
+
+    inside = []
+    with lane("heavy"):
+        def other():
+            try:
+                with lane("heavy", timeout=0.05):
+                    inside.append("got")
+            except Busy:
+                inside.append("busy")
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert inside == ["busy"]
+    with lane("heavy", timeout=0.05):  # freed again
+        time.sleep(0)
