@@ -64,6 +64,7 @@ def run(argv: list[str], capsys, allowed=(0, 2)) -> tuple[int, str, str]:
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "Traceback" not in out, err[-2000:]
+    assert "internal error" not in err, (argv, err[-500:])  # the last-resort guard must never be reached
     assert rc in allowed, (argv, rc, err[-500:])
     if rc == 0 and "--json" in argv and out.strip().startswith(("{", "[")):
         assert not non_finite(json.loads(out)), argv

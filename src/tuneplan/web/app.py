@@ -532,9 +532,13 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        from tuneplan.web import pool
+
         if warm_up:
             _warm()
+            pool.warm()
         yield
+        pool.shutdown()
 
     app = FastAPI(
         title="tuneplan web planner",
@@ -700,7 +704,9 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
                                configurations=size, limit=MAX_PLAN_CONFIGS)
         spec = model_spec(req)
         kwargs = plan_kwargs(req)
-        res = _compute(lambda: plan(spec, **kwargs), rename={"gpu": "gpus"}, kind="heavy")
+        from tuneplan.web.pool import plan_in_worker
+
+        res = _compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
         out = jsonable(res.to_dict(max_candidates=req.max_candidates))
         out["n_candidates"] = int(len(res.candidates))
         out["points"] = _plan_points(res)
