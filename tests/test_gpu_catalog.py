@@ -277,3 +277,13 @@ def test_web_estimate_shows_the_family_assumption() -> None:
     d = r.json()
     assert d["gpu"] == "A100-SXM4-80GB"
     assert any(a.startswith("GPU 'A100-80GB' read as A100-SXM4-80GB") for a in d["assumptions"])
+
+
+def test_gpus_table_marks_gaps_and_fill_ins() -> None:
+    from tuneplan.commands.catalogs import _fig
+
+    cat = gpu_catalog()
+    assert _fig(cat["TPU v5e"], "tdp_w", "") == "?"  # no source gives it
+    assert _fig(cat["A100-SXM4-80GB"], "fp8_tflops", "") == "-"  # no fp8 units on Ampere
+    assert _fig(cat["A800-SXM4-80GB"], "tdp_w", "400 W") == "400 W*"  # from A100-SXM4-80GB
+    assert _fig(cat["B300-SXM-288GB"], "fp4_tflops", "15000") == "15000"
