@@ -354,3 +354,11 @@ def test_format_choices_match_the_readers():
     from tuneplan.configs import FORMATS
 
     assert FORMAT_CHOICES == FORMATS
+
+
+def test_axolotl_batch_size_gives_accumulation(tmp_path):
+    p = tmp_path / "ax.yml"
+    p.write_text("base_model: meta-llama/Llama-3.1-8B\nmicro_batch_size: 2\nbatch_size: 16\n")
+    j = read_configs([p]).job_kwargs()
+    assert (j["micro_batch"], j["grad_accum"], j["method"]) == (2, 8, "full")
+    assert "gpus" not in j

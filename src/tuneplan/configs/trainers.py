@@ -227,13 +227,14 @@ def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
     else:
         out.assume("micro_batch", 1, f, "micro_batch_size not set: axolotl default")
     ga = doc.int("gradient_accumulation_steps")
+    bs = doc.int("batch_size")  # per GPU: axolotl's normalize_config derives GA from it, then x world size
     if isinstance(ga, int) and ga > 0:
         out.set("grad_accum", ga, f, "gradient_accumulation_steps")
+    elif bs:
+        out.set("grad_accum", max(1, bs // (mb or 1)), f, "batch_size",
+                f"batch_size {bs} // micro_batch_size {mb or 1} (axolotl's normalize_config)")
     else:
         out.assume("grad_accum", 1, f, "gradient_accumulation_steps not set: axolotl default")
-    gb = doc.int("batch_size")
-    if isinstance(gb, int) and gb > 0:
-        out.set("global_batch", gb, f, "batch_size")
     seq = doc.int("sequence_len")
     if isinstance(seq, int) and seq > 0:
         out.set("seq_len", seq, f, "sequence_len")
