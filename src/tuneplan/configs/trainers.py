@@ -193,7 +193,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "scales the update: no effect on cost")
         if truthy(doc.get("lora_target_linear", False)):
             out.set("lora_targets", ("all-linear",), f, "lora_target_linear")
-        tm = doc.get("lora_target_modules")
+        tm = doc.strs("lora_target_modules")
         if tm:
             t, unknown = targets(tm)
             if t:
@@ -201,7 +201,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             if unknown:
                 out.ignore(f, "lora_target_modules", f"modules {', '.join(unknown)} not modelled")
         out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "no lora_target_modules: peft's default q_proj, v_proj")
-        mts = doc.get("lora_modules_to_save")
+        mts = doc.strs("lora_modules_to_save")
         if mts:
             out.set("modules_to_save", tuple(str(x) for x in mts), f, "lora_modules_to_save",
                     "trained in full; their weights, gradients and optimizer state are not counted")
@@ -209,7 +209,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
         out.ignore(f, "adapter", f"adapter '{adapter}' is not modelled: estimated as LoRA")
         out.set("method", "lora", f, "adapter")
     else:
-        unfrozen = doc.get("unfrozen_parameters")
+        unfrozen = doc.strs("unfrozen_parameters", split=False)
         if unfrozen:
             out.set("method", "freeze", f, "unfrozen_parameters")
             out.set("unfrozen", tuple(str(x) for x in unfrozen), f, "unfrozen_parameters")
@@ -337,7 +337,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("lora_alpha", alpha, f, "lora_alpha", "no effect on cost") if alpha is not None else out.assume(
             "lora_alpha", (r if isinstance(r, int) else LLAMAFACTORY_RANK_DEFAULT) * 2, f,
             "lora_alpha not set: LLaMA-Factory default 2 x rank")
-        tgt = doc.get("lora_target", "all")
+        tgt = doc.strs("lora_target") or ["all"]
         t, unknown = targets(tgt)
         if doc.has("lora_target"):
             out.set("lora_targets", t or ("all-linear",), f, "lora_target")
@@ -441,7 +441,7 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
             "lora_rank", TRL_LORA_R_DEFAULT, f, "lora_r not set: TRL ModelConfig default")
         if doc.get("lora_alpha") is not None:
             out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "no effect on cost")
-        tm = doc.get("lora_target_modules")
+        tm = doc.strs("lora_target_modules")
         if tm:
             t, unknown = targets(tm)
             if t:
