@@ -323,3 +323,21 @@ def test_qwen2_vl_tower_by_hand():
     assert s.params_vision == 32 * layer + 3 * 2 * 14 * 14 * 1280 + merger
     _within(s.params_total, 8.29e9)
     assert s.vision.tokens_per_image == 256 and not s.vision.gated and s.vision.window == 0
+
+
+def test_linear_attention_hybrids():
+    nxt, t = _fwd("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    _within(nxt.params_total, 80e9)  # "80B" (model name / Qwen's card)
+    assert nxt.attention_layers == 12 and nxt.ssm.kind == "deltanet" and nxt.ssm.n_layers == 36
+    h, key, value = 2048, 16 * 128, 32 * 128
+    deltanet = h * (2 * key + 2 * value) + h * 2 * 32 + value * h
+    gated_attn = h * 2 * 16 * 256 + 2 * h * 2 * 256 + 16 * 256 * h  # q_proj writes q and its gate
+    moe = h * 512 + 10 * 3 * h * 512 + 3 * h * 512 + h  # router, top-10, shared expert and its gate
+    assert t.fwd_block_flops == 2.0 * (36 * deltanet + 12 * gated_attn + 48 * moe)
+    # chunks of 64, 32 value heads with a 128 x 128 state each; conv1d over q, k, v
+    assert ssm_scan_flops(nxt.ssm) == 2 * (2 * key + value) * 4 + 32 * (2 * 64 * 256 + 4 * 128 * 128)
+    mm = resolve_model("MiniMaxAI/MiniMax-M1-80k")
+    # MiniMax-M1 report: 456B total, 45.9B activated per token (without the embedding and the LM head)
+    _within(mm.params_total, 456e9)
+    _within(mm.params_active - mm.params_embedding - mm.params_lm_head, 45.9e9)
+    assert mm.attention_layers == 10 and mm.ssm.kind == "lightning" and mm.ssm.n_layers == 70
