@@ -204,3 +204,15 @@ def test_other_estimators_take_the_stage(estimator, stage):
         assert r.step_breakdown_s["total"] == pytest.approx(parts)
     assert 0 < parts <= r.step_breakdown_s["total"] * (1 + 1e-12)
     assert r.memory_breakdown_gib["loss_buffers"] > 0 and r.max_micro_batch >= 1
+
+
+def test_stage_rows_are_not_learned_from():
+    from tuneplan.learn.dataset import row_to_config
+
+    row = {"model": "Qwen/Qwen2.5-0.5B", "gpu": "H100-SXM5-80GB", "method": "lora", "seq_len": 512,
+           "micro_batch_size": 4, "step_time_s": 0.5}
+    assert row_to_config({**row, "stage": "sft"}).job.stage == "sft"
+    assert row_to_config(row).job.method == "lora"
+    with pytest.raises(InputError) as e:
+        row_to_config({**row, "stage": "dpo"})
+    assert e.value.field == "stage" and "--stage dpo" in str(e.value)
