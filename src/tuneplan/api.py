@@ -15,7 +15,7 @@ from tuneplan.specs.model import ModelSpec
 from tuneplan.workload import RunTotals, Workload, run_totals, workload
 
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s")
+              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
                 "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",
                 "cuda_context_gib")
@@ -212,7 +212,8 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     peak = float(a["peak_flops"][0])
     mfu = _scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0
     parts = STEP_PARTS + (stage.step_parts() if stage else ())
-    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts if k in out}
+    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
+                 if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
     breakdown["total"] = step_s
     if estimator == "planner":
         mem_bd = {"weights_and_optimizer_state": _scalar(out, "memory_gib")}
@@ -260,6 +261,10 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
             "copy of its input for backward (--adapter-dtype compute: adapters in the compute dtype, as older "
             "peft, litgpt and Megatron)." if jspec.adapter_dtype == "fp32" else
             "Adapters in the compute dtype (--adapter-dtype compute): no fp32 copies of their inputs.")
+    from tuneplan.physics.architecture import architecture_assumptions
+
+    assumptions += architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
+                                            jspec.image_size)
     assumptions += [
         f"Wall clock includes model load ({totals.load_s:.0f} s), evaluation ({totals.eval_s:.0f} s) and "
         f"checkpoint saves ({totals.checkpoint_s:.0f} s) at {jspec.disk_gbs:g} GB/s disk.",

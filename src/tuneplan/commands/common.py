@@ -110,6 +110,13 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     w.add_argument("--save-every", type=nonneg_int, help="optimizer steps between checkpoint saves")
     w.add_argument("--load-time-s", type=nonneg_float, help="model load time, s (default weights / disk)")
     w.add_argument("--disk-gbs", type=positive_float, help="disk bandwidth for load and saves, GB/s (default 2)")
+    vl = p.add_argument_group("vision-language models")
+    vl.add_argument("--images-per-example", type=nonneg_int,
+                    help="images per training example; their tokens join each sample's sequence (default 0)")
+    vl.add_argument("--image-size", type=nonneg_int,
+                    help="image side in px for dynamic-resolution towers (Qwen2-VL/2.5-VL; default 448)")
+    vl.add_argument("--train-vision-tower", action="store_true", default=None,
+                    help="train the vision tower too (default: frozen)")
     c = p.add_argument_group("money and energy")
     c.add_argument("--rate", type=nonneg_float, help="$ per GPU-hour (default: cheapest on-demand price)")
     c.add_argument("--provider", help="take the price from this provider")
@@ -151,7 +158,8 @@ JOB_FIELDS = {
     "tokens_per_example": "tokens_per_example", "tokens": "tokens", "epochs": "epochs", "seq_len": "seq_len",
     "packing": "packing", "padding": "padding", "adapter_dtype": "adapter_dtype", "eval_every": "eval_every", "eval_examples": "eval_examples",
     "save_every": "save_every", "load_time_s": "load_time_s", "disk_gbs": "disk_gbs",
-    "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
+    "images_per_example": "images_per_example", "image_size": "image_size",
+    "train_vision_tower": "train_vision_tower", "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
     "stage": "stage", "precompute_ref": "precompute_ref", "group_size": "group_size",
     "completion_len": "completion_len", "prompts_per_step": "prompts_per_step",
     "rollout_engine": "rollout_engine", "rollout_gpus": "rollout_gpus", "reward_model": "reward_model",

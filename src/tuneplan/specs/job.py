@@ -83,6 +83,12 @@ class JobSpec(BaseModel):
     # is cast to fp32 and kept for backward) or the compute dtype (older peft, litgpt, Megatron)
     adapter_dtype: Literal["fp32", "compute"] = "fp32"
     moe_mode: Literal["sparse", "dense"] = "sparse"
+    # vision-language models: images per training example (their tokens join each sample's sequence),
+    # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
+    # and whether the vision tower is trained (default: frozen, as LLaMA-Factory / TRL VLM recipes do)
+    images_per_example: int = 0
+    image_size: int = 0
+    train_vision_tower: bool = False
     load_time_s: float | None = None  # None: weights' bytes over disk bandwidth
     eval_every: int = 0  # optimizer steps between evaluation passes (0 = none)
     eval_examples: int = 0
@@ -139,7 +145,8 @@ class JobSpec(BaseModel):
             raise ValueError("must be a number >= 0")
         return v
 
-    @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus")
+    @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus", "images_per_example",
+                     "image_size")
     @classmethod
     def _nonneg_int(cls, v: int) -> int:
         if v < 0:
