@@ -105,6 +105,7 @@ def test_dpo_full_costs_two_sequences_and_a_reference():
     assert dpo.memory_per_gpu_gib > sft2.memory_per_gpu_gib
     assert dpo.samples_per_s < sft.samples_per_s
     assert dpo.totals.steps == sft.totals.steps  # pairs per step = the SFT's samples per step
+    assert dpo.to_dict()["tokens_total"] == pytest.approx(2 * sft.to_dict()["tokens_total"])
 
 
 def test_dpo_lora_and_precompute_hold_no_reference():
