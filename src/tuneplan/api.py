@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.specs.gpu import GPUSpec, gpu_from_dict, load_gpu_file, resolve_gpu
+from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, gpu_from_dict, load_gpu_file, resolve_gpu
 from tuneplan.specs.job import LORA_FAMILY, JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.workload import RunTotals, Workload, run_totals, workload
@@ -122,14 +122,15 @@ def resolve_model_arg(model: str | ModelSpec) -> ModelSpec:
 
 def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = None,
                     peak_tflops: float | None = None, memory_gib: float | None = None,
-                    bandwidth_gbs: float | None = None) -> GPUSpec:
-    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures)."""
+                    bandwidth_gbs: float | None = None, strict: bool = False) -> GPUSpec:
+    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures).
+    `strict`: refuse a family name (A100-80GB) instead of reading it as the catalog's default variant."""
     if isinstance(gpu, GPUSpec):
         base = gpu
     elif gpu_file:
         base = load_gpu_file(gpu_file)
     elif gpu:
-        base = resolve_gpu(gpu)
+        base = resolve_gpu(gpu, strict=strict)
     else:
         base = None
     if peak_tflops is None and memory_gib is None and bandwidth_gbs is None:
@@ -175,14 +176,16 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
              calibration=None, gpu_file: str | None = None, peak_tflops: float | None = None,
              memory_gib: float | None = None, bandwidth_gbs: float | None = None,
              provider: str | None = None, prices: str | None = None, rate: float | None = None,
-             interval: float | None = 0.8, job: JobSpec | None = None, **job_kwargs: Any) -> EstimateResult:
+             interval: float | None = 0.8, job: JobSpec | None = None, strict: bool = False,
+             **job_kwargs: Any) -> EstimateResult:
     """Estimate a fine-tuning run. Job fields are JobSpec's (method, gpus, micro_batch, examples,
-    tokens_per_example, epochs, seq_len, ...). Raises InputError for bad input."""
+    tokens_per_example, epochs, seq_len, ...). `strict`: refuse a GPU family name (A100-80GB) instead of
+    reading it as the catalog's default variant (said in the assumptions). Raises InputError for bad input."""
     from tuneplan.estimators.base import get_estimator
     from tuneplan.physics.terms import build_arrays
 
     mspec = resolve_model_arg(model)
-    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs)
+    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs, strict=strict)
     if rate is not None:
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
@@ -272,6 +275,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         f"CO2 at {jspec.grid_gco2_kwh if jspec.grid_gco2_kwh is not None else 480:g} g/kWh.",
         f"Price: {rate_src}." if rate_v is not None else f"Cost not computed: {rate_src}.",
     ]
+    assumptions += gpu_assumptions(gspec, jspec.precision, jspec.nodes)
     consts = getattr(phys, "constants", None)
     if estimator == "tuneplan" and consts is not None and jspec.method in LORA_FAMILY:
         kernels = consts.dora_kernels_per_module if jspec.method == "dora" else consts.lora_kernels_per_module
@@ -287,6 +291,12 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
             "(--master-weights fp32 for mixed precision over fp32 weights).")
     if estimator != "tuneplan" and estimator != "planner":
         assumptions.append("Memory figures from tuneplan's uncalibrated memory model (this estimator has none).")
+    if jspec.rate_usd_per_gpu_hour is None and rate_v is not None:
+        from tuneplan.specs.prices import price_for, stale_price_warning
+
+        old = stale_price_warning(price_for(gspec.name, provider=provider, path=prices))
+        if old:
+            warnings.append(old)
     suggestions: list[str] = []
     cached = _scalar(mem_out, "variable_shape_gib", 0.0) if estimator != "planner" else 0.0
     if fits and mem_total > gspec.memory_gib and cached > 0:
