@@ -277,3 +277,24 @@ def test_web_estimate_shows_the_family_assumption() -> None:
     d = r.json()
     assert d["gpu"] == "A100-SXM4-80GB"
     assert any(a.startswith("GPU 'A100-80GB' read as A100-SXM4-80GB") for a in d["assumptions"])
+
+
+def test_gpus_table_marks_gaps_and_fill_ins() -> None:
+    from tuneplan.commands.catalogs import _fig
+
+    cat = gpu_catalog()
+    assert _fig(cat["TPU v5e"], "tdp_w", "") == "?"  # no source gives it
+    assert _fig(cat["A100-SXM4-80GB"], "fp8_tflops", "") == "-"  # no fp8 units on Ampere
+    assert _fig(cat["A800-SXM4-80GB"], "tdp_w", "400 W") == "400 W*"  # from A100-SXM4-80GB
+    assert _fig(cat["B300-SXM-288GB"], "fp4_tflops", "15000") == "15000"
+
+
+def test_plan_notes_say_the_variant_and_the_old_price() -> None:
+    import tuneplan
+
+    res = tuneplan.plan("meta-llama/Llama-3.1-8B", gpus=["A100"], methods=["lora"], max_gpus=1, examples=1000,
+                        tokens_per_example=256, interval=None)
+    assert res.gpus == ["A100-SXM4-80GB"]
+    assert any(n.startswith("GPU 'A100' read as A100-SXM4-80GB") for n in res.notes)
+    assert any("years old" in n for n in res.notes)  # the default A100 price is Lambda's of 2023-02-01
+    assert any(n.startswith("GPU 'A100' read as") for n in res.to_dict()["notes"])
