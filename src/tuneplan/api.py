@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.specs.gpu import GPUSpec, gpu_from_dict, load_gpu_file, resolve_gpu
+from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, gpu_from_dict, load_gpu_file, resolve_gpu
 from tuneplan.specs.job import LORA_FAMILY, JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.workload import RunTotals, Workload, run_totals, workload
 
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s")
+              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
                 "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",
                 "cuda_context_gib")
@@ -112,6 +112,19 @@ class EstimateResult:
         return d
 
 
+def job_model_warnings(mspec: ModelSpec, jspec: JobSpec, wl: Workload) -> list[str]:
+    """InputError for a job the model cannot run (tp over its heads, pp over its layers, cp over the
+    sequence, unknown LoRA targets, --tokens with --examples); warnings for legal but odd ones."""
+    from tuneplan.physics.terms import TARGET_ALIASES, TARGET_GROUPS
+    from tuneplan.specs.job import ALL_LINEAR
+    from tuneplan.specs.limits import check_grad_accum_vs_data, check_job_for_model
+
+    known = sorted({*ALL_LINEAR, *TARGET_ALIASES, *TARGET_GROUPS, "gate_up"})
+    lowered = jspec.model_copy(update={"lora_targets": tuple(t.strip().lower() for t in jspec.lora_targets)})
+    return (check_job_for_model(mspec, lowered, wl.seq_len, known)
+            + check_grad_accum_vs_data(wl.samples_per_epoch, jspec.global_batch))
+
+
 def resolve_model_arg(model: str | ModelSpec) -> ModelSpec:
     if isinstance(model, ModelSpec):
         return model
@@ -122,14 +135,15 @@ def resolve_model_arg(model: str | ModelSpec) -> ModelSpec:
 
 def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = None,
                     peak_tflops: float | None = None, memory_gib: float | None = None,
-                    bandwidth_gbs: float | None = None) -> GPUSpec:
-    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures)."""
+                    bandwidth_gbs: float | None = None, strict: bool = False) -> GPUSpec:
+    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures).
+    `strict`: refuse a family name (A100-80GB) instead of reading it as the catalog's default variant."""
     if isinstance(gpu, GPUSpec):
         base = gpu
     elif gpu_file:
         base = load_gpu_file(gpu_file)
     elif gpu:
-        base = resolve_gpu(gpu)
+        base = resolve_gpu(gpu, strict=strict)
     else:
         base = None
     if peak_tflops is None and memory_gib is None and bandwidth_gbs is None:
@@ -175,19 +189,21 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
              calibration=None, gpu_file: str | None = None, peak_tflops: float | None = None,
              memory_gib: float | None = None, bandwidth_gbs: float | None = None,
              provider: str | None = None, prices: str | None = None, rate: float | None = None,
-             interval: float | None = 0.8, job: JobSpec | None = None, **job_kwargs: Any) -> EstimateResult:
+             interval: float | None = 0.8, job: JobSpec | None = None, strict: bool = False,
+             **job_kwargs: Any) -> EstimateResult:
     """Estimate a fine-tuning run. Job fields are JobSpec's (method, gpus, micro_batch, examples,
-    tokens_per_example, epochs, seq_len, ...). Raises InputError for bad input."""
+    tokens_per_example, epochs, seq_len, ...). `strict`: refuse a GPU family name (A100-80GB) instead of
+    reading it as the catalog's default variant (said in the assumptions). Raises InputError for bad input."""
     from tuneplan.estimators.base import get_estimator
     from tuneplan.physics.terms import build_arrays
 
     mspec = resolve_model_arg(model)
-    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs)
+    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs, strict=strict)
     if rate is not None:
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
     wl = workload(jspec)
-    warnings: list[str] = []
+    warnings: list[str] = job_model_warnings(mspec, jspec, wl)
     if mspec.max_position_embeddings and wl.seq_len > mspec.max_position_embeddings:
         warnings.append(f"seq_len {wl.seq_len} is above {mspec.name}'s max_position_embeddings "
                         f"({mspec.max_position_embeddings}): fine with RoPE scaling, otherwise truncate")
@@ -212,7 +228,8 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     peak = float(a["peak_flops"][0])
     mfu = _scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0
     parts = STEP_PARTS + (stage.step_parts() if stage else ())
-    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts if k in out}
+    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
+                 if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
     breakdown["total"] = step_s
     if estimator == "planner":
         mem_bd = {"weights_and_optimizer_state": _scalar(out, "memory_gib")}
@@ -260,6 +277,10 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
             "copy of its input for backward (--adapter-dtype compute: adapters in the compute dtype, as older "
             "peft, litgpt and Megatron)." if jspec.adapter_dtype == "fp32" else
             "Adapters in the compute dtype (--adapter-dtype compute): no fp32 copies of their inputs.")
+    from tuneplan.physics.architecture import architecture_assumptions
+
+    assumptions += architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
+                                            jspec.image_size)
     assumptions += [
         f"Wall clock includes model load ({totals.load_s:.0f} s), evaluation ({totals.eval_s:.0f} s) and "
         f"checkpoint saves ({totals.checkpoint_s:.0f} s) at {jspec.disk_gbs:g} GB/s disk.",
@@ -267,6 +288,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         f"CO2 at {jspec.grid_gco2_kwh if jspec.grid_gco2_kwh is not None else 480:g} g/kWh.",
         f"Price: {rate_src}." if rate_v is not None else f"Cost not computed: {rate_src}.",
     ]
+    assumptions += gpu_assumptions(gspec, jspec.precision, jspec.nodes)
     consts = getattr(phys, "constants", None)
     if estimator == "tuneplan" and consts is not None and jspec.method in LORA_FAMILY:
         kernels = consts.dora_kernels_per_module if jspec.method == "dora" else consts.lora_kernels_per_module
@@ -283,6 +305,12 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     if estimator != "tuneplan" and estimator != "planner":
         assumptions.append("Memory figures from tuneplan's uncalibrated memory model (this estimator has none).")
     assumptions += __import__("tuneplan.physics.stack", fromlist=["x"]).stack_assumptions(mspec, gspec, jspec)
+    if jspec.rate_usd_per_gpu_hour is None and rate_v is not None:
+        from tuneplan.specs.prices import price_for, stale_price_warning
+
+        old = stale_price_warning(price_for(gspec.name, provider=provider, path=prices))
+        if old:
+            warnings.append(old)
     suggestions: list[str] = []
     cached = _scalar(mem_out, "variable_shape_gib", 0.0) if estimator != "planner" else 0.0
     if fits and mem_total > gspec.memory_gib and cached > 0:

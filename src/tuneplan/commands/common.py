@@ -63,6 +63,14 @@ def add_gpu_args(p: argparse.ArgumentParser, gpu_required: bool = False) -> None
     g.add_argument("--peak-tflops", type=positive_float, help="one-off dense peak TFLOP/s")
     g.add_argument("--memory-gib", type=positive_float, help="one-off GPU memory, GiB")
     g.add_argument("--bandwidth-gbs", type=positive_float, help="one-off memory bandwidth, GB/s")
+    add_strict_names(g)
+
+
+def add_strict_names(p) -> None:
+    """`--strict-names`: refuse a GPU family name instead of reading it as the catalog's default variant."""
+    p.add_argument("--strict-names", action="store_true",
+                   help="refuse a GPU family name (A100, A100-80GB, H100...) instead of reading it as the "
+                        "catalog's default variant (which the output's assumptions name)")
 
 
 def add_stack_args(p: argparse.ArgumentParser, m) -> None:
@@ -136,11 +144,23 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     w.add_argument("--save-every", type=nonneg_int, help="optimizer steps between checkpoint saves")
     w.add_argument("--load-time-s", type=nonneg_float, help="model load time, s (default weights / disk)")
     w.add_argument("--disk-gbs", type=positive_float, help="disk bandwidth for load and saves, GB/s (default 2)")
+    add_vision_args(p)
     c = p.add_argument_group("money and energy")
     c.add_argument("--rate", type=nonneg_float, help="$ per GPU-hour (default: cheapest on-demand price)")
     c.add_argument("--provider", help="take the price from this provider")
     c.add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
     c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh)")
+
+
+def add_vision_args(p: argparse.ArgumentParser) -> None:
+    """Vision-language models: images per example, the assumed resolution, frozen or trained tower."""
+    vl = p.add_argument_group("vision-language models")
+    vl.add_argument("--images-per-example", type=nonneg_int,
+                    help="images per training example; their tokens join each sample's sequence (default 0)")
+    vl.add_argument("--image-size", type=nonneg_int,
+                    help="image side in px for dynamic-resolution towers (Qwen2-VL/2.5-VL; default 448)")
+    vl.add_argument("--train-vision-tower", action="store_true", default=None,
+                    help="train the vision tower too (default: frozen)")
 
 
 def add_stage_args(p: argparse.ArgumentParser, lists: bool = False, rollout: bool = True) -> None:
@@ -177,7 +197,8 @@ JOB_FIELDS = {
     "tokens_per_example": "tokens_per_example", "tokens": "tokens", "epochs": "epochs", "seq_len": "seq_len",
     "packing": "packing", "padding": "padding", "adapter_dtype": "adapter_dtype", "eval_every": "eval_every", "eval_examples": "eval_examples",
     "save_every": "save_every", "load_time_s": "load_time_s", "disk_gbs": "disk_gbs",
-    "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
+    "images_per_example": "images_per_example", "image_size": "image_size",
+    "train_vision_tower": "train_vision_tower", "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
     "ckpt_every": "ckpt_every", "act_offload": "act_offload", "offload": "offload", "framework": "framework",
     "fused_ce": "fused_ce", "sequence_parallel": "sequence_parallel", "cp_mode": "cp_mode", "vpp": "vpp",
     "stage": "stage", "precompute_ref": "precompute_ref", "group_size": "group_size",

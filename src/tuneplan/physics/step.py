@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tuneplan.physics.activations import activation_offload_seconds
+from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.ops import (
     FUSED_ADAPTER_PASSES,
@@ -68,9 +69,13 @@ def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
 def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
     """Element-wise work per token per layer (elements): the hidden state through norms and residuals
     (4h), attention's q/k/v/output (2q + 2kv), and the MLP's intermediate tensors (3I gated, 2I plain;
-    MoE: top-k experts' widths)."""
-    inter = np.where(a["moe_layers"] > 0, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"], a["intermediate"])
-    return 4.0 * a["hidden"] + 2.0 * a["q_dim"] + 2.0 * a["kv_dim"] + np.where(a["gated"] > 0, 3.0, 2.0) * inter
+    MoE: top-k experts' widths); hybrid stacks weigh attention and MLP by the layers that have them and
+    add the Mamba mixers' tensors (`architecture.layer_shares`)."""
+    attn_share, mlp_share, ssm_per_layer = layer_shares(a)
+    inter = np.where(a["moe_layers"] > 0, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"],
+                     a["intermediate"] * mlp_share)
+    return (4.0 * a["hidden"] + attn_share * (2.0 * a["q_dim"] + 2.0 * a["kv_dim"])
+            + np.where(a["gated"] > 0, 3.0, 2.0) * inter + ssm_per_layer)
 
 
 def dp_bandwidth(a: Arrays) -> np.ndarray:
@@ -98,8 +103,9 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a), c) * rel * lowp_eff
     bf16_rate = get(a, "bf16_peak_flops") * eff * rel
     flash = a["flash_attn"] > 0
-    keys = np.where(flash, get(a, "attn_keys"), S)  # eager computes the full square
-    attn_tok = a["attn_flops_per_seq"] * keys
+    # attention over full and local layers (+ Mamba scans, architecture.sequence_mixing_flops); eager
+    # attention computes the full square
+    attn_tok = sequence_mixing_flops(a, S, np.where(flash, get(a, "attn_keys") / S, 1.0))
     attn_rate = np.where(flash & (get(a, "attn_kernel") != 2),
                          get(a, "bf16_peak_flops") * attention_efficiency(
                              get(a, "attn_span"), a.get("head_dim", 128.0), get(a, "attn_kernel"), get(a, "gpu_gen")),
@@ -249,8 +255,11 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     host = np.where(np.isfinite(get(a, "host_bw")), get(a, "host_bw"), c.cpu_offload_gbs * 1e9)
     t_offload = activation_offload_seconds(a, c, tokens, host, t_fwd + t_bwd)
 
+    # a vision tower's images, in bf16 at the blocks' GEMM efficiency (architecture.vision_tower_flops_per_micro)
+    t_vision = vision_tower_flops_per_micro(a) / (get(a, "bf16_peak_flops") * ct["eff"] * a["matmul_rel"]) \
+        if "vision_flops_per_sample" in a else 0.0
     t_micro = (t_fwd + t_bwd + t_rec + mt["t_dequant"] + mt["t_elementwise"] + mt["t_overhead"] + par["t_tp"]
-               + par["t_cp"] + par["t_ep"] + par["t_pp_p2p"] + t_offload)
+               + par["t_cp"] + par["t_ep"] + par["t_pp_p2p"] + t_offload + t_vision)
     t_bubble = pipeline_bubble_fraction(pp, get(a, "vpp")) * t_micro
     t_pipeline = ga * t_micro + t_bubble
 
@@ -287,6 +296,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "pipeline_bubble_s": t_bubble,
         "optimizer_s": t_opt,
         "communication_s": t_comm_exposed,
+        "vision_tower_s": ga * t_vision * np.ones_like(total),
         "communication_total_s": t_comm,
         "step_s": total,
         "efficiency": ct["eff"],
@@ -298,7 +308,7 @@ def model_flops_per_step(a: Arrays) -> np.ndarray:
     """The 6N-style model FLOPs of one optimizer step, all GPUs (for MFU): forward + backward,
     without recompute or dequantisation, counting the attention term."""
     S = a["seq_len"]
-    attn_tok = a["attn_flops_per_seq"] * np.where(a["flash_attn"] > 0, get(a, "attn_keys"), S)
+    attn_tok = sequence_mixing_flops(a, S, np.where(a["flash_attn"] > 0, get(a, "attn_keys") / S, 1.0))
     per_tok = (a["fwd_block_flops"] + a["head_flops"] + attn_tok + a["adapter_flops"]) + (
         a["bwd_layer_fraction"] * (a["bwd_block_factor"] * a["fwd_block_flops"] + 2.0 * attn_tok
                                    + 2.0 * a["adapter_flops"]) + a["bwd_head_factor"] * a["head_flops"])

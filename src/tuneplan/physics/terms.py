@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
 from tuneplan.physics.precision import FP8_WEIGHT_BYTES
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
@@ -113,6 +114,20 @@ class ModelTerms:
     adapter_in_elements: float  # per token, whole model: inputs of the adapted modules, one per module
     adapted_modules: float  # adapted linear modules in the whole model (each adds its own small kernels)
     weight_bytes_compute: float  # bytes per weight at the compute precision
+    # architecture terms (physics.architecture): local attention, MLA, Mamba, vision towers
+    attn_local_flops_per_key: float = 0.0  # FLOPs per (query, key) over the sliding / chunked layers
+    attn_window: float = 0.0  # tokens a local attention layer sees
+    attn_latent_elements: float = 0.0  # MLA compressed q / kv kept per token per attention layer
+    ssm_flops: float = 0.0  # Mamba scans + conv1d per token, forward, all Mamba layers
+    ssm_act_elements: float = 0.0  # Mamba activations kept per token, all Mamba layers
+    dense_mlp_layers: float = -1.0  # layers with a dense MLP
+    images: float = 0.0  # images per sample
+    image_tokens: float = 0.0  # LM tokens the images add to each sample
+    vision_flops_per_sample: float = 0.0
+    vision_trainable: float = 0.0
+    vision_act_bytes_per_sample: float = 0.0
+    vision_ckpt_bytes_per_sample: float = 0.0
+    params_vision: float = 0.0
     expert_fwd_flops: float = 0.0  # the part of fwd_block_flops in MoE experts' GEMMs (per token)
     linear_io_elements: float = 0.0  # per token, whole model: inputs + outputs of the block linears (elements)
     head_dim: float = 128.0  # attention head dimension (elements)
@@ -147,9 +162,10 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
 
     fwd_block, expert_fwd, linear_io, split_w, full_w = _linear_sums(linears, dense_moe)
     head_flops = 2.0 * model.vocab_size * model.hidden_size  # tied or not, the head is a V x h GEMM
-    q_dim = model.n_heads * model.head_dim
-    kv_dim = model.n_kv_heads * model.head_dim
-    attn_per_seq = 4.0 * q_dim * model.attention_layers  # QK^T and AV, 2 FLOPs per MAC
+    mix = mixer_terms(model)
+    q_dim, kv_dim = mix.q_dim, mix.kv_dim
+    attn_per_seq = mix.attn_full_flops_per_key  # QK^T and AV over the full-attention layers, 2 FLOPs per MAC
+    vis = vision_terms(model, job.images_per_example, job.train_vision_tower, job.image_size)
 
     block_linear_params = float(sum(lin.params for lin in linears))
     expert_params = float(sum(lin.params for lin in linears if lin.count_per_layer > 1))
@@ -213,7 +229,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     elif method == "freeze":
         k = min(job.trainable_layers, L)
         frac = k / L
-        trainable = (total - model.params_embedding - model.params_lm_head) * frac
+        trainable = model.params_block * frac
         frozen_linear = block_linear_params * (1 - frac)
         frozen_other = total - trainable - frozen_linear
         frozen_linear_bytes = pbytes
@@ -227,6 +243,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         frozen_linear_bytes = pbytes
         dequant = 0.0
         bwd_block, bwd_head, bwd_frac = 2.0, 2.0, 1.0
+    trainable, frozen_other = vision_trainable_split(model, job, trainable, frozen_other)
 
     return ModelTerms(
         fwd_block_flops=fwd_block,
@@ -272,6 +289,8 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         expert_fwd_flops=expert_fwd, linear_io_elements=linear_io, head_dim=float(model.head_dim),
         gemm_split_width=split_w / fwd_block if fwd_block else float(model.hidden_size),
         gemm_full_width=full_w / fwd_block if fwd_block else float(model.hidden_size),
+        **mix.term_fields(),
+        **vis.__dict__,
     )
 
 
@@ -349,13 +368,15 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
     cache: dict[tuple, ModelTerms] = {}
     for model, gpu, job, seq in rows:
         key = (id(model), job.method, job.lora_rank, job.lora_targets, job.trainable_layers,
-               job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode, job.ckpt_mode)
+                job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode, job.images_per_example,
+               job.image_size, job.train_vision_tower, job.ckpt_mode)
         mt = cache.get(key)
         if mt is None:
             mt = model_terms(model, job, constants)
             cache[key] = mt
-        d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq),
-             **stack_numbers(model, gpu, job, seq)}
+        # image tokens join each sample's sequence (vision-language models)
+        d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq + int(mt.image_tokens)),
+             **stack_numbers(model, gpu, job, seq + int(mt.image_tokens))}
         eb, fk = kavier_terms(gpu, d["peak_flops"])
         d["kavier_eb"], d["kavier_peak"] = eb, fk
         for k, v in d.items():

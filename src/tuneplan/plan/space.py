@@ -20,6 +20,7 @@ from tuneplan.physics.stack import stack_numbers
 from tuneplan.physics.terms import SHARDING_CODES, gpu_arrays, kavier_terms, model_terms
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import SHARDINGS, JobSpec
+from tuneplan.specs.limits import MAX_GPUS, bound_number, check_space_bounds
 from tuneplan.specs.model import ModelSpec
 
 GPUS_PER_NODE = 8
@@ -47,6 +48,7 @@ def gpu_counts(max_gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> list[int]:
     """Powers of two up to max_gpus, and max_gpus itself when it splits evenly over its nodes."""
     if max_gpus < 1:
         raise InputError("max-gpus", f"must be a positive integer, got {max_gpus}")
+    bound_number("max-gpus", max_gpus, MAX_GPUS)
     out = [1 << i for i in range(int(math.log2(max_gpus)) + 1)]
     nodes = math.ceil(max_gpus / gpus_per_node)
     if max_gpus not in out and max_gpus % nodes == 0:
@@ -72,6 +74,7 @@ class Space:
                            ("grad-accums", self.grad_accums or (1,))):
             if not vals or any(int(v) != v or v < 1 for v in vals):
                 raise InputError(name, f"must be positive integers, got {list(vals)}")
+        check_space_bounds(self)
         if not self.shardings:
             raise InputError("shardings", "give at least one", SHARDINGS)
         for s in self.shardings:
@@ -195,7 +198,8 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     base = jobs[0]
     a["micro_batch"] = grid.micro_batch.astype(float)
     a["grad_accum"] = grid.grad_accum.astype(float)
-    a["seq_len"] = np.broadcast_to(np.float64(seq_len), (n,))
+    # image tokens join each sample's sequence (vision-language models)
+    a["seq_len"] = np.broadcast_to(np.float64(seq_len + terms[0].get("image_tokens", 0.0)), (n,))
     a["gpus"] = grid.gpus.astype(float)
     a["nodes"] = grid.nodes.astype(float)
     for k in ("tp", "pp", "cp", "ep"):

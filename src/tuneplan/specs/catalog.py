@@ -19,21 +19,30 @@ Resolution order for a name (case-insensitive throughout):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError, closest
-from tuneplan.specs.model import ModelSpec
-from tuneplan.specs.model_config import (
+from tuneplan.errors import (
+    AmbiguousNameError,
+    DataFileError,
+    InputError,
+    UnknownNameError,
+    closest,
+    parse_user_json,
+    read_user_text,
+    shown,
+)
+from tuneplan.specs.architectures import (
     detect_model_type,
     looks_llama_like,
     model_from_config,
     split_quant_suffix,
 )
+from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
+from tuneplan.specs.model import ModelSpec
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 ALIASES_FILE = MODELS_DIR / "ALIASES.md"
@@ -195,13 +204,7 @@ def _index() -> tuple[dict[str, str], dict[str, list[tuple[str, str]]]]:
 @lru_cache(maxsize=256)
 def _read_json(path: str, stamp: int = 0) -> dict:
     """A JSON object from `path` (cached per path and modification time `stamp`)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(FIELD, f"cannot read '{path}': {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(FIELD, f"'{path}' is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    data = parse_user_json(read_user_text(path, FIELD, "config.json", MAX_CONFIG_FILE_BYTES), FIELD, path)
     if not isinstance(data, dict):
         raise InputError(FIELD, f"'{path}' must hold a JSON object (a config.json)")
     return data
@@ -332,17 +335,21 @@ def _prefix_matches(name: str) -> set[str]:
     """Canonical ids whose (catalog or alias) short name starts with `name` + '-'.
 
     A name with an org only matches ids of the same org (another org's model of a similar name is
-    a different model, e.g. ibm/granite-20b is not ibm-granite/granite-20b-code-base).
+    a different model, e.g. ibm/granite-20b is not ibm-granite/granite-20b-code-base). When catalog
+    files match, aliases are not counted (Qwen3-30B is the Qwen3-30B-A3B file, not the -2507 aliases).
     """
-    _, short = _index()
+    full, short = _index()
     org, _, q = name.lower().rpartition("/")
     out: set[str] = set()
+    own: set[str] = set()  # catalog files' own names win over aliases that share a file's shapes
     for s, hits in short.items():
         if s.startswith(q + "-"):
             for written, _ in hits:
                 if not org or written.lower().split("/")[0] == org:
                     out.add(_target_of(written))
-    return out
+                    if written.lower() in full:
+                        own.add(_target_of(written))
+    return own or out
 
 
 def _resolve_catalog(name: str) -> _Resolved | None:
@@ -364,6 +371,15 @@ def _resolve_catalog(name: str) -> _Resolved | None:
 
 
 def _as_path(name: str) -> Path | None:
+    check_name(FIELD, name)
+    try:
+        return _as_existing_path(name)
+    except OSError as exc:  # a name too long for the file system, a path through a file...
+        raise InputError(FIELD, f"'{shown(name)}' is not a readable path nor a catalog name: "
+                                f"{exc.strerror or exc}") from None
+
+
+def _as_existing_path(name: str) -> Path | None:
     p = Path(os.path.expanduser(name))
     if p.is_file():
         return p
@@ -559,7 +575,7 @@ def model_from_run_notes(model: str, notes: str, seq_len: float | None) -> Model
     cfg = {"model_type": "mpt", "d_model": d, "n_layers": layers, "n_heads": heads, "expansion_ratio": 4,
            "vocab_size": vocab, "max_seq_len": int(seq_len or 2048), "no_bias": True,
            "attn_config": {"alibi": not learned}}
-    from tuneplan.specs.model_config import model_from_config
+    from tuneplan.specs.architectures import model_from_config
 
     return model_from_config(cfg, model, source="architecture stated in the run's notes")
 
@@ -600,8 +616,13 @@ def _resolve_run_model(model: str, model_hf_id: str) -> ModelSpec:
 
 
 def list_models() -> list[ModelSpec]:
-    """Every catalog model (parses all files: for `tuneplan models`, not for a single estimate)."""
+    """Every catalog model tuneplan can read (parses all files: for `tuneplan models`, not for a single
+    estimate); files of architectures no reader describes (`architectures.UNSUPPORTED`) are left out."""
+    from tuneplan.specs.architectures import UNSUPPORTED
+
     out = []
-    for hub_id in model_catalog():
+    for hub_id, path in model_catalog().items():
+        if detect_model_type(_read_json(str(path))) in UNSUPPORTED:
+            continue
         out.append(_spec_of(_catalog_resolved(hub_id, "none", "", "")))
     return out

@@ -18,18 +18,22 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from datetime import date
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tuneplan.errors import DataFileError, UnknownNameError
+from tuneplan.errors import DataFileError, UnknownNameError, read_user_text, shown
 
 SHIPPED_YAML = "prices.yaml"
 SHIPPED_CSV = "gpu_prices.csv"
 DEFAULT_KINDS = ("on-demand",)
 """Pricing kinds the default price is taken from (the cheapest of them per GPU)."""
 DATE_RE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
+PRICE_STALE_DAYS = 365
+"""Days after its `date_seen` at which a price is called old and warned about: cloud GPU prices move
+within a year (shared reference GPUS_PRICES.md: the H100 on-demand list prices of 2024 and 2026 differ)."""
 
 # CSV column -> record key (the reference CSV's names on the left)
 _CSV_KEYS = {
@@ -156,9 +160,9 @@ def load_prices(path: str | None = None) -> tuple[Price, ...]:
         text = resources.files("tuneplan.data").joinpath(SHIPPED_YAML).read_text(encoding="utf-8")
         return parse_yaml_prices(text, SHIPPED_YAML)
     p = Path(path)
-    if not p.is_file():
-        raise DataFileError(str(p), None, "no such price file")
-    text = p.read_text(encoding="utf-8")
+    if str(path).strip() and not p.exists():
+        raise DataFileError(shown(path), None, "no such price file")
+    text = read_user_text(path, "prices", "price file (YAML or CSV)")
     if p.suffix.lower() in (".yaml", ".yml"):
         return parse_yaml_prices(text, str(p))
     return parse_csv_prices(text, str(p))
@@ -203,6 +207,24 @@ YAML_HEADER = """\
 
 _YAML_FIELDS = ("provider", "gpu", "usd_per_gpu_hour", "pricing_kind", "offer", "region", "date_seen",
                 "source", "notes", "gpus_per_instance", "usd_per_instance_hour")
+
+
+def price_age_days(p: Price, today: date | None = None) -> int | None:
+    """Days from a price's `date_seen` (YYYY-MM reads as the 1st) to today; None without a date."""
+    m = re.match(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$", p.date_seen or "")
+    if not m:
+        return None
+    seen = date(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1))
+    return ((today or date.today()) - seen).days
+
+
+def stale_price_warning(p: Price | None, today: date | None = None) -> str | None:
+    """A warning when a price is older than PRICE_STALE_DAYS, else None."""
+    age = price_age_days(p, today) if p is not None else None
+    if age is None or age <= PRICE_STALE_DAYS:
+        return None
+    return (f"the price of {p.gpu} ({p.describe()}) is {age / 365.25:.1f} years old: check the provider's "
+            "current price, or pass --rate")
 
 
 def _yaml_scalar(key: str, value: str) -> str:
