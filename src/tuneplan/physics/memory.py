@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.peft_methods import peft_memory_bytes
 
 Arrays = dict[str, np.ndarray]
 
@@ -126,6 +127,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     acts = np.where(a["grad_ckpt"] > 0, ckpt_acts, full_acts)
     in_flight = np.where(pp > 1, np.minimum(pp, a["grad_accum"]), 1.0)  # 1F1B: first stage holds pp
     acts = acts * in_flight
+    # PEFT methods' buffers, extra states and saved operands (physics/peft_methods.py)
+    p_w, p_opt, p_act = peft_memory_bytes(a, tokens, split)
+    weights, opt, acts = weights + np.where(offload, 0.0, p_w), opt + np.where(offload, 0.0, p_opt), acts + p_act
     logits = tokens * a["vocab"] * c.logits_bytes_per_element / tp
     # transient dequantised weight (QLoRA/GPTQ): one large projection at a time, in and out
     dequant_buf = np.where(a["dequant_bytes"] > 0,
