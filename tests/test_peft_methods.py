@@ -239,3 +239,64 @@ def test_assumptions_name_defaults():
     assert "n_frequency = 1000 (default: FourierFTConfig.n_frequency)" in text
     text = " ".join(peft_assumptions(model, make_job(method="prompt-tuning")))
     assert "num_virtual_tokens = 20" in text and "peft has no default" in text
+
+
+# ---- runs rows of method 'other' (issue 14 part 6) -----------------------------------------------
+
+ROW = {"id": "x-1", "source": "x", "model": "meta-llama/Llama-2-7b-hf", "gpu": "A100-SXM4-80GB", "gpus": "1",
+       "method": "other", "micro_batch_size": "2", "seq_len": "512", "tokens_per_s": "1000", "precision": "bf16"}
+
+
+def _read(tmp_path, **cells):
+    import csv
+
+    from tuneplan.runs import read_runs
+
+    row = {**ROW, **cells}
+    path = tmp_path / "x.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    return read_runs(path).df.to_dict("records")[0]
+
+
+@pytest.mark.parametrize(("notes", "method"), [
+    ("exp_name adalora; tuner adalora; tuner_params rank=8/target=ALL/use_rslora=False/use_dora=False", "adalora"),
+    ("ChatGLM's official P-Tuning v2 script, pre_seq_len 128", "prefix-tuning"),
+    ("trained with (IA)^3 vectors", "ia3"),
+    ("peft VeRA, r=256", "vera"),
+    ("exp_name x; tuner lora; use_dora=False", "lora"),
+])
+def test_other_rows_take_the_method_their_notes_name(tmp_path, notes, method):
+    from tuneplan.learn.dataset import row_to_config
+
+    row = _read(tmp_path, notes=notes)
+    assert row["method"] == method and "named in the notes" in row["defaults_used"]
+    assert "generic-adapter" not in row["caveats"]
+    cfg = row_to_config(row)
+    assert cfg.job.method == method
+    if method == "prefix-tuning":
+        assert dict(cfg.job.peft_options)["num_virtual_tokens"] == "128"
+
+
+def test_other_row_naming_no_method_is_a_generic_adapter_with_a_caveat(tmp_path):
+    from tuneplan.learn.dataset import row_to_config
+
+    row = _read(tmp_path, notes="method: LLaMA-Adapter v1 (not LoRA); trainable parameters 1,229,760")
+    assert row["method"] == "adapter" and "generic-adapter" in row["caveats"]
+    cfg = row_to_config(row)
+    assert cfg.job.method == "adapter" and cfg.job.trainable_params == 1229760
+    bare = row_to_config(_read(tmp_path, notes="LISA layer-wise sampling"))
+    # no count stated: peft's default LoRA (r = 8 on q, v) stands in, and says so
+    assert bare.job.trainable_params == 32 * 8 * ((4096 + 4096) + (4096 + 4096))
+    assert any("trainable_params" in u for u in bare.defaults_used)
+
+
+def test_rows_without_a_setting_name_the_missing_column():
+    from tuneplan.learn.dataset import configs_from_rows
+
+    row = {k: v for k, v in ROW.items() if k != "seq_len"}
+    row["method"] = "ia3"
+    _, errors = configs_from_rows([row, {**ROW, "gpu": ""}])
+    assert errors[0].startswith("seq_len:") and errors[1].startswith("gpu:")
