@@ -91,10 +91,11 @@ def default_targets(model: ModelSpec, kind: str) -> tuple[str, ...]:
 
 
 def select_modules(model: ModelSpec, job: JobSpec, kind: str) -> tuple[list[LinearShape], bool]:
-    """The linear modules a module-targeting method adapts, and whether they are peft's defaults."""
+    """The linear modules a module-targeting method adapts, and whether they are peft's defaults
+    (kind 'lora': AdaLoRA and LoRA-FA take --lora-targets and its default, all-linear, as LoRA does)."""
     from tuneplan.physics.terms import normalise_targets
 
-    explicit = "lora_targets" in job.model_fields_set
+    explicit = "lora_targets" in job.model_fields_set or kind == "lora"
     targets = normalise_targets(job.lora_targets) if explicit else default_targets(model, kind)
     names = {lin.name for lin in model.linears}
     if "all-linear" in targets or "all" in targets:
@@ -106,6 +107,10 @@ def select_modules(model: ModelSpec, job: JobSpec, kind: str) -> tuple[list[Line
         raise InputError("lora-targets", f"no module named {', '.join(sorted(want))} in {model.name}",
                          sorted(names) + ["all-linear"])
     return chosen, not explicit
+
+
+def target_kind(method: str) -> str:
+    return {"ia3": "ia3", "adalora": "lora", "lora-fa": "lora"}.get(method, "attention-qv")
 
 
 def lokr_factorization(dimension: int, factor: int = -1) -> tuple[int, int]:
@@ -275,7 +280,8 @@ def _per_module(t: dict, method: str, lin: LinearShape, opts: dict, r: int, pbyt
         t["peft_step_flops_fp32"] += n * (4.0 * r * i * i + 2.0 * float(i) ** 3 + 2.0 * o * i * i)
         t["fwd_block_delta"] -= act * 2.0 * i * o  # the base matmul is replaced ...
         t["peft_fp32_flops"] += act * 2.0 * i * o  # ... by F.linear(x, W H) in fp32
-        t["peft_fixed_act_bytes"] += n * FP32_BYTES * ((r + 1) * i * i + 2 * o * i)
+        # kept: the r reflections' running products, the identity, the delta and W H (i x i), W cast and W H
+        t["peft_fixed_act_bytes"] += n * FP32_BYTES * ((r + 3) * i * i + 2 * o * i)
         t["peft_kernels"] += n * HRA_KERNELS_PER_REFLECTION * r
     elif method == "bone":
         if i % r and opts["init_weights"] == "bat":
@@ -333,7 +339,7 @@ def method_terms(model: ModelSpec, job: JobSpec) -> dict[str, float]:
     t = _blank()
     if method in MODULE_METHODS:
         r = _rank(job, info.rank)
-        modules, _ = select_modules(model, job, "ia3" if method == "ia3" else "attention-qv")
+        modules, _ = select_modules(model, job, target_kind(method))
         widths = set()
         for lin in modules:
             _per_module(t, method, lin, opts, r, pbytes)
@@ -399,6 +405,8 @@ def peft_memory_bytes(a: dict, tokens: np.ndarray, split: np.ndarray) -> tuple:
 def _targets_text(model: ModelSpec, job: JobSpec, kind: str) -> str:
     modules, default = select_modules(model, job, kind)
     names = ", ".join(dict.fromkeys(m.name for m in modules))
+    if kind == "lora" and "lora_targets" not in job.model_fields_set:
+        return f"targets {names} (LoRA's default, all-linear; --lora-targets to change)"
     return f"targets {names}" + (" (peft's default for this architecture; --lora-targets to change)" if default else "")
 
 
@@ -417,10 +425,11 @@ def peft_assumptions(model: ModelSpec, job: JobSpec) -> list[str]:
     settings: list[str] = []
     if method in MODULE_METHODS and method != "adalora" and (info.rank is not None or method == "lora-fa"):
         r = _rank(job, info.rank)
-        given = "lora_rank" in job.model_fields_set or info.rank is None
-        settings.append(f"r = {r}" + ("" if given else " (peft's default)"))
+        given = "lora_rank" in job.model_fields_set
+        given_text = "" if given else " (LoRA's default, --lora-rank)" if info.rank is None else " (peft's default)"
+        settings.append(f"r = {r}{given_text}")
     if method in MODULE_METHODS:
-        settings.append(_targets_text(model, job, "ia3" if method == "ia3" else "attention-qv"))
+        settings.append(_targets_text(model, job, target_kind(method)))
     for k, v in opts.items():
         src = CATALOGUE[method].options[k].why
         settings.append(f"{k} = {v}" + (f" (default: {src})" if k in defaulted else ""))
