@@ -229,6 +229,8 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
                         ckpt_bytes, gspec.tdp_w or 300.0, rate_v, getattr(phys, "constants", None) or
                         __import__("tuneplan.physics.constants", fromlist=["x"]).DEFAULT_CONSTANTS)
     assumptions = list(est.assumptions())
+    if mspec.source.startswith("hub:"):
+        assumptions.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
     assumptions += [
         f"Sequence length {wl.seq_len} tokens per sample ({wl.seq_len_source}); "
         + ("samples packed to it." if jspec.packing else
