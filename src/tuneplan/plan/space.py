@@ -193,7 +193,7 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     base = jobs[0]
     a["micro_batch"] = grid.micro_batch.astype(float)
     a["grad_accum"] = grid.grad_accum.astype(float)
-    a["seq_len"] = np.broadcast_to(np.float64(seq_len), (n,))
+    a["seq_len"] = np.float64(seq_len) + a["virtual_tokens"]  # prompt/p-tuning: prepended positions (else 0)
     a["gpus"] = grid.gpus.astype(float)
     a["nodes"] = grid.nodes.astype(float)
     for k in ("tp", "pp", "cp", "ep"):

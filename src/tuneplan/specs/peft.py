@@ -126,6 +126,11 @@ CATALOGUE: dict[str, PeftMethod] = {m.name: m for m in (
 ALIASES = {"miss": "bone", "prefix": "prefix-tuning", "prompt": "prompt-tuning", "ptuning": "p-tuning",
            "prompt-encoder": "p-tuning", "ln": "ln-tuning", "lorafa": "lora-fa", "generic": "adapter"}
 PEFT_METHOD_NAMES = tuple(CATALOGUE)
+PEFT_TYPES = {"ADALORA": "adalora", "IA3": "ia3", "LOHA": "loha", "LOKR": "lokr", "OFT": "oft", "BOFT": "boft",
+              "VERA": "vera", "FOURIERFT": "fourierft", "HRA": "hra", "MISS": "bone", "BONE": "bone",
+              "PREFIX_TUNING": "prefix-tuning", "PROMPT_TUNING": "prompt-tuning", "P_TUNING": "p-tuning",
+              "LN_TUNING": "ln-tuning"}
+"""peft's `PeftType` values -> tuneplan's method (LORA and its variants are read from the LoRA config)."""
 LORA_EQUIVALENT = {"rslora": "lora", "pissa": "lora", "olora": "lora", "eva": "lora", "loftq": "qlora"}
 """LoRA variants that differ only in initialisation or scaling: trained with the same shapes and passes
 as the LoRA-family method named, so they share its physics (and its calibration)."""
