@@ -124,3 +124,28 @@ def test_calibrate_without_runs_uses_the_recorded_file(tmp_path, monkeypatch, ca
     assert main(["calibrate", "--out", str(tmp_path / "c.json")]) == 0
     assert "recorded by TuneplanCallback" in capsys.readouterr().err
     assert (tmp_path / "c.json").is_file()
+
+
+def test_under_trl_sft_trainer(tmp_path):
+    trl = pytest.importorskip("trl")
+    datasets = pytest.importorskip("datasets")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(100)} | {"<pad>": 100}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w1"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="w2")
+    ds = datasets.Dataset.from_list([{"input_ids": r.tolist()} for r in _Data().rows])
+    cfg = transformers.LlamaConfig(**{k: v for k, v in tiny_llama_config(vocab_size=128).items()
+                                      if k != "architectures"})
+    torch.manual_seed(0)
+    args = trl.SFTConfig(output_dir=str(tmp_path / "sft"), per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                         max_steps=3, logging_steps=100, save_strategy="no", report_to=[], use_cpu=True, bf16=False,
+                         max_length=32, disable_tqdm=True, gradient_checkpointing=False)
+    cb = TuneplanCallback(out=tmp_path / "runs.csv", warmup_steps=1, predict=False)
+    trl.SFTTrainer(model=transformers.LlamaForCausalLM(cfg), args=args, train_dataset=ds, processing_class=tok,
+                   callbacks=[cb]).train()
+    r = cb.row
+    assert (r["framework"], r["method"], r["micro_batch_size"], r["grad_accum"]) == ("trl", "full", 2, 2)
+    assert 4 * 6 <= r["tokens_per_step_real"] <= r["tokens_per_step_padded"] <= 4 * SEQ
+    assert json.loads(r["training_args_json"])["max_length"] == 32

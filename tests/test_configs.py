@@ -327,3 +327,83 @@ def test_web_from_config_bad_input_is_422(text, msg):
         r = c.post("/api/from-config", json={"files": [{"name": "x.yaml", "text": text}]})
         assert r.status_code == 422
         assert msg in r.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("body,key", [
+    ("base_model: x\nmicro_batch_size: two\n", "micro_batch_size"),
+    ("base_model: x\nlora_r: true\nadapter: lora\n", "lora_r"),
+    ("base_model: x\nsequence_len: -5\n", "sequence_len"),
+    ("base_model: x\nnum_epochs: lots\n", "num_epochs"),
+])
+def test_bad_values_name_file_and_key(tmp_path, body, key):
+    p = tmp_path / "ax.yaml"
+    p.write_text(body)
+    with pytest.raises(ConfigError, match=rf"ax.yaml: {key}: '.*' is not"):
+        read_configs([p])
+
+
+def test_bad_deepspeed_number(tmp_path):
+    p = tmp_path / "ds.json"
+    p.write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "four"}))
+    with pytest.raises(ConfigError, match="ds.json: train_micro_batch_size_per_gpu: 'four' is not an integer"):
+        read_configs([p])
+
+
+def test_format_choices_match_the_readers():
+    from tuneplan.commands.from_config import FORMAT_CHOICES
+    from tuneplan.configs import FORMATS
+
+    assert FORMAT_CHOICES == FORMATS
+
+
+def test_axolotl_batch_size_gives_accumulation(tmp_path):
+    p = tmp_path / "ax.yml"
+    p.write_text("base_model: meta-llama/Llama-3.1-8B\nmicro_batch_size: 2\nbatch_size: 16\n")
+    j = read_configs([p]).job_kwargs()
+    assert (j["micro_batch"], j["grad_accum"], j["method"]) == (2, 8, "full")
+    assert "gpus" not in j
+
+
+# ---- any mapping: a result or a one-line ConfigError, never a crash ----------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+KEYS = sorted({
+    "base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_r", "lora_alpha", "lora_target_linear",
+    "lora_target_modules", "lora_modules_to_save", "unfrozen_parameters", "micro_batch_size", "batch_size",
+    "gradient_accumulation_steps", "sequence_len", "sample_packing", "pad_to_sequence_len", "gradient_checkpointing",
+    "activation_offloading", "bf16", "fp16", "bfloat16", "float32", "fp8", "attn_implementation", "flash_attention",
+    "optimizer", "num_epochs", "max_steps", "deepspeed", "fsdp", "fsdp_config", "tensor_parallel_size",
+    "finetuning_type", "quantization_bit", "quantization_method", "lora_rank", "lora_target", "use_dora",
+    "freeze_trainable_layers", "pure_bf16", "cutoff_len", "packing", "neat_packing", "stage", "flash_attn",
+    "disable_gradient_checkpointing", "max_samples", "dataset", "model_name_or_path", "per_device_train_batch_size",
+    "num_train_epochs", "optim", "torch_dtype", "use_peft", "max_length", "max_seq_length", "padding_free",
+    "model", "tokenizer", "checkpointer", "epochs", "dtype", "enable_activation_checkpointing", "checkpoint_dir", "precision", "quantize", "devices", "num_nodes", "train", "lora_query", "lora_mlp",
+    "num_processes", "num_machines", "mixed_precision", "distributed_type", "deepspeed_config",
+    "zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "use_cpu",
+})
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 100_000), st.floats(allow_nan=True),
+                    st.text(max_size=12), st.sampled_from(["auto", "lora", "qlora", "full", "freeze", "cpu",
+                                                          "FSDP", "DEEPSPEED", "bf16", "all", "3", "full_shard"]))
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3),
+    st.dictionaries(st.sampled_from(KEYS + ["_component_", "stage", "device", "offload_param", "enabled",
+                                            "zero_stage", "fsdp_sharding_strategy", "packed", "max_seq_len"]),
+                    inner, max_size=4)), max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=8),
+       fmt=st.sampled_from([None, "axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed"]))
+def test_any_mapping_reads_or_fails_in_one_line(data, fmt):
+    from tuneplan.errors import InputError
+
+    text = json.dumps(data, allow_nan=True)
+    try:
+        r = read_config_texts([("fuzz.json", text, None)], fmt)
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return
+    r.to_dict()
+    r.used(), r.assumed(), r.ignored_lines()

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.specs.gpu import GPUSpec, gpu_from_dict, load_gpu_file, resolve_gpu
+from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, gpu_from_dict, load_gpu_file, resolve_gpu
 from tuneplan.specs.job import LORA_FAMILY, JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.workload import RunTotals, Workload, run_totals, workload
 
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s")
+              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
                 "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",
                 "cuda_context_gib")
@@ -122,14 +122,15 @@ def resolve_model_arg(model: str | ModelSpec) -> ModelSpec:
 
 def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = None,
                     peak_tflops: float | None = None, memory_gib: float | None = None,
-                    bandwidth_gbs: float | None = None) -> GPUSpec:
-    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures)."""
+                    bandwidth_gbs: float | None = None, strict: bool = False) -> GPUSpec:
+    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures).
+    `strict`: refuse a family name (A100-80GB) instead of reading it as the catalog's default variant."""
     if isinstance(gpu, GPUSpec):
         base = gpu
     elif gpu_file:
         base = load_gpu_file(gpu_file)
     elif gpu:
-        base = resolve_gpu(gpu)
+        base = resolve_gpu(gpu, strict=strict)
     else:
         base = None
     if peak_tflops is None and memory_gib is None and bandwidth_gbs is None:
@@ -175,14 +176,16 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
              calibration=None, gpu_file: str | None = None, peak_tflops: float | None = None,
              memory_gib: float | None = None, bandwidth_gbs: float | None = None,
              provider: str | None = None, prices: str | None = None, rate: float | None = None,
-             interval: float | None = 0.8, job: JobSpec | None = None, **job_kwargs: Any) -> EstimateResult:
+             interval: float | None = 0.8, job: JobSpec | None = None, strict: bool = False,
+             **job_kwargs: Any) -> EstimateResult:
     """Estimate a fine-tuning run. Job fields are JobSpec's (method, gpus, micro_batch, examples,
-    tokens_per_example, epochs, seq_len, ...). Raises InputError for bad input."""
+    tokens_per_example, epochs, seq_len, ...). `strict`: refuse a GPU family name (A100-80GB) instead of
+    reading it as the catalog's default variant (said in the assumptions). Raises InputError for bad input."""
     from tuneplan.estimators.base import get_estimator
     from tuneplan.physics.terms import build_arrays
 
     mspec = resolve_model_arg(model)
-    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs)
+    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs, strict=strict)
     if rate is not None:
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
@@ -194,18 +197,26 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     est = get_estimator(estimator, calibration)
     phys_name = "tuneplan"
     phys = get_estimator(phys_name, calibration if estimator == "tuneplan" else "none")
-    a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], getattr(phys, "constants", None))
-    out = est.predict_arrays(a)
-    mem_out = out if "weights_gib" in out else phys.predict_arrays(a)
+    stage = None
+    if jspec.stage != "sft":  # preference / RL stages: tuneplan.estimators.stages, docs/stages.md
+        from tuneplan.estimators.stages import stage_for_estimate
+
+        stage, a, out, mem_out = stage_for_estimate(est, phys, estimator, mspec, gspec, jspec, wl)
+    else:
+        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], getattr(phys, "constants", None))
+        out = est.predict_arrays(a)
+        mem_out = out if "weights_gib" in out else phys.predict_arrays(a)
     if estimator == "planner":
         mem_out = {**mem_out, "memory_gib": out["memory_gib"], "fits": out["fits"]}
     step_s = _scalar(out, "step_s")
     tokens_step = _scalar(out, "tokens_per_step")
-    samples_step = jspec.global_batch
+    samples_step = stage.samples_per_step if stage else jspec.global_batch
     tps = tokens_step / step_s
     peak = float(a["peak_flops"][0])
     mfu = _scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0
-    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in STEP_PARTS if k in out}
+    parts = STEP_PARTS + (stage.step_parts() if stage else ())
+    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
+                 if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
     breakdown["total"] = step_s
     if estimator == "planner":
         mem_bd = {"weights_and_optimizer_state": _scalar(out, "memory_gib")}
@@ -213,10 +224,11 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         fits = bool(np.asarray(out["fits"])[0])
         max_mb = None
     else:
-        mem_bd = {k.removesuffix("_gib"): _scalar(mem_out, k) for k in MEMORY_PARTS}
+        mem_parts = MEMORY_PARTS + (stage.memory_parts() if stage else ())
+        mem_bd = {k.removesuffix("_gib"): _scalar(mem_out, k) for k in mem_parts}
         mem_total = _scalar(mem_out, "memory_gib")
         fits = bool(np.asarray(mem_out["fits"])[0])
-        max_mb = int(phys.max_micro_batch(a)[0])
+        max_mb = stage.max_micro_batch if stage else int(phys.max_micro_batch(a)[0])
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     fwd_micro = _scalar(out, "forward_s") / jspec.grad_accum
     compute_share = _scalar(out, "compute_s", step_s) / step_s if step_s else 0.0
@@ -225,9 +237,14 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     weight_bytes = float(a["params_frozen_linear"][0] * a["frozen_linear_bytes"][0]
                          + a["params_frozen_other"][0] * a["frozen_other_bytes"][0]
                          + trainable * a["weight_bytes_compute"][0])
-    totals = run_totals(jspec, wl, step_s, fwd_micro, compute_share, mspec.params_total, weight_bytes,
+    totals = run_totals(stage.totals_job if stage else jspec, stage.workload(wl) if stage else wl, step_s, fwd_micro, compute_share, mspec.params_total, weight_bytes,
                         ckpt_bytes, gspec.tdp_w or 300.0, rate_v, getattr(phys, "constants", None) or
                         __import__("tuneplan.physics.constants", fromlist=["x"]).DEFAULT_CONSTANTS)
+    stage_extra: dict[str, Any] = {}
+    if stage:
+        from tuneplan.estimators.stages import stage_totals
+
+        totals, stage_extra = stage_totals(stage, totals)
     assumptions = list(est.assumptions())
     if mspec.source.startswith("hub:"):
         assumptions.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
@@ -250,6 +267,10 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     from tuneplan.physics.peft_methods import peft_assumptions
 
     assumptions += peft_assumptions(mspec, jspec)  # PEFT methods: settings, defaults, trainable count
+    from tuneplan.physics.architecture import architecture_assumptions
+
+    assumptions += architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
+                                            jspec.image_size)
     assumptions += [
         f"Wall clock includes model load ({totals.load_s:.0f} s), evaluation ({totals.eval_s:.0f} s) and "
         f"checkpoint saves ({totals.checkpoint_s:.0f} s) at {jspec.disk_gbs:g} GB/s disk.",
@@ -257,6 +278,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         f"CO2 at {jspec.grid_gco2_kwh if jspec.grid_gco2_kwh is not None else 480:g} g/kWh.",
         f"Price: {rate_src}." if rate_v is not None else f"Cost not computed: {rate_src}.",
     ]
+    assumptions += gpu_assumptions(gspec, jspec.precision, jspec.nodes)
     consts = getattr(phys, "constants", None)
     if estimator == "tuneplan" and consts is not None and jspec.method in LORA_FAMILY:
         kernels = consts.dora_kernels_per_module if jspec.method == "dora" else consts.lora_kernels_per_module
@@ -272,16 +294,25 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
             "(--master-weights fp32 for mixed precision over fp32 weights).")
     if estimator != "tuneplan" and estimator != "planner":
         assumptions.append("Memory figures from tuneplan's uncalibrated memory model (this estimator has none).")
+    if jspec.rate_usd_per_gpu_hour is None and rate_v is not None:
+        from tuneplan.specs.prices import price_for, stale_price_warning
+
+        old = stale_price_warning(price_for(gspec.name, provider=provider, path=prices))
+        if old:
+            warnings.append(old)
     suggestions: list[str] = []
     cached = _scalar(mem_out, "variable_shape_gib", 0.0) if estimator != "planner" else 0.0
     if fits and mem_total > gspec.memory_gib and cached > 0:
         warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "
                         f"shapes; torch frees them before it runs out, so the run fits in {gspec.memory_gib:g} GiB "
                         "(slower when it must)")
+    if stage:
+        assumptions += stage.assumptions
+        warnings += stage.warnings
     if not fits:
         warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"
                         + (f"; largest micro-batch that fits: {max_mb}" if max_mb else ""))
-        if estimator != "planner":
+        if estimator != "planner" and not stage:
             from tuneplan.memory_advice import suggest_fixes
 
             suggestions = suggest_fixes(mspec, gspec, jspec, wl.seq_len, phys)
@@ -291,6 +322,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         step_breakdown_s=breakdown, memory_per_gpu_gib=mem_total, memory_breakdown_gib=mem_bd,
         memory_capacity_gib=gspec.memory_gib, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
         rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
+        extra=stage_extra,
     )
     if interval:
         from tuneplan.learn.intervals import attach_interval

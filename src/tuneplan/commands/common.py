@@ -12,6 +12,7 @@ from tuneplan.specs.job import (
     PADDINGS,
     PRECISIONS,
     SHARDINGS,
+    STAGES,
 )
 
 
@@ -62,6 +63,14 @@ def add_gpu_args(p: argparse.ArgumentParser, gpu_required: bool = False) -> None
     g.add_argument("--peak-tflops", type=positive_float, help="one-off dense peak TFLOP/s")
     g.add_argument("--memory-gib", type=positive_float, help="one-off GPU memory, GiB")
     g.add_argument("--bandwidth-gbs", type=positive_float, help="one-off memory bandwidth, GB/s")
+    add_strict_names(g)
+
+
+def add_strict_names(p) -> None:
+    """`--strict-names`: refuse a GPU family name instead of reading it as the catalog's default variant."""
+    p.add_argument("--strict-names", action="store_true",
+                   help="refuse a GPU family name (A100, A100-80GB, H100...) instead of reading it as the "
+                        "catalog's default variant (which the output's assumptions name)")
 
 
 def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
@@ -116,11 +125,48 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     w.add_argument("--save-every", type=nonneg_int, help="optimizer steps between checkpoint saves")
     w.add_argument("--load-time-s", type=nonneg_float, help="model load time, s (default weights / disk)")
     w.add_argument("--disk-gbs", type=positive_float, help="disk bandwidth for load and saves, GB/s (default 2)")
+    add_vision_args(p)
     c = p.add_argument_group("money and energy")
     c.add_argument("--rate", type=nonneg_float, help="$ per GPU-hour (default: cheapest on-demand price)")
     c.add_argument("--provider", help="take the price from this provider")
     c.add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
     c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh)")
+
+
+def add_vision_args(p: argparse.ArgumentParser) -> None:
+    """Vision-language models: images per example, the assumed resolution, frozen or trained tower."""
+    vl = p.add_argument_group("vision-language models")
+    vl.add_argument("--images-per-example", type=nonneg_int,
+                    help="images per training example; their tokens join each sample's sequence (default 0)")
+    vl.add_argument("--image-size", type=nonneg_int,
+                    help="image side in px for dynamic-resolution towers (Qwen2-VL/2.5-VL; default 448)")
+    vl.add_argument("--train-vision-tower", action="store_true", default=None,
+                    help="train the vision tower too (default: frozen)")
+
+
+def add_stage_args(p: argparse.ArgumentParser, lists: bool = False, rollout: bool = True) -> None:
+    """Training stage flags (tuneplan.physics.stages, docs/stages.md); `rollout` False leaves out the
+    rollout engine and GPUs (the planner enumerates them)."""
+    st = p.add_argument_group("stage (preference and RL fine-tuning)")
+    st.add_argument("--stage", choices=None if lists else STAGES, default=None,
+                    metavar="{" + ",".join(STAGES) + "}",
+                    help="sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo")
+    st.add_argument("--precompute-ref", action="store_true", default=None,
+                    help="dpo/kto: reference log-probs computed once before training (no reference model)")
+    st.add_argument("--group-size", type=positive_int, help="RL: completions per prompt (TRL: grpo 8, rloo 2)")
+    st.add_argument("--completion-len", type=positive_int, help="RL: new tokens per completion (TRL: 512); the "
+                    "prompt length is --seq-len")
+    st.add_argument("--prompts-per-step", type=positive_int,
+                    help="RL: prompts per optimizer step (default: micro-batch x grad-accum x GPUs / group size)")
+    if rollout:
+        st.add_argument("--rollout-engine", choices=("hf", "vllm"), help="RL: HF generate in the training "
+                        "process (default) or vLLM")
+        st.add_argument("--rollout-gpus", type=nonneg_int, help="RL with vllm: GPUs of --gpus serving vLLM "
+                        "(default 0: colocated in the training process)")
+    st.add_argument("--reward-model", help="RL: reward model (catalog name / HF id; default: a rule-based reward)")
+    st.add_argument("--kl-beta", type=nonneg_float, help="RL: KL coefficient (TRL: grpo 0 = no reference model, "
+                    "rloo/ppo 0.05)")
+    st.add_argument("--ppo-epochs", type=positive_int, help="PPO: update epochs per batch of rollouts (4)")
 
 
 JOB_FIELDS = {
@@ -133,7 +179,12 @@ JOB_FIELDS = {
     "tokens_per_example": "tokens_per_example", "tokens": "tokens", "epochs": "epochs", "seq_len": "seq_len",
     "packing": "packing", "padding": "padding", "adapter_dtype": "adapter_dtype", "eval_every": "eval_every", "eval_examples": "eval_examples",
     "save_every": "save_every", "load_time_s": "load_time_s", "disk_gbs": "disk_gbs",
-    "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
+    "images_per_example": "images_per_example", "image_size": "image_size",
+    "train_vision_tower": "train_vision_tower", "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
+    "stage": "stage", "precompute_ref": "precompute_ref", "group_size": "group_size",
+    "completion_len": "completion_len", "prompts_per_step": "prompts_per_step",
+    "rollout_engine": "rollout_engine", "rollout_gpus": "rollout_gpus", "reward_model": "reward_model",
+    "kl_beta": "kl_beta", "ppo_epochs": "ppo_epochs",
 }
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from tuneplan.commands.common import add_gpu_args, add_job_args, job_kwargs, positive_float
+from tuneplan.commands.common import add_gpu_args, add_job_args, add_stage_args, job_kwargs, positive_float
 from tuneplan.commands.from_config import add_from_args, apply_from, print_provenance
 
 
@@ -22,6 +22,7 @@ def register(sub) -> None:
     p.add_argument("--plot", help="write the step-time and memory breakdown plot (PNG or SVG)")
     add_gpu_args(p)
     add_job_args(p)
+    add_stage_args(p)
     add_from_args(p)
     s = p.add_argument_group("Run Planner seed inputs (with --estimator planner)")
     s.add_argument("--params", type=positive_float, help="model parameters (total; MoE: active)")
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     r = estimate(args.model, args.gpu, estimator=args.estimator, calibration=args.calibration,
                  gpu_file=args.gpu_file, peak_tflops=args.peak_tflops, memory_gib=args.memory_gib,
                  bandwidth_gbs=args.bandwidth_gbs, provider=args.provider, prices=args.prices,
-                 interval=args.interval or None, **job_kwargs(args))
+                 interval=args.interval or None, strict=args.strict_names, **job_kwargs(args))
     if args.plot:
         from tuneplan.report.plots import plot_estimate
 

@@ -17,6 +17,9 @@ from typing import Any
 from tuneplan.commands.common import (
     add_gpu_args,
     add_job_args,
+    add_stage_args,
+    add_strict_names,
+    add_vision_args,
     job_kwargs,
     nonneg_float,
     positive_float,
@@ -61,6 +64,7 @@ def register(sub) -> None:
                     "in memory, and recommend one: the cheapest that meets the deadline by default. "
                     "Exit code 1 when nothing meets the constraints, 2 for bad input.")
     p.add_argument("--model", help="catalog name or Hugging Face id, or a config.json (or folder)")
+    add_vision_args(p)
     s = p.add_argument_group("search")
     s.add_argument("--gpus", type=_str_list, help="GPU types, comma-separated (default: every GPU the price "
                    "file prices), e.g. A100-SXM4-80GB,H100-SXM5-80GB,L40S-48GB")
@@ -71,6 +75,7 @@ def register(sub) -> None:
                    "default 8)")
     s.add_argument("--gpu-counts", type=_int_list, help="GPU counts to try instead of powers of two")
     s.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)")
+    add_strict_names(s)
     s.add_argument("--micro-batches", type=_int_list, help="micro-batches to try (default 1,2,4,...,64)")
     s.add_argument("--micro-batch", type=positive_int, help="pin the micro-batch")
     s.add_argument("--global-batch", type=positive_int, help="samples per optimizer step kept by gradient "
@@ -125,6 +130,7 @@ def register(sub) -> None:
     c.add_argument("--prices", help="price file (YAML or CSV) instead of the shipped one")
     c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh, "
                    "world average)")
+    add_stage_args(p, rollout=False)  # the planner enumerates the rollout split itself
     o = p.add_argument_group("output")
     o.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     o.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
@@ -170,6 +176,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "interval": args.interval or None, "gpus_per_node": args.gpus_per_node,
         "micro_batches": args.micro_batches, "grad_accums": args.grad_accums, "global_batch": args.global_batch,
         "shardings": args.shardings, "gpu_counts_": args.gpu_counts, "grid_gco2_kwh": args.grid_gco2_kwh,
+        "strict": args.strict_names,
     }
     if args.deadline is not None:
         kw["deadline_s"] = parse_duration(args.deadline)
@@ -183,7 +190,9 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kw[name] = getattr(args, name)
     for name in ("tokens", "seq_len", "packing", "padding", "adapter_dtype", "eval_every", "eval_examples", "save_every", "load_time_s",
                  "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
-                 "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding"):
+                 "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding",
+                 "stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
+                 "kl_beta", "ppo_epochs", "images_per_example", "image_size", "train_vision_tower"):
         v = getattr(args, name)
         if v is not None:
             kw[name] = v
@@ -352,7 +361,8 @@ def run_curve(args: argparse.Namespace) -> int:
 
     res = curve(args.model, args.gpu, max_micro_batch=args.max_micro_batch, runs=args.runs,
                 calibration=args.calibration, gpu_file=args.gpu_file, peak_tflops=args.peak_tflops,
-                memory_gib=args.memory_gib, bandwidth_gbs=args.bandwidth_gbs, **job_kwargs(args))
+                memory_gib=args.memory_gib, bandwidth_gbs=args.bandwidth_gbs, strict=args.strict_names,
+                **job_kwargs(args))
     if args.plot:
         from tuneplan.report.plots import plot_curve
 

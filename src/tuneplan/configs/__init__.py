@@ -79,7 +79,7 @@ def read_config_texts(files: list[tuple[str, bytes | str, Path | None]],
                                               f"({exc.strerror or exc})") from None
             _fu.append((str(target), body, target.resolve().parent, None))
 
-        doc = Doc(data, label)
+        doc = Doc(data, label, name)
         reader = _reader(fmt)
         if fmt == "torchtune":
             reader(doc, out, follow, text)

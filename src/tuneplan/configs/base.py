@@ -48,9 +48,10 @@ class Doc:
     """A parsed config mapping that remembers which (dotted) keys were read, so the rest can be listed
     as ignored."""
 
-    def __init__(self, data: dict, path: str) -> None:
+    def __init__(self, data: dict, path: str, where: str | None = None) -> None:
         self.data = data
-        self.path = path
+        self.path = path  # the label values are attributed to (the file name)
+        self.where = where or path  # the file as given, for error messages
         self.read: set[str] = set()
 
     def has(self, key: str) -> bool:
@@ -62,6 +63,45 @@ class Doc:
             self.read.add(key)
             return v
         return default
+
+    def int(self, key: str, minimum: int | None = 1) -> int | None:
+        """An integer setting (None when absent or null); anything else is a one-line ConfigError."""
+        v = self.get(key)
+        if v is None:
+            return None
+        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+            v = int(v.strip())
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or (minimum is not None and v < minimum):
+            want = "an integer" if minimum is None else f"an integer >= {minimum}"
+            raise ConfigError(self.where, key, f"'{v}' is not {want}")
+        return v
+
+    def strs(self, key: str, split: bool = True) -> list[str] | None:
+        """A list of names (a string is split on commas unless `split` is False, for regular
+        expressions; None when absent or empty); other types are a one-line ConfigError."""
+        v = self.get(key)
+        if v is None or v == "" or v == []:
+            return None
+        if isinstance(v, str):
+            return [x.strip() for x in v.split(",") if x.strip()] if split else [v]
+        if isinstance(v, list) and all(isinstance(x, str | int | float) and not isinstance(x, bool) for x in v):
+            return [str(x) for x in v]
+        raise ConfigError(self.where, key, f"'{v}' is not a list of names")
+
+    def num(self, key: str) -> float | None:
+        """A positive number (None when absent or null); anything else is a one-line ConfigError."""
+        v = self.get(key)
+        if v is None:
+            return None
+        try:
+            x = float(v) if not isinstance(v, bool) else float("nan")
+        except (TypeError, ValueError):
+            x = float("nan")
+        if not x > 0 or x == float("inf"):
+            raise ConfigError(self.where, key, f"'{v}' is not a positive number")
+        return x
 
     def touch(self, *keys: str) -> None:
         """Mark keys as read without using their value (they are accounted for elsewhere)."""

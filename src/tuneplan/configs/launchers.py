@@ -31,8 +31,10 @@ def read_deepspeed(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
             return
         if isinstance(v, str) and v.strip().lower() == "auto":
             auto.append(key)
-        elif isinstance(v, int | float) and v > 0:
-            out.set(fld, int(v), f, p + key)
+            return
+        n = doc.int(p + key)
+        if n is not None:
+            out.set(fld, n, f, p + key)
 
     num("train_micro_batch_size_per_gpu", "micro_batch")
     num("gradient_accumulation_steps", "grad_accum")
@@ -139,10 +141,10 @@ def read_fsdp(doc: Doc, out: ConfigRead, list_key: str | None, cfg_key: str) -> 
 def read_accelerate(doc: Doc, out: ConfigRead, follow) -> None:
     """An accelerate config (`accelerate config` / `--config_file`)."""
     f = doc.path
-    n = doc.get("num_processes")
+    n = doc.int("num_processes")
     if isinstance(n, int) and n > 0:
         out.set("gpus", n, f, "num_processes", "total processes (GPUs) over all machines")
-    m = doc.get("num_machines")
+    m = doc.int("num_machines")
     if isinstance(m, int) and m > 0:
         out.set("nodes", m, f, "num_machines")
     mp = doc.get("mixed_precision")
@@ -167,7 +169,7 @@ def read_accelerate(doc: Doc, out: ConfigRead, follow) -> None:
         doc.touch("distributed_type")
         for key, fld in (("megatron_lm_config.megatron_lm_tp_degree", "tp"),
                          ("megatron_lm_config.megatron_lm_pp_degree", "pp")):
-            v = doc.get(key)
+            v = doc.int(key)
             if isinstance(v, int) and v > 0:
                 out.set(fld, v, f, key)
     ids = doc.get("gpu_ids")
@@ -199,6 +201,6 @@ def _accelerate_deepspeed(doc: Doc, out: ConfigRead, follow) -> None:
                 if dev_o in OFFLOAD_DEVICES:
                     out.ignore(f, "deepspeed_config.offload_optimizer_device",
                                f"ZeRO-{st} optimizer offload is not modelled: optimizer state counted on the GPU")
-    ga = doc.get("deepspeed_config.gradient_accumulation_steps")
+    ga = doc.int("deepspeed_config.gradient_accumulation_steps")
     if isinstance(ga, int) and ga > 0:
         out.set("grad_accum", ga, f, "deepspeed_config.gradient_accumulation_steps")

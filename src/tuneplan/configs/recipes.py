@@ -66,7 +66,7 @@ def read_torchtune(doc: Doc, out: ConfigRead, follow, text: str = "") -> None:
     elif comp:
         out.ignore(f, "model._component_", f"builder '{builder}' is not in tuneplan's list: pass --model")
     if method != "full":
-        r = doc.get("model.lora_rank")
+        r = doc.int("model.lora_rank")
         if isinstance(r, int) and r > 0:
             out.set("lora_rank", r, f, "model.lora_rank")
         if doc.get("model.lora_alpha") is not None:
@@ -90,14 +90,14 @@ def read_torchtune(doc: Doc, out: ConfigRead, follow, text: str = "") -> None:
 def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
     f = doc.path
     for key, fld in (("batch_size", "micro_batch"), ("gradient_accumulation_steps", "grad_accum")):
-        v = doc.get(key)
+        v = doc.int(key)
         if isinstance(v, int) and v > 0:
             out.set(fld, v, f, key)
     out.assume("grad_accum", 1, f, "gradient_accumulation_steps not set: torchtune recipes' default 1")
-    ep = doc.get("epochs")
+    ep = doc.num("epochs")
     if isinstance(ep, int | float) and ep > 0:
         out.set("epochs", float(ep), f, "epochs")
-    ms = doc.get("max_steps_per_epoch")
+    ms = doc.int("max_steps_per_epoch", minimum=None)
     if isinstance(ms, int) and ms > 0:
         out.set("max_steps", ms, f, "max_steps_per_epoch", "optimizer steps per epoch")
     pr = precision(doc.get("dtype"))
@@ -111,7 +111,7 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
         "grad_ckpt", False, f, "enable_activation_checkpointing not set: torchtune default off")
     if truthy(doc.get("enable_activation_offloading", False)):
         out.set("activation_offload", "true", f, "enable_activation_offloading", "not modelled")
-    seq = doc.get("tokenizer.max_seq_len")
+    seq = doc.int("tokenizer.max_seq_len")
     if isinstance(seq, int) and seq > 0:
         out.set("seq_len", seq, f, "tokenizer.max_seq_len")
     elif doc.has("tokenizer.max_seq_len"):
@@ -148,7 +148,7 @@ def _torchtune_launch(doc: Doc, out: ConfigRead, text: str) -> None:
     f = doc.path
     per_node, nodes, recipe = _launch_line(text)
     offload = truthy(doc.get("fsdp_cpu_offload", False))
-    tp = doc.get("tensor_parallel_dim")
+    tp = doc.int("tensor_parallel_dim")
     if isinstance(tp, int) and tp > 1:
         out.set("tp", tp, f, "tensor_parallel_dim")
     if recipe is None:
@@ -191,7 +191,7 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("method", method, f, "lora_r" if doc.has("lora_r") else "lora_*")
         if q.startswith("bnb.nf4") or q.startswith("bnb.fp4"):
             out.set("quant", "nf4", f, "quantize")
-        r = doc.get("lora_r")
+        r = doc.int("lora_r")
         out.set("lora_rank", r, f, "lora_r") if isinstance(r, int) and r > 0 else out.assume(
             "lora_rank", LITGPT_LORA_R_DEFAULT, f, "lora_r not set: litgpt default")
         if doc.get("lora_alpha") is not None:
@@ -243,11 +243,11 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
 
 def _litgpt_train(doc: Doc, out: ConfigRead, world: int) -> None:
     f = doc.path
-    mb = doc.get("train.micro_batch_size")
+    mb = doc.int("train.micro_batch_size")
     mb = mb if isinstance(mb, int) and mb > 0 else 1
     out.set("micro_batch", mb, f, "train.micro_batch_size") if doc.has("train.micro_batch_size") else \
         out.assume("micro_batch", 1, f, "train.micro_batch_size not set: litgpt finetune default")
-    gb = doc.get("train.global_batch_size")
+    gb = doc.int("train.global_batch_size")
     gb = gb if isinstance(gb, int) and gb > 0 else LITGPT_GLOBAL_BATCH_DEFAULT
     ga = max(1, gb // world // mb)
     if doc.has("train.global_batch_size"):
@@ -255,18 +255,18 @@ def _litgpt_train(doc: Doc, out: ConfigRead, world: int) -> None:
         out.set("grad_accum", ga, f, "train.global_batch_size", f"{gb} // {world} device(s) // micro-batch {mb}")
     else:
         out.assume("grad_accum", ga, f, f"global_batch_size not set: litgpt default {gb} // devices // micro-batch")
-    seq = doc.get("train.max_seq_length")
+    seq = doc.int("train.max_seq_length")
     if isinstance(seq, int) and seq > 0:
         out.set("seq_len", seq, f, "train.max_seq_length")
-    ep = doc.get("train.epochs")
+    ep = doc.num("train.epochs")
     if isinstance(ep, int | float) and ep > 0:
         out.set("epochs", float(ep), f, "train.epochs")
     else:
         out.assume("epochs", float(LITGPT_EPOCHS_DEFAULT), f, "train.epochs not set: litgpt finetune default")
-    ms = doc.get("train.max_steps")
+    ms = doc.int("train.max_steps", minimum=None)
     if isinstance(ms, int) and ms > 0:
         out.set("max_steps", ms, f, "train.max_steps")
-    mt = doc.get("train.max_tokens")
+    mt = doc.num("train.max_tokens")
     if isinstance(mt, int | float) and mt > 0:
         out.set("tokens", float(mt), f, "train.max_tokens")
     out.assume("padding", "longest", f, "litgpt pads each batch to its longest sample")

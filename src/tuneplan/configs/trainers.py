@@ -87,18 +87,18 @@ def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) ->
     """transformers TrainingArguments keys (shared by TRL and LLaMA-Factory configs)."""
     f = doc.path
     for key, fld in (("per_device_train_batch_size", "micro_batch"), ("gradient_accumulation_steps", "grad_accum")):
-        v = doc.get(key)
+        v = doc.int(key)
         if isinstance(v, int) and v > 0:
             out.set(fld, v, f, key)
     if not doc.has("per_device_train_batch_size"):
         out.assume("micro_batch", HF_BATCH_DEFAULT, f, f"per_device_train_batch_size not set: {flavour} default")
     out.assume("grad_accum", 1, f, f"gradient_accumulation_steps not set: {flavour} default")
-    ep = doc.get("num_train_epochs")
+    ep = doc.num("num_train_epochs")
     if isinstance(ep, int | float) and ep > 0:
         out.set("epochs", float(ep), f, "num_train_epochs")
     else:
         out.assume("epochs", HF_EPOCHS_DEFAULT, f, f"num_train_epochs not set: {flavour} default")
-    ms = doc.get("max_steps")
+    ms = doc.int("max_steps", minimum=None)
     if isinstance(ms, int) and ms > 0:
         out.set("max_steps", ms, f, "max_steps", "optimizer steps; overrides num_train_epochs")
     for key, pr in (("bf16", "bf16"), ("fp16", "fp16")):
@@ -164,7 +164,7 @@ def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
     doc.touch("fsdp_version")
     for key, fld in (("tensor_parallel_size", "tp"), ("context_parallel_size", "cp"),
                      ("sequence_parallel_degree", "cp")):
-        v = doc.get(key)
+        v = doc.int(key)
         if isinstance(v, int) and v > 1:
             out.set(fld, v, f, key)
     _common_ignored(doc, out)
@@ -184,7 +184,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
         if method == "dora" and b4:
             out.ignore(f, "load_in_4bit", "DoRA over a 4-bit base is estimated as DoRA over 16-bit weights")
         out.set("method", method, f, "adapter")
-        r = doc.get("lora_r")
+        r = doc.int("lora_r")
         if isinstance(r, int) and r > 0:
             out.set("lora_rank", r, f, "lora_r")
         else:
@@ -193,7 +193,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "scales the update: no effect on cost")
         if truthy(doc.get("lora_target_linear", False)):
             out.set("lora_targets", ("all-linear",), f, "lora_target_linear")
-        tm = doc.get("lora_target_modules")
+        tm = doc.strs("lora_target_modules")
         if tm:
             t, unknown = targets(tm)
             if t:
@@ -201,7 +201,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             if unknown:
                 out.ignore(f, "lora_target_modules", f"modules {', '.join(unknown)} not modelled")
         out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "no lora_target_modules: peft's default q_proj, v_proj")
-        mts = doc.get("lora_modules_to_save")
+        mts = doc.strs("lora_modules_to_save")
         if mts:
             out.set("modules_to_save", tuple(str(x) for x in mts), f, "lora_modules_to_save",
                     "trained in full; their weights, gradients and optimizer state are not counted")
@@ -209,7 +209,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
         out.ignore(f, "adapter", f"adapter '{adapter}' is not modelled: estimated as LoRA")
         out.set("method", "lora", f, "adapter")
     else:
-        unfrozen = doc.get("unfrozen_parameters")
+        unfrozen = doc.strs("unfrozen_parameters", split=False)
         if unfrozen:
             out.set("method", "freeze", f, "unfrozen_parameters")
             out.set("unfrozen", tuple(str(x) for x in unfrozen), f, "unfrozen_parameters")
@@ -221,20 +221,21 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
 
 def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
     f = doc.path
-    mb = doc.get("micro_batch_size")
+    mb = doc.int("micro_batch_size")
     if isinstance(mb, int) and mb > 0:
         out.set("micro_batch", mb, f, "micro_batch_size")
     else:
         out.assume("micro_batch", 1, f, "micro_batch_size not set: axolotl default")
-    ga = doc.get("gradient_accumulation_steps")
+    ga = doc.int("gradient_accumulation_steps")
+    bs = doc.int("batch_size")  # per GPU: axolotl's normalize_config derives GA from it, then x world size
     if isinstance(ga, int) and ga > 0:
         out.set("grad_accum", ga, f, "gradient_accumulation_steps")
+    elif bs:
+        out.set("grad_accum", max(1, bs // (mb or 1)), f, "batch_size",
+                f"batch_size {bs} // micro_batch_size {mb or 1} (axolotl's normalize_config)")
     else:
         out.assume("grad_accum", 1, f, "gradient_accumulation_steps not set: axolotl default")
-    gb = doc.get("batch_size")
-    if isinstance(gb, int) and gb > 0:
-        out.set("global_batch", gb, f, "batch_size")
-    seq = doc.get("sequence_len")
+    seq = doc.int("sequence_len")
     if isinstance(seq, int) and seq > 0:
         out.set("seq_len", seq, f, "sequence_len")
     else:
@@ -259,12 +260,12 @@ def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
     ao = doc.get("activation_offloading")
     if ao:
         out.set("activation_offload", str(ao), f, "activation_offloading", "not modelled: activations counted on the GPU")
-    ep = doc.get("num_epochs")
+    ep = doc.num("num_epochs")
     if isinstance(ep, int | float) and ep > 0:
         out.set("epochs", float(ep), f, "num_epochs")
     else:
         out.assume("epochs", 1.0, f, "num_epochs not set: axolotl default")
-    ms = doc.get("max_steps")
+    ms = doc.int("max_steps", minimum=None)
     if isinstance(ms, int) and ms > 0:
         out.set("max_steps", ms, f, "max_steps")
 
@@ -327,7 +328,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
             method = "qlora" if method == "lora" else method
         out.set("method", method, f, "finetuning_type") if doc.has("finetuning_type") else out.assume(
             "method", method, f, "finetuning_type not set: LLaMA-Factory default lora")
-        r = doc.get("lora_rank")
+        r = doc.int("lora_rank")
         if isinstance(r, int) and r > 0:
             out.set("lora_rank", r, f, "lora_rank")
         else:
@@ -336,7 +337,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("lora_alpha", alpha, f, "lora_alpha", "no effect on cost") if alpha is not None else out.assume(
             "lora_alpha", (r if isinstance(r, int) else LLAMAFACTORY_RANK_DEFAULT) * 2, f,
             "lora_alpha not set: LLaMA-Factory default 2 x rank")
-        tgt = doc.get("lora_target", "all")
+        tgt = doc.strs("lora_target") or ["all"]
         t, unknown = targets(tgt)
         if doc.has("lora_target"):
             out.set("lora_targets", t or ("all-linear",), f, "lora_target")
@@ -349,7 +350,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
                     "trained in full; not counted")
     elif ft == "freeze":
         out.set("method", "freeze", f, "finetuning_type")
-        n = doc.get("freeze_trainable_layers", 2)
+        n = doc.int("freeze_trainable_layers", minimum=None)
         if isinstance(n, int) and n != 0:
             out.set("trainable_layers", abs(n), f, "freeze_trainable_layers",
                     "the first layers (negative value): counted as the last" if n < 0 else "")
@@ -359,7 +360,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("method", "full", f, "finetuning_type")
         if truthy(doc.get("pure_bf16", False)):
             out.set("master_weights", "none", f, "pure_bf16", "bf16 weights trained in place")
-    cut = doc.get("cutoff_len")
+    cut = doc.int("cutoff_len")
     if isinstance(cut, int) and cut > 0:
         out.set("seq_len", cut, f, "cutoff_len")
     else:
@@ -391,7 +392,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
     out.assume("flash_attn", True, f, "flash_attn not set: LLaMA-Factory default auto (SDPA or FlashAttention)")
     if truthy(doc.get("enable_liger_kernel", False)):
         out.notes.append(f"{f}: enable_liger_kernel: Liger's fused kernels are not modelled")
-    ms = doc.get("max_samples")
+    ms = doc.int("max_samples")
     if isinstance(ms, int) and ms > 0:
         ds = doc.get("dataset")
         n_ds = len([x for x in str(ds).split(",") if x.strip()]) if ds else 1
@@ -435,12 +436,12 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
         method = "dora" if truthy(doc.get("use_dora", False)) else "lora"
         method = _quant_method(out, f, method, b4, b8)
         out.set("method", method, f, "use_peft")
-        r = doc.get("lora_r")
+        r = doc.int("lora_r")
         out.set("lora_rank", r, f, "lora_r") if isinstance(r, int) and r > 0 else out.assume(
             "lora_rank", TRL_LORA_R_DEFAULT, f, "lora_r not set: TRL ModelConfig default")
         if doc.get("lora_alpha") is not None:
             out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "no effect on cost")
-        tm = doc.get("lora_target_modules")
+        tm = doc.strs("lora_target_modules")
         if tm:
             t, unknown = targets(tm)
             if t:
@@ -453,7 +454,7 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
         if b4 or b8:
             out.ignore(f, b4 or b8, "quantised loading without use_peft: full fine-tuning needs 16-bit weights")
     seq_key = next((k for k in ("max_length", "max_seq_length") if doc.has(k)), None)
-    seq = doc.get(seq_key) if seq_key else None
+    seq = doc.int(seq_key) if seq_key else None
     if isinstance(seq, int) and seq > 0:
         out.set("seq_len", seq, f, seq_key)
     elif is_trl:

@@ -17,7 +17,7 @@ MFU_CEILING = 0.80
 """No configuration is predicted above this model-FLOPs utilisation, whatever a learned correction
 says (the best published large-model training MFUs are ~0.5-0.6 of dense peak; 0.8 leaves room)."""
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s")
+              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
 
 
 class TuneplanEstimator:

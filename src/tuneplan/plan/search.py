@@ -42,7 +42,7 @@ from tuneplan.plan.space import (
     gpu_counts,
 )
 from tuneplan.plan.units import hours, money
-from tuneplan.specs.gpu import GPUSpec
+from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, has_known_power
 from tuneplan.specs.job import METHODS, JobSpec, make_job
 from tuneplan.workload import Workload, workload
 
@@ -157,6 +157,10 @@ def describe(row: dict[str, Any] | Any, short: bool = False) -> str:
              "checkpointing" if bool(r["grad_ckpt"]) else "no checkpointing"]
     if nodes > 1:
         parts.insert(0, f"{nodes} nodes")
+    if r.get("stage") in ("grpo", "ppo", "rloo"):  # plan/stages.py: the rollout split
+        eng, rg = r.get("rollout_engine"), int(r.get("rollout_gpus") or 0)
+        parts.append(f"rollouts: vLLM on {rg} of the GPUs" if rg else
+                     "rollouts: vLLM colocated" if eng == "vllm" else "rollouts: HF generate")
     return f"{head} ({', '.join(parts)})"
 
 
@@ -180,17 +184,33 @@ def _as_list(v: Any) -> list:
     return list(v)
 
 
-def _resolve_gpus(gpus: Any, prices: str | None) -> list[GPUSpec]:
+def _resolve_gpus(gpus: Any, prices: str | None, strict: bool = False) -> list[GPUSpec]:
     from tuneplan.api import resolve_gpu_arg
 
     names = _as_list(gpus) or default_gpus(prices)
     out: dict[str, GPUSpec] = {}
     for g in names:
-        spec = resolve_gpu_arg(g)
+        spec = resolve_gpu_arg(g, strict=strict)
         out.setdefault(spec.name, spec)
     if not out:
         raise InputError("gpus", "give at least one GPU type")
     return list(out.values())
+
+
+def gpus_with_power(gpu_specs: list[GPUSpec], objective: str, notes: list[str]) -> list[GPUSpec]:
+    """The GPUs the energy objective can rank: those whose power (TDP) a source gives. The others are left
+    out and named in `notes`; when none is left, an InputError."""
+    if objective != "energy":
+        return gpu_specs
+    known = [g for g in gpu_specs if has_known_power(g)]
+    unknown = [g.name for g in gpu_specs if not has_known_power(g)]
+    if not known:
+        raise InputError("objective", f"energy: no source gives the power (TDP) of {', '.join(unknown)}, so "
+                         "their energy is unknown; choose another --objective or give a --gpu-file with tdp_w")
+    if unknown:
+        notes.append(f"Energy objective: {', '.join(unknown)} left out: no source gives their power (TDP), so "
+                     "their energy is unknown.")
+    return known
 
 
 def _resolve_methods(methods: Any) -> list[str]:
@@ -210,7 +230,7 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
          shardings: Sequence[str] | None = None, grad_ckpt: Sequence[bool] = (False, True),
          grad_accums: Sequence[int] | None = None, global_batch: int | None = None,
          gpu_counts_: Sequence[int] | None = None, gpus_per_node: int = GPUS_PER_NODE,
-         grid_gco2_kwh: float | None = None, interval: float | None = 0.8,
+         grid_gco2_kwh: float | None = None, interval: float | None = 0.8, strict: bool = False,
          **fixed_job_fields: Any) -> PlanResult:
     """Search GPU type x count x method x micro-batch x grad-accum x sharding x checkpointing.
 
@@ -221,7 +241,9 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     JobSpec fields fixed for every candidate (lora_rank, precision, optimizer, seq_len, packing...);
     giving a grid field (micro_batch, grad_accum, sharding, grad_ckpt, method) pins that axis.
     Raises InputError for bad input; a question with no answer returns a result with `ok` False and
-    a `message`.
+    a `message`. `strict`: refuse GPU family names (A100-80GB) instead of reading them as the catalog's
+    default variant (said in `notes`). With the energy objective, GPUs whose power no source gives are left
+    out (said in `notes`).
     """
     import pandas as pd  # before the clock: the import is not the search
 
@@ -270,7 +292,7 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
         raise InputError("grid-gco2-kwh", f"must be a number >= 0, got {grid_gco2_kwh}")
 
     mspec = resolve_model_arg(model)
-    gpu_specs = _resolve_gpus(gpus, prices)
+    gpu_specs = _resolve_gpus(gpus, prices, strict)
     method_list = _resolve_methods(methods)
     if provider and rate is None:
         from tuneplan.specs.prices import check_provider
@@ -288,6 +310,9 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     base = jobs[0]
     wl = workload(base)
     notes: list[str] = []
+    gpu_specs = gpus_with_power(gpu_specs, objective, notes)
+    for g in gpu_specs:
+        notes += [n for n in gpu_assumptions(g, base.precision) if n not in notes]
     if mspec.max_position_embeddings and wl.seq_len > mspec.max_position_embeddings:
         notes.append(f"seq_len {wl.seq_len} is above {mspec.name}'s max_position_embeddings "
                      f"({mspec.max_position_embeddings}): fine with RoPE scaling, otherwise truncate")
@@ -310,6 +335,11 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
             rate_tab[i] = p.usd_per_gpu_hour
             price_info[g.name] = {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.describe(),
                                   "provider": p.provider, "date_seen": p.date_seen}
+            from tuneplan.specs.prices import stale_price_warning
+
+            old = stale_price_warning(p)
+            if old:
+                notes.append(old[0].upper() + old[1:] + ".")
     needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
     if needs_cost and np.isnan(rate_tab).all():
         where = f" from {provider}" if provider else ""
@@ -319,6 +349,14 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     # the grid
     counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
         gpu_counts(int(max_gpus), gpus_per_node))
+    if fixed.get("stage", "sft") != "sft":  # preference / RL stages: candidate by candidate (plan/stages.py)
+        from tuneplan.plan.stages import stage_plan_result
+
+        return stage_plan_result(
+            mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, stage=fixed["stage"],
+            work={"examples": examples, "tokens_per_example": tokens_per_example, "epochs": epochs},
+            fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
+            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective, t0=t0, notes=notes)
     space = Space(gpu_counts=counts,
                   micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
                   shardings=tuple(shardings or DEFAULT_SHARDINGS),

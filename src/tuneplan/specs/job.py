@@ -25,6 +25,12 @@ QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
+STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo")
+"""Training stages: supervised (sft), preference optimisation (dpo, orpo, kto, simpo, cpo) and RL with
+generated rollouts (grpo, ppo, rloo). Their physics: `tuneplan.physics.stages`, docs/stages.md."""
+PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo")
+RL_STAGES = ("grpo", "ppo", "rloo")
+ROLLOUT_ENGINES = ("hf", "vllm")
 ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
               "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
               "dense", "wo", "wi", "wi_0", "wi_1")
@@ -41,6 +47,7 @@ Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"
                  "ln-tuning", "adapter"]
 Precision = Literal["bf16", "fp16", "fp32", "fp8"]
 Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
                    "zero3-offload", "fsdp-offload"]
 
@@ -84,6 +91,12 @@ class JobSpec(BaseModel):
     peft_options: tuple[tuple[str, str], ...] = ()
     trainable_params: float | None = None
     moe_mode: Literal["sparse", "dense"] = "sparse"
+    # vision-language models: images per training example (their tokens join each sample's sequence),
+    # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
+    # and whether the vision tower is trained (default: frozen, as LLaMA-Factory / TRL VLM recipes do)
+    images_per_example: int = 0
+    image_size: int = 0
+    train_vision_tower: bool = False
     load_time_s: float | None = None  # None: weights' bytes over disk bandwidth
     eval_every: int = 0  # optimizer steps between evaluation passes (0 = none)
     eval_examples: int = 0
@@ -92,12 +105,30 @@ class JobSpec(BaseModel):
     disk_gbs: float = 2.0  # GB/s, checkpoint save and model load
     rate_usd_per_gpu_hour: float | None = None
     grid_gco2_kwh: float | None = None
+    # ---- training stage (physics/stages.py; None = the stage's TRL default, said in the assumptions) ----
+    stage: Stage = "sft"
+    precompute_ref: bool = False  # dpo/kto: reference log-probs computed once before training
+    group_size: int | None = None  # RL: completions per prompt (TRL num_generations)
+    completion_len: int | None = None  # RL: generated tokens per completion (TRL max_completion_length)
+    prompts_per_step: int | None = None  # RL: prompts per optimizer step (None: global batch / group size)
+    rollout_engine: Literal["hf", "vllm"] = "hf"  # RL: HF generate in the training process, or vLLM
+    rollout_gpus: int = 0  # RL with vllm: GPUs (of --gpus) serving vLLM; 0 = colocated in the training process
+    reward_model: str | None = None  # RL: reward model (catalog name / HF id); None = a rule-based reward
+    kl_beta: float | None = None  # RL: KL coefficient (0: no reference model)
+    ppo_epochs: int | None = None  # PPO: optimisation passes over each batch of rollouts
 
     @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
                      "trainable_layers")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("group_size", "completion_len", "prompts_per_step", "ppo_epochs")
+    @classmethod
+    def _opt_positive(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
             raise ValueError("must be a positive integer")
         return v
 
@@ -125,14 +156,15 @@ class JobSpec(BaseModel):
             raise ValueError("must be a positive number")
         return v
 
-    @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s")
+    @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s", "kl_beta")
     @classmethod
     def _nonneg(cls, v: float | None) -> float | None:
         if v is not None and (not math.isfinite(v) or v < 0):
             raise ValueError("must be a number >= 0")
         return v
 
-    @field_validator("eval_every", "eval_examples", "save_every")
+    @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus", "images_per_example",
+                     "image_size")
     @classmethod
     def _nonneg_int(cls, v: int) -> int:
         if v < 0:
@@ -160,7 +192,37 @@ class JobSpec(BaseModel):
         if self.method == "full" and self.quant not in (None, "none"):
             raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
         method_options(self.method, self.peft_options)  # unknown options: InputError naming the allowed ones
+        self._stage_combos()
         return self
+
+    def _stage_combos(self) -> None:
+        """Stage options that do not apply to the stage, or a rollout split that leaves no trainer."""
+        rl_only = {"group_size": self.group_size, "completion_len": self.completion_len,
+                   "prompts_per_step": self.prompts_per_step, "reward_model": self.reward_model,
+                   "kl_beta": self.kl_beta, "rollout_gpus": self.rollout_gpus or None,
+                   "rollout_engine": None if self.rollout_engine == "hf" else self.rollout_engine}
+        if self.stage not in RL_STAGES:
+            given = [k for k, v in rl_only.items() if v is not None]
+            if given:
+                raise ValueError(f"{given[0].replace('_', '-')} applies to the RL stages "
+                                 f"({', '.join(RL_STAGES)}), not --stage {self.stage}")
+        if self.ppo_epochs is not None and self.stage != "ppo":
+            raise ValueError(f"ppo-epochs applies to --stage ppo, not --stage {self.stage}")
+        if self.precompute_ref and self.stage not in ("dpo", "kto"):
+            raise ValueError(f"precompute-ref applies to the stages with a reference model (dpo, kto), "
+                             f"not --stage {self.stage}")
+        if self.rollout_gpus:
+            if self.rollout_engine != "vllm":
+                raise ValueError("rollout-gpus needs --rollout-engine vllm (HF generate runs in the training "
+                                 "process)")
+            train = self.gpus - self.rollout_gpus
+            if train < 1:
+                raise ValueError(f"rollout-gpus ({self.rollout_gpus}) must leave training GPUs of the "
+                                 f"{self.gpus} (--gpus counts both)")
+            model_par = self.tp * self.pp * self.cp
+            if train % model_par or train % self.nodes:
+                raise ValueError(f"training GPUs (gpus - rollout-gpus = {train}) must be divisible by "
+                                 f"tp x pp x cp ({model_par}) and by nodes ({self.nodes})")
 
     # ---- derived -------------------------------------------------------------------------------
     @property
@@ -240,7 +302,7 @@ def make_job(**kwargs) -> JobSpec:
             allowed = {
                 "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
                 "sharding": SHARDINGS, "moe_mode": MOE_MODES, "padding": PADDINGS,
-                "adapter_dtype": ADAPTER_DTYPES,
+                "adapter_dtype": ADAPTER_DTYPES, "stage": STAGES, "rollout_engine": ROLLOUT_ENGINES,
             }.get(loc)
             got = err.get("input")
             msg = f"unknown value '{got}'"
