@@ -300,3 +300,12 @@ def test_rows_without_a_setting_name_the_missing_column():
     row["method"] = "ia3"
     _, errors = configs_from_rows([row, {**ROW, "gpu": ""}])
     assert errors[0].startswith("seq_len:") and errors[1].startswith("gpu:")
+
+
+def test_callback_records_peft_methods_by_name():
+    from tuneplan.integrations.describe import _method
+
+    assert _method(None, {"peft_type": "IA3"}, "none") == "ia3"
+    assert _method(None, {"peft_type": "ADALORA"}, "none") == "adalora"  # not read as LoRA
+    assert _method(None, {"peft_type": "PREFIX_TUNING"}, "none") == "prefix-tuning"
+    assert _method(None, {"peft_type": "LORA"}, "nf4") == "qlora"
