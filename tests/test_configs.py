@@ -407,3 +407,20 @@ def test_any_mapping_reads_or_fails_in_one_line(data, fmt):
         return
     r.to_dict()
     r.used(), r.assumed(), r.ignored_lines()
+
+
+@pytest.mark.parametrize("body,want", [
+    ("finetuning_type: lora\nstage: dpo\npref_loss: orpo\ncutoff_len: 1024\n", {"stage": "orpo"}),
+    ("finetuning_type: lora\nstage: dpo\ncutoff_len: 1024\n", {"stage": "dpo"}),
+    ("finetuning_type: full\nstage: kto\ncutoff_len: 1024\n", {"stage": "kto"}),
+    ("base_model: x/y\nrl: grpo\ntrl:\n  num_generations: 8\n  max_completion_length: 256\n",
+     {"stage": "grpo", "group_size": 8, "completion_len": 256}),
+    ("base_model: x/y\nrl: ipo\n", {"stage": "dpo"}),
+    ("model_name_or_path: x/y\nnum_generations: 4\nmax_completion_length: 128\n",
+     {"stage": "grpo", "group_size": 4, "completion_len": 128}),
+])
+def test_stages(tmp_path, body, want):
+    p = tmp_path / "c.yaml"
+    p.write_text(body)
+    j = read_configs([p]).job_kwargs()
+    assert {k: j.get(k) for k in want} == want

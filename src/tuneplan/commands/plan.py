@@ -139,8 +139,7 @@ def register(sub) -> None:
     o.add_argument("--plot", help="write the time-versus-cost plot (PNG or SVG)")
     o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV")
     o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see the README)")
-    add_from_args(p)
-    p.set_defaults(func=run_plan)
+    add_from_args(p, func=run_plan)
 
     cv = sub.add_parser(
         "curve", help="throughput and memory versus micro-batch, as a plot",
@@ -155,8 +154,7 @@ def register(sub) -> None:
     cv.add_argument("--json", action="store_true", help="print one JSON object")
     add_gpu_args(cv)
     add_job_args(cv)
-    add_from_args(cv)
-    cv.set_defaults(func=run_curve)
+    add_from_args(cv, func=run_curve)
 
 
 # --- plan ---------------------------------------------------------------------------------------
