@@ -112,6 +112,19 @@ class EstimateResult:
         return d
 
 
+def job_model_warnings(mspec: ModelSpec, jspec: JobSpec, wl: Workload) -> list[str]:
+    """InputError for a job the model cannot run (tp over its heads, pp over its layers, cp over the
+    sequence, unknown LoRA targets, --tokens with --examples); warnings for legal but odd ones."""
+    from tuneplan.physics.terms import TARGET_ALIASES, TARGET_GROUPS
+    from tuneplan.specs.job import ALL_LINEAR
+    from tuneplan.specs.limits import check_grad_accum_vs_data, check_job_for_model
+
+    known = sorted({*ALL_LINEAR, *TARGET_ALIASES, *TARGET_GROUPS, "gate_up"})
+    lowered = jspec.model_copy(update={"lora_targets": tuple(t.strip().lower() for t in jspec.lora_targets)})
+    return (check_job_for_model(mspec, lowered, wl.seq_len, known)
+            + check_grad_accum_vs_data(wl.samples_per_epoch, jspec.global_batch))
+
+
 def resolve_model_arg(model: str | ModelSpec) -> ModelSpec:
     if isinstance(model, ModelSpec):
         return model
@@ -190,7 +203,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
     wl = workload(jspec)
-    warnings: list[str] = []
+    warnings: list[str] = job_model_warnings(mspec, jspec, wl)
     if mspec.max_position_embeddings and wl.seq_len > mspec.max_position_embeddings:
         warnings.append(f"seq_len {wl.seq_len} is above {mspec.name}'s max_position_embeddings "
                         f"({mspec.max_position_embeddings}): fine with RoPE scaling, otherwise truncate")

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tuneplan.errors import InputError
+from tuneplan.specs.limits import JOB_BOUNDS
 from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
 
 METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze") + PEFT_METHOD_NAMES
@@ -50,6 +51,14 @@ Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momen
 Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
                    "zero3-offload", "fsdp-offload"]
+
+
+def _bounded(info: ValidationInfo, v):
+    """A field's value within its physical bound (tuneplan.specs.limits.JOB_BOUNDS)."""
+    upper = JOB_BOUNDS.get(info.field_name or "")
+    if v is not None and upper is not None and v > upper:
+        raise ValueError(f"{v:g} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+    return v
 
 
 class JobSpec(BaseModel):
@@ -120,10 +129,10 @@ class JobSpec(BaseModel):
     @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
                      "trainable_layers")
     @classmethod
-    def _positive(cls, v: int) -> int:
+    def _positive(cls, v: int, info: ValidationInfo) -> int:
         if v < 1:
             raise ValueError("must be a positive integer")
-        return v
+        return _bounded(info, v)
 
     @field_validator("group_size", "completion_len", "prompts_per_step", "ppo_epochs")
     @classmethod
@@ -134,10 +143,10 @@ class JobSpec(BaseModel):
 
     @field_validator("seq_len")
     @classmethod
-    def _seq(cls, v: int | None) -> int | None:
+    def _seq(cls, v: int | None, info: ValidationInfo) -> int | None:
         if v is not None and v < 1:
             raise ValueError("must be a positive integer")
-        return v
+        return _bounded(info, v)
 
     @field_validator("method", mode="before")
     @classmethod
@@ -151,25 +160,25 @@ class JobSpec(BaseModel):
 
     @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs", "trainable_params")
     @classmethod
-    def _pos_float(cls, v: float | None) -> float | None:
+    def _pos_float(cls, v: float | None, info: ValidationInfo) -> float | None:
         if v is not None and (not math.isfinite(v) or v <= 0):
             raise ValueError("must be a positive number")
-        return v
+        return _bounded(info, v)
 
     @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s", "kl_beta")
     @classmethod
-    def _nonneg(cls, v: float | None) -> float | None:
+    def _nonneg(cls, v: float | None, info: ValidationInfo) -> float | None:
         if v is not None and (not math.isfinite(v) or v < 0):
             raise ValueError("must be a number >= 0")
-        return v
+        return _bounded(info, v)
 
     @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus", "images_per_example",
                      "image_size")
     @classmethod
-    def _nonneg_int(cls, v: int) -> int:
+    def _nonneg_int(cls, v: int, info: ValidationInfo) -> int:
         if v < 0:
             raise ValueError("must be an integer >= 0")
-        return v
+        return _bounded(info, v)
 
     @field_validator("quant")
     @classmethod
