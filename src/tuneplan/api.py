@@ -277,6 +277,9 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
             "copy of its input for backward (--adapter-dtype compute: adapters in the compute dtype, as older "
             "peft, litgpt and Megatron)." if jspec.adapter_dtype == "fp32" else
             "Adapters in the compute dtype (--adapter-dtype compute): no fp32 copies of their inputs.")
+    from tuneplan.physics.peft_methods import peft_assumptions
+
+    assumptions += peft_assumptions(mspec, jspec)  # PEFT methods: settings, defaults, trainable count
     from tuneplan.physics.architecture import architecture_assumptions
 
     assumptions += architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,

@@ -112,6 +112,13 @@ def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     m.add_argument("--precision", choices=PRECISIONS,
                    help="compute precision (default bf16); fp8, nvfp4, mxfp4: the linear layers at low precision")
     m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4, fp8")
+    m.add_argument("--peft-option", action="append", metavar="NAME=VALUE",
+                   help="an option of the PEFT method in peft's own config names, e.g. num_virtual_tokens=30, "
+                        "oft_block_size=64, n_frequency=2000 (repeatable; the rest take peft's defaults; "
+                        "--lora-rank and --lora-targets set r and target_modules)")
+    m.add_argument("--trainable-params", type=positive_float,
+                   help="--method adapter: the adapter's trainable parameter count (any method tuneplan does "
+                        "not name)")
     m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
     m.add_argument("--master-weights", choices=MASTER_WEIGHTS,
                    help="full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 "
@@ -191,6 +198,7 @@ def add_stage_args(p: argparse.ArgumentParser, lists: bool = False, rollout: boo
 JOB_FIELDS = {
     "method": "method", "lora_rank": "lora_rank", "lora_targets": "lora_targets",
     "trainable_layers": "trainable_layers", "precision": "precision", "quant": "quant",
+    "peft_option": "peft_options", "trainable_params": "trainable_params",
     "optimizer": "optimizer", "master_weights": "master_weights", "grad_ckpt": "grad_ckpt", "flash_attn": "flash_attn", "moe_mode": "moe_mode",
     "gpus": "gpus", "nodes": "nodes", "sharding": "sharding", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep",
     "micro_batch": "micro_batch", "grad_accum": "grad_accum", "examples": "examples",

@@ -23,6 +23,7 @@ from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.ops import logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
+from tuneplan.physics.peft_methods import peft_memory_bytes
 from tuneplan.physics.precision import WEIGHT_COPY_BYTES
 from tuneplan.physics.stack import get
 
@@ -168,6 +169,10 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     ddp_buckets = np.where((shard == 0) & (dp > 1), trainable * grad_bytes, 0.0)
 
     acts, logits = activations_and_logits(a, c)
+    # PEFT methods' buffers, extra states and saved operands (physics/peft_methods.py)
+    tokens = a["micro_batch"] * a["seq_len"] / a["cp"]
+    p_w, p_opt, p_act = peft_memory_bytes(a, tokens, split)
+    weights, opt, acts = weights + np.where(offload, 0.0, p_w), opt + np.where(offload, 0.0, p_opt), acts + p_act
     if "vision_act_bytes_per_sample" in a:  # a trained vision tower's saved activations
         acts = acts + vision_activation_bytes(a)
     # transient dequantised weight (QLoRA/GPTQ): one large projection at a time, in and out

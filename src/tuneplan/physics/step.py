@@ -29,6 +29,7 @@ from tuneplan.physics.parallel import (
     tp_exposed,
     ulysses_seconds,
 )
+from tuneplan.physics.peft_methods import peft_step_times
 from tuneplan.physics.precision import (
     FP8_DEQUANT_BYTES,
     LOW_PRECISION_GEMM_EFFICIENCY,
@@ -254,6 +255,10 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     par = _model_parallel_seconds(a, c, tokens, ct)
     host = np.where(np.isfinite(get(a, "host_bw")), get(a, "host_bw"), c.cpu_offload_gbs * 1e9)
     t_offload = activation_offload_seconds(a, c, tokens, host, t_fwd + t_bwd)
+    # PEFT methods' own work (physics/peft_methods.py): fp32 matmuls with built weights, weight products
+    p_fwd, p_bwd, p_rec, p_launch = peft_step_times(a, c, tokens, split, pp)
+    t_fwd, t_bwd, t_rec = t_fwd + p_fwd, t_bwd + p_bwd, t_rec + p_rec
+    mt["t_overhead"] = mt["t_overhead"] + p_launch
 
     # a vision tower's images, in bf16 at the blocks' GEMM efficiency (architecture.vision_tower_flops_per_micro)
     t_vision = vision_tower_flops_per_micro(a) / (get(a, "bf16_peak_flops") * ct["eff"] * a["matmul_rel"]) \
@@ -316,4 +321,5 @@ def model_flops_per_step(a: Arrays) -> np.ndarray:
 
 
 def tokens_per_step(a: Arrays) -> np.ndarray:
-    return a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
+    """The run's own tokens per optimizer step (prompt tuning's virtual positions not counted)."""
+    return a["micro_batch"] * (a["seq_len"] - a.get("virtual_tokens", 0.0)) * a["grad_accum"] * a["dp"]
