@@ -55,7 +55,7 @@ def grid_arrays(n_target: int) -> dict[str, np.ndarray]:
     from tuneplan.api import resolve_gpu_arg, resolve_model_arg
     from tuneplan.plan.space import Space, build_arrays, enumerate_grid, gpu_counts
     from tuneplan.specs.job import make_job
-    from tuneplan.workload import workload
+    from tuneplan.physics.run import workload
 
     model = resolve_model_arg(MODEL)
     gpus = [resolve_gpu_arg(g) for g in GPUS]

@@ -25,7 +25,7 @@ def test_default_calibration_regenerates_byte_for_byte(tmp_path, capsys):
 
 def test_estimate_uses_the_shipped_default_and_a_file_replaces_it(tmp_path):
     from tuneplan import estimate
-    from tuneplan.learn.calibration import default_calibration
+    from tuneplan.estimators.calibration import default_calibration
 
     cal = default_calibration()
     assert cal is not None and cal.learner == "tuneplan" and cal.n_rows["throughput"] > 100

@@ -274,7 +274,7 @@ def test_pinned_axes_and_fixed_fields():
 
 
 def test_intervals_when_residuals_are_stored(monkeypatch):
-    import tuneplan.learn.calibration as cal
+    import tuneplan.estimators.calibration as cal
 
     rng = np.random.default_rng(0)
     monkeypatch.setattr(cal, "interval_residuals",
@@ -346,7 +346,7 @@ def test_units():
 
 
 def test_intervals_match_estimate():
-    from tuneplan.learn.calibration import interval_residuals
+    from tuneplan.estimators.calibration import interval_residuals
 
     if interval_residuals("tuneplan") is None:
         pytest.skip("the shipped calibration stores no held-out residuals")

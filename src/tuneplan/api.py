@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from tuneplan.errors import InputError
-from tuneplan.specs.gpu import GPUSpec, gpu_from_dict, load_gpu_file, resolve_gpu
+from tuneplan.physics.run import RunTotals, Workload, run_totals, workload
+from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
-from tuneplan.workload import RunTotals, Workload, run_totals, workload
+from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg, resolve_rate
 
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
               "pipeline_bubble_s", "optimizer_s", "communication_s")
@@ -110,60 +110,6 @@ class EstimateResult:
             d["high"] = self.interval["wall_clock_s_high"]
         d.update(self.extra)
         return d
-
-
-def resolve_model_arg(model: str | ModelSpec) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    from tuneplan.specs.catalog import resolve_model
-
-    return resolve_model(model)
-
-
-def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = None,
-                    peak_tflops: float | None = None, memory_gib: float | None = None,
-                    bandwidth_gbs: float | None = None) -> GPUSpec:
-    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures)."""
-    if isinstance(gpu, GPUSpec):
-        base = gpu
-    elif gpu_file:
-        base = load_gpu_file(gpu_file)
-    elif gpu:
-        base = resolve_gpu(gpu)
-    else:
-        base = None
-    if peak_tflops is None and memory_gib is None and bandwidth_gbs is None:
-        if base is None:
-            raise InputError("gpu", "give a catalog name (--gpu), a --gpu-file, or --peak-tflops, "
-                             "--memory-gib and --bandwidth-gbs")
-        return base
-    d = base.to_dict() if base else {"name": "custom-gpu"}
-    if base is None and (peak_tflops is None or memory_gib is None or bandwidth_gbs is None):
-        missing = [n for n, v in (("peak-tflops", peak_tflops), ("memory-gib", memory_gib),
-                                  ("bandwidth-gbs", bandwidth_gbs)) if v is None]
-        raise InputError(missing[0], "is needed for a one-off GPU (with --peak-tflops, --memory-gib, "
-                         "--bandwidth-gbs), or name a catalog --gpu to start from")
-    if peak_tflops is not None:
-        d["peak_tflops"] = {"bf16": peak_tflops, "fp16": peak_tflops, "fp8": peak_tflops,
-                            "fp32": peak_tflops, "tf32": peak_tflops}
-        d["name"] = f"{d['name']} (custom peak)" if base else d["name"]
-    if memory_gib is not None:
-        d["memory_gib"] = memory_gib
-    if bandwidth_gbs is not None:
-        d["memory_bandwidth_gbs"] = bandwidth_gbs
-    return gpu_from_dict(d, source="command-line flags")
-
-
-def resolve_rate(gpu: GPUSpec, rate: float | None, provider: str | None,
-                 prices: str | None = None) -> tuple[float | None, str]:
-    if rate is not None:
-        return rate, "--rate"
-    from tuneplan.specs.prices import price_for
-
-    p = price_for(gpu.name, provider=provider, path=prices)
-    if p is None:
-        return None, f"no price for {gpu.name} in the price file: pass --rate"
-    return p.usd_per_gpu_hour, p.describe()
 
 
 def _scalar(out: dict, key: str, default: float = 0.0) -> float:
@@ -277,7 +223,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"
                         + (f"; largest micro-batch that fits: {max_mb}" if max_mb else ""))
         if estimator != "planner":
-            from tuneplan.memory_advice import suggest_fixes
+            from tuneplan.plan.fixes import suggest_fixes
 
             suggestions = suggest_fixes(mspec, gspec, jspec, wl.seq_len, phys)
     res = EstimateResult(

@@ -25,31 +25,33 @@ class Estimator(Protocol):
 ESTIMATOR_NAMES = ("tuneplan", "kavier", "xia", "planner", "slst")
 
 
-def get_estimator(name: str, calibration=None):
-    """An estimator by name, optionally with a fitted calibration (path, name or loaded object)."""
+def estimator_class(name: str):
+    """The estimator class of a name (each has `from_calibration` and, when learned, `from_payload`)."""
     from tuneplan.errors import InputError
 
     if name == "tuneplan":
         from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
 
-        return TuneplanEstimator.from_calibration(calibration)
+        return TuneplanEstimator
     if name == "kavier":
         from tuneplan.estimators.kavier import KavierEstimator
 
-        return KavierEstimator.from_calibration(calibration)
+        return KavierEstimator
     if name == "xia":
         from tuneplan.estimators.xia import XiaEstimator
 
-        return XiaEstimator.from_calibration(calibration)
+        return XiaEstimator
     if name == "planner":
         from tuneplan.estimators.planner import PlannerEstimator
 
-        return PlannerEstimator()
+        return PlannerEstimator
     if name == "slst":
-        from tuneplan.learn.calibration import load_learned
+        from tuneplan.estimators.slst import SLSTEstimator
 
-        if calibration is None:
-            raise InputError("estimator", "slst is learned from runs: pass --calibration FILE "
-                             "fitted with `tuneplan calibrate --learner slst`")
-        return load_learned(calibration, expected="slst")
+        return SLSTEstimator
     raise InputError("estimator", f"unknown estimator '{name}'", ESTIMATOR_NAMES)
+
+
+def get_estimator(name: str, calibration=None):
+    """An estimator by name, optionally with a fitted calibration (path, name or loaded object)."""
+    return estimator_class(name).from_calibration(calibration)

@@ -58,6 +58,12 @@ class KavierScales:
     interaction: dict[str, float] = field(default_factory=dict)  # c_i by "model|method|gpu|G"
     overhead_s: float = 0.0  # O_t
 
+    @classmethod
+    def from_payload(cls, d: dict) -> KavierScales:
+        return cls(gpu=dict(d["gpu"]), method=dict(d["method"]), model=dict(d["model"]),
+                   gpu_count=dict(d["gpu_count"]), comm=float(d["comm"]),
+                   interaction=dict(d["interaction"]), overhead_s=float(d.get("overhead_s", 0)))
+
 
 class KavierEstimator:
     name = "kavier"
@@ -70,26 +76,41 @@ class KavierEstimator:
     def from_calibration(cls, calibration=None) -> KavierEstimator:
         if calibration is None:
             return cls()
-        from tuneplan.learn.calibration import load_calibration
+        from tuneplan.estimators.calibration import load_calibration
 
         return load_calibration(calibration, expected="kavier").estimator()
 
+    @classmethod
+    def from_payload(cls, d: dict, name: str | None = None) -> KavierEstimator:
+        """The estimator a calibration payload describes (`KavierLearner.payload()`)."""
+        return cls(KavierScales.from_payload(d), calibration_name=name)
+
     @staticmethod
-    def gpu_terms(gpu_name: str, catalog_peak_tflops: float) -> tuple[float, float]:
-        """(E_b, F in FLOP/s) for a GPU: Kavier's factor and the peak it was fitted against."""
+    def gpu_factors(a: Arrays) -> tuple[np.ndarray, np.ndarray]:
+        """(E_b, F in FLOP/s) per row: Kavier's factor for the GPU named in `_gpu_names` and the peak
+        it was fitted against; GPUs outside its library get its default factor and the catalog peak."""
         table = kavier_gpu_factors()
-        entry = table["gpus"].get(gpu_name)
-        if entry is None:
-            return float(table["default_mfu_factor"]), catalog_peak_tflops * 1e12
-        return float(entry["mfu_factor"]), float(entry["kavier_peak_tflops"]) * 1e12
+        peak = np.asarray(a["peak_flops"], dtype=float)
+        eb = np.full(peak.shape, float(table["default_mfu_factor"]))
+        names = a.get("_gpu_names")
+        if names is None:
+            return eb, peak
+        f = peak.copy()
+        names = np.asarray(names)
+        for name in set(names.tolist()):
+            entry = table["gpus"].get(name)
+            if entry is not None:
+                row = names == name
+                eb[row] = float(entry["mfu_factor"])
+                f[row] = float(entry["kavier_peak_tflops"]) * 1e12
+        return eb, f
 
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
         B, S, Ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
         G, N = a["gpus"], a["nodes"]
         P = a["params_active"]
         names = a.get("_gpu_names")
-        eb = np.asarray(a.get("kavier_eb", np.full_like(B, kavier_gpu_factors()["default_mfu_factor"])))
-        F = np.asarray(a.get("kavier_peak", a["peak_flops"]))
+        eb, F = self.gpu_factors(a)
         eg = np.ones_like(B)
         if names is not None and self.scales.gpu:
             eg = np.array([self.scales.gpu.get(n, 1.0) for n in names])

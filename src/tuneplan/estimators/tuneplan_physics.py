@@ -35,7 +35,7 @@ class TuneplanEstimator:
         'none': the uncalibrated physics; else a calibration path or name."""
         if isinstance(calibration, str) and calibration.lower() in ("none", "physics", "uncalibrated"):
             return cls()
-        from tuneplan.learn.calibration import default_calibration, load_calibration
+        from tuneplan.estimators.calibration import default_calibration, load_calibration
 
         if calibration is None:
             cal = default_calibration()
@@ -43,6 +43,17 @@ class TuneplanEstimator:
                 return cls()
             return cal.estimator()
         return load_calibration(calibration, expected="tuneplan").estimator()
+
+    @classmethod
+    def from_payload(cls, d: dict, name: str | None = None) -> TuneplanEstimator:
+        """The estimator a calibration payload describes (`TuneplanLearner.payload()`): fitted
+        constants and the residual correction (numpy only, no fitting code imported)."""
+        from tuneplan.estimators.residual import Residual, TuneplanCorrection
+
+        thr = Residual.from_dict(d["throughput_residual"]) if d.get("throughput_residual") else None
+        mem = Residual.from_dict(d["memory_residual"]) if d.get("memory_residual") else None
+        corr = TuneplanCorrection(thr, mem) if (thr or mem) else None
+        return cls(PhysicsConstants.from_dict(d["constants"]), corr, calibration_name=name)
 
     def physics(self, a: Arrays) -> Arrays:
         c = self.constants

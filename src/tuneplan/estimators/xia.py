@@ -104,9 +104,14 @@ class XiaEstimator:
     def from_calibration(cls, calibration=None) -> XiaEstimator:
         if calibration is None:
             return cls()
-        from tuneplan.learn.calibration import load_calibration
+        from tuneplan.estimators.calibration import load_calibration
 
         return load_calibration(calibration, expected="xia").estimator()
+
+    @classmethod
+    def from_payload(cls, d: dict, name: str | None = None) -> XiaEstimator:
+        """The estimator a calibration payload describes (`XiaLearner.payload()`)."""
+        return cls(XiaCoefficients({k: tuple(v) for k, v in d["eq2"].items()}), calibration_name=name)
 
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
         from tuneplan.estimators.tuneplan_physics import TuneplanEstimator

@@ -1,6 +1,6 @@
 """The learners, one fit/predict contract (scikit-learn style): `fit(training_set)`, then
-`estimator()` gives an estimator with `predict_arrays`; `payload()` / `from_payload()` round-trip
-through a calibration file.
+`estimator()` gives an estimator with `predict_arrays`; `payload()` is what a calibration file
+stores, read back by the estimator's own `from_payload` (so estimating never imports this module).
 
 - `tuneplan`: fit the physics' named constants (efficiency curve, overheads, communication,
   dequantisation; memory overheads) on log-error with an L2 pull to their priors, then a
@@ -21,16 +21,17 @@ from dataclasses import fields
 import numpy as np
 
 from tuneplan.errors import TuneplanError
-from tuneplan.learn.dataset import arrays_for
-from tuneplan.learn.features import (
+from tuneplan.estimators.features import (
     MEMORY_FEATURES,
     THROUGHPUT_FAR_FEATURES,
     THROUGHPUT_FEATURES,
     feature_matrix,
 )
+from tuneplan.estimators.residual import Residual, TuneplanCorrection, nearest_distance
+from tuneplan.estimators.slst import SLST_GB_FEATURES, SLST_LAW_FEATURES, SLSTEstimator, slst_features
+from tuneplan.estimators.trees import export_hgb
+from tuneplan.learn.dataset import arrays_for
 from tuneplan.learn.measured import TrainingSet
-from tuneplan.learn.residual import Residual, TuneplanCorrection, nearest_distance
-from tuneplan.learn.trees import export_hgb
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 
 MIN_ROWS = 8
@@ -359,14 +360,6 @@ class TuneplanLearner:
             "notes": self.notes,
         }
 
-    @classmethod
-    def from_payload(cls, d: dict) -> TuneplanLearner:
-        self = cls()
-        self.constants = PhysicsConstants.from_dict(d["constants"])
-        self.thr_residual = Residual.from_dict(d["throughput_residual"]) if d.get("throughput_residual") else None
-        self.mem_residual = Residual.from_dict(d["memory_residual"]) if d.get("memory_residual") else None
-        self.notes = list(d.get("notes", []))
-        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,16 +497,6 @@ class KavierLearner:
         return {"gpu": s.gpu, "method": s.method, "model": s.model, "gpu_count": s.gpu_count, "comm": s.comm,
                 "interaction": s.interaction, "overhead_s": s.overhead_s, "l2_weight": self.lam}
 
-    @classmethod
-    def from_payload(cls, d: dict) -> KavierLearner:
-        from tuneplan.estimators.kavier import KavierScales
-
-        self = cls()
-        self.scales = KavierScales(gpu=dict(d["gpu"]), method=dict(d["method"]), model=dict(d["model"]),
-                                   gpu_count=dict(d["gpu_count"]), comm=float(d["comm"]),
-                                   interaction=dict(d["interaction"]), overhead_s=float(d.get("overhead_s", 0)))
-        self.lam = d.get("l2_weight")
-        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -579,64 +562,9 @@ class XiaLearner:
     def payload(self) -> dict:
         return {"eq2": {k: list(v) for k, v in self.coefficients.eq2.items()}}
 
-    @classmethod
-    def from_payload(cls, d: dict) -> XiaLearner:
-        from tuneplan.estimators.xia import XiaCoefficients
-
-        self = cls()
-        self.coefficients = XiaCoefficients({k: tuple(v) for k, v in d["eq2"].items()})
-        return self
 
 
 # ---------------------------------------------------------------------------------------------
-SLST_LAW_FEATURES = ("log_params_active", "log_tokens_per_step", "log_gpus", "log_peak_tflops", "is_lora_family",
-                     "log_seq_len")
-SLST_GB_FEATURES = ("log_params_active", "log_params_total", "log_tokens_per_step", "log_micro_batch",
-                    "log_seq_len", "log_gpus", "log_nodes", "log_peak_tflops", "log_bandwidth_gbs",
-                    "method_code", "grad_ckpt", "log_grad_accum", "trainable_fraction")
-
-
-def slst_features(a: dict, names: tuple[str, ...]) -> np.ndarray:
-    tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
-    f = {
-        "log_params_active": _log(a["params_active"]), "log_params_total": _log(a["params_total"]),
-        "log_tokens_per_step": _log(tokens), "log_micro_batch": _log(a["micro_batch"]),
-        "log_seq_len": _log(a["seq_len"]), "log_gpus": _log(a["gpus"]), "log_nodes": _log(a["nodes"]),
-        "log_peak_tflops": _log(a["peak_flops"] / 1e12), "log_bandwidth_gbs": _log(a["mem_bw"] / 1e9),
-        "method_code": a["method_code"], "grad_ckpt": a["grad_ckpt"], "log_grad_accum": _log(a["grad_accum"]),
-        "is_lora_family": ((a["method_code"] >= 1) & (a["method_code"] <= 5)).astype(float),
-        "trainable_fraction": a["params_trainable"] / np.maximum(a["params_total"], 1.0),
-    }
-    return np.column_stack([np.asarray(f[n], dtype=float) for n in names])
-
-
-class SLSTEstimator:
-    """The SLST seed's predictor: scaling law x exp(boosted residual), in step time."""
-
-    name = "slst"
-
-    def __init__(self, coef: np.ndarray, residual: Residual | None, calibration_name: str | None = None) -> None:
-        self.coef = np.asarray(coef, dtype=float)
-        self.residual = residual
-        self.calibration_name = calibration_name
-
-    def predict_arrays(self, a: dict, with_max_batch: bool = False) -> dict:
-        X = slst_features(a, SLST_LAW_FEATURES)
-        log_step = self.coef[0] + X @ self.coef[1:]
-        if self.residual is not None:
-            r, _ = self.residual(slst_features(a, SLST_GB_FEATURES))
-            log_step = log_step + r
-        step = np.exp(log_step)
-        tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
-        return {"step_s": step, "compute_s": step, "tokens_per_step": tokens}
-
-    def assumptions(self) -> list[str]:
-        return ["SLST: log step time = scaling law in active parameters, tokens per step, GPUs, peak FLOP/s, "
-                "method and sequence length, plus gradient boosting on its log-residuals, fitted on measured runs"
-                + (f" ('{self.calibration_name}')." if self.calibration_name else "."),
-                "Memory figures from tuneplan's memory model (SLST predicts time only)."]
-
-
 class SLSTLearner:
     name = "slst"
 
@@ -669,12 +597,6 @@ class SLSTLearner:
         return {"law_features": list(SLST_LAW_FEATURES), "coef": [float(c) for c in self.coef],
                 "residual": self.residual.to_dict() if self.residual else None}
 
-    @classmethod
-    def from_payload(cls, d: dict) -> SLSTLearner:
-        self = cls()
-        self.coef = np.asarray(d["coef"], dtype=float)
-        self.residual = Residual.from_dict(d["residual"]) if d.get("residual") else None
-        return self
 
 
 LEARNERS = {"tuneplan": TuneplanLearner, "kavier": KavierLearner, "xia": XiaLearner, "slst": SLSTLearner}

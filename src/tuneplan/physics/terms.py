@@ -304,8 +304,6 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
             mt = model_terms(model, job, constants)
             cache[key] = mt
         d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq)}
-        eb, fk = kavier_terms(gpu, d["peak_flops"])
-        d["kavier_eb"], d["kavier_peak"] = eb, fk
         for k, v in d.items():
             cols.setdefault(k, []).append(float(v))
         names.setdefault("_model_names", []).append(model.name)
@@ -316,8 +314,3 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
         out[k] = np.asarray(v, dtype=object)
     return out
 
-
-def kavier_terms(gpu: GPUSpec, peak_flops: float) -> tuple[float, float]:
-    from tuneplan.estimators.kavier import KavierEstimator
-
-    return KavierEstimator.gpu_terms(gpu.name, peak_flops / 1e12)

@@ -3,7 +3,7 @@ micro-batch x gradient accumulation x sharding x checkpointing), keep those that
 each run, draw the Pareto front of cost versus time, and recommend one under the constraints.
 
 The whole grid goes through the estimator in one vectorised call (`predict_arrays`), and the run
-totals (wall clock, device-hours, cost, energy, CO2) are `tuneplan.workload.run_totals` written in
+totals (wall clock, device-hours, cost, energy, CO2) are `tuneplan.physics.run.run_totals` written in
 numpy, so a candidate's figures equal `tuneplan.estimate(...)` for the same configuration.
 
 Objectives (`objective=`):
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.run import Workload, workload
 from tuneplan.plan.pareto import pareto_mask
 from tuneplan.plan.space import (
     DEFAULT_GLOBAL_BATCH,
@@ -44,7 +45,6 @@ from tuneplan.plan.space import (
 from tuneplan.plan.units import hours, money
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import METHODS, JobSpec, make_job
-from tuneplan.workload import Workload, workload
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,7 +181,7 @@ def _as_list(v: Any) -> list:
 
 
 def _resolve_gpus(gpus: Any, prices: str | None) -> list[GPUSpec]:
-    from tuneplan.api import resolve_gpu_arg
+    from tuneplan.specs.resolve import resolve_gpu_arg
 
     names = _as_list(gpus) or default_gpus(prices)
     out: dict[str, GPUSpec] = {}
@@ -226,9 +226,9 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     import pandas as pd  # before the clock: the import is not the search
 
     t0 = _time.perf_counter()
-    from tuneplan.api import resolve_model_arg
     from tuneplan.estimators.base import get_estimator
     from tuneplan.physics.constants import DEFAULT_GRID_GCO2_KWH
+    from tuneplan.specs.resolve import resolve_model_arg
 
     if objective not in OBJECTIVES:
         raise InputError("objective", f"unknown objective '{objective}'", OBJECTIVES)
@@ -337,7 +337,7 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     a, per_mk = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, constants)
     out = est.predict_arrays(a)
 
-    # run totals, vectorised (tuneplan.workload.run_totals)
+    # run totals, vectorised (tuneplan.physics.run.run_totals)
     mk = grid.method_idx * 2 + grid.grad_ckpt
     step_s = np.asarray(out["step_s"], dtype=float)
     gb = (grid.micro_batch * grid.grad_accum * grid.dp).astype(float)
@@ -380,7 +380,7 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     interval_info = None
     t_lo = t_hi = np.full(len(grid), np.nan)
     if interval:
-        from tuneplan.learn.calibration import interval_residuals
+        from tuneplan.estimators.calibration import interval_residuals
         from tuneplan.learn.intervals import conformal_bounds
 
         res = interval_residuals("tuneplan", calibration)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.physics.terms import SHARDING_CODES, gpu_arrays, kavier_terms, model_terms
+from tuneplan.physics.terms import SHARDING_CODES, gpu_arrays, model_terms
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import SHARDINGS, JobSpec
 from tuneplan.specs.model import ModelSpec
@@ -183,9 +183,7 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     g_rows = []
     for g in gpus:
         for p in prec:
-            d = gpu_arrays(g, p, constants)
-            eb, fk = kavier_terms(g, d["peak_flops"])
-            g_rows.append({**d, "kavier_eb": eb, "kavier_peak": fk})
+            g_rows.append(gpu_arrays(g, p, constants))
     gk = grid.gpu_idx * len(jobs) + grid.method_idx
     for key in g_rows[0]:
         put(key, np.array([float(r[key]) for r in g_rows]), gk)
