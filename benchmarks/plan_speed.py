@@ -52,10 +52,10 @@ def bench_plan(repeat: int) -> dict:
 
 def grid_arrays(n_target: int) -> dict[str, np.ndarray]:
     """The physics arrays of the search above, tiled to n_target configurations."""
-    from tuneplan.api import resolve_gpu_arg, resolve_model_arg
+    from tuneplan.physics.run import workload
     from tuneplan.plan.space import Space, build_arrays, enumerate_grid, gpu_counts
     from tuneplan.specs.job import make_job
-    from tuneplan.physics.run import workload
+    from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg
 
     model = resolve_model_arg(MODEL)
     gpus = [resolve_gpu_arg(g) for g in GPUS]
@@ -63,7 +63,7 @@ def grid_arrays(n_target: int) -> dict[str, np.ndarray]:
     space = Space(gpu_counts=tuple(gpu_counts(128)), micro_batches=SEARCH["micro_batches"],
                   shardings=SEARCH["shardings"], grad_accums=SEARCH["grad_accums"], global_batch=None)
     grid = enumerate_grid(len(gpus), len(jobs), space)
-    a, _ = build_arrays(model, gpus, jobs, grid, workload(jobs[0]).seq_len)
+    a = build_arrays(model, gpus, jobs, grid, workload(jobs[0]).seq_len)
     reps = -(-n_target // len(grid))
     out = {}
     for k, v in a.items():

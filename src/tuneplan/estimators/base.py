@@ -1,8 +1,15 @@
-"""The estimator contract: `predict_arrays(arrays) -> dict of arrays` over many configurations.
+"""The estimator contract, one for every estimator: `predict_arrays(arrays) -> dict of arrays` over
+many configurations (the flat arrays of `tuneplan.physics.terms.build_arrays`).
 
-Every estimator returns at least `step_s` (seconds per optimizer step) and `memory_gib` (per GPU);
-the physics-based ones add the step-time and memory breakdowns. Learned estimators (see
-`tuneplan.learn`) also `fit(runs)` and save/load a calibration file.
+Every estimator returns `step_s` (seconds per optimizer step), `tokens_per_step`, `compute_s`,
+`memory_gib` (per GPU, as nvidia-smi shows it), `allocated_gib`, `reserved_gib`, `nvidia_smi_gib` and
+`fits`, and `model_flops_per_step` when it counts FLOPs (the MFU is 0 otherwise); the parts of the step it models (keys of STEP_PARTS) and of memory (its own `memory_parts`, which add
+up to `memory_gib`). It also says which `constants` the arrays are built with, which estimator's
+`memory_model` answers "what is the largest micro-batch" and "what would make it fit" (None: it has no
+model that depends on the batch), and `assumptions(job)`: what its figures assume for that job.
+Estimators that predict time only borrow tuneplan's uncalibrated memory model (`BorrowsMemory`).
+Learned estimators are built from a calibration file's payload (`from_payload`); the learners that
+fit them live in `tuneplan.learn`.
 """
 
 from __future__ import annotations
@@ -11,15 +18,51 @@ from typing import Protocol
 
 import numpy as np
 
+from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
+
 Arrays = dict[str, np.ndarray]
+
+STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
+              "pipeline_bubble_s", "optimizer_s", "communication_s")
+"""The parts of an optimizer step an estimator may report; those it reports add up to `step_s`."""
+MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
+                "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",
+                "cuda_context_gib")
+"""The parts of tuneplan's memory model (they add up to `memory_gib`)."""
 
 
 class Estimator(Protocol):
     name: str
+    constants: PhysicsConstants
+    memory_parts: tuple[str, ...]
 
-    def predict_arrays(self, a: Arrays) -> Arrays: ...
+    @property
+    def memory_model(self) -> Estimator | None: ...
 
-    def assumptions(self) -> list[str]: ...
+    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays: ...
+
+    def assumptions(self, job=None) -> list[str]: ...
+
+
+class BorrowsMemory:
+    """For estimators that predict step time only: their memory figures are tuneplan's uncalibrated
+    memory model's, merged into their output by `with_memory`."""
+
+    constants: PhysicsConstants = DEFAULT_CONSTANTS
+    memory_parts = MEMORY_PARTS
+    MEMORY_ASSUMPTION = "Memory figures from tuneplan's uncalibrated memory model (this estimator has none)."
+
+    @property
+    def memory_model(self):
+        from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+
+        return TuneplanEstimator()
+
+    def with_memory(self, a: Arrays, out: Arrays) -> Arrays:
+        from tuneplan.physics.memory import memory
+
+        m = memory(a, self.constants)
+        return {**m, "memory_gib": m["nvidia_smi_gib"], **out}
 
 
 ESTIMATOR_NAMES = ("tuneplan", "kavier", "xia", "planner", "slst")

@@ -20,6 +20,8 @@ from importlib import resources
 
 import numpy as np
 
+from tuneplan.estimators.base import BorrowsMemory
+
 Arrays = dict[str, np.ndarray]
 
 A1 = 0.0341
@@ -65,7 +67,7 @@ class KavierScales:
                    interaction=dict(d["interaction"]), overhead_s=float(d.get("overhead_s", 0)))
 
 
-class KavierEstimator:
+class KavierEstimator(BorrowsMemory):
     name = "kavier"
 
     def __init__(self, scales: KavierScales | None = None, calibration_name: str | None = None) -> None:
@@ -162,9 +164,9 @@ class KavierEstimator:
             "model_flops_per_step": 6.0 * P * tokens,
             "efficiency": E,
         }
-        return out
+        return self.with_memory(a, out)
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, job=None) -> list[str]:
         return [
             "Kavier's model: T_s = G_a (T_f + T_b) + T_o + T_c; forward 2PBS/(F E) with E = E_b min(1, "
             f"{A1} log2 B + {A2}); backward = 2 x forward.",
@@ -175,4 +177,5 @@ class KavierEstimator:
             "Per-GPU MFU factors E_b from Kavier's GPU library (0.42 for GPUs it does not list).",
             "No memory model (memory figures come from tuneplan's memory model)."
             if not self.calibration_name else f"Calibration scales from '{self.calibration_name}'.",
+            self.MEMORY_ASSUMPTION,
         ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.estimators.base import BorrowsMemory
 from tuneplan.estimators.residual import Residual
 
 
@@ -34,7 +35,7 @@ def slst_features(a: dict, names: tuple[str, ...]) -> np.ndarray:
     return np.column_stack([np.asarray(f[n], dtype=float) for n in names])
 
 
-class SLSTEstimator:
+class SLSTEstimator(BorrowsMemory):
     """The SLST seed's predictor: scaling law x exp(boosted residual), in step time."""
 
     name = "slst"
@@ -64,13 +65,14 @@ class SLSTEstimator:
             log_step = log_step + r
         step = np.exp(log_step)
         tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
-        return {"step_s": step, "compute_s": step, "tokens_per_step": tokens}
+        return self.with_memory(a, {"step_s": step, "compute_s": step, "tokens_per_step": tokens})
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, job=None) -> list[str]:
         return ["SLST: log step time = scaling law in active parameters, tokens per step, GPUs, peak FLOP/s, "
                 "method and sequence length, plus gradient boosting on its log-residuals, fitted on measured runs"
                 + (f" ('{self.calibration_name}')." if self.calibration_name else "."),
-                "Memory figures from tuneplan's memory model (SLST predicts time only)."]
+                "Memory figures from tuneplan's memory model (SLST predicts time only).",
+                self.MEMORY_ASSUMPTION]
 
     @classmethod
     def from_payload(cls, d: dict, name: str | None = None) -> SLSTEstimator:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.estimators.base import MEMORY_PARTS, STEP_PARTS
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.memory import max_micro_batch, memory
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
@@ -16,18 +17,21 @@ Arrays = dict[str, np.ndarray]
 MFU_CEILING = 0.80
 """No configuration is predicted above this model-FLOPs utilisation, whatever a learned correction
 says (the best published large-model training MFUs are ~0.5-0.6 of dense peak; 0.8 leaves room)."""
-STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s")
 
 
 class TuneplanEstimator:
     name = "tuneplan"
+    memory_parts = MEMORY_PARTS
 
     def __init__(self, constants: PhysicsConstants = DEFAULT_CONSTANTS, residual=None,
                  calibration_name: str | None = None) -> None:
         self.constants = constants
         self.residual = residual  # object with .correct(arrays, physics_out) -> (throughput factor, mem factor, info)
         self.calibration_name = calibration_name
+
+    @property
+    def memory_model(self) -> TuneplanEstimator:
+        return self
 
     @classmethod
     def from_calibration(cls, calibration=None) -> TuneplanEstimator:
@@ -112,7 +116,7 @@ class TuneplanEstimator:
             hi = np.where(~ok, mid, hi)
         return lo.astype(int)
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, job=None) -> list[str]:
         c = self.constants
         base = [
             "FLOPs counted per layer from the model config: attention projections (GQA), the quadratic "
@@ -132,4 +136,10 @@ class TuneplanEstimator:
             base.append(f"Constants and a residual correction from calibration '{self.calibration_name}'.")
         else:
             base.append("Uncalibrated physics (prior constants, not fitted to measurements).")
+        if job is not None and job.is_lora_family:
+            kernels = c.dora_kernels_per_module if job.method == "dora" else c.lora_kernels_per_module
+            base.append(
+                f"Adapters: {kernels:.0f} small kernels per adapted module per micro-step at "
+                f"{c.kernel_launch_s * 1e6:.1f} us each, and {c.adapter_passes:.1f} element-wise passes "
+                "over each adapted module's input and output per token.")
         return base

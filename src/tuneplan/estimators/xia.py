@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tuneplan.estimators.base import BorrowsMemory
+
 Arrays = dict[str, np.ndarray]
 
 
@@ -93,7 +95,7 @@ class XiaCoefficients:
     eq2: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
 
-class XiaEstimator:
+class XiaEstimator(BorrowsMemory):
     name = "xia"
 
     def __init__(self, coefficients: XiaCoefficients | None = None, calibration_name: str | None = None) -> None:
@@ -149,12 +151,12 @@ class XiaEstimator:
         samples_per_step = a["micro_batch"] * a["grad_accum"] * a["dp"]
         step = samples_per_step / (q * a["dp"])
         tokens = samples_per_step * a["seq_len"]
-        return {
+        return self.with_memory(a, {
             "step_s": step,
             "compute_s": step,
             "tokens_per_step": tokens,
             "xia_c2": c2, "xia_c3": c3, "xia_c4": c4,
-        }
+        })
 
     @staticmethod
     def max_batch_for(model_name: str, gpu_mem_gb: float, seq_len: float, sparsity_: float,
@@ -165,7 +167,7 @@ class XiaEstimator:
         mm = co.model_mem_gb if model_mem_gb is None else model_mem_gb
         return max(0, max_batch_size(gpu_mem_gb, mm, seq_len, sparsity_, co.c0, co.c1))
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, job=None) -> list[str]:
         src = (f"Eq. (2) coefficients fitted per (model, GPU, dataset) in '{self.calibration_name}'."
                if self.calibration_name else
                "Uncalibrated: Eq. (2) anchored to tuneplan's physics at batch 1 and 16 (C3 = 1/sparsity); "
@@ -176,4 +178,5 @@ class XiaEstimator:
             src,
             "Eq. (1) maximum batch with published C0, C1 for Mixtral and BlackMamba only.",
             "Cost (§V-C) = queries x epochs / throughput / 3600 x $ per GPU-hour.",
+            self.MEMORY_ASSUMPTION,
         ]

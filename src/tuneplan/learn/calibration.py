@@ -22,7 +22,7 @@ def _estimator_log_ratios(est, ts) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     t = ts.has_throughput
     out["throughput"] = np.log(ts.tokens_per_s[t] / pred["tokens_per_s"][t])
-    if est.name in ("tuneplan",):
+    if est.memory_model is est:  # an estimator with a memory model of its own
         m = ts.has_memory
         pm = memory_for_kind(pred, ts.mem_kind)
         out["memory"] = np.log(ts.peak_mem_gib[m] / pm[m])

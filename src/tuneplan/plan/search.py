@@ -3,8 +3,9 @@ micro-batch x gradient accumulation x sharding x checkpointing), keep those that
 each run, draw the Pareto front of cost versus time, and recommend one under the constraints.
 
 The whole grid goes through the estimator in one vectorised call (`predict_arrays`), and the run
-totals (wall clock, device-hours, cost, energy, CO2) are `tuneplan.physics.run.run_totals` written in
-numpy, so a candidate's figures equal `tuneplan.estimate(...)` for the same configuration.
+totals (wall clock, device-hours, cost, energy, CO2) are `tuneplan.physics.run.run_totals`, the
+function `tuneplan.estimate(...)` applies to its one row, so a candidate's figures equal the estimate
+of the same configuration.
 
 Objectives (`objective=`):
 - `cheapest` (default): the lowest cost that meets the constraints (costs equal to the cent tie,
@@ -30,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.physics.run import Workload, workload
+from tuneplan.physics.run import Workload, run_totals, seq_len_warning, workload
+from tuneplan.plan.objectives import COST_OBJECTIVES, OBJECTIVES
 from tuneplan.plan.pareto import pareto_mask
 from tuneplan.plan.space import (
     DEFAULT_GLOBAL_BATCH,
@@ -49,10 +51,8 @@ from tuneplan.specs.job import METHODS, JobSpec, make_job
 if TYPE_CHECKING:
     import pandas as pd
 
-OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
 DEFAULT_METHODS = ("full", "lora", "qlora")
 DEFAULT_MAX_GPUS = 8
-COST_OBJECTIVES = ("cheapest", "balanced")
 _EXCLUDED_DEFAULT_GPUS = ("TPU", "Gaudi")
 """Price-file accelerators left out of the default GPU list (the physics models CUDA/ROCm GPUs)."""
 
@@ -227,7 +227,6 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
 
     t0 = _time.perf_counter()
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.physics.constants import DEFAULT_GRID_GCO2_KWH
     from tuneplan.specs.resolve import resolve_model_arg
 
     if objective not in OBJECTIVES:
@@ -287,10 +286,7 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
                  gpus=model_par * ep, **fixed) for m in method_list]
     base = jobs[0]
     wl = workload(base)
-    notes: list[str] = []
-    if mspec.max_position_embeddings and wl.seq_len > mspec.max_position_embeddings:
-        notes.append(f"seq_len {wl.seq_len} is above {mspec.name}'s max_position_embeddings "
-                     f"({mspec.max_position_embeddings}): fine with RoPE scaling, otherwise truncate")
+    notes = seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
 
     # prices per GPU type
     rate_tab = np.full(len(gpu_specs), np.nan)
@@ -334,41 +330,17 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
 
     est = accelerated(get_estimator("tuneplan", calibration))  # same figures, faster residual trees
     constants = est.constants
-    a, per_mk = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, constants)
+    a = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, constants)
     out = est.predict_arrays(a)
 
-    # run totals, vectorised (tuneplan.physics.run.run_totals)
-    mk = grid.method_idx * 2 + grid.grad_ckpt
-    step_s = np.asarray(out["step_s"], dtype=float)
-    gb = (grid.micro_batch * grid.grad_accum * grid.dp).astype(float)
-    steps_per_epoch = np.ceil(wl.samples_per_epoch / gb)
-    steps = np.maximum(1.0, np.ceil(steps_per_epoch * wl.epochs))
-    train_s = steps * step_s
-    disk = base.disk_gbs * 1e9
-    load_s = (np.full(len(grid), float(base.load_time_s)) if base.load_time_s is not None
-              else per_mk["weight_bytes"][mk] / disk)
-    fwd_micro = np.asarray(out["forward_s"], dtype=float) / grid.grad_accum
-    if base.eval_every and base.eval_examples:
-        n_evals = np.floor(steps / base.eval_every)
-        micro_steps = np.ceil(base.eval_examples / (grid.micro_batch * grid.dp))
-        eval_s = n_evals * micro_steps * fwd_micro
-    else:
-        eval_s = np.zeros(len(grid))
-    saves = (np.floor(steps / base.save_every) if base.save_every else 0.0) + (1.0 if base.save_final else 0.0)
-    checkpoint_s = saves * per_mk["checkpoint_bytes"][mk] / disk
-    wall = load_s + train_s + eval_s + checkpoint_s
-    gpus_f = grid.gpus.astype(float)
-    device_hours = wall * gpus_f / 3600.0
-    compute_share = np.asarray(out.get("compute_s", step_s), dtype=float) / step_s
-    util = np.clip(compute_share, 0.0, 1.0)
-    idle = constants.idle_power_fraction
-    tdp = np.asarray(a["tdp_w"], dtype=float)
-    energy_j = gpus_f * (tdp * (idle + (1.0 - idle) * util) * (train_s + eval_s) + tdp * idle * (load_s + checkpoint_s))
-    energy_kwh = energy_j / 3.6e6
-    grid_g = float(grid_gco2_kwh) if grid_gco2_kwh is not None else DEFAULT_GRID_GCO2_KWH
-    co2_kg = energy_kwh * grid_g / 1000.0
+    # run totals, vectorised: the same function `estimate` applies to its one row
     rate_row = rate_tab[grid.gpu_idx]
-    cost = device_hours * rate_row
+    totals = run_totals(base, wl, a, out, rate_row, grid_gco2_kwh, constants)
+    step_s = np.asarray(out["step_s"], dtype=float)
+    gb = grid.micro_batch * grid.grad_accum * grid.dp
+    steps, wall, device_hours = totals["steps"], totals["wall_clock_s"], totals["device_hours"]
+    train_s, energy_kwh, co2_kg, cost = totals["train_s"], totals["energy_kwh"], totals["co2_kg"], totals["cost_usd"]
+    gpus_f = grid.gpus.astype(float)
     tokens_step = np.asarray(out["tokens_per_step"], dtype=float)
     peak = np.asarray(a["peak_flops"], dtype=float)
     mfu = np.asarray(out["model_flops_per_step"], dtype=float) / (step_s * gpus_f * peak)

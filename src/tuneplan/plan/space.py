@@ -155,9 +155,9 @@ def enumerate_grid(n_gpu_types: int, n_methods: int, space: Space, model_par: in
 
 
 def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSpec], grid: Grid, seq_len: int,
-                 constants=None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The physics arrays for every grid row, plus per-(method, checkpointing) scalars the run totals
-    need (`weight_bytes`, `checkpoint_bytes`, `params_trainable`), indexed as `method_idx * 2 + ckpt`.
+                 constants=None) -> dict[str, np.ndarray]:
+    """The physics arrays for every grid row (what `tuneplan.physics.terms.build_arrays` gives one
+    configuration at a time).
 
     `jobs[i]` is the base job of method i (its method options: rank, targets, precision, quant...).
     """
@@ -211,16 +211,4 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     a["_model_names"] = np.broadcast_to(np.array(model.name, dtype=object), (n,))
     a["_gpu_names"] = np.array([g.name for g in gpus], dtype=object)[grid.gpu_idx]
     a["_methods"] = np.array([j.method for j in jobs], dtype=object)[grid.method_idx]
-
-    # per (method, ckpt): bytes loaded and saved (as api.estimate computes them)
-    extra = {"weight_bytes": [], "checkpoint_bytes": [], "params_trainable": []}
-    for j, job in enumerate(jobs):
-        for ck in (0, 1):
-            t = terms[j * 2 + ck]
-            trainable = float(t["params_trainable"])
-            extra["weight_bytes"].append(t["params_frozen_linear"] * t["frozen_linear_bytes"]
-                                         + t["params_frozen_other"] * t["frozen_other_bytes"]
-                                         + trainable * t["weight_bytes_compute"])
-            extra["checkpoint_bytes"].append(trainable * (2.0 if job.method in ("full", "freeze") else 4.0))
-            extra["params_trainable"].append(trainable)
-    return a, {k: np.asarray(v, dtype=float) for k, v in extra.items()}
+    return a

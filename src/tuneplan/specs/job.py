@@ -7,9 +7,9 @@ values (the CLI prints it as one line and exits 2).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuneplan.errors import InputError
 
@@ -41,49 +41,76 @@ Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybri
                    "zero3-offload", "fsdp-offload"]
 
 
+def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
+           switch_only: bool = False) -> Any:
+    """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
+    once (see docs/architecture.md): `help` is its help text everywhere, `group` its section of
+    `--help` (method, parallelism, work, money and energy), `flag` its name when not the field's own
+    (`--field-name`), `number` whether an int/float must be `positive` or may be `nonneg` (zero and
+    up), `switch_only` for a bool flag that only switches on (no --no-...). Choices come from the
+    field's Literal type, the default from `default`. A field declared without `option` is no flag."""
+    extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only}
+    return Field(default, description=help, json_schema_extra={k: v for k, v in extra.items() if v})
+
+
 class JobSpec(BaseModel):
     """A fine-tuning job. Counts are per run; `micro_batch` is samples per GPU per micro-step."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    method: Method = "lora"
-    lora_rank: int = DEFAULT_LORA_RANK
-    lora_targets: tuple[str, ...] = ("all-linear",)
-    trainable_layers: int = DEFAULT_FREEZE_TRAINABLE_LAYERS
-    precision: Precision = "bf16"
-    quant: str | None = None  # base weights: None = by method (qlora nf4, gptq-lora gptq-int4) / checkpoint
-    optimizer: Optimizer = "adamw"
-    master_weights: Literal["auto", "fp32", "none"] = "auto"
-    grad_ckpt: bool = False
-    flash_attn: bool = True
-    gpus: int = 1
-    nodes: int = 1
-    sharding: Sharding = "ddp"
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    micro_batch: int = DEFAULT_MICRO_BATCH
-    grad_accum: int = 1
-    seq_len: int | None = None
-    examples: float | None = None
-    tokens_per_example: float | None = None
-    tokens: float | None = None
-    epochs: float = 1.0
-    packing: bool = False
-    padding: Literal["max", "longest"] = "max"  # unpacked samples: padded to seq_len, or to the batch's longest
+    method: Method = option("lora", "fine-tuning method (default lora)", "method")
+    lora_rank: int = option(DEFAULT_LORA_RANK, "LoRA rank r (default 16)", "method")
+    lora_targets: tuple[str, ...] = option(
+        ("all-linear",), "comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)", "method")
+    trainable_layers: int = option(DEFAULT_FREEZE_TRAINABLE_LAYERS, "freeze: last N blocks trained (default 2)",
+                                   "method")
+    precision: Precision = option("bf16", "compute precision (default bf16)", "method")
+    quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4 (default: as the "
+                                     "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "method")
+    optimizer: Optimizer = option("adamw", "optimizer (default adamw)", "method")
+    master_weights: Literal["auto", "fp32", "none"] = option(
+        "auto", "full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 bytes/param "
+                "with AdamW), none = 16-bit weights trained in place (8), auto (default) = fp32 under DeepSpeed "
+                "ZeRO, tensor parallelism or fp8, else none", "method")
+    grad_ckpt: bool = option(False, "gradient (activation) checkpointing (default off)", "method")
+    flash_attn: bool = option(True, "FlashAttention / SDPA memory-efficient attention (default on)", "method")
+    gpus: int = option(1, "total GPUs (default 1)", "parallelism")
+    nodes: int = option(1, "nodes (default 1)", "parallelism")
+    sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism")
+    tp: int = option(1, "TP degree (default 1)", "parallelism")
+    pp: int = option(1, "PP degree (default 1)", "parallelism")
+    cp: int = option(1, "CP degree (default 1)", "parallelism")
+    ep: int = option(1, "EP degree (default 1)", "parallelism")
+    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "parallelism")
+    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "parallelism")
+    seq_len: int | None = option(None, "padded/packed length (default: the mean tokens per example)", "work")
+    examples: float | None = option(None, "training examples", "work")
+    tokens_per_example: float | None = option(None, "mean tokens per example, after templating", "work")
+    tokens: float | None = option(None, "total tokens per epoch (instead of examples)", "work")
+    epochs: float = option(1.0, "epochs (default 1)", "work")
+    packing: bool = option(False, "pack examples into seq-len samples", "work", switch_only=True)
+    padding: Literal["max", "longest"] = option(
+        "max", "unpacked examples: padded to --seq-len (max, default) or each batch to its longest example "
+               "(longest: HF's collator; batch shapes vary, so torch reserves more memory)", "work")
     # LoRA-family adapters: fp32 (peft >= 0.12's autocast_adapter_dtype: each adapted module's 16-bit input
     # is cast to fp32 and kept for backward) or the compute dtype (older peft, litgpt, Megatron)
-    adapter_dtype: Literal["fp32", "compute"] = "fp32"
-    moe_mode: Literal["sparse", "dense"] = "sparse"
-    load_time_s: float | None = None  # None: weights' bytes over disk bandwidth
-    eval_every: int = 0  # optimizer steps between evaluation passes (0 = none)
-    eval_examples: int = 0
-    save_every: int = 0  # optimizer steps between checkpoint saves (0 = only at the end)
+    adapter_dtype: Literal["fp32", "compute"] = option(
+        "fp32", "LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 copy of "
+                "its input) or in the compute dtype (older peft, litgpt, Megatron)", "method")
+    moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
+    load_time_s: float | None = option(None, "model load time, s (default weights / disk)", "work",
+                                       number="nonneg")
+    eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work", number="nonneg")
+    eval_examples: int = option(0, "examples per evaluation", "work", number="nonneg")
+    save_every: int = option(0, "optimizer steps between checkpoint saves (default 0: only at the end)", "work",
+                             number="nonneg")
     save_final: bool = True
-    disk_gbs: float = 2.0  # GB/s, checkpoint save and model load
-    rate_usd_per_gpu_hour: float | None = None
-    grid_gco2_kwh: float | None = None
+    disk_gbs: float = option(2.0, "disk bandwidth for load and saves, GB/s (default 2)", "work")
+    rate_usd_per_gpu_hour: float | None = option(
+        None, "$ per GPU-hour (default: the cheapest on-demand price)", "money and energy", flag="rate",
+        number="nonneg")
+    grid_gco2_kwh: float | None = option(None, "grid carbon intensity, g/kWh (default 480, world average)",
+                                         "money and energy", number="nonneg")
 
     @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
                      "trainable_layers")

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tuneplan import __version__
 from tuneplan.errors import InputError, TuneplanError, UnknownNameError
+from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs.job import (
     ADAPTER_DTYPES,
     LORA_FAMILY,
@@ -69,7 +70,6 @@ gradient accumulations x shardings x checkpointing): about 3 s and 200 MB on a 2
 planner's cost grows faster than linearly beyond: 300,000 took minutes and 2 GB). Every priced GPU x
 all seven methods x up to 8 GPUs is about 18,000; up to 1024 GPUs about 50,000."""
 ESTIMATORS = ("tuneplan", "kavier", "xia", "planner")
-OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
 DEFAULT_INTERVAL = 0.8
 """Interval coverage when a request gives none (the CLI's default)."""
 
