@@ -144,14 +144,21 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     out = est.predict_arrays(a)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     totals = RunTotals.row(run_totals(jspec, wl, a, out, rate_v, c=est.constants))
-    assumptions = (est.assumptions(jspec) + workload_assumptions(jspec, wl, est.constants) + job_assumptions(jspec)
-                   + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src))
+    assumptions = (est.assumptions(jspec) + model_assumptions(mspec) + workload_assumptions(jspec, wl, est.constants)
+                   + job_assumptions(jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src))
     res = _result(est, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions)
     if interval:
         from tuneplan.learn.intervals import attach_interval
 
         attach_interval(res, estimator, interval, calibration)
     return res
+
+
+def model_assumptions(mspec: ModelSpec) -> list[str]:
+    """Where the model's figures come from, when that is not the embedded catalog."""
+    if mspec.source.startswith("hub:"):
+        return [f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}."]
+    return []
 
 
 def _result(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Workload, a: dict, out: dict,

@@ -7,6 +7,7 @@ import json
 import sys
 
 from tuneplan.commands.common import add_gpu_args, add_job_args, job_kwargs, positive_float
+from tuneplan.commands.from_config import add_from_args, apply_from, print_provenance
 
 
 def register(sub) -> None:
@@ -21,6 +22,7 @@ def register(sub) -> None:
     p.add_argument("--plot", help="write the step-time and memory breakdown plot (PNG or SVG)")
     add_gpu_args(p)
     add_job_args(p)
+    add_from_args(p)
     s = p.add_argument_group("Run Planner seed inputs (with --estimator planner)")
     s.add_argument("--params", type=positive_float, help="model parameters (total; MoE: active)")
     s.add_argument("--flops-per-param-token", type=positive_float, help="6 full, ~4 LoRA")
@@ -102,13 +104,15 @@ def _planner_seed(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
+    cfg = apply_from(args)
     if args.estimator == "planner" and args.params is not None:
         return _planner_seed(args)
     if args.params is not None:
         raise InputError("params", "is a Run Planner input: use it with --estimator planner "
                          "(other estimators compute parameters from --model)")
     if not args.model:
-        raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path)")
+        raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path; or "
+                         "--from your training config)")
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     from tuneplan.api import estimate
@@ -122,12 +126,14 @@ def run(args: argparse.Namespace) -> int:
 
         plot_estimate(r, args.plot)
     if args.json:
-        json.dump(r.to_dict(), sys.stdout, indent=2, default=str)
+        json.dump(r.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
         print()
         return 0
     from tuneplan.report.tables import print_estimate
 
     print_estimate(r)
+    if cfg is not None:
+        print_provenance(cfg)
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0

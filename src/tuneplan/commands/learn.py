@@ -11,7 +11,8 @@ def register(sub) -> None:
     c = sub.add_parser("calibrate", help="fit a calibration on measured runs",
                        description="Fit a learner on all the rows given (from the uncalibrated physics) and "
                                    "write a versioned calibration file with its training data's fingerprint.")
-    c.add_argument("--runs", nargs="+", required=True, help="runs files (CSV/Parquet) or folders of them")
+    c.add_argument("--runs", nargs="+", help="runs files (CSV/Parquet) or folders of them (default: the runs "
+                   "TuneplanCallback recorded, $TUNEPLAN_HOME/runs/runs.csv)")
     c.add_argument("--out", required=True, help="calibration file to write (.json)")
     c.add_argument("--learner", default="tuneplan", help="tuneplan (default), kavier, xia, slst")
     c.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
@@ -51,11 +52,27 @@ def report_problems(problems, limit: int = 10) -> None:
               "row with its reason in the error column)", file=sys.stderr)
 
 
+def _recorded_runs() -> str:
+    """`calibrate` without --runs: the runs TuneplanCallback recorded, or a one-line error."""
+    from tuneplan.errors import InputError
+    from tuneplan.runs.home import recorded_runs_path
+
+    path = recorded_runs_path()
+    if not path.is_file():
+        raise InputError("runs", f"not given, and no recorded runs at {path}: pass --runs FILE, or record your "
+                         "training runs with tuneplan.integrations.transformers.TuneplanCallback")
+    print(f"runs: {path} (recorded by TuneplanCallback)", file=sys.stderr)
+    return str(path)
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     from tuneplan.learn.calibration import fit_calibration
     from tuneplan.learn.learners import NotEnoughData
 
-    table = _read(args.runs, args.strict)
+    table = _read(args.runs or [_recorded_runs()], args.strict)
+    if table.df.empty:
+        print("tuneplan calibrate: no usable row in the runs given. Nothing written.", file=sys.stderr)
+        return 1
     try:
         cal, messages = fit_calibration(table.df, args.learner, name=args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0])
     except NotEnoughData as exc:

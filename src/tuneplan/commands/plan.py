@@ -22,6 +22,7 @@ from tuneplan.commands.common import (
     positive_float,
     positive_int,
 )
+from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
 from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs.job import METHODS, SHARDINGS
 
@@ -91,6 +92,7 @@ def register(sub) -> None:
     o.add_argument("--plot", help="write the time-versus-cost plot (PNG or SVG)")
     o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV")
     o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see the README)")
+    add_from_args(p)
     p.set_defaults(func=run_plan)
 
     cv = sub.add_parser(
@@ -106,6 +108,7 @@ def register(sub) -> None:
     cv.add_argument("--json", action="store_true", help="print one JSON object")
     add_gpu_args(cv)
     add_job_args(cv)
+    add_from_args(cv)
     cv.set_defaults(func=run_curve)
 
 
@@ -146,6 +149,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def run_plan(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
+    cfg = apply_from_plan(args)
     kw = plan_kwargs(args)
     if args.runs:
         return _run_workload(args, kw)
@@ -162,10 +166,13 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.out:
         _write_candidates(res, args.out)
     if args.json:
-        json.dump(res.to_dict(max_candidates=args.top), sys.stdout, indent=2, default=str)
+        json.dump(res.to_dict(max_candidates=args.top) | ({"from_config": cfg.to_dict()} if cfg else {}),
+                  sys.stdout, indent=2, default=str)
         print()
     else:
         print_plan(res, top=args.top or 10)
+        if cfg is not None:
+            print_provenance(cfg)
         if args.plot:
             print(f"plot written to {args.plot}")
         if args.out:
@@ -294,6 +301,7 @@ def print_plan(res, top: int = 10) -> None:
 def run_curve(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
+    cfg = apply_from(args)
     if not args.model:
         raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path)")
     from tuneplan.plan.curve import curve
@@ -306,7 +314,7 @@ def run_curve(args: argparse.Namespace) -> int:
 
         plot_curve(res, args.plot)
     if args.json:
-        json.dump(res.to_dict(), sys.stdout, indent=2, default=str)
+        json.dump(res.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
         print()
         return 0
     from rich.console import Console

@@ -397,8 +397,14 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def hub_cache_dir() -> Path:
+    """Where fetched config.json files are kept: `$TUNEPLAN_HOME/hub` (default `~/.tuneplan/hub`)."""
+    return Path(os.environ.get("TUNEPLAN_HOME") or str(Path.home() / ".tuneplan")) / "hub"
+
+
 def _hub_config(repo_id: str) -> tuple[str | None, str]:
-    """(path to a downloaded / cached config.json, "") or (None, why it failed)."""
+    """(path to a downloaded / cached config.json, "") or (None, why it failed). Only config.json is
+    fetched (never weights, never code), into `hub_cache_dir()`."""
     import importlib.util
 
     if importlib.util.find_spec("huggingface_hub") is None:
@@ -407,14 +413,15 @@ def _hub_config(repo_id: str) -> tuple[str | None, str]:
         from huggingface_hub import hf_hub_download
     except Exception:  # noqa: BLE001
         return None, "huggingface_hub cannot be imported"
+    cache = str(hub_cache_dir())
     try:
-        return hf_hub_download(repo_id, "config.json", local_files_only=True), ""
+        return hf_hub_download(repo_id, "config.json", local_files_only=True, cache_dir=cache), ""
     except Exception:  # noqa: BLE001 - not cached; try the network below
         pass
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or not _hub_reachable():
         return None, "offline"
     try:
-        return hf_hub_download(repo_id, "config.json", etag_timeout=5), ""
+        return hf_hub_download(repo_id, "config.json", etag_timeout=5, cache_dir=cache), ""
     except Exception as exc:  # noqa: BLE001 - classify by name, the classes move between versions
         kinds = {c.__name__ for c in type(exc).__mro__}
         if "GatedRepoError" in kinds:
@@ -425,6 +432,15 @@ def _hub_config(repo_id: str) -> tuple[str | None, str]:
                 "LocalEntryNotFoundError" not in kinds:
             return None, "the Hub repository has no config.json"
         return None, "offline"
+
+
+HUB_HINTS = {
+    "offline": "the Hugging Face Hub cannot be reached and the model is not in the catalog; pass "
+               "--model path/to/config.json",
+    "huggingface_hub is not installed": "not in the catalog; pip install 'tuneplan[hub]' to fetch its config.json "
+                                        "from the Hugging Face Hub, or pass --model path/to/config.json",
+}
+"""The one-line hint of an unknown Hub id, by why the Hub could not give its config.json."""
 
 
 class UnknownModelError(UnknownNameError):
@@ -465,16 +481,17 @@ def _resolve(name_or_path: str, *, hub: bool = True) -> _Resolved:
     if hit is not None:
         return hit
     quant = split_quant_suffix(name)[1]
-    hint = "not in the catalog; pass a path to its config.json"
+    hint = "not in the catalog; pass --model path/to/config.json"
     if hub and _HUB_ID.match(name):
         got, why = _hub_config(name)
         if got is not None:
-            return _Resolved(name, got, f"hub:{name}", quant, name, "hub")
-        if why == "offline":
-            hint = "the Hugging Face Hub cannot be reached and the model is not in the catalog"
+            return _Resolved(name, got, f"hub:{name}", quant, name,
+                             f"config.json fetched from the Hugging Face Hub (no weights, no code), cached at {got}")
+        if why in HUB_HINTS:
+            hint = HUB_HINTS[why]
         elif why:
-            hint = f"not in the catalog and {why}" if why.startswith("not found") else \
-                f"not in the catalog; {why}"
+            hint = (f"not in the catalog and {why}" if why.startswith("not found") else
+                    f"not in the catalog; {why}") + "; pass --model path/to/config.json"
     raise UnknownModelError(name, hint)
 
 

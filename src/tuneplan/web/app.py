@@ -649,6 +649,10 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
         spec = configs.get(req.config_json, req.config_name or "custom-model")
         return jsonable(_model_summary(spec))
 
+    from tuneplan.web.from_config import register as register_from_config
+
+    register_from_config(app)
+
     # -- estimate and plan --------------------------------------------------------------------------
     def model_spec(req: ModelChoice) -> Any:
         if req.config_json is not None:

@@ -737,6 +737,61 @@
   }
 
   // ---------------------------------------------------------------------------------------------
+  // your training config -> the form (POST /api/from-config)
+
+  function listHtml(title, items) {
+    if (!items || !items.length) return "";
+    return `<p><b>${esc(title)}</b></p><ul>${items.map((x) => `<li>${esc(x)}</li>`).join("")}</ul>`;
+  }
+
+  async function readFromConfig(files) {
+    const box = $("#from-report");
+    if (!files.length) { box.textContent = "nothing to read"; return; }
+    box.textContent = "reading…";
+    const res = await fetch("/api/from-config", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ files }) });
+    const data = await res.json();
+    if (!res.ok) { box.textContent = (data.detail || []).map((d) => d.msg).join("; "); return; }
+    for (const [k, v] of Object.entries(data.fields)) {
+      if (k === "model") continue;
+      setField(k, v);
+    }
+    if (data.fields.model) {
+      setField("model", data.fields.model);
+      $("#model-search").value = data.fields.model;
+      if ($("#config-box").open) $("#config-box").open = false;
+      const m = S.modelsByName.get(data.fields.model);
+      if (m) showModelInfo(m); else $("#model-info").textContent = "";
+    }
+    box.innerHTML = `<p>Read ${esc(data.files.map((f, i) => `${f} (${data.formats[i]})`).join(", "))}; `
+      + "the fields below can still be changed.</p>"
+      + listHtml("Used", data.used) + listHtml("Assumed (the file does not say)", data.assumed)
+      + listHtml("Ignored", data.ignored);
+    syncVisibility(collect());
+    schedule(0);
+  }
+
+  async function filesOf(list) {
+    return Promise.all(Array.from(list).map(async (f) => ({ name: f.name, text: await f.text() })));
+  }
+
+  function setupFromConfig() {
+    const drop = $("#from-drop");
+    drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+    drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+    drop.addEventListener("drop", async (e) => {
+      e.preventDefault();
+      drop.classList.remove("over");
+      readFromConfig(await filesOf(e.dataTransfer.files));
+    });
+    $("#from-files").addEventListener("change", async (e) => readFromConfig(await filesOf(e.target.files)));
+    $("#from-read").addEventListener("click", () => {
+      const text = $("#from_text").value;
+      if (text.trim()) readFromConfig([{ name: text.trim().startsWith("{") ? "pasted.json" : "pasted.yaml", text }]);
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------------
   // start
 
   async function start() {
@@ -771,12 +826,13 @@
     fetch("/healthz").then((r) => r.json()).then((h) => { $("#version").textContent = `tuneplan ${h.version}`; }).catch(() => {});
     if (!options.plan_available) $("#tab-plan").title = "the planner is not installed in this version";
 
+    setupFromConfig();
     form.addEventListener("input", (e) => {
-      if (e.target.id === "model-search") return;
+      if (e.target.id === "model-search" || e.target.id.startsWith("from")) return;
       if (e.target.id === "config_json" || e.target.id === "config_name") { checkConfig(); }
       schedule();
     });
-    form.addEventListener("change", (e) => { if (e.target.id !== "model-search") schedule(); });
+    form.addEventListener("change", (e) => { if (e.target.id !== "model-search" && !e.target.id.startsWith("from")) schedule(); });
     form.addEventListener("submit", (e) => e.preventDefault());
     $("#config-box").addEventListener("toggle", () => { if ($("#config_json").value.trim()) { checkConfig(); schedule(0); } });
     for (const t of $$(".tabs button")) t.addEventListener("click", () => setView(t.dataset.view));

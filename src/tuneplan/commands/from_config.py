@@ -1,0 +1,112 @@
+"""`--from FILE` (and `--format`) for estimate, plan and curve: the user's own training config fills
+every flag the command line leaves unset; what was used, assumed and ignored is printed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tuneplan.commands.common import job_fields
+
+FORMAT_CHOICES = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed")
+"""Same as tuneplan.configs.FORMATS (not imported here: the parser must not load the readers)."""
+PLAN_PINS = ("micro_batch", "grad_accum", "sharding")
+"""Job fields `plan` takes as pins (one value instead of a search) when a config states them."""
+
+
+def add_from_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("your training config")
+    g.add_argument("--from", dest="from_files", action="append", metavar="FILE",
+                   help="read your training config (axolotl, LLaMA-Factory, torchtune, TRL/transformers, litgpt, "
+                        "accelerate or DeepSpeed; repeat for the launcher's file); flags given here override it")
+    g.add_argument("--format", dest="config_format", action="append", choices=FORMAT_CHOICES,
+                   help="force the format (once for all files, or once per --from) instead of detecting it")
+
+
+def read_from(args: argparse.Namespace):
+    """The ConfigRead of `--from`, or None."""
+    files = getattr(args, "from_files", None)
+    if not files:
+        return None
+    from tuneplan.configs import read_configs
+
+    return read_configs(files, getattr(args, "config_format", None))
+
+
+def apply_from(args: argparse.Namespace):
+    """Fill unset flags of estimate / curve from `--from`. Returns the ConfigRead (None without --from)."""
+    cfg = read_from(args)
+    if cfg is None:
+        return None
+    attr_of = {fld: attr for attr, fld in job_fields().items()}
+    for fld, value in cfg.job_kwargs().items():
+        attr = attr_of.get(fld)
+        if attr is None or not hasattr(args, attr):
+            continue
+        if getattr(args, attr) is None:
+            setattr(args, attr, ",".join(value) if fld == "lora_targets" else value)
+    if getattr(args, "model", None) is None and cfg.model:
+        args.model = cfg.model
+    if getattr(args, "examples", None) is None and getattr(args, "tokens", None) is None:
+        from tuneplan.configs import fill_work
+
+        job = {k: getattr(args, a, None) for a, k in job_fields().items()}
+        job = {k: v for k, v in job.items() if v is not None}
+        for note in fill_work(job, cfg):
+            cfg.notes.append(note)
+        args.examples = job["examples"]
+        args.epochs = job.get("epochs", args.epochs)
+    return cfg
+
+
+def apply_from_plan(args: argparse.Namespace):
+    """Fill `plan`'s unset flags from `--from`: the method and GPU count become one-value searches,
+    the batch shape and sharding pins."""
+    cfg = read_from(args)
+    if cfg is None:
+        return None
+    job = cfg.job_kwargs()
+    if getattr(args, "model", None) is None and cfg.model:
+        args.model = cfg.model
+    if args.methods is None and "method" in job:
+        args.methods = [job["method"]]
+    if args.gpu_counts is None and cfg.stated("gpus"):
+        args.gpu_counts = [job["gpus"]]
+    if args.grad_ckpt is None and "grad_ckpt" in job:
+        args.grad_ckpt = job["grad_ckpt"]
+    skip = {"method", "gpus", "nodes", "grad_ckpt", "tp", "pp", "cp", "ep", "rate_usd_per_gpu_hour"}
+    for fld, value in job.items():
+        if fld in skip or not hasattr(args, fld) or getattr(args, fld) is not None:
+            continue
+        if fld in PLAN_PINS and not cfg.stated(fld):
+            continue
+        setattr(args, fld, ",".join(value) if fld == "lora_targets" else value)
+    if args.examples is None and args.tokens is None:
+        from tuneplan.configs import fill_work
+
+        work = {k: v for k, v in job.items() if k in ("micro_batch", "grad_accum", "gpus")}
+        for note in fill_work(work, cfg):
+            cfg.notes.append(note)
+        args.examples = work["examples"]
+    return cfg
+
+
+def print_provenance(cfg, stream=None) -> None:
+    """The used / assumed / ignored lists, ignored keys grouped by reason."""
+    out = stream or sys.stdout
+    print(f"Read from {', '.join(f'{f} ({k})' for f, k in zip(cfg.files, cfg.formats, strict=True))}:", file=out)
+    print("  used:", file=out)
+    for line in cfg.used():
+        print(f"    - {line}", file=out)
+    if cfg.assumed():
+        print("  assumed (the file does not say):", file=out)
+        for line in cfg.assumed():
+            print(f"    - {line}", file=out)
+    if cfg.ignored:
+        print("  ignored:", file=out)
+        by_why: dict[str, list[str]] = {}
+        for f, k, why in cfg.ignored:
+            by_why.setdefault(why, []).append(k if len(cfg.files) == 1 else f"{f}:{k}")
+        for why, keys in by_why.items():
+            print(f"    - {', '.join(keys)}: {why}", file=out)
+    print("  command-line flags override the file.", file=out)

@@ -1,0 +1,101 @@
+"""What is derived after every file is read: axolotl's unfrozen-parameter patterns as trained blocks,
+GPU counts or accumulation from a stated global batch, and the work from max_steps."""
+
+from __future__ import annotations
+
+import re
+
+from tuneplan.configs.base import ConfigRead
+
+DEFAULT_STEPS = 1000
+"""Optimizer steps estimated when neither the config nor the flags say how much data there is (the
+per-step figures do not depend on it; the wall clock and cost are for this many steps)."""
+LAYER_NAME = "model.layers.{i}.x"
+"""A parameter name of block i, matched against unfrozen_parameters' patterns."""
+
+
+def _unfrozen_layers(out: ConfigRead) -> None:
+    pats = out.value("unfrozen")
+    if not pats:
+        return
+    v = next(x for x in out.values if x.field == "unfrozen")
+    out.values.remove(v)
+    model = out.model
+    n_layers = None
+    if model:
+        try:
+            from tuneplan.specs.catalog import resolve_model
+
+            n_layers = resolve_model(model).n_layers
+        except Exception:  # noqa: BLE001 - any resolution problem: reported below, the estimate decides
+            n_layers = None
+    if not n_layers:
+        out.notes.append(f"{v.file}: unfrozen_parameters: the model's block count is unknown, so the trained "
+                         "blocks are not counted (freeze with the default trainable layers)")
+        return
+    regs = []
+    for p in pats:
+        try:
+            regs.append(re.compile(p))
+        except re.error:
+            out.ignore(v.file, "unfrozen_parameters", f"pattern '{p}' is not a valid regular expression")
+    hit = [i for i in range(n_layers) if any(r.search(f"model.layers.{i}.") or r.search(
+        LAYER_NAME.format(i=i).replace(".x", ".block_sparse_moe.experts")) or r.search(
+        LAYER_NAME.format(i=i).replace(".x", ".mlp")) for r in regs)]
+    other = [p for p in pats if "layers" not in p]
+    if not hit:
+        out.notes.append(f"{v.file}: unfrozen_parameters names no block of the {n_layers}: estimated as freeze "
+                         "with one trained block")
+        out.set("trainable_layers", 1, v.file, "unfrozen_parameters")
+        return
+    last = list(range(n_layers - len(hit), n_layers))
+    where = f"blocks {hit[0]}-{hit[-1]}" if hit == list(range(hit[0], hit[-1] + 1)) else f"{len(hit)} blocks"
+    note = f"patterns match {where} of {n_layers}; whole blocks counted as trained"
+    if hit != last:
+        note += " (counted as the last blocks)"
+    if other:
+        note += f"; {', '.join(other)} trained too, not counted"
+    out.set("trainable_layers", len(hit), v.file, "unfrozen_parameters", note)
+
+
+def _global_batch(out: ConfigRead) -> None:
+    gb = out.value("global_batch")
+    if not gb:
+        return
+    v = next(x for x in out.values if x.field == "global_batch")
+    mb, ga = out.value("micro_batch", 1), out.value("grad_accum", 1)
+    if not out.stated("gpus"):
+        per = mb * ga
+        if gb % per == 0 and gb // per >= 1 and not (out.stated("grad_accum") is False and v.key.endswith(
+                "global_batch_size")):
+            n = gb // per
+            out.set("gpus", n, v.file, v.key, f"global batch {gb} / (micro-batch {mb} x accumulation {ga})")
+    elif not out.stated("grad_accum"):
+        gpus = out.value("gpus")
+        if gb % (mb * gpus) == 0:
+            out.set("grad_accum", gb // (mb * gpus), v.file, v.key, f"global batch {gb} / ({mb} x {gpus} GPUs)")
+
+
+def finish(out: ConfigRead) -> None:
+    _unfrozen_layers(out)
+    _global_batch(out)
+
+
+def fill_work(job: dict, out: ConfigRead | None = None) -> list[str]:
+    """Fill `examples` when neither the config nor the flags give the data size: max_steps x the global
+    batch when a max_steps is stated, else `DEFAULT_STEPS` steps. Returns the assumptions made."""
+    if any(job.get(k) is not None for k in ("examples", "tokens")):
+        return []
+    mb, ga = job.get("micro_batch", 4), job.get("grad_accum", 1)
+    dp = job.get("gpus", 1) // max(1, job.get("tp", 1) * job.get("pp", 1) * job.get("cp", 1))
+    steps = out.value("max_steps") if out is not None else None
+    batch = mb * ga * max(1, dp)
+    if steps:
+        job["examples"] = float(steps * batch)
+        job["epochs"] = 1.0
+        return [f"Work: max_steps {steps} x global batch {batch} = {steps * batch:,} samples (the config's "
+                "max_steps, one pass)."]
+    job["examples"] = float(DEFAULT_STEPS * batch)
+    return [f"Work: the config states no dataset size, so the estimate is for {DEFAULT_STEPS:,} optimizer steps "
+            f"per epoch ({DEFAULT_STEPS * batch:,} samples of the global batch {batch}); pass --examples or "
+            "--tokens for your data."]

@@ -1,0 +1,206 @@
+"""Launcher and sharding configs: DeepSpeed JSON, accelerate YAML, and the FSDP settings that
+axolotl, transformers and accelerate write (`fsdp` + `fsdp_config`)."""
+
+from __future__ import annotations
+
+from tuneplan.configs.base import ConfigRead, Doc
+from tuneplan.configs.maps import optimizer, precision, truthy
+
+ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
+"""DeepSpeed `zero_optimization.stage` -> tuneplan sharding (stage 0: plain data parallel)."""
+
+FSDP_STRATEGIES = {
+    "full_shard": "fsdp", "1": "fsdp", "shard_grad_op": "fsdp-grad-op", "2": "fsdp-grad-op",
+    "no_shard": "ddp", "3": "ddp", "hybrid_shard": "fsdp-hybrid", "4": "fsdp-hybrid",
+    "_hybrid_shard_zero2": "fsdp-hybrid", "5": "fsdp-hybrid",
+}
+"""torch FSDP ShardingStrategy names (and accelerate's numbers 1-5) -> tuneplan sharding."""
+
+OFFLOAD_DEVICES = ("cpu", "nvme")
+
+
+def read_deepspeed(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
+    """A DeepSpeed config (a JSON file, or the dict inline in a training config: keys under `prefix`)."""
+    f = doc.path
+    p = prefix
+    auto: list[str] = []
+
+    def num(key: str, fld: str) -> None:
+        v = doc.get(p + key)
+        if v is None:
+            return
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            auto.append(key)
+            return
+        n = doc.int(p + key)
+        if n is not None:
+            out.set(fld, n, f, p + key)
+
+    num("train_micro_batch_size_per_gpu", "micro_batch")
+    num("gradient_accumulation_steps", "grad_accum")
+    num("train_batch_size", "global_batch")
+    stage = doc.get(p + "zero_optimization.stage")
+    if stage is not None:
+        try:
+            stage_i = int(stage)
+        except (TypeError, ValueError):
+            stage_i = -1
+        sharding = ZERO_STAGES.get(stage_i)
+        if sharding is None:
+            out.ignore(f, p + "zero_optimization.stage", f"unknown ZeRO stage '{stage}' (allowed: 0, 1, 2, 3)")
+        else:
+            dev_p = str(doc.get(p + "zero_optimization.offload_param.device", "none")).lower()
+            dev_o = str(doc.get(p + "zero_optimization.offload_optimizer.device", "none")).lower()
+            key = p + "zero_optimization.stage"
+            if stage_i == 3 and (dev_p in OFFLOAD_DEVICES or dev_o in OFFLOAD_DEVICES):
+                what = " and ".join(x for x, d in (("parameters", dev_p), ("optimizer", dev_o))
+                                    if d in OFFLOAD_DEVICES)
+                out.set("sharding", "zero3-offload", f, key, f"ZeRO-3 with {what} offloaded to {dev_p if dev_p in OFFLOAD_DEVICES else dev_o}")
+            else:
+                out.set("sharding", sharding, f, key)
+                if dev_o in OFFLOAD_DEVICES:
+                    out.ignore(f, p + "zero_optimization.offload_optimizer.device",
+                               f"ZeRO-{stage_i} optimizer offload is not modelled: the optimizer state is "
+                               "counted on the GPU (an upper bound on memory)")
+    for dtype in ("bf16", "fp16"):
+        en = doc.get(p + f"{dtype}.enabled")
+        if en is None:
+            continue
+        if isinstance(en, str) and en.strip().lower() == "auto":
+            auto.append(f"{dtype}.enabled")
+        elif truthy(en):
+            out.set("precision", dtype, f, p + f"{dtype}.enabled")
+    opt = doc.get(p + "optimizer.type")
+    if opt is not None:
+        o, note = optimizer(opt)
+        if o:
+            out.set("optimizer", o, f, p + "optimizer.type", note)
+        else:
+            out.ignore(f, p + "optimizer.type", f"optimizer '{opt}' not in tuneplan's list: AdamW assumed")
+    if truthy(doc.get(p + "activation_checkpointing.partition_activations", False)) or truthy(
+            doc.get(p + "activation_checkpointing.cpu_checkpointing", False)):
+        out.set("grad_ckpt", True, f, p + "activation_checkpointing")
+    if auto:
+        out.notes.append(f"{f}: DeepSpeed 'auto' values ({', '.join(auto)}) take the training arguments' "
+                         "values")
+
+
+def read_fsdp(doc: Doc, out: ConfigRead, list_key: str | None, cfg_key: str) -> bool:
+    """FSDP from a transformers/axolotl `fsdp` option list (or string) and an `fsdp_config` mapping
+    (keys with or without the `fsdp_` prefix; FSDP2's `reshard_after_forward`). True when FSDP is on."""
+    f = doc.path
+    opts: list[str] = []
+    if list_key is not None:
+        raw = doc.get(list_key)
+        if isinstance(raw, str):
+            opts = [x.strip().lower() for x in raw.replace(",", " ").split() if x.strip()]
+        elif isinstance(raw, list):
+            opts = [str(x).strip().lower() for x in raw]
+    cfg = doc.get(cfg_key) if doc.has(cfg_key) else None
+    if not opts and not isinstance(cfg, dict):
+        return False
+
+    def ckey(name: str):
+        for k in (f"fsdp_{name}", name):
+            if isinstance(cfg, dict) and k in cfg:
+                doc.touch(f"{cfg_key}.{k}")
+                return f"{cfg_key}.{k}", cfg[k]
+        return None, None
+
+    sharding = None
+    src = list_key or cfg_key
+    for o in opts:
+        if o in FSDP_STRATEGIES:
+            sharding, src = FSDP_STRATEGIES[o], list_key
+    k, v = ckey("sharding_strategy")
+    if v is not None and sharding is None:
+        sharding = FSDP_STRATEGIES.get(str(v).strip().lower())
+        src = k
+    k2, reshard = ckey("reshard_after_forward")
+    if sharding is None and reshard is not None:
+        sharding, src = ("fsdp" if truthy(reshard) else "fsdp-grad-op"), k2
+    if sharding is None:
+        if not opts and not cfg:
+            return False
+        sharding = "fsdp"
+        out.notes.append(f"{f}: FSDP without a sharding strategy: FULL_SHARD assumed (torch's default)")
+    k3, off = ckey("offload_params")
+    offload = "offload" in opts or truthy(off)
+    if offload and sharding == "fsdp":
+        out.set("sharding", "fsdp-offload", f, k3 or (list_key or cfg_key), "parameters offloaded to CPU")
+    else:
+        out.set("sharding", sharding, f, src)
+    k4, ac = ckey("activation_checkpointing")
+    if ac is not None and truthy(ac):
+        out.set("grad_ckpt", True, f, k4)
+    if list_key and opts:
+        doc.touch(list_key)
+    return True
+
+
+def read_accelerate(doc: Doc, out: ConfigRead, follow) -> None:
+    """An accelerate config (`accelerate config` / `--config_file`)."""
+    f = doc.path
+    n = doc.int("num_processes")
+    if isinstance(n, int) and n > 0:
+        out.set("gpus", n, f, "num_processes", "total processes (GPUs) over all machines")
+    m = doc.int("num_machines")
+    if isinstance(m, int) and m > 0:
+        out.set("nodes", m, f, "num_machines")
+    mp = doc.get("mixed_precision")
+    if mp is not None:
+        pr = precision(mp)
+        if pr:
+            out.set("precision", pr, f, "mixed_precision")
+    if truthy(doc.get("use_cpu", False)):
+        out.ignore(f, "use_cpu", "training on CPU is not estimated (GPU only)")
+    dt = str(doc.get("distributed_type", "NO")).upper()
+    if dt == "MULTI_GPU":
+        out.set("sharding", "ddp", f, "distributed_type")
+    elif dt == "FSDP":
+        if not read_fsdp(doc, out, None, "fsdp_config"):
+            out.set("sharding", "fsdp", f, "distributed_type", "FULL_SHARD assumed (no fsdp_config)")
+        else:
+            doc.touch("distributed_type")
+    elif dt == "DEEPSPEED":
+        doc.touch("distributed_type")
+        _accelerate_deepspeed(doc, out, follow)
+    elif dt == "MEGATRON_LM":
+        doc.touch("distributed_type")
+        for key, fld in (("megatron_lm_config.megatron_lm_tp_degree", "tp"),
+                         ("megatron_lm_config.megatron_lm_pp_degree", "pp")):
+            v = doc.int(key)
+            if isinstance(v, int) and v > 0:
+                out.set(fld, v, f, key)
+    ids = doc.get("gpu_ids")
+    if ids is not None and str(ids) != "all":
+        out.set("gpu_ids", str(ids), f, "gpu_ids")
+
+
+def _accelerate_deepspeed(doc: Doc, out: ConfigRead, follow) -> None:
+    f = doc.path
+    file_key = "deepspeed_config.deepspeed_config_file"
+    ref = doc.get(file_key)
+    if ref:
+        follow(ref, file_key)
+    stage = doc.get("deepspeed_config.zero_stage")
+    if stage is not None:
+        try:
+            st = int(stage)
+        except (TypeError, ValueError):
+            st = -1
+        if st not in ZERO_STAGES:
+            out.ignore(f, "deepspeed_config.zero_stage", f"unknown ZeRO stage '{stage}' (allowed: 0, 1, 2, 3)")
+        else:
+            dev_p = str(doc.get("deepspeed_config.offload_param_device", "none")).lower()
+            dev_o = str(doc.get("deepspeed_config.offload_optimizer_device", "none")).lower()
+            if st == 3 and (dev_p in OFFLOAD_DEVICES or dev_o in OFFLOAD_DEVICES):
+                out.set("sharding", "zero3-offload", f, "deepspeed_config.zero_stage")
+            else:
+                out.set("sharding", ZERO_STAGES[st], f, "deepspeed_config.zero_stage")
+                if dev_o in OFFLOAD_DEVICES:
+                    out.ignore(f, "deepspeed_config.offload_optimizer_device",
+                               f"ZeRO-{st} optimizer offload is not modelled: optimizer state counted on the GPU")
+    ga = doc.int("deepspeed_config.gradient_accumulation_steps")
+    if isinstance(ga, int) and ga > 0:
+        out.set("grad_accum", ga, f, "deepspeed_config.gradient_accumulation_steps")

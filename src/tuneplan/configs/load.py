@@ -1,0 +1,89 @@
+"""Loading a config file safely (JSON, or YAML through `yaml.safe_load` with every explicit tag
+refused) and detecting its format from its keys."""
+
+from __future__ import annotations
+
+import json
+
+from tuneplan.configs.base import FORMATS, ConfigError
+
+MAX_CONFIG_BYTES = 4_000_000
+"""Largest config file read (bytes): training configs are a few kB; the largest fixture is ~14 kB."""
+SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh", ".py", ".ps1", ".bat", ".cmd")
+
+
+def load_file(name: str, content: bytes | str) -> tuple[dict, str]:
+    """(the parsed mapping, the text). One-line ConfigError for anything else."""
+    if isinstance(content, bytes):
+        if len(content) > MAX_CONFIG_BYTES:
+            raise ConfigError(name, "", f"larger than {MAX_CONFIG_BYTES // 1_000_000} MB: not a training config")
+        try:
+            text = content.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ConfigError(name, "", "not UTF-8 text (a binary file?)") from None
+    else:
+        text = content
+    stripped = text.lstrip()
+    if name.lower().endswith(SCRIPT_SUFFIXES) or stripped.startswith("#!"):
+        raise ConfigError(name, "", "a script, not a config: tuneplan never runs it; pass the config files it "
+                          "launches with --from" + _script_refs(text))
+    if name.lower().endswith(".json") or stripped.startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(name, f"line {exc.lineno}", f"not valid JSON ({exc.msg})") from None
+    else:
+        data = _safe_yaml(name, text)
+    if not isinstance(data, dict):
+        raise ConfigError(name, "", "not a mapping of keys to values (is it a training config?)")
+    return data, text
+
+
+def _safe_yaml(name: str, text: str):
+    import yaml
+
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            tag = getattr(ev, "tag", None)
+            if tag is not None and not (isinstance(ev, yaml.ScalarEvent) and tag == "!" and ev.implicit[1]):
+                line = ev.start_mark.line + 1 if ev.start_mark else "?"
+                raise ConfigError(name, f"line {line}", f"YAML tag '{tag}' refused (tuneplan reads plain "
+                                  "YAML only and never constructs objects)")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(name, where, f"not valid YAML ({problem})") from None
+
+
+def _script_refs(text: str) -> str:
+    import re
+
+    refs = re.findall(r"[\w./-]+\.(?:ya?ml|json)", text)
+    uniq = list(dict.fromkeys(refs))
+    return f" (it names {', '.join(uniq)})" if uniq else ""
+
+
+def detect_format(data: dict, name: str, text: str = "") -> str:
+    """The format of a parsed config, from the keys only each framework uses."""
+    keys = set(data)
+    if keys & {"compute_environment", "distributed_type"}:
+        return "accelerate"
+    if keys & {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
+               "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"}:
+        return "deepspeed"
+    if any(isinstance(v, dict) and "_component_" in v for v in data.values()):
+        return "torchtune"
+    if keys & {"base_model", "sequence_len", "micro_batch_size", "lora_target_linear", "sample_packing",
+               "adapter", "unfrozen_parameters"}:
+        return "axolotl"
+    if keys & {"finetuning_type", "cutoff_len", "lora_target", "quantization_bit", "freeze_trainable_layers"}:
+        return "llamafactory"
+    if "checkpoint_dir" in keys or (isinstance(data.get("train"), dict) and set(data["train"]) & {
+            "global_batch_size", "micro_batch_size", "max_seq_length"}) or keys & {"lora_query", "lora_mlp"}:
+        return "litgpt"
+    if keys & {"per_device_train_batch_size", "num_train_epochs", "model_name_or_path", "gradient_accumulation_steps",
+               "max_seq_length", "max_length", "output_dir", "gradient_checkpointing", "optim"}:
+        return "trl"
+    raise ConfigError(name, "", f"format not recognised from its keys: give --format (one of {', '.join(FORMATS)})")

@@ -1,0 +1,102 @@
+"""Framework names -> tuneplan's: optimizers, precisions, attention implementations, LoRA target
+modules. Each table lists the names the frameworks document (transformers' OptimizerNames,
+bitsandbytes / torchao classes used by torchtune and litgpt, peft module names)."""
+
+from __future__ import annotations
+
+import re
+
+OPTIMIZERS: dict[str, str] = {
+    # transformers OptimizerNames (also axolotl's `optimizer`, LLaMA-Factory's `optim`)
+    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw": "adamw",
+    "adam": "adamw", "adamw_apex_fused": "adamw", "adamw_torch_xla": "adamw", "adamw_torch_npu_fused": "adamw",
+    "adamw_anyprecision": "adamw", "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit",
+    "adam8bit": "adamw-8bit", "ao_adamw_8bit": "adamw-8bit", "adamw_torch_8bit": "adamw-8bit",
+    "paged_adamw_8bit": "paged-adamw-8bit", "paged_adam_8bit": "paged-adamw-8bit",
+    "paged_adamw_32bit": "adamw", "paged_adamw": "adamw", "paged_adam_32bit": "adamw", "paged_adam": "adamw",
+    "adafactor": "adafactor", "sgd": "sgd", "optimi_adamw": "adamw", "adamw_torch_4bit": "adamw-8bit",
+    # class paths (torchtune `_component_`, litgpt `class_path`, DeepSpeed `optimizer.type`)
+    "torch.optim.adamw": "adamw", "torch.optim.adam": "adamw", "torch.optim.sgd": "sgd",
+    "bitsandbytes.optim.adamw8bit": "adamw-8bit", "bitsandbytes.optim.adam8bit": "adamw-8bit",
+    "bitsandbytes.optim.pagedadamw8bit": "paged-adamw-8bit", "bitsandbytes.optim.pagedadamw": "adamw",
+    "bitsandbytes.optim.pagedadamw32bit": "adamw", "torchao.optim.adamw8bit": "adamw-8bit",
+    "torchao.prototype.low_bit_optim.adamw8bit": "adamw-8bit", "torchao.optim.adamw4bit": "adamw-8bit",
+    "adamw8bit": "adamw-8bit", "pagedadamw8bit": "paged-adamw-8bit", "onebitadam": "adamw",
+}
+"""Optimizer name (lower case) -> tuneplan optimizer. Paged 32-bit AdamW keeps fp32 moments (same
+memory as AdamW, paged to CPU only under pressure); 4-bit states are counted as 8-bit (the closest)."""
+
+OPTIMIZER_NOTES = {
+    "paged_adamw_32bit": "paged 32-bit AdamW: fp32 moments as AdamW (paged out only under memory pressure)",
+    "paged_adamw": "paged 32-bit AdamW: fp32 moments as AdamW (paged out only under memory pressure)",
+    "adamw_torch_4bit": "4-bit optimizer states counted as 8-bit (tuneplan's smallest)",
+    "torchao.optim.adamw4bit": "4-bit optimizer states counted as 8-bit (tuneplan's smallest)",
+}
+
+PRECISIONS: dict[str, str] = {
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16", "bf16-true": "bf16", "bf16-mixed": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "16-mixed": "fp16",
+    "16-true": "fp16", "fp32": "fp32", "float32": "fp32", "32-true": "fp32", "32": "fp32", "no": "fp32",
+    "fp8": "fp8", "transformer-engine": "fp8",
+}
+"""Precision / dtype names (torch dtypes, Lightning precision strings, accelerate mixed_precision)."""
+
+TARGETS: dict[str, str] = {
+    "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "output_proj": "o", "out_proj": "o",
+    "dense": "o", "gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up",
+    "w2": "down", "qkv_proj": "qkv", "query_key_value": "qkv", "c_attn": "qkv", "wqkv": "qkv",
+    "fc1": "fc1", "fc2": "fc2", "gate_up_proj": "gate", "q": "q", "k": "k", "v": "v", "o": "o",
+    "gate": "gate", "up": "up", "down": "down",
+}
+"""peft / torchtune module names -> tuneplan target codes (see `--lora-targets`)."""
+
+ALL_LINEAR_NAMES = ("all", "all-linear", "all_linear")
+
+
+def optimizer(name: str) -> tuple[str | None, str]:
+    """(tuneplan optimizer or None when unknown, a note)."""
+    low = str(name).strip().lower()
+    if low in OPTIMIZERS:
+        return OPTIMIZERS[low], OPTIMIZER_NOTES.get(low, "")
+    short = low.rsplit(".", 1)[-1]
+    if short in OPTIMIZERS:
+        return OPTIMIZERS[short], OPTIMIZER_NOTES.get(short, "")
+    return None, ""
+
+
+def precision(name) -> str | None:
+    if name is None:
+        return None
+    return PRECISIONS.get(str(name).strip().lower())
+
+
+def targets(names) -> tuple[tuple[str, ...], list[str]]:
+    """LoRA target modules -> (tuneplan targets, names not mapped). `all` / `all-linear` -> all-linear."""
+    if isinstance(names, str):
+        items = [x.strip() for x in re.split(r"[,\s]+", names) if x.strip()]
+    else:
+        items = [str(x).strip() for x in names or []]
+    if any(x.lower() in ALL_LINEAR_NAMES for x in items):
+        return ("all-linear",), []
+    out: list[str] = []
+    unknown: list[str] = []
+    for x in items:
+        code = TARGETS.get(x.rsplit(".", 1)[-1])
+        if code is None:
+            unknown.append(x)
+        elif code not in out:
+            out.append(code)
+    return tuple(out), unknown
+
+
+def attention(name) -> bool | None:
+    """attn_implementation -> flash/SDPA memory-efficient attention (True) or eager (False)."""
+    if name is None:
+        return None
+    return str(name).strip().lower() not in ("eager", "disabled", "false", "none")
+
+
+def truthy(v) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "yes", "1", "on")
+    return bool(v)

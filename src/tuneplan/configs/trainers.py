@@ -1,0 +1,479 @@
+"""Trainer configs: axolotl, LLaMA-Factory, and TRL / transformers (SFTConfig, TrainingArguments,
+alignment-handbook recipes). Defaults are each framework's own (read from their argument classes:
+axolotl utils/schemas, llamafactory/hparams, trl/trainer/*_config.py, transformers TrainingArguments)."""
+
+from __future__ import annotations
+
+from tuneplan.configs.base import ConfigRead, Doc
+from tuneplan.configs.launchers import read_deepspeed, read_fsdp
+from tuneplan.configs.maps import attention, optimizer, precision, targets, truthy
+
+HF_BATCH_DEFAULT = 8
+"""transformers TrainingArguments.per_device_train_batch_size default (samples per GPU)."""
+HF_EPOCHS_DEFAULT = 3.0
+"""transformers TrainingArguments.num_train_epochs default."""
+AXOLOTL_SEQ_DEFAULT = 512
+"""axolotl `sequence_len` default (tokens), utils/schemas/config.py."""
+LLAMAFACTORY_CUTOFF_DEFAULT = 2048
+"""LLaMA-Factory `cutoff_len` default (tokens), hparams/data_args.py."""
+LLAMAFACTORY_RANK_DEFAULT = 8
+"""LLaMA-Factory `lora_rank` default, hparams/finetuning_args.py."""
+TRL_MAX_LENGTH_DEFAULT = 1024
+"""TRL SFTConfig `max_length` default (tokens), trl/trainer/sft_config.py."""
+TRL_LORA_R_DEFAULT = 16
+"""TRL ModelConfig `lora_r` default, trl/trainer/model_config.py."""
+PEFT_LORA_R_DEFAULT = 8
+"""peft LoraConfig `r` default (axolotl passes lora_r through to it)."""
+PEFT_DEFAULT_TARGETS = ("q", "v")
+"""peft's default LoRA targets for Llama-like models (q_proj, v_proj) when none are named."""
+NO_EFFECT_KEYS = (
+    "learning_rate", "lr_scheduler", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio", "warmup_steps",
+    "weight_decay", "max_grad_norm", "seed", "logging_steps", "logging_strategy", "log_level", "output_dir",
+    "overwrite_output_dir", "report_to", "run_name", "hub_model_id", "hub_strategy", "push_to_hub",
+    "save_strategy", "save_total_limit", "save_only_model", "wandb_project", "wandb_entity", "wandb_watch",
+    "wandb_name", "wandb_log_model", "lora_dropout", "chat_template", "template", "special_tokens", "tokens",
+    "tokenizer_type", "model_revision", "trust_remote_code", "plot_loss", "ddp_timeout", "dataset_num_proc",
+    "preprocessing_num_workers", "dataloader_num_workers", "overwrite_cache", "resume_from_checkpoint",
+    "eos_token", "adam_beta1", "adam_beta2", "adam_epsilon", "optim_args", "lora_model_dir", "logging_dir",
+    "dataset_prepared_path", "do_train", "do_eval", "remove_unused_columns", "tf32", "model_type",
+    "stage", "hub_private_repo", "trust_remote_code", "train_on_inputs", "group_by_length",
+)
+"""Keys every trainer reader lists as ignored for having no effect on time or memory."""
+
+
+DATA_KEYS = ("datasets", "dataset", "dataset_mixture", "dataset_name", "dataset_config", "data", "dataset_dir",
+             "dataset_kwargs", "dataset_text_field", "split")
+"""Keys naming the data: tuneplan does not download data sets, so their size comes from --examples / --tokens."""
+EVAL_KEYS = ("val_set_size", "evals_per_epoch", "eval_steps", "eval_strategy", "per_device_eval_batch_size",
+             "eval_dataset", "val_size", "dataset_val", "batch_size_val", "run_val_every_n_steps", "eval",
+             "test_datasets", "eval_sample_packing", "eval_batch_size", "evaluation_strategy")
+SAVE_KEYS = ("saves_per_epoch", "save_steps", "save_strategy", "save_total_limit", "save_interval", "checkpointer",
+             "save_adapter_weights_only", "save_safetensors", "out_dir")
+NO_EFFECT_LEAVES = ("lr", "weight_decay", "betas", "eps", "fused", "foreach", "num_warmup_steps", "path",
+                    "_component_", "log_dir", "checkpoint_files", "recipe_checkpoint", "output_dir", "model_type",
+                    "enabled", "shuffle", "seed", "log_every_n_steps", "log_peak_memory_stats", "log_level",
+                    "clip_grad_norm", "metric_logger", "profiler", "low_cpu_ram", "shuffle")
+
+
+def _why_ignored(key: str) -> str:
+    top, leaf = key.split(".")[0], key.rsplit(".", 1)[-1]
+    if top in DATA_KEYS:
+        return "names the data, not its size (pass --examples or --tokens)"
+    if top in EVAL_KEYS:
+        return "evaluation settings: not estimated (pass --eval-every / --eval-examples)"
+    if top in SAVE_KEYS:
+        return "checkpoint settings: saves estimated from --save-every"
+    if top in NO_EFFECT_KEYS or leaf in NO_EFFECT_LEAVES or top in NO_EFFECT_LEAVES:
+        return "a training hyper-parameter or output setting: no effect on time or memory"
+    return "not read by tuneplan"
+
+
+def _common_ignored(doc: Doc, out: ConfigRead) -> None:
+    for k in doc.unread():
+        out.ignore(doc.path, k, _why_ignored(k))
+
+
+def _quant_method(out: ConfigRead, f: str, method: str, bits4_key: str | None, bits8_key: str | None) -> str:
+    """LoRA over a 4-bit base is QLoRA (nf4); over 8 bits, LoRA with int8 base weights."""
+    if bits4_key:
+        out.set("quant", "nf4", f, bits4_key)
+        return "qlora" if method in ("lora", "qlora") else method
+    if bits8_key:
+        out.set("quant", "int8", f, bits8_key)
+    return method
+
+
+def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) -> None:
+    """transformers TrainingArguments keys (shared by TRL and LLaMA-Factory configs)."""
+    f = doc.path
+    for key, fld in (("per_device_train_batch_size", "micro_batch"), ("gradient_accumulation_steps", "grad_accum")):
+        v = doc.int(key)
+        if isinstance(v, int) and v > 0:
+            out.set(fld, v, f, key)
+    if not doc.has("per_device_train_batch_size"):
+        out.assume("micro_batch", HF_BATCH_DEFAULT, f, f"per_device_train_batch_size not set: {flavour} default")
+    out.assume("grad_accum", 1, f, f"gradient_accumulation_steps not set: {flavour} default")
+    ep = doc.num("num_train_epochs")
+    if isinstance(ep, int | float) and ep > 0:
+        out.set("epochs", float(ep), f, "num_train_epochs")
+    else:
+        out.assume("epochs", HF_EPOCHS_DEFAULT, f, f"num_train_epochs not set: {flavour} default")
+    ms = doc.int("max_steps", minimum=None)
+    if isinstance(ms, int) and ms > 0:
+        out.set("max_steps", ms, f, "max_steps", "optimizer steps; overrides num_train_epochs")
+    for key, pr in (("bf16", "bf16"), ("fp16", "fp16")):
+        v = doc.get(key)
+        if v is not None and truthy(v):
+            out.set("precision", pr, f, key)
+    if "precision" in defaults:
+        out.assume("precision", defaults["precision"], f, defaults["precision_why"])
+    opt = doc.get("optim")
+    if opt is not None:
+        o, note = optimizer(opt)
+        if o:
+            out.set("optimizer", o, f, "optim", note)
+        else:
+            out.ignore(f, "optim", f"optimizer '{opt}' not in tuneplan's list: AdamW assumed")
+    out.assume("optimizer", "adamw", f, f"optim not set: {flavour} default adamw_torch_fused")
+    gc = doc.get("gradient_checkpointing")
+    if gc is not None:
+        out.set("grad_ckpt", truthy(gc), f, "gradient_checkpointing")
+    elif "grad_ckpt" in defaults:
+        out.assume("grad_ckpt", defaults["grad_ckpt"], f, defaults["grad_ckpt_why"])
+    doc.touch("gradient_checkpointing_kwargs")
+    ds = doc.get("deepspeed")
+    if isinstance(ds, str) and ds:
+        follow(ds, "deepspeed")
+    elif isinstance(ds, dict):
+        read_deepspeed(doc, out, prefix="deepspeed.")
+    read_fsdp(doc, out, "fsdp", "fsdp_config")
+    if truthy(doc.get("use_liger_kernel", False)):
+        out.notes.append(f"{f}: use_liger_kernel: Liger's fused kernels are not modelled (their lower "
+                         "loss memory is not counted)")
+    if truthy(doc.get("torch_compile", False)):
+        out.notes.append(f"{f}: torch_compile: compiled kernels are not modelled")
+
+
+# ---- axolotl -----------------------------------------------------------------------------------
+
+def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
+    f = doc.path
+    model = doc.get("base_model")
+    if model:
+        out.set("model", str(model), f, "base_model")
+    if doc.get("base_model_config"):
+        out.set("model", str(doc.get("base_model_config")), f, "base_model_config")
+    _axolotl_method(doc, out)
+    _axolotl_batch(doc, out)
+    _axolotl_precision(doc, out)
+    _axolotl_attention(doc, out)
+    opt = doc.get("optimizer")
+    if opt is not None:
+        o, note = optimizer(opt)
+        if o:
+            out.set("optimizer", o, f, "optimizer", note)
+        else:
+            out.ignore(f, "optimizer", f"optimizer '{opt}' not in tuneplan's list: AdamW assumed")
+    out.assume("optimizer", "adamw", f, "optimizer not set: axolotl default adamw_torch_fused")
+    ds = doc.get("deepspeed")
+    if isinstance(ds, str) and ds:
+        follow(ds, "deepspeed")
+    elif isinstance(ds, dict):
+        read_deepspeed(doc, out, prefix="deepspeed.")
+    read_fsdp(doc, out, "fsdp", "fsdp_config")
+    doc.touch("fsdp_version")
+    for key, fld in (("tensor_parallel_size", "tp"), ("context_parallel_size", "cp"),
+                     ("sequence_parallel_degree", "cp")):
+        v = doc.int(key)
+        if isinstance(v, int) and v > 1:
+            out.set(fld, v, f, key)
+    _common_ignored(doc, out)
+
+
+def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
+    f = doc.path
+    adapter = str(doc.get("adapter") or "").strip().lower()
+    b4 = "load_in_4bit" if truthy(doc.get("load_in_4bit", False)) else None
+    b8 = "load_in_8bit" if truthy(doc.get("load_in_8bit", False)) else None
+    if adapter in ("lora", "qlora"):
+        method = "dora" if truthy(doc.get("peft_use_dora", False)) else adapter
+        if truthy(doc.get("gptq", False)):
+            method = "gptq-lora"
+        else:
+            method = _quant_method(out, f, method, b4 or ("adapter" if adapter == "qlora" else None), b8)
+        if method == "dora" and b4:
+            out.ignore(f, "load_in_4bit", "DoRA over a 4-bit base is estimated as DoRA over 16-bit weights")
+        out.set("method", method, f, "adapter")
+        r = doc.int("lora_r")
+        if isinstance(r, int) and r > 0:
+            out.set("lora_rank", r, f, "lora_r")
+        else:
+            out.assume("lora_rank", PEFT_LORA_R_DEFAULT, f, "lora_r not set: peft's default r")
+        if doc.get("lora_alpha") is not None:
+            out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "scales the update: no effect on cost")
+        if truthy(doc.get("lora_target_linear", False)):
+            out.set("lora_targets", ("all-linear",), f, "lora_target_linear")
+        tm = doc.get("lora_target_modules")
+        if tm:
+            t, unknown = targets(tm)
+            if t:
+                out.set("lora_targets", t, f, "lora_target_modules")
+            if unknown:
+                out.ignore(f, "lora_target_modules", f"modules {', '.join(unknown)} not modelled")
+        out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "no lora_target_modules: peft's default q_proj, v_proj")
+        mts = doc.get("lora_modules_to_save")
+        if mts:
+            out.set("modules_to_save", tuple(str(x) for x in mts), f, "lora_modules_to_save",
+                    "trained in full; their weights, gradients and optimizer state are not counted")
+    elif adapter:
+        out.ignore(f, "adapter", f"adapter '{adapter}' is not modelled: estimated as LoRA")
+        out.set("method", "lora", f, "adapter")
+    else:
+        unfrozen = doc.get("unfrozen_parameters")
+        if unfrozen:
+            out.set("method", "freeze", f, "unfrozen_parameters")
+            out.set("unfrozen", tuple(str(x) for x in unfrozen), f, "unfrozen_parameters")
+        else:
+            out.assume("method", "full", f, "no adapter: axolotl trains every parameter")
+        if b8 or b4:
+            out.ignore(f, b4 or b8, "quantised loading without an adapter: full fine-tuning needs 16-bit weights")
+
+
+def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
+    f = doc.path
+    mb = doc.int("micro_batch_size")
+    if isinstance(mb, int) and mb > 0:
+        out.set("micro_batch", mb, f, "micro_batch_size")
+    else:
+        out.assume("micro_batch", 1, f, "micro_batch_size not set: axolotl default")
+    ga = doc.int("gradient_accumulation_steps")
+    if isinstance(ga, int) and ga > 0:
+        out.set("grad_accum", ga, f, "gradient_accumulation_steps")
+    else:
+        out.assume("grad_accum", 1, f, "gradient_accumulation_steps not set: axolotl default")
+    gb = doc.int("batch_size")
+    if isinstance(gb, int) and gb > 0:
+        out.set("global_batch", gb, f, "batch_size")
+    seq = doc.int("sequence_len")
+    if isinstance(seq, int) and seq > 0:
+        out.set("seq_len", seq, f, "sequence_len")
+    else:
+        out.assume("seq_len", AXOLOTL_SEQ_DEFAULT, f, "sequence_len not set: axolotl default")
+    pack = doc.get("sample_packing")
+    out.set("packing", truthy(pack), f, "sample_packing") if pack is not None else out.assume(
+        "packing", False, f, "sample_packing not set: axolotl default off")
+    doc.touch("eval_sample_packing")
+    if not truthy(pack):
+        if truthy(doc.get("pad_to_sequence_len", False)):
+            out.set("padding", "max", f, "pad_to_sequence_len")
+        else:
+            out.assume("padding", "longest", f, "unpacked batches padded to their longest sample (axolotl's collator)")
+    gc = doc.get("gradient_checkpointing")
+    if gc is not None:
+        out.set("grad_ckpt", bool(gc) if not isinstance(gc, str) else True, f, "gradient_checkpointing",
+                f"'{gc}': activations offloaded to CPU, not modelled (checkpointing counted)" if isinstance(gc, str)
+                else "")
+    else:
+        out.assume("grad_ckpt", False, f, "gradient_checkpointing not set: axolotl default off")
+    doc.touch("gradient_checkpointing_kwargs")
+    ao = doc.get("activation_offloading")
+    if ao:
+        out.set("activation_offload", str(ao), f, "activation_offloading", "not modelled: activations counted on the GPU")
+    ep = doc.num("num_epochs")
+    if isinstance(ep, int | float) and ep > 0:
+        out.set("epochs", float(ep), f, "num_epochs")
+    else:
+        out.assume("epochs", 1.0, f, "num_epochs not set: axolotl default")
+    ms = doc.int("max_steps", minimum=None)
+    if isinstance(ms, int) and ms > 0:
+        out.set("max_steps", ms, f, "max_steps")
+
+
+def _axolotl_precision(doc: Doc, out: ConfigRead) -> None:
+    f = doc.path
+    for key, pr in (("bfloat16", "bf16"), ("float16", "fp16"), ("fp8", "fp8")):
+        if truthy(doc.get(key, False)):
+            out.set("precision", pr, f, key, "no mixed precision" if key in ("bfloat16", "float16") else "")
+    bf = doc.get("bf16")
+    if bf is not None and str(bf).lower() == "auto":
+        out.set("precision", "bf16", f, "bf16", "'auto': bf16 on GPUs that have it (Ampere and newer)")
+    elif bf is not None and truthy(bf):
+        out.set("precision", "bf16", f, "bf16")
+    if truthy(doc.get("fp16", False)):
+        out.set("precision", "fp16", f, "fp16")
+    if truthy(doc.get("float32", False)):
+        out.set("precision", "fp32", f, "float32")
+    out.assume("precision", "bf16", f, "bf16 not set: axolotl default 'auto' (bf16 where supported)")
+
+
+def _axolotl_attention(doc: Doc, out: ConfigRead) -> None:
+    f = doc.path
+    impl = doc.get("attn_implementation")
+    if impl is not None:
+        out.set("flash_attn", bool(attention(impl)), f, "attn_implementation")
+        out.set("attention", str(impl), f, "attn_implementation")
+    for key in ("flash_attention", "sdp_attention", "xformers_attention", "flex_attention"):
+        if truthy(doc.get(key, False)):
+            out.set("flash_attn", True, f, key)
+    if truthy(doc.get("eager_attention", False)):
+        out.set("flash_attn", False, f, "eager_attention")
+    out.assume("flash_attn", True, f, "no attention setting: transformers' default SDPA (memory-efficient)")
+
+
+# ---- LLaMA-Factory -----------------------------------------------------------------------------
+
+def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
+    f = doc.path
+    model = doc.get("model_name_or_path")
+    if model:
+        out.set("model", str(model), f, "model_name_or_path")
+    ft = str(doc.get("finetuning_type") or "lora").lower()
+    if not doc.has("finetuning_type"):
+        out.notes.append(f"{f}: finetuning_type not set: LLaMA-Factory's default lora")
+    qb = doc.get("quantization_bit")
+    qm = str(doc.get("quantization_method") or "bnb").lower()
+    if ft == "lora" or ft == "oft":
+        if ft == "oft":
+            out.ignore(f, "finetuning_type", "OFT is not modelled: estimated as LoRA")
+        method = "dora" if truthy(doc.get("use_dora", False)) else "lora"
+        if qb in (4, "4"):
+            out.set("quant", "nf4", f, "quantization_bit", f"4-bit {qm} base weights")
+            method = "qlora" if method == "lora" else method
+        elif qb in (8, "8"):
+            out.set("quant", "int8", f, "quantization_bit", f"8-bit {qm} base weights")
+        elif qb is not None:
+            out.ignore(f, "quantization_bit", f"{qb}-bit ({qm}) base weights are not modelled: 4-bit assumed")
+            out.set("quant", "nf4", f, "quantization_bit")
+            method = "qlora" if method == "lora" else method
+        out.set("method", method, f, "finetuning_type") if doc.has("finetuning_type") else out.assume(
+            "method", method, f, "finetuning_type not set: LLaMA-Factory default lora")
+        r = doc.int("lora_rank")
+        if isinstance(r, int) and r > 0:
+            out.set("lora_rank", r, f, "lora_rank")
+        else:
+            out.assume("lora_rank", LLAMAFACTORY_RANK_DEFAULT, f, "lora_rank not set: LLaMA-Factory default")
+        alpha = doc.get("lora_alpha")
+        out.set("lora_alpha", alpha, f, "lora_alpha", "no effect on cost") if alpha is not None else out.assume(
+            "lora_alpha", (r if isinstance(r, int) else LLAMAFACTORY_RANK_DEFAULT) * 2, f,
+            "lora_alpha not set: LLaMA-Factory default 2 x rank")
+        tgt = doc.get("lora_target", "all")
+        t, unknown = targets(tgt)
+        if doc.has("lora_target"):
+            out.set("lora_targets", t or ("all-linear",), f, "lora_target")
+        else:
+            out.assume("lora_targets", ("all-linear",), f, "lora_target not set: LLaMA-Factory default all")
+        if unknown:
+            out.ignore(f, "lora_target", f"modules {', '.join(unknown)} not modelled")
+        if doc.get("additional_target"):
+            out.set("modules_to_save", str(doc.get("additional_target")), f, "additional_target",
+                    "trained in full; not counted")
+    elif ft == "freeze":
+        out.set("method", "freeze", f, "finetuning_type")
+        n = doc.int("freeze_trainable_layers", minimum=None)
+        if isinstance(n, int) and n != 0:
+            out.set("trainable_layers", abs(n), f, "freeze_trainable_layers",
+                    "the first layers (negative value): counted as the last" if n < 0 else "")
+        else:
+            out.assume("trainable_layers", 2, f, "freeze_trainable_layers not set: LLaMA-Factory default")
+    elif ft == "full":
+        out.set("method", "full", f, "finetuning_type")
+        if truthy(doc.get("pure_bf16", False)):
+            out.set("master_weights", "none", f, "pure_bf16", "bf16 weights trained in place")
+    cut = doc.int("cutoff_len")
+    if isinstance(cut, int) and cut > 0:
+        out.set("seq_len", cut, f, "cutoff_len")
+    else:
+        out.assume("seq_len", LLAMAFACTORY_CUTOFF_DEFAULT, f, "cutoff_len not set: LLaMA-Factory default")
+    stage = str(doc.get("stage") or "sft")
+    pack = doc.get("packing")
+    if truthy(doc.get("neat_packing", False)):
+        out.set("packing", True, f, "neat_packing")
+    elif pack is not None:
+        out.set("packing", truthy(pack), f, "packing")
+    else:
+        out.assume("packing", stage == "pt", f, f"packing not set: LLaMA-Factory packs only pre-training (stage {stage})")
+    if not out.value("packing"):
+        out.assume("padding", "longest", f, "unpacked batches padded to their longest sample (LLaMA-Factory's collator)")
+    if stage not in ("sft", "pt"):
+        out.notes.append(f"{f}: stage {stage}: estimated as supervised fine-tuning steps")
+    if truthy(doc.get("disable_gradient_checkpointing", False)):
+        out.set("grad_ckpt", False, f, "disable_gradient_checkpointing")
+    elif truthy(doc.get("use_unsloth_gc", False)):
+        out.set("grad_ckpt", True, f, "use_unsloth_gc", "unsloth's offloaded checkpointing: counted as checkpointing")
+    else:
+        out.assume("grad_ckpt", True, f, "LLaMA-Factory enables gradient checkpointing unless "
+                                         "disable_gradient_checkpointing is set")
+    doc.touch("use_reentrant_gc")
+    fa = doc.get("flash_attn")
+    if fa is not None:
+        out.set("flash_attn", bool(attention(fa)), f, "flash_attn")
+        out.set("attention", str(fa), f, "flash_attn")
+    out.assume("flash_attn", True, f, "flash_attn not set: LLaMA-Factory default auto (SDPA or FlashAttention)")
+    if truthy(doc.get("enable_liger_kernel", False)):
+        out.notes.append(f"{f}: enable_liger_kernel: Liger's fused kernels are not modelled")
+    ms = doc.int("max_samples")
+    if isinstance(ms, int) and ms > 0:
+        ds = doc.get("dataset")
+        n_ds = len([x for x in str(ds).split(",") if x.strip()]) if ds else 1
+        out.set("examples", float(ms * n_ds), f, "max_samples",
+                f"at most {ms} per dataset x {n_ds} dataset(s): an upper bound")
+    _hf_args(doc, out, follow, {"precision": "fp32", "precision_why": "neither bf16 nor fp16 set: fp32 "
+                                "(transformers default)"}, "transformers")
+    _common_ignored(doc, out)
+
+
+# ---- TRL / transformers --------------------------------------------------------------------------
+
+TRL_KEYS = ("max_length", "max_seq_length", "packing", "dataset_text_field", "dataset_name", "dataset_mixture",
+            "use_peft", "lora_r", "model_name_or_path", "assistant_only_loss", "completion_only_loss",
+            "padding_free", "dataset_kwargs", "chat_template")
+"""Keys that mark a TRL script config (SFTConfig + ModelConfig + ScriptArguments) rather than bare
+transformers TrainingArguments."""
+
+
+def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
+    f = doc.path
+    is_trl = any(doc.has(k) for k in TRL_KEYS)
+    flavour = "TRL SFTConfig" if is_trl else "transformers TrainingArguments"
+    out.notes.append(f"{f}: read as {flavour} (defaults are {flavour}'s)")
+    model = doc.get("model_name_or_path")
+    if model:
+        out.set("model", str(model), f, "model_name_or_path")
+    for key in ("torch_dtype", "dtype"):
+        pr = precision(doc.get(key))
+        if pr:
+            out.set("precision", pr, f, key, "model loaded in it")
+    impl = doc.get("attn_implementation")
+    if impl is not None:
+        out.set("flash_attn", bool(attention(impl)), f, "attn_implementation")
+        out.set("attention", str(impl), f, "attn_implementation")
+    else:
+        out.assume("flash_attn", True, f, "attn_implementation not set: transformers' default SDPA")
+    b4 = "load_in_4bit" if truthy(doc.get("load_in_4bit", False)) else None
+    b8 = "load_in_8bit" if truthy(doc.get("load_in_8bit", False)) else None
+    if truthy(doc.get("use_peft", False)):
+        method = "dora" if truthy(doc.get("use_dora", False)) else "lora"
+        method = _quant_method(out, f, method, b4, b8)
+        out.set("method", method, f, "use_peft")
+        r = doc.int("lora_r")
+        out.set("lora_rank", r, f, "lora_r") if isinstance(r, int) and r > 0 else out.assume(
+            "lora_rank", TRL_LORA_R_DEFAULT, f, "lora_r not set: TRL ModelConfig default")
+        if doc.get("lora_alpha") is not None:
+            out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "no effect on cost")
+        tm = doc.get("lora_target_modules")
+        if tm:
+            t, unknown = targets(tm)
+            if t:
+                out.set("lora_targets", t, f, "lora_target_modules")
+            if unknown:
+                out.ignore(f, "lora_target_modules", f"modules {', '.join(unknown)} not modelled")
+        out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "lora_target_modules not set: peft's default q_proj, v_proj")
+    else:
+        out.assume("method", "full", f, "use_peft not set: every parameter trained")
+        if b4 or b8:
+            out.ignore(f, b4 or b8, "quantised loading without use_peft: full fine-tuning needs 16-bit weights")
+    seq_key = next((k for k in ("max_length", "max_seq_length") if doc.has(k)), None)
+    seq = doc.int(seq_key) if seq_key else None
+    if isinstance(seq, int) and seq > 0:
+        out.set("seq_len", seq, f, seq_key)
+    elif is_trl:
+        out.assume("seq_len", TRL_MAX_LENGTH_DEFAULT, f, "max_length not set: TRL SFTConfig default")
+    pack = doc.get("packing")
+    if pack is not None:
+        out.set("packing", truthy(pack), f, "packing")
+    doc.touch("packing_strategy")
+    if truthy(doc.get("padding_free", False)):
+        out.set("packing", True, f, "padding_free", "padding-free batches: no padding, as packing")
+    if not out.value("packing"):
+        out.assume("packing", False, f, "packing not set: off")
+        out.assume("padding", "longest", f, "unpacked batches padded to their longest sample (the trainer's collator)")
+    if truthy(doc.get("activation_offloading", False)):
+        out.set("activation_offload", "true", f, "activation_offloading", "not modelled: activations counted on the GPU")
+    defaults = {"precision": "bf16" if is_trl else "fp32",
+                "precision_why": "bf16 not set: TRL's default bf16 (unless fp16)" if is_trl else
+                "neither bf16 nor fp16 set: fp32 (transformers default)",
+                "grad_ckpt": is_trl,
+                "grad_ckpt_why": "gradient_checkpointing not set: TRL's default on" if is_trl else
+                "gradient_checkpointing not set: transformers default off"}
+    _hf_args(doc, out, follow, defaults, flavour)
+    _common_ignored(doc, out)
