@@ -21,6 +21,7 @@ from importlib import resources
 import numpy as np
 
 from tuneplan.estimators.base import BorrowsMemory
+from tuneplan.physics.codes import lora_family
 
 Arrays = dict[str, np.ndarray]
 
@@ -119,7 +120,7 @@ class KavierEstimator(BorrowsMemory):
         E = eb * eg * np.minimum(1.0, A1 * np.log2(B) + A2)
         Tf = 2.0 * P * B * S / (F * E) + self.scales.overhead_s
         Tb = 2.0 * Tf
-        lora = (a["method_code"] >= 1) & (a["method_code"] <= 5)
+        lora = lora_family(a["method_code"])
         Pt = np.where(lora, 2.0 * LORA_RANK * a["hidden"] * LORA_TARGETS_PER_LAYER * a["n_layers"],
                       a["params_total"])
         To = ADAMW_BYTES_PER_PARAM * Pt / a["mem_bw"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.physics.codes import full_weights
 from tuneplan.physics.constants import DEFAULT_CONSTANTS
 
 Arrays = dict[str, np.ndarray]
@@ -70,7 +71,7 @@ class PlannerEstimator:
         return cls()
 
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
-        full = (a["method_code"] == 0) | (a["method_code"] == 6)
+        full = full_weights(a["method_code"])
         factor = (np.full_like(a["seq_len"], self.flops_per_param_token) if self.flops_per_param_token
                   else np.where(full, 6.0, 4.0))
         bpp = (np.full_like(a["seq_len"], self.bytes_per_param) if self.bytes_per_param

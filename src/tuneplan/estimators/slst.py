@@ -8,6 +8,7 @@ import numpy as np
 
 from tuneplan.estimators.base import BorrowsMemory
 from tuneplan.estimators.residual import Residual
+from tuneplan.physics.codes import lora_family
 
 
 def _log(x):
@@ -29,7 +30,7 @@ def slst_features(a: dict, names: tuple[str, ...]) -> np.ndarray:
         "log_seq_len": _log(a["seq_len"]), "log_gpus": _log(a["gpus"]), "log_nodes": _log(a["nodes"]),
         "log_peak_tflops": _log(a["peak_flops"] / 1e12), "log_bandwidth_gbs": _log(a["mem_bw"] / 1e9),
         "method_code": a["method_code"], "grad_ckpt": a["grad_ckpt"], "log_grad_accum": _log(a["grad_accum"]),
-        "is_lora_family": ((a["method_code"] >= 1) & (a["method_code"] <= 5)).astype(float),
+        "is_lora_family": lora_family(a["method_code"]).astype(float),
         "trainable_fraction": a["params_trainable"] / np.maximum(a["params_total"], 1.0),
     }
     return np.column_stack([np.asarray(f[n], dtype=float) for n in names])

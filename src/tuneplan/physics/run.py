@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.codes import full_weights
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, DEFAULT_GRID_GCO2_KWH, PhysicsConstants
 from tuneplan.specs.job import JobSpec
 
@@ -75,11 +76,6 @@ def workload_assumptions(job: JobSpec, wl: Workload, c: PhysicsConstants = DEFAU
     ]
 
 
-FULL_WEIGHT_METHOD_CODES = (0.0, 6.0)
-"""Method codes (full, freeze) whose checkpoints hold 16-bit model weights; adapter methods save
-fp32 adapters instead."""
-
-
 def weight_bytes(a: dict) -> np.ndarray:
     """Bytes loaded from disk at the start: the frozen weights as stored plus the trained ones."""
     return (a["params_frozen_linear"] * a["frozen_linear_bytes"] + a["params_frozen_other"] * a["frozen_other_bytes"]
@@ -88,8 +84,7 @@ def weight_bytes(a: dict) -> np.ndarray:
 
 def checkpoint_bytes(a: dict) -> np.ndarray:
     """Bytes a checkpoint save writes: the trained parameters, 16-bit for full weights, fp32 adapters."""
-    full = np.isin(a["method_code"], FULL_WEIGHT_METHOD_CODES)
-    return a["params_trainable"] * np.where(full, 2.0, 4.0)
+    return a["params_trainable"] * np.where(full_weights(a["method_code"]), 2.0, 4.0)
 
 
 def run_totals(job: JobSpec, wl: Workload, a: dict, out: dict, rate=None, grid_gco2_kwh: float | None = None,

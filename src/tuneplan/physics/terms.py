@@ -14,15 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
 
-METHOD_CODES = {"full": 0, "lora": 1, "qlora": 2, "gptq-lora": 3, "alora": 4, "dora": 5, "freeze": 6}
-SHARDING_CODES = {"none": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hybrid": 4,
-                  "zero3-offload": 5, "fsdp-offload": 5}
-OPTIMIZER_CODES = {"adamw": 0, "adamw-8bit": 1, "paged-adamw-8bit": 2, "sgd": 3, "sgd-momentum": 4,
-                   "adafactor": 5}
 PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
 QUANT_BYTES_PER_WEIGHT = {
     "none": None,  # = precision bytes

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.physics.terms import SHARDING_CODES, gpu_arrays, model_terms
+from tuneplan.physics.codes import SHARDING_CODES
+from tuneplan.physics.terms import gpu_arrays, model_terms
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import SHARDINGS, JobSpec
 from tuneplan.specs.model import ModelSpec
