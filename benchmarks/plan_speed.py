@@ -2,7 +2,7 @@
 
     python benchmarks/plan_speed.py            # the figures quoted in the README
 
-1. `tuneplan.plan(...)` over >= 100,000 candidates: 12 GPU types x 8 GPU counts (1..128) x 7 methods
+1. `tuneplan.plan_run(...)` over >= 100,000 candidates: 12 GPU types x 8 GPU counts (1..128) x 7 methods
    x 7 micro-batches x 4 gradient accumulations x 3 shardings x checkpointing on/off (less the
    duplicate shardings on one GPU) — enumeration, the estimator, run totals, constraints, Pareto front,
    ranking and the result table, end to end (warm: imports and catalogs loaded by a first call).
@@ -42,7 +42,7 @@ def best_of(fn, repeat: int) -> tuple[float, object]:
 
 
 def bench_plan(repeat: int) -> dict:
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run as plan
 
     plan(MODEL, **SEARCH)  # warm-up: imports, catalogs, prices
     secs, res = best_of(lambda: plan(MODEL, **SEARCH), repeat)

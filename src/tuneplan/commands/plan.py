@@ -115,7 +115,7 @@ def register(sub) -> None:
 # --- plan ---------------------------------------------------------------------------------------
 
 def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`plan(...)` keyword arguments from the flags (model excluded)."""
+    """`plan_run(...)` keyword arguments from the flags (model excluded)."""
     from tuneplan.errors import InputError
     from tuneplan.plan.units import parse_duration, parse_money
 
@@ -156,9 +156,9 @@ def run_plan(args: argparse.Namespace) -> int:
     if not args.model:
         raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path), "
                          "or --runs FILE.csv with a model column")
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run
 
-    res = plan(args.model, **kw)
+    res = plan_run(args.model, **kw)
     if args.plot:
         from tuneplan.report.plots import plot_plan
 

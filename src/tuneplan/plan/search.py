@@ -1,4 +1,4 @@
-"""`plan(...)`: search the configurations a user could choose (GPU type x count x nodes x method x
+"""`plan_run(...)` (`tuneplan.plan_run`): search the configurations a user could choose (GPU type x count x nodes x method x
 micro-batch x gradient accumulation x sharding x checkpointing), keep those that fit in memory, cost
 each run, draw the Pareto front of cost versus time, and recommend one under the constraints.
 
@@ -59,7 +59,7 @@ _EXCLUDED_DEFAULT_GPUS = ("TPU", "Gaudi")
 
 @dataclass
 class PlanResult:
-    """The answer of `plan(...)`. `candidates`: one row per configuration that fits in memory, best
+    """The answer of `plan_run(...)`. `candidates`: one row per configuration that fits in memory, best
     first for the objective (those meeting the constraints before the others); `pareto`: its
     cost-time front, fastest first; `recommended`/`runner_up`: rows as dicts (None when nothing meets
     the constraints, then `message` says which constraint rules everything out and `closest` is the
@@ -201,7 +201,7 @@ def _resolve_methods(methods: Any) -> list[str]:
     return out
 
 
-def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
+def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
          methods: Sequence[str] | str | None = None, max_gpus: int = DEFAULT_MAX_GPUS, *,
          examples: float | None = None, tokens_per_example: float | None = None, epochs: float | None = None,
          deadline_s: float | None = None, budget_usd: float | None = None, objective: str = "cheapest",

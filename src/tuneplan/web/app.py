@@ -8,7 +8,7 @@ Endpoints (all documented by FastAPI at `/docs` and `/openapi.json`):
 - `GET /api/gpus` — the GPU catalog with the cheapest on-demand price of each.
 - `POST /api/model-config` — read a pasted config.json: parameter counts, shapes.
 - `POST /api/estimate` — one run: `tuneplan.estimate(...).to_dict()` plus the equivalent command line.
-- `POST /api/plan` — the planner's search: `tuneplan.plan(...).to_dict()` plus the command line.
+- `POST /api/plan` — the planner's search: `tuneplan.plan_run(...).to_dict()` plus the command line.
 
 Every bad input answers 422 with `{"detail": [{"loc": [...], "msg": ..., "type": ...}]}`: pydantic's own
 checks on the request bodies, tuneplan's `InputError` (field, reason, allowed values) from deeper down,
@@ -729,10 +729,10 @@ def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None) -> Any
 
 def _plan_fn() -> Callable[..., Any] | None:
     try:
-        from tuneplan.plan.search import plan
+        from tuneplan.plan.search import plan_run
     except ImportError:
         return None
-    return plan
+    return plan_run
 
 
 def _plan_points(res: Any) -> list[dict[str, Any]]:
