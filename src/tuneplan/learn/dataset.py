@@ -43,7 +43,10 @@ DEFAULTS = {
 
 
 @dataclass
-class RunConfig:
+class RowConfig:
+    """A measured row as specs: the model, GPU and job it ran, its sequence length, the defaults
+    filled in for what the row did not say, and what its peak memory measures."""
+
     model: ModelSpec
     gpu: GPUSpec
     job: JobSpec
@@ -100,7 +103,7 @@ def truncated(model: ModelSpec, layers: int, name_or_path: str) -> ModelSpec:
     return model_from_config(cfg, f"{model.name} ({layers} layers)", source=model.source)
 
 
-def row_to_config(row: dict) -> RunConfig:
+def row_to_config(row: dict) -> RowConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason."""
     from tuneplan.specs.catalog import resolve_run_model
     from tuneplan.specs.gpu import resolve_gpu
@@ -202,13 +205,13 @@ def row_to_config(row: dict) -> RunConfig:
     except ValueError as exc:
         msg = str(exc).splitlines()
         raise InputError("row", msg[-1] if msg else "invalid configuration") from None
-    return RunConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
+    return RowConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
                      mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
 
-def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[str | None]]:
+def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[str | None]]:
     """Configurations for many rows; None plus a reason where a row cannot be predicted."""
-    out: list[RunConfig | None] = []
+    out: list[RowConfig | None] = []
     errors: list[str | None] = []
     from tuneplan.physics.terms import model_terms
 
@@ -224,7 +227,7 @@ def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[st
     return out, errors
 
 
-def arrays_for(configs: list[RunConfig], constants=None) -> dict[str, np.ndarray]:
+def arrays_for(configs: list[RowConfig], constants=None) -> dict[str, np.ndarray]:
     from tuneplan.physics.terms import build_arrays
 
     a = build_arrays([(c.model, c.gpu, c.job, c.seq_len) for c in configs], constants)

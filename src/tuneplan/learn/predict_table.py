@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tuneplan.learn.dataset import RunConfig, arrays_for, configs_from_rows
+from tuneplan.learn.dataset import RowConfig, arrays_for, configs_from_rows
 
 PRED_COLUMNS = ("pred_tokens_per_s", "pred_samples_per_s", "pred_step_time_s", "pred_peak_mem_gib",
                 "pred_fits", "pred_max_micro_batch", "pred_estimator", "error")
@@ -26,7 +26,7 @@ def memory_for_kind(mem: dict, kinds: list[str]) -> np.ndarray:
     return out
 
 
-def predict_configs(configs: list[RunConfig], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
+def predict_configs(configs: list[RowConfig], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
     """Arrays of predictions for valid configurations (tokens/s, samples/s, step, memory parts)."""
     a = arrays_for(configs, estimator.constants)
     out = estimator.predict_arrays(a)
