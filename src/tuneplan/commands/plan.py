@@ -91,7 +91,7 @@ def register(sub) -> None:
     o.add_argument("--top", type=positive_int, help="candidates shown (default 10; --json: all)")
     o.add_argument("--plot", help="write the time-versus-cost plot (PNG or SVG)")
     o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV")
-    o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see the README)")
+    o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see docs/planning.md)")
     add_from_args(p)
     p.set_defaults(func=run_plan)
 

@@ -64,7 +64,7 @@ def fine_tuning_cost(queries: float, epochs: float, throughput_qps: float, usd_p
 
 # Effective sequence lengths under which Eq. (1) with the published coefficients reproduces Table III
 # (A40, 48 GB): the intervals of seq_len where floor(...) gives both the dense and the sparse entry;
-# tuneplan uses the midpoint. See README "Xia et al." for the derivation.
+# tuneplan uses the midpoint. See docs/estimators.md, "xia", for the derivation.
 TABLE_III = {
     ("mistralai/Mixtral-8x7B-v0.1", "commonsense_15k"): {"dense": 2, "sparse": 8, "median_len": 79},
     ("mistralai/Mixtral-8x7B-v0.1", "math_14k"): {"dense": 1, "sparse": 3, "median_len": 174},
