@@ -140,13 +140,21 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     jspec = job or make_job(**job_kwargs)
     wl = workload(jspec)
     est = get_estimator(estimator, calibration)
-    a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants)
-    out = est.predict_arrays(a)
+    stage = None
+    if jspec.stage != "sft":  # preference / RL stages: tuneplan.estimators.stages, docs/stages.md
+        from tuneplan.estimators.stages import stage_for_estimate
+
+        stage, a, out, _ = stage_for_estimate(est, est.memory_model, estimator, mspec, gspec, jspec, wl)
+    else:
+        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants)
+        out = est.predict_arrays(a)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
-    totals = RunTotals.row(run_totals(jspec, wl, a, out, rate_v, c=est.constants))
+    totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
     assumptions = (est.assumptions(jspec) + model_assumptions(mspec) + workload_assumptions(jspec, wl, est.constants)
-                   + job_assumptions(jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src))
-    res = _result(est, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions)
+                   + job_assumptions(jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src)
+                   + (stage.assumptions if stage else []))
+    res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions)
+    res.extra.update(extra)
     if interval:
         from tuneplan.learn.intervals import attach_interval
 
@@ -161,38 +169,53 @@ def model_assumptions(mspec: ModelSpec) -> list[str]:
     return []
 
 
-def _result(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Workload, a: dict, out: dict,
+def _totals(stage, jspec: JobSpec, wl: Workload, a: dict, out: dict, rate_v: float | None,
+            c) -> tuple[RunTotals, dict[str, Any]]:
+    """The run totals of the one row; a stage's counted over its own job (rollout GPUs, reference
+    precompute: `tuneplan.estimators.stages.stage_totals`)."""
+    if stage is None:
+        return RunTotals.row(run_totals(jspec, wl, a, out, rate_v, c=c)), {}
+    from tuneplan.estimators.stages import stage_run_totals
+
+    return stage_run_totals(stage, wl, rate_v, c)
+
+
+def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Workload, a: dict, out: dict,
             totals: RunTotals, rate_v: float | None, rate_src: str, assumptions: list[str]) -> EstimateResult:
     """One row of the estimator's output as an EstimateResult, with its warnings and fixes."""
     step_s = _scalar(out, "step_s")
     peak = float(a["peak_flops"][0])
-    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in STEP_PARTS if k in out}
+    parts = STEP_PARTS + (stage.step_parts() if stage else ())
+    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts if k in out}
     breakdown["total"] = step_s
     mem_total = _scalar(out, "memory_gib")
     fits = bool(np.asarray(out["fits"])[0])
     memory_model = est.memory_model
-    max_mb = None if memory_model is None else int(memory_model.max_micro_batch(a)[0])
+    max_mb = (stage.max_micro_batch if stage else None if memory_model is None
+              else int(memory_model.max_micro_batch(a)[0]))
     warnings = seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
     cached = _scalar(out, "variable_shape_gib", 0.0)
     if fits and mem_total > gspec.memory_gib and cached > 0:
         warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "
                         f"shapes; torch frees them before it runs out, so the run fits in {gspec.memory_gib:g} GiB "
                         "(slower when it must)")
+    warnings += stage.warnings if stage else []
     suggestions: list[str] = []
     if not fits:
         warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"
                         + (f"; largest micro-batch that fits: {max_mb}" if max_mb else ""))
-        if memory_model is not None:
+        if memory_model is not None and not stage:
             from tuneplan.plan.fixes import suggest_fixes
 
             suggestions = suggest_fixes(mspec, gspec, jspec, wl.seq_len, memory_model)
     return EstimateResult(
         estimator=est.name, model=mspec.name, gpu=gspec.name, job=jspec, workload=wl, totals=totals,
         step_time_s=step_s, tokens_per_s=_scalar(out, "tokens_per_step") / step_s,
-        samples_per_s=jspec.global_batch / step_s,
+        samples_per_s=(stage.samples_per_step if stage else jspec.global_batch) / step_s,
         mfu=_scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0,
         step_breakdown_s=breakdown, memory_per_gpu_gib=mem_total,
-        memory_breakdown_gib={k.removesuffix("_gib"): _scalar(out, k) for k in est.memory_parts},
+        memory_breakdown_gib={k.removesuffix("_gib"): _scalar(out, k)
+                              for k in est.memory_parts + (stage.memory_parts() if stage else ())},
         memory_capacity_gib=gspec.memory_gib, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
         rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
     )

@@ -115,6 +115,10 @@ def row_to_config(row: dict) -> RowConfig:
         used.append(f"{key}={v} ({why})")
         return v
 
+    stage = str(_get(row, "stage") or "sft").strip().lower()
+    if stage != "sft":  # a DPO / GRPO... step is not an SFT step: estimate it with --stage (docs/stages.md)
+        raise InputError("stage", f"'{stage}' rows are not learned from or predicted per row (the learners model "
+                         "SFT steps); use tuneplan estimate --stage " + stage)
     seq_cell = _get(row, "seq_len")
     model = resolve_run_model(str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""),
                               str(_get(row, "notes") or ""), float(seq_cell) if seq_cell is not None else None)

@@ -157,6 +157,10 @@ def describe(row: dict[str, Any] | Any, short: bool = False) -> str:
              "checkpointing" if bool(r["grad_ckpt"]) else "no checkpointing"]
     if nodes > 1:
         parts.insert(0, f"{nodes} nodes")
+    if r.get("stage") in ("grpo", "ppo", "rloo"):  # plan/stages.py: the rollout split
+        eng, rg = r.get("rollout_engine"), int(r.get("rollout_gpus") or 0)
+        parts.append(f"rollouts: vLLM on {rg} of the GPUs" if rg else
+                     "rollouts: vLLM colocated" if eng == "vllm" else "rollouts: HF generate")
     return f"{head} ({', '.join(parts)})"
 
 
@@ -315,6 +319,14 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     # the grid
     counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
         gpu_counts(int(max_gpus), gpus_per_node))
+    if fixed.get("stage", "sft") != "sft":  # preference / RL stages: candidate by candidate (plan/stages.py)
+        from tuneplan.plan.stages import stage_plan_result
+
+        return stage_plan_result(
+            mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, stage=fixed["stage"],
+            work={"examples": examples, "tokens_per_example": tokens_per_example, "epochs": epochs},
+            fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
+            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective, t0=t0, notes=notes)
     space = Space(gpu_counts=counts,
                   micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
                   shardings=tuple(shardings or DEFAULT_SHARDINGS),

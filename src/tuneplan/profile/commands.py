@@ -96,6 +96,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         "device": args.device, "threads": args.threads, "max_mem_gib": args.max_mem_gib,
         "config_override": parse_overrides(args.config_override), "seed": args.seed,
         "gpu_name": args.gpu_name, "timeout_s": args.timeout, "progress": not args.no_progress,
+        "stage": args.stage, "trainer": args.trainer, "group_size": args.group_size,
+        "completion_len": args.completion_len,
         "echo": lambda line: print(line, flush=True),
     }
     before = _count_rows(args.out)
@@ -191,6 +193,13 @@ def register(subparsers: Any) -> None:
     q.add_argument("--gpu-name", default=None, help="the rows' gpu value (default local-cpu / the CUDA GPU name)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--timeout", type=float, default=1800.0, help="seconds per torchrun configuration")
+    q.add_argument("--stage", default="sft", help="sft (default), dpo or grpo (TRL's DPOTrainer / GRPOTrainer; "
+                   "needs trl): rows carry the stage column")
+    q.add_argument("--trainer", default="loop", help="sft steps by the profiler's own loop (default) or trl "
+                   "(TRL's SFTTrainer, the baseline of a DPO / GRPO comparison)")
+    q.add_argument("--group-size", type=int, default=8, help="grpo: completions per prompt (default 8, TRL's)")
+    q.add_argument("--completion-len", type=int, default=64,
+                   help="grpo: new tokens per completion, all generated (default 64; prompt = --seq-len)")
     q.add_argument("--out", default="runs.csv", help="runs CSV to append to (default runs.csv)")
     q.add_argument("--auto", action="store_true", help="smart sampling of the grid within --budget")
     q.add_argument("--budget", default="10m", help="time budget for --auto: 90s, 10m, 1h (default 10m)")

@@ -58,6 +58,10 @@ class ProfileConfig:
     seed: int = 0
     gpu_name: str | None = None  # the `gpu` column; default local-cpu / the CUDA device's catalog name
     timeout_s: float = 1800.0  # for torchrun launches
+    stage: str = "sft"  # sft | dpo | grpo (dpo, grpo: TRL's trainers, profile/stages.py)
+    trainer: str = "loop"  # sft: the profiler's own loop, or "trl" (TRL's SFTTrainer); dpo/grpo: always trl
+    group_size: int = 8  # grpo: completions per prompt (TRL num_generations default)
+    completion_len: int = 64  # grpo: new tokens per completion (all generated: min_new_tokens)
 
     @property
     def is_lora(self) -> bool:
@@ -114,7 +118,8 @@ class ProfileConfig:
             raise InputError("attn", f"unknown attention implementation '{self.attn}'", ATTN_IMPLS)
         if self.sharding not in SHARDINGS:
             raise InputError("sharding", f"unknown sharding '{self.sharding}'", SHARDINGS)
-        for name in ("seq_len", "micro_batch", "grad_accum", "nproc", "steps", "lora_rank"):
+        for name in ("seq_len", "micro_batch", "grad_accum", "nproc", "steps", "lora_rank", "group_size",
+                     "completion_len"):
             if getattr(self, name) < 1:
                 raise InputError(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:

@@ -63,6 +63,8 @@ def build_configs(model: str, methods: Iterable[str] = ("full",), seq_lens: Iter
         gpu_name=opts.get("gpu_name"),
         timeout_s=float(opts.get("timeout_s") or 1800.0),
         lora_rank=_as_list(opts.get("lora_ranks"), [16])[0],
+        stage=opts.get("stage") or "sft", trainer=opts.get("trainer") or "loop",
+        group_size=int(opts.get("group_size") or 8), completion_len=int(opts.get("completion_len") or 64),
     )
     lists = {
         "method": _as_list(methods, ["full"]),
@@ -219,7 +221,8 @@ def profile_grid(model: str, methods: Iterable[str] = ("full",), seq_lens: Itera
     on CPU, bf16 on CUDA), grad_ckpts (bools), attns, optimizers, grad_accums, nprocs; and single
     values: lora_targets, lora_alpha, sharding ("ddp"/"fsdp"), device ("auto"/"cpu"/"cuda"), threads,
     max_mem_gib, config_override ("k=v,..." or dict), seed, gpu_name, timeout_s, progress (bool),
-    echo (callable printing one line per row).
+    echo (callable printing one line per row), stage (sft/dpo/grpo), trainer (loop/trl), group_size,
+    completion_len (grpo).
     InputError before anything is measured for bad input; out-of-memory and other failures of one
     configuration become rows with status oom / error and profiling goes on.
     """

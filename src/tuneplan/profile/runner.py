@@ -75,6 +75,9 @@ def default_precision(device: str) -> str:
 def check_available(cfg: ProfileConfig, device: str, src: ModelSource | None = None) -> None:
     """One-line InputError for anything this device or install cannot do (before any measurement)."""
     cfg.validate()
+    from tuneplan.profile.stages import check_stage
+
+    check_stage(cfg)
     cuda = device.startswith("cuda")
     if cfg.method in ("lora", "dora", "qlora", "gptq-lora") and not _has("peft"):
         raise InputError("method", f"{cfg.method}: needs the peft package; pip install peft")
@@ -369,6 +372,13 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
     tracker.reset()
     model = opt = batch = scaler = None
     try:
+        if cfg.stage != "sft" or cfg.trainer == "trl":  # TRL's SFT / DPO / GRPO trainers (profile/stages.py)
+            from tuneplan.profile.stages import measure_stage
+
+            out.step_times, out.build = measure_stage(cfg, src, device)
+            out.peak_bytes, out.peak_growth_bytes = tracker.peak_bytes(), tracker.growth_bytes()
+            out.peak_reserved_bytes = tracker.peak_reserved_bytes()
+            return out
         with MemoryCap(cfg.max_mem_gib, tracker, collective=dist is not None) as cap:
             built = build_model(src, cfg, device)
             out.build = built
@@ -532,6 +542,7 @@ def config_row(cfg: ProfileConfig, src: ModelSource | None, device: str) -> dict
         "lora_rank": cfg.lora_rank if cfg.is_lora else None,
         "lora_targets": (cfg.lora_targets or "all-linear") if cfg.is_lora else None,
         "adapter_dtype": adapter_dtype() if cfg.is_lora else None,
+        "stage": cfg.stage,
         "precision": cfg.precision,
         "quant": {"qlora": "nf4", "gptq-lora": "gptq-int4"}.get(cfg.method, "none"),
         "optimizer": cfg.optimizer,
@@ -605,6 +616,13 @@ def result_row(cfg: ProfileConfig, src: ModelSource | None, device: str, m: Meas
         "peak_mem_reserved_gib": m.peak_reserved_bytes / GIB if m.peak_reserved_bytes is not None else None,
         "peak_mem_growth_gib": m.peak_growth_bytes / GIB,
     })
+    if cfg.stage != "sft" or cfg.trainer == "trl":
+        from tuneplan.profile.stages import stage_cells
+
+        cells = stage_cells(cfg, med)
+        note = cells.pop("notes_extra", "")
+        row.update(cells)
+        row["notes"] = "; ".join(x for x in (row.get("notes"), note) if x)
     if m.nosync_times:
         nos = statistics.median(m.nosync_times)
         row["comm_share"] = max(0.0, min(1.0, (med - nos) / med))

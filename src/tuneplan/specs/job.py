@@ -24,6 +24,12 @@ QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
+STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo")
+"""Training stages: supervised (sft), preference optimisation (dpo, orpo, kto, simpo, cpo) and RL with
+generated rollouts (grpo, ppo, rloo). Their physics: `tuneplan.physics.stages`, docs/stages.md."""
+PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo")
+RL_STAGES = ("grpo", "ppo", "rloo")
+ROLLOUT_ENGINES = ("hf", "vllm")
 ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
               "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
               "dense", "wo", "wi", "wi_0", "wi_1")
@@ -37,8 +43,12 @@ DEFAULT_FREEZE_TRAINABLE_LAYERS = 2
 Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"]
 Precision = Literal["bf16", "fp16", "fp32", "fp8"]
 Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
                    "zero3-offload", "fsdp-offload"]
+
+
+STAGE_GROUP = "stage (preference and RL fine-tuning)"
 
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
@@ -111,12 +121,37 @@ class JobSpec(BaseModel):
         number="nonneg")
     grid_gco2_kwh: float | None = option(None, "grid carbon intensity, g/kWh (default 480, world average)",
                                          "money and energy", number="nonneg")
+    # ---- training stage (physics/stages.py; None = the stage's TRL default, said in the assumptions) ----
+    stage: Stage = option("sft", "sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo", STAGE_GROUP)
+    precompute_ref: bool = option(False, "dpo/kto: reference log-probs computed once before training (no reference "
+                                         "model)", STAGE_GROUP, switch_only=True)
+    group_size: int | None = option(None, "RL: completions per prompt (TRL: grpo 8, rloo 2)", STAGE_GROUP)
+    completion_len: int | None = option(None, "RL: new tokens per completion (TRL: 512); the prompt length is "
+                                              "--seq-len", STAGE_GROUP)
+    prompts_per_step: int | None = option(None, "RL: prompts per optimizer step (default: micro-batch x grad-accum "
+                                                "x GPUs / group size)", STAGE_GROUP)
+    rollout_engine: Literal["hf", "vllm"] = option("hf", "RL: HF generate in the training process (default) or "
+                                                         "vLLM", STAGE_GROUP)
+    rollout_gpus: int = option(0, "RL with vllm: GPUs of --gpus serving vLLM (default 0: colocated in the training "
+                                  "process)", STAGE_GROUP, number="nonneg")
+    reward_model: str | None = option(None, "RL: reward model (catalog name / HF id; default: a rule-based reward)",
+                                      STAGE_GROUP)
+    kl_beta: float | None = option(None, "RL: KL coefficient (TRL: grpo 0 = no reference model, rloo/ppo 0.05)",
+                                   STAGE_GROUP, number="nonneg")
+    ppo_epochs: int | None = option(None, "PPO: update epochs per batch of rollouts (4)", STAGE_GROUP)
 
     @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
                      "trainable_layers")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("group_size", "completion_len", "prompts_per_step", "ppo_epochs")
+    @classmethod
+    def _opt_positive(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
             raise ValueError("must be a positive integer")
         return v
 
@@ -134,14 +169,14 @@ class JobSpec(BaseModel):
             raise ValueError("must be a positive number")
         return v
 
-    @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s")
+    @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s", "kl_beta")
     @classmethod
     def _nonneg(cls, v: float | None) -> float | None:
         if v is not None and (not math.isfinite(v) or v < 0):
             raise ValueError("must be a number >= 0")
         return v
 
-    @field_validator("eval_every", "eval_examples", "save_every")
+    @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus")
     @classmethod
     def _nonneg_int(cls, v: int) -> int:
         if v < 0:
@@ -168,7 +203,37 @@ class JobSpec(BaseModel):
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
         if self.method == "full" and self.quant not in (None, "none"):
             raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
+        self._stage_combos()
         return self
+
+    def _stage_combos(self) -> None:
+        """Stage options that do not apply to the stage, or a rollout split that leaves no trainer."""
+        rl_only = {"group_size": self.group_size, "completion_len": self.completion_len,
+                   "prompts_per_step": self.prompts_per_step, "reward_model": self.reward_model,
+                   "kl_beta": self.kl_beta, "rollout_gpus": self.rollout_gpus or None,
+                   "rollout_engine": None if self.rollout_engine == "hf" else self.rollout_engine}
+        if self.stage not in RL_STAGES:
+            given = [k for k, v in rl_only.items() if v is not None]
+            if given:
+                raise ValueError(f"{given[0].replace('_', '-')} applies to the RL stages "
+                                 f"({', '.join(RL_STAGES)}), not --stage {self.stage}")
+        if self.ppo_epochs is not None and self.stage != "ppo":
+            raise ValueError(f"ppo-epochs applies to --stage ppo, not --stage {self.stage}")
+        if self.precompute_ref and self.stage not in ("dpo", "kto"):
+            raise ValueError(f"precompute-ref applies to the stages with a reference model (dpo, kto), "
+                             f"not --stage {self.stage}")
+        if self.rollout_gpus:
+            if self.rollout_engine != "vllm":
+                raise ValueError("rollout-gpus needs --rollout-engine vllm (HF generate runs in the training "
+                                 "process)")
+            train = self.gpus - self.rollout_gpus
+            if train < 1:
+                raise ValueError(f"rollout-gpus ({self.rollout_gpus}) must leave training GPUs of the "
+                                 f"{self.gpus} (--gpus counts both)")
+            model_par = self.tp * self.pp * self.cp
+            if train % model_par or train % self.nodes:
+                raise ValueError(f"training GPUs (gpus - rollout-gpus = {train}) must be divisible by "
+                                 f"tp x pp x cp ({model_par}) and by nodes ({self.nodes})")
 
     # ---- derived -------------------------------------------------------------------------------
     @property
@@ -245,7 +310,7 @@ def make_job(**kwargs) -> JobSpec:
             allowed = {
                 "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
                 "sharding": SHARDINGS, "moe_mode": MOE_MODES, "padding": PADDINGS,
-                "adapter_dtype": ADAPTER_DTYPES,
+                "adapter_dtype": ADAPTER_DTYPES, "stage": STAGES, "rollout_engine": ROLLOUT_ENGINES,
             }.get(loc)
             got = err.get("input")
             msg = f"unknown value '{got}'"

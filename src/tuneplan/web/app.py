@@ -51,7 +51,9 @@ from tuneplan.specs.job import (
     PADDINGS,
     PRECISIONS,
     QUANTS,
+    ROLLOUT_ENGINES,
     SHARDINGS,
+    STAGES,
     JobSpec,
     Method,
     Optimizer,
@@ -93,6 +95,12 @@ JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable
               "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
               "grid_gco2_kwh")
 """Request fields passed to JobSpec under the same name (`rate` goes as `rate`, the API's keyword)."""
+STAGE_FIELDS = ("stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
+                "kl_beta", "ppo_epochs")
+"""Preference / RL stage fields (docs/stages.md), estimate and plan alike."""
+ROLLOUT_FIELDS = ("rollout_engine", "rollout_gpus")
+"""RL rollout placement: estimate only (the planner enumerates it)."""
+JOB_FIELDS = JOB_FIELDS + STAGE_FIELDS + ROLLOUT_FIELDS
 
 
 class ModelChoice(BaseModel):
@@ -159,6 +167,29 @@ class WorkFields(BaseModel):
         None, description="grid carbon intensity, g/kWh (default 480)")
 
 
+class StageFields(BaseModel):
+    """The training stage (absent: sft); RL options apply to grpo, ppo and rloo only."""
+
+    stage: Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"] | None = Field(
+        None, description="sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo")
+    precompute_ref: bool | None = Field(None, description="dpo/kto: reference log-probs computed before training")
+    group_size: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
+        None, description="RL: completions per prompt (TRL: grpo 8, rloo 2)")
+    completion_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = Field(
+        None, description="RL: new tokens per completion (TRL: 512)")
+    prompts_per_step: Annotated[int, Field(ge=1, le=1_048_576)] | None = Field(
+        None, description="RL: prompts per optimizer step")
+    reward_model: Name | None = Field(None, description="RL: reward model (default: a rule)")
+    kl_beta: Annotated[Float, Field(ge=0, le=1e6)] | None = Field(None, description="RL: KL coefficient")
+    ppo_epochs: Annotated[int, Field(ge=1, le=10_000)] | None = Field(None, description="PPO: update epochs")
+
+
+class RolloutFields(StageFields):
+    rollout_engine: Literal["hf", "vllm"] | None = Field(None, description="RL: HF generate (default) or vLLM")
+    rollout_gpus: Annotated[int, Field(ge=0, le=1_048_576)] | None = Field(
+        None, description="RL with vllm: GPUs of `gpus` serving vLLM (0: colocated)")
+
+
 class JobFields(MethodOptions, WorkFields):
     """What is trained and how, on how many GPUs, in what batches."""
 
@@ -183,7 +214,7 @@ class PriceFields(BaseModel):
         None, description="$ per GPU-hour (default: cheapest on-demand price)")
 
 
-class EstimateRequest(ModelChoice, JobFields, PriceFields):
+class EstimateRequest(ModelChoice, JobFields, PriceFields, RolloutFields):
     """`POST /api/estimate`: the inputs of `tuneplan estimate`."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
@@ -215,7 +246,7 @@ class EstimateRequest(ModelChoice, JobFields, PriceFields):
 PosIntList = list[Annotated[int, Field(ge=1, le=1_048_576)]]
 
 
-class PlanRequest(ModelChoice, MethodOptions, WorkFields, PriceFields):
+class PlanRequest(ModelChoice, MethodOptions, WorkFields, PriceFields, StageFields):
     """`POST /api/plan`: the inputs of `tuneplan plan` (a search over GPU type x count x method x batch)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
@@ -407,7 +438,7 @@ def _job_flags(req: Any, names: Iterable[str]) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if name in ("grad_ckpt", "flash_attn"):
             out.append(flag if v else "--no-" + name.replace("_", "-"))
-        elif name == "packing":
+        elif name in ("packing", "precompute_ref"):
             if v:
                 out.append(flag)
         elif isinstance(v, int | float):
@@ -473,7 +504,7 @@ def plan_command(req: PlanRequest) -> tuple[str, str]:
         args += ["--objective", req.objective]
     if req.interval is not None and req.interval != DEFAULT_INTERVAL:
         args += ["--interval", _num_arg(req.interval)]
-    args += _job_flags(req, WORK_FIELDS + METHOD_FIELDS)
+    args += _job_flags(req, WORK_FIELDS + METHOD_FIELDS + STAGE_FIELDS)
     args += _price_flags(req)
     return shlex.join(["tuneplan", "plan", *args]), note
 
@@ -489,7 +520,7 @@ def plan_kwargs(req: PlanRequest) -> dict[str, Any]:
         if v:
             kw[key] = list(v)
     for name in ("gpus_per_node", "global_batch", "budget_usd", "provider", "rate", *WORK_FIELDS,
-                 *METHOD_FIELDS):
+                 *METHOD_FIELDS, *STAGE_FIELDS):
         v = getattr(req, name)
         if v is not None:
             kw[name] = v
@@ -612,6 +643,7 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
             "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
             "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
             "moe_modes": list(MOE_MODES), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
+            "stages": list(STAGES), "rollout_engines": list(ROLLOUT_ENGINES),
             "providers": providers(), "defaults": jsonable(_JOB_DEFAULTS),
             "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,
             "limits": {"max_plan_configs": MAX_PLAN_CONFIGS, "max_body_bytes": MAX_BODY_BYTES},

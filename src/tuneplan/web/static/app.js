@@ -13,18 +13,22 @@
     "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
     "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
-    "max_gpus", "objective", "deadline_h", "budget_usd"];
+    "max_gpus", "objective", "deadline_h", "budget_usd", "stage", "precompute_ref", "group_size", "completion_len",
+    "rollout_engine", "rollout_gpus"];
   const NUMBER_FIELDS = new Set(["lora_rank", "trainable_layers", "peak_tflops", "memory_gib",
     "bandwidth_gbs", "gpus", "nodes", "tp", "pp", "cp", "micro_batch", "grad_accum", "seq_len", "examples",
-    "tokens_per_example", "epochs", "rate", "max_gpus", "deadline_h", "budget_usd"]);
-  const BOOL_FIELDS = new Set(["grad_ckpt", "flash_attn", "packing"]);
+    "tokens_per_example", "epochs", "rate", "max_gpus", "deadline_h", "budget_usd", "group_size", "completion_len",
+    "rollout_gpus"]);
+  const BOOL_FIELDS = new Set(["grad_ckpt", "flash_attn", "packing", "precompute_ref"]);
+  const RL_STAGES = ["grpo", "ppo", "rloo"];
+  const REF_STAGES = ["dpo", "kto"];
   const PLAN_ONLY = new Set(["max_gpus", "objective", "deadline_h", "budget_usd"]);
   const PAGE_DEFAULTS = {
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
     precision: "bf16", quant: "", optimizer: "adamw", master_weights: "auto", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
-    objective: "cheapest",
+    objective: "cheapest", stage: "sft", precompute_ref: false, rollout_engine: "hf", rollout_gpus: 0,
   };
   const PLAN_GPUS_DEFAULT = ["A10G-24GB", "L40S-48GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"];
   const PLAN_METHODS_DEFAULT = ["lora", "qlora", "full"];
@@ -37,6 +41,10 @@
     recompute: "recompute", dequant: "dequantise", overhead: "overhead", tensor_parallel: "tensor parallel",
     pipeline_bubble: "pipeline bubble", optimizer_step: "optimizer", communication: "communication",
     other: "other (not broken down)", weights_and_optimizer_state: "weights + optimizer state",
+    reference_forward: "reference forward", policy_nograd: "policy no-grad forward", rollout_prefill: "rollout prefill",
+    rollout_decode: "rollout decode", rollout_weight_sync: "weight sync", reward: "reward model", value_model: "value model",
+    reference_model: "reference model", reward_model: "reward model", rollout_kv_cache: "rollout KV cache",
+    rollout_engine: "vLLM share", loss_buffers: "loss buffers",
   };
 
   const S = {
@@ -199,6 +207,10 @@
     if (st.method !== "full" && st.method !== "freeze") delete body.master_weights;
     if (!isMoe()) delete body.moe_mode;
     if (body.packing) delete body.padding;
+    if (!RL_STAGES.includes(st.stage)) {
+      for (const f of ["group_size", "completion_len", "rollout_engine", "rollout_gpus"]) delete body[f];
+    }
+    if (!REF_STAGES.includes(st.stage)) delete body.precompute_ref;
     return body;
   }
 
@@ -686,6 +698,8 @@
     b.toggle("no-full", st.method !== "full" && st.method !== "freeze");
     b.toggle("no-moe", !isMoe());
     b.toggle("no-custom", !!st.gpu);
+    b.toggle("no-rl", !RL_STAGES.includes(st.stage));
+    b.toggle("no-refstage", !REF_STAGES.includes(st.stage));
     const g = S.gpusByName.get(st.gpu);
     $("#gpu-info").textContent = g
       ? `${sig(g.peak_tflops.bf16 || g.peak_tflops.fp16 || 0)} TFLOP/s bf16 · ${nf(g.memory_bandwidth_gbs, 0)} GB/s · ${sig(g.memory_gib)} GiB`
@@ -803,6 +817,8 @@
     S.gpus = gpus;
     S.gpusByName = new Map(gpus.map((g) => [g.name, g]));
     fillSelect("#method", options.methods);
+    fillSelect("#stage", options.stages);
+    fillSelect("#rollout_engine", options.rollout_engines, options.rollout_engines.map((m) => (m === "hf" ? "HF generate" : "vLLM")));
     fillSelect("#precision", options.precisions);
     fillSelect("#quant", ["", ...options.quants.filter((q) => q !== "none")],
       ["as the method implies", ...options.quants.filter((q) => q !== "none")]);

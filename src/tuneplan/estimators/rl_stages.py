@@ -1,0 +1,270 @@
+"""GRPO / PPO / RLOO: a step = rollout generation (HF generate in the training process, or vLLM
+colocated or on its own GPUs) + scoring (reward model or a rule) + reference / value passes + the
+policy update (an SFT step over prompt + completion for every completion)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tuneplan.errors import InputError
+from tuneplan.estimators.stages import (
+    POLICY_PARTS,
+    StageRun,
+    _forward_only,
+    _reference_bytes,
+    _search_micro_batch,
+    _v,
+    add_memory,
+    shard_degree,
+)
+from tuneplan.physics import stages as ps
+from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
+from tuneplan.physics.step import efficiency
+from tuneplan.specs.gpu import GPUSpec
+from tuneplan.specs.job import JobSpec
+from tuneplan.specs.model import ModelSpec
+
+DECODE_CEILING_TOKENS = 1e12
+"""Decode's compute roofline takes the efficiency curve at its ceiling (tokens -> infinity): a decode
+step's small matmuls are memory-bound, which its bytes-over-bandwidth term already counts."""
+
+
+def rl_batch(jspec: JobSpec, group: int) -> tuple[int, int, int]:
+    """(prompts per step, completions per step, gradient-accumulation steps) of an RL job: with
+    --prompts-per-step, completions = prompts x group and the micro-steps follow; without it, TRL's
+    rule: completions = micro-batch x grad-accum x training GPUs, prompts = completions / group."""
+    train_gpus = jspec.gpus - jspec.rollout_gpus
+    dp = train_gpus // (jspec.tp * jspec.pp * jspec.cp)
+    per = jspec.micro_batch * dp
+    if jspec.prompts_per_step is not None:
+        n = jspec.prompts_per_step * group
+        if n % per:
+            raise InputError("prompts-per-step", f"prompts-per-step x group-size ({n} completions) must be a "
+                             f"multiple of micro-batch x training data-parallel GPUs ({per})")
+        return jspec.prompts_per_step, n, n // per
+    n = per * jspec.grad_accum
+    if n % group:
+        raise InputError("group-size", f"completions per step (micro-batch x grad-accum x training GPUs = {n}) "
+                         f"must be divisible by the group size ({group}); or give --prompts-per-step")
+    return n // group, n, jspec.grad_accum
+
+
+def _rate(a: dict, tokens: float) -> np.ndarray:
+    """Achieved FLOP/s of a forward over `tokens` tokens per GPU (the SFT efficiency curve)."""
+    trial = dict(a)
+    trial["micro_batch"] = np.maximum(np.asarray(a["micro_batch"]) * 0 + tokens, 1.0)
+    trial["seq_len"] = np.ones_like(np.asarray(a["seq_len"], dtype=float))
+    trial["cp"] = np.ones_like(trial["seq_len"])
+    return a["peak_flops"] * efficiency(trial) * a["matmul_rel"]
+
+
+def _forward_flops_per_token(a: dict, context: float, with_head: bool = True) -> np.ndarray:
+    """Forward FLOPs of one token at a given attention context (blocks, adapters, head, attention)."""
+    head = a["head_flops"] if with_head else 0.0
+    return a["fwd_block_flops"] + a["adapter_flops"] + head + a["attn_flops_per_seq"] * context
+
+
+def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c) -> dict:
+    """Prefill, decode, weight sync and memory of one step's rollouts."""
+    vllm = jspec.rollout_engine == "vllm"
+    server = vllm and jspec.rollout_gpus > 0
+    generators = jspec.rollout_gpus if server else _v(a["dp"])
+    split = 1.0 if server else _v(a["tp"] * a["pp"])
+    pbytes = _v(a["weight_bytes_compute"])
+    if vllm:  # merged weights at the compute precision
+        wbytes = _v(a["params_total"]) * pbytes / split
+    else:  # the training model as it is stored (quantised base, fp32 adapters)
+        wbytes = _v(a["params_frozen_linear"] * a["frozen_linear_bytes"] + a["params_frozen_other"]
+                    * a["frozen_other_bytes"] + a["params_trainable"] * np.where(a["method_code"] == 0, pbytes, 4.0)
+                    ) / split
+    kv_tok = _v(ps.kv_bytes_per_token(a["attn_layers"], a["kv_dim"], pbytes)) / split
+    batch = n / generators
+    waves, kv_room = 1, None
+    cap = gspec.memory_gib * BYTES_PER_GIB
+    if vllm:
+        share = ps.VLLM_SERVER_MEMORY_SHARE if server else ps.VLLM_COLOCATE_MEMORY_SHARE
+        kv_room = share * cap - wbytes - c.workspace_gib * BYTES_PER_GIB
+        need = ps.kv_cache_bytes(batch, prompt + completion, kv_tok)
+        waves = max(1, math.ceil(need / kv_room)) if kv_room > 0 else 0
+    bw = gspec.memory_bandwidth_gbs * 1e9 * c.bandwidth_efficiency
+    wave_batch = batch / max(waves, 1)
+    causal = c.causal_fraction_flash
+    t_prefill = _v(ps.prefill_s(_forward_flops_per_token(a, prompt * causal), batch * prompt,
+                                _rate(a, wave_batch * prompt) / split))
+    overhead = 0.0
+    if not vllm:
+        overhead = ps.hf_decode_overhead_s(_v(a["n_layers"]), c.kernel_launch_s) + _v(
+            a["adapted_modules"]) * c.lora_kernels_per_module * c.kernel_launch_s
+    traffic = ps.VLLM_KV_CACHE_TRAFFIC if vllm else ps.HF_KV_CACHE_TRAFFIC
+    mean_ctx = prompt + (completion + 1.0) / 2.0
+    t_decode = max(waves, 1) * _v(ps.decode_s(completion, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
+                                              _forward_flops_per_token(a, mean_ctx) / split,
+                                              _rate(a, DECODE_CEILING_TOKENS) / split, overhead))
+    t_sync = 0.0
+    if vllm:
+        full = _v(a["params_total"]) * pbytes
+        link = (gspec.intra_node_gbs or 16.0) * 1e9 * c.comm_efficiency if server else bw
+        t_sync = _v(ps.weight_sync_s(full, link))
+    kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + completion, kv_tok)
+    return {"prefill_s": t_prefill, "decode_s": t_decode, "sync_s": t_sync, "waves": waves,
+            "kv_room": kv_room, "kv_hf_bytes": kv_hf, "batch": batch, "server": server, "vllm": vllm,
+            "engine_bytes": (0.0 if server or not vllm else ps.VLLM_COLOCATE_MEMORY_SHARE * cap),
+            "server_weights": wbytes, "cap": cap}
+
+
+def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
+    """Arrays of the reward model (a full-precision copy of its config), or None for a rule."""
+    if not jspec.reward_model:
+        return None
+    from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.catalog import resolve_model
+
+    try:
+        rm = resolve_model(jspec.reward_model)
+    except InputError as exc:
+        raise InputError("reward-model", str(exc).split(": ", 1)[-1]) from None
+    rjob = jspec.model_copy(update={"method": "full", "quant": None, "stage": "sft",
+                                    "gpus": jspec.gpus - jspec.rollout_gpus, "rollout_gpus": 0})
+    return rm, build_arrays([(rm, gspec, rjob, seq)], c), rjob
+
+
+def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int,
+             search_max_mb: bool = True) -> StageRun:
+    from tuneplan.physics.terms import build_arrays
+
+    c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
+    d = ps.rl_defaults(jspec.stage)
+    group = jspec.group_size or int(d["group_size"])
+    completion = jspec.completion_len or int(d["completion_len"])
+    beta = d["kl_beta"] if jspec.kl_beta is None else jspec.kl_beta
+    epochs = jspec.ppo_epochs or int(d["ppo_epochs"])
+    prompts, n, ga = rl_batch(jspec, group)
+    train_gpus = jspec.gpus - jspec.rollout_gpus
+    train_job = jspec.model_copy(update={"gpus": train_gpus, "grad_accum": ga, "rollout_gpus": 0})
+    seq = prompt_len + completion
+    a = build_arrays([(mspec, gspec, train_job, seq)], c)
+    out = dict(est.predict_arrays(a))
+    fwd = _forward_only(out, a)  # a no-grad pass of the policy's shapes over all completions
+    for k in POLICY_PARTS + ("step_s", "compute_s", "communication_total_s"):
+        if k in out:
+            out[k] = out[k] * epochs
+    gen = generation(a, gspec, jspec, n, prompt_len, completion, c)
+    if gen["vllm"] and gen["waves"] == 0:
+        raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
+                         "weights: give more --rollout-gpus memory, a larger GPU, or --rollout-engine hf")
+    dp = _v(a["dp"])
+    rm = _reward_model(jspec, gspec, seq, c)
+    t_reward = 0.0
+    if rm is not None:
+        ra = rm[1]
+        t_reward = _v(ps.scoring_forward_s(_forward_flops_per_token(ra, seq * c.causal_fraction_flash, False),
+                                           n * seq / dp, _rate(ra, jspec.micro_batch * seq)))
+    ref = beta > 0
+    ref_weights = ref and not jspec.is_lora_family
+    t_ref = fwd if ref else 0.0
+    t_nograd = fwd if jspec.stage == "ppo" else 0.0  # PPO: old log-probs before its epochs
+    value = None
+    t_value = 0.0
+    if jspec.stage == "ppo":
+        vspec, va, vjob = rm if rm is not None else (mspec, None, None)
+        vjob = train_job.model_copy(update={"method": "full", "quant": None})
+        va = build_arrays([(vspec, gspec, vjob, seq)], c)
+        vout = dict(est.predict_arrays(va))
+        t_value = _forward_only(vout, va) + epochs * vout["step_s"]
+        value = vout
+    parts = {"rollout_prefill_s": gen["prefill_s"], "rollout_decode_s": gen["decode_s"],
+             "rollout_weight_sync_s": gen["sync_s"], "reward_s": t_reward, "reference_forward_s": t_ref,
+             "policy_nograd_s": t_nograd, "value_model_s": t_value}
+    keep = {"rollout_prefill_s", "rollout_decode_s"} | ({"rollout_weight_sync_s"} if gen["vllm"] else set()) | (
+        {"reward_s"} if rm is not None else set()) | ({"reference_forward_s"} if ref else set()) | (
+        {"policy_nograd_s", "value_model_s"} if jspec.stage == "ppo" else set())
+    for k in keep:
+        out[k] = np.asarray(parts[k], dtype=float) * np.ones_like(out["step_s"])
+    out["step_s"] = out["step_s"] + sum(np.asarray(parts[k]) for k in keep)
+    rm_bytes = 0.0 if rm is None else _v(rm[1]["params_total"] * rm[1]["weight_bytes_compute"]
+                                          / (rm[1]["tp"] * rm[1]["pp"]) / shard_degree(rm[1]))
+
+    def extras(arr, o):
+        tokens = arr["micro_batch"] * arr["seq_len"] / arr["cp"]
+        b = {"loss_buffers_gib": ps.logp_buffer_bytes(tokens)}
+        if ref_weights:
+            b["reference_model_gib"] = _reference_bytes(arr)
+        if rm is not None:
+            b["reward_model_gib"] = rm_bytes + 0.0 * tokens
+        if value is not None:
+            b["value_model_gib"] = (value["weights_gib"] + value["gradients_gib"] + value["master_weights_gib"]
+                                    + value["optimizer_gib"] + value["activations_gib"]) * BYTES_PER_GIB
+        if not gen["vllm"]:  # HF generate's cache (doubled while torch.cat grows it) instead of activations
+            held = (o["activations_gib"] + o["logits_gib"]) * BYTES_PER_GIB
+            b["rollout_kv_cache_gib"] = np.maximum(gen["kv_hf_bytes"] - held, 0.0)
+        return b, gen["engine_bytes"]
+
+    if "allocated_gib" in out:
+        b, e = extras(a, out)
+        add_memory(out, b, e, c)
+    max_mb = _search_micro_batch(est, a, 1.0, extras) if search_max_mb and "allocated_gib" in out else 0
+    res = StageRun(arrays=a, out=out, totals_job=train_job, samples_scale=float(group), samples_per_step=prompts,
+                   gpu_factor=jspec.gpus / train_gpus, one_time_s=0.0, max_micro_batch=max_mb)
+    res.extra["stage"] = {"stage": jspec.stage, "prompts_per_step": prompts, "completions_per_step": n,
+                          "group_size": group, "completion_len": completion, "prompt_len": prompt_len,
+                          "kl_beta": beta, "grad_accum": ga, "training_gpus": train_gpus,
+                          "rollout_gpus": jspec.rollout_gpus, "rollout_engine": jspec.rollout_engine,
+                          "rollout_waves": gen["waves"], "ppo_epochs": epochs if jspec.stage == "ppo" else None}
+    if gen["server"]:
+        used = gen["server_weights"] + ps.kv_cache_bytes(gen["batch"], seq, _v(ps.kv_bytes_per_token(
+            a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])))
+        res.extra["stage"]["rollout_memory_per_gpu_gib"] = (ps.VLLM_SERVER_MEMORY_SHARE * gen["cap"]
+                                                            + c.cuda_context_gib * BYTES_PER_GIB) / BYTES_PER_GIB
+        res.extra["stage"]["rollout_needed_gib"] = used / BYTES_PER_GIB
+    if gen["waves"] > 1:
+        res.warnings.append(f"vLLM's KV-cache room holds {1 / gen['waves']:.0%} of the step's {n} completions: "
+                            f"generation runs in {gen['waves']} waves (more --rollout-gpus, or a larger share)")
+    res.assumptions = rl_assumptions(jspec, group, completion, beta, epochs, prompts, n, ga, gen, rm is not None)
+    return res
+
+
+def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epochs: int, prompts: int, n: int,
+                   ga: int, gen: dict, has_rm: bool) -> list[str]:
+    st = jspec.stage.upper()
+    filled = [f"{k} {v}" for k, v, given in (
+        ("group size", group, jspec.group_size), ("completion length", completion, jspec.completion_len),
+        ("KL beta", beta, jspec.kl_beta), ("PPO epochs", epochs, jspec.ppo_epochs if jspec.stage == "ppo" else 1))
+        if given is None]
+    out = [f"{st}: a step = generate {n} completions ({prompts} prompts x group {group}, prompt length = "
+           f"--seq-len, up to {completion} new tokens each, all generated to full length) + score them + "
+           f"update the policy on prompt + completion ({ga} micro-steps of {jspec.micro_batch}); sequential, "
+           "no overlap between generation and training (TRL's synchronous loop)."]
+    if filled:
+        out.append("TRL defaults filled in: " + ", ".join(filled) + ".")
+    if gen["vllm"]:
+        where = (f"a vLLM server on {jspec.rollout_gpus} GPU(s) of --gpus (one replica per GPU, tensor parallel 1; "
+                 f"{ps.VLLM_SERVER_MEMORY_SHARE:.0%} of its memory)" if gen["server"] else
+                 f"vLLM colocated in the training process ({ps.VLLM_COLOCATE_MEMORY_SHARE:.0%} of each GPU's memory, "
+                 "TRL vllm_mode 'colocate')")
+        out.append(f"Rollouts on {where}: prefill from FLOPs, decode from memory bandwidth (weights once per step, "
+                   f"the KV cache {ps.VLLM_KV_CACHE_TRAFFIC:g}x per token), CUDA graphs (no launch overhead); the "
+                   "merged policy weights are pushed to it after every step.")
+    else:
+        out.append(f"Rollouts by HF generate in the training process: prefill from FLOPs, decode from memory "
+                   f"bandwidth with the KV cache read {ps.HF_KV_CACHE_TRAFFIC:g}x per token (DynamicCache grows by "
+                   f"torch.cat) and {ps.HF_DECODE_KERNELS_PER_LAYER:g} kernel launches per layer per token (plus the "
+                   "adapters' own); the cache (x2 while it grows) replaces the activations in the peak.")
+    out.append("Reward from a reward model's forward over prompt + completion on the training GPUs." if has_rm else
+               "Reward from a rule (no --reward-model): its CPU time is not counted.")
+    if beta > 0:
+        out.append(f"KL term (beta {beta:g}): a reference forward over all completions"
+                   + (", the LoRA adapter disabled (no second copy)." if jspec.is_lora_family else
+                      ", a frozen copy of the weights."))
+    else:
+        out.append("beta = 0: no reference model and no reference forward (TRL GRPO's default).")
+    if jspec.stage == "ppo":
+        out.append(f"PPO: old log-probs and values by no-grad forwards, then {epochs} epochs of policy and value "
+                   "updates; the value model is the reward model's architecture (the policy's without one), "
+                   "fully trained, its logits not counted.")
+    if not jspec.grad_ckpt:
+        out.append("Gradient checkpointing off (tuneplan's default); TRL's configs default to "
+                   "gradient_checkpointing=True: pass --grad-ckpt to match them.")
+    out.append("Device-hours, cost and energy count every GPU of --gpus, rollout GPUs at the training GPUs' power.")
+    return out

@@ -1,0 +1,184 @@
+"""Preference (DPO, ORPO, KTO, SimPO, CPO) and RL (GRPO, PPO, RLOO) stages, term by term.
+
+Each term is a small named function of plain numbers (or numpy arrays, which broadcast) that can be
+checked by hand; `tuneplan.estimators.stages` composes them with the SFT step of the policy. Defaults
+are TRL's (trl 1.16 config dataclasses) unless said otherwise; docs/stages.md states every assumption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# ---- TRL defaults (trl 1.16.0: trl/trainer/*_config.py) ------------------------------------------
+GRPO_GROUP_SIZE = 8
+"""Completions per prompt, GRPO (count): trl GRPOConfig.num_generations default."""
+RLOO_GROUP_SIZE = 2
+"""Completions per prompt, RLOO (count): trl RLOOConfig.num_generations default."""
+PPO_GROUP_SIZE = 1
+"""Completions per prompt, PPO (count): one response per query (trl <= 0.2x PPOTrainer, OpenRLHF)."""
+COMPLETION_LEN = 512
+"""Generated tokens per completion (tokens): trl GRPOConfig / RLOOConfig.max_completion_length default."""
+GRPO_KL_BETA = 0.0
+"""KL coefficient, GRPO (dimensionless): trl GRPOConfig.beta default (0: no reference model is loaded)."""
+RLOO_KL_BETA = 0.05
+"""KL coefficient, RLOO (dimensionless): trl RLOOConfig.beta default."""
+PPO_KL_BETA = 0.05
+"""KL coefficient, PPO (dimensionless): trl 0.11-0.2x PPOConfig.kl_coef default (PPOTrainer left trl 1.x)."""
+PPO_EPOCHS = 4
+"""Optimisation passes over each batch of rollouts, PPO (count): trl 0.11-0.2x PPOConfig.num_ppo_epochs."""
+VLLM_COLOCATE_MEMORY_SHARE = 0.3
+"""Share of each training GPU's memory vLLM reserves when colocated (fraction): trl GRPOConfig
+.vllm_gpu_memory_utilization default (vllm_mode 'colocate', the default mode)."""
+VLLM_SERVER_MEMORY_SHARE = 0.9
+"""Share of a rollout GPU's memory a vLLM server reserves (fraction): `trl vllm-serve`'s
+gpu_memory_utilization default (= vLLM's own default)."""
+
+# ---- physics constants -------------------------------------------------------------------------
+FORWARD_SHARE = 1.0 / 3.0
+"""Share of a training step's element-wise work and per-layer launch overhead that belongs to the
+forward pass (fraction): the backward runs two passes of the same shapes (input and weight grads)."""
+HF_DECODE_KERNELS_PER_LAYER = 16.0
+"""Kernels one decoder layer launches per generated token in eager HF generate (count): 2 norms, q/k/v/o
+projections (4), rotary (2), cache update (2), attention (1), gate/up/down (3), activation and multiply
+(1), residual adds (1); counted from transformers' Llama decoder layer."""
+HF_KV_CACHE_TRAFFIC = 3.0
+"""Passes over the KV cache per generated token in HF generate (count): attention reads it once and
+transformers' DynamicCache grows it with torch.cat (read and write the whole cache) every step."""
+VLLM_KV_CACHE_TRAFFIC = 1.0
+"""Passes over the KV cache per generated token in vLLM (count): paged attention reads it once, new
+entries are written in place."""
+REFERENCE_LOGITS_BYTES_PER_ELEMENT = 6.0
+"""Bytes per (token, vocabulary) element the reference forward holds next to the policy's activations
+(bytes): 16-bit logits + their fp32 log-softmax (TRL < 1.0 concatenated_forward, LLaMA-Factory). TRL >=
+1.0's fused LM head scores in tiles and materialises none: then an upper bound."""
+LOGP_BUFFER_BYTES_PER_TOKEN = 16.0
+"""Per-token buffers of the preference and RL losses (bytes per token): fp32 per-token log-probs of the
+policy and of the reference, the completion mask and the gathered labels (4 x 4 bytes)."""
+
+
+@dataclass(frozen=True)
+class StageShape:
+    """Sequences one sample costs in each pass of a preference stage."""
+
+    trained: float  # sequences through the policy's forward and backward
+    policy_nograd: float  # extra no-grad forwards of the policy (KTO's KL completions)
+    reference: float  # sequences through the reference model's forward (0: no reference)
+
+
+PREFERENCE_SHAPES = {
+    "sft": StageShape(1.0, 0.0, 0.0),
+    # chosen + rejected concatenated into one batch; reference on both (trl DPOTrainer._compute_loss)
+    "dpo": StageShape(2.0, 0.0, 2.0),
+    # odds ratio on the policy only, NLL on chosen: no reference (trl.experimental.orpo)
+    "orpo": StageShape(2.0, 0.0, 0.0),
+    # unpaired: one completion per sample; the KL completion (mismatched pair) through the policy with no
+    # grad and, with the completion, through the reference (trl KTOTrainer, calculate_kl=True default)
+    "kto": StageShape(1.0, 1.0, 2.0),
+    # reference-free length-normalised margin (trl CPOTrainer loss_type='simpo')
+    "simpo": StageShape(2.0, 0.0, 0.0),
+    # sigmoid preference loss + NLL on chosen, reference-free (trl CPOTrainer)
+    "cpo": StageShape(2.0, 0.0, 0.0),
+}
+
+
+def stage_shape(stage: str) -> StageShape:
+    """Sequences per sample in the policy's trained pass, its no-grad pass and the reference pass."""
+    return PREFERENCE_SHAPES[stage]
+
+
+def reference_weights_needed(has_reference_pass: bool, lora_family: bool, precompute_ref: bool) -> bool:
+    """A second copy of the frozen weights is held when the stage has a reference pass computed during
+    training with a fully trained (or freeze-tuned) policy. Under LoRA the adapter is disabled for the
+    reference pass (the frozen base is the reference); precomputed log-probs need no model."""
+    return has_reference_pass and not lora_family and not precompute_ref
+
+
+def reference_weight_bytes(params_total, bytes_per_weight, model_split, shard_degree):
+    """Bytes of the frozen reference copy per GPU: parameters x bytes, divided by tensor x pipeline
+    parallel and by the ZeRO-3/FSDP shard degree (TRL prepares the reference like the policy)."""
+    return params_total * bytes_per_weight / model_split / shard_degree
+
+
+def forward_only_s(forward_s, elementwise_s, overhead_s, dequant_s, grad_ckpt):
+    """A no-grad forward of the same shapes as a training step (s): the step's forward matmuls, the
+    forward's share of the element-wise work and launch overhead, and one of the dequantisation passes
+    (2 per step, 3 with gradient checkpointing)."""
+    passes = 2.0 + np.asarray(grad_ckpt, dtype=float)
+    return forward_s + FORWARD_SHARE * (elementwise_s + overhead_s) + dequant_s / passes
+
+
+def reference_logits_bytes(tokens, vocab, tp):
+    """Bytes of the reference's logits and log-softmax, held beside the policy's activations (the
+    reference pass runs after the policy's forward): tokens x vocabulary x 6 bytes / tensor parallel."""
+    return tokens * vocab * REFERENCE_LOGITS_BYTES_PER_ELEMENT / tp
+
+
+def logp_buffer_bytes(tokens):
+    """Bytes of the losses' per-token buffers (log-probs of policy and reference, mask, labels)."""
+    return tokens * LOGP_BUFFER_BYTES_PER_TOKEN
+
+
+# ---- RL: generation, scoring, update ------------------------------------------------------------
+def completions_per_step(prompts_per_step, group_size):
+    """Completions generated, scored and trained on per optimizer step (count)."""
+    return prompts_per_step * group_size
+
+
+def kv_bytes_per_token(attention_layers, kv_dim, bytes_per_element):
+    """KV-cache bytes one token adds: K and V (2) x attention layers x KV width x bytes."""
+    return 2.0 * attention_layers * kv_dim * bytes_per_element
+
+
+def kv_cache_bytes(batch, context, kv_per_token):
+    """KV cache of a generation batch at its longest context (bytes)."""
+    return batch * context * kv_per_token
+
+
+def prefill_s(flops_per_token, tokens, rate):
+    """Prompt prefill (s): compute-bound, forward FLOPs per token x prompt tokens / achieved FLOP/s."""
+    return flops_per_token * tokens / rate
+
+
+def decode_step_bytes(weight_bytes, batch, kv_per_token, context, kv_traffic):
+    """Bytes one decode step moves: every weight once (shared by the batch) and each sequence's KV
+    cache `kv_traffic` times at its current context."""
+    return weight_bytes + batch * kv_per_token * context * kv_traffic
+
+
+def decode_s(completion_len, prompt_len, batch, weight_bytes, kv_per_token, kv_traffic, bandwidth,
+             flops_per_token, rate, per_token_overhead_s):
+    """Decode of `completion_len` tokens for `batch` sequences (s). Each step is the slower of its bytes
+    over memory bandwidth and its FLOPs (batch x forward FLOPs per token) over the achieved rate, plus a
+    fixed per-step overhead; the KV cache is taken at the mean context, prompt + (completion + 1) / 2
+    (exact for the memory term, which grows linearly with the context)."""
+    mean_context = prompt_len + (completion_len + 1.0) / 2.0
+    t_mem = decode_step_bytes(weight_bytes, batch, kv_per_token, mean_context, kv_traffic) / bandwidth
+    t_flops = batch * flops_per_token / rate
+    return completion_len * (np.maximum(t_mem, t_flops) + per_token_overhead_s)
+
+
+def hf_decode_overhead_s(n_layers, kernel_launch_s):
+    """Per-token launch overhead of eager HF generate (s): kernels per layer x layers x launch time.
+    vLLM replays CUDA graphs: none."""
+    return HF_DECODE_KERNELS_PER_LAYER * n_layers * kernel_launch_s
+
+
+def weight_sync_s(weight_bytes, bandwidth):
+    """Policy weights pushed to the inference engine after each step (s): bytes over the link
+    (NVLink / network for a vLLM server, memory bandwidth when colocated)."""
+    return weight_bytes / bandwidth
+
+
+def scoring_forward_s(flops_per_token, tokens, rate):
+    """A reward (or value) model's no-grad forward over the completions (s): FLOPs over the rate."""
+    return flops_per_token * tokens / rate
+
+
+def rl_defaults(stage: str) -> dict[str, float]:
+    """TRL's defaults for an RL stage: group size, completion length, KL coefficient, PPO epochs."""
+    group = {"grpo": GRPO_GROUP_SIZE, "rloo": RLOO_GROUP_SIZE, "ppo": PPO_GROUP_SIZE}[stage]
+    beta = {"grpo": GRPO_KL_BETA, "rloo": RLOO_KL_BETA, "ppo": PPO_KL_BETA}[stage]
+    return {"group_size": group, "completion_len": COMPLETION_LEN, "kl_beta": beta,
+            "ppo_epochs": PPO_EPOCHS if stage == "ppo" else 1}

@@ -1,0 +1,165 @@
+"""`plan(..., stage=...)` for preference and RL stages: GPU type x count x method x micro-batch x
+sharding, and for the RL stages every split of the GPUs between rollout generation and training
+(HF generate in the training process, vLLM colocated, or vLLM on 1..n-1 of the GPUs). Each candidate
+is the stage estimate of `tuneplan.estimators.stages` (the same figures `tuneplan estimate --stage`
+gives, without the interval); the grid is smaller than the SFT planner's, candidate by candidate."""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from typing import Any
+
+import numpy as np
+
+from tuneplan.errors import InputError, TuneplanError
+from tuneplan.plan.pareto import pareto_mask
+from tuneplan.specs.job import RL_STAGES, make_job
+
+STAGE_MICRO_BATCHES = (1, 2, 4, 8)
+"""Micro-batches a stage plan tries (samples: pairs, or completions for RL)."""
+STAGE_GLOBAL_BATCH = 32
+"""Samples per optimizer step of a preference-stage plan (pairs); RL: completions per step when no
+--prompts-per-step is given (TRL's default per-device batch of 8 x 4 GPUs)."""
+
+
+def rollout_options(stage: str, gpus: int, nodes: int = 1) -> list[tuple[str, int]]:
+    """(engine, rollout GPUs) splits of `gpus`: HF generate and colocated vLLM on all of them, and
+    vLLM servers on r = 1..gpus-1 with the rest (divisible by the nodes) training."""
+    if stage not in RL_STAGES:
+        return [("hf", 0)]
+    return [("hf", 0), ("vllm", 0)] + [("vllm", r) for r in range(1, gpus) if (gpus - r) % nodes == 0]
+
+
+def _candidate(est, mspec, g, job, c, rate: float | None) -> dict[str, Any]:
+    from tuneplan.estimators.stages import run_stage, stage_run_totals
+    from tuneplan.physics.run import workload
+
+    wl = workload(job)
+    run = run_stage(est, mspec, g, job, wl.seq_len, wl.samples_per_epoch, search_max_mb=False)
+    out = run.out
+    step = float(np.asarray(out["step_s"]).reshape(-1)[0])
+    tj = run.totals_job
+    totals, _ = stage_run_totals(run, wl, rate, c)
+    mem = float(np.asarray(out["memory_gib"]).reshape(-1)[0])
+    return {"gpu": g.name, "gpus": job.gpus, "nodes": job.nodes, "method": job.method,
+            "micro_batch": job.micro_batch, "grad_accum": tj.grad_accum, "global_batch": run.samples_per_step,
+            "sharding": job.sharding, "grad_ckpt": job.grad_ckpt, "stage": job.stage,
+            "rollout_engine": job.rollout_engine, "rollout_gpus": job.rollout_gpus,
+            "time_s": totals.wall_clock_s, "time_h": totals.wall_clock_s / 3600.0,
+            "cost_usd": np.nan if totals.cost_usd is None else totals.cost_usd,
+            "rate_usd_per_gpu_hour": np.nan if rate is None else rate, "device_hours": totals.device_hours,
+            "energy_kwh": totals.energy_kwh, "co2_kg": totals.co2_kg, "step_s": step, "steps": totals.steps,
+            "tokens_per_s": float(np.asarray(out["tokens_per_step"]).reshape(-1)[0]) / step,
+            "memory_per_gpu_gib": mem, "memory_capacity_gib": g.memory_gib,
+            "fits": bool(np.asarray(out["fits"]).reshape(-1)[0])}
+
+
+def _jobs(stage: str, methods, counts, micro_batches, grad_ckpts, fixed: dict, work: dict):
+    """Every valid job of the stage grid (invalid combinations are skipped)."""
+    for m in methods:
+        for n in counts:
+            shardings = [fixed["sharding"]] if "sharding" in fixed else (
+                ["ddp"] if n == 1 or m != "full" else ["ddp", "zero3"])
+            for eng, r in rollout_options(stage, n):
+                for mb in micro_batches:
+                    for sh in shardings:
+                        for gc in grad_ckpts:
+                            kw = {**fixed, **work, "method": m, "gpus": n, "micro_batch": mb, "sharding": sh,
+                                  "grad_ckpt": gc, "rollout_engine": eng, "rollout_gpus": r}
+                            dp = (n - r) // int(kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1) or 1)
+                            if stage in RL_STAGES:
+                                kw.setdefault("prompts_per_step", None)
+                                if kw["prompts_per_step"] is None:
+                                    kw["grad_accum"] = max(1, math.ceil(STAGE_GLOBAL_BATCH / max(mb * dp, 1)))
+                            else:
+                                kw.setdefault("grad_accum", max(1, math.ceil(STAGE_GLOBAL_BATCH / max(mb * dp, 1))))
+                            try:
+                                yield make_job(**kw)
+                            except InputError:
+                                continue
+
+
+def plan_stage(mspec, gpu_specs, method_list, counts, est, c, rates: dict[str, float | None], *, stage: str,
+               work: dict, fixed: dict, micro_batches, grad_ckpts, deadline_s, budget_usd, objective: str):
+    """Candidates (one dict per configuration that could be estimated) and the notes of a stage plan."""
+    t0 = _time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    skipped = 0
+    for g in gpu_specs:
+        for job in _jobs(stage, method_list, counts, micro_batches or STAGE_MICRO_BATCHES, grad_ckpts,
+                         fixed, work):
+            try:
+                rows.append(_candidate(est, mspec, g, job, c, rates.get(g.name)))
+            except TuneplanError:
+                skipped += 1
+    notes = [f"--stage {stage}: {len(rows)} candidates estimated one by one in {_time.perf_counter() - t0:.1f} s"
+             + (f" ({skipped} could not be, e.g. a group size that does not divide the batch)" if skipped else "")
+             + "; intervals are not attached to stage candidates."]
+    if stage in RL_STAGES:
+        notes.append("RL: every split of the GPUs between generation and training is a candidate (HF generate, "
+                     "vLLM colocated, vLLM servers on 1..n-1 GPUs); --gpus counts both.")
+    else:
+        notes.append(f"Preference stage: {STAGE_GLOBAL_BATCH} pairs per optimizer step (grad-accum fills in).")
+    return rows, notes
+
+
+def rank(df, objective: str, deadline_s, budget_usd):
+    """Eligibility and order of stage candidates, the same rules as the SFT planner's."""
+    wall, cost = df["time_s"].to_numpy(), df["cost_usd"].to_numpy()
+    priced = np.isfinite(cost)
+    df["meets_deadline"] = True if deadline_s is None else wall <= deadline_s
+    df["within_budget"] = True if budget_usd is None else priced & (cost <= budget_usd)
+    df["eligible"] = df["fits"] & df["meets_deadline"] & df["within_budget"] & (
+        priced if objective in ("cheapest", "balanced") else True)
+    keys = {"cheapest": ["cost_usd", "time_s"], "fastest": ["time_s", "cost_usd"],
+            "energy": ["energy_kwh", "cost_usd"], "balanced": ["_tc", "time_s"]}[objective]
+    df["_tc"] = wall * np.where(priced, cost, np.inf)
+    df["_not"] = ~df["eligible"]
+    df = df[df["fits"]].sort_values(["_not"] + keys, kind="stable").drop(columns=["_tc", "_not"])
+    df = df.reset_index(drop=True)
+    df["pareto"] = pareto_mask(df["time_s"].to_numpy(), df["cost_usd"].fillna(np.inf).to_numpy()) if len(df) \
+        else np.zeros(0, bool)
+    return df
+
+
+def stage_plan_result(mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, *, stage,
+                      work, fixed, micro_batches, grad_ckpts, deadline_s, budget_usd, objective, t0, notes):
+    """The PlanResult of a stage plan (see `plan_stage`)."""
+    import pandas as pd
+
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan.search import PlanResult, _row, _why
+
+    est = get_estimator("tuneplan", calibration)
+    rates = {g.name: (None if math.isnan(r) else float(r)) for g, r in zip(gpu_specs, rate_tab, strict=True)}
+    rows, more = plan_stage(mspec, gpu_specs, method_list, counts, est, est.constants, rates, stage=stage,
+                            work=work, fixed=fixed, micro_batches=micro_batches, grad_ckpts=grad_ckpts,
+                            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective)
+    df = rank(pd.DataFrame(rows), objective, deadline_s, budget_usd) if rows else pd.DataFrame(rows)
+    rec = ru = None
+    why = message = ""
+    if len(df) and bool(df["eligible"].iloc[0]):
+        rec = _row(df, 0)
+        other = df["eligible"] & ((df["gpu"] != rec["gpu"]) | (df["gpus"] != rec["gpus"])
+                                  | (df["method"] != rec["method"]) | (df["rollout_gpus"] != rec["rollout_gpus"]))
+        idx = np.flatnonzero(other.to_numpy())
+        ru = _row(df, int(idx[0])) if len(idx) else None
+        why = _why(objective, rec, ru, deadline_s, budget_usd)
+    else:
+        message = ("no candidate fits in memory" if not len(df) else
+                   "no candidate meets the deadline and budget; the closest is listed first")
+    pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True) \
+        if len(df) else df
+    return PlanResult(
+        model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
+        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=[], message=message,
+        closest=None if rec or not len(df) else _row(df, 0), workload=wl, gpus=[g.name for g in gpu_specs],
+        methods=list(method_list), prices=price_info, interval=None, n_evaluated=len(rows),
+        seconds=_time.perf_counter() - t0,
+        space={"gpu_counts": list(counts), "micro_batches": list(micro_batches or STAGE_MICRO_BATCHES),
+               "shardings": [fixed["sharding"]] if "sharding" in fixed else ["ddp", "zero3"],
+               "grad_ckpt": list(grad_ckpts), "global_batch": STAGE_GLOBAL_BATCH, "grad_accums": None,
+               "gpus_per_node": 8, "stage": stage},
+        notes=notes + more,
+    )
