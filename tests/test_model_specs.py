@@ -15,6 +15,7 @@ Exceptions (documented in NAME_EXCEPTIONS) are names that are known not to be th
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -30,6 +31,8 @@ from hypothesis import strategies as st
 from conftest import reference_dir, tiny_llama_config
 from tuneplan.errors import AmbiguousNameError, InputError, TuneplanError, UnknownNameError
 from tuneplan.specs import catalog
+from tuneplan.specs.architectures import UNSUPPORTED
+from tuneplan.specs.architectures import detect_model_type as _detect
 from tuneplan.specs.catalog import (
     list_models,
     load_model_config,
@@ -65,14 +68,36 @@ def _expert_params(spec) -> int:
 # catalog files
 
 
+SHARED_CONFIGS = reference_dir().parent / "reference" / "model_configs"
+
+
+def _unsupported(hub_id: str) -> str | None:
+    return UNSUPPORTED.get(_detect(_raw(hub_id)))
+
+
 def test_catalog_has_all_files_and_names_match_hf_id():
-    assert len(CATALOG_IDS) == 113
+    assert len(CATALOG_IDS) == 173
     for hub_id, path in model_catalog().items():
-        assert _raw(hub_id)["_hf_id"] == hub_id, path.name
+        # a multimodal config sits next to its text-decoder file: "<hub id>.multimodal"
+        assert _raw(hub_id)["_hf_id"] == hub_id.removesuffix(".multimodal"), path.name
+        assert _raw(hub_id).get("_source"), f"{path.name} says where it came from"
+
+
+def test_catalog_ships_every_shared_reference_config():
+    if not SHARED_CONFIGS.is_dir():
+        pytest.skip("no shared reference data")
+    shared = {p.name for p in SHARED_CONFIGS.glob("*.json")}
+    shipped = {p.name for p in model_catalog().values()}
+    assert shared <= shipped
 
 
 @pytest.mark.parametrize("hub_id", CATALOG_IDS)
 def test_every_catalog_file_loads(hub_id):
+    why = _unsupported(hub_id)
+    if why:  # recognised but not modelled: a one-line InputError naming model_type, never a guess
+        with pytest.raises(InputError, match="model_type"):
+            resolve_model(hub_id)
+        return
     spec = resolve_model(hub_id)
     assert spec.name == hub_id
     assert spec.source.startswith("catalog:")
@@ -82,7 +107,7 @@ def test_every_catalog_file_loads(hub_id):
     assert (spec.params_lm_head == 0) == spec.tied_embeddings
     # the total is exactly the parts
     parts = (sum(lin.params for lin in spec.linears) + spec.extra["params_other"] + spec.params_embedding
-             + spec.params_lm_head)
+             + spec.params_lm_head + spec.params_vision)
     assert parts == spec.params_total
     if spec.is_moe:
         assert spec.params_active < spec.params_total
@@ -92,6 +117,7 @@ def test_every_catalog_file_loads(hub_id):
     for lin in spec.linears:
         assert lin.in_features > 0 and lin.out_features > 0 and lin.n_layers > 0
         assert lin.n_layers <= (spec.n_layers if not spec.is_encoder_decoder else 3 * spec.n_layers)
+    assert "generic_reading" not in spec.extra or not spec.model_type or spec.model_type == "llama"
 
 
 _NUM = r"(\d+(?:\.\d+)?)\s*([BM])\b"
@@ -123,6 +149,23 @@ NAME_EXCEPTIONS = {
     "microsoft/phi-1_5": "'1.3B' is the size commonly quoted; the model has 1.418B (transformers agrees)",
     "facebook/opt-350m": "'350M' is OPT's nominal size; the checkpoint has 331,196,416 parameters",
     "google/gemma-7b": "'7B' is Google's class name; Gemma-7B has 8.54B (7.75B non-embedding)",
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": "109B counts the vision encoder; the file is the text_config "
+                                                  "only (107.8B, 1.1% below)",
+}
+
+# published figures stated in another form than the first number of `_published_params`
+PUBLISHED_FIGURES = {
+    # the file's note: verl's log "Qwen2_5_VLForConditionalGeneration contains 8.29B parameters"
+    "Qwen/Qwen2.5-VL-7B-Instruct": "8.29B total",
+    # moonshotai/Kimi-K2-Instruct README (Model Summary): "32 billion activated parameters and 1 trillion
+    # total parameters" (the catalog file's curator found no stored copy; the figure is the model card's)
+    "moonshotai/Kimi-K2-Instruct": "1000B total / 32B active",
+}
+
+ACTIVE_WITHOUT_INPUT_EMBEDDING = {
+    # OpenAI's model card counts active parameters without the input embedding (a lookup, no FLOPs):
+    # 120b: 5.13B active = attention 0.96B + 4/128 of MoE 114.71B + unembedding 0.58B
+    "openai/gpt-oss-120b", "openai/gpt-oss-20b",
 }
 
 
@@ -132,7 +175,14 @@ def test_published_params(hub_id):
     text = raw.get("_published_params")
     if not text:
         pytest.skip("no published figure")
+    if _unsupported(hub_id):
+        pytest.skip("architecture not modelled")
+    text = PUBLISHED_FIGURES.get(hub_id, text)
+    if text.startswith("not stated"):
+        pytest.skip("the sources read state no size")
     spec = resolve_model(hub_id)
+    if hub_id in ACTIVE_WITHOUT_INPUT_EMBEDDING:
+        spec = dataclasses.replace(spec, params_active=spec.params_active - spec.params_embedding)
     if hub_id in NAME_EXCEPTIONS:
         with pytest.raises(AssertionError):
             _check_published(spec, text)
@@ -149,7 +199,7 @@ def _check_published(spec, text: str) -> None:
         checked = True
     if checked:
         return
-    moe = re.search(r"(\d+)x(\d+(?:\.\d+)?)B", text)
+    moe = re.search(r"(\d+)\s*x\s*(\d+(?:\.\d+)?)B", text)
     if moe:
         n = int(moe.group(1))
         one_expert_model = spec.params_total - _expert_params(spec) * (n - 1) / n
@@ -346,7 +396,7 @@ def test_moe_active_vs_total():
 
 def test_hybrid_and_ssm_models():
     g4 = resolve_model("ibm-granite/granite-4.0-h-small")
-    assert g4.n_attention_layers == 4 and g4.extra["mamba"]["n_layers"] == 36
+    assert g4.n_attention_layers == 4 and g4.ssm is not None and g4.ssm.n_layers == 36
     assert g4.params_total == pytest.approx(32_188_252_160, rel=0.01)
     assert g4.params_active == pytest.approx(8_784_035_840, rel=0.01)
     bm = resolve_model("Zyphra/BlackMamba-2.8B")
@@ -589,7 +639,8 @@ def test_load_model_config():
 
 def test_list_models():
     specs = list_models()
-    assert len(specs) == len(CATALOG_IDS) and len({s.name for s in specs}) == len(specs)
+    readable = [i for i in CATALOG_IDS if not _unsupported(i)]
+    assert len(specs) == len(readable) and len({s.name for s in specs}) == len(specs)
 
 
 def test_resolving_one_model_is_lazy_and_fast():

@@ -191,3 +191,16 @@ def test_vllm_colocated_reserves_its_share():
     assert r.memory_breakdown_gib["rollout_engine"] == pytest.approx(ps.VLLM_COLOCATE_MEMORY_SHARE * 80.0)
     assert r.memory_per_gpu_gib == pytest.approx(sum(r.memory_breakdown_gib.values()))
     assert "rollout_weight_sync" in r.step_breakdown_s
+
+
+@pytest.mark.parametrize("estimator", ["kavier", "xia"])
+@pytest.mark.parametrize("stage", ["dpo", "grpo", "rloo"])
+def test_other_estimators_take_the_stage(estimator, stage):
+    kw = dict(seq_len=256, examples=1000, tokens_per_example=None, micro_batch=8) if stage != "dpo" else {}
+    r = tuneplan.estimate(MODEL, GPU, **{**WORK, "calibration": None, "method": "lora", "stage": stage,
+                                         "estimator": estimator, **kw})
+    parts = sum(v for k, v in r.step_breakdown_s.items() if k != "total")
+    if estimator == "kavier":  # xia has no SFT parts: only the stage's own are listed
+        assert r.step_breakdown_s["total"] == pytest.approx(parts)
+    assert 0 < parts <= r.step_breakdown_s["total"] * (1 + 1e-12)
+    assert r.memory_breakdown_gib["loss_buffers"] > 0 and r.max_micro_batch >= 1

@@ -109,7 +109,7 @@ def test_models_search(client):
     names = [m["name"] for m in all_models]
     assert MODEL in names
     hit = client.get("/api/models", params={"q": "qwen2.5 7b"}).json()
-    assert [m["name"] for m in hit] == [MODEL]
+    assert [m["name"] for m in hit] == [MODEL, "Qwen/Qwen2.5-Coder-7B", "Qwen/Qwen2.5-VL-7B-Instruct"]
     assert hit[0]["params_total_b"] == pytest.approx(7.6, abs=0.1)
     assert len(client.get("/api/models", params={"limit": 3}).json()) == 3
     assert client.get("/api/models", params={"q": "zzzz-no-such"}).json() == []

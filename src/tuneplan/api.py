@@ -150,7 +150,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         out = est.predict_arrays(a)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
-    assumptions = (est.assumptions(jspec) + model_assumptions(mspec) + workload_assumptions(jspec, wl, est.constants)
+    assumptions = (est.assumptions(jspec) + model_assumptions(mspec, jspec) + workload_assumptions(jspec, wl, est.constants)
                    + job_assumptions(jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src)
                    + (stage.assumptions if stage else []))
     res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions)
@@ -162,11 +162,16 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     return res
 
 
-def model_assumptions(mspec: ModelSpec) -> list[str]:
-    """Where the model's figures come from, when that is not the embedded catalog."""
+def model_assumptions(mspec: ModelSpec, jspec: JobSpec) -> list[str]:
+    """Where the model's figures come from (when not the embedded catalog), and what its architecture
+    (local attention, MLA, Mamba, a vision tower) implies for this job."""
+    from tuneplan.physics.architecture import architecture_assumptions
+
+    out = []
     if mspec.source.startswith("hub:"):
-        return [f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}."]
-    return []
+        out.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
+    return out + architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
+                                          jspec.image_size)
 
 
 def _totals(stage, jspec: JobSpec, wl: Workload, a: dict, out: dict, rate_v: float | None,
@@ -186,7 +191,8 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
     step_s = _scalar(out, "step_s")
     peak = float(a["peak_flops"][0])
     parts = STEP_PARTS + (stage.step_parts() if stage else ())
-    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts if k in out}
+    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
+                 if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
     breakdown["total"] = step_s
     mem_total = _scalar(out, "memory_gib")
     fits = bool(np.asarray(out["fits"])[0])

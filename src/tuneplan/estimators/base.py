@@ -23,7 +23,7 @@ from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 Arrays = dict[str, np.ndarray]
 
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s")
+              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
 """The parts of an optimizer step an estimator may report; those it reports add up to `step_s`."""
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
                 "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",

@@ -111,6 +111,8 @@ def _search_micro_batch(est, a: dict, per_sample: float, extras) -> int:
 
 
 def _forward_only(out: dict, a: dict) -> np.ndarray:
+    if "forward_s" not in out:  # an estimator with no step parts (xia): the forward's third of the step
+        return np.asarray(out["step_s"], dtype=float) * ps.FORWARD_SHARE
     z = np.zeros_like(np.asarray(out["step_s"], dtype=float))
     return ps.forward_only_s(out.get("forward_s", z), out.get("elementwise_s", z), out.get("overhead_s", z),
                              out.get("dequant_s", z), a["grad_ckpt"])
@@ -128,10 +130,16 @@ def stage_for_estimate(est, phys, estimator: str, mspec: ModelSpec, gspec: GPUSp
         raise InputError("stage", "the Run Planner seed has no stage model: use --estimator tuneplan (default), "
                          "kavier, xia or slst with --stage")
     run = run_stage(est, mspec, gspec, jspec, wl.seq_len, wl.samples_per_epoch)
+    if "forward_s" not in run.out:
+        run.assumptions.append(f"{estimator} has no forward part: each no-grad forward (reference, KL, old "
+                               f"log-probs) is taken as {ps.FORWARD_SHARE:.2f} of its training step.")
     if "weights_gib" in run.out:
         return run, run.arrays, run.out, run.out
     mrun = run_stage(phys, mspec, gspec, jspec, wl.seq_len, wl.samples_per_epoch)
     run.max_micro_batch = mrun.max_micro_batch
+    for k in STAGE_MEMORY_PARTS:  # the memory parts the breakdown lists come from the physics' run
+        if k in mrun.out:
+            run.out[k] = mrun.out[k]
     return run, run.arrays, run.out, mrun.out
 
 
@@ -168,7 +176,7 @@ def preference_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_
         out["policy_nograd_s"] = t_nograd
     out["step_s"] = out["step_s"] + t_ref + t_nograd
     passes = shape.policy_nograd + (shape.reference if ref_pass else 0.0)
-    out["compute_s"] = out.get("compute_s", 0.0) + out["forward_s"] / shape.trained * passes
+    out["compute_s"] = out.get("compute_s", 0.0) + out.get("forward_s", 0.0) / shape.trained * passes
 
     def extras(arr, o):
         tokens = arr["micro_batch"] * arr["seq_len"] / arr["cp"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
 from tuneplan.physics.codes import OptimizerCode, ShardingCode
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
 
@@ -38,10 +39,14 @@ def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CO
     h, q, kv = a["hidden"], a["q_dim"], a["kv_dim"]
     gated = a["gated"] > 0
     inter = a["intermediate"]
-    mlp_dense = np.where(gated, 4.0 * inter, 2.0 * inter) + 2.0 * h  # norm in/out + MLP internals
+    # hybrid stacks: attention and dense MLPs only in the layers that have them, plus the Mamba mixers
+    attn_share, mlp_share, ssm_per_layer = layer_shares(a)
+    mlp_dense = (np.where(gated, 4.0 * inter, 2.0 * inter) + 2.0 * h) * mlp_share  # norm in/out + MLP internals
     attn = 2.0 * h + 2.0 * q + 3.0 * kv  # norm in/out, q (pre/post rope), k (pre/post), v, attn out
+    attn = attn + a.get("attn_latent_elements", 0.0)  # MLA: the compressed q and kv (and their norms)
     eager_scores = np.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / a["cp"])
     flash_stats = np.where(a["flash_attn"] > 0, 2.0 * a["n_heads"] / np.maximum(h, 1.0), 0.0)
+    mixers = (attn + eager_scores + flash_stats) * attn_share + ssm_per_layer
     moe_inner = np.where(gated, 4.0 * a["moe_intermediate"], 2.0 * a["moe_intermediate"])
     mlp_moe = 2.0 * h + np.maximum(a["top_k"], 1.0) * (h + moe_inner) + 2.0 * a["n_experts"]
     lora_extra = (a["lora_rank"] * 2.0 * a["adapted_inputs_per_layer"]
@@ -58,9 +63,9 @@ def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CO
     # per module (q, k and v each keep their own); NF4 layers' own fp32 input copy is quant_inputs
     cast = (a["adapter_fp32"] > 0) & (a["weight_bytes_compute"] < 4) & (a["dequant_bytes"] != 1)
     adapter_cast = np.where(cast, 4.0 * a["adapter_in_elements"] / np.maximum(a["n_layers"], 1.0), 0.0)
-    dense = ((attn + eager_scores + flash_stats + mlp_dense + lora_extra) * el_bytes + quant_inputs
+    dense = ((mixers + mlp_dense + lora_extra) * el_bytes + quant_inputs
              + adapter_cast) * c.activation_scale
-    moe = ((attn + eager_scores + flash_stats + mlp_moe + lora_extra) * el_bytes + quant_inputs_moe
+    moe = ((mixers + mlp_moe + lora_extra) * el_bytes + quant_inputs_moe
            + adapter_cast) * c.activation_scale
     return {"dense": dense, "moe": moe, "layer_input": h * el_bytes}
 
@@ -127,6 +132,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     acts = np.where(a["grad_ckpt"] > 0, ckpt_acts, full_acts)
     in_flight = np.where(pp > 1, np.minimum(pp, a["grad_accum"]), 1.0)  # 1F1B: first stage holds pp
     acts = acts * in_flight
+    if "vision_act_bytes_per_sample" in a:  # a trained vision tower's saved activations
+        acts = acts + vision_activation_bytes(a)
     logits = tokens * a["vocab"] * c.logits_bytes_per_element / tp
     # transient dequantised weight (QLoRA/GPTQ): one large projection at a time, in and out
     dequant_buf = np.where(a["dequant_bytes"] > 0,

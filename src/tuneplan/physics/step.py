@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.codes import MethodCode, ShardingCode
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 
@@ -35,9 +36,13 @@ def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
 def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
     """Element-wise work per token per layer (elements): the hidden state through norms and residuals
     (4h), attention's q/k/v/output (2q + 2kv), and the MLP's intermediate tensors (3I gated, 2I plain;
-    MoE: top-k experts' widths)."""
-    inter = np.where(a["moe_layers"] > 0, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"], a["intermediate"])
-    return 4.0 * a["hidden"] + 2.0 * a["q_dim"] + 2.0 * a["kv_dim"] + np.where(a["gated"] > 0, 3.0, 2.0) * inter
+    MoE: top-k experts' widths); hybrid stacks weigh attention and MLP by the layers that have them and
+    add the Mamba mixers' tensors (`architecture.layer_shares`)."""
+    attn_share, mlp_share, ssm_per_layer = layer_shares(a)
+    inter = np.where(a["moe_layers"] > 0, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"],
+                     a["intermediate"] * mlp_share)
+    return (4.0 * a["hidden"] + attn_share * (2.0 * a["q_dim"] + 2.0 * a["kv_dim"])
+            + np.where(a["gated"] > 0, 3.0, 2.0) * inter + ssm_per_layer)
 
 
 def dp_bandwidth(a: Arrays) -> np.ndarray:
@@ -60,7 +65,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     peak = a["peak_flops"]
     split = tp * pp  # tensor and pipeline parallel divide the model's FLOPs
     causal = np.where(a["flash_attn"] > 0, c.causal_fraction_flash, 1.0)
-    attn_tok = a["attn_flops_per_seq"] * S * causal  # quadratic attention, per token
+    attn_tok = sequence_mixing_flops(a, S, causal)  # attention (full and local layers) + Mamba scans, per token
 
     fwd_flops = tokens * (a["fwd_block_flops"] + a["head_flops"] + attn_tok + a["adapter_flops"]) / split
     bwd_flops = tokens * (a["bwd_layer_fraction"] * (a["bwd_block_factor"] * a["fwd_block_flops"]
@@ -74,6 +79,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     t_fwd = fwd_flops / rate
     t_bwd = bwd_flops / rate
     t_rec = rec_flops / rate
+    t_vision = vision_tower_flops_per_micro(a) / rate if "vision_flops_per_sample" in a else 0.0
 
     bw = a["mem_bw"] * c.bandwidth_efficiency
     passes = 2.0 + a["grad_ckpt"]
@@ -113,7 +119,8 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # pipeline: activations to the next stage, forward and backward
     t_pp_p2p = np.where(pp > 1, 2.0 * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
 
-    t_micro = t_fwd + t_bwd + t_rec + t_dequant + t_elementwise + t_overhead + t_tp + t_cp + t_ep + t_pp_p2p
+    t_micro = (t_fwd + t_bwd + t_rec + t_dequant + t_elementwise + t_overhead + t_tp + t_cp + t_ep + t_pp_p2p
+               + t_vision)
     t_pipeline = (ga + pp - 1.0) * t_micro
     t_bubble = (pp - 1.0) * t_micro
 
@@ -170,6 +177,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "pipeline_bubble_s": t_bubble,
         "optimizer_s": t_opt,
         "communication_s": t_comm_exposed,
+        "vision_tower_s": ga * t_vision * np.ones_like(total),
         "communication_total_s": t_comm,
         "step_s": total,
         "efficiency": eff,
@@ -182,7 +190,7 @@ def model_flops_per_step(a: Arrays) -> np.ndarray:
     without recompute or dequantisation, counting the attention term."""
     S = a["seq_len"]
     causal = np.where(a["flash_attn"] > 0, 0.5, 1.0)
-    attn_tok = a["attn_flops_per_seq"] * S * causal
+    attn_tok = sequence_mixing_flops(a, S, causal)
     per_tok = (a["fwd_block_flops"] + a["head_flops"] + attn_tok + a["adapter_flops"]) + (
         a["bwd_layer_fraction"] * (a["bwd_block_factor"] * a["fwd_block_flops"] + 2.0 * attn_tok
                                    + 2.0 * a["adapter_flops"]) + a["bwd_head_factor"] * a["head_flops"])

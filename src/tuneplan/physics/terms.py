@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.architecture import mixer_terms, vision_terms
 from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
@@ -101,6 +102,20 @@ class ModelTerms:
     adapter_in_elements: float  # per token, whole model: inputs of the adapted modules, one per module
     adapted_modules: float  # adapted linear modules in the whole model (each adds its own small kernels)
     weight_bytes_compute: float  # bytes per weight at the compute precision
+    # architecture terms (physics.architecture): local attention, MLA, Mamba, vision towers
+    attn_local_flops_per_key: float = 0.0  # FLOPs per (query, key) over the sliding / chunked layers
+    attn_window: float = 0.0  # tokens a local attention layer sees
+    attn_latent_elements: float = 0.0  # MLA compressed q / kv kept per token per attention layer
+    ssm_flops: float = 0.0  # Mamba scans + conv1d per token, forward, all Mamba layers
+    ssm_act_elements: float = 0.0  # Mamba activations kept per token, all Mamba layers
+    dense_mlp_layers: float = -1.0  # layers with a dense MLP
+    images: float = 0.0  # images per sample
+    image_tokens: float = 0.0  # LM tokens the images add to each sample
+    vision_flops_per_sample: float = 0.0
+    vision_trainable: float = 0.0
+    vision_act_bytes_per_sample: float = 0.0
+    vision_ckpt_bytes_per_sample: float = 0.0
+    params_vision: float = 0.0
 
 
 def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
@@ -115,9 +130,10 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
         fwd_block += 2.0 * lin.in_features * lin.out_features * active * lin.n_layers
     head_flops = 2.0 * model.vocab_size * model.hidden_size  # tied or not, the head is a V x h GEMM
-    q_dim = model.n_heads * model.head_dim
-    kv_dim = model.n_kv_heads * model.head_dim
-    attn_per_seq = 4.0 * q_dim * model.attention_layers  # QK^T and AV, 2 FLOPs per MAC
+    mix = mixer_terms(model)
+    q_dim, kv_dim = mix.q_dim, mix.kv_dim
+    attn_per_seq = mix.attn_full_flops_per_key  # QK^T and AV over the full-attention layers, 2 FLOPs per MAC
+    vis = vision_terms(model, job.images_per_example, job.train_vision_tower, job.image_size)
 
     block_linear_params = float(sum(lin.params for lin in linears))
     expert_params = float(sum(lin.params for lin in linears if lin.count_per_layer > 1))
@@ -181,7 +197,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     elif method == "freeze":
         k = min(job.trainable_layers, L)
         frac = k / L
-        trainable = (total - model.params_embedding - model.params_lm_head) * frac
+        trainable = model.params_block * frac
         frozen_linear = block_linear_params * (1 - frac)
         frozen_other = total - trainable - frozen_linear
         frozen_linear_bytes = pbytes
@@ -195,6 +211,12 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         frozen_linear_bytes = pbytes
         dequant = 0.0
         bwd_block, bwd_head, bwd_frac = 2.0, 2.0, 1.0
+    # the vision tower: frozen unless trained (then all its weights train, whatever the LM's method)
+    tower = float(model.params_vision)
+    if method == "full" and not job.train_vision_tower:
+        trainable, frozen_other = trainable - tower, frozen_other + tower
+    elif method != "full" and job.train_vision_tower:
+        trainable, frozen_other = trainable + tower, frozen_other - tower
 
     return ModelTerms(
         fwd_block_flops=fwd_block,
@@ -237,6 +259,13 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         adapter_in_elements=adapter_in,
         adapted_modules=adapted_modules,
         weight_bytes_compute=pbytes,
+        attn_local_flops_per_key=mix.attn_local_flops_per_key,
+        attn_window=mix.attn_window,
+        attn_latent_elements=mix.attn_latent_elements,
+        ssm_flops=mix.ssm_flops,
+        ssm_act_elements=mix.ssm_act_elements,
+        dense_mlp_layers=mix.dense_mlp_layers,
+        **vis.__dict__,
     )
 
 
@@ -294,12 +323,14 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
     cache: dict[tuple, ModelTerms] = {}
     for model, gpu, job, seq in rows:
         key = (id(model), job.method, job.lora_rank, job.lora_targets, job.trainable_layers,
-               job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode)
+               job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode, job.images_per_example,
+               job.image_size, job.train_vision_tower)
         mt = cache.get(key)
         if mt is None:
             mt = model_terms(model, job, constants)
             cache[key] = mt
-        d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq)}
+        # image tokens join each sample's sequence (vision-language models)
+        d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq + int(mt.image_tokens))}
         for k, v in d.items():
             cols.setdefault(k, []).append(float(v))
         names.setdefault("_model_names", []).append(model.name)

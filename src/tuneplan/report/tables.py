@@ -13,6 +13,9 @@ def estimate_renderable(r) -> Group:
     d = r.to_dict()
     iv = d.get("interval")
     title = f"{d['model']} · {d['method']} · {d['gpus']} x {d['gpu']} · estimator {d['estimator']}"
+    st = d.get("stage")
+    if st:  # a preference / RL stage (docs/stages.md)
+        title += f" · stage {st['stage']}"
     main = Table(title=title, show_header=True, header_style="bold", title_justify="left")
     main.add_column("figure")
     main.add_column("value", justify="right")
@@ -59,6 +62,10 @@ def estimate_renderable(r) -> Group:
     memt.add_row("peak (nvidia-smi)", f"{d['memory_per_gpu_gib']:,.2f}", style="bold")
 
     items: list = [main, parts, memt]
+    if st and st.get("train_parts_s"):
+        tp = st["train_parts_s"]
+        items.insert(1, Text("training time by stage part: " + ", ".join(
+            f"{k.replace('_', ' ')} {duration(v)}" for k, v in tp.items()), style="bold"))
     if d["warnings"]:
         items.append(Text("\n".join(f"warning: {w}" for w in d["warnings"]), style="yellow"))
     if d["suggestions"]:

@@ -27,13 +27,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError, closest
-from tuneplan.specs.model import ModelSpec
-from tuneplan.specs.model_config import (
+from tuneplan.specs.architectures import (
     detect_model_type,
     looks_llama_like,
     model_from_config,
     split_quant_suffix,
 )
+from tuneplan.specs.model import ModelSpec
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 ALIASES_FILE = MODELS_DIR / "ALIASES.md"
@@ -332,17 +332,21 @@ def _prefix_matches(name: str) -> set[str]:
     """Canonical ids whose (catalog or alias) short name starts with `name` + '-'.
 
     A name with an org only matches ids of the same org (another org's model of a similar name is
-    a different model, e.g. ibm/granite-20b is not ibm-granite/granite-20b-code-base).
+    a different model, e.g. ibm/granite-20b is not ibm-granite/granite-20b-code-base). When catalog
+    files match, aliases are not counted (Qwen3-30B is the Qwen3-30B-A3B file, not the -2507 aliases).
     """
-    _, short = _index()
+    full, short = _index()
     org, _, q = name.lower().rpartition("/")
     out: set[str] = set()
+    own: set[str] = set()  # catalog files' own names win over aliases that share a file's shapes
     for s, hits in short.items():
         if s.startswith(q + "-"):
             for written, _ in hits:
                 if not org or written.lower().split("/")[0] == org:
                     out.add(_target_of(written))
-    return out
+                    if written.lower() in full:
+                        own.add(_target_of(written))
+    return own or out
 
 
 def _resolve_catalog(name: str) -> _Resolved | None:
@@ -559,7 +563,7 @@ def model_from_run_notes(model: str, notes: str, seq_len: float | None) -> Model
     cfg = {"model_type": "mpt", "d_model": d, "n_layers": layers, "n_heads": heads, "expansion_ratio": 4,
            "vocab_size": vocab, "max_seq_len": int(seq_len or 2048), "no_bias": True,
            "attn_config": {"alibi": not learned}}
-    from tuneplan.specs.model_config import model_from_config
+    from tuneplan.specs.architectures import model_from_config
 
     return model_from_config(cfg, model, source="architecture stated in the run's notes")
 
@@ -600,8 +604,13 @@ def _resolve_run_model(model: str, model_hf_id: str) -> ModelSpec:
 
 
 def list_models() -> list[ModelSpec]:
-    """Every catalog model (parses all files: for `tuneplan models`, not for a single estimate)."""
+    """Every catalog model tuneplan can read (parses all files: for `tuneplan models`, not for a single
+    estimate); files of architectures no reader describes (`architectures.UNSUPPORTED`) are left out."""
+    from tuneplan.specs.architectures import UNSUPPORTED
+
     out = []
-    for hub_id in model_catalog():
+    for hub_id, path in model_catalog().items():
+        if detect_model_type(_read_json(str(path))) in UNSUPPORTED:
+            continue
         out.append(_spec_of(_catalog_resolved(hub_id, "none", "", "")))
     return out

@@ -49,6 +49,7 @@ Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybri
 
 
 STAGE_GROUP = "stage (preference and RL fine-tuning)"
+VISION_GROUP = "vision-language models"
 
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
@@ -108,6 +109,15 @@ class JobSpec(BaseModel):
         "fp32", "LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 copy of "
                 "its input) or in the compute dtype (older peft, litgpt, Megatron)", "method")
     moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
+    # vision-language models: images per training example (their tokens join each sample's sequence),
+    # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
+    # and whether the vision tower is trained (default: frozen, as LLaMA-Factory / TRL VLM recipes do)
+    images_per_example: int = option(0, "images per training example; their tokens join each sample's sequence "
+                                        "(default 0)", VISION_GROUP, number="nonneg")
+    image_size: int = option(0, "image side in px for dynamic-resolution towers (Qwen2-VL/2.5-VL; default 448)",
+                             VISION_GROUP, number="nonneg")
+    train_vision_tower: bool = option(False, "train the vision tower too (default: frozen)", VISION_GROUP,
+                                      switch_only=True)
     load_time_s: float | None = option(None, "model load time, s (default weights / disk)", "work",
                                        number="nonneg")
     eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work", number="nonneg")
@@ -176,7 +186,8 @@ class JobSpec(BaseModel):
             raise ValueError("must be a number >= 0")
         return v
 
-    @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus")
+    @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus", "images_per_example",
+                     "image_size")
     @classmethod
     def _nonneg_int(cls, v: int) -> int:
         if v < 0:

@@ -1,7 +1,8 @@
 """What a model is, for estimating: shapes and parameter counts COMPUTED from its config.json.
 
-Nothing here is typed in by hand: `tuneplan.specs.model_config.model_from_config` derives every
-field from a Hugging Face config (GQA, gated MLPs, MoE experts and shared experts, tied embeddings).
+Nothing here is typed in by hand: `tuneplan.specs.architectures.model_from_config` derives every
+field from a Hugging Face config (GQA, MLA, gated MLPs, MoE experts and shared experts, tied
+embeddings, sliding-window layers, Mamba mixers, vision towers).
 """
 
 from __future__ import annotations
@@ -39,6 +40,65 @@ class LinearShape:
 
 
 @dataclass(frozen=True)
+class SSMShape:
+    """The Mamba mixers of a model (pure or hybrid): what their scan computes and keeps per token.
+
+    Mamba-1 (selective scan): `d_inner` channels x `d_state` states, `dt_rank` for the step size.
+    Mamba-2 (SSD): `n_heads` heads of `head_dim` channels sharing `n_groups` B/C groups of `d_state`,
+    computed in chunks of `chunk` tokens.
+    """
+
+    kind: str  # "mamba1" or "mamba2"
+    n_layers: int
+    d_inner: int
+    d_state: int
+    conv_kernel: int
+    n_heads: int = 0
+    head_dim: int = 0
+    n_groups: int = 1
+    chunk: int = 256
+    dt_rank: int = 0
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels through the depthwise causal conv1d (x, and B/C for Mamba-2)."""
+        return self.d_inner + (2 * self.n_groups * self.d_state if self.kind == "mamba2" else 0)
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """A vision encoder in front of the language model (ViT over patches, then a projector).
+
+    `image_size` is the resolution the tower is built for (fixed-size towers: CLIP, SigLIP) or the one
+    assumed for dynamic-resolution towers (Qwen2-VL / Qwen2.5-VL: any size, `dynamic` True).
+    `merge` patches on a side are merged into one LM token (Qwen's 2x2 patch merger; Gemma 3's pooling
+    of 64x64 patches to 16x16 is merge 4). `tokens_per_image` is what one image adds to the sequence.
+    """
+
+    kind: str  # model_type of the vision config (siglip_vision_model, clip_vision_model, qwen2_5_vl, ...)
+    image_size: int
+    patch_size: int
+    merge: int
+    depth: int
+    hidden: int
+    n_heads: int
+    intermediate: int
+    gated: bool
+    out_hidden: int  # LM hidden size the projector writes
+    tokens_per_image: int
+    patches_per_image: int
+    linears: tuple[LinearShape, ...]  # tower blocks (n_layers = depth)
+    projector: tuple[LinearShape, ...]  # merger / multi-modal projector (n_layers = 1)
+    params: int  # tower + projector, everything
+    dynamic: bool = False
+    window: int = 0  # patches per attention window in windowed layers (0: every layer full)
+    n_full_layers: int = -1  # layers with full attention over the image (-1: all)
+    extra_tokens: int = 0  # e.g. LLaVA-NeXT anyres: newline / base tokens counted in tokens_per_image
+    tiles: int = 1  # crops of image_size run through the tower per image (LLaVA-NeXT anyres: 1 + grid)
+    window_px: int = 0  # side of an attention window in pixels (Qwen2.5-VL: 112)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A decoder (or encoder-decoder) language model's shapes and parameter counts."""
 
@@ -66,6 +126,18 @@ class ModelSpec:
     n_shared_experts: int = 0
     n_moe_layers: int = 0
     is_encoder_decoder: bool = False
+    # attention layout beyond "every layer attends to every earlier token"
+    attention_window: int = 0  # tokens a local layer attends to (sliding window or chunk); 0: none
+    n_local_attention_layers: int = 0  # attention layers limited to attention_window
+    local_attention: str = ""  # "sliding" (window behind each token) or "chunked" (fixed chunks)
+    qk_head_dim: int = 0  # query/key width per head when it differs from v (MLA: nope + rope); 0: head_dim
+    v_head_dim: int = 0  # value width per head (MLA); 0: head_dim
+    kv_latent_dim: int = 0  # MLA: compressed KV per token per layer (kv_lora_rank + rope dims)
+    q_latent_dim: int = 0  # MLA: compressed query rank (q_lora_rank)
+    n_dense_mlp_layers: int = -1  # layers with a dense MLP (-1: n_layers - n_moe_layers)
+    ssm: SSMShape | None = None  # Mamba mixers (pure Mamba or hybrid stacks)
+    vision: VisionTower | None = None  # vision-language models: the image encoder
+    params_vision: int = 0  # vision tower + projector (inside params_total)
     quant: str = "none"  # base weight storage implied by the checkpoint name (-Int4, -AWQ, -GPTQ, ...)
     published_params: str | None = None
     source: str = ""  # where the config came from (catalog file, user path, hub)
@@ -80,9 +152,17 @@ class ModelSpec:
         return self.n_layers if self.n_attention_layers < 0 else self.n_attention_layers
 
     @property
+    def dense_mlp_layers(self) -> int:
+        return self.n_layers - self.n_moe_layers if self.n_dense_mlp_layers < 0 else self.n_dense_mlp_layers
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_latent_dim > 0
+
+    @property
     def params_block(self) -> int:
-        """Parameters in the repeated blocks (everything but embeddings and LM head)."""
-        return self.params_total - self.params_embedding - self.params_lm_head
+        """Parameters in the repeated blocks (everything but embeddings, LM head and vision tower)."""
+        return self.params_total - self.params_embedding - self.params_lm_head - self.params_vision
 
     @property
     def params_per_layer(self) -> float:

@@ -1,0 +1,209 @@
+"""Vision-language models: a vision tower (ViT over image patches) + projector in front of a text decoder.
+
+Towers read here: SigLIP (Gemma 3), CLIP (LLaVA-1.5, LLaVA-NeXT), and the Qwen2-VL / Qwen2.5-VL
+vision transformer (dynamic resolution, 2x2 patch merger, windowed attention in Qwen2.5-VL). The text
+decoder is read by its own reader; the tower's parameters are added to the total (and kept apart in
+`params_vision`), its matmuls live in `ModelSpec.vision` (they run once per image patch, not per text
+token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from tuneplan.errors import InputError
+from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, lin
+from tuneplan.specs.model import LinearShape, ModelSpec, VisionTower
+
+DYNAMIC_IMAGE_SIDE_PX = 448
+"""Image side (px, square) assumed for dynamic-resolution towers (Qwen2-VL / Qwen2.5-VL) when
+`--image-size` is not given: 448 x 448 = 32 x 32 patches of 14 px = 256 tokens after the 2x2 merge, a
+common `max_pixels` cap in fine-tuning recipes (the processor's own cap, 12.8 MP, is a ceiling, not a
+typical size)."""
+
+VLM_TYPES = ("llava", "llava_next", "gemma3", "qwen2_vl", "qwen2_5_vl", "mistral3")
+
+
+def _vit_linears(hidden: int, inter: int, depth: int, gated: bool, fused_qkv: bool) -> list[LinearShape]:
+    """A pre-norm ViT block's matmuls (all with biases)."""
+    if fused_qkv:
+        lins = [lin("qkv", hidden, 3 * hidden, depth, True), lin("o", hidden, hidden, depth, True)]
+    else:
+        lins = [lin(n, hidden, hidden, depth, True) for n in ("q", "k", "v", "o")]
+    if gated:
+        lins += [lin("gate", hidden, inter, depth, True), lin("up", hidden, inter, depth, True),
+                 lin("down", inter, hidden, depth, True)]
+    else:
+        lins += [lin("fc1", hidden, inter, depth, True), lin("fc2", inter, hidden, depth, True)]
+    return [x for x in lins if x is not None]
+
+
+def _params(lins: list[LinearShape]) -> int:
+    return sum(x.params for x in lins)
+
+
+def _vit_tower(vc: Mapping, kind: str, text_hidden: int, top: Mapping) -> VisionTower:
+    """SigLIP / CLIP towers at their fixed resolution, and the LLaVA / Gemma-3 projectors."""
+    hidden = get_int(vc, ("hidden_size",), "vision_config.hidden_size")
+    depth = get_int(vc, ("num_hidden_layers",), "vision_config.num_hidden_layers")
+    heads = get_int(vc, ("num_attention_heads",), "vision_config.num_attention_heads")
+    inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
+    size = get_int(vc, ("image_size",), "vision_config.image_size", 224)
+    patch = get_int(vc, ("patch_size",), "vision_config.patch_size", 14)
+    if size % patch:
+        raise InputError("vision_config.image_size", f"{size} px is not a multiple of patch_size {patch}")
+    side = size // patch
+    patches = side * side
+    clip = "clip" in str(vc.get("model_type") or ("clip" if kind.startswith("llava") else ""))
+    lins = _vit_linears(hidden, inter, depth, gated=False, fused_qkv=False)
+    # patch embedding conv (3 x p x p -> hidden), positions (CLIP: + class token), LayerNorms with bias
+    other = 3 * patch * patch * hidden + (0 if clip else hidden) + (patches + (1 if clip else 0)) * hidden
+    other += depth * 4 * hidden + (4 if clip else 2) * hidden + (hidden if clip else 0)  # norms; CLIP cls
+    if get_bool(vc, ("vision_use_head",), False):
+        raise InputError("vision_config.vision_use_head", "a SigLIP attention-pooling head is not modelled")
+    if kind == "gemma3":
+        tokens = get_int(top, ("mm_tokens_per_image",), "mm_tokens_per_image", 256)
+        merge = max(1, int(round((patches / tokens) ** 0.5)))
+        proj = [lin("mm_input_projection", hidden, text_hidden, 1)]
+        proj_other = hidden  # mm_soft_emb_norm
+        tiles = 1
+    else:
+        merge, tokens, tiles = 1, patches, 1
+        proj = [lin("linear_1", hidden, text_hidden, 1, True), lin("linear_2", text_hidden, text_hidden, 1, True)]
+        proj_other = 0
+        if kind == "llava_next":
+            tiles, tokens = _anyres(top, size, side)
+            proj_other = text_hidden  # image_newline
+    proj_l = [x for x in proj if x is not None]
+    tower_tokens = patches + (1 if clip else 0)
+    return VisionTower(kind=str(vc.get("model_type") or kind), image_size=size, patch_size=patch, merge=merge,
+                       depth=depth, hidden=hidden, n_heads=heads, intermediate=inter, gated=False,
+                       out_hidden=text_hidden, tokens_per_image=tokens, patches_per_image=tower_tokens * tiles,
+                       linears=tuple(lins), projector=tuple(proj_l),
+                       params=_params(lins) + other + _params(proj_l) + proj_other, window=0, n_full_layers=-1,
+                       extra_tokens=0 if kind != "llava_next" else tokens - tiles * patches, tiles=tiles)
+
+
+def _anyres(top: Mapping, size: int, side: int) -> tuple[int, int]:
+    """LLaVA-NeXT 'anyres' at its largest square grid pinpoint: (tiles through the tower, LM tokens).
+
+    The image is split into (grid / size)^2 tiles plus one downscaled base tile; the LM gets the base
+    tile's patches, the grid's patches and one newline token per grid row.
+    """
+    points = top.get("image_grid_pinpoints") or [[size * 2, size * 2]]
+    squares = [p[0] for p in points if isinstance(p, list) and len(p) == 2 and p[0] == p[1]]
+    grid = max(squares) if squares else size
+    n = max(1, grid // size)
+    rows = n * side
+    return 1 + n * n, side * side + rows * rows + rows
+
+
+def _qwen_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> VisionTower:
+    """Qwen2-VL / Qwen2.5-VL vision transformer at an assumed image resolution."""
+    v25 = mt == "qwen2_5_vl"
+    hidden = get_int(vc, ("hidden_size", "embed_dim"), "vision_config.hidden_size")
+    depth = get_int(vc, ("depth", "num_hidden_layers"), "vision_config.depth")
+    heads = get_int(vc, ("num_heads", "num_attention_heads"), "vision_config.num_heads")
+    patch = get_int(vc, ("patch_size", "spatial_patch_size"), "vision_config.patch_size", 14)
+    merge = get_int(vc, ("spatial_merge_size",), "vision_config.spatial_merge_size", 2)
+    tp = get_int(vc, ("temporal_patch_size",), "vision_config.temporal_patch_size", 2)
+    out = get_int(vc, ("out_hidden_size",), "vision_config.out_hidden_size", text_hidden)
+    if v25:
+        inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
+    else:
+        inter = int(hidden * float(vc.get("mlp_ratio", 4)))
+    unit = patch * merge
+    side = max(1, round(image_px / unit)) * merge  # the processor resizes to a multiple of patch x merge
+    patches = side * side
+    lins = _vit_linears(hidden, inter, depth, gated=v25, fused_qkv=True)
+    other = 3 * tp * patch * patch * hidden + depth * 2 * hidden * (1 if v25 else 2)  # conv3d; norms
+    m_in = hidden * merge * merge
+    proj = [x for x in (lin("merger_fc1", m_in, m_in, 1, True), lin("merger_fc2", m_in, out, 1, True)) if x]
+    proj_other = hidden * (1 if v25 else 2)  # ln_q
+    window, n_full, window_px = 0, -1, 0
+    if v25 and has(vc, "window_size"):
+        window_px = get_int(vc, ("window_size",), "vision_config.window_size")
+        w = window_px // patch  # patches per window side
+        window = min(w * w, patches)
+        full = vc.get("fullatt_block_indexes") or []
+        n_full = len(full) if isinstance(full, list) else 0
+    return VisionTower(kind=mt, image_size=side * patch, patch_size=patch, merge=merge, depth=depth, hidden=hidden,
+                       n_heads=heads, intermediate=inter, gated=v25, out_hidden=out,
+                       tokens_per_image=patches // (merge * merge), patches_per_image=patches, linears=tuple(lins),
+                       projector=tuple(proj), params=_params(lins) + other + _params(proj) + proj_other,
+                       dynamic=True, window=window, n_full_layers=n_full, window_px=window_px)
+
+
+TEXT_CLASS_DEFAULTS: dict[str, dict[str, int]] = {
+    "mistral": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "intermediate_size": 14336},
+    "llama": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008},
+    "gemma3_text": {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
+}
+"""transformers' config-class defaults (MistralConfig, LlamaConfig, Gemma3TextConfig) for keys a
+nested `text_config` leaves out: the Hub files omit values equal to the class default."""
+
+
+def _text_config(cfg: Mapping, mt: str) -> tuple[dict, str]:
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping):
+        t = dict(text)
+        for k in ("tie_word_embeddings", "vocab_size"):
+            if k in cfg and k not in t:
+                t[k] = cfg[k]
+        inferred = cfg.get("_inferred_not_stated")
+        if isinstance(inferred, Mapping):
+            for k, v in inferred.items():
+                if not k.startswith("_") and k != "basis" and t.get(k) is None:
+                    t[k] = v
+        tmt = str(t.get("model_type") or {"llava": "llama", "llava_next": "mistral", "gemma3": "gemma3_text",
+                                          "mistral3": "mistral"}.get(mt, "llama"))
+        defaulted = [k for k in TEXT_CLASS_DEFAULTS.get(tmt, {}) if t.get(k) is None]
+        for k in defaulted:
+            t[k] = TEXT_CLASS_DEFAULTS[tmt][k]
+        if defaulted:
+            t["_class_defaults"] = defaulted
+        return t, tmt
+    flat = {k: v for k, v in cfg.items() if k != "vision_config"}
+    return flat, {"qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2"}.get(mt, mt)
+
+
+def read_vlm(cfg: Mapping, mt: str, name: str, source: str, image_px: int = 0) -> ModelSpec:
+    """A vision-language config (text decoder + `vision_config`) -> one ModelSpec with `vision` set."""
+    vc = cfg.get("vision_config")
+    if not isinstance(vc, Mapping):
+        raise InputError("vision_config", "must be an object describing the vision tower")
+    text, tmt = _text_config(cfg, mt)
+    reader = READERS.get(tmt)
+    if reader is None:
+        raise InputError("text_config.model_type", f"unsupported text decoder '{tmt}'")
+    spec = reader(text, tmt, name, source)
+    if mt in ("qwen2_5_vl", "qwen2_vl"):
+        tower = _qwen_tower(vc, mt, spec.hidden_size, image_px or DYNAMIC_IMAGE_SIDE_PX)
+    elif mt in ("llava", "llava_next", "gemma3"):
+        tower = _vit_tower(vc, mt, spec.hidden_size, cfg)
+    else:
+        raise InputError("model_type", f"vision tower of '{mt}' is not modelled", list(VLM_TYPES[:-1]))
+    pub = cfg.get("_published_params")
+    extra = {**spec.extra, "text_model_type": tmt, "params_other": spec.extra.get("params_other", 0)}
+    if text.get("_class_defaults"):
+        extra["text_class_defaults"] = {k: text[k] for k in text["_class_defaults"]}
+    return replace(spec, model_type=mt, params_total=spec.params_total + tower.params,
+                   params_active=spec.params_active + tower.params, params_vision=tower.params, vision=tower,
+                   published_params=str(pub) if pub is not None else spec.published_params, extra=extra)
+
+
+def with_image_size(spec: ModelSpec, image_px: int) -> ModelSpec:
+    """The same model with a dynamic-resolution tower re-read at `image_px` (fixed towers: unchanged)."""
+    v = spec.vision
+    if v is None or not v.dynamic or not image_px:
+        return spec
+    vc = {"hidden_size": v.hidden, "depth": v.depth, "num_heads": v.n_heads, "patch_size": v.patch_size,
+          "spatial_merge_size": v.merge, "out_hidden_size": v.out_hidden, "intermediate_size": v.intermediate,
+          "mlp_ratio": v.intermediate / v.hidden}
+    if v.window_px:
+        vc["window_size"] = v.window_px
+        vc["fullatt_block_indexes"] = list(range(max(0, v.n_full_layers)))
+    tower = _qwen_tower(vc, v.kind, spec.hidden_size, image_px)
+    return replace(spec, vision=replace(tower, params=v.params))
