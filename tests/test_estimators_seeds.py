@@ -121,7 +121,7 @@ def _kavier_arrays(**over):
 
 def test_kavier_terms_by_hand():
     a = _kavier_arrays()
-    out = K.KavierEstimator().predict_arrays(a)
+    out = K.KavierEstimator().time_arrays(a)
     E = 0.4513 * min(1.0, 0.0341 * math.log2(4) + 0.8147)
     Tf = 2 * 8e9 * 4 * 1024 / (312e12 * E)
     To = 20 * 8e9 / 2039e9
@@ -137,7 +137,7 @@ def test_kavier_terms_by_hand():
 
 def test_kavier_multi_node_and_lora():
     a = _kavier_arrays(gpus=16, nodes=2, method_code=1)
-    out = K.KavierEstimator().predict_arrays(a)
+    out = K.KavierEstimator().time_arrays(a)
     Pt = 2 * 8 * 4096 * 4 * 32
     D = 4 * Pt
     Wn = 300e9 * 2 * 8 / 1e9
@@ -159,5 +159,5 @@ def test_kavier_looks_up_its_own_gpu_factors():
 
 
 def test_kavier_mfu_curve_saturates():
-    big = K.KavierEstimator().predict_arrays(_kavier_arrays(micro_batch=128))
+    big = K.KavierEstimator().time_arrays(_kavier_arrays(micro_batch=128))
     assert big["efficiency"][0] == pytest.approx(0.4513)  # min(1, ...) caps at E_b

@@ -45,8 +45,8 @@ class Estimator(Protocol):
 
 
 class BorrowsMemory:
-    """For estimators that predict step time only: their memory figures are tuneplan's uncalibrated
-    memory model's, merged into their output by `with_memory`."""
+    """For estimators that predict step time only (`time_arrays`, their own model): `predict_arrays`
+    adds tuneplan's uncalibrated memory model's figures to it."""
 
     constants: PhysicsConstants = DEFAULT_CONSTANTS
     memory_parts = MEMORY_PARTS
@@ -58,11 +58,14 @@ class BorrowsMemory:
 
         return TuneplanEstimator()
 
-    def with_memory(self, a: Arrays, out: Arrays) -> Arrays:
+    def time_arrays(self, a: Arrays) -> Arrays:
+        raise NotImplementedError
+
+    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
         from tuneplan.physics.memory import memory
 
         m = memory(a, self.constants)
-        return {**m, "memory_gib": m["nvidia_smi_gib"], **out}
+        return {**m, "memory_gib": m["nvidia_smi_gib"], **self.time_arrays(a)}
 
 
 ESTIMATOR_NAMES = ("tuneplan", "kavier", "xia", "planner", "slst")

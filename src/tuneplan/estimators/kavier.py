@@ -108,7 +108,8 @@ class KavierEstimator(BorrowsMemory):
                 f[row] = float(entry["kavier_peak_tflops"]) * 1e12
         return eb, f
 
-    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+    def time_arrays(self, a: Arrays) -> Arrays:
+        """Kavier's step-time model, term by term (its memory comes from `BorrowsMemory`)."""
         B, S, Ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
         G, N = a["gpus"], a["nodes"]
         P = a["params_active"]
@@ -165,7 +166,7 @@ class KavierEstimator(BorrowsMemory):
             "model_flops_per_step": 6.0 * P * tokens,
             "efficiency": E,
         }
-        return self.with_memory(a, out)
+        return out
 
     def assumptions(self, job=None) -> list[str]:
         return [

@@ -58,7 +58,8 @@ class SLSTEstimator(BorrowsMemory):
 
         return load_calibration(calibration, expected="slst").estimator()
 
-    def predict_arrays(self, a: dict, with_max_batch: bool = False) -> dict:
+    def time_arrays(self, a: dict) -> dict:
+        """The scaling law and its correction, in step time (memory from `BorrowsMemory`)."""
         X = slst_features(a, SLST_LAW_FEATURES)
         log_step = self.coef[0] + X @ self.coef[1:]
         if self.residual is not None:
@@ -66,7 +67,7 @@ class SLSTEstimator(BorrowsMemory):
             log_step = log_step + r
         step = np.exp(log_step)
         tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
-        return self.with_memory(a, {"step_s": step, "compute_s": step, "tokens_per_step": tokens})
+        return {"step_s": step, "compute_s": step, "tokens_per_step": tokens}
 
     def assumptions(self, job=None) -> list[str]:
         return ["SLST: log step time = scaling law in active parameters, tokens per step, GPUs, peak FLOP/s, "

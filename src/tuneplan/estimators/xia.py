@@ -115,7 +115,8 @@ class XiaEstimator(BorrowsMemory):
         """The estimator a calibration payload describes (`XiaLearner.payload()`)."""
         return cls(XiaCoefficients({k: tuple(v) for k, v in d["eq2"].items()}), calibration_name=name)
 
-    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+    def time_arrays(self, a: Arrays) -> Arrays:
+        """Eq. (2) throughput as step time (memory from `BorrowsMemory`)."""
         from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
 
         phys = TuneplanEstimator()
@@ -151,12 +152,12 @@ class XiaEstimator(BorrowsMemory):
         samples_per_step = a["micro_batch"] * a["grad_accum"] * a["dp"]
         step = samples_per_step / (q * a["dp"])
         tokens = samples_per_step * a["seq_len"]
-        return self.with_memory(a, {
+        return {
             "step_s": step,
             "compute_s": step,
             "tokens_per_step": tokens,
             "xia_c2": c2, "xia_c3": c3, "xia_c4": c4,
-        })
+        }
 
     @staticmethod
     def max_batch_for(model_name: str, gpu_mem_gb: float, seq_len: float, sparsity_: float,

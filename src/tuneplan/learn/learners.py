@@ -377,7 +377,7 @@ class KavierLearner:
     def _parts(a: dict) -> dict:
         from tuneplan.estimators.kavier import KavierEstimator
 
-        base = KavierEstimator().predict_arrays(a)
+        base = KavierEstimator().time_arrays(a)
         return {"tf3": base["forward_s"] + base["backward_s"], "to": base["optimizer_s"],
                 "tc": base["communication_s"], "tokens": base["tokens_per_step"]}
 
