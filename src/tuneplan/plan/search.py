@@ -227,12 +227,106 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     Raises InputError for bad input; a question with no answer returns a result with `ok` False and
     a `message`.
     """
-    import pandas as pd  # before the clock: the import is not the search
+    import pandas  # noqa: F401 - before the clock: the import is not the search
 
     t0 = _time.perf_counter()
-    from tuneplan.estimators.base import get_estimator
     from tuneplan.specs.resolve import resolve_model_arg
 
+    _check_question(objective, interval, deadline_s, budget_usd)
+
+    (methods, micro_batches, grad_accums, shardings, grad_ckpt, rate, grid_gco2_kwh,
+     fixed) = _pin_axes(fixed_job_fields, methods, micro_batches, grad_accums, shardings, grad_ckpt, rate,
+                        grid_gco2_kwh)
+    mspec = resolve_model_arg(model)
+    gpu_specs = _resolve_gpus(gpus, prices)
+    method_list = _resolve_methods(methods)
+    if provider and rate is None:
+        from tuneplan.specs.prices import check_provider
+
+        provider = check_provider(provider, prices)
+
+    jobs, model_par, ep = _base_jobs(method_list, fixed, examples, tokens_per_example, epochs)
+    base = jobs[0]
+    wl = workload(base)
+    notes = seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
+
+    rate_tab, price_info = _price_table(gpu_specs, rate, provider, prices)
+    needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
+    if needs_cost and np.isnan(rate_tab).all():
+        where = f" from {provider}" if provider else ""
+        raise InputError("rate", f"no price{where} for {', '.join(g.name for g in gpu_specs)} in the price "
+                         "file: pass --rate ($ per GPU-hour), another --provider, or --prices FILE")
+
+    # the grid
+    counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
+        gpu_counts(int(max_gpus), gpus_per_node))
+    if fixed.get("stage", "sft") != "sft":  # preference / RL stages: candidate by candidate (plan/stages.py)
+        from tuneplan.plan.stages import stage_plan_result
+
+        return stage_plan_result(
+            mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, stage=fixed["stage"],
+            work={"examples": examples, "tokens_per_example": tokens_per_example, "epochs": epochs},
+            fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
+            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective, t0=t0, notes=notes)
+    space = Space(gpu_counts=counts,
+                  micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
+                  shardings=tuple(shardings or DEFAULT_SHARDINGS), grad_ckpt=tuple(bool(c) for c in grad_ckpt),
+                  global_batch=None if grad_accums else int(global_batch or DEFAULT_GLOBAL_BATCH),
+                  grad_accums=tuple(int(g) for g in grad_accums) if grad_accums else None, gpus_per_node=gpus_per_node)
+    grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, ep=ep)
+    if len(grid) == 0:
+        raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
+                         f"{space.global_batch}: widen --micro-batches or change --global-batch")
+    ev = _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh)
+    out, totals, rate_row, gb, mfu = ev["out"], ev["totals"], ev["rate_row"], ev["gb"], ev["mfu"]
+    wall, train_s, energy_kwh, cost = (totals[x] for x in ("wall_clock_s", "train_s", "energy_kwh", "cost_usd"))
+    mem, cap, fits = ev["mem"], ev["cap"], ev["fits"]
+    interval_info, t_lo, t_hi = _interval_bounds(interval, calibration, wall, train_s, notes)
+
+    # the table of configurations that fit, best first
+    k, priced, meets_deadline, within_budget, eligible = _rank(fits, wall, cost, energy_kwh, objective, deadline_s,
+                                                               budget_usd)
+    gpu_names = np.array([g.name for g in gpu_specs], dtype=object)
+    method_names = np.array(method_list, dtype=object)
+    df, pareto_df = _tables(k, grid, gpu_names, method_names, gb, wall, t_lo, t_hi, cost, rate_row, totals, out,
+                            mfu, mem, cap, fits, meets_deadline, within_budget, eligible, priced)
+
+    rec, ru, why, message, closest = _recommend(df, k, eligible, grid, gpu_names, method_names, mem, cap, fits,
+                                                objective, deadline_s, budget_usd)
+    infeasible = _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced,
+                             meets_deadline, within_budget, deadline_s, budget_usd, objective, space,
+                             price_info, provider)
+    notes += _space_notes(space, objective)
+    return PlanResult(
+        model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
+        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
+        closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
+        interval=interval_info, n_evaluated=len(grid), seconds=_time.perf_counter() - t0,
+        space=_space_dict(space), notes=notes,
+    )
+
+
+def _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh) -> dict[str, Any]:
+    """The whole grid through one estimator call, and its run totals (vectorised: the same function
+    `estimate` applies to its one row)."""
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator("tuneplan", calibration))  # same figures, faster residual trees
+    a = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, est.constants)
+    out = est.predict_arrays(a)
+    rate_row = rate_tab[grid.gpu_idx]
+    totals = run_totals(jobs[0], wl, a, out, rate_row, grid_gco2_kwh, est.constants)
+    step_s = np.asarray(out["step_s"], dtype=float)
+    peak = np.asarray(a["peak_flops"], dtype=float)
+    return {"out": out, "totals": totals, "rate_row": rate_row, "gb": grid.micro_batch * grid.grad_accum * grid.dp,
+            "mfu": np.asarray(out["model_flops_per_step"], dtype=float) / (step_s * grid.gpus.astype(float) * peak),
+            "mem": np.asarray(out["memory_gib"], dtype=float),
+            "cap": np.asarray(a["memory_bytes"], dtype=float) / 1024.0**3,
+            "fits": np.asarray(out["fits"], dtype=bool)}
+
+
+def _check_question(objective: str, interval, deadline_s, budget_usd) -> None:
     if objective not in OBJECTIVES:
         raise InputError("objective", f"unknown objective '{objective}'", OBJECTIVES)
     if interval is not None and interval != 0 and not 0 < interval < 1:
@@ -241,7 +335,59 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
         if v is not None and (not math.isfinite(float(v)) or float(v) <= 0):
             raise InputError(name, f"must be positive, got {v}")
 
-    # a single value for an axis pins it; grid fields given as fixed job fields do too
+
+def _base_jobs(method_list: list[str], fixed: dict, examples, tokens_per_example, epochs
+               ) -> tuple[list[JobSpec], int, int]:
+    """One validated base job per method (its options and the work), the model-parallel degree and EP."""
+    model_par = 1
+    for k in ("tp", "pp", "cp"):
+        model_par *= int(fixed.get(k, 1) or 1)
+    ep = int(fixed.get("ep", 1) or 1)
+    jobs = [make_job(method=m, examples=examples, tokens_per_example=tokens_per_example, epochs=epochs,
+                     gpus=model_par * ep, **fixed) for m in method_list]
+    return jobs, model_par, ep
+
+
+def _rank(fits, wall, cost, energy_kwh, objective: str, deadline_s, budget_usd) -> tuple:
+    """(rows that fit, best first; priced, meets_deadline, within_budget, eligible masks). Figures
+    equal at the precision people read them (a cent, a second, 10 Wh) tie, and the next key decides;
+    rows meeting the constraints come first."""
+    keep = np.flatnonzero(fits)
+    meets_deadline = np.ones(len(wall), dtype=bool) if deadline_s is None else wall <= deadline_s
+    priced = np.isfinite(cost)
+    within_budget = np.ones(len(wall), dtype=bool) if budget_usd is None else priced & (cost <= budget_usd)
+    eligible = fits & meets_deadline & within_budget & (priced if objective in COST_OBJECTIVES else True)
+    cost_key = np.where(priced, cost, np.inf)
+    keys = {"cheapest": (np.round(cost_key, 2), wall, energy_kwh),
+            "fastest": (np.round(wall), cost_key, energy_kwh),
+            "energy": (np.round(energy_kwh, 2), cost_key, wall),
+            "balanced": (np.where(priced, wall * cost_key, np.inf), wall, cost_key)}[objective]
+    k = keep[np.lexsort(tuple(x[keep] for x in reversed(keys)) + (~eligible[keep],))]
+    return k, priced, meets_deadline, within_budget, eligible
+
+
+def _space_notes(space: Space, objective: str) -> list[str]:
+    ga = "grad-accum " + str(list(space.grad_accums)) if space.grad_accums else space.global_batch
+    out = [f"Global batch: {ga} samples per optimizer step (gradient accumulation fills in what micro-batch x "
+           "GPUs lacks)."]
+    if objective == "balanced":
+        out.append("balanced: the smallest time x cost (the Pareto point where 1% less time costs at least "
+                   "1% more money).")
+    return out
+
+
+def _space_dict(space: Space) -> dict[str, Any]:
+    return {"gpu_counts": list(space.gpu_counts), "micro_batches": list(space.micro_batches),
+            "shardings": list(space.shardings), "grad_ckpt": list(space.grad_ckpt),
+            "global_batch": space.global_batch,
+            "grad_accums": list(space.grad_accums) if space.grad_accums else None,
+            "gpus_per_node": space.gpus_per_node}
+
+
+def _pin_axes(fixed_job_fields: dict, methods, micro_batches, grad_accums, shardings, grad_ckpt, rate,
+              grid_gco2_kwh) -> tuple:
+    """A single value for an axis pins it; grid fields given as fixed job fields do too. Returns the
+    axes, the rate and grid intensity, and the job fields left fixed for every candidate."""
     if isinstance(grad_ckpt, bool):
         grad_ckpt = (grad_ckpt,)
     if isinstance(micro_batches, int):
@@ -271,28 +417,11 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
         raise InputError("rate", f"must be a number >= 0, got {rate}")
     if grid_gco2_kwh is not None and (not math.isfinite(float(grid_gco2_kwh)) or float(grid_gco2_kwh) < 0):
         raise InputError("grid-gco2-kwh", f"must be a number >= 0, got {grid_gco2_kwh}")
+    return methods, micro_batches, grad_accums, shardings, grad_ckpt, rate, grid_gco2_kwh, fixed
 
-    mspec = resolve_model_arg(model)
-    gpu_specs = _resolve_gpus(gpus, prices)
-    method_list = _resolve_methods(methods)
-    if provider and rate is None:
-        from tuneplan.specs.prices import check_provider
 
-        provider = check_provider(provider, prices)
-
-    # one validated base job per method: its options, and the work
-    model_par = 1
-    for k in ("tp", "pp", "cp"):
-        model_par *= int(fixed.get(k, 1) or 1)
-    ep = int(fixed.get("ep", 1) or 1)
-    jobs: list[JobSpec] = [
-        make_job(method=m, examples=examples, tokens_per_example=tokens_per_example, epochs=epochs,
-                 gpus=model_par * ep, **fixed) for m in method_list]
-    base = jobs[0]
-    wl = workload(base)
-    notes = seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
-
-    # prices per GPU type
+def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
+    """$/GPU-hour per GPU type (NaN: no price) and where each came from."""
     rate_tab = np.full(len(gpu_specs), np.nan)
     price_info: dict[str, dict[str, Any]] = {}
     for i, g in enumerate(gpu_specs):
@@ -310,59 +439,14 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
             rate_tab[i] = p.usd_per_gpu_hour
             price_info[g.name] = {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.describe(),
                                   "provider": p.provider, "date_seen": p.date_seen}
-    needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
-    if needs_cost and np.isnan(rate_tab).all():
-        where = f" from {provider}" if provider else ""
-        raise InputError("rate", f"no price{where} for {', '.join(g.name for g in gpu_specs)} in the price "
-                         "file: pass --rate ($ per GPU-hour), another --provider, or --prices FILE")
+    return rate_tab, price_info
 
-    # the grid
-    counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
-        gpu_counts(int(max_gpus), gpus_per_node))
-    if fixed.get("stage", "sft") != "sft":  # preference / RL stages: candidate by candidate (plan/stages.py)
-        from tuneplan.plan.stages import stage_plan_result
 
-        return stage_plan_result(
-            mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, stage=fixed["stage"],
-            work={"examples": examples, "tokens_per_example": tokens_per_example, "epochs": epochs},
-            fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
-            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective, t0=t0, notes=notes)
-    space = Space(gpu_counts=counts,
-                  micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
-                  shardings=tuple(shardings or DEFAULT_SHARDINGS),
-                  grad_ckpt=tuple(bool(c) for c in grad_ckpt),
-                  global_batch=None if grad_accums else int(global_batch or DEFAULT_GLOBAL_BATCH),
-                  grad_accums=tuple(int(g) for g in grad_accums) if grad_accums else None,
-                  gpus_per_node=gpus_per_node)
-    grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, ep=ep)
-    if len(grid) == 0:
-        raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
-                         f"{space.global_batch}: widen --micro-batches or change --global-batch")
-    from tuneplan.plan.fastforest import accelerated
-
-    est = accelerated(get_estimator("tuneplan", calibration))  # same figures, faster residual trees
-    constants = est.constants
-    a = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, constants)
-    out = est.predict_arrays(a)
-
-    # run totals, vectorised: the same function `estimate` applies to its one row
-    rate_row = rate_tab[grid.gpu_idx]
-    totals = run_totals(base, wl, a, out, rate_row, grid_gco2_kwh, constants)
-    step_s = np.asarray(out["step_s"], dtype=float)
-    gb = grid.micro_batch * grid.grad_accum * grid.dp
-    steps, wall, device_hours = totals["steps"], totals["wall_clock_s"], totals["device_hours"]
-    train_s, energy_kwh, co2_kg, cost = totals["train_s"], totals["energy_kwh"], totals["co2_kg"], totals["cost_usd"]
-    gpus_f = grid.gpus.astype(float)
-    tokens_step = np.asarray(out["tokens_per_step"], dtype=float)
-    peak = np.asarray(a["peak_flops"], dtype=float)
-    mfu = np.asarray(out["model_flops_per_step"], dtype=float) / (step_s * gpus_f * peak)
-    mem = np.asarray(out["memory_gib"], dtype=float)
-    cap = np.asarray(a["memory_bytes"], dtype=float) / 1024.0**3
-    fits = np.asarray(out["fits"], dtype=bool)
-
-    # intervals from stored held-out residuals, when the calibration has them
+def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarray,
+                     notes: list[str]) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
+    """Wall-clock bounds from the held-out residuals stored in the calibration, when it has them."""
     interval_info = None
-    t_lo = t_hi = np.full(len(grid), np.nan)
+    t_lo = t_hi = np.full(len(wall), np.nan)
     if interval:
         from tuneplan.estimators.calibration import interval_residuals
         from tuneplan.learn.intervals import conformal_bounds
@@ -376,25 +460,19 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
                              "source": res.get("source", ""), "n_residuals": len(res["throughput"])}
         else:
             notes.append("No interval: no held-out residuals stored for this estimator.")
+    return interval_info, t_lo, t_hi
 
-    # the table of configurations that fit
-    keep = np.flatnonzero(fits)
-    meets_deadline = np.ones(len(grid), dtype=bool) if deadline_s is None else wall <= deadline_s
-    priced = np.isfinite(cost)
-    within_budget = np.ones(len(grid), dtype=bool) if budget_usd is None else priced & (cost <= budget_usd)
-    eligible = fits & meets_deadline & within_budget & (priced if objective in COST_OBJECTIVES else True)
-    cost_key = np.where(priced, cost, np.inf)
-    # ranking keys: figures equal at the precision people read them (a cent, a second, 10 Wh) tie,
-    # and the next key decides
-    keys = {"cheapest": (np.round(cost_key, 2), wall, energy_kwh),
-            "fastest": (np.round(wall), cost_key, energy_kwh),
-            "energy": (np.round(energy_kwh, 2), cost_key, wall),
-            "balanced": (np.where(priced, wall * cost_key, np.inf), wall, cost_key)}[objective]
-    k = keep[np.lexsort(tuple(x[keep] for x in reversed(keys)) + (~eligible[keep],))]
-    gpu_names = np.array([g.name for g in gpu_specs], dtype=object)
-    method_names = np.array(method_list, dtype=object)
+
+def _tables(k, grid, gpu_names, method_names, gb, wall, t_lo, t_hi, cost, rate_row, totals, out, mfu, mem, cap,
+            fits, meets_deadline, within_budget, eligible, priced) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The candidates table (rows `k`, best first) and its cost-time Pareto front (fastest first)."""
+    import pandas as pd
+
+    step_s = np.asarray(out["step_s"], dtype=float)
+    tokens_step = np.asarray(out["tokens_per_step"], dtype=float)
+    device_hours, energy_kwh, co2_kg, steps = (totals[x] for x in ("device_hours", "energy_kwh", "co2_kg", "steps"))
     shard_names = np.array(grid.sharding_labels, dtype=object)
-    cols: dict[str, Any] = {
+    cols = {
         "gpu": gpu_names[grid.gpu_idx[k]],
         "gpus": grid.gpus[k],
         "nodes": grid.nodes[k],
@@ -430,9 +508,13 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
                                                                    np.zeros(0, bool))
     cols["pareto"] = front
     df = pd.DataFrame(cols)
-    pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True)
+    return df, df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True)
 
-    # recommendation and runner-up
+
+def _recommend(df, k, eligible, grid, gpu_names, method_names, mem, cap, fits, objective, deadline_s,
+               budget_usd) -> tuple:
+    """(recommended, runner-up, why, message, closest): the best eligible row and the best other GPU
+    type, count or method; or which constraint rules everything out."""
     rec = ru = None
     why = message = ""
     closest = None
@@ -451,27 +533,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     else:
         message, closest = _no_plan(df, grid, gpu_names, method_names, mem, cap, fits, deadline_s, budget_usd,
                                     objective)
-
-    infeasible = _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced,
-                             meets_deadline, within_budget, deadline_s, budget_usd, objective, space,
-                             price_info, provider)
-    notes.append(f"Global batch: {'grad-accum ' + str(list(space.grad_accums)) if space.grad_accums else space.global_batch} "
-                 f"samples per optimizer step (gradient accumulation fills in what micro-batch x GPUs lacks).")
-    if objective == "balanced":
-        notes.append("balanced: the smallest time x cost (the Pareto point where 1% less time costs at least "
-                     "1% more money).")
-    return PlanResult(
-        model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
-        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
-        closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
-        interval=interval_info, n_evaluated=len(grid), seconds=_time.perf_counter() - t0,
-        space={"gpu_counts": list(space.gpu_counts), "micro_batches": list(space.micro_batches),
-               "shardings": list(space.shardings), "grad_ckpt": list(space.grad_ckpt),
-               "global_batch": space.global_batch,
-               "grad_accums": list(space.grad_accums) if space.grad_accums else None,
-               "gpus_per_node": space.gpus_per_node},
-        notes=notes,
-    )
+    return rec, ru, why, message, closest
 
 
 def _row(df: pd.DataFrame, i: int) -> dict[str, Any]:
