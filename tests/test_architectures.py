@@ -281,3 +281,63 @@ def test_estimate_answers_the_new_architectures(model, kwargs, expect):
     r = estimate(model, gpu, method="lora", micro_batch=1, examples=1000, tokens_per_example=2048, **kwargs)
     assert r.step_time_s > 0 and r.fits
     assert any(expect in line for line in r.assumptions)
+
+
+def test_cli_images_on_a_text_model_exits_2(capsys):
+    from tuneplan.cli import main
+
+    code = main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM5-80GB", "--examples", "100",
+                 "--tokens-per-example", "512", "--images-per-example", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "images-per-example" in err and "Traceback" not in err
+
+
+def test_cli_vision_estimate_json(capsys):
+    import json
+
+    from tuneplan.cli import main
+
+    code = main(["estimate", "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--gpu", "H100-SXM5-80GB", "--examples", "100",
+                 "--tokens-per-example", "512", "--images-per-example", "1", "--image-size", "896",
+                 "--train-vision-tower", "--json", "--interval", "0"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0 and d["job"]["images_per_example"] == 1 and d["job"]["train_vision_tower"] is True
+    assert any("896x896" in a and "trained" in a for a in d["assumptions"])
+
+
+def test_qwen2_vl_tower_by_hand():
+    # Qwen2-VL-7B-Instruct's vision_config (embed_dim is the tower width, hidden_size the merger output)
+    # on the catalog's Qwen2-7B text decoder: published 8.29B
+    import json
+
+    from tuneplan.specs.catalog import model_catalog
+
+    text = json.loads(model_catalog()["Qwen/Qwen2-7B"].read_text(encoding="utf-8"))
+    cfg = {**{k: v for k, v in text.items() if not k.startswith("_")}, "model_type": "qwen2_vl",
+           "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_chans": 3,
+                             "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+                             "spatial_patch_size": 14, "temporal_patch_size": 2}}
+    s = model_from_config(cfg, "qwen2-vl-7b")
+    layer = (1280 * 3840 + 3840) + (1280 * 1280 + 1280) + (1280 * 5120 + 5120) + (5120 * 1280 + 1280) + 4 * 1280
+    merger = 2 * 1280 + (5120 * 5120 + 5120) + (5120 * 3584 + 3584)
+    assert s.params_vision == 32 * layer + 3 * 2 * 14 * 14 * 1280 + merger
+    _within(s.params_total, 8.29e9)
+    assert s.vision.tokens_per_image == 256 and not s.vision.gated and s.vision.window == 0
+
+
+def test_linear_attention_hybrids():
+    nxt, t = _fwd("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    _within(nxt.params_total, 80e9)  # "80B" (model name / Qwen's card)
+    assert nxt.attention_layers == 12 and nxt.ssm.kind == "deltanet" and nxt.ssm.n_layers == 36
+    h, key, value = 2048, 16 * 128, 32 * 128
+    deltanet = h * (2 * key + 2 * value) + h * 2 * 32 + value * h
+    gated_attn = h * 2 * 16 * 256 + 2 * h * 2 * 256 + 16 * 256 * h  # q_proj writes q and its gate
+    moe = h * 512 + 10 * 3 * h * 512 + 3 * h * 512 + h  # router, top-10, shared expert and its gate
+    assert t.fwd_block_flops == 2.0 * (36 * deltanet + 12 * gated_attn + 48 * moe)
+    # chunks of 64, 32 value heads with a 128 x 128 state each; conv1d over q, k, v
+    assert ssm_scan_flops(nxt.ssm) == 2 * (2 * key + value) * 4 + 32 * (2 * 64 * 256 + 4 * 128 * 128)
+    mm = resolve_model("MiniMaxAI/MiniMax-M1-80k")
+    # MiniMax-M1 report: 456B total, 45.9B activated per token (without the embedding and the LM head)
+    _within(mm.params_total, 456e9)
+    _within(mm.params_active - mm.params_embedding - mm.params_lm_head, 45.9e9)
+    assert mm.attention_layers == 10 and mm.ssm.kind == "lightning" and mm.ssm.n_layers == 70

@@ -267,7 +267,7 @@ def test_predict_resolves_names_as_calibrate_does_and_keeps_unresolvable_rows(tm
     src = pd.read_csv(reference_dir() / "ms-swift.csv", low_memory=False)
     assert len(pred) == len(src)  # every row written, in file order
     assert list(pred["id"]) == list(src["id"])
-    # 'A100-80GB' is ambiguous in the catalog; the source's defaults resolve it, as calibrate does
+    # 'A100-80GB' is a family name: the catalog reads it as its default variant (A100-SXM4-80GB), as calibrate does
     ok = pred["error"].isna()
     assert ok.sum() > 100 and pred.loc[ok, "pred_peak_mem_gib"].notna().all()
     assert pred.loc[~ok, "error"].str.len().gt(0).all()  # the others say why

@@ -154,3 +154,28 @@ def test_plan_cli_with_a_price_file(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["prices"]["L40S-48GB"]["usd_per_gpu_hour"] == 0.10
     assert d["recommended"]["rate_usd_per_gpu_hour"] == 0.10
+
+
+def test_prices_older_than_a_year_are_warned() -> None:
+    from datetime import date
+
+    from tuneplan.specs.prices import PRICE_STALE_DAYS, Price, price_age_days, stale_price_warning
+
+    p = Price(provider="X", gpu="A100-SXM4-80GB", usd_per_gpu_hour=1.0, pricing_kind="on-demand", offer="o",
+              region="r", date_seen="2024-11", source="s")
+    assert price_age_days(p, date(2025, 11, 1)) == PRICE_STALE_DAYS == 365
+    assert stale_price_warning(p, date(2025, 11, 1)) is None
+    w = stale_price_warning(p, date(2026, 12, 1))
+    assert w and "2024-11" in w and "2.1 years old" in w and "--rate" in w
+    assert stale_price_warning(Price(**{**p.__dict__, "date_seen": ""}), date(2030, 1, 1)) is None
+
+
+def test_estimate_warns_of_an_old_default_price() -> None:
+    import tuneplan
+
+    kw = dict(method="lora", examples=1000, tokens_per_example=256, interval=None)
+    r = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", **kw)  # the default: Lambda, 2023-02-01
+    assert "2023-02-01" in r.rate_source
+    assert any("years old" in w and "2023-02-01" in w for w in r.warnings)
+    r = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", rate=2.0, **kw)
+    assert not any("years old" in w for w in r.warnings)

@@ -85,3 +85,21 @@ def test_profiler_stage_input_errors(tiny):
         run_one(ProfileConfig(model=tiny, stage="ppo", **SHAPE))
     with pytest.raises(InputError, match="group-size"):
         run_one(ProfileConfig(model=tiny, stage="grpo", group_size=3, **SHAPE))
+
+
+def test_profile_cli_stage_flags(tiny, tmp_path, capsys):
+    import argparse
+
+    from tuneplan.errors import TuneplanError
+    from tuneplan.profile.commands import register
+
+    ap = argparse.ArgumentParser(prog="tuneplan")
+    register(ap.add_subparsers(dest="cmd", required=True))
+    args = ap.parse_args(["profile", "--model", tiny, "--stage", "kto", "--out", str(tmp_path / "r.csv"),
+                          "--no-progress"])
+    with pytest.raises(TuneplanError, match="stage"):
+        args.func(args)
+    args = ap.parse_args(["profile", "--model", tiny, "--stage", "grpo", "--group-size", "3", "--micro-batch", "2",
+                          "--out", str(tmp_path / "r.csv"), "--no-progress"])
+    with pytest.raises(TuneplanError, match="group-size"):
+        args.func(args)

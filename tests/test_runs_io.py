@@ -275,7 +275,7 @@ def test_unresolvable_rows_are_reported_not_dropped_silently(tmp_path: Path) -> 
     p = ref_file(tmp_path / "u.csv", [
         base(id="u-1", tokens_per_s=100),
         base(id="u-2", model="granite-99b-zz", model_hf_id="", tokens_per_s=100),
-        base(id="u-3", gpu="A100", tokens_per_s=100),
+        base(id="u-3", gpu="RTX 6000", tokens_per_s=100),  # ambiguous: the catalog names no default
         base(id="u-4", gpu="Z9000-7GB", tokens_per_s=100),
         base(id="u-5", model="", model_hf_id="", tokens_per_s=100),
         base(id="u-6", gpu="", peak_mem_gib=12),  # GPU not stated: kept, not usable for throughput
@@ -287,7 +287,7 @@ def test_unresolvable_rows_are_reported_not_dropped_silently(tmp_path: Path) -> 
     assert set(by_line) == {3, 4, 5, 6}
     assert by_line[3].startswith("cannot resolve model 'granite-99b-zz': unknown model")
     assert "closest:" in by_line[3] and "ibm-granite/" in by_line[3]
-    assert "cannot resolve GPU 'A100'" in by_line[4] and "A100-SXM4-80GB" in by_line[4]
+    assert "cannot resolve GPU 'RTX 6000'" in by_line[4] and "RTX-6000-Ada-48GB" in by_line[4]
     assert "cannot resolve GPU 'Z9000-7GB'" in by_line[5]
     assert by_line[6].startswith("no model named")
     r6 = t.df.iloc[1]
@@ -330,7 +330,7 @@ def test_source_and_framework_defaults_are_recorded(tmp_path: Path) -> None:
     assert n["lora_rank"] == 32 and n["lora_targets"] == "qkv"
     assert "lora_rank=32(source default nemo)" in n["defaults_used"]
     assert s["gpu_resolved"] == "A100-SXM4-80GB" and s["gpu"] == "A100-80GB"
-    assert "gpu=A100-SXM4-80GB(source default ms-swift" in s["defaults_used"]
+    assert "gpu=A100-SXM4-80GB(catalog default for 'A100-80GB'" in s["defaults_used"]
     assert p["lora_rank"] == 8 and p["lora_targets"] == "qkv"  # peft's mapping for bloom
     assert "lora_targets=qkv(framework default peft)" in p["defaults_used"]
     assert p["grad_accum"] == 1 and "grad_accum=1(framework default hf-trainer)" in p["defaults_used"]

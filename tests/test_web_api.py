@@ -237,7 +237,7 @@ ESTIMATE_422 = [
     ({"model": "/etc/passwd"}, ["body", "model"]),
     ({"model": "../secrets/config.json"}, ["body", "model"]),
     ({"model": "Qwen"}, ["body", "model"]),  # ambiguous
-    ({"gpu": "H100"}, ["body", "gpu"]),  # ambiguous
+    ({"gpu": "RTX 6000"}, ["body", "gpu"]),  # ambiguous: no family default
     ({"gpu": "Z9000"}, ["body", "gpu"]),
     ({"method": "magic"}, ["body", "method"]),
     ({"precision": "int3"}, ["body", "precision"]),

@@ -18,7 +18,7 @@ from tuneplan.physics.run import (
     workload,
     workload_assumptions,
 )
-from tuneplan.specs.gpu import GPUSpec
+from tuneplan.specs.gpu import GPUSpec, gpu_assumptions
 from tuneplan.specs.job import JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg, resolve_rate
@@ -124,9 +124,11 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
              calibration=None, gpu_file: str | None = None, peak_tflops: float | None = None,
              memory_gib: float | None = None, bandwidth_gbs: float | None = None,
              provider: str | None = None, prices: str | None = None, rate: float | None = None,
-             interval: float | None = 0.8, job: JobSpec | None = None, **job_kwargs: Any) -> EstimateResult:
+             interval: float | None = 0.8, job: JobSpec | None = None, strict: bool = False,
+             **job_kwargs: Any) -> EstimateResult:
     """Estimate a fine-tuning run. Job fields are JobSpec's (method, gpus, micro_batch, examples,
-    tokens_per_example, epochs, seq_len, ...). Raises InputError for bad input.
+    tokens_per_example, epochs, seq_len, ...). `strict`: refuse a GPU family name (A100-80GB) instead of
+    reading it as the catalog's default variant (said in the assumptions). Raises InputError for bad input.
 
     The pipeline is the planner's on one row: `build_arrays` -> the estimator's `predict_arrays` ->
     `run_totals`; each part states its own assumptions, collected here."""
@@ -134,7 +136,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     from tuneplan.physics.terms import build_arrays
 
     mspec = resolve_model_arg(model)
-    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs)
+    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs, strict=strict)
     if rate is not None:
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
@@ -152,8 +154,9 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
     assumptions = (est.assumptions(jspec) + model_assumptions(mspec, jspec) + workload_assumptions(jspec, wl, est.constants)
                    + job_assumptions(jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src)
-                   + (stage.assumptions if stage else []))
-    res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions)
+                   + gpu_assumptions(gspec, jspec.precision, jspec.nodes) + (stage.assumptions if stage else []))
+    res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions,
+                  price_warnings(gspec, jspec, rate_v, provider, prices))
     res.extra.update(extra)
     if interval:
         from tuneplan.learn.intervals import attach_interval
@@ -185,8 +188,19 @@ def _totals(stage, jspec: JobSpec, wl: Workload, a: dict, out: dict, rate_v: flo
     return stage_run_totals(stage, wl, rate_v, c)
 
 
+def price_warnings(gspec: GPUSpec, jspec: JobSpec, rate_v: float | None, provider, prices) -> list[str]:
+    """A warning when the price-file rate used is old."""
+    if jspec.rate_usd_per_gpu_hour is not None or rate_v is None:
+        return []
+    from tuneplan.specs.prices import price_for, stale_price_warning
+
+    old = stale_price_warning(price_for(gspec.name, provider=provider, path=prices))
+    return [old] if old else []
+
+
 def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Workload, a: dict, out: dict,
-            totals: RunTotals, rate_v: float | None, rate_src: str, assumptions: list[str]) -> EstimateResult:
+            totals: RunTotals, rate_v: float | None, rate_src: str, assumptions: list[str],
+            price_warns: list[str]) -> EstimateResult:
     """One row of the estimator's output as an EstimateResult, with its warnings and fixes."""
     step_s = _scalar(out, "step_s")
     peak = float(a["peak_flops"][0])
@@ -199,7 +213,7 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
     memory_model = est.memory_model
     max_mb = (stage.max_micro_batch if stage else None if memory_model is None
               else int(memory_model.max_micro_batch(a)[0]))
-    warnings = seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
+    warnings = seq_len_warning(mspec.max_position_embeddings, mspec.name, wl) + price_warns
     cached = _scalar(out, "variable_shape_gib", 0.0)
     if fits and mem_total > gspec.memory_gib and cached > 0:
         warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "

@@ -50,14 +50,32 @@ def run_gpus(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{len(gpus)} GPUs (dense peak, no sparsity)", title_justify="left")
-    for col in ("name", "memory", "bandwidth", "bf16", "fp8", "intra-node", "inter-node", "TDP"):
+    t = Table(title=f"{len(gpus)} GPUs (dense peak TFLOP/s, no sparsity; -: none; ?: no source gives it, "
+                    "* taken from a sibling part; sources: --json)", title_justify="left")
+    for col in ("name", "memory", "bandwidth", "bf16", "fp8", "fp4", "intra-node", "inter-node", "TDP"):
         t.add_column(col, justify="left" if col == "name" else "right")
     for g in gpus.values():
-        t.add_row(g.name, f"{g.memory_gib:g} GiB", f"{g.memory_bandwidth_gbs:,.0f} GB/s",
-                  f"{g.peak_tflops.get('bf16', g.peak_tflops.get('fp16', 0)):g} TFLOP/s",
-                  f"{g.peak_tflops['fp8']:g}" if "fp8" in g.peak_tflops else "-",
-                  f"{g.intra_node_gbs:g} GB/s", f"{g.inter_node_gbps:g} Gb/s" if g.inter_node_gbps else "-",
-                  f"{g.tdp_w:g} W" if g.tdp_w else "-")
+        t.add_row(g.name, f"{g.memory_gib:g} GiB", _fig(g, "memory_bandwidth_gbs", f"{g.memory_bandwidth_gbs:,.0f} GB/s"),
+                  *(_fig(g, f"{p}_tflops", f"{g.peak_tflops[p]:g}" if p in g.peak_tflops else "") for p in
+                    ("bf16", "fp8", "fp4")),
+                  _fig(g, "intra_node_gbs_bidir", f"{g.intra_node_gbs:g} GB/s" if g.intra_node_gbs else ""),
+                  f"{g.inter_node_gbps:g} Gb/s" if g.inter_node_gbps else "-",
+                  _fig(g, "tdp_w", f"{g.tdp_w:g} W" if g.tdp_w else ""))
     Console().print(t)
+    from tuneplan.specs.gpu import gpu_families
+
+    fams = gpu_families()
+    print("Family names read as a default variant (said in the output; --strict-names refuses them): "
+          + "; ".join(f"{f.name} -> {f.default}" for f in fams.values()))
     return 0
+
+
+def _fig(g, column: str, text: str) -> str:
+    """A figure for the table: '*' when taken from a sibling part, '?' when no source gives it, '-' absent."""
+    from tuneplan.specs.gpu import missing_columns
+
+    if column in g.filled:
+        return f"{text}*"
+    if text:
+        return text
+    return "?" if column in missing_columns(g) else "-"

@@ -56,6 +56,14 @@ def add_gpu_args(p: argparse.ArgumentParser, gpu_required: bool = False) -> None
     g.add_argument("--peak-tflops", type=positive_float, help="one-off dense peak TFLOP/s")
     g.add_argument("--memory-gib", type=positive_float, help="one-off GPU memory, GiB")
     g.add_argument("--bandwidth-gbs", type=positive_float, help="one-off memory bandwidth, GB/s")
+    add_strict_names(g)
+
+
+def add_strict_names(p) -> None:
+    """`--strict-names`: refuse a GPU family name instead of reading it as the catalog's default variant."""
+    p.add_argument("--strict-names", action="store_true",
+                   help="refuse a GPU family name (A100, A100-80GB, H100...) instead of reading it as the "
+                        "catalog's default variant (which the output's assumptions name)")
 
 
 NUMBER_TYPES = {(int, "positive"): positive_int, (int, "nonneg"): nonneg_int,

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     r = estimate(args.model, args.gpu, estimator=args.estimator, calibration=args.calibration,
                  gpu_file=args.gpu_file, peak_tflops=args.peak_tflops, memory_gib=args.memory_gib,
                  bandwidth_gbs=args.bandwidth_gbs, provider=args.provider, prices=args.prices,
-                 interval=args.interval or None, **job_kwargs(args))
+                 interval=args.interval or None, strict=args.strict_names, **job_kwargs(args))
     if args.plot:
         from tuneplan.report.plots import plot_estimate
 

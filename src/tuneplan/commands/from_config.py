@@ -14,7 +14,10 @@ PLAN_PINS = ("micro_batch", "grad_accum", "sharding")
 """Job fields `plan` takes as pins (one value instead of a search) when a config states them."""
 
 
-def add_from_args(p: argparse.ArgumentParser) -> None:
+def add_from_args(p: argparse.ArgumentParser, func=None) -> None:
+    """The `--from` / `--format` flags (and the command's function, when given)."""
+    if func is not None:
+        p.set_defaults(func=func)
     g = p.add_argument_group("your training config")
     g.add_argument("--from", dest="from_files", action="append", metavar="FILE",
                    help="read your training config (axolotl, LLaMA-Factory, torchtune, TRL/transformers, litgpt, "

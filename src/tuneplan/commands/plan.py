@@ -17,6 +17,7 @@ from typing import Any
 from tuneplan.commands.common import (
     add_gpu_args,
     add_job_args,
+    add_strict_names,
     job_fields,
     job_kwargs,
     positive_float,
@@ -67,6 +68,7 @@ def register(sub) -> None:
                    "default 8)")
     s.add_argument("--gpu-counts", type=_int_list, help="GPU counts to try instead of powers of two")
     s.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)")
+    add_strict_names(s)
     s.add_argument("--micro-batches", type=_int_list, help="micro-batches to try (default 1,2,4,...,64)")
     s.add_argument("--micro-batch", type=positive_int, help="pin the micro-batch")
     s.add_argument("--global-batch", type=positive_int, help="samples per optimizer step kept by gradient "
@@ -94,8 +96,7 @@ def register(sub) -> None:
     o.add_argument("--plot", help="write the time-versus-cost plot (PNG or SVG)")
     o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV")
     o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see docs/planning.md)")
-    add_from_args(p)
-    p.set_defaults(func=run_plan)
+    add_from_args(p, func=run_plan)
 
     cv = sub.add_parser(
         "curve", help="throughput and memory versus micro-batch, as a plot",
@@ -110,8 +111,7 @@ def register(sub) -> None:
     cv.add_argument("--json", action="store_true", help="print one JSON object")
     add_gpu_args(cv)
     add_job_args(cv)
-    add_from_args(cv)
-    cv.set_defaults(func=run_curve)
+    add_from_args(cv, func=run_curve)
 
 
 # --- plan ---------------------------------------------------------------------------------------
@@ -131,6 +131,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "interval": args.interval or None, "gpus_per_node": args.gpus_per_node,
         "micro_batches": args.micro_batches, "grad_accums": args.grad_accums, "global_batch": args.global_batch,
         "shardings": args.shardings, "gpu_counts_": args.gpu_counts, "grid_gco2_kwh": args.grid_gco2_kwh,
+        "strict": args.strict_names,
     }
     if args.deadline is not None:
         kw["deadline_s"] = parse_duration(args.deadline)
@@ -310,7 +311,8 @@ def run_curve(args: argparse.Namespace) -> int:
 
     res = curve(args.model, args.gpu, max_micro_batch=args.max_micro_batch, runs=args.runs,
                 calibration=args.calibration, gpu_file=args.gpu_file, peak_tflops=args.peak_tflops,
-                memory_gib=args.memory_gib, bandwidth_gbs=args.bandwidth_gbs, **job_kwargs(args))
+                memory_gib=args.memory_gib, bandwidth_gbs=args.bandwidth_gbs, strict=args.strict_names,
+                **job_kwargs(args))
     if args.plot:
         from tuneplan.report.plots import plot_curve
 

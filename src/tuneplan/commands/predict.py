@@ -17,6 +17,9 @@ def register(sub) -> None:
     p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     p.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
     p.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
+    from tuneplan.commands.common import add_strict_names
+
+    add_strict_names(p)
     p.set_defaults(func=run)
 
 
@@ -31,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     # names resolved as `calibrate` resolves them (with each source's defaults); rows the catalogs
     # cannot resolve are reported and still written, with the reason in their error column
-    table = read_runs(args.runs, strict=args.strict)
+    table = read_runs(args.runs, strict=args.strict, strict_names=args.strict_names)
     report_problems(table.problems)
     raw = read_runs(args.runs, resolve=False).df
     df = table.df

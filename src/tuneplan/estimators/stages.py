@@ -271,6 +271,8 @@ def stage_totals(run: StageRun, totals):
            "checkpoint": totals.checkpoint_s}
     if pre:
         wcb["reference_precompute"] = pre
-    extra = {"stage": run.extra.get("stage", {"stage": run.totals_job.stage}), "wall_clock_breakdown_s": wcb}
+    extra = {"stage": run.extra.get("stage", {"stage": run.totals_job.stage}), "wall_clock_breakdown_s": wcb,
+             # what the GPUs compute on: both sequences of a pair, prompt + completion of every completion
+             "tokens_total": _v(run.out["tokens_per_step"]) * totals.steps}
     extra["stage"] = {**extra["stage"], "train_parts_s": train_parts}
     return out, extra

@@ -76,9 +76,11 @@ def ssm_scan_flops(ssm: SSMShape) -> float:
     Mamba-1: 9 d_inner d_state (`MAMBA1_SCAN_FLOPS_PER_STATE`). Mamba-2 (SSD, chunks of Q tokens,
     H heads of P channels, N states): within a chunk C B^T (2 Q N per head) and its product with x
     (2 Q P), the chunk states B^T x (2 N P) and their read-out C h (2 N P): H (2 Q (N + P) + 4 N P).
+    Chunked linear attention (Gated DeltaNet, lightning) has the same shape with q, k for C, B, N the
+    key width and P the value width (DeltaNet's WY correction within a chunk is not counted).
     """
     conv = 2.0 * ssm.conv_dim * ssm.conv_kernel
-    if ssm.kind == "mamba2":
+    if ssm.kind != "mamba1":  # SSD and chunked linear attention: the same chunk algebra
         H, P, N, Q = ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.chunk
         return conv + H * (2.0 * Q * (N + P) + 4.0 * N * P)
     return conv + MAMBA1_SCAN_FLOPS_PER_STATE * ssm.d_inner * ssm.d_state
@@ -88,6 +90,9 @@ def ssm_activation_elements(ssm: SSMShape, hidden: int) -> float:
     """Saved elements per token of one Mamba layer: the norm's input and output (2h), in_proj's output,
     the conv output, the scan output and the gated-norm output (Mamba-2: z, x, B, C, dt = 2 d_inner +
     2 G N + H; Mamba-1: x, z, then x_proj's dt/B/C), plus Mamba-2's chunk states (H P N per Q tokens)."""
+    if ssm.kind in ("deltanet", "lightning"):
+        states = ssm.n_heads * ssm.head_dim * ssm.d_state / max(1, ssm.chunk)
+        return 2.0 * hidden + ssm.proj_width + ssm.conv_dim + 2.0 * ssm.d_inner + states
     if ssm.kind == "mamba2":
         proj = 2.0 * ssm.d_inner + 2.0 * ssm.n_groups * ssm.d_state + ssm.n_heads
         states = ssm.n_heads * ssm.head_dim * ssm.d_state / max(1, ssm.chunk)
@@ -255,9 +260,11 @@ def architecture_assumptions(model: ModelSpec, images: int = 0, trained: bool = 
                    "the decompressed k and v.")
     if model.ssm is not None:
         s = model.ssm
-        out.append(f"{s.n_layers} Mamba-{s.kind[-1]} layers: scan and conv1d FLOPs added to the sequence mixing "
-                   f"({s.d_inner} channels x {s.d_state} states" + (f", SSD chunks of {s.chunk}" if
-                                                                    s.kind == "mamba2" else "") + ").")
+        label = {"mamba1": "Mamba-1", "mamba2": "Mamba-2", "deltanet": "Gated DeltaNet (linear attention)",
+                 "lightning": "lightning (linear) attention"}.get(s.kind, s.kind)
+        out.append(f"{s.n_layers} {label} layers: scan and conv1d FLOPs added to the sequence mixing "
+                   f"({s.d_inner} channels x {s.d_state} states" + (f", chunks of {s.chunk}" if
+                                                                    s.kind != "mamba1" else "") + ").")
     if model.is_moe and model.n_shared_experts:
         out.append(f"MoE: {model.experts_per_token} of {model.n_experts} experts per token + "
                    f"{model.n_shared_experts} shared, in {model.n_moe_layers} of {model.n_layers} layers.")

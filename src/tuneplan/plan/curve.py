@@ -49,7 +49,7 @@ class CurveResult:
 
 def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, runs: Any = None,
           calibration: Any = None, gpu_file: str | None = None, peak_tflops: float | None = None,
-          memory_gib: float | None = None, bandwidth_gbs: float | None = None,
+          memory_gib: float | None = None, bandwidth_gbs: float | None = None, strict: bool = False,
           **job_fields: Any) -> CurveResult:
     """Throughput (tokens/s, all GPUs) and memory per GPU at micro-batch 1..N for a job (JobSpec
     fields; micro_batch is the swept axis). N: `max_micro_batch`, else twice the largest micro-batch
@@ -63,7 +63,7 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg
 
     mspec = resolve_model_arg(model)
-    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs)
+    gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs, strict=strict)
     fields = {k: v for k, v in job_fields.items() if v is not None}
     fields.pop("micro_batch", None)
     fields.pop("rate_usd_per_gpu_hour", None)
@@ -102,6 +102,9 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     })
     res = CurveResult(model=mspec.name, gpu=gspec.name, method=job.method, gpus=job.gpus, seq_len=seq, job=job,
                       points=points, max_micro_batch=largest, memory_capacity_gib=gspec.memory_gib)
+    from tuneplan.specs.gpu import gpu_assumptions
+
+    res.notes += gpu_assumptions(gspec, job.precision, job.nodes)
     if largest == 0:
         res.notes.append(f"does not fit even at micro-batch 1 on {job.gpus} x {gspec.name}")
     if runs is not None:

@@ -45,7 +45,7 @@ from tuneplan.plan.space import (
     gpu_counts,
 )
 from tuneplan.plan.units import hours, money
-from tuneplan.specs.gpu import GPUSpec
+from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, has_known_power
 from tuneplan.specs.job import METHODS, JobSpec, make_job
 
 if TYPE_CHECKING:
@@ -184,17 +184,33 @@ def _as_list(v: Any) -> list:
     return list(v)
 
 
-def _resolve_gpus(gpus: Any, prices: str | None) -> list[GPUSpec]:
+def _resolve_gpus(gpus: Any, prices: str | None, strict: bool = False) -> list[GPUSpec]:
     from tuneplan.specs.resolve import resolve_gpu_arg
 
     names = _as_list(gpus) or default_gpus(prices)
     out: dict[str, GPUSpec] = {}
     for g in names:
-        spec = resolve_gpu_arg(g)
+        spec = resolve_gpu_arg(g, strict=strict)
         out.setdefault(spec.name, spec)
     if not out:
         raise InputError("gpus", "give at least one GPU type")
     return list(out.values())
+
+
+def gpus_with_power(gpu_specs: list[GPUSpec], objective: str, notes: list[str]) -> list[GPUSpec]:
+    """The GPUs the energy objective can rank: those whose power (TDP) a source gives. The others are left
+    out and named in `notes`; when none is left, an InputError."""
+    if objective != "energy":
+        return gpu_specs
+    known = [g for g in gpu_specs if has_known_power(g)]
+    unknown = [g.name for g in gpu_specs if not has_known_power(g)]
+    if not known:
+        raise InputError("objective", f"energy: no source gives the power (TDP) of {', '.join(unknown)}, so "
+                         "their energy is unknown; choose another --objective or give a --gpu-file with tdp_w")
+    if unknown:
+        notes.append(f"Energy objective: {', '.join(unknown)} left out: no source gives their power (TDP), so "
+                     "their energy is unknown.")
+    return known
 
 
 def _resolve_methods(methods: Any) -> list[str]:
@@ -214,7 +230,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
          shardings: Sequence[str] | None = None, grad_ckpt: Sequence[bool] = (False, True),
          grad_accums: Sequence[int] | None = None, global_batch: int | None = None,
          gpu_counts_: Sequence[int] | None = None, gpus_per_node: int = GPUS_PER_NODE,
-         grid_gco2_kwh: float | None = None, interval: float | None = 0.8,
+         grid_gco2_kwh: float | None = None, interval: float | None = 0.8, strict: bool = False,
          **fixed_job_fields: Any) -> PlanResult:
     """Search GPU type x count x method x micro-batch x grad-accum x sharding x checkpointing.
 
@@ -225,7 +241,9 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     JobSpec fields fixed for every candidate (lora_rank, precision, optimizer, seq_len, packing...);
     giving a grid field (micro_batch, grad_accum, sharding, grad_ckpt, method) pins that axis.
     Raises InputError for bad input; a question with no answer returns a result with `ok` False and
-    a `message`.
+    a `message`. `strict`: refuse GPU family names (A100-80GB) instead of reading them as the catalog's
+    default variant (said in `notes`). With the energy objective, GPUs whose power no source gives are left
+    out (said in `notes`).
     """
     import pandas  # noqa: F401 - before the clock: the import is not the search
 
@@ -238,7 +256,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
      fixed) = _pin_axes(fixed_job_fields, methods, micro_batches, grad_accums, shardings, grad_ckpt, rate,
                         grid_gco2_kwh)
     mspec = resolve_model_arg(model)
-    gpu_specs = _resolve_gpus(gpus, prices)
+    gpu_specs = _resolve_gpus(gpus, prices, strict)
     method_list = _resolve_methods(methods)
     if provider and rate is None:
         from tuneplan.specs.prices import check_provider
@@ -248,9 +266,12 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     jobs, model_par, ep = _base_jobs(method_list, fixed, examples, tokens_per_example, epochs)
     base = jobs[0]
     wl = workload(base)
-    notes = seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
-
-    rate_tab, price_info = _price_table(gpu_specs, rate, provider, prices)
+    notes: list[str] = []
+    gpu_specs = gpus_with_power(gpu_specs, objective, notes)
+    for g in gpu_specs:
+        notes += [n for n in gpu_assumptions(g, base.precision) if n not in notes]
+    notes += seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
+    rate_tab, price_info = _price_table(gpu_specs, rate, provider, prices, notes)
     needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
     if needs_cost and np.isnan(rate_tab).all():
         where = f" from {provider}" if provider else ""
@@ -420,8 +441,9 @@ def _pin_axes(fixed_job_fields: dict, methods, micro_batches, grad_accums, shard
     return methods, micro_batches, grad_accums, shardings, grad_ckpt, rate, grid_gco2_kwh, fixed
 
 
-def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
-    """$/GPU-hour per GPU type (NaN: no price) and where each came from."""
+def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
+                 notes: list[str]) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
+    """$/GPU-hour per GPU type (NaN: no price) and where each came from; old prices said in `notes`."""
     rate_tab = np.full(len(gpu_specs), np.nan)
     price_info: dict[str, dict[str, Any]] = {}
     for i, g in enumerate(gpu_specs):
@@ -439,6 +461,11 @@ def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices) -> tuple[np.n
             rate_tab[i] = p.usd_per_gpu_hour
             price_info[g.name] = {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.describe(),
                                   "provider": p.provider, "date_seen": p.date_seen}
+            from tuneplan.specs.prices import stale_price_warning
+
+            old = stale_price_warning(p)
+            if old:
+                notes.append(old[0].upper() + old[1:] + ".")
     return rate_tab, price_info
 
 

@@ -123,8 +123,9 @@ def _parquet_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[st
 
 
 class _Reader:
-    def __init__(self, strict: bool, resolve: bool, defaults: Defaults) -> None:
+    def __init__(self, strict: bool, resolve: bool, defaults: Defaults, strict_names: bool = False) -> None:
         self.strict = strict
+        self.strict_names = strict_names
         self.resolve = resolve
         self.defaults = defaults
         self.problems: list[Problem] = []
@@ -294,7 +295,7 @@ class _Reader:
         key = (gpu, source)
         if key not in self.gpu_cache:
             try:
-                self.gpu_cache[key] = resolve_gpu_name(gpu, self.defaults.source(source))
+                self.gpu_cache[key] = resolve_gpu_name(gpu, self.defaults.source(source), self.strict_names)
             except (UnknownNameError, AmbiguousNameError, InputError) as exc:
                 self.gpu_cache[key] = exc
         got = self.gpu_cache[key]
@@ -389,7 +390,7 @@ def _reason(exc: Exception) -> str:
 
 
 def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, resolve: bool = True,
-              defaults: Defaults | str | Path | None = None) -> RunTable:
+              defaults: Defaults | str | Path | None = None, strict_names: bool = False) -> RunTable:
     """Read runs files into one `RunTable`.
 
     Each file is CSV (or Parquet, with pyarrow) in the reference schema or the LLMFineTuningBench
@@ -398,11 +399,13 @@ def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, re
     and line and the row (or file) is skipped; `strict=True` raises `DataFileError` at the first.
     `resolve=False` skips catalog look-ups (model_resolved / gpu_resolved stay '').
     `defaults`: a parsed `Defaults` or a YAML path; the shipped source_defaults.yaml when None.
+    A GPU family name (A100-80GB) is read as the catalog's default variant, recorded in `defaults_used`;
+    `strict_names=True` refuses it instead (the row is reported and skipped).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     defs = defaults if isinstance(defaults, Defaults) else load_defaults(defaults)
-    reader = _Reader(strict=strict, resolve=resolve, defaults=defs)
+    reader = _Reader(strict=strict, resolve=resolve, defaults=defs, strict_names=strict_names)
     for p in paths:
         p = Path(p)
         if p.is_dir():

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneplan.errors import AmbiguousNameError, InputError, UnknownNameError
 from tuneplan.runs.defaults import DefaultEntry, Defaults, SourceRules, cell_text
 from tuneplan.runs.schema import (
     EXTRA_NUMERIC_COLUMNS,
@@ -245,13 +244,10 @@ def finish_llmftbench(v: dict[str, Any], unit: str, gpu_memory_gib: float | None
 
 # --- catalog names ------------------------------------------------------------------------------
 
-_GPU_MEM_SUFFIX = re.compile(r"^(.+?)[-_ ]?(\d+(?:\.\d+)?)\s*GB$", re.IGNORECASE)
-
-
-def _catalog_gpu(name: str):
+def _catalog_gpu(name: str, strict: bool = False):
     from tuneplan.specs.gpu import resolve_gpu
 
-    return resolve_gpu(name)
+    return resolve_gpu(name, strict=strict)
 
 
 def _catalog_model(model: str, hf_id: str, notes: str = "", seq_len: Any = None):
@@ -263,8 +259,12 @@ def _catalog_model(model: str, hf_id: str, notes: str = "", seq_len: Any = None)
     return catalog.resolve_model(hf_id or model)
 
 
-def resolve_gpu_name(name: str, rules: SourceRules) -> tuple[Any, str | None]:
-    """(GPUSpec or None when the row does not name a GPU, record of an assumed name or None)."""
+def resolve_gpu_name(name: str, rules: SourceRules, strict: bool = False) -> tuple[Any, str | None]:
+    """(GPUSpec or None when the row does not name a GPU, record of an assumed name or None).
+
+    The catalog's rule resolves names (a family name such as 'A100-80GB' reads as the family's default
+    variant, recorded as `gpu=<variant>(catalog default for '<name>': <reason>)`; `strict` refuses it);
+    a source's own `gpu_names` mapping, where source_defaults.yaml has one, comes first."""
     name = name.strip()
     if not name or NOT_STATED_GPU.match(name):
         return None, None
@@ -272,28 +272,14 @@ def resolve_gpu_name(name: str, rules: SourceRules) -> tuple[Any, str | None]:
         target, _why = rules.gpu_names[name]
         spec = _catalog_gpu(target)
         return spec, f"gpu={spec.name}(source default {rules.name}: '{name}' as written)"
-    try:
-        return _catalog_gpu(name), None
-    except (UnknownNameError, AmbiguousNameError) as exc:
-        m = _GPU_MEM_SUFFIX.match(name)
-        if not m:
-            raise
-        base, mem = m.group(1), float(m.group(2))
-        try:
-            cands = [_catalog_gpu(base)]
-        except AmbiguousNameError as inner:
-            cands = []
-            for c in inner.candidates:
-                try:
-                    cands.append(_catalog_gpu(c))
-                except InputError:
-                    continue
-        except UnknownNameError:
-            raise exc from None
-        close = [c for c in cands if c.memory_gib and abs(c.memory_gib - mem) <= 0.1 * mem]
-        if len(close) == 1:
-            return close[0], None
-        raise exc from None
+    spec = _catalog_gpu(name, strict)
+    if spec.resolved_as:
+        from tuneplan.specs.gpu import family_of
+
+        fam = family_of(name)
+        why = fam.reason.split(";")[0] if fam else spec.resolved_as
+        return spec, f"gpu={spec.name}(catalog default for '{name}': {why})"
+    return spec, None
 
 
 # --- row outcome marks --------------------------------------------------------------------------

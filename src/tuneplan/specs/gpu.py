@@ -1,6 +1,9 @@
 """What a GPU is, for estimating: dense peak FLOP/s per precision, memory, bandwidth, links, power.
 
-The catalog is `tuneplan/data/gpus.csv` (copied from the shared reference, one source per row).
+The catalog is `tuneplan/data/gpus.csv` (built from the shared reference `gpus.csv`): one row per part,
+each figure's source in `figure_sources`, the figures no source gives in `missing` (and the precisions
+the hardware lacks in `not_in_hardware`), and the name-resolution rule of the catalog (`default_for`,
+`default_reason`, `aliases`, `fill_from`); docs/gpus.md describes the columns.
 A user's own GPU is a YAML/JSON file (`--gpu-file`, or saved by `tuneplan probe` under
 `$TUNEPLAN_HOME/gpus/`, default `~/.tuneplan/gpus/`) with the keys of `GPUSpec.to_dict()`.
 """
@@ -11,14 +14,49 @@ import csv
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
 from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+"""The catalog's dense peak columns (`<p>_tflops`)."""
+
+PEAK_COLUMN = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16",
+               "amp-fp16": "fp16", "fp8": "fp8", "mxfp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4"}
+"""Which peak column a training precision runs its matmuls at (NVFP4 and MXFP4 on the fp4 tensor cores,
+MXFP8 on the fp8 ones)."""
+
+PEAK_FALLBACK = {
+    "fp4": ("fp4", "fp8", "bf16", "fp16"),
+    "fp8": ("fp8", "bf16", "fp16"),
+    "bf16": ("bf16", "fp16"),
+    "fp16": ("fp16", "bf16"),
+    "fp32": ("tf32", "fp32"),
+    "tf32": ("tf32", "fp32"),
+}
+"""The peak used when a column is empty: a part without fp4/fp8 units runs those matmuls at the next wider
+precision it has; fp32 matmuls use tf32 tensor cores where present (PyTorch/frameworks enable them)."""
+
+PEAK_LAST_RESORT = ("bf16", "fp16", "tf32", "fp32")
+
+FIGURE_COLUMNS = ("memory_gib", "usable_mem_mib_reported", "memory_bandwidth_gbs", "fp32_tflops", "tf32_tflops",
+                  "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops", "int8_tops", "boost_clock_mhz",
+                  "sm_count", "matmul_efficiency", "tdp_w", "intra_node_gbs_bidir", "inter_node_gbps_per_gpu")
+"""The numeric columns of gpus.csv: each non-empty one names its source in `figure_sources`; each empty one
+is listed in `missing` (no source gives it) or `not_in_hardware`, except `matmul_efficiency`, a
+measurement (empty: not measured)."""
+
+FILLABLE_COLUMNS = ("memory_bandwidth_gbs", "fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops",
+                    "fp8_tflops", "fp4_tflops", "tdp_w", "intra_node_gbs_bidir")
+"""Figures a row with `fill_from` takes from that sibling part when no source gives them (said in the
+estimate's assumptions)."""
+
+DEFAULT_TDP_W = 300.0
+"""Power, W, used for energy when no source gives a part's TDP (and it has no `fill_from`); a round figure
+for a PCIe data-centre board (A100 PCIe 80GB 300 W, A40 300 W: NVIDIA datasheets). Always said."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +66,7 @@ class GPUSpec:
     name: str
     memory_gib: float
     memory_bandwidth_gbs: float  # GB/s (1e9 bytes/s)
-    peak_tflops: dict[str, float]  # dense TFLOP/s by precision: fp32, tf32, bf16, fp16, fp8
+    peak_tflops: dict[str, float]  # dense TFLOP/s by precision: fp32, tf32, bf16, fp16, fp8, fp4
     tdp_w: float = 0.0
     # measured achievable dense 16-bit matmul TFLOP/s / the datasheet peak (0: not measured); 1 for a
     # `tuneplan probe` entry, whose peaks are themselves measured
@@ -40,30 +78,39 @@ class GPUSpec:
     architecture: str = ""
     source: str = ""
     notes: str = ""
+    # figures no source gives (catalog column names, with a reason in parentheses where known)
+    missing: tuple[str, ...] = field(default=(), compare=False)
+    # precisions the part has no units for (e.g. fp8 on Ampere): not missing, absent
+    not_in_hardware: tuple[str, ...] = field(default=(), compare=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)  # catalog column -> source
+    filled: dict[str, str] = field(default_factory=dict, compare=False)  # column -> part it was taken from
+    resolved_as: str = field(default="", compare=False)  # the assumption made in reading the name given
     extra: dict = field(default_factory=dict, compare=False)
 
-    def tflops(self, precision: str) -> float:
-        """Dense peak TFLOP/s at a training precision, falling back to the nearest it has.
-
-        fp8 falls back to bf16/fp16 (no fp8 units: runs at 16-bit); bf16 to fp16 and vice versa;
-        fp32 uses tf32 tensor cores when present (frameworks enable them for fp32 matmuls).
-        """
-        order = {
-            "bf16": ("bf16", "fp16"),
-            "fp16": ("fp16", "bf16"),
-            "fp8": ("fp8", "bf16", "fp16"),
-            "fp32": ("tf32", "fp32"),
-            "tf32": ("tf32", "fp32"),
-        }.get(precision, (precision,))
-        for p in order + ("bf16", "fp16", "tf32", "fp32"):
+    def peak_used(self, precision: str) -> tuple[str, float]:
+        """(peak column, dense TFLOP/s) that matmuls at a training precision run at, with the fallbacks of
+        PEAK_FALLBACK when the part has no figure for it. 'nvfp4'/'mxfp4' read the fp4 column."""
+        col = PEAK_COLUMN.get(precision, precision)
+        for p in PEAK_FALLBACK.get(col, (col,)) + PEAK_LAST_RESORT:
             v = self.peak_tflops.get(p)
             if v:
-                return float(v)
-        raise InputError("gpu", f"GPU '{self.name}' has no peak TFLOP/s figure for {precision}")
+                return p, float(v)
+        raise InputError("gpu", f"GPU '{self.name}' has no peak TFLOP/s figure for {precision}"
+                         + (f" (missing: {', '.join(self.missing)})" if self.missing else "")
+                         + "; give one with --peak-tflops or a --gpu-file")
+
+    def tflops(self, precision: str) -> float:
+        """Dense peak TFLOP/s at a training precision (e.g. 'bf16', 'fp8', 'fp4', 'nvfp4', 'mxfp4'),
+        falling back to the nearest the part has (`peak_used`)."""
+        return self.peak_used(precision)[1]
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra", None)
+        d["missing"] = list(self.missing)
+        d["not_in_hardware"] = list(self.not_in_hardware)
+        if not self.resolved_as:
+            d.pop("resolved_as")
         return d
 
 
@@ -77,37 +124,133 @@ def _num(s: str | None) -> float:
     return float(m.group(0)) if m else 0.0
 
 
+def _items(s: str | None) -> list[str]:
+    """A ';'-separated catalog cell as its stripped items."""
+    return [x.strip() for x in (s or "").split(";") if x.strip()]
+
+
+def parse_figure_sources(text: str) -> dict[str, str]:
+    """`figure_sources` cell -> {column: source}: 'col,col: source | col: source'."""
+    out: dict[str, str] = {}
+    for part in (text or "").split(" | "):
+        if ":" not in part:
+            continue
+        cols, src = part.split(":", 1)
+        for c in cols.split(","):
+            if c.strip():
+                out[c.strip()] = src.strip()
+    return out
+
+
+def missing_columns(spec: GPUSpec) -> set[str]:
+    """The catalog columns named in `missing` (without their reasons)."""
+    return {m.split("(")[0].strip() for m in spec.missing}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A name that covers several catalog variants, and the variant it is read as (catalog data)."""
+
+    name: str
+    default: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    gpus: dict[str, GPUSpec]
+    families: dict[str, Family]  # squashed family name -> family
+    aliases: dict[str, str]  # squashed alias -> catalog name
+
+
+def _row_spec(row: dict[str, str]) -> GPUSpec:
+    name = row["name"].strip()
+    peaks = {p: _num(row.get(f"{p}_tflops")) for p in PRECISIONS}
+    bidir = _num(row.get("intra_node_gbs_bidir"))
+    return GPUSpec(
+        name=name,
+        memory_gib=_num(row.get("memory_gib")),
+        memory_bandwidth_gbs=_num(row.get("memory_bandwidth_gbs")),
+        peak_tflops={k: v for k, v in peaks.items() if v > 0},
+        tdp_w=_num(row.get("tdp_w")),
+        matmul_efficiency=_num(row.get("matmul_efficiency")),
+        intra_node_gbs=bidir / 2.0,
+        inter_node_gbps=_num(row.get("inter_node_gbps_per_gpu")),
+        intra_node_link=row.get("intra_node_interconnect", ""),
+        vendor=row.get("vendor", ""),
+        architecture=row.get("architecture", ""),
+        source=row.get("source", ""),
+        notes=row.get("notes", ""),
+        missing=tuple(_items(row.get("missing"))),
+        not_in_hardware=tuple(_items(row.get("not_in_hardware"))),
+        sources=parse_figure_sources(row.get("figure_sources", "")),
+    )
+
+
+def _fill(spec: GPUSpec, row: dict[str, str], sibling: GPUSpec, sibling_row: dict[str, str]) -> GPUSpec:
+    """Take the FILLABLE figures no source gives for this part from its `fill_from` sibling."""
+    absent = set(spec.not_in_hardware)
+    cols = [c for c in FILLABLE_COLUMNS if not _num(row.get(c)) and _num(sibling_row.get(c))
+            and c.removesuffix("_tflops") not in absent]
+    if not cols:
+        return spec
+    d = {c: sibling_row[c] for c in cols}
+    filled = _row_spec({**row, **d})
+    return replace(filled, missing=spec.missing, not_in_hardware=spec.not_in_hardware, sources=spec.sources,
+                   filled={c: sibling.name for c in cols})
+
+
 @lru_cache(maxsize=1)
+def _load_catalog() -> _Catalog:
+    path = "tuneplan/data/gpus.csv"
+    text = resources.files("tuneplan.data").joinpath("gpus.csv").read_text(encoding="utf-8")
+    rows = {r["name"].strip(): r for r in csv.DictReader(text.splitlines())}
+    gpus = {name: _row_spec(r) for name, r in rows.items()}
+    families: dict[str, Family] = {}
+    aliases: dict[str, str] = {}
+    for line, (name, r) in enumerate(rows.items(), start=2):
+        fill = (r.get("fill_from") or "").split(":", 1)[0].strip()
+        if fill:
+            if fill not in rows:
+                raise DataFileError(path, line, f"{name}: fill_from names unknown GPU '{fill}'")
+            gpus[name] = _fill(gpus[name], r, gpus[fill], rows[fill])
+        reason = (r.get("default_reason") or "").strip()
+        for fam in _items(r.get("default_for")):
+            if not reason:
+                raise DataFileError(path, line, f"{name}: default_for without a default_reason")
+            key = _squash(fam)
+            if key in families or key in {_squash(k) for k in rows}:
+                raise DataFileError(path, line, f"{name}: family name '{fam}' is claimed twice or is a part name")
+            families[key] = Family(fam, name, reason)
+        for a in _items(r.get("aliases")):
+            aliases[_squash(_strip_vendor(a))] = name
+    return _Catalog(gpus, families, aliases)
+
+
 def gpu_catalog() -> dict[str, GPUSpec]:
     """The shipped GPU catalog, by name."""
-    text = resources.files("tuneplan.data").joinpath("gpus.csv").read_text(encoding="utf-8")
-    out: dict[str, GPUSpec] = {}
-    for row in csv.DictReader(text.splitlines()):
-        name = row["name"].strip()
-        peaks = {p: _num(row.get(f"{p}_tflops")) for p in PRECISIONS}
-        bidir = _num(row.get("intra_node_gbs_bidir"))
-        out[name] = GPUSpec(
-            name=name,
-            memory_gib=_num(row.get("memory_gib")),
-            memory_bandwidth_gbs=_num(row.get("memory_bandwidth_gbs")),
-            peak_tflops={k: v for k, v in peaks.items() if v > 0},
-            tdp_w=_num(row.get("tdp_w")),
-            matmul_efficiency=_num(row.get("matmul_efficiency")),
-            intra_node_gbs=bidir / 2.0,
-            inter_node_gbps=_num(row.get("inter_node_gbps_per_gpu")),
-            intra_node_link=row.get("intra_node_interconnect", ""),
-            vendor=row.get("vendor", ""),
-            architecture=row.get("architecture", ""),
-            source=row.get("source", ""),
-            notes=row.get("notes", ""),
-        )
-    return out
+    return _load_catalog().gpus
+
+
+def gpu_families() -> dict[str, Family]:
+    """The catalog's family names (e.g. 'A100-80GB') and the variant each is read as, by family name."""
+    return {f.name: f for f in _load_catalog().families.values()}
 
 
 def user_gpu_dir() -> Path:
     """Where `tuneplan probe` saves the user's own GPU entries."""
     home = os.environ.get("TUNEPLAN_HOME") or str(Path.home() / ".tuneplan")
     return Path(home) / "gpus"
+
+
+def _str_tuple(v) -> tuple[str, ...]:
+    if isinstance(v, str):
+        return tuple(_items(v))
+    return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) else ()
+
+
+def _str_map(v) -> dict[str, str]:
+    return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
 
 
 def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
@@ -153,6 +296,11 @@ def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
         architecture=str(d.get("architecture", "")),
         source=str(d.get("source", source)),
         notes=str(d.get("notes", "")),
+        missing=_str_tuple(d.get("missing")),
+        not_in_hardware=_str_tuple(d.get("not_in_hardware")),
+        sources=_str_map(d.get("sources")),
+        filled=_str_map(d.get("filled")),
+        resolved_as=str(d.get("resolved_as") or ""),
         extra=extra,
     )
 
@@ -192,34 +340,138 @@ def user_gpus() -> dict[str, GPUSpec]:
 _GPU_NORMALISE = [
     (re.compile(r"^nvidia[-_ ]", re.I), ""),
     (re.compile(r"^amd[-_ ]", re.I), ""),
-    (re.compile(r"^(tesla|geforce|instinct)[-_ ]", re.I), ""),
+    (re.compile(r"^intel[-_ ]", re.I), ""),
+    (re.compile(r"^(tesla|geforce|instinct|habana)[-_ ]", re.I), ""),
 ]
+
+_GPU_MEM_SUFFIX = re.compile(r"^(.+?)[-_ ]?(\d+(?:\.\d+)?)\s*GB$", re.IGNORECASE)
+
+UNKNOWN_GPU_HINT = ("see `tuneplan gpus`; or describe your own GPU: --gpu-file my-gpu.yaml (keys of "
+                    "`tuneplan gpus --json`), or --peak-tflops --memory-gib --bandwidth-gbs")
 
 
 def _squash(s: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
 
-def resolve_gpu(name: str) -> GPUSpec:
-    """A GPU by catalog name, alias or vendor spelling (NVIDIA-A100-SXM4-80GB -> A100-SXM4-80GB)."""
+def _strip_vendor(name: str) -> str:
+    n = name.strip()
+    for _ in range(2):
+        for rx, rep in _GPU_NORMALISE:
+            n = rx.sub(rep, n)
+    return n
+
+
+def _tokens(s: str) -> list[str]:
+    return [t for t in re.split(r"[^a-z0-9]+", s.lower()) if t]
+
+
+def _candidates(n: str, catalog: dict[str, GPUSpec]) -> list[str]:
+    """Catalog names holding every token of `n`: as whole tokens when any does ('L40' -> L40-48GB, not
+    L40S), else as substrings ('RTX 4090' -> RTX4090-24GB)."""
+    tokens = _tokens(n)
+    if not tokens:
+        return []
+    whole = [k for k in catalog if set(tokens) <= set(_tokens(k))]
+    if whole:
+        return whole
+    return [k for k in catalog if all(t in _squash(k) for t in tokens)]
+
+
+def family_of(name: str) -> Family | None:
+    """The catalog family a name denotes ('A100-80GB', 'NVIDIA H100'), or None."""
+    return _load_catalog().families.get(_squash(_strip_vendor(str(name))))
+
+
+def _family_default(name: str, fam: Family, variants: list[str], strict: bool,
+                    catalog: dict[str, GPUSpec]) -> GPUSpec:
+    others = [v for v in variants if v != fam.default]
+    if strict:
+        raise InputError("gpu", f"'{name}' names a GPU family ({', '.join([fam.default, *others])}); "
+                         f"--strict-names wants the exact variant (it would be read as {fam.default})")
+    also = f"; other variants: {', '.join(others)}" if others else ""
+    return replace(catalog[fam.default], resolved_as=(
+        f"GPU '{name}' read as {fam.default}: {fam.reason}{also} (name the variant, or --strict-names "
+        "to refuse family names)"))
+
+
+def resolve_gpu(name: str, strict: bool = False) -> GPUSpec:
+    """A GPU by catalog name, alias or vendor spelling (NVIDIA-A100-SXM4-80GB -> A100-SXM4-80GB).
+
+    A family name the catalog gives a default variant for (A100, A100-80GB, H100...) resolves to it, and
+    the returned spec's `resolved_as` says so; `strict=True` refuses such names instead. A name matching
+    several parts without a default is ambiguous; one matching nothing is unknown (closest names listed).
+    """
     if not name or not str(name).strip():
         raise InputError("gpu", "is empty")
-    catalog = {**gpu_catalog(), **user_gpus()}
+    cat = _load_catalog()
+    catalog = {**cat.gpus, **user_gpus()}
     if name in catalog:
         return catalog[name]
-    n = name.strip()
-    for rx, rep in _GPU_NORMALISE:
-        n = rx.sub(rep, n)
+    n = _strip_vendor(str(name))
     sq = _squash(n)
     exact = [k for k in catalog if _squash(k) == sq]
     if len(exact) == 1:
         return catalog[exact[0]]
-    # prefix match: "H100" -> H100-SXM5-80GB and H100-PCIe-80GB (ambiguous), "A100-80GB"...
-    tokens = [t for t in re.split(r"[^a-z0-9]+", n.lower()) if t]
-    cands = [k for k in catalog if all(t in k.lower().replace("-", " ").replace("_", " ").split()
-                                       or t in _squash(k) for t in tokens)]
+    if sq in cat.aliases:
+        return catalog[cat.aliases[sq]]
+    cands = _candidates(n, catalog)
+    if sq in cat.families:
+        return _family_default(str(name), cat.families[sq], cands, strict, catalog)
     if len(cands) == 1:
         return catalog[cands[0]]
+    m = _GPU_MEM_SUFFIX.match(n)
+    if m:  # 'GB300-288GB', 'H100-96GB': the base name, narrowed by the memory size
+        base, mem = m.group(1), float(m.group(2))
+        pool = cands or _candidates(base, catalog)
+        close = [c for c in pool if catalog[c].memory_gib and abs(catalog[c].memory_gib - mem) <= 0.1 * mem]
+        if len(close) == 1:
+            return catalog[close[0]]
+        if len(close) > 1:
+            cands = close
     if len(cands) > 1:
-        raise AmbiguousNameError("gpu", name, cands)
-    raise UnknownNameError("gpu", name, catalog, what="GPU", hint="see `tuneplan gpus`")
+        raise AmbiguousNameError("gpu", str(name), cands)
+    raise UnknownNameError("gpu", str(name), catalog, what="GPU", hint=UNKNOWN_GPU_HINT)
+
+
+def gpu_assumptions(gpu: GPUSpec, precision: str = "bf16", nodes: int = 1) -> list[str]:
+    """What was assumed about a GPU for an estimate: the variant a family name was read as, figures taken
+    from a sibling part, a peak taken from another precision, a missing TDP, a missing network figure."""
+    out: list[str] = []
+    if gpu.resolved_as:
+        out.append(gpu.resolved_as + ".")
+    if gpu.filled:
+        by: dict[str, list[str]] = {}
+        for col, sib in gpu.filled.items():
+            by.setdefault(sib, []).append(col)
+        for sib, cols in by.items():
+            out.append(f"{gpu.name}: no source gives {', '.join(cols)}; taken from {sib} (its catalog fill_from).")
+    col = PEAK_COLUMN.get(precision, precision)
+    try:
+        used, value = gpu.peak_used(precision)
+    except InputError:
+        used, value = col, 0.0
+    if value:
+        power = f", {gpu.tdp_w:g} W TDP" if gpu.tdp_w > 0 else ""
+        where = (" (catalog figures; each one's source in `tuneplan gpus --json`)"
+                 if gpu_catalog().get(gpu.name) == gpu else f" (from {gpu.source})" if gpu.source else "")
+        out.append(f"GPU {gpu.name}: {value:g} TFLOP/s dense {used} peak, {gpu.memory_gib:g} GiB, "
+                   f"{gpu.memory_bandwidth_gbs:g} GB/s{power}{where}.")
+    if used != col and value:
+        why = ("has no " + col + " units" if col in gpu.not_in_hardware else
+               "has no " + col + " figure from any source")
+        out.append(f"{gpu.name} {why}: {precision} matmuls costed at its {used} peak ({value:g} TFLOP/s dense).")
+    src = gpu.sources.get(f"{used}_tflops", "")
+    if src.upper().startswith("DERIVED"):
+        out.append(f"{gpu.name}'s {used} peak ({value:g} TFLOP/s) is derived, not a datasheet figure: {src}.")
+    if gpu.tdp_w <= 0:
+        out.append(f"{gpu.name}: no source gives its TDP; energy assumes {DEFAULT_TDP_W:.0f} W.")
+    if nodes > 1 and gpu.inter_node_gbps <= 0:
+        out.append(f"{gpu.name}: no source gives its network between nodes; the physics' default per-GPU "
+                   "network figure is used.")
+    return out
+
+
+def has_known_power(gpu: GPUSpec) -> bool:
+    """Whether the part's TDP comes from a source (or from its stated sibling), not the DEFAULT_TDP_W fill-in."""
+    return gpu.tdp_w > 0

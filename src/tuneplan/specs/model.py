@@ -41,14 +41,15 @@ class LinearShape:
 
 @dataclass(frozen=True)
 class SSMShape:
-    """The Mamba mixers of a model (pure or hybrid): what their scan computes and keeps per token.
+    """The Mamba (or linear-attention) mixers of a model: what their scan computes and keeps per token.
 
     Mamba-1 (selective scan): `d_inner` channels x `d_state` states, `dt_rank` for the step size.
     Mamba-2 (SSD): `n_heads` heads of `head_dim` channels sharing `n_groups` B/C groups of `d_state`,
-    computed in chunks of `chunk` tokens.
+    computed in chunks of `chunk` tokens. Linear attention (Gated DeltaNet, lightning attention): a
+    `d_state` (key width) x `head_dim` (value width) state per head, computed in chunks the same way.
     """
 
-    kind: str  # "mamba1" or "mamba2"
+    kind: str  # "mamba1", "mamba2", or linear attention: "deltanet" (Gated DeltaNet), "lightning" (MiniMax)
     n_layers: int
     d_inner: int
     d_state: int
@@ -58,10 +59,14 @@ class SSMShape:
     n_groups: int = 1
     chunk: int = 256
     dt_rank: int = 0
+    conv_channels: int = 0  # linear attention: channels through the conv1d (0: none / the Mamba rule)
+    proj_width: int = 0  # linear attention: width of the input projections' outputs
 
     @property
     def conv_dim(self) -> int:
-        """Channels through the depthwise causal conv1d (x, and B/C for Mamba-2)."""
+        """Channels through the depthwise causal conv1d (x, and B/C for Mamba-2; q, k, v for DeltaNet)."""
+        if self.kind in ("deltanet", "lightning"):
+            return self.conv_channels
         return self.d_inner + (2 * self.n_groups * self.d_state if self.kind == "mamba2" else 0)
 
 

@@ -18,6 +18,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from datetime import date
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,9 @@ SHIPPED_CSV = "gpu_prices.csv"
 DEFAULT_KINDS = ("on-demand",)
 """Pricing kinds the default price is taken from (the cheapest of them per GPU)."""
 DATE_RE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
+PRICE_STALE_DAYS = 365
+"""Days after its `date_seen` at which a price is called old and warned about: cloud GPU prices move
+within a year (shared reference GPUS_PRICES.md: the H100 on-demand list prices of 2024 and 2026 differ)."""
 
 # CSV column -> record key (the reference CSV's names on the left)
 _CSV_KEYS = {
@@ -203,6 +207,24 @@ YAML_HEADER = """\
 
 _YAML_FIELDS = ("provider", "gpu", "usd_per_gpu_hour", "pricing_kind", "offer", "region", "date_seen",
                 "source", "notes", "gpus_per_instance", "usd_per_instance_hour")
+
+
+def price_age_days(p: Price, today: date | None = None) -> int | None:
+    """Days from a price's `date_seen` (YYYY-MM reads as the 1st) to today; None without a date."""
+    m = re.match(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$", p.date_seen or "")
+    if not m:
+        return None
+    seen = date(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1))
+    return ((today or date.today()) - seen).days
+
+
+def stale_price_warning(p: Price | None, today: date | None = None) -> str | None:
+    """A warning when a price is older than PRICE_STALE_DAYS, else None."""
+    age = price_age_days(p, today) if p is not None else None
+    if age is None or age <= PRICE_STALE_DAYS:
+        return None
+    return (f"the price of {p.gpu} ({p.describe()}) is {age / 365.25:.1f} years old: check the provider's "
+            "current price, or pass --rate")
 
 
 def _yaml_scalar(key: str, value: str) -> str:

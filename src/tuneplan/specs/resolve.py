@@ -18,14 +18,15 @@ def resolve_model_arg(model: str | ModelSpec) -> ModelSpec:
 
 def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = None,
                     peak_tflops: float | None = None, memory_gib: float | None = None,
-                    bandwidth_gbs: float | None = None) -> GPUSpec:
-    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures)."""
+                    bandwidth_gbs: float | None = None, strict: bool = False) -> GPUSpec:
+    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures).
+    `strict`: refuse a family name (A100-80GB) instead of reading it as the catalog's default variant."""
     if isinstance(gpu, GPUSpec):
         base = gpu
     elif gpu_file:
         base = load_gpu_file(gpu_file)
     elif gpu:
-        base = resolve_gpu(gpu)
+        base = resolve_gpu(gpu, strict=strict)
     else:
         base = None
     if peak_tflops is None and memory_gib is None and bandwidth_gbs is None:

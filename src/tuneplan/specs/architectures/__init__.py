@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures import gpt, llama, moe, ssm, t5, vision  # noqa: F401 - register readers
+from tuneplan.specs.architectures import gpt, linear, llama, moe, ssm, t5, vision  # noqa: F401 - readers
 from tuneplan.specs.architectures.base import HEADS, HIDDEN, INTER, LAYERS, READERS, VOCAB, has, with_extra
 from tuneplan.specs.architectures.quant import quant_from_config, quant_from_name, split_quant_suffix
 from tuneplan.specs.model import ModelSpec
@@ -121,8 +121,6 @@ def model_from_config(config: dict, name: str, source: str = "") -> ModelSpec:
 
 
 UNSUPPORTED: dict[str, str] = {
-    "minimax_m1": "lightning (linear) attention in 7 of every 8 layers; no reader describes it yet",
-    "qwen3_next": "Gated DeltaNet (linear attention) in 3 of every 4 layers; no reader describes it yet",
     "gemma3n": "per-layer embeddings, AltUp and LAuReL blocks and KV-cache sharing; no reader describes them yet",
     "mllama": "cross-attention image layers (Llama 3.2 Vision); no reader describes them yet",
 }

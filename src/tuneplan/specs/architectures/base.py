@@ -173,6 +173,22 @@ class Mamba1:
 
 
 @dataclass
+class LinearAttn:
+    """A linear-attention mixer (Gated DeltaNet, lightning attention): its projections per layer, the
+    small tensors, and the recurrent state's shape (key width x value width per value head)."""
+
+    kind: str  # "deltanet" or "lightning"
+    projections: list[tuple[str, int, int]]  # (name, in, out) per layer, no biases
+    other_per_layer: int  # conv1d, dt_bias / A_log, gated norm weights
+    n_heads: int  # value heads (one state each)
+    k_dim: int  # key width per head (the state's rows)
+    v_dim: int  # value width per head (the state's columns)
+    conv_kernel: int = 0
+    conv_channels: int = 0
+    chunk: int = 64
+
+
+@dataclass
 class Decoder:
     """A decoder-only stack: attention and/or Mamba mixer + dense / MoE MLP in each layer."""
 
@@ -204,6 +220,8 @@ class Decoder:
     mixers: list[str] | None = None
     mamba2: Mamba2 | None = None
     mamba1: Mamba1 | None = None
+    linear: LinearAttn | None = None  # mixers "linear": linear attention layers
+    q_gate: bool = False  # Qwen3-Next gated attention: q_proj also writes a sigmoid output gate
     mlp_kinds: list[str] | None = None  # per layer "dense" / "moe" / "none" (default all dense)
     moe: Moe | None = None
     attn_sinks: bool = False  # gpt-oss: one learned sink logit per head
@@ -261,7 +279,8 @@ def _attention_linears(d: Decoder, la: int) -> tuple[list[LinearShape | None], i
     if d.fused_qkv:
         lins = [lin("qkv", h, (d.nh + 2 * d.nkv) * d.hd, la, d.qkv_bias), lin("o", d.nh * d.hd, h, la, d.o_bias)]
     else:
-        lins = [lin("q", h, d.nh * d.hd, la, d.qkv_bias), lin("k", h, d.nkv * d.hd, la, d.qkv_bias),
+        q_out = d.nh * d.hd * (2 if d.q_gate else 1)
+        lins = [lin("q", h, q_out, la, d.qkv_bias), lin("k", h, d.nkv * d.hd, la, d.qkv_bias),
                 lin("v", h, d.nkv * d.hd, la, d.qkv_bias), lin("o", d.nh * d.hd, h, la, d.o_bias)]
     other = 0
     per_norm = 2 if d.qk_norm_bias else 1
@@ -297,6 +316,14 @@ def _mamba_linears(d: Decoder, lm: int) -> tuple[list[LinearShape | None], int]:
                       + ((m1.dt_rank + 2 * m1.d_state) if m1.inner_norms else 0))
         return lins, other
     raise InputError("layer_types", "Mamba layers listed but the config describes no Mamba mixer")
+
+
+def _linear_attn_linears(d: Decoder, ll: int) -> tuple[list[LinearShape | None], int]:
+    if not ll:
+        return [], 0
+    if d.linear is None:
+        raise InputError("layer_types", "linear-attention layers listed but the config describes none")
+    return [lin(n, i, o, ll) for n, i, o in d.linear.projections], d.linear.other_per_layer * ll
 
 
 def _mlp_linears(d: Decoder, ld: int, le: int) -> list[LinearShape | None]:
@@ -342,6 +369,9 @@ def build_decoder(d: Decoder) -> Counts:
     ld = sum(1 for k in kinds if k == "dense")
     a_lins, a_other = _attention_linears(d, la)
     m_lins, m_other = _mamba_linears(d, lm)
+    ll = sum(1 for m in mixers if m == "linear")
+    l_lins, l_other = _linear_attn_linears(d, ll)
+    m_lins, m_other = m_lins + l_lins, m_other + l_other
     lins = a_lins + m_lins + _mlp_linears(d, ld, le)
     per = 2 if d.norm_bias else 1
     other = a_other + m_other + d.norms_per_layer * h * per * L + (h * per if d.final_norm else 0)
@@ -386,6 +416,11 @@ def counts_spec(counts: Counts, cfg: Mapping, name: str, source: str, mt: str, *
 def _ssm_of(d: Decoder, n_mamba: int) -> SSMShape | None:
     if not n_mamba:
         return None
+    if d.linear:
+        li = d.linear
+        return SSMShape(li.kind, n_mamba, li.n_heads * li.v_dim, li.k_dim, li.conv_kernel, li.n_heads, li.v_dim,
+                        chunk=li.chunk, conv_channels=li.conv_channels,
+                        proj_width=sum(o for _, i, o in li.projections if i == d.h))
     if d.mamba2:
         mb = d.mamba2
         return SSMShape("mamba2", n_mamba, mb.d_inner, mb.d_state, mb.d_conv, mb.n_heads,
@@ -406,7 +441,7 @@ def decoder_spec(d: Decoder, cfg: Mapping, name: str, source: str) -> ModelSpec:
     if moe is not None and moe.shared_width:
         extra["shared_expert_intermediate_size"] = moe.shared_width
     mixers = d.mixers or []
-    n_mamba = sum(1 for m in mixers if "mamba" in m)
+    n_mamba = sum(1 for m in mixers if "mamba" in m or m == "linear")
     if n_mamba or "none" in mixers:
         extra["layer_types"] = list(mixers)
     for k in ("sliding_window", "sliding_window_pattern", "rotary_pct", "partial_rotary_factor"):

@@ -102,13 +102,16 @@ def _anyres(top: Mapping, size: int, side: int) -> tuple[int, int]:
 def _qwen_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> VisionTower:
     """Qwen2-VL / Qwen2.5-VL vision transformer at an assumed image resolution."""
     v25 = mt == "qwen2_5_vl"
-    hidden = get_int(vc, ("hidden_size", "embed_dim"), "vision_config.hidden_size")
+    # Qwen2-VL names the tower width embed_dim and the merger's output hidden_size; Qwen2.5-VL hidden_size
+    # and out_hidden_size
+    hidden = get_int(vc, ("hidden_size",) if v25 else ("embed_dim", "hidden_size"), "vision_config.hidden_size")
     depth = get_int(vc, ("depth", "num_hidden_layers"), "vision_config.depth")
     heads = get_int(vc, ("num_heads", "num_attention_heads"), "vision_config.num_heads")
     patch = get_int(vc, ("patch_size", "spatial_patch_size"), "vision_config.patch_size", 14)
     merge = get_int(vc, ("spatial_merge_size",), "vision_config.spatial_merge_size", 2)
     tp = get_int(vc, ("temporal_patch_size",), "vision_config.temporal_patch_size", 2)
-    out = get_int(vc, ("out_hidden_size",), "vision_config.out_hidden_size", text_hidden)
+    out = get_int(vc, ("out_hidden_size",) if v25 else ("hidden_size",), "vision_config.out_hidden_size",
+                  text_hidden)
     if v25:
         inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
     else:
@@ -199,9 +202,12 @@ def with_image_size(spec: ModelSpec, image_px: int) -> ModelSpec:
     v = spec.vision
     if v is None or not v.dynamic or not image_px:
         return spec
-    vc = {"hidden_size": v.hidden, "depth": v.depth, "num_heads": v.n_heads, "patch_size": v.patch_size,
-          "spatial_merge_size": v.merge, "out_hidden_size": v.out_hidden, "intermediate_size": v.intermediate,
-          "mlp_ratio": v.intermediate / v.hidden}
+    vc = {"depth": v.depth, "num_heads": v.n_heads, "patch_size": v.patch_size, "spatial_merge_size": v.merge,
+          "intermediate_size": v.intermediate, "mlp_ratio": v.intermediate / v.hidden}
+    if v.kind == "qwen2_5_vl":
+        vc.update(hidden_size=v.hidden, out_hidden_size=v.out_hidden)
+    else:
+        vc.update(embed_dim=v.hidden, hidden_size=v.out_hidden)
     if v.window_px:
         vc["window_size"] = v.window_px
         vc["fullatt_block_indexes"] = list(range(max(0, v.n_full_layers)))

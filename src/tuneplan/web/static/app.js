@@ -459,6 +459,7 @@
       + ` ${nf(d.n_fit || 0, 0)} fit in memory, ${nf(d.n_eligible || 0, 0)} meet the constraints.`
       + ` Chart and table: the best of each GPU type × count × method, and the Pareto front.`];
     for (const x of d.infeasible || []) lines.push(`${x.choice}: ${x.reason}`);
+    for (const x of d.notes || []) lines.push(x);  // assumptions: GPU variants read, fill-ins, old prices
     $("#plan-infeasible").innerHTML = lines.map(esc).join("<br>");
     drawChart();
     drawTable();
@@ -686,7 +687,7 @@
     }
     html += `<option value="">Custom GPU (enter its figures)…</option>`;
     $("#gpu").innerHTML = html;
-    $("#plan-gpus").innerHTML = S.gpus.map((g) => `<label title="${esc(g.usd_per_gpu_hour ? `$${g.usd_per_gpu_hour.toFixed(2)}/GPU-h` : "no catalog price")}">`
+    $("#plan-gpus").innerHTML = S.gpus.map((g) => `<label title="${esc(g.usd_per_gpu_hour ? (g.price_source || `$${g.usd_per_gpu_hour.toFixed(2)}/GPU-h`) : "no catalog price")}">`
       + `<input type="checkbox" value="${esc(g.name)}"> ${esc(g.name)}</label>`).join("");
     $("#plan-methods").innerHTML = S.options.methods.map((m) => `<label><input type="checkbox" value="${esc(m)}"> ${esc(m)}</label>`).join("");
   }
