@@ -1,6 +1,6 @@
 """The SLST seed's predictor: a scaling law in active parameters, tokens per step, GPUs, peak FLOP/s,
 method and sequence length (log-linear), times exp(a boosted correction on its log-residuals), in
-step time. Fitted by `tuneplan.learn.learners.SLSTLearner`; read back from a calibration payload."""
+step time. Fitted by `tuneplan.learn.learners.slst.SLSTLearner`; read back from a calibration payload."""
 
 from __future__ import annotations
 
