@@ -141,6 +141,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
     wl = workload(jspec)
+    warnings = job_model_warnings(mspec, jspec, wl) + seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
     est = get_estimator(estimator, calibration)
     stage = None
     if jspec.stage != "sft":  # preference / RL stages: tuneplan.estimators.stages, docs/stages.md
@@ -156,7 +157,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
                    + job_assumptions(jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src)
                    + gpu_assumptions(gspec, jspec.precision, jspec.nodes) + (stage.assumptions if stage else []))
     res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions,
-                  price_warnings(gspec, jspec, rate_v, provider, prices))
+                  warnings + price_warnings(gspec, jspec, rate_v, provider, prices))
     res.extra.update(extra)
     if interval:
         from tuneplan.learn.intervals import attach_interval
@@ -188,6 +189,19 @@ def _totals(stage, jspec: JobSpec, wl: Workload, a: dict, out: dict, rate_v: flo
     return stage_run_totals(stage, wl, rate_v, c)
 
 
+def job_model_warnings(mspec: ModelSpec, jspec: JobSpec, wl: Workload) -> list[str]:
+    """InputError for a job the model cannot run (tp over its heads, pp over its layers, cp over the
+    sequence, unknown LoRA targets, --tokens with --examples); warnings for legal but odd ones."""
+    from tuneplan.physics.terms import TARGET_ALIASES, TARGET_GROUPS
+    from tuneplan.specs.job import ALL_LINEAR
+    from tuneplan.specs.limits import check_grad_accum_vs_data, check_job_for_model
+
+    known = sorted({*ALL_LINEAR, *TARGET_ALIASES, *TARGET_GROUPS, "gate_up"})
+    lowered = jspec.model_copy(update={"lora_targets": tuple(t.strip().lower() for t in jspec.lora_targets)})
+    return (check_job_for_model(mspec, lowered, wl.seq_len, known)
+            + check_grad_accum_vs_data(wl.samples_per_epoch, jspec.global_batch))
+
+
 def price_warnings(gspec: GPUSpec, jspec: JobSpec, rate_v: float | None, provider, prices) -> list[str]:
     """A warning when the price-file rate used is old."""
     if jspec.rate_usd_per_gpu_hour is not None or rate_v is None:
@@ -200,7 +214,7 @@ def price_warnings(gspec: GPUSpec, jspec: JobSpec, rate_v: float | None, provide
 
 def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Workload, a: dict, out: dict,
             totals: RunTotals, rate_v: float | None, rate_src: str, assumptions: list[str],
-            price_warns: list[str]) -> EstimateResult:
+            warnings: list[str]) -> EstimateResult:
     """One row of the estimator's output as an EstimateResult, with its warnings and fixes."""
     step_s = _scalar(out, "step_s")
     peak = float(a["peak_flops"][0])
@@ -213,7 +227,6 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
     memory_model = est.memory_model
     max_mb = (stage.max_micro_batch if stage else None if memory_model is None
               else int(memory_model.max_micro_batch(a)[0]))
-    warnings = seq_len_warning(mspec.max_position_embeddings, mspec.name, wl) + price_warns
     cached = _scalar(out, "variable_shape_gib", 0.0)
     if fits and mem_total > gspec.memory_gib and cached > 0:
         warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "

@@ -39,7 +39,9 @@ def _planner_seed(args: argparse.Namespace) -> int:
         FLOPS_PER_PARAM_TOKEN,
         planner_numbers,
     )
+    from tuneplan.specs.limits import check_finite_figures, check_planner_inputs
 
+    check_planner_inputs(args)
     method = args.method or "full"
     fam = "full" if method in ("full", "freeze") else "lora"
     for name in ("examples", "tokens_per_example"):
@@ -78,6 +80,7 @@ def _planner_seed(args: argparse.Namespace) -> int:
         "assumptions": PlannerEstimator(mfu=args.mfu or DEFAULT_MFU).assumptions()
         + ["Energy is not part of the seed calculator (no power figure given)."],
     }
+    check_finite_figures(out, "planner estimate")
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -121,12 +124,16 @@ def run(args: argparse.Namespace) -> int:
                  gpu_file=args.gpu_file, peak_tflops=args.peak_tflops, memory_gib=args.memory_gib,
                  bandwidth_gbs=args.bandwidth_gbs, provider=args.provider, prices=args.prices,
                  interval=args.interval or None, strict=args.strict_names, **job_kwargs(args))
+    from tuneplan.specs.limits import check_finite_figures
+
+    d = r.to_dict()
+    check_finite_figures(d)
     if args.plot:
         from tuneplan.report.plots import plot_estimate
 
         plot_estimate(r, args.plot)
     if args.json:
-        json.dump(r.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
+        json.dump(d | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
         print()
         return 0
     from tuneplan.report.tables import print_estimate

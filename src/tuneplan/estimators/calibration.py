@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneplan.errors import DataFileError, InputError
+from tuneplan.errors import DataFileError, InputError, read_user_text
 
 FORMAT = "tuneplan-calibration"
 VERSION = 1
@@ -43,7 +43,13 @@ class Calibration:
         """The estimator this file describes (numpy only: no fitting code is imported)."""
         from tuneplan.estimators.base import estimator_class
 
-        return estimator_class(self.learner).from_payload(self.payload, self.name or self.learner)
+        try:
+            return estimator_class(self.learner).from_payload(self.payload, self.name or self.learner)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise DataFileError(self.name or "calibration", None, f"malformed {self.learner} calibration payload "
+                                f"({type(exc).__name__}: {str(exc)[:80]}); refit with `tuneplan calibrate`") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,7 +86,9 @@ def dumps(d: dict) -> str:
 def _from_dict(d: dict, where: str) -> Calibration:
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise DataFileError(where, None, f"not a tuneplan calibration file (format must be '{FORMAT}')")
-    if int(d.get("version", -1)) != VERSION:
+    if not isinstance(d.get("payload"), dict) or not isinstance(d.get("learner"), str):
+        raise DataFileError(where, None, "not a tuneplan calibration file (no learner and payload)")
+    if d.get("version") != VERSION:
         raise DataFileError(where, None, f"calibration version {d.get('version')} is not supported "
                             f"(this tuneplan reads version {VERSION}); refit with `tuneplan calibrate`")
     return Calibration(learner=d["learner"], payload=d["payload"], fingerprint=d.get("training_fingerprint", ""),
@@ -103,10 +111,13 @@ def default_calibration() -> Calibration | None:
 @lru_cache(maxsize=16)
 def _load_path(path: str) -> Calibration:
     p = Path(path)
+    text = read_user_text(p, "calibration", "calibration file (.json)")
     try:
-        d = json.loads(p.read_text(encoding="utf-8"))
+        d = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataFileError(str(p), exc.lineno, f"invalid JSON: {exc.msg}") from None
+    except (RecursionError, ValueError):
+        raise DataFileError(str(p), None, "not a tuneplan calibration file (unreadable JSON)") from None
     return _from_dict(d, str(p))
 
 
@@ -120,6 +131,8 @@ def load_calibration(calibration, expected: str | None = None) -> Calibration:
             raise InputError("calibration", "no shipped default calibration in this installation")
     else:
         p = Path(str(calibration))
+        if not str(calibration).strip():
+            raise InputError("calibration", "empty path (a calibration file, 'default', or 'none')")
         if not p.exists():
             raise InputError("calibration", f"no such file: {calibration} (a path, or 'default')")
         cal = _load_path(str(p.resolve()))

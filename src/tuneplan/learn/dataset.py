@@ -103,8 +103,24 @@ def truncated(model: ModelSpec, layers: int, name_or_path: str) -> ModelSpec:
     return model_from_config(cfg, f"{model.name} ({layers} layers)", source=model.source)
 
 
-def row_to_config(row: dict) -> RowConfig:
-    """One reference-schema row -> a configuration. Raises TuneplanError with the reason."""
+def _memo(cache: dict | None, key: tuple, fn, *args):
+    """fn(*args), remembered in `cache` under `key` (errors too: a name fails once per table)."""
+    if cache is None:
+        return fn(*args)
+    if key not in cache:
+        try:
+            cache[key] = fn(*args)
+        except TuneplanError as exc:
+            cache[key] = exc
+    got = cache[key]
+    if isinstance(got, TuneplanError):
+        raise got
+    return got
+
+
+def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
+    """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
+    (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
     from tuneplan.specs.catalog import resolve_run_model
     from tuneplan.specs.gpu import resolve_gpu
 
@@ -120,13 +136,15 @@ def row_to_config(row: dict) -> RowConfig:
         raise InputError("stage", f"'{stage}' rows are not learned from or predicted per row (the learners model "
                          "SFT steps); use tuneplan estimate --stage " + stage)
     seq_cell = _get(row, "seq_len")
-    model = resolve_run_model(str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""),
-                              str(_get(row, "notes") or ""), float(seq_cell) if seq_cell is not None else None)
+    m_args = (str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""), str(_get(row, "notes") or ""),
+              float(seq_cell) if seq_cell is not None else None)
+    model = _memo(cache, ("model", *m_args), resolve_run_model, *m_args)
     layers = _get(row, "layers")
     if layers is not None and int(float(layers)) != model.n_layers:
         model = truncated(model, int(float(layers)), str(_get(row, "model_hf_id") or _get(row, "model") or ""))
         used.append(f"layers={int(float(layers))} (the profiled model was truncated)")
-    gpu = resolve_gpu(str(_get(row, "gpu_resolved") or _get(row, "gpu") or ""))
+    gpu_name = str(_get(row, "gpu_resolved") or _get(row, "gpu") or "")
+    gpu = _memo(cache, ("gpu", gpu_name), resolve_gpu, gpu_name)
     method_raw = str(_get(row, "method") or "").lower()
     if method_raw not in METHOD_MAP:
         raise InputError("method", f"'{method_raw or '(empty)'}' is not a method tuneplan models",
@@ -219,10 +237,13 @@ def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[st
     errors: list[str | None] = []
     from tuneplan.physics.terms import model_terms
 
+    cache: dict = {}
     for r in rows:
         try:
-            cfg = row_to_config(r)
-            model_terms(cfg.model, cfg.job)  # shape problems (rank, targets) surface here, per row
+            cfg = row_to_config(r, cache)
+            # shape problems (rank, targets) surface here, once per distinct model and job
+            _memo(cache, ("terms", cfg.model.name, cfg.model.n_layers, cfg.model.params_total, cfg.job), model_terms,
+                  cfg.model, cfg.job)
             out.append(cfg)
             errors.append(None)
         except TuneplanError as exc:

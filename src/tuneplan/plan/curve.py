@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.specs.limits import MAX_CURVE_POINTS, bound_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -81,6 +82,7 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     if max_micro_batch is not None:
         if max_micro_batch < 1:
             raise InputError("max-micro-batch", f"must be a positive integer, got {max_micro_batch}")
+        bound_number("max-micro-batch", max_micro_batch, MAX_CURVE_POINTS)
         upper = int(max_micro_batch)
     else:
         upper = int(min(CURVE_MAX, max(8, 2 * largest)))

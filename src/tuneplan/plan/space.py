@@ -20,6 +20,7 @@ from tuneplan.physics.codes import SHARDING_CODES
 from tuneplan.physics.terms import gpu_arrays, model_terms
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import SHARDINGS, JobSpec
+from tuneplan.specs.limits import MAX_GPUS, bound_number, check_space_bounds
 from tuneplan.specs.model import ModelSpec
 
 GPUS_PER_NODE = 8
@@ -47,6 +48,7 @@ def gpu_counts(max_gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> list[int]:
     """Powers of two up to max_gpus, and max_gpus itself when it splits evenly over its nodes."""
     if max_gpus < 1:
         raise InputError("max-gpus", f"must be a positive integer, got {max_gpus}")
+    bound_number("max-gpus", max_gpus, MAX_GPUS)
     out = [1 << i for i in range(int(math.log2(max_gpus)) + 1)]
     nodes = math.ceil(max_gpus / gpus_per_node)
     if max_gpus not in out and max_gpus % nodes == 0:
@@ -72,6 +74,7 @@ class Space:
                            ("grad-accums", self.grad_accums or (1,))):
             if not vals or any(int(v) != v or v < 1 for v in vals):
                 raise InputError(name, f"must be positive integers, got {list(vals)}")
+        check_space_bounds(self)
         if not self.shardings:
             raise InputError("shardings", "give at least one", SHARDINGS)
         for s in self.shardings:

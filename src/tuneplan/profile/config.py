@@ -169,7 +169,7 @@ def parse_int(s: str) -> int:
 
 def parse_layers(s: str) -> int | None:
     """A layer count, or `full`/`all` for the whole model."""
-    if s.strip().lower() in ("full", "all", "none", "0"):
+    if s.strip().lower() in ("full", "all", "none"):
         return None
     return parse_int(s)
 

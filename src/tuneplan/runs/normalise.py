@@ -23,6 +23,14 @@ from tuneplan.runs.schema import (
     THROUGHPUT_COLUMNS,
     TORCH_DTYPES,
 )
+from tuneplan.specs.limits import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_GRAD_ACCUM,
+    MAX_LORA_RANK,
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+)
 
 OOM_NOTE = re.compile(
     r"^\s*OOM\b|source reports OOM|\bOutOfMemoryError\b|\bCost: OOM\b|\bOOM on\b|\bOOM: out of memory",
@@ -107,6 +115,26 @@ def parse_numbers(raw: dict[str, str], extra_numeric: tuple[str, ...] = ()) -> t
     return out, errors
 
 
+COUNT_BOUNDS = {"gpus": MAX_GPUS, "nodes": MAX_GPUS, "micro_batch_size": MAX_MICRO_BATCH,
+                "grad_accum": MAX_GRAD_ACCUM, "global_batch_size": MAX_GLOBAL_BATCH, "seq_len": MAX_SEQ_LEN,
+                "lora_rank": MAX_LORA_RANK}
+"""Columns that count things (a whole number, at most the physical bound of tuneplan.specs.limits)."""
+
+
+def check_counts(v: dict[str, Any]) -> list[str]:
+    """Counts are whole numbers within their bounds (gpus=1.5 is a typo, not a run)."""
+    errors = []
+    for col, upper in COUNT_BOUNDS.items():
+        x = v.get(col)
+        if x is None or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            continue
+        if x != int(x):
+            errors.append(f"column '{col}': must be a whole number (got {fmt(x)})")
+        elif x > upper:
+            errors.append(f"column '{col}': {fmt(x)} is beyond any physical run (at most {upper:,.0f})")
+    return errors
+
+
 def check_values(v: dict[str, Any]) -> list[str]:
     """Range checks: throughput and counts > 0, flags 0/1, MFU a fraction."""
     errors = []
@@ -123,6 +151,7 @@ def check_values(v: dict[str, Any]) -> list[str]:
         x = v.get(col)
         if x is not None and x not in (0.0, 1.0):
             errors.append(f"column '{col}': must be 0 or 1 (got {fmt(x)})")
+    errors += check_counts(v)
     mfu = v.get("mfu")
     if mfu is not None and mfu > 1:
         errors.append(f"column 'mfu': must be a fraction 0..1 (got {fmt(mfu)}; a percentage?)")

@@ -9,9 +9,18 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tuneplan.errors import InputError
+from tuneplan.specs.limits import JOB_BOUNDS
 
 METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze")
 LORA_FAMILY = ("lora", "qlora", "gptq-lora", "alora", "dora")
@@ -62,6 +71,14 @@ def option(default: Any, help: str, group: str, *, flag: str | None = None, numb
     field's Literal type, the default from `default`. A field declared without `option` is no flag."""
     extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only}
     return Field(default, description=help, json_schema_extra={k: v for k, v in extra.items() if v})
+
+
+def _bounded(info: ValidationInfo, v):
+    """A field's value within its physical bound (tuneplan.specs.limits.JOB_BOUNDS)."""
+    upper = JOB_BOUNDS.get(info.field_name or "")
+    if v is not None and upper is not None and v > upper:
+        raise ValueError(f"{v:g} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+    return v
 
 
 class JobSpec(BaseModel):
@@ -153,10 +170,10 @@ class JobSpec(BaseModel):
     @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
                      "trainable_layers")
     @classmethod
-    def _positive(cls, v: int) -> int:
+    def _positive(cls, v: int, info: ValidationInfo) -> int:
         if v < 1:
             raise ValueError("must be a positive integer")
-        return v
+        return _bounded(info, v)
 
     @field_validator("group_size", "completion_len", "prompts_per_step", "ppo_epochs")
     @classmethod
@@ -167,32 +184,32 @@ class JobSpec(BaseModel):
 
     @field_validator("seq_len")
     @classmethod
-    def _seq(cls, v: int | None) -> int | None:
+    def _seq(cls, v: int | None, info: ValidationInfo) -> int | None:
         if v is not None and v < 1:
             raise ValueError("must be a positive integer")
-        return v
+        return _bounded(info, v)
 
     @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs")
     @classmethod
-    def _pos_float(cls, v: float | None) -> float | None:
+    def _pos_float(cls, v: float | None, info: ValidationInfo) -> float | None:
         if v is not None and (not math.isfinite(v) or v <= 0):
             raise ValueError("must be a positive number")
-        return v
+        return _bounded(info, v)
 
     @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s", "kl_beta")
     @classmethod
-    def _nonneg(cls, v: float | None) -> float | None:
+    def _nonneg(cls, v: float | None, info: ValidationInfo) -> float | None:
         if v is not None and (not math.isfinite(v) or v < 0):
             raise ValueError("must be a number >= 0")
-        return v
+        return _bounded(info, v)
 
     @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus", "images_per_example",
                      "image_size")
     @classmethod
-    def _nonneg_int(cls, v: int) -> int:
+    def _nonneg_int(cls, v: int, info: ValidationInfo) -> int:
         if v < 0:
             raise ValueError("must be an integer >= 0")
-        return v
+        return _bounded(info, v)
 
     @field_validator("quant")
     @classmethod

@@ -214,9 +214,13 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        from tuneplan.web import pool
+
         if warm_up:
             _warm()
+            pool.warm()
         yield
+        pool.shutdown()
 
     app = FastAPI(
         title="tuneplan web planner",
@@ -227,6 +231,9 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(GZipMiddleware, minimum_size=2048)
+    from tuneplan.web.pool import BodyLimit
+
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)  # chunked bodies too
 
     _add_error_handlers(app)
     _add_catalog_routes(app, configs)
@@ -281,7 +288,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": [exc.detail()]})
+        return JSONResponse(status_code=503 if exc.kind == "busy" else 422, content={"detail": [exc.detail()]})
 
 
 def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
@@ -395,7 +402,9 @@ def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> Non
                                configurations=size, limit=MAX_PLAN_CONFIGS)
         spec = model_spec(req)
         kwargs = plan_kwargs(req)
-        res = _compute(lambda: plan(spec, **kwargs), rename={"gpu": "gpus"})
+        from tuneplan.web.pool import plan_in_worker
+
+        res = _compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
         out = jsonable(res.to_dict(max_candidates=req.max_candidates))
         out["n_candidates"] = int(len(res.candidates))
         out["points"] = _plan_points(res)
@@ -404,11 +413,17 @@ def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> Non
         return out
 
 
-def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None) -> Any:
+def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None, kind: str = "light") -> Any:
     """Run an estimate / a plan; arithmetic that an absurd (but well-typed) input breaks is a 422.
-    `rename`: body field names for InputError fields that differ (the planner's `gpu` is `gpus`)."""
+    `rename`: body field names for InputError fields that differ (the planner's `gpu` is `gpus`).
+    Each computation holds a slot of its lane (tuneplan.web.pool): plans one at a time."""
+    from tuneplan.web.pool import Busy, lane
+
     try:
-        return fn()
+        with lane(kind):
+            return fn()
+    except Busy as exc:
+        raise RequestError([], str(exc), kind="busy") from None
     except InputError as exc:
         d = _input_error_detail(exc)
         field = d["loc"][1] if len(d["loc"]) > 1 else ""
