@@ -266,11 +266,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     jobs, model_par, ep = _base_jobs(method_list, fixed, examples, tokens_per_example, epochs)
     base = jobs[0]
     wl = workload(base)
-    notes: list[str] = []
-    gpu_specs = gpus_with_power(gpu_specs, objective, notes)
-    for g in gpu_specs:
-        notes += [n for n in gpu_assumptions(g, base.precision) if n not in notes]
-    notes += seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
+    gpu_specs, notes = _gpus_and_notes(gpu_specs, objective, base, mspec, wl)
     rate_tab, price_info = _price_table(gpu_specs, rate, provider, prices, notes)
     needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
     if needs_cost and np.isnan(rate_tab).all():
@@ -345,6 +341,17 @@ def _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2
             "mem": np.asarray(out["memory_gib"], dtype=float),
             "cap": np.asarray(a["memory_bytes"], dtype=float) / 1024.0**3,
             "fits": np.asarray(out["fits"], dtype=bool)}
+
+
+def _gpus_and_notes(gpu_specs: list[GPUSpec], objective: str, base: JobSpec, mspec, wl: Workload
+                    ) -> tuple[list[GPUSpec], list[str]]:
+    """The GPUs the objective can rank, and the notes so far: what each GPU's figures assume, a long
+    sequence."""
+    notes: list[str] = []
+    gpu_specs = gpus_with_power(gpu_specs, objective, notes)
+    for g in gpu_specs:
+        notes += [n for n in gpu_assumptions(g, base.precision) if n not in notes]
+    return gpu_specs, notes + seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
 
 
 def _check_question(objective: str, interval, deadline_s, budget_usd) -> None:
