@@ -353,3 +353,55 @@ def test_lanes_bound_concurrency():
     assert inside == ["busy"]
     with lane("heavy", timeout=0.05):  # freed again
         time.sleep(0)
+
+
+# --- profile's runs file (issue 19 point 6) -------------------------------------------------------
+
+def _write_rows(path: str, n: int) -> None:
+    from tuneplan.profile.rows import RowWriter
+
+    w = RowWriter(path)
+    for i in range(n):
+        w.write({"model": "m", "gpu": "local-cpu", "method": "full", "notes": f"pid-row {i}"})
+
+
+def test_concurrent_writers_get_distinct_ids(tmp_path):
+    import multiprocessing
+
+    from tuneplan.profile.rows import read_rows
+
+    out = str(tmp_path / "runs.csv")
+    _write_rows(out, 1)  # the header exists before the writers start
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_write_rows, args=(out, 25)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    rows = read_rows(out)
+    ids = [r["id"] for r in rows]
+    assert len(rows) == 76 and len(set(ids)) == 76
+
+
+def test_profile_out_refuses_a_non_csv_file(tmp_path, capsys):
+    from tuneplan.errors import InputError
+    from tuneplan.profile.rows import RowWriter
+
+    p = tmp_path / "notes.json"
+    p.write_text('{"keep": "me"}\n')
+    with pytest.raises(InputError, match="not a runs CSV"):
+        RowWriter(p)
+    assert p.read_text() == '{"keep": "me"}\n'
+
+
+def test_profile_rewrite_keeps_the_file_mode(tmp_path):
+    import os
+    import stat
+
+    from tuneplan.profile.rows import RowWriter
+
+    p = tmp_path / "runs.csv"
+    p.write_text("id,model\nprofile-1,m\n")
+    os.chmod(p, 0o644)
+    RowWriter(p).write({"model": "m2", "gpu": "x"})  # new columns: the file is rewritten once
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o644

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.physics.architecture import mixer_terms, vision_terms
+from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
 from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
@@ -211,12 +211,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         frozen_linear_bytes = pbytes
         dequant = 0.0
         bwd_block, bwd_head, bwd_frac = 2.0, 2.0, 1.0
-    # the vision tower: frozen unless trained (then all its weights train, whatever the LM's method)
-    tower = float(model.params_vision)
-    if method == "full" and not job.train_vision_tower:
-        trainable, frozen_other = trainable - tower, frozen_other + tower
-    elif method != "full" and job.train_vision_tower:
-        trainable, frozen_other = trainable + tower, frozen_other - tower
+    trainable, frozen_other = vision_trainable_split(model, job, trainable, frozen_other)
 
     return ModelTerms(
         fwd_block_flops=fwd_block,
@@ -259,12 +254,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         adapter_in_elements=adapter_in,
         adapted_modules=adapted_modules,
         weight_bytes_compute=pbytes,
-        attn_local_flops_per_key=mix.attn_local_flops_per_key,
-        attn_window=mix.attn_window,
-        attn_latent_elements=mix.attn_latent_elements,
-        ssm_flops=mix.ssm_flops,
-        ssm_act_elements=mix.ssm_act_elements,
-        dense_mlp_layers=mix.dense_mlp_layers,
+        **mix.term_fields(),
         **vis.__dict__,
     )
 
