@@ -10,6 +10,7 @@ import numpy as np
 
 from tuneplan.estimators.base import STEP_PARTS
 from tuneplan.physics.job_assumptions import job_assumptions
+from tuneplan.physics.peft_methods import peft_assumptions
 from tuneplan.physics.run import (
     RunTotals,
     Workload,
@@ -154,7 +155,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
     assumptions = (est.assumptions(jspec) + model_assumptions(mspec, jspec) + workload_assumptions(jspec, wl, est.constants)
-                   + job_assumptions(jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src)
+                   + job_assumptions(jspec) + peft_assumptions(mspec, jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src)
                    + gpu_assumptions(gspec, jspec.precision, jspec.nodes) + (stage.assumptions if stage else []))
     res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions,
                   warnings + price_warnings(gspec, jspec, rate_v, provider, prices))

@@ -89,7 +89,9 @@ def job_options() -> dict[str, tuple[str, str, dict]]:
         flag = extra.get("flag") or name.replace("_", "-")
         kind = _plain_type(f.annotation)
         kw: dict = {"dest": flag.replace("-", "_"), "default": None, "help": f.description}
-        if kind is bool:
+        if extra.get("repeat"):
+            kw.update(action="append", metavar="NAME=VALUE")
+        elif kind is bool:
             kw["action"] = "store_true" if extra.get("switch_only") else argparse.BooleanOptionalAction
         elif typing.get_origin(kind) is typing.Literal:
             kw["choices"] = typing.get_args(kind)

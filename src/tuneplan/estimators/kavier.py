@@ -21,7 +21,7 @@ from importlib import resources
 import numpy as np
 
 from tuneplan.estimators.base import BorrowsMemory
-from tuneplan.physics.codes import lora_family
+from tuneplan.physics.codes import OTHER_PEFT_CODES, lora_family
 
 Arrays = dict[str, np.ndarray]
 
@@ -124,6 +124,8 @@ class KavierEstimator(BorrowsMemory):
         lora = lora_family(a["method_code"])
         Pt = np.where(lora, 2.0 * LORA_RANK * a["hidden"] * LORA_TARGETS_PER_LAYER * a["n_layers"],
                       a["params_total"])
+        # the other PEFT methods (physics/peft_methods.py, codes >= 7): the seed has no term; their own count
+        Pt = np.where(a["method_code"] >= OTHER_PEFT_CODES, a.get("params_trainable", Pt), Pt)
         To = ADAMW_BYTES_PER_PARAM * Pt / a["mem_bw"]
         D = 4.0 * Pt
         Wn = a.get("kavier_wn_gbps", a["intra_bw"] * 2.0 * 8.0 / 1e9)  # bidirectional GB/s -> Gbit/s

@@ -59,6 +59,11 @@ def _method(model, peft: dict | None, quant: str) -> str:
         params = list(_base(model).parameters()) if model is not None else []
         frozen = any(not p.requires_grad for p in params)
         return "freeze" if frozen and any(p.requires_grad for p in params) else "full"
+    from tuneplan.specs.peft import PEFT_TYPES
+
+    kind = str(peft.get("peft_type", "")).upper().removeprefix("PEFTTYPE.")
+    if kind in PEFT_TYPES:  # peft's other methods (specs/peft.py)
+        return PEFT_TYPES[kind]
     if str(peft.get("peft_type", "")).upper().endswith("LORA") or str(peft.get("peft_type")) == "LORA":
         if peft.get("use_dora"):
             return "dora"

@@ -17,13 +17,18 @@ from tuneplan.errors import InputError, TuneplanError
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec
 from tuneplan.specs.model import ModelSpec
+from tuneplan.specs.peft import DEFAULT_GENERIC_ADAPTER_RANK, LORA_EQUIVALENT, PEFT_METHOD_NAMES
 
 METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
-              "dora": "dora", "freeze": "freeze", "alora": "alora"}
+              "dora": "dora", "freeze": "freeze", "alora": "alora", "other": "other",
+              **{m: m for m in PEFT_METHOD_NAMES}}
+LORA_LIKE = LORA_FAMILY + tuple(LORA_EQUIVALENT) + ("adalora", "lora-fa")
+"""Methods whose rank and targets take LoRA's row defaults (peft's r = 8 on q, v)."""
 PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16": "fp16", "fp32": "fp32",
                  "fp8": "fp8", "nvfp4": "fp8"}
 QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "int8",
-             "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4"}
+             "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4",
+             "aqlm-2bit-1x16": "aqlm-2bit", "aqlm-2bit": "aqlm-2bit"}
 OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "adamw",
                  "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
                  "paged-adamw-8bit": "paged-adamw-8bit", "sgd": "sgd", "adafactor": "adafactor",
@@ -150,6 +155,11 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
         raise InputError("method", f"'{method_raw or '(empty)'}' is not a method tuneplan models",
                          sorted(METHOD_MAP))
     method = METHOD_MAP[method_raw]
+    if method == "other":  # not normalised by read_runs: the method the notes name (runs/methods.py)
+        from tuneplan.runs.methods import named_method
+
+        method = named_method(str(_get(row, "notes") or "")) or "adapter"
+        used.append(f"method={method} (method other; {'named in the notes' if method != 'adapter' else 'generic adapter'})")
     prec_raw = _get(row, "precision")
     if prec_raw is None:
         precision = default("precision")
@@ -169,7 +179,7 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
         quant = None
     if method == "lora" and quant in ("nf4",):
         method = "qlora"
-    if method == "lora" and quant in ("gptq-int4", "awq-int4", "int8"):
+    if method == "lora" and quant in ("gptq-int4", "awq-int4", "int8", "aqlm-2bit"):
         method = "gptq-lora"
     opt_raw = _get(row, "optimizer")
     optimizer = default("optimizer") if opt_raw is None else OPTIMIZER_MAP.get(str(opt_raw).lower(), "adamw")
@@ -218,10 +228,12 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     }
     if quant is not None and method != "full":
         kw["quant"] = quant
-    if method in LORA_FAMILY:
+    if method in LORA_LIKE:
         kw["lora_rank"] = int(float(rank)) if rank is not None else default("lora_rank")
         t = str(targets) if targets is not None else default("lora_targets")
         kw["lora_targets"] = tuple(x for x in re.split(r"[,+]", t) if x)
+    elif method in PEFT_METHOD_NAMES:
+        kw.update(peft_fields(row, method, model, used))
     try:
         job = JobSpec(**kw)
     except ValueError as exc:
@@ -229,6 +241,30 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
         raise InputError("row", msg[-1] if msg else "invalid configuration") from None
     return RowConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
                      mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
+
+
+def peft_fields(row: dict, method: str, model: ModelSpec, used: list[str]) -> dict[str, Any]:
+    """JobSpec fields of a PEFT method outside the LoRA family: rank and targets only where the row
+    states them (else peft's defaults), its options, and a generic adapter's trainable count (not
+    stated: peft's default LoRA count on the model, recorded)."""
+    from tuneplan.physics.terms import model_terms
+
+    out: dict[str, Any] = {}
+    if _get(row, "lora_rank") is not None:
+        out["lora_rank"] = int(float(_get(row, "lora_rank")))
+    if _get(row, "lora_targets") is not None:
+        out["lora_targets"] = tuple(x for x in re.split(r"[,+]", str(_get(row, "lora_targets"))) if x)
+    if _get(row, "peft_options") is not None:
+        out["peft_options"] = str(_get(row, "peft_options"))
+    n = _get(row, "trainable_params")
+    if n is not None:
+        out["trainable_params"] = float(n)
+    elif method == "adapter":
+        lora = JobSpec(method="lora", lora_rank=DEFAULT_GENERIC_ADAPTER_RANK, lora_targets=("q", "v"))
+        out["trainable_params"] = model_terms(model, lora).params_trainable
+        used.append(f"trainable_params={out['trainable_params']:.0f} (not stated: peft's default LoRA count, "
+                    f"r={DEFAULT_GENERIC_ADAPTER_RANK} on q, v)")
+    return out
 
 
 def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[str | None]]:

@@ -41,7 +41,13 @@ class OptimizerCode(IntEnum):
 
 METHOD_CODES = {"full": MethodCode.FULL, "lora": MethodCode.LORA, "qlora": MethodCode.QLORA,
                 "gptq-lora": MethodCode.GPTQ_LORA, "alora": MethodCode.ALORA, "dora": MethodCode.DORA,
-                "freeze": MethodCode.FREEZE}
+                "freeze": MethodCode.FREEZE,
+                # physics/peft_methods.py (rslora, pissa, olora, eva, loftq take their LoRA equivalent's code)
+                "adalora": 7, "lora-fa": 8, "ia3": 9, "loha": 10, "lokr": 11, "oft": 12, "boft": 13, "vera": 14,
+                "fourierft": 15, "hra": 16, "bone": 17, "prefix-tuning": 18, "prompt-tuning": 19, "p-tuning": 20,
+                "ln-tuning": 21, "adapter": 22}
+OTHER_PEFT_CODES = 7
+"""Codes from here on are the PEFT methods outside the LoRA family (physics/peft_methods.py)."""
 SHARDING_CODES = {"none": ShardingCode.NONE, "ddp": ShardingCode.NONE, "zero1": ShardingCode.ZERO1,
                   "zero2": ShardingCode.ZERO2, "zero3": ShardingCode.ZERO3, "hybrid": ShardingCode.HYBRID,
                   "zero3-offload": ShardingCode.OFFLOAD, "fsdp-offload": ShardingCode.OFFLOAD}

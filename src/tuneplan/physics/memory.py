@@ -16,6 +16,7 @@ import numpy as np
 from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
 from tuneplan.physics.codes import OptimizerCode, ShardingCode
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.peft_methods import peft_memory_bytes
 
 Arrays = dict[str, np.ndarray]
 
@@ -132,6 +133,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     acts = np.where(a["grad_ckpt"] > 0, ckpt_acts, full_acts)
     in_flight = np.where(pp > 1, np.minimum(pp, a["grad_accum"]), 1.0)  # 1F1B: first stage holds pp
     acts = acts * in_flight
+    # PEFT methods' buffers, extra states and saved operands (physics/peft_methods.py)
+    p_w, p_opt, p_act = peft_memory_bytes(a, tokens, split)
+    weights, opt, acts = weights + np.where(offload, 0.0, p_w), opt + np.where(offload, 0.0, p_opt), acts + p_act
     if "vision_act_bytes_per_sample" in a:  # a trained vision tower's saved activations
         acts = acts + vision_activation_bytes(a)
     logits = tokens * a["vocab"] * c.logits_bytes_per_element / tp

@@ -12,6 +12,7 @@ import numpy as np
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.codes import MethodCode, ShardingCode
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.peft_methods import peft_step_times
 
 Arrays = dict[str, np.ndarray]
 
@@ -119,6 +120,10 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # pipeline: activations to the next stage, forward and backward
     t_pp_p2p = np.where(pp > 1, 2.0 * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
 
+    # PEFT methods' own work (physics/peft_methods.py): fp32 matmuls with built weights, weight products
+    p_fwd, p_bwd, p_rec, p_launch = peft_step_times(a, c, tokens, split, pp)
+    t_fwd, t_bwd, t_rec, t_overhead = t_fwd + p_fwd, t_bwd + p_bwd, t_rec + p_rec, t_overhead + p_launch
+
     t_micro = (t_fwd + t_bwd + t_rec + t_dequant + t_elementwise + t_overhead + t_tp + t_cp + t_ep + t_pp_p2p
                + t_vision)
     t_pipeline = (ga + pp - 1.0) * t_micro
@@ -198,4 +203,5 @@ def model_flops_per_step(a: Arrays) -> np.ndarray:
 
 
 def tokens_per_step(a: Arrays) -> np.ndarray:
-    return a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
+    """The run's own tokens per optimizer step (prompt tuning's virtual positions not counted)."""
+    return a["micro_batch"] * (a["seq_len"] - a.get("virtual_tokens", 0.0)) * a["grad_accum"] * a["dp"]

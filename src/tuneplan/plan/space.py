@@ -195,8 +195,8 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     base = jobs[0]
     a["micro_batch"] = grid.micro_batch.astype(float)
     a["grad_accum"] = grid.grad_accum.astype(float)
-    # image tokens join each sample's sequence (vision-language models)
-    a["seq_len"] = np.broadcast_to(np.float64(seq_len + terms[0].get("image_tokens", 0.0)), (n,))
+    # image tokens join each sample's sequence (vision-language models); prompt/p-tuning's prepended positions
+    a["seq_len"] = np.float64(seq_len + terms[0].get("image_tokens", 0.0)) + a["virtual_tokens"]
     a["gpus"] = grid.gpus.astype(float)
     a["nodes"] = grid.nodes.astype(float)
     for k in ("tp", "pp", "cp", "ep"):

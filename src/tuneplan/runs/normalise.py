@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuneplan.runs.defaults import DefaultEntry, Defaults, SourceRules, cell_text
+from tuneplan.runs.methods import method_from_notes
 from tuneplan.runs.schema import (
     EXTRA_NUMERIC_COLUMNS,
     FLAG_COLUMNS,
@@ -384,6 +385,7 @@ def apply_flags(st: RowState, rules: SourceRules, model_type: str) -> None:
 
 def apply_defaults(st: RowState, defaults: Defaults, rules: SourceRules, model_type: str) -> None:
     """Source defaults first, then framework defaults (in file order), empty cells only."""
+    method_from_notes(st)  # method 'other': the PEFT method the notes name, else a generic adapter
     entries: list[tuple[DefaultEntry, str]] = []
     for entry in rules.defaults.values():
         entries.append((entry, f"source default {rules.name}"))

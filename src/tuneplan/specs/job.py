@@ -21,15 +21,16 @@ from pydantic import (
 
 from tuneplan.errors import InputError
 from tuneplan.specs.limits import JOB_BOUNDS
+from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
 
-METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze")
+METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze") + PEFT_METHOD_NAMES
 LORA_FAMILY = ("lora", "qlora", "gptq-lora", "alora", "dora")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 MASTER_WEIGHTS = ("auto", "fp32", "none")
 OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
-QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4")
+QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
@@ -49,7 +50,10 @@ DEFAULT_MICRO_BATCH = 4
 DEFAULT_FREEZE_TRAINABLE_LAYERS = 2
 """`freeze` trains the last N blocks; 2 is LLaMA-Factory's freeze_trainable_layers default."""
 
-Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"]
+Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze",  # + specs/peft.py's catalogue
+                 "rslora", "pissa", "olora", "eva", "loftq", "lora-fa", "adalora", "ia3", "loha", "lokr", "oft",
+                 "boft", "vera", "fourierft", "hra", "bone", "prefix-tuning", "prompt-tuning", "p-tuning",
+                 "ln-tuning", "adapter"]
 Precision = Literal["bf16", "fp16", "fp32", "fp8"]
 Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
 Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"]
@@ -62,14 +66,15 @@ VISION_GROUP = "vision-language models"
 
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
-           switch_only: bool = False) -> Any:
+           switch_only: bool = False, repeat: bool = False) -> Any:
     """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
     once (see docs/architecture.md): `help` is its help text everywhere, `group` its section of
     `--help` (method, parallelism, work, money and energy), `flag` its name when not the field's own
     (`--field-name`), `number` whether an int/float must be `positive` or may be `nonneg` (zero and
-    up), `switch_only` for a bool flag that only switches on (no --no-...). Choices come from the
+    up), `switch_only` for a bool flag that only switches on (no --no-...), `repeat` for a flag given
+once per value (NAME=VALUE pairs the field's validator reads). Choices come from the
     field's Literal type, the default from `default`. A field declared without `option` is no flag."""
-    extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only}
+    extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only, "repeat": repeat}
     return Field(default, description=help, json_schema_extra={k: v for k, v in extra.items() if v})
 
 
@@ -125,6 +130,14 @@ class JobSpec(BaseModel):
     adapter_dtype: Literal["fp32", "compute"] = option(
         "fp32", "LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 copy of "
                 "its input) or in the compute dtype (older peft, litgpt, Megatron)", "method")
+    # PEFT methods of specs/peft.py: their options (peft config field names and values, e.g. ("r", "256"),
+    # ("num_virtual_tokens", "20")); the generic `adapter`'s trainable parameter count
+    peft_options: tuple[tuple[str, str], ...] = option(
+        (), "an option of the PEFT method in peft's own config names, e.g. num_virtual_tokens=30, oft_block_size=64, "
+            "n_frequency=2000 (repeatable; the rest take peft's defaults; --lora-rank and --lora-targets set r and "
+            "target_modules)", "method", flag="peft-option", repeat=True)
+    trainable_params: float | None = option(
+        None, "--method adapter: the adapter's trainable parameter count (any method tuneplan does not name)", "method")
     moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
     # vision-language models: images per training example (their tokens join each sample's sequence),
     # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
@@ -189,7 +202,17 @@ class JobSpec(BaseModel):
             raise ValueError("must be a positive integer")
         return _bounded(info, v)
 
-    @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs")
+    @field_validator("method", mode="before")
+    @classmethod
+    def _method_alias(cls, v):
+        return canonical(v) if isinstance(v, str) else v
+
+    @field_validator("peft_options", mode="before")
+    @classmethod
+    def _peft_options(cls, v):
+        return parse_options(v)
+
+    @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs", "trainable_params")
     @classmethod
     def _pos_float(cls, v: float | None, info: ValidationInfo) -> float | None:
         if v is not None and (not math.isfinite(v) or v <= 0):
@@ -227,10 +250,11 @@ class JobSpec(BaseModel):
             raise ValueError(f"gpus ({self.gpus}) must be divisible by tp x pp x cp ({model_par})")
         if self.ep > 1 and (self.gpus // model_par) % self.ep:
             raise ValueError(f"data-parallel degree ({self.gpus // model_par}) must be divisible by ep ({self.ep})")
-        if self.method in ("qlora", "gptq-lora") and self.precision == "fp32":
+        if self.method in ("qlora", "gptq-lora", "loftq") and self.precision == "fp32":
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
         if self.method == "full" and self.quant not in (None, "none"):
             raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
+        method_options(self.method, self.peft_options)  # unknown options: InputError naming the allowed ones
         self._stage_combos()
         return self
 
@@ -275,7 +299,7 @@ class JobSpec(BaseModel):
 
     @property
     def is_lora_family(self) -> bool:
-        return self.method in LORA_FAMILY
+        return self.method in LORA_FAMILY or self.method in LORA_EQUIVALENT or self.method in ("adalora", "lora-fa")
 
     @property
     def global_batch(self) -> int:
@@ -286,7 +310,7 @@ class JobSpec(BaseModel):
         """Storage of the frozen base weights."""
         if self.quant not in (None, "none"):
             return self.quant
-        if self.method == "qlora":
+        if self.method in ("qlora", "loftq"):
             return "nf4"
         if self.method == "gptq-lora":
             return checkpoint_quant if checkpoint_quant in ("gptq-int4", "awq-int4") else "gptq-int4"
@@ -330,6 +354,9 @@ def make_job(**kwargs) -> JobSpec:
         return JobSpec(**clean)
     except ValidationError as exc:
         err = exc.errors()[0]
+        orig = (err.get("ctx") or {}).get("error")
+        if isinstance(orig, InputError):  # already names its field (peft options, ...)
+            raise orig from None
         loc = ".".join(str(x) for x in err.get("loc", ())) or "job"
         field = loc.replace("_", "-")
         msg = err.get("msg", "invalid").removeprefix("Value error, ")
