@@ -26,7 +26,7 @@ pytest.importorskip("datasets")
 
 import tuneplan  # noqa: E402
 from tuneplan.errors import InputError  # noqa: E402
-from tuneplan.profile.config import RunConfig  # noqa: E402
+from tuneplan.profile.config import ProfileConfig  # noqa: E402
 from tuneplan.profile.runner import run_one  # noqa: E402
 
 RATIO_TOLERANCE = {"dpo": 1.75, "grpo": 2.5}
@@ -53,7 +53,7 @@ def tiny(tmp_path_factory) -> str:
 def rows(tiny) -> dict[str, dict]:
     out = {}
     for stage in ("sft", "dpo", "grpo"):
-        out[stage] = run_one(RunConfig(model=tiny, method="lora", stage=stage, trainer="trl", group_size=4,
+        out[stage] = run_one(ProfileConfig(model=tiny, method="lora", stage=stage, trainer="trl", group_size=4,
                                        completion_len=16, **SHAPE))
     return out
 
@@ -82,9 +82,9 @@ def test_estimated_ratio_matches_the_measured_one(tiny, rows, stage, extra):
 
 def test_profiler_stage_input_errors(tiny):
     with pytest.raises(InputError, match="stage"):
-        run_one(RunConfig(model=tiny, stage="ppo", **SHAPE))
+        run_one(ProfileConfig(model=tiny, stage="ppo", **SHAPE))
     with pytest.raises(InputError, match="group-size"):
-        run_one(RunConfig(model=tiny, stage="grpo", group_size=3, **SHAPE))
+        run_one(ProfileConfig(model=tiny, stage="grpo", group_size=3, **SHAPE))
 
 
 def test_profile_cli_stage_flags(tiny, tmp_path, capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuneplan.learn.residual import TREE_MIN_WORK, _numpy_nearest, _tree_nearest, nearest_distance
+from tuneplan.estimators.residual import TREE_MIN_WORK, _numpy_nearest, _tree_nearest, nearest_distance
 
 
 @pytest.mark.parametrize("nan_share", [0.0, 0.05])

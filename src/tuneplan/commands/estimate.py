@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from tuneplan.commands.common import add_gpu_args, add_job_args, add_stage_args, job_kwargs, positive_float
+from tuneplan.commands.common import add_gpu_args, add_job_args, job_kwargs, positive_float
 from tuneplan.commands.from_config import add_from_args, apply_from, print_provenance
 
 
@@ -22,7 +22,6 @@ def register(sub) -> None:
     p.add_argument("--plot", help="write the step-time and memory breakdown plot (PNG or SVG)")
     add_gpu_args(p)
     add_job_args(p)
-    add_stage_args(p)
     add_from_args(p)
     s = p.add_argument_group("Run Planner seed inputs (with --estimator planner)")
     s.add_argument("--params", type=positive_float, help="model parameters (total; MoE: active)")

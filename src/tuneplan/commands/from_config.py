@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuneplan.commands.common import JOB_FIELDS
+from tuneplan.commands.common import job_fields
 
 FORMAT_CHOICES = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed")
 """Same as tuneplan.configs.FORMATS (not imported here: the parser must not load the readers)."""
@@ -41,7 +41,7 @@ def apply_from(args: argparse.Namespace):
     cfg = read_from(args)
     if cfg is None:
         return None
-    attr_of = {fld: attr for attr, fld in JOB_FIELDS.items()}
+    attr_of = {fld: attr for attr, fld in job_fields().items()}
     for fld, value in cfg.job_kwargs().items():
         attr = attr_of.get(fld)
         if attr is None or not hasattr(args, attr):
@@ -53,7 +53,7 @@ def apply_from(args: argparse.Namespace):
     if getattr(args, "examples", None) is None and getattr(args, "tokens", None) is None:
         from tuneplan.configs import fill_work
 
-        job = {k: getattr(args, a, None) for a, k in JOB_FIELDS.items()}
+        job = {k: getattr(args, a, None) for a, k in job_fields().items()}
         job = {k: v for k, v in job.items() if v is not None}
         for note in fill_work(job, cfg):
             cfg.notes.append(note)

@@ -48,7 +48,10 @@ DEFAULTS = {
 
 
 @dataclass
-class RunConfig:
+class RowConfig:
+    """A measured row as specs: the model, GPU and job it ran, its sequence length, the defaults
+    filled in for what the row did not say, and what its peak memory measures."""
+
     model: ModelSpec
     gpu: GPUSpec
     job: JobSpec
@@ -122,7 +125,7 @@ def _memo(cache: dict | None, key: tuple, fn, *args):
     return got
 
 
-def row_to_config(row: dict, cache: dict | None = None) -> RunConfig:
+def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
     (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
     from tuneplan.specs.catalog import resolve_run_model
@@ -240,7 +243,7 @@ def row_to_config(row: dict, cache: dict | None = None) -> RunConfig:
     except ValueError as exc:
         msg = str(exc).splitlines()
         raise InputError("row", msg[-1] if msg else "invalid configuration") from None
-    return RunConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
+    return RowConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
                      mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
 
@@ -268,9 +271,9 @@ def peft_fields(row: dict, method: str, model: ModelSpec, used: list[str]) -> di
     return out
 
 
-def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[str | None]]:
+def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[str | None]]:
     """Configurations for many rows; None plus a reason where a row cannot be predicted."""
-    out: list[RunConfig | None] = []
+    out: list[RowConfig | None] = []
     errors: list[str | None] = []
     from tuneplan.physics.terms import model_terms
 
@@ -289,7 +292,7 @@ def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[st
     return out, errors
 
 
-def arrays_for(configs: list[RunConfig], constants=None) -> dict[str, np.ndarray]:
+def arrays_for(configs: list[RowConfig], constants=None) -> dict[str, np.ndarray]:
     from tuneplan.physics.terms import build_arrays
 
     a = build_arrays([(c.model, c.gpu, c.job, c.seq_len) for c in configs], constants)

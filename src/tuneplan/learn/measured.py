@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tuneplan.learn.dataset import RunConfig, configs_from_rows
+from tuneplan.learn.dataset import RowConfig, configs_from_rows
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
@@ -65,7 +65,7 @@ class TrainingSet:
     """Rows that can be configured, with their measurements and which metric each supports."""
 
     df: pd.DataFrame  # the rows (index aligned with configs)
-    configs: list[RunConfig]
+    configs: list[RowConfig]
     tokens_per_s: np.ndarray  # measured; NaN where not usable
     peak_mem_gib: np.ndarray  # measured; NaN where not usable
     mem_kind: list[str]

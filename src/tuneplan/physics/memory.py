@@ -20,6 +20,7 @@ from tuneplan.physics.activations import (
     replicated_bytes,
 )
 from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
+from tuneplan.physics.codes import OptimizerCode, ShardingCode
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.ops import logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
@@ -121,11 +122,11 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     gpn = a["gpus"] / a["nodes"]
     # ZeRO / FSDP / distributed-optimizer shards span data x context parallel: context-parallel ranks hold
     # the same weights (DeepSpeed-Ulysses and Megatron-Core's CP shard over both); hybrid shards within a node
-    sdeg = np.where(shard == 4, np.minimum(dp * a["cp"], gpn), dp * a["cp"])
-    w_div = np.where((shard == 3) | (shard == 4), sdeg, 1.0)
-    g_div = np.where(shard >= 2, sdeg, 1.0)
-    o_div = np.where(shard >= 1, sdeg, 1.0)
-    offload = shard == 5
+    sdeg = np.where(shard == ShardingCode.HYBRID, np.minimum(dp * a["cp"], gpn), dp * a["cp"])
+    w_div = np.where((shard == ShardingCode.ZERO3) | (shard == ShardingCode.HYBRID), sdeg, 1.0)
+    g_div = np.where(shard >= ShardingCode.ZERO2, sdeg, 1.0)
+    o_div = np.where(shard >= ShardingCode.ZERO1, sdeg, 1.0)
+    offload = shard == ShardingCode.OFFLOAD
     method = a["method_code"]
     full = method == 0
     freeze = method == 6
@@ -155,7 +156,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     master = np.where((full | freeze) & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0) / o_div
     state = _state_bytes(a["optimizer_code"])
     # moments allocated like the parameter (torch zeros_like); 8-bit optimizers' 1-byte states do not change
-    state16 = np.where(np.isin(a["optimizer_code"], (1, 2)), state, state * pbytes / 4.0)
+    state16 = np.where(np.isin(a["optimizer_code"], (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT)), state, state * pbytes / 4.0)
     state = np.where(trained16 & ~keep32, state16, state)
     opt = trainable * state / o_div
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
@@ -164,9 +165,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     grads = np.where(offload, trainable * grad_bytes / np.maximum(sdeg, 1.0), grads)
     # sharded weights are gathered a layer (unit) at a time, with one unit prefetched
     layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
-    gathered = np.where((shard >= 3) & (sdeg > 1), 2.0 * layer_w, 0.0)
+    gathered = np.where((shard >= ShardingCode.ZERO3) & (sdeg > 1), 2.0 * layer_w, 0.0)
     # DDP gradient buckets: a second copy of the gradients while they are all-reduced
-    ddp_buckets = np.where((shard == 0) & (dp > 1), trainable * grad_bytes, 0.0)
+    ddp_buckets = np.where((shard == ShardingCode.NONE) & (dp > 1), trainable * grad_bytes, 0.0)
 
     acts, logits = activations_and_logits(a, c)
     # PEFT methods' buffers, extra states and saved operands (physics/peft_methods.py)

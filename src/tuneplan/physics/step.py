@@ -11,6 +11,7 @@ import numpy as np
 
 from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
+from tuneplan.physics.codes import MethodCode, ShardingCode
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.ops import (
     FUSED_ADAPTER_PASSES,
@@ -142,7 +143,7 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     dq_bytes = np.array([0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, FP8_DEQUANT_BYTES])[
         a["dequant_bytes"].astype(np.intp)]
     t_dequant = passes * dq_bytes * a["params_frozen_linear"] / split / bw
-    is_dora = (a["method_code"] == 5).astype(float)
+    is_dora = (a["method_code"] == MethodCode.DORA).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
     # LoRA-family: element-wise work per token on the adapted modules' inputs and outputs, and the
     # small kernels each adapted module launches whatever the tokens (DoRA runs more of them)
@@ -220,23 +221,24 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> np.ndarray:
     train_bytes_sh = a["params_trainable"] / split * c.sharded_grad_bytes
     all_bytes = a["params_total"] / split * a["weight_bytes_compute"]
     t_comm = np.zeros(np.broadcast(a["micro_batch"], shard).shape)
-    kinds = {k for k in (0.0, 1.0, 2.0, 3.0, 4.0, 5.0) if np.any(shard == k)}
-    if kinds & {0.0, 1.0}:  # DDP / ZeRO-1 / distributed optimizer: one all-reduce (RS + AG) of the gradients
-        t_comm = np.where(shard <= 1, _dp_collective(a, train_bytes_ddp, 2.0, c), t_comm)
-    if 2.0 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
+    kinds = {k for k in ShardingCode if np.any(shard == k)}
+    if kinds & {ShardingCode.NONE, ShardingCode.ZERO1}:  # DDP / ZeRO-1 / distributed optimizer: one all-reduce (RS + AG) of the gradients
+        t_comm = np.where(shard <= ShardingCode.ZERO1, _dp_collective(a, train_bytes_ddp, 2.0, c), t_comm)
+    if ShardingCode.ZERO2 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
         zero2 = _dp_collective(a, train_bytes_sh, 1.0, c) * ga + _dp_collective(
             a, a["params_trainable"] / split * a["weight_bytes_compute"], 1.0, c)
-        t_comm = np.where(shard == 2, zero2, t_comm)
-    if kinds & {3.0, 5.0}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
+        t_comm = np.where(shard == ShardingCode.ZERO2, zero2, t_comm)
+    if kinds & {ShardingCode.ZERO3, ShardingCode.OFFLOAD}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
         zero3 = ga * (2.0 * _dp_collective(a, all_bytes, 1.0, c) + _dp_collective(a, train_bytes_sh, 1.0, c))
         offload_xfer = ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9)
-        t_comm = np.where(shard == 3, zero3, np.where(shard == 5, zero3 + offload_xfer, t_comm))
-    if 4.0 in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
+        t_comm = np.where(shard == ShardingCode.ZERO3, zero3,
+                          np.where(shard == ShardingCode.OFFLOAD, zero3 + offload_xfer, t_comm))
+    if ShardingCode.HYBRID in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
         gpn = a["gpus"] / a["nodes"]
         hybrid = ga * (2.0 * ring_time(all_bytes, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)
                        + ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
             train_bytes_sh / np.minimum(dp, gpn), a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
-        t_comm = np.where(shard == 4, hybrid, t_comm)
+        t_comm = np.where(shard == ShardingCode.HYBRID, hybrid, t_comm)
     return t_comm
 
 
@@ -275,8 +277,8 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                           c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
                           c.optimizer_bytes_adafactor])[opt_code.astype(np.intp)]
     shard = a["sharding"]
-    opt_div = np.where(shard >= 1, dp * cp, 1.0) * split
-    offload = (shard == 5) | (get(a, "offload_code") > 0)
+    opt_div = np.where(shard >= ShardingCode.ZERO1, dp * cp, 1.0) * split
+    offload = (shard == ShardingCode.OFFLOAD) | (get(a, "offload_code") > 0)
     host_opt = a["params_trainable"] / opt_div * (opt_bytes + 2.0 * a["weight_bytes_compute"]) / (
         c.cpu_offload_gbs * 1e9)
     t_opt = np.where(offload, host_opt, a["params_trainable"] / opt_div * opt_bytes / bw)
@@ -286,7 +288,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     t_comm = _dp_seconds(a, c, ct)
     # overlap: DDP buckets hide behind the last micro-step's backward; sharded collectives behind
     # every micro-step's forward and backward
-    hide = np.where(shard >= 3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
+    hide = np.where(shard >= ShardingCode.ZERO3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
     t_comm_exposed = np.maximum(t_comm - hide, 0.0)
 
     total = t_pipeline + t_opt + t_comm_exposed

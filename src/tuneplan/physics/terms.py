@@ -15,21 +15,13 @@ import numpy as np
 
 from tuneplan.errors import InputError
 from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
+from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
 from tuneplan.physics.peft_methods import MODULE_METHODS, lora_equivalent, method_terms
 from tuneplan.physics.precision import FP8_WEIGHT_BYTES
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
 
-METHOD_CODES = {"full": 0, "lora": 1, "qlora": 2, "gptq-lora": 3, "alora": 4, "dora": 5, "freeze": 6,
-                # physics/peft_methods.py (rslora, pissa, olora, eva, loftq take their LoRA equivalent's code)
-                "adalora": 7, "lora-fa": 8, "ia3": 9, "loha": 10, "lokr": 11, "oft": 12, "boft": 13, "vera": 14,
-                "fourierft": 15, "hra": 16, "bone": 17, "prefix-tuning": 18, "prompt-tuning": 19, "p-tuning": 20,
-                "ln-tuning": 21, "adapter": 22}
-SHARDING_CODES = {"none": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hybrid": 4,
-                  "zero3-offload": 5, "fsdp-offload": 5}
-OPTIMIZER_CODES = {"adamw": 0, "adamw-8bit": 1, "paged-adamw-8bit": 2, "sgd": 3, "sgd-momentum": 4,
-                   "adafactor": 5}
 PEFT_PHYSICS = MODULE_METHODS + ("prefix-tuning", "prompt-tuning", "p-tuning", "ln-tuning", "adapter")
 PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 2.0, "nvfp4": 2.0, "mxfp4": 2.0}
 """Bytes per weight and activation element at the compute precision. Low-precision training (fp8, fp4)
@@ -419,8 +411,6 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
         d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq + int(mt.image_tokens)),
              **stack_numbers(model, gpu, job, seq + int(mt.image_tokens))}
         d["seq_len"] += d["virtual_tokens"]  # prompt/p-tuning: the model runs over the prepended positions too
-        eb, fk = kavier_terms(gpu, d["peak_flops"])
-        d["kavier_eb"], d["kavier_peak"] = eb, fk
         for k, v in d.items():
             cols.setdefault(k, []).append(float(v))
         names.setdefault("_model_names", []).append(model.name)
@@ -431,8 +421,3 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
         out[k] = np.asarray(v, dtype=object)
     return out
 
-
-def kavier_terms(gpu: GPUSpec, peak_flops: float) -> tuple[float, float]:
-    from tuneplan.estimators.kavier import KavierEstimator
-
-    return KavierEstimator.gpu_terms(gpu.name, peak_flops / 1e12)

@@ -57,11 +57,11 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     that fits (at least 8, at most 1024). `runs`: a runs file (or files) to overlay."""
     import pandas as pd
 
-    from tuneplan.api import resolve_gpu_arg, resolve_model_arg
     from tuneplan.estimators.base import get_estimator
+    from tuneplan.physics.run import workload
     from tuneplan.physics.terms import build_arrays
     from tuneplan.specs.job import make_job
-    from tuneplan.workload import workload
+    from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg
 
     mspec = resolve_model_arg(model)
     gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs, strict=strict)

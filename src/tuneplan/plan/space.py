@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.codes import SHARDING_CODES
 from tuneplan.physics.stack import stack_numbers
-from tuneplan.physics.terms import SHARDING_CODES, gpu_arrays, kavier_terms, model_terms
+from tuneplan.physics.terms import gpu_arrays, model_terms
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import SHARDINGS, JobSpec
 from tuneplan.specs.limits import MAX_GPUS, bound_number, check_space_bounds
@@ -159,9 +160,9 @@ def enumerate_grid(n_gpu_types: int, n_methods: int, space: Space, model_par: in
 
 
 def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSpec], grid: Grid, seq_len: int,
-                 constants=None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The physics arrays for every grid row, plus per-(method, checkpointing) scalars the run totals
-    need (`weight_bytes`, `checkpoint_bytes`, `params_trainable`), indexed as `method_idx * 2 + ckpt`.
+                 constants=None) -> dict[str, np.ndarray]:
+    """The physics arrays for every grid row (what `tuneplan.physics.terms.build_arrays` gives one
+    configuration at a time).
 
     `jobs[i]` is the base job of method i (its method options: rank, targets, precision, quant...).
     """
@@ -188,9 +189,8 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     for g in gpus:
         for j, p in enumerate(prec):
             # the stack's numbers (precision recipe, framework kernels; the grid's axis decides checkpointing)
-            d = {**gpu_arrays(g, p, constants), **stack_numbers(model, g, jobs[j], seq_len, with_ckpt=False)}
-            eb, fk = kavier_terms(g, d["peak_flops"])
-            g_rows.append({**d, "kavier_eb": eb, "kavier_peak": fk})
+            g_rows.append({**gpu_arrays(g, p, constants),
+                           **stack_numbers(model, g, jobs[j], seq_len, with_ckpt=False)})
     gk = grid.gpu_idx * len(jobs) + grid.method_idx
     for key in g_rows[0]:
         put(key, np.array([float(r[key]) for r in g_rows]), gk)
@@ -219,16 +219,4 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     a["_model_names"] = np.broadcast_to(np.array(model.name, dtype=object), (n,))
     a["_gpu_names"] = np.array([g.name for g in gpus], dtype=object)[grid.gpu_idx]
     a["_methods"] = np.array([j.method for j in jobs], dtype=object)[grid.method_idx]
-
-    # per (method, ckpt): bytes loaded and saved (as api.estimate computes them)
-    extra = {"weight_bytes": [], "checkpoint_bytes": [], "params_trainable": []}
-    for j, job in enumerate(jobs):
-        for ck in (0, 1):
-            t = terms[j * 2 + ck]
-            trainable = float(t["params_trainable"])
-            extra["weight_bytes"].append(t["params_frozen_linear"] * t["frozen_linear_bytes"]
-                                         + t["params_frozen_other"] * t["frozen_other_bytes"]
-                                         + trainable * t["weight_bytes_compute"])
-            extra["checkpoint_bytes"].append(trainable * (2.0 if job.method in ("full", "freeze") else 4.0))
-            extra["params_trainable"].append(trainable)
-    return a, {k: np.asarray(v, dtype=float) for k, v in extra.items()}
+    return a

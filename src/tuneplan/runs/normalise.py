@@ -1,6 +1,6 @@
 """Turning one raw runs row into a typed, flagged, name-resolved row.
 
-Steps (each documented in the README, "Measured runs"): LLMFineTuningBench mapping, number parsing and checks, OOM /
+Steps (each documented in docs/runs.md): LLMFineTuningBench mapping, number parsing and checks, OOM /
 duplicate / estimate marks, catalog names, per-source and framework defaults for empty settings, and
 derived figures (tokens/s from per-GPU figures or samples/s, step time, global batch...). Every filled
 cell is recorded in `defaults_used`; nothing here predicts anything from physics.

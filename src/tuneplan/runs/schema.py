@@ -61,7 +61,7 @@ ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",
     "is_estimate", "usable_throughput", "usable_memory", "defaults_used", "caveats",
 )
-"""Columns `read_runs` adds after the reference columns (documented in the README, "Measured runs")."""
+"""Columns `read_runs` adds after the reference columns (documented in docs/runs.md)."""
 
 STRING_ADDED = ("file", "model_resolved", "gpu_resolved", "status", "defaults_used", "caveats")
 BOOL_ADDED = ("is_oom", "is_duplicate", "is_estimate", "usable_throughput", "usable_memory")

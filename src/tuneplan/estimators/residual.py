@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.learn.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
-from tuneplan.learn.trees import Forest
+from tuneplan.estimators.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
+from tuneplan.estimators.trees import Forest
 
 EXTRAPOLATION_DECAY = 4.0
 """How fast the correction fades outside the training range: weight = exp(-4 x summed excess,
@@ -195,13 +195,3 @@ class TuneplanCorrection:
             mem_f = np.exp(r)
             info["memory_residual_weight"] = w
         return thr_f, mem_f, info
-
-
-def tuneplan_estimator_from_payload(payload: dict, name: str):
-    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
-    from tuneplan.physics.constants import PhysicsConstants
-
-    thr = Residual.from_dict(payload["throughput_residual"]) if payload.get("throughput_residual") else None
-    mem = Residual.from_dict(payload["memory_residual"]) if payload.get("memory_residual") else None
-    corr = TuneplanCorrection(thr, mem) if (thr or mem) else None
-    return TuneplanEstimator(PhysicsConstants.from_dict(payload["constants"]), corr, calibration_name=name)
