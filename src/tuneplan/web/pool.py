@@ -108,7 +108,7 @@ def _plan_job(spec, kwargs: dict):
     """In the worker: the plan, or the user's error as plain data (errors with their own constructors
     do not survive pickling)."""
     from tuneplan.errors import InputError, TuneplanError
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run as plan
 
     try:
         return ("ok", plan(spec, **kwargs))
@@ -142,7 +142,7 @@ def plan_in_worker(spec, kwargs: dict):
         raise Busy(f"the plan search took over {PLAN_TIMEOUT_S:.0f} s; choose a smaller search") from None
     except (BrokenProcessPool, OSError, RuntimeError):
         shutdown()
-        from tuneplan.plan.search import plan
+        from tuneplan.plan.search import plan_run as plan
 
         return plan(spec, **kwargs)
     if kind == "ok":
