@@ -614,7 +614,8 @@ def _measured_at(m: pd.DataFrame, gpus: int, micro_batch: int, grad_accum: int) 
 
 
 def coastline_compare(python: str, rows: pd.DataFrame, log) -> dict:
-    from tuneplan.plan.search import describe, plan
+    from tuneplan.plan.search import describe
+    from tuneplan.plan.search import plan_run as plan
 
     jobs = [{"label": j["label"], "model": j["coastline_model"], "method": j["method"], "gpu": j["coastline_gpu"],
              "seq_len": j["seq_len"], "goal": "performance",

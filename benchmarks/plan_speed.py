@@ -2,7 +2,7 @@
 
     python benchmarks/plan_speed.py            # the figures quoted in the README
 
-1. `tuneplan.plan(...)` over >= 100,000 candidates: 12 GPU types x 8 GPU counts (1..128) x 7 methods
+1. `tuneplan.plan_run(...)` over >= 100,000 candidates: 12 GPU types x 8 GPU counts (1..128) x 7 methods
    x 7 micro-batches x 4 gradient accumulations x 3 shardings x checkpointing on/off (less the
    duplicate shardings on one GPU) — enumeration, the estimator, run totals, constraints, Pareto front,
    ranking and the result table, end to end (warm: imports and catalogs loaded by a first call).
@@ -42,7 +42,7 @@ def best_of(fn, repeat: int) -> tuple[float, object]:
 
 
 def bench_plan(repeat: int) -> dict:
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run as plan
 
     plan(MODEL, **SEARCH)  # warm-up: imports, catalogs, prices
     secs, res = best_of(lambda: plan(MODEL, **SEARCH), repeat)
@@ -52,10 +52,10 @@ def bench_plan(repeat: int) -> dict:
 
 def grid_arrays(n_target: int) -> dict[str, np.ndarray]:
     """The physics arrays of the search above, tiled to n_target configurations."""
-    from tuneplan.api import resolve_gpu_arg, resolve_model_arg
+    from tuneplan.physics.run import workload
     from tuneplan.plan.space import Space, build_arrays, enumerate_grid, gpu_counts
     from tuneplan.specs.job import make_job
-    from tuneplan.workload import workload
+    from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg
 
     model = resolve_model_arg(MODEL)
     gpus = [resolve_gpu_arg(g) for g in GPUS]
@@ -63,7 +63,7 @@ def grid_arrays(n_target: int) -> dict[str, np.ndarray]:
     space = Space(gpu_counts=tuple(gpu_counts(128)), micro_batches=SEARCH["micro_batches"],
                   shardings=SEARCH["shardings"], grad_accums=SEARCH["grad_accums"], global_batch=None)
     grid = enumerate_grid(len(gpus), len(jobs), space)
-    a, _ = build_arrays(model, gpus, jobs, grid, workload(jobs[0]).seq_len)
+    a = build_arrays(model, gpus, jobs, grid, workload(jobs[0]).seq_len)
     reps = -(-n_target // len(grid))
     out = {}
     for k, v in a.items():

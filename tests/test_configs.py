@@ -362,3 +362,65 @@ def test_axolotl_batch_size_gives_accumulation(tmp_path):
     j = read_configs([p]).job_kwargs()
     assert (j["micro_batch"], j["grad_accum"], j["method"]) == (2, 8, "full")
     assert "gpus" not in j
+
+
+# ---- any mapping: a result or a one-line ConfigError, never a crash ----------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+KEYS = sorted({
+    "base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_r", "lora_alpha", "lora_target_linear",
+    "lora_target_modules", "lora_modules_to_save", "unfrozen_parameters", "micro_batch_size", "batch_size",
+    "gradient_accumulation_steps", "sequence_len", "sample_packing", "pad_to_sequence_len", "gradient_checkpointing",
+    "activation_offloading", "bf16", "fp16", "bfloat16", "float32", "fp8", "attn_implementation", "flash_attention",
+    "optimizer", "num_epochs", "max_steps", "deepspeed", "fsdp", "fsdp_config", "tensor_parallel_size",
+    "finetuning_type", "quantization_bit", "quantization_method", "lora_rank", "lora_target", "use_dora",
+    "freeze_trainable_layers", "pure_bf16", "cutoff_len", "packing", "neat_packing", "stage", "flash_attn",
+    "disable_gradient_checkpointing", "max_samples", "dataset", "model_name_or_path", "per_device_train_batch_size",
+    "num_train_epochs", "optim", "torch_dtype", "use_peft", "max_length", "max_seq_length", "padding_free",
+    "model", "tokenizer", "checkpointer", "epochs", "dtype", "enable_activation_checkpointing", "checkpoint_dir", "precision", "quantize", "devices", "num_nodes", "train", "lora_query", "lora_mlp",
+    "num_processes", "num_machines", "mixed_precision", "distributed_type", "deepspeed_config",
+    "zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "use_cpu",
+})
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 100_000), st.floats(allow_nan=True),
+                    st.text(max_size=12), st.sampled_from(["auto", "lora", "qlora", "full", "freeze", "cpu",
+                                                          "FSDP", "DEEPSPEED", "bf16", "all", "3", "full_shard"]))
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3),
+    st.dictionaries(st.sampled_from(KEYS + ["_component_", "stage", "device", "offload_param", "enabled",
+                                            "zero_stage", "fsdp_sharding_strategy", "packed", "max_seq_len"]),
+                    inner, max_size=4)), max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.dictionaries(st.sampled_from(KEYS), VALUES, min_size=1, max_size=8),
+       fmt=st.sampled_from([None, "axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed"]))
+def test_any_mapping_reads_or_fails_in_one_line(data, fmt):
+    from tuneplan.errors import InputError
+
+    text = json.dumps(data, allow_nan=True)
+    try:
+        r = read_config_texts([("fuzz.json", text, None)], fmt)
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return
+    r.to_dict()
+    r.used(), r.assumed(), r.ignored_lines()
+
+
+@pytest.mark.parametrize("body,want", [
+    ("finetuning_type: lora\nstage: dpo\npref_loss: orpo\ncutoff_len: 1024\n", {"stage": "orpo"}),
+    ("finetuning_type: lora\nstage: dpo\ncutoff_len: 1024\n", {"stage": "dpo"}),
+    ("finetuning_type: full\nstage: kto\ncutoff_len: 1024\n", {"stage": "kto"}),
+    ("base_model: x/y\nrl: grpo\ntrl:\n  num_generations: 8\n  max_completion_length: 256\n",
+     {"stage": "grpo", "group_size": 8, "completion_len": 256}),
+    ("base_model: x/y\nrl: ipo\n", {"stage": "dpo"}),
+    ("model_name_or_path: x/y\nnum_generations: 4\nmax_completion_length: 128\n",
+     {"stage": "grpo", "group_size": 4, "completion_len": 128}),
+])
+def test_stages(tmp_path, body, want):
+    p = tmp_path / "c.yaml"
+    p.write_text(body)
+    j = read_configs([p]).job_kwargs()
+    assert {k: j.get(k) for k in want} == want

@@ -112,8 +112,8 @@ def _kavier_arrays(**over):
         "gpus": np.array([8.0]), "nodes": np.array([1.0]), "params_active": np.array([8e9]),
         "params_total": np.array([8e9]), "method_code": np.array([0.0]), "hidden": np.array([4096.0]),
         "n_layers": np.array([32.0]), "mem_bw": np.array([2039e9]), "intra_bw": np.array([300e9]),
-        "peak_flops": np.array([312e12]), "kavier_eb": np.array([0.4513]), "kavier_peak": np.array([312e12]),
-        "dp": np.array([8.0]),
+        "peak_flops": np.array([312e12]), "dp": np.array([8.0]),
+        "_gpu_names": np.array(["A100-SXM4-80GB"], dtype=object),  # Kavier's library: E_b 0.4513, 312 TFLOP/s
     }
     a.update({k: np.array([float(v)]) for k, v in over.items()})
     return a
@@ -121,7 +121,7 @@ def _kavier_arrays(**over):
 
 def test_kavier_terms_by_hand():
     a = _kavier_arrays()
-    out = K.KavierEstimator().predict_arrays(a)
+    out = K.KavierEstimator().time_arrays(a)
     E = 0.4513 * min(1.0, 0.0341 * math.log2(4) + 0.8147)
     Tf = 2 * 8e9 * 4 * 1024 / (312e12 * E)
     To = 20 * 8e9 / 2039e9
@@ -137,7 +137,7 @@ def test_kavier_terms_by_hand():
 
 def test_kavier_multi_node_and_lora():
     a = _kavier_arrays(gpus=16, nodes=2, method_code=1)
-    out = K.KavierEstimator().predict_arrays(a)
+    out = K.KavierEstimator().time_arrays(a)
     Pt = 2 * 8 * 4096 * 4 * 32
     D = 4 * Pt
     Wn = 300e9 * 2 * 8 / 1e9
@@ -149,6 +149,15 @@ def test_kavier_multi_node_and_lora():
     assert out["optimizer_s"][0] == pytest.approx(20 * Pt / 2039e9)
 
 
+def test_kavier_looks_up_its_own_gpu_factors():
+    a = _kavier_arrays(peak_flops=400e12)
+    a["_gpu_names"] = np.array(["A100-SXM4-80GB", "no-such-gpu"], dtype=object)
+    a = {k: (np.repeat(v, 2) if k != "_gpu_names" else v) for k, v in a.items()}
+    eb, peak = K.KavierEstimator.gpu_factors(a)
+    assert eb.tolist() == [0.4513, 0.42]  # listed; the library's default for the others
+    assert peak.tolist() == [312e12, 400e12]  # the peak Kavier fitted against; else the catalog's
+
+
 def test_kavier_mfu_curve_saturates():
-    big = K.KavierEstimator().predict_arrays(_kavier_arrays(micro_batch=128))
+    big = K.KavierEstimator().time_arrays(_kavier_arrays(micro_batch=128))
     assert big["efficiency"][0] == pytest.approx(0.4513)  # min(1, ...) caps at E_b

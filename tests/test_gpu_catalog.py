@@ -292,7 +292,7 @@ def test_gpus_table_marks_gaps_and_fill_ins() -> None:
 def test_plan_notes_say_the_variant_and_the_old_price() -> None:
     import tuneplan
 
-    res = tuneplan.plan("meta-llama/Llama-3.1-8B", gpus=["A100"], methods=["lora"], max_gpus=1, examples=1000,
+    res = tuneplan.plan_run("meta-llama/Llama-3.1-8B", gpus=["A100"], methods=["lora"], max_gpus=1, examples=1000,
                         tokens_per_example=256, interval=None)
     assert res.gpus == ["A100-SXM4-80GB"]
     assert any(n.startswith("GPU 'A100' read as A100-SXM4-80GB") for n in res.notes)

@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import reference_dir
 
 from tuneplan.estimators.base import get_estimator
-from tuneplan.learn.calibration import Calibration, dumps, fit_calibration, load_calibration
+from tuneplan.estimators.calibration import Calibration, dumps, load_calibration
+from tuneplan.learn.calibration import fit_calibration
 from tuneplan.learn.dataset import configs_from_rows
 from tuneplan.learn.intervals import conformal_bounds
 from tuneplan.learn.learners import KavierLearner, NotEnoughData, SLSTLearner, TuneplanLearner, XiaLearner

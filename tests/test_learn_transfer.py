@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from tests.conftest import reference_dir
 
+from tuneplan.estimators.residual import Residual, nearest_distance
 from tuneplan.learn.learners import CAPACITY_GRID, fit_residual, source_weights, weighted_median
 from tuneplan.learn.measured import measured_tokens_per_s, uncounted_token_rows
-from tuneplan.learn.residual import Residual, nearest_distance
 
 NAMES = ("a", "b", "c")
 

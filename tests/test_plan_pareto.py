@@ -41,7 +41,7 @@ def test_front_properties(points):
 
 
 def test_pareto_column_of_a_plan():
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run as plan
 
     r = plan("meta-llama/Llama-3.1-8B", gpus=["A100-SXM4-80GB", "L40S-48GB"], methods=["lora", "full"],
              max_gpus=8, examples=10_000, tokens_per_example=512, interval=None)

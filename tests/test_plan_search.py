@@ -11,7 +11,8 @@ import pytest
 
 import tuneplan
 from tuneplan.errors import InputError, UnknownNameError
-from tuneplan.plan.search import OBJECTIVES, plan
+from tuneplan.plan.search import OBJECTIVES
+from tuneplan.plan.search import plan_run as plan
 from tuneplan.plan.space import Space, enumerate_grid, gpu_counts
 from tuneplan.plan.units import hours, money, parse_duration, parse_money
 from tuneplan.specs.gpu import gpu_from_dict
@@ -274,7 +275,7 @@ def test_pinned_axes_and_fixed_fields():
 
 
 def test_intervals_when_residuals_are_stored(monkeypatch):
-    import tuneplan.learn.calibration as cal
+    import tuneplan.estimators.calibration as cal
 
     rng = np.random.default_rng(0)
     monkeypatch.setattr(cal, "interval_residuals",
@@ -302,12 +303,12 @@ def test_to_dict_is_json_ready(base):
     assert len(base.to_dict(max_candidates=3)["candidates"]) == 3
 
 
-def test_top_level_callable():
-    r = tuneplan.plan(MODEL, gpus="H100-SXM5-80GB", methods="lora", max_gpus=1, interval=None, **WORK)
+def test_top_level_function():
+    r = tuneplan.plan_run(MODEL, gpus="H100-SXM5-80GB", methods="lora", max_gpus=1, interval=None, **WORK)
     assert r.ok
-    import tuneplan.plan as plan_module
+    import tuneplan.plan as plan_package  # a plain package, whether imported before or after
 
-    assert plan_module(MODEL, gpus="H100-SXM5-80GB", methods="lora", max_gpus=1, interval=None, **WORK).ok
+    assert tuneplan.plan is plan_package and not callable(plan_package)
 
 
 # --- the grid -----------------------------------------------------------------------------------
@@ -346,7 +347,7 @@ def test_units():
 
 
 def test_intervals_match_estimate():
-    from tuneplan.learn.calibration import interval_residuals
+    from tuneplan.estimators.calibration import interval_residuals
 
     if interval_residuals("tuneplan") is None:
         pytest.skip("the shipped calibration stores no held-out residuals")

@@ -35,7 +35,7 @@ def check_svg(path, words):
 
 @pytest.fixture(scope="module")
 def plan_result():
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run as plan
 
     return plan(MODEL, gpus=["A100-SXM4-80GB", "H100-SXM5-80GB", "L40S-48GB"], methods=["full", "lora", "qlora"],
                 max_gpus=16, deadline_s=3 * 3600, budget_usd=60, interval=None, **WORK)
@@ -52,7 +52,7 @@ def test_plan_plot(tmp_path, plan_result):
 
 
 def test_plan_plot_without_anything_that_fits(tmp_path):
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run as plan
     from tuneplan.report.plots import plot_plan
 
     r = plan("meta-llama/Llama-3.1-70B", gpus=["L4-24GB"], methods=["full"], max_gpus=1, examples=100,

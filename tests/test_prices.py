@@ -98,7 +98,7 @@ def test_user_price_files(tmp_path):
                  "Mine,A100-SXM4-80GB,0.99,on-demand,2026-12-01,quote\n", encoding="utf-8")
     assert price_for("A100-SXM4-80GB", path=str(c)).usd_per_gpu_hour == 0.99
     # the estimate API takes the same file
-    from tuneplan.api import resolve_gpu_arg, resolve_rate
+    from tuneplan.specs.resolve import resolve_gpu_arg, resolve_rate
 
     rate, src = resolve_rate(resolve_gpu_arg("A100-SXM4-80GB"), None, None, str(c))
     assert rate == 0.99 and "Mine" in src

@@ -21,7 +21,7 @@ pytest.importorskip("peft")
 from tuneplan.profile import grid as grid_mod  # noqa: E402
 from tuneplan.profile import runner as runner_mod  # noqa: E402
 from tuneplan.profile.commands import register  # noqa: E402
-from tuneplan.profile.config import RunConfig  # noqa: E402
+from tuneplan.profile.config import ProfileConfig  # noqa: E402
 from tuneplan.profile.grid import curve_path, profile_auto, profile_grid  # noqa: E402
 from tuneplan.profile.runner import run_one  # noqa: E402
 
@@ -87,7 +87,7 @@ def test_full_and_lora_rows(tiny, tmp_path):
 
 
 def test_dora_and_options(tiny):
-    row = run_one(RunConfig(model=tiny, method="dora", seq_len=32, micro_batch=1, layers=1, lora_rank=4,
+    row = run_one(ProfileConfig(model=tiny, method="dora", seq_len=32, micro_batch=1, layers=1, lora_rank=4,
                             lora_targets="q,v", grad_ckpt=True, optimizer="sgd", attn="eager", **FAST))
     assert row["status"] == "ok", row.get("error")
     assert row["method"] == "dora" and row["lora_rank"] == 4 and row["lora_targets"] == "q,v"
@@ -106,7 +106,7 @@ def test_oom_is_recorded_and_profiling_goes_on(tmp_path):
     assert "out of memory" in oom["error"] and oom.get("step_time_s") is None
     assert [r["status"] for r in read_rows(out)] == ["oom", "ok"]
     # the measured peak (not only the prediction) is held to the cap too
-    row = run_one(RunConfig(model=str(cfg), seq_len=16, layers=1, max_mem_gib=0.001, **FAST))
+    row = run_one(ProfileConfig(model=str(cfg), seq_len=16, layers=1, max_mem_gib=0.001, **FAST))
     assert row["status"] == "oom" and "(model build)" in row["error"]
 
 
@@ -154,7 +154,7 @@ def test_interrupt_keeps_measured_rows(tiny, tmp_path, monkeypatch, capsys):
 
 
 def test_torchrun_ddp_two_processes(tiny):
-    row = run_one(RunConfig(model=tiny, method="full", seq_len=32, micro_batch=1, layers=1, nproc=2,
+    row = run_one(ProfileConfig(model=tiny, method="full", seq_len=32, micro_batch=1, layers=1, nproc=2,
                             steps=2, warmup=1, threads=1))
     assert row["status"] == "ok", row.get("error")
     assert row["gpus"] == 2 and row["nproc"] == 2 and row["sharding"] == "ddp"
@@ -165,7 +165,7 @@ def test_torchrun_ddp_two_processes(tiny):
 
 @pytest.mark.slow
 def test_torchrun_fsdp_two_processes(tiny):
-    row = run_one(RunConfig(model=tiny, method="lora", seq_len=32, micro_batch=1, layers=2, nproc=2,
+    row = run_one(ProfileConfig(model=tiny, method="lora", seq_len=32, micro_batch=1, layers=2, nproc=2,
                             sharding="fsdp", steps=2, warmup=1, threads=1))
     assert row["status"] == "ok", row.get("error")
     assert row["sharding"] == "fsdp-full" and row["comm_share"] is not None

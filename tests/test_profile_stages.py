@@ -26,7 +26,7 @@ pytest.importorskip("datasets")
 
 import tuneplan  # noqa: E402
 from tuneplan.errors import InputError  # noqa: E402
-from tuneplan.profile.config import RunConfig  # noqa: E402
+from tuneplan.profile.config import ProfileConfig  # noqa: E402
 from tuneplan.profile.runner import run_one  # noqa: E402
 
 RATIO_TOLERANCE = {"dpo": 1.75, "grpo": 2.5}
@@ -53,7 +53,7 @@ def tiny(tmp_path_factory) -> str:
 def rows(tiny) -> dict[str, dict]:
     out = {}
     for stage in ("sft", "dpo", "grpo"):
-        out[stage] = run_one(RunConfig(model=tiny, method="lora", stage=stage, trainer="trl", group_size=4,
+        out[stage] = run_one(ProfileConfig(model=tiny, method="lora", stage=stage, trainer="trl", group_size=4,
                                        completion_len=16, **SHAPE))
     return out
 
@@ -82,6 +82,24 @@ def test_estimated_ratio_matches_the_measured_one(tiny, rows, stage, extra):
 
 def test_profiler_stage_input_errors(tiny):
     with pytest.raises(InputError, match="stage"):
-        run_one(RunConfig(model=tiny, stage="ppo", **SHAPE))
+        run_one(ProfileConfig(model=tiny, stage="ppo", **SHAPE))
     with pytest.raises(InputError, match="group-size"):
-        run_one(RunConfig(model=tiny, stage="grpo", group_size=3, **SHAPE))
+        run_one(ProfileConfig(model=tiny, stage="grpo", group_size=3, **SHAPE))
+
+
+def test_profile_cli_stage_flags(tiny, tmp_path, capsys):
+    import argparse
+
+    from tuneplan.errors import TuneplanError
+    from tuneplan.profile.commands import register
+
+    ap = argparse.ArgumentParser(prog="tuneplan")
+    register(ap.add_subparsers(dest="cmd", required=True))
+    args = ap.parse_args(["profile", "--model", tiny, "--stage", "kto", "--out", str(tmp_path / "r.csv"),
+                          "--no-progress"])
+    with pytest.raises(TuneplanError, match="stage"):
+        args.func(args)
+    args = ap.parse_args(["profile", "--model", tiny, "--stage", "grpo", "--group-size", "3", "--micro-batch", "2",
+                          "--out", str(tmp_path / "r.csv"), "--no-progress"])
+    with pytest.raises(TuneplanError, match="group-size"):
+        args.func(args)

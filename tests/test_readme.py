@@ -1,9 +1,12 @@
-"""The README's two set-up commands exist, and CI runs exactly the test one."""
+"""The README: its two set-up commands exist (CI runs exactly the test one), every `tuneplan`
+command and Python example in it runs, and it stays short with links that resolve."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,3 +36,50 @@ def test_main_job_command_parses():
     args = setup_commands()[0].split("&&", 1)[1].split()[1:]
     ns = build_parser("estimate").parse_args(args)
     assert ns.model == "meta-llama/Llama-3.1-8B" and ns.gpus == 4
+
+
+def bash_blocks() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    return [c for block in re.findall(r"```bash\n(.*?)\n```", text, re.S) for c in block.splitlines() if c.strip()]
+
+
+def tuneplan_commands() -> list[list[str]]:
+    """Every `tuneplan ...` command of the README (those after `&&` in the set-up lines too)."""
+    import shlex
+
+    out = []
+    for line in bash_blocks():
+        for part in line.split("&&"):
+            words = shlex.split(part.strip())
+            if words and words[0] == "tuneplan":
+                out.append(words[1:])
+    return out
+
+
+def test_readme_has_its_examples():
+    cmds = tuneplan_commands()
+    assert {c[0] for c in cmds} >= {"estimate", "plan"}
+
+
+@pytest.mark.parametrize("argv", tuneplan_commands(), ids=lambda a: " ".join(a[:3]))
+def test_every_readme_command_runs(argv, capsys):
+    from tuneplan.cli import main
+
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.strip()
+
+
+def test_readme_python_runs():
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)\n```", text, re.S)
+    assert blocks
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the README's own example
+
+
+def test_readme_is_short_and_links_resolve():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) < 250
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+        assert (REPO / target).exists(), target

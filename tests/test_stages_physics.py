@@ -105,6 +105,7 @@ def test_dpo_full_costs_two_sequences_and_a_reference():
     assert dpo.memory_per_gpu_gib > sft2.memory_per_gpu_gib
     assert dpo.samples_per_s < sft.samples_per_s
     assert dpo.totals.steps == sft.totals.steps  # pairs per step = the SFT's samples per step
+    assert dpo.to_dict()["tokens_total"] == pytest.approx(2 * sft.to_dict()["tokens_total"])
 
 
 def test_dpo_lora_and_precompute_hold_no_reference():
@@ -204,3 +205,15 @@ def test_other_estimators_take_the_stage(estimator, stage):
         assert r.step_breakdown_s["total"] == pytest.approx(parts)
     assert 0 < parts <= r.step_breakdown_s["total"] * (1 + 1e-12)
     assert r.memory_breakdown_gib["loss_buffers"] > 0 and r.max_micro_batch >= 1
+
+
+def test_stage_rows_are_not_learned_from():
+    from tuneplan.learn.dataset import row_to_config
+
+    row = {"model": "Qwen/Qwen2.5-0.5B", "gpu": "H100-SXM5-80GB", "method": "lora", "seq_len": 512,
+           "micro_batch_size": 4, "step_time_s": 0.5}
+    assert row_to_config({**row, "stage": "sft"}).job.stage == "sft"
+    assert row_to_config(row).job.method == "lora"
+    with pytest.raises(InputError) as e:
+        row_to_config({**row, "stage": "dpo"})
+    assert e.value.field == "stage" and "--stage dpo" in str(e.value)

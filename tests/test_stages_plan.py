@@ -16,7 +16,7 @@ def test_rollout_options():
 
 
 def test_grpo_plan_enumerates_splits_and_matches_the_estimate():
-    res = tuneplan.plan("Qwen/Qwen2.5-1.5B", gpus=["H100-SXM5-80GB"], methods=["lora"], max_gpus=4,
+    res = tuneplan.plan_run("Qwen/Qwen2.5-1.5B", gpus=["H100-SXM5-80GB"], methods=["lora"], max_gpus=4,
                         examples=2000, seq_len=256, stage="grpo", completion_len=128, micro_batches=[4],
                         grad_ckpt=(False,), calibration="none", rate=2.0)
     assert res.ok
@@ -34,7 +34,7 @@ def test_grpo_plan_enumerates_splits_and_matches_the_estimate():
 
 
 def test_dpo_plan_keeps_the_stage():
-    res = tuneplan.plan("Qwen/Qwen2.5-0.5B", gpus=["A100-SXM4-80GB"], methods=["full", "lora"], max_gpus=2,
+    res = tuneplan.plan_run("Qwen/Qwen2.5-0.5B", gpus=["A100-SXM4-80GB"], methods=["full", "lora"], max_gpus=2,
                         examples=2000, tokens_per_example=512, stage="dpo", calibration="none", rate=1.0)
     assert res.ok and set(res.candidates["stage"]) == {"dpo"}
     assert res.to_dict()["space"]["stage"] == "dpo"

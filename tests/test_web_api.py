@@ -346,7 +346,7 @@ def test_plan_equals_python_api(client):
     r = client.post("/api/plan", json={**PLAN, "deadline_h": 3})
     assert r.status_code == 200, r.text
     d = r.json()
-    ref = tuneplan.plan(MODEL, gpus=PLAN["gpus"], methods=PLAN["methods"], max_gpus=4, examples=20000,
+    ref = tuneplan.plan_run(MODEL, gpus=PLAN["gpus"], methods=PLAN["methods"], max_gpus=4, examples=20000,
                         tokens_per_example=700, epochs=2, deadline_s=3 * 3600)
     assert d["ok"] is True
     for k in ("gpu", "gpus", "method", "micro_batch", "grad_accum", "sharding"):
@@ -371,7 +371,7 @@ def test_plan_command_line_reproduces_the_plan(client):
             "provider": "Lambda"}
     d = client.post("/api/plan", json=body).json()
     args = _cli_args(d["command"], "plan")
-    res = tuneplan.plan(args.model, **plan_kwargs(args))
+    res = tuneplan.plan_run(args.model, **plan_kwargs(args))
     assert res.ok == d["ok"]
     if res.ok:
         assert res.recommended["time_s"] == pytest.approx(d["recommended"]["time_s"], rel=1e-12)

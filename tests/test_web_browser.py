@@ -1,7 +1,7 @@
 """The web planner in a real browser: Debian's chromium driven by Playwright for Python.
 
 The server runs in-process (uvicorn in a thread, 127.0.0.1, a free port). The page's figures carry
-their raw values in `data-value`; they are compared with `tuneplan.estimate(...)` / `tuneplan.plan(...)`
+their raw values in `data-value`; they are compared with `tuneplan.estimate(...)` / `tuneplan.plan_run(...)`
 for the same inputs, and the text shown is checked against them at display precision. Screenshots go
 to `test-artifacts/` (gitignored; CI keeps them as artifacts).
 
@@ -211,7 +211,7 @@ def test_plan_view_draws_the_pareto_chart(page, server):
     # the page's default question, asked of the Python API
     gpus = page.eval_on_selector_all("#plan-gpus input:checked", "els => els.map(e => e.value)")
     methods = page.eval_on_selector_all("#plan-methods input:checked", "els => els.map(e => e.value)")
-    ref = tuneplan.plan("Qwen/Qwen2.5-7B", gpus=gpus, methods=methods, max_gpus=8, examples=10000,
+    ref = tuneplan.plan_run("Qwen/Qwen2.5-7B", gpus=gpus, methods=methods, max_gpus=8, examples=10000,
                         tokens_per_example=512, epochs=1)
     rec = json.loads(page.get_attribute("#plan-rec", "data-value"))
     assert (rec["gpu"], rec["gpus"], rec["method"]) == (ref.recommended["gpu"], ref.recommended["gpus"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "estimate", "plan"]
+__all__ = ["__version__", "estimate", "plan_run"]
 
 
 def __getattr__(name: str):
@@ -20,10 +20,14 @@ def __getattr__(name: str):
         from tuneplan.api import estimate
 
         return estimate
-    if name == "plan":
-        from tuneplan.plan.search import plan
+    if name == "plan_run":
+        from tuneplan.plan.search import plan_run
 
-        return plan
+        return plan_run
+    if name == "plan":  # the subpackage (its search is tuneplan.plan_run)
+        import importlib
+
+        return importlib.import_module("tuneplan.plan")
     if name in ("EstimateResult",):
         from tuneplan import api
 

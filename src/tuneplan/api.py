@@ -8,17 +8,21 @@ from typing import Any
 
 import numpy as np
 
-from tuneplan.errors import InputError
-from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, gpu_from_dict, load_gpu_file, resolve_gpu
-from tuneplan.specs.job import LORA_FAMILY, JobSpec, make_job
+from tuneplan.estimators.base import STEP_PARTS
+from tuneplan.physics.job_assumptions import job_assumptions
+from tuneplan.physics.peft_methods import peft_assumptions
+from tuneplan.physics.run import (
+    RunTotals,
+    Workload,
+    run_totals,
+    seq_len_warning,
+    workload,
+    workload_assumptions,
+)
+from tuneplan.specs.gpu import GPUSpec, gpu_assumptions
+from tuneplan.specs.job import JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
-from tuneplan.workload import RunTotals, Workload, run_totals, workload
-
-STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
-MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
-                "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",
-                "cuda_context_gib")
+from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg, resolve_rate
 
 
 @dataclass
@@ -112,61 +116,6 @@ class EstimateResult:
         return d
 
 
-def resolve_model_arg(model: str | ModelSpec) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    from tuneplan.specs.catalog import resolve_model
-
-    return resolve_model(model)
-
-
-def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = None,
-                    peak_tflops: float | None = None, memory_gib: float | None = None,
-                    bandwidth_gbs: float | None = None, strict: bool = False) -> GPUSpec:
-    """A catalog GPU, a user's GPU file, or a one-off from flags (flags override the others' figures).
-    `strict`: refuse a family name (A100-80GB) instead of reading it as the catalog's default variant."""
-    if isinstance(gpu, GPUSpec):
-        base = gpu
-    elif gpu_file:
-        base = load_gpu_file(gpu_file)
-    elif gpu:
-        base = resolve_gpu(gpu, strict=strict)
-    else:
-        base = None
-    if peak_tflops is None and memory_gib is None and bandwidth_gbs is None:
-        if base is None:
-            raise InputError("gpu", "give a catalog name (--gpu), a --gpu-file, or --peak-tflops, "
-                             "--memory-gib and --bandwidth-gbs")
-        return base
-    d = base.to_dict() if base else {"name": "custom-gpu"}
-    if base is None and (peak_tflops is None or memory_gib is None or bandwidth_gbs is None):
-        missing = [n for n, v in (("peak-tflops", peak_tflops), ("memory-gib", memory_gib),
-                                  ("bandwidth-gbs", bandwidth_gbs)) if v is None]
-        raise InputError(missing[0], "is needed for a one-off GPU (with --peak-tflops, --memory-gib, "
-                         "--bandwidth-gbs), or name a catalog --gpu to start from")
-    if peak_tflops is not None:
-        d["peak_tflops"] = {"bf16": peak_tflops, "fp16": peak_tflops, "fp8": peak_tflops,
-                            "fp32": peak_tflops, "tf32": peak_tflops}
-        d["name"] = f"{d['name']} (custom peak)" if base else d["name"]
-    if memory_gib is not None:
-        d["memory_gib"] = memory_gib
-    if bandwidth_gbs is not None:
-        d["memory_bandwidth_gbs"] = bandwidth_gbs
-    return gpu_from_dict(d, source="command-line flags")
-
-
-def resolve_rate(gpu: GPUSpec, rate: float | None, provider: str | None,
-                 prices: str | None = None) -> tuple[float | None, str]:
-    if rate is not None:
-        return rate, "--rate"
-    from tuneplan.specs.prices import price_for
-
-    p = price_for(gpu.name, provider=provider, path=prices)
-    if p is None:
-        return None, f"no price for {gpu.name} in the price file: pass --rate"
-    return p.usd_per_gpu_hour, p.describe()
-
-
 def _scalar(out: dict, key: str, default: float = 0.0) -> float:
     v = out.get(key)
     return default if v is None else float(np.asarray(v)[0])
@@ -180,7 +129,10 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
              **job_kwargs: Any) -> EstimateResult:
     """Estimate a fine-tuning run. Job fields are JobSpec's (method, gpus, micro_batch, examples,
     tokens_per_example, epochs, seq_len, ...). `strict`: refuse a GPU family name (A100-80GB) instead of
-    reading it as the catalog's default variant (said in the assumptions). Raises InputError for bad input."""
+    reading it as the catalog's default variant (said in the assumptions). Raises InputError for bad input.
+
+    The pipeline is the planner's on one row: `build_arrays` -> the estimator's `predict_arrays` ->
+    `run_totals`; each part states its own assumptions, collected here."""
     from tuneplan.estimators.base import get_estimator
     from tuneplan.physics.terms import build_arrays
 
@@ -190,139 +142,114 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
     wl = workload(jspec)
-    warnings: list[str] = []
-    if mspec.max_position_embeddings and wl.seq_len > mspec.max_position_embeddings:
-        warnings.append(f"seq_len {wl.seq_len} is above {mspec.name}'s max_position_embeddings "
-                        f"({mspec.max_position_embeddings}): fine with RoPE scaling, otherwise truncate")
+    warnings = job_model_warnings(mspec, jspec, wl) + seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
     est = get_estimator(estimator, calibration)
-    phys_name = "tuneplan"
-    phys = get_estimator(phys_name, calibration if estimator == "tuneplan" else "none")
     stage = None
     if jspec.stage != "sft":  # preference / RL stages: tuneplan.estimators.stages, docs/stages.md
         from tuneplan.estimators.stages import stage_for_estimate
 
-        stage, a, out, mem_out = stage_for_estimate(est, phys, estimator, mspec, gspec, jspec, wl)
+        stage, a, out, _ = stage_for_estimate(est, est.memory_model, estimator, mspec, gspec, jspec, wl)
     else:
-        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], getattr(phys, "constants", None))
+        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants)
         out = est.predict_arrays(a)
-        mem_out = out if "weights_gib" in out else phys.predict_arrays(a)
-    if estimator == "planner":
-        mem_out = {**mem_out, "memory_gib": out["memory_gib"], "fits": out["fits"]}
-    step_s = _scalar(out, "step_s")
-    tokens_step = _scalar(out, "tokens_per_step")
-    samples_step = stage.samples_per_step if stage else jspec.global_batch
-    tps = tokens_step / step_s
-    peak = float(a["peak_flops"][0])
-    mfu = _scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0
-    parts = STEP_PARTS + (stage.step_parts() if stage else ())
-    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
-                 if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
-    breakdown["total"] = step_s
-    if estimator == "planner":
-        mem_bd = {"weights_and_optimizer_state": _scalar(out, "memory_gib")}
-        mem_total = _scalar(out, "memory_gib")
-        fits = bool(np.asarray(out["fits"])[0])
-        max_mb = None
-    else:
-        mem_parts = MEMORY_PARTS + (stage.memory_parts() if stage else ())
-        mem_bd = {k.removesuffix("_gib"): _scalar(mem_out, k) for k in mem_parts}
-        mem_total = _scalar(mem_out, "memory_gib")
-        fits = bool(np.asarray(mem_out["fits"])[0])
-        max_mb = stage.max_micro_batch if stage else int(phys.max_micro_batch(a)[0])
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
-    fwd_micro = _scalar(out, "forward_s") / jspec.grad_accum
-    compute_share = _scalar(out, "compute_s", step_s) / step_s if step_s else 0.0
-    trainable = float(a["params_trainable"][0])
-    ckpt_bytes = trainable * (2.0 if jspec.method in ("full", "freeze") else 4.0)
-    weight_bytes = float(a["params_frozen_linear"][0] * a["frozen_linear_bytes"][0]
-                         + a["params_frozen_other"][0] * a["frozen_other_bytes"][0]
-                         + trainable * a["weight_bytes_compute"][0])
-    totals = run_totals(stage.totals_job if stage else jspec, stage.workload(wl) if stage else wl, step_s, fwd_micro, compute_share, mspec.params_total, weight_bytes,
-                        ckpt_bytes, gspec.tdp_w or 300.0, rate_v, getattr(phys, "constants", None) or
-                        __import__("tuneplan.physics.constants", fromlist=["x"]).DEFAULT_CONSTANTS)
-    stage_extra: dict[str, Any] = {}
-    if stage:
-        from tuneplan.estimators.stages import stage_totals
-
-        totals, stage_extra = stage_totals(stage, totals)
-    assumptions = list(est.assumptions())
-    if mspec.source.startswith("hub:"):
-        assumptions.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
-    assumptions += [
-        f"Sequence length {wl.seq_len} tokens per sample ({wl.seq_len_source}); "
-        + ("samples packed to it." if jspec.packing else
-           "each example padded to it." if jspec.padding == "max" else
-           "each batch padded to its longest example: compute assumes seq_len, the upper bound; batch "
-           "shapes vary, so reserved memory (the allocator part) holds "
-           f"{getattr(getattr(phys, 'constants', None), 'variable_shape_reserve', 1.0):.2f}x the per-token "
-           "activations and loss buffers more (freed blocks of shorter batches stay cached); torch frees "
-           "them before it runs out, so they do not count against the fit."),
-    ]
-    if jspec.is_lora_family:
-        assumptions.append(
-            "Adapters in fp32 (peft >= 0.12's default): over 16-bit weights each adapted module keeps an fp32 "
-            "copy of its input for backward (--adapter-dtype compute: adapters in the compute dtype, as older "
-            "peft, litgpt and Megatron)." if jspec.adapter_dtype == "fp32" else
-            "Adapters in the compute dtype (--adapter-dtype compute): no fp32 copies of their inputs.")
-    from tuneplan.physics.architecture import architecture_assumptions
-
-    assumptions += architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
-                                            jspec.image_size)
-    assumptions += [
-        f"Wall clock includes model load ({totals.load_s:.0f} s), evaluation ({totals.eval_s:.0f} s) and "
-        f"checkpoint saves ({totals.checkpoint_s:.0f} s) at {jspec.disk_gbs:g} GB/s disk.",
-        f"Energy: GPU power {gspec.tdp_w or 300:.0f} W TDP scaled by busy share; "
-        f"CO2 at {jspec.grid_gco2_kwh if jspec.grid_gco2_kwh is not None else 480:g} g/kWh.",
-        f"Price: {rate_src}." if rate_v is not None else f"Cost not computed: {rate_src}.",
-    ]
-    assumptions += gpu_assumptions(gspec, jspec.precision, jspec.nodes)
-    consts = getattr(phys, "constants", None)
-    if estimator == "tuneplan" and consts is not None and jspec.method in LORA_FAMILY:
-        kernels = consts.dora_kernels_per_module if jspec.method == "dora" else consts.lora_kernels_per_module
-        assumptions.append(
-            f"Adapters: {kernels:.0f} small kernels per adapted module per micro-step at "
-            f"{consts.kernel_launch_s * 1e6:.1f} us each, and {consts.adapter_passes:.1f} element-wise passes "
-            "over each adapted module's input and output per token.")
-    if jspec.method in ("full", "freeze") and jspec.precision in ("bf16", "fp16"):
-        assumptions.append(
-            f"{jspec.precision} weights with an fp32 master copy and fp32 optimizer moments (--master-weights fp32)."
-            if jspec.fp32_master() else
-            f"{jspec.precision} weights trained in place: no fp32 master copy, 16-bit optimizer moments "
-            "(--master-weights fp32 for mixed precision over fp32 weights).")
-    if estimator != "tuneplan" and estimator != "planner":
-        assumptions.append("Memory figures from tuneplan's uncalibrated memory model (this estimator has none).")
-    if jspec.rate_usd_per_gpu_hour is None and rate_v is not None:
-        from tuneplan.specs.prices import price_for, stale_price_warning
-
-        old = stale_price_warning(price_for(gspec.name, provider=provider, path=prices))
-        if old:
-            warnings.append(old)
-    suggestions: list[str] = []
-    cached = _scalar(mem_out, "variable_shape_gib", 0.0) if estimator != "planner" else 0.0
-    if fits and mem_total > gspec.memory_gib and cached > 0:
-        warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "
-                        f"shapes; torch frees them before it runs out, so the run fits in {gspec.memory_gib:g} GiB "
-                        "(slower when it must)")
-    if stage:
-        assumptions += stage.assumptions
-        warnings += stage.warnings
-    if not fits:
-        warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"
-                        + (f"; largest micro-batch that fits: {max_mb}" if max_mb else ""))
-        if estimator != "planner" and not stage:
-            from tuneplan.memory_advice import suggest_fixes
-
-            suggestions = suggest_fixes(mspec, gspec, jspec, wl.seq_len, phys)
-    res = EstimateResult(
-        estimator=estimator, model=mspec.name, gpu=gspec.name, job=jspec, workload=wl, totals=totals,
-        step_time_s=step_s, tokens_per_s=tps, samples_per_s=samples_step / step_s, mfu=mfu,
-        step_breakdown_s=breakdown, memory_per_gpu_gib=mem_total, memory_breakdown_gib=mem_bd,
-        memory_capacity_gib=gspec.memory_gib, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
-        rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
-        extra=stage_extra,
-    )
+    totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
+    assumptions = (est.assumptions(jspec) + model_assumptions(mspec, jspec) + workload_assumptions(jspec, wl, est.constants)
+                   + job_assumptions(jspec) + peft_assumptions(mspec, jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src)
+                   + gpu_assumptions(gspec, jspec.precision, jspec.nodes) + (stage.assumptions if stage else []))
+    res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions,
+                  warnings + price_warnings(gspec, jspec, rate_v, provider, prices))
+    res.extra.update(extra)
     if interval:
         from tuneplan.learn.intervals import attach_interval
 
         attach_interval(res, estimator, interval, calibration)
     return res
+
+
+def model_assumptions(mspec: ModelSpec, jspec: JobSpec) -> list[str]:
+    """Where the model's figures come from (when not the embedded catalog), and what its architecture
+    (local attention, MLA, Mamba, a vision tower) implies for this job."""
+    from tuneplan.physics.architecture import architecture_assumptions
+
+    out = []
+    if mspec.source.startswith("hub:"):
+        out.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
+    return out + architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
+                                          jspec.image_size)
+
+
+def _totals(stage, jspec: JobSpec, wl: Workload, a: dict, out: dict, rate_v: float | None,
+            c) -> tuple[RunTotals, dict[str, Any]]:
+    """The run totals of the one row; a stage's counted over its own job (rollout GPUs, reference
+    precompute: `tuneplan.estimators.stages.stage_totals`)."""
+    if stage is None:
+        return RunTotals.row(run_totals(jspec, wl, a, out, rate_v, c=c)), {}
+    from tuneplan.estimators.stages import stage_run_totals
+
+    return stage_run_totals(stage, wl, rate_v, c)
+
+
+def job_model_warnings(mspec: ModelSpec, jspec: JobSpec, wl: Workload) -> list[str]:
+    """InputError for a job the model cannot run (tp over its heads, pp over its layers, cp over the
+    sequence, unknown LoRA targets, --tokens with --examples); warnings for legal but odd ones."""
+    from tuneplan.physics.terms import TARGET_ALIASES, TARGET_GROUPS
+    from tuneplan.specs.job import ALL_LINEAR
+    from tuneplan.specs.limits import check_grad_accum_vs_data, check_job_for_model
+
+    known = sorted({*ALL_LINEAR, *TARGET_ALIASES, *TARGET_GROUPS, "gate_up"})
+    lowered = jspec.model_copy(update={"lora_targets": tuple(t.strip().lower() for t in jspec.lora_targets)})
+    return (check_job_for_model(mspec, lowered, wl.seq_len, known)
+            + check_grad_accum_vs_data(wl.samples_per_epoch, jspec.global_batch))
+
+
+def price_warnings(gspec: GPUSpec, jspec: JobSpec, rate_v: float | None, provider, prices) -> list[str]:
+    """A warning when the price-file rate used is old."""
+    if jspec.rate_usd_per_gpu_hour is not None or rate_v is None:
+        return []
+    from tuneplan.specs.prices import price_for, stale_price_warning
+
+    old = stale_price_warning(price_for(gspec.name, provider=provider, path=prices))
+    return [old] if old else []
+
+
+def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Workload, a: dict, out: dict,
+            totals: RunTotals, rate_v: float | None, rate_src: str, assumptions: list[str],
+            warnings: list[str]) -> EstimateResult:
+    """One row of the estimator's output as an EstimateResult, with its warnings and fixes."""
+    step_s = _scalar(out, "step_s")
+    peak = float(a["peak_flops"][0])
+    parts = STEP_PARTS + (stage.step_parts() if stage else ())
+    breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
+                 if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
+    breakdown["total"] = step_s
+    mem_total = _scalar(out, "memory_gib")
+    fits = bool(np.asarray(out["fits"])[0])
+    memory_model = est.memory_model
+    max_mb = (stage.max_micro_batch if stage else None if memory_model is None
+              else int(memory_model.max_micro_batch(a)[0]))
+    cached = _scalar(out, "variable_shape_gib", 0.0)
+    if fits and mem_total > gspec.memory_gib and cached > 0:
+        warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "
+                        f"shapes; torch frees them before it runs out, so the run fits in {gspec.memory_gib:g} GiB "
+                        "(slower when it must)")
+    warnings += stage.warnings if stage else []
+    suggestions: list[str] = []
+    if not fits:
+        warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"
+                        + (f"; largest micro-batch that fits: {max_mb}" if max_mb else ""))
+        if memory_model is not None and not stage:
+            from tuneplan.plan.fixes import suggest_fixes
+
+            suggestions = suggest_fixes(mspec, gspec, jspec, wl.seq_len, memory_model)
+    return EstimateResult(
+        estimator=est.name, model=mspec.name, gpu=gspec.name, job=jspec, workload=wl, totals=totals,
+        step_time_s=step_s, tokens_per_s=_scalar(out, "tokens_per_step") / step_s,
+        samples_per_s=(stage.samples_per_step if stage else jspec.global_batch) / step_s,
+        mfu=_scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0,
+        step_breakdown_s=breakdown, memory_per_gpu_gib=mem_total,
+        memory_breakdown_gib={k.removesuffix("_gib"): _scalar(out, k)
+                              for k in est.memory_parts + (stage.memory_parts() if stage else ())},
+        memory_capacity_gib=gspec.memory_gib, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
+        rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
+    )

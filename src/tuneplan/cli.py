@@ -79,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # noqa: BLE001 - the last resort: a bug is one line too (TUNEPLAN_DEBUG=1 re-raises)
+        import os
+
+        if os.environ.get("TUNEPLAN_DEBUG"):
+            raise
+        print(f"tuneplan {args.command}: internal error ({type(exc).__name__}: {str(exc)[:200]}); this is a bug "
+              "in tuneplan, please report it (TUNEPLAN_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,19 +1,12 @@
-"""Flags shared by estimate, predict, plan and curve."""
+"""Flags shared by estimate, predict, plan and curve. The job flags are generated from JobSpec's
+fields (`tuneplan.specs.job.option`): a new field declared with `option` is a flag of every command
+that takes a job, with its help, default and choices (docs/architecture.md)."""
 
 from __future__ import annotations
 
 import argparse
-
-from tuneplan.specs.job import (
-    ADAPTER_DTYPES,
-    MASTER_WEIGHTS,
-    METHODS,
-    OPTIMIZERS,
-    PADDINGS,
-    PRECISIONS,
-    SHARDINGS,
-    STAGES,
-)
+import types
+import typing
 
 
 def positive_int(text: str) -> int:
@@ -73,116 +66,67 @@ def add_strict_names(p) -> None:
                         "catalog's default variant (which the output's assumptions name)")
 
 
-def add_job_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
-    m = p.add_argument_group("method")
-    m.add_argument("--method", choices=None if lists else METHODS, default=None,
-                   metavar="{" + ",".join(METHODS) + "}", help="fine-tuning method (default lora)")
-    m.add_argument("--lora-rank", type=positive_int, help="LoRA rank r (default 16)")
-    m.add_argument("--lora-targets", help="comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)")
-    m.add_argument("--adapter-dtype", choices=ADAPTER_DTYPES, default=None,
-                   help="LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 "
-                        "copy of its input) or in the compute dtype (older peft, litgpt, Megatron)")
-    m.add_argument("--trainable-layers", type=positive_int, help="freeze: last N blocks trained (default 2)")
-    m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
-    m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
-    m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
-    m.add_argument("--master-weights", choices=MASTER_WEIGHTS,
-                   help="full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 "
-                        "bytes/param with AdamW), none = 16-bit weights trained in place (8), auto (default) "
-                        "= fp32 under DeepSpeed ZeRO, tensor parallelism or fp8, else none")
-    m.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
-                   help="gradient (activation) checkpointing (default off)")
-    m.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None,
-                   help="FlashAttention / SDPA memory-efficient attention (default on)")
-    m.add_argument("--moe-mode", choices=("sparse", "dense"), help="MoE: top-k experts (sparse, default) or all")
-    par = p.add_argument_group("parallelism")
-    par.add_argument("--gpus", type=positive_int, help="total GPUs (default 1)")
-    par.add_argument("--nodes", type=positive_int, help="nodes (default 1)")
-    par.add_argument("--sharding", choices=SHARDINGS, help="default ddp")
-    for d in ("tp", "pp", "cp", "ep"):
-        par.add_argument(f"--{d}", type=positive_int, help=f"{d.upper()} degree (default 1)")
-    par.add_argument("--micro-batch", type=positive_int, help="samples per GPU per micro-step (default 4)")
-    par.add_argument("--grad-accum", type=positive_int, help="gradient-accumulation steps (default 1)")
-    w = p.add_argument_group("work")
-    w.add_argument("--examples", type=positive_float, help="training examples")
-    w.add_argument("--tokens-per-example", type=positive_float, help="mean tokens per example, after templating")
-    w.add_argument("--tokens", type=positive_float, help="total tokens per epoch (instead of examples)")
-    w.add_argument("--epochs", type=positive_float, help="default 1")
-    w.add_argument("--seq-len", type=positive_int, help="padded/packed length (default: mean tokens per example)")
-    w.add_argument("--packing", action="store_true", default=None, help="pack examples into seq-len samples")
-    w.add_argument("--padding", choices=PADDINGS, default=None,
-                   help="unpacked examples: padded to --seq-len (max, default) or each batch to its longest "
-                        "example (longest: HF's collator; batch shapes vary, so torch reserves more memory)")
-    w.add_argument("--eval-every", type=nonneg_int, help="optimizer steps between evaluations")
-    w.add_argument("--eval-examples", type=nonneg_int, help="examples per evaluation")
-    w.add_argument("--save-every", type=nonneg_int, help="optimizer steps between checkpoint saves")
-    w.add_argument("--load-time-s", type=nonneg_float, help="model load time, s (default weights / disk)")
-    w.add_argument("--disk-gbs", type=positive_float, help="disk bandwidth for load and saves, GB/s (default 2)")
-    add_vision_args(p)
-    c = p.add_argument_group("money and energy")
-    c.add_argument("--rate", type=nonneg_float, help="$ per GPU-hour (default: cheapest on-demand price)")
-    c.add_argument("--provider", help="take the price from this provider")
-    c.add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
-    c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh)")
+NUMBER_TYPES = {(int, "positive"): positive_int, (int, "nonneg"): nonneg_int,
+                (float, "positive"): positive_float, (float, "nonneg"): nonneg_float}
 
 
-def add_vision_args(p: argparse.ArgumentParser) -> None:
-    """Vision-language models: images per example, the assumed resolution, frozen or trained tower."""
-    vl = p.add_argument_group("vision-language models")
-    vl.add_argument("--images-per-example", type=nonneg_int,
-                    help="images per training example; their tokens join each sample's sequence (default 0)")
-    vl.add_argument("--image-size", type=nonneg_int,
-                    help="image side in px for dynamic-resolution towers (Qwen2-VL/2.5-VL; default 448)")
-    vl.add_argument("--train-vision-tower", action="store_true", default=None,
-                    help="train the vision tower too (default: frozen)")
+def _plain_type(annotation):
+    """The type inside `X | None`."""
+    args = [t for t in typing.get_args(annotation) if t is not type(None)]
+    return args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
 
 
-def add_stage_args(p: argparse.ArgumentParser, lists: bool = False, rollout: bool = True) -> None:
-    """Training stage flags (tuneplan.physics.stages, docs/stages.md); `rollout` False leaves out the
-    rollout engine and GPUs (the planner enumerates them)."""
-    st = p.add_argument_group("stage (preference and RL fine-tuning)")
-    st.add_argument("--stage", choices=None if lists else STAGES, default=None,
-                    metavar="{" + ",".join(STAGES) + "}",
-                    help="sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo")
-    st.add_argument("--precompute-ref", action="store_true", default=None,
-                    help="dpo/kto: reference log-probs computed once before training (no reference model)")
-    st.add_argument("--group-size", type=positive_int, help="RL: completions per prompt (TRL: grpo 8, rloo 2)")
-    st.add_argument("--completion-len", type=positive_int, help="RL: new tokens per completion (TRL: 512); the "
-                    "prompt length is --seq-len")
-    st.add_argument("--prompts-per-step", type=positive_int,
-                    help="RL: prompts per optimizer step (default: micro-batch x grad-accum x GPUs / group size)")
-    if rollout:
-        st.add_argument("--rollout-engine", choices=("hf", "vllm"), help="RL: HF generate in the training "
-                        "process (default) or vLLM")
-        st.add_argument("--rollout-gpus", type=nonneg_int, help="RL with vllm: GPUs of --gpus serving vLLM "
-                        "(default 0: colocated in the training process)")
-    st.add_argument("--reward-model", help="RL: reward model (catalog name / HF id; default: a rule-based reward)")
-    st.add_argument("--kl-beta", type=nonneg_float, help="RL: KL coefficient (TRL: grpo 0 = no reference model, "
-                    "rloo/ppo 0.05)")
-    st.add_argument("--ppo-epochs", type=positive_int, help="PPO: update epochs per batch of rollouts (4)")
+def job_options() -> dict[str, tuple[str, str, dict]]:
+    """JobSpec's options (fields declared with `specs.job.option`) as {field: (flag, --help group,
+    argparse keywords)}: the one place a job flag is declared is its field."""
+    from tuneplan.specs.job import JobSpec
+
+    out: dict[str, tuple[str, dict]] = {}
+    for name, f in JobSpec.model_fields.items():
+        extra = f.json_schema_extra or {}
+        if "group" not in extra:
+            continue
+        flag = extra.get("flag") or name.replace("_", "-")
+        kind = _plain_type(f.annotation)
+        kw: dict = {"dest": flag.replace("-", "_"), "default": None, "help": f.description}
+        if extra.get("repeat"):
+            kw.update(action="append", metavar="NAME=VALUE")
+        elif kind is bool:
+            kw["action"] = "store_true" if extra.get("switch_only") else argparse.BooleanOptionalAction
+        elif typing.get_origin(kind) is typing.Literal:
+            kw["choices"] = typing.get_args(kind)
+        elif kind in (int, float):
+            kw["type"] = NUMBER_TYPES[kind, extra.get("number", "positive")]
+        out[name] = ("--" + flag, extra["group"], kw)
+    return out
 
 
-JOB_FIELDS = {
-    "method": "method", "lora_rank": "lora_rank", "lora_targets": "lora_targets",
-    "trainable_layers": "trainable_layers", "precision": "precision", "quant": "quant",
-    "optimizer": "optimizer", "master_weights": "master_weights", "grad_ckpt": "grad_ckpt", "flash_attn": "flash_attn", "moe_mode": "moe_mode",
-    "gpus": "gpus", "nodes": "nodes", "sharding": "sharding", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep",
-    "micro_batch": "micro_batch", "grad_accum": "grad_accum", "examples": "examples",
-    "tokens_per_example": "tokens_per_example", "tokens": "tokens", "epochs": "epochs", "seq_len": "seq_len",
-    "packing": "packing", "padding": "padding", "adapter_dtype": "adapter_dtype", "eval_every": "eval_every", "eval_examples": "eval_examples",
-    "save_every": "save_every", "load_time_s": "load_time_s", "disk_gbs": "disk_gbs",
-    "images_per_example": "images_per_example", "image_size": "image_size",
-    "train_vision_tower": "train_vision_tower", "rate": "rate_usd_per_gpu_hour", "grid_gco2_kwh": "grid_gco2_kwh",
-    "stage": "stage", "precompute_ref": "precompute_ref", "group_size": "group_size",
-    "completion_len": "completion_len", "prompts_per_step": "prompts_per_step",
-    "rollout_engine": "rollout_engine", "rollout_gpus": "rollout_gpus", "reward_model": "reward_model",
-    "kl_beta": "kl_beta", "ppo_epochs": "ppo_epochs",
-}
+def add_job_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> dict[str, argparse._ArgumentGroup]:
+    """The job flags, generated from JobSpec's fields in their --help groups (fields in `skip` left
+    out, for a command that declares them its own way); returns the groups by title, so a command
+    can add its own flags to one."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for name, (flag, group, kw) in job_options().items():
+        if name in skip:
+            continue
+        if group not in groups:
+            groups[group] = p.add_argument_group(group)
+        groups[group].add_argument(flag, **kw)
+    if "money and energy" in groups:
+        groups["money and energy"].add_argument("--provider", help="take the price from this provider")
+        groups["money and energy"].add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
+    return groups
+
+
+def job_fields() -> dict[str, str]:
+    """{argparse dest: JobSpec field} of every job flag."""
+    return {kw["dest"]: name for name, (_, _, kw) in job_options().items()}
 
 
 def job_kwargs(args: argparse.Namespace) -> dict:
+    """JobSpec keyword arguments from the job flags given (those left out take JobSpec's defaults)."""
     out = {}
-    for attr, fld in JOB_FIELDS.items():
+    for attr, fld in job_fields().items():
         v = getattr(args, attr, None)
         if v is not None:
             out[fld] = v

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from tuneplan.commands.common import add_gpu_args, add_job_args, add_stage_args, job_kwargs, positive_float
+from tuneplan.commands.common import add_gpu_args, add_job_args, job_kwargs, positive_float
 from tuneplan.commands.from_config import add_from_args, apply_from, print_provenance
 
 
@@ -22,7 +22,6 @@ def register(sub) -> None:
     p.add_argument("--plot", help="write the step-time and memory breakdown plot (PNG or SVG)")
     add_gpu_args(p)
     add_job_args(p)
-    add_stage_args(p)
     add_from_args(p)
     s = p.add_argument_group("Run Planner seed inputs (with --estimator planner)")
     s.add_argument("--params", type=positive_float, help="model parameters (total; MoE: active)")
@@ -40,7 +39,9 @@ def _planner_seed(args: argparse.Namespace) -> int:
         FLOPS_PER_PARAM_TOKEN,
         planner_numbers,
     )
+    from tuneplan.specs.limits import check_finite_figures, check_planner_inputs
 
+    check_planner_inputs(args)
     method = args.method or "full"
     fam = "full" if method in ("full", "freeze") else "lora"
     for name in ("examples", "tokens_per_example"):
@@ -79,6 +80,7 @@ def _planner_seed(args: argparse.Namespace) -> int:
         "assumptions": PlannerEstimator(mfu=args.mfu or DEFAULT_MFU).assumptions()
         + ["Energy is not part of the seed calculator (no power figure given)."],
     }
+    check_finite_figures(out, "planner estimate")
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -122,12 +124,16 @@ def run(args: argparse.Namespace) -> int:
                  gpu_file=args.gpu_file, peak_tflops=args.peak_tflops, memory_gib=args.memory_gib,
                  bandwidth_gbs=args.bandwidth_gbs, provider=args.provider, prices=args.prices,
                  interval=args.interval or None, strict=args.strict_names, **job_kwargs(args))
+    from tuneplan.specs.limits import check_finite_figures
+
+    d = r.to_dict()
+    check_finite_figures(d)
     if args.plot:
         from tuneplan.report.plots import plot_estimate
 
         plot_estimate(r, args.plot)
     if args.json:
-        json.dump(r.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
+        json.dump(d | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
         print()
         return 0
     from tuneplan.report.tables import print_estimate

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuneplan.commands.common import JOB_FIELDS
+from tuneplan.commands.common import job_fields
 
 FORMAT_CHOICES = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed")
 """Same as tuneplan.configs.FORMATS (not imported here: the parser must not load the readers)."""
@@ -14,7 +14,10 @@ PLAN_PINS = ("micro_batch", "grad_accum", "sharding")
 """Job fields `plan` takes as pins (one value instead of a search) when a config states them."""
 
 
-def add_from_args(p: argparse.ArgumentParser) -> None:
+def add_from_args(p: argparse.ArgumentParser, func=None) -> None:
+    """The `--from` / `--format` flags (and the command's function, when given)."""
+    if func is not None:
+        p.set_defaults(func=func)
     g = p.add_argument_group("your training config")
     g.add_argument("--from", dest="from_files", action="append", metavar="FILE",
                    help="read your training config (axolotl, LLaMA-Factory, torchtune, TRL/transformers, litgpt, "
@@ -38,7 +41,7 @@ def apply_from(args: argparse.Namespace):
     cfg = read_from(args)
     if cfg is None:
         return None
-    attr_of = {fld: attr for attr, fld in JOB_FIELDS.items()}
+    attr_of = {fld: attr for attr, fld in job_fields().items()}
     for fld, value in cfg.job_kwargs().items():
         attr = attr_of.get(fld)
         if attr is None or not hasattr(args, attr):
@@ -50,7 +53,7 @@ def apply_from(args: argparse.Namespace):
     if getattr(args, "examples", None) is None and getattr(args, "tokens", None) is None:
         from tuneplan.configs import fill_work
 
-        job = {k: getattr(args, a, None) for a, k in JOB_FIELDS.items()}
+        job = {k: getattr(args, a, None) for a, k in job_fields().items()}
         job = {k: v for k, v in job.items() if v is not None}
         for note in fill_work(job, cfg):
             cfg.notes.append(note)

@@ -40,7 +40,38 @@ def _read(paths, strict):
 
     table = read_runs(paths, strict=strict)
     report_problems(table.problems)
+    require_rows(table, paths)
     return table
+
+
+def require_rows(table, paths) -> None:
+    """InputError when the runs files gave no row at all (missing, empty, header-only, unreadable)."""
+    from tuneplan.errors import InputError, shown
+
+    if len(table.df):
+        return
+    why = str(table.problems[0]) if table.problems else "no data rows under the header"
+    names = ", ".join(shown(p) for p in paths)
+    raise InputError("runs", f"no runs read from {names}: {why}")
+
+
+PLOT_SUFFIXES = (".png", ".svg")
+"""File types a plot can be written as (by its suffix)."""
+
+
+def check_plot_path(path: str | None, field: str = "plot") -> None:
+    """A plot path that can be written, with a suffix matplotlib draws (checked before the work)."""
+    import os
+
+    from tuneplan.errors import InputError, shown
+
+    if path is None:
+        return
+    if not str(path).strip() or os.path.isdir(path):
+        raise InputError(field, f"'{shown(path)}' is not a file name: give e.g. parity.png")
+    if not str(path).lower().endswith(PLOT_SUFFIXES):
+        raise InputError(field, f"cannot tell the image type of '{path}' from its suffix",
+                         [s.lstrip(".") for s in PLOT_SUFFIXES])
 
 
 def report_problems(problems, limit: int = 10) -> None:
@@ -66,9 +97,11 @@ def _recorded_runs() -> str:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from tuneplan.errors import InputError, check_output_path
     from tuneplan.learn.calibration import fit_calibration
     from tuneplan.learn.learners import NotEnoughData
 
+    check_output_path(args.out, "out", "calibration file (.json)")
     table = _read(args.runs or [_recorded_runs()], args.strict)
     if table.df.empty:
         print("tuneplan calibrate: no usable row in the runs given. Nothing written.", file=sys.stderr)
@@ -81,7 +114,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 1
     for m in messages:
         print(m, file=sys.stderr)
-    cal.save(args.out)
+    try:
+        cal.save(args.out)
+    except OSError as exc:
+        raise InputError("out", f"cannot write '{args.out}': {exc.strerror or exc}") from None
     n = cal.n_rows
     print(f"wrote {args.out}: learner {cal.learner}, {n['throughput']} throughput rows, {n['memory']} memory rows, "
           f"{n['oom']} OOM rows from {len(cal.sources)} sources; fingerprint {cal.fingerprint[:12]}")
@@ -106,6 +142,9 @@ def run_validate(args: argparse.Namespace) -> int:
     if not 0 < args.interval < 1:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     check_reveal(args.split, args.reveal)
+    if args.seed < 0 or args.seed >= 2**32:
+        raise InputError("seed", f"must be an integer in [0, 2^32) (got {args.seed})")
+    check_plot_path(args.plot)
     table = _read(args.runs, args.strict) if args.runs else load_reference_runs()
     console = Console(stderr=True)
     with console.status("validating") as status:

@@ -17,26 +17,20 @@ from typing import Any
 from tuneplan.commands.common import (
     add_gpu_args,
     add_job_args,
-    add_stage_args,
     add_strict_names,
-    add_vision_args,
+    job_fields,
     job_kwargs,
-    nonneg_float,
     positive_float,
     positive_int,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
-from tuneplan.specs.job import (
-    ADAPTER_DTYPES,
-    MASTER_WEIGHTS,
-    METHODS,
-    OPTIMIZERS,
-    PADDINGS,
-    PRECISIONS,
-    SHARDINGS,
-)
+from tuneplan.plan.objectives import OBJECTIVES
+from tuneplan.specs.job import METHODS, SHARDINGS
 
-OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
+PLAN_AXES = ("method", "gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "sharding", "grad_ckpt",
+             "rollout_engine", "rollout_gpus")
+"""Job fields the planner searches (or pins with flags of its own; the RL rollout split it
+enumerates itself): not taken as job flags."""
 
 
 def _int_list(text: str) -> list[int]:
@@ -64,7 +58,6 @@ def register(sub) -> None:
                     "in memory, and recommend one: the cheapest that meets the deadline by default. "
                     "Exit code 1 when nothing meets the constraints, 2 for bad input.")
     p.add_argument("--model", help="catalog name or Hugging Face id, or a config.json (or folder)")
-    add_vision_args(p)
     s = p.add_argument_group("search")
     s.add_argument("--gpus", type=_str_list, help="GPU types, comma-separated (default: every GPU the price "
                    "file prices), e.g. A100-SXM4-80GB,H100-SXM5-80GB,L40S-48GB")
@@ -94,43 +87,7 @@ def register(sub) -> None:
     q.add_argument("--budget", "--budget-usd", dest="budget", help="cost limit in $ (e.g. 400)")
     q.add_argument("--objective", choices=OBJECTIVES, default="cheapest",
                    help="cheapest (default), fastest, energy, or balanced (smallest time x cost)")
-    w = p.add_argument_group("work")
-    w.add_argument("--examples", type=positive_float, help="training examples")
-    w.add_argument("--tokens-per-example", type=positive_float, help="mean tokens per example")
-    w.add_argument("--tokens", type=positive_float, help="total tokens per epoch (instead of examples)")
-    w.add_argument("--epochs", type=positive_float, help="default 1")
-    w.add_argument("--seq-len", type=positive_int, help="padded/packed length (default: tokens per example)")
-    w.add_argument("--packing", action="store_true", default=None, help="pack examples into seq-len samples")
-    w.add_argument("--padding", choices=PADDINGS, default=None,
-                   help="unpacked examples padded to --seq-len (max, default) or each batch to its longest (longest)")
-    w.add_argument("--eval-every", type=int, help="optimizer steps between evaluations")
-    w.add_argument("--eval-examples", type=int, help="examples per evaluation")
-    w.add_argument("--save-every", type=int, help="optimizer steps between checkpoint saves")
-    w.add_argument("--load-time-s", type=nonneg_float, help="model load time, s (default weights / disk)")
-    w.add_argument("--disk-gbs", type=positive_float, help="disk bandwidth, GB/s (default 2)")
-    m = p.add_argument_group("method options")
-    m.add_argument("--lora-rank", type=positive_int, help="LoRA rank r (default 16)")
-    m.add_argument("--lora-targets", help="comma-separated modules or all-linear (default)")
-    m.add_argument("--adapter-dtype", choices=ADAPTER_DTYPES, default=None,
-                   help="LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 "
-                        "copy of its input) or in the compute dtype (older peft, litgpt, Megatron)")
-    m.add_argument("--trainable-layers", type=positive_int, help="freeze: last N blocks trained (default 2)")
-    m.add_argument("--precision", choices=PRECISIONS, help="compute precision (default bf16)")
-    m.add_argument("--quant", help="base weight storage: none, int8, nf4, gptq-int4, awq-int4")
-    m.add_argument("--optimizer", choices=OPTIMIZERS, help="default adamw")
-    m.add_argument("--master-weights", choices=MASTER_WEIGHTS,
-                   help="16-bit full fine-tuning: fp32 master copy (fp32), 16-bit weights trained in place "
-                        "(none), or by sharding (auto, default: fp32 under DeepSpeed ZeRO)")
-    m.add_argument("--flash-attn", action=argparse.BooleanOptionalAction, default=None,
-                   help="FlashAttention (default on)")
-    m.add_argument("--moe-mode", choices=("sparse", "dense"), help="MoE: top-k experts (default) or all")
-    c = p.add_argument_group("money and energy")
-    c.add_argument("--rate", type=nonneg_float, help="$ per GPU-hour for every GPU type (overrides prices)")
-    c.add_argument("--provider", help="take prices from this provider (default: cheapest on-demand per GPU)")
-    c.add_argument("--prices", help="price file (YAML or CSV) instead of the shipped one")
-    c.add_argument("--grid-gco2-kwh", type=nonneg_float, help="grid carbon intensity (default 480 g/kWh, "
-                   "world average)")
-    add_stage_args(p, rollout=False)  # the planner enumerates the rollout split itself
+    add_job_args(p, skip=PLAN_AXES)  # the job's other options, as estimate has them
     o = p.add_argument_group("output")
     o.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     o.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
@@ -138,9 +95,8 @@ def register(sub) -> None:
     o.add_argument("--top", type=positive_int, help="candidates shown (default 10; --json: all)")
     o.add_argument("--plot", help="write the time-versus-cost plot (PNG or SVG)")
     o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV")
-    o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see the README)")
-    add_from_args(p)
-    p.set_defaults(func=run_plan)
+    o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see docs/planning.md)")
+    add_from_args(p, func=run_plan)
 
     cv = sub.add_parser(
         "curve", help="throughput and memory versus micro-batch, as a plot",
@@ -155,14 +111,13 @@ def register(sub) -> None:
     cv.add_argument("--json", action="store_true", help="print one JSON object")
     add_gpu_args(cv)
     add_job_args(cv)
-    add_from_args(cv)
-    cv.set_defaults(func=run_curve)
+    add_from_args(cv, func=run_curve)
 
 
 # --- plan ---------------------------------------------------------------------------------------
 
 def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """`plan(...)` keyword arguments from the flags (model excluded)."""
+    """`plan_run(...)` keyword arguments from the flags (model excluded)."""
     from tuneplan.errors import InputError
     from tuneplan.plan.units import parse_duration, parse_money
 
@@ -186,16 +141,11 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         kw["budget_usd"] = parse_money(args.budget)
     if args.grad_ckpt is not None:
         kw["grad_ckpt"] = (args.grad_ckpt,)
-    for name in ("examples", "tokens_per_example", "epochs"):
-        kw[name] = getattr(args, name)
-    for name in ("tokens", "seq_len", "packing", "padding", "adapter_dtype", "eval_every", "eval_examples", "save_every", "load_time_s",
-                 "disk_gbs", "lora_rank", "lora_targets", "trainable_layers", "precision", "quant", "optimizer",
-                 "master_weights", "flash_attn", "moe_mode", "micro_batch", "grad_accum", "sharding",
-                 "stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
-                 "kl_beta", "ppo_epochs", "images_per_example", "image_size", "train_vision_tower"):
-        v = getattr(args, name)
-        if v is not None:
-            kw[name] = v
+    for dest, name in job_fields().items():  # the job options, and the pins of the search group
+        if name not in ("method", "gpus", "grad_ckpt", "rate_usd_per_gpu_hour", "grid_gco2_kwh"):
+            v = getattr(args, dest, None)
+            if v is not None:
+                kw[name] = v
     return {k: v for k, v in kw.items() if v is not None}
 
 
@@ -209,9 +159,9 @@ def run_plan(args: argparse.Namespace) -> int:
     if not args.model:
         raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path), "
                          "or --runs FILE.csv with a model column")
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run
 
-    res = plan(args.model, **kw)
+    res = plan_run(args.model, **kw)
     if args.plot:
         from tuneplan.report.plots import plot_plan
 

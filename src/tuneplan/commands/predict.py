@@ -26,30 +26,83 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from tuneplan.commands.learn import report_problems
+    from tuneplan.commands.learn import report_problems, require_rows
+    from tuneplan.errors import InputError, shown
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
 
+    check_predict_paths(args)
     # names resolved as `calibrate` resolves them (with each source's defaults); rows the catalogs
     # cannot resolve are reported and still written, with the reason in their error column
     table = read_runs(args.runs, strict=args.strict, strict_names=args.strict_names)
     report_problems(table.problems)
-    raw = read_runs(args.runs, resolve=False).df
+    # the second, name-free reading only matters when some rows were set aside
+    raw = read_runs(args.runs, resolve=False).df if table.problems or not len(table.df) else table.df
+    if not len(raw):
+        require_rows(table, args.runs)
     df = table.df
     if len(raw) > len(df) and {"file", "line"} <= set(raw.columns):
         seen = set(zip(df["file"], df["line"], strict=True))
         rest = raw[[(f, ln) not in seen for f, ln in zip(raw["file"], raw["line"], strict=True)]]
         df = pd.concat([df, rest], ignore_index=True).sort_values(["file", "line"], kind="stable")
         df = df.reset_index(drop=True)
-    est = get_estimator(args.estimator, args.calibration)
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator(args.estimator, args.calibration))  # the planner's exact fast trees
     out = predict_frame(df, est)
+    out = with_unreadable_rows(out, table.problems)
     if args.interval:
         add_interval_columns(out, args.estimator, args.interval, args.calibration)
     drop = [c for c in ("file", "line") if c in out.columns]
-    out.drop(columns=drop).to_csv(args.out, index=False)
+    try:
+        out.drop(columns=drop).to_csv(args.out, index=False)
+    except OSError as exc:
+        raise InputError("out", f"cannot write '{shown(args.out)}': {exc.strerror or exc}") from None
     n_err = int(out["error"].notna().sum())
     print(f"wrote {len(out)} rows to {args.out} ({len(out) - n_err} predicted, {n_err} with an error; "
           f"estimator {est.name})")
     return 0
+
+
+def check_predict_paths(args: argparse.Namespace) -> None:
+    """Before any reading: the interval is a coverage, --out can be written and is none of the inputs
+    (writing over a runs file would lose the measured runs)."""
+    import os
+
+    from tuneplan.errors import InputError, check_output_path, shown
+
+    if not (args.interval == 0 or 0 < args.interval < 1):
+        raise InputError("interval", f"must be between 0 and 1, or 0 for none (got {args.interval})")
+    out = check_output_path(args.out, "out", "CSV file")
+    if os.path.exists(out):
+        for src in args.runs:
+            try:
+                same = os.path.exists(src) and os.path.samefile(src, out)
+            except OSError:
+                same = False
+            if same or (os.path.isdir(src) and os.path.commonpath([os.path.abspath(src),
+                                                                   os.path.abspath(out)]) == os.path.abspath(src)
+                        and out.lower().endswith((".csv", ".parquet", ".pq"))):
+                raise InputError("out", f"'{shown(out)}' is one of the --runs inputs: writing it would "
+                                        "overwrite the measured runs; give another file")
+
+
+def with_unreadable_rows(out, problems):
+    """The rows no reader could take (a bad byte, gpus=1.5, a broken quote) written back too, in file
+    order, with `file:line: reason` in their `error` column."""
+    import pandas as pd
+
+    if not {"file", "line"} <= set(out.columns):
+        return out
+    have = set(zip(out["file"], out["line"], strict=True))
+    extra = [{"file": p.path, "line": p.line, "error": f"{p.path}:{p.line}: {p.message}"}
+             for p in problems if p.line is not None and (p.path, p.line) not in have]
+    if not extra:
+        return out
+    first: dict[tuple[str, int], dict] = {}
+    for r in extra:  # one row per line: its last (row-skipping) problem
+        first[(r["file"], r["line"])] = r
+    merged = pd.concat([out, pd.DataFrame(list(first.values()))], ignore_index=True)
+    return merged.sort_values(["file", "line"], kind="stable").reset_index(drop=True)

@@ -78,6 +78,18 @@ class Doc:
             raise ConfigError(self.where, key, f"'{v}' is not {want}")
         return v
 
+    def strs(self, key: str, split: bool = True) -> list[str] | None:
+        """A list of names (a string is split on commas unless `split` is False, for regular
+        expressions; None when absent or empty); other types are a one-line ConfigError."""
+        v = self.get(key)
+        if v is None or v == "" or v == []:
+            return None
+        if isinstance(v, str):
+            return [x.strip() for x in v.split(",") if x.strip()] if split else [v]
+        if isinstance(v, list) and all(isinstance(x, str | int | float) and not isinstance(x, bool) for x in v):
+            return [str(x) for x in v]
+        raise ConfigError(self.where, key, f"'{v}' is not a list of names")
+
     def num(self, key: str) -> float | None:
         """A positive number (None when absent or null); anything else is a one-line ConfigError."""
         v = self.get(key)

@@ -144,6 +144,13 @@ def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
     if doc.get("base_model_config"):
         out.set("model", str(doc.get("base_model_config")), f, "base_model_config")
     _axolotl_method(doc, out)
+    rl = doc.get("rl")
+    if rl:
+        if str(rl).lower() in AXOLOTL_RL:
+            out.set("stage", AXOLOTL_RL[str(rl).lower()], f, "rl")
+            _rl_keys(doc, out, "trl.")
+        else:
+            out.ignore(f, "rl", f"'{rl}' is not modelled: estimated as supervised fine-tuning steps")
     _axolotl_batch(doc, out)
     _axolotl_precision(doc, out)
     _axolotl_attention(doc, out)
@@ -193,7 +200,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "scales the update: no effect on cost")
         if truthy(doc.get("lora_target_linear", False)):
             out.set("lora_targets", ("all-linear",), f, "lora_target_linear")
-        tm = doc.get("lora_target_modules")
+        tm = doc.strs("lora_target_modules")
         if tm:
             t, unknown = targets(tm)
             if t:
@@ -201,7 +208,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             if unknown:
                 out.ignore(f, "lora_target_modules", f"modules {', '.join(unknown)} not modelled")
         out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "no lora_target_modules: peft's default q_proj, v_proj")
-        mts = doc.get("lora_modules_to_save")
+        mts = doc.strs("lora_modules_to_save")
         if mts:
             out.set("modules_to_save", tuple(str(x) for x in mts), f, "lora_modules_to_save",
                     "trained in full; their weights, gradients and optimizer state are not counted")
@@ -209,7 +216,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
         out.ignore(f, "adapter", f"adapter '{adapter}' is not modelled: estimated as LoRA")
         out.set("method", "lora", f, "adapter")
     else:
-        unfrozen = doc.get("unfrozen_parameters")
+        unfrozen = doc.strs("unfrozen_parameters", split=False)
         if unfrozen:
             out.set("method", "freeze", f, "unfrozen_parameters")
             out.set("unfrozen", tuple(str(x) for x in unfrozen), f, "unfrozen_parameters")
@@ -337,7 +344,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("lora_alpha", alpha, f, "lora_alpha", "no effect on cost") if alpha is not None else out.assume(
             "lora_alpha", (r if isinstance(r, int) else LLAMAFACTORY_RANK_DEFAULT) * 2, f,
             "lora_alpha not set: LLaMA-Factory default 2 x rank")
-        tgt = doc.get("lora_target", "all")
+        tgt = doc.strs("lora_target") or ["all"]
         t, unknown = targets(tgt)
         if doc.has("lora_target"):
             out.set("lora_targets", t or ("all-linear",), f, "lora_target")
@@ -375,8 +382,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
         out.assume("packing", stage == "pt", f, f"packing not set: LLaMA-Factory packs only pre-training (stage {stage})")
     if not out.value("packing"):
         out.assume("padding", "longest", f, "unpacked batches padded to their longest sample (LLaMA-Factory's collator)")
-    if stage not in ("sft", "pt"):
-        out.notes.append(f"{f}: stage {stage}: estimated as supervised fine-tuning steps")
+    _llamafactory_stage(doc, out, stage)
     if truthy(doc.get("disable_gradient_checkpointing", False)):
         out.set("grad_ckpt", False, f, "disable_gradient_checkpointing")
     elif truthy(doc.get("use_unsloth_gc", False)):
@@ -403,11 +409,41 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
     _common_ignored(doc, out)
 
 
+LLAMAFACTORY_PREF_LOSSES = {"orpo": "orpo", "simpo": "simpo"}
+"""LLaMA-Factory `pref_loss` values that are stages of their own (sigmoid, hinge, ipo, kto_pair: DPO)."""
+AXOLOTL_RL = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo", "grpo": "grpo",
+              "gdpo": "grpo"}
+"""axolotl `rl` values -> tuneplan stages (IPO is DPO with another loss; GDPO a GRPO variant)."""
+
+
+def _llamafactory_stage(doc: Doc, out: ConfigRead, stage: str) -> None:
+    f = doc.path
+    if stage in ("sft", "pt"):
+        return
+    if stage == "dpo":
+        loss = str(doc.get("pref_loss") or "sigmoid")
+        out.set("stage", LLAMAFACTORY_PREF_LOSSES.get(loss, "dpo"), f, "stage" + ("+pref_loss" if doc.has(
+            "pref_loss") else ""))
+    elif stage in ("kto", "ppo"):
+        out.set("stage", stage, f, "stage")
+    else:
+        out.notes.append(f"{f}: stage {stage}: estimated as supervised fine-tuning steps")
+
+
+def _rl_keys(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
+    """TRL's GRPO / RLOO keys (top level in TRL configs, under `trl:` in axolotl)."""
+    f = doc.path
+    for key, fld in (("num_generations", "group_size"), ("max_completion_length", "completion_len")):
+        v = doc.int(prefix + key)
+        if v and out.value("stage") in ("grpo", "ppo", "rloo"):
+            out.set(fld, v, f, prefix + key)
+
+
 # ---- TRL / transformers --------------------------------------------------------------------------
 
 TRL_KEYS = ("max_length", "max_seq_length", "packing", "dataset_text_field", "dataset_name", "dataset_mixture",
             "use_peft", "lora_r", "model_name_or_path", "assistant_only_loss", "completion_only_loss",
-            "padding_free", "dataset_kwargs", "chat_template")
+            "padding_free", "dataset_kwargs", "chat_template", "num_generations", "max_completion_length")
 """Keys that mark a TRL script config (SFTConfig + ModelConfig + ScriptArguments) rather than bare
 transformers TrainingArguments."""
 
@@ -441,7 +477,7 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
             "lora_rank", TRL_LORA_R_DEFAULT, f, "lora_r not set: TRL ModelConfig default")
         if doc.get("lora_alpha") is not None:
             out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "no effect on cost")
-        tm = doc.get("lora_target_modules")
+        tm = doc.strs("lora_target_modules")
         if tm:
             t, unknown = targets(tm)
             if t:
@@ -453,6 +489,9 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
         out.assume("method", "full", f, "use_peft not set: every parameter trained")
         if b4 or b8:
             out.ignore(f, b4 or b8, "quantised loading without use_peft: full fine-tuning needs 16-bit weights")
+    if doc.has("num_generations"):
+        out.set("stage", "grpo", f, "num_generations", "GRPOConfig's key (RLOO: --stage rloo)")
+        _rl_keys(doc, out)
     seq_key = next((k for k in ("max_length", "max_seq_length") if doc.has(k)), None)
     seq = doc.int(seq_key) if seq_key else None
     if isinstance(seq, int) and seq > 0:

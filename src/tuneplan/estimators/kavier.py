@@ -20,6 +20,9 @@ from importlib import resources
 
 import numpy as np
 
+from tuneplan.estimators.base import BorrowsMemory
+from tuneplan.physics.codes import OTHER_PEFT_CODES, lora_family
+
 Arrays = dict[str, np.ndarray]
 
 A1 = 0.0341
@@ -58,8 +61,14 @@ class KavierScales:
     interaction: dict[str, float] = field(default_factory=dict)  # c_i by "model|method|gpu|G"
     overhead_s: float = 0.0  # O_t
 
+    @classmethod
+    def from_payload(cls, d: dict) -> KavierScales:
+        return cls(gpu=dict(d["gpu"]), method=dict(d["method"]), model=dict(d["model"]),
+                   gpu_count=dict(d["gpu_count"]), comm=float(d["comm"]),
+                   interaction=dict(d["interaction"]), overhead_s=float(d.get("overhead_s", 0)))
 
-class KavierEstimator:
+
+class KavierEstimator(BorrowsMemory):
     name = "kavier"
 
     def __init__(self, scales: KavierScales | None = None, calibration_name: str | None = None) -> None:
@@ -70,35 +79,53 @@ class KavierEstimator:
     def from_calibration(cls, calibration=None) -> KavierEstimator:
         if calibration is None:
             return cls()
-        from tuneplan.learn.calibration import load_calibration
+        from tuneplan.estimators.calibration import load_calibration
 
         return load_calibration(calibration, expected="kavier").estimator()
 
-    @staticmethod
-    def gpu_terms(gpu_name: str, catalog_peak_tflops: float) -> tuple[float, float]:
-        """(E_b, F in FLOP/s) for a GPU: Kavier's factor and the peak it was fitted against."""
-        table = kavier_gpu_factors()
-        entry = table["gpus"].get(gpu_name)
-        if entry is None:
-            return float(table["default_mfu_factor"]), catalog_peak_tflops * 1e12
-        return float(entry["mfu_factor"]), float(entry["kavier_peak_tflops"]) * 1e12
+    @classmethod
+    def from_payload(cls, d: dict, name: str | None = None) -> KavierEstimator:
+        """The estimator a calibration payload describes (`KavierLearner.payload()`)."""
+        return cls(KavierScales.from_payload(d), calibration_name=name)
 
-    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+    @staticmethod
+    def gpu_factors(a: Arrays) -> tuple[np.ndarray, np.ndarray]:
+        """(E_b, F in FLOP/s) per row: Kavier's factor for the GPU named in `_gpu_names` and the peak
+        it was fitted against; GPUs outside its library get its default factor and the catalog peak."""
+        table = kavier_gpu_factors()
+        peak = np.asarray(a["peak_flops"], dtype=float)
+        eb = np.full(peak.shape, float(table["default_mfu_factor"]))
+        names = a.get("_gpu_names")
+        if names is None:
+            return eb, peak
+        f = peak.copy()
+        names = np.asarray(names)
+        for name in set(names.tolist()):
+            entry = table["gpus"].get(name)
+            if entry is not None:
+                row = names == name
+                eb[row] = float(entry["mfu_factor"])
+                f[row] = float(entry["kavier_peak_tflops"]) * 1e12
+        return eb, f
+
+    def time_arrays(self, a: Arrays) -> Arrays:
+        """Kavier's step-time model, term by term (its memory comes from `BorrowsMemory`)."""
         B, S, Ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
         G, N = a["gpus"], a["nodes"]
         P = a["params_active"]
         names = a.get("_gpu_names")
-        eb = np.asarray(a.get("kavier_eb", np.full_like(B, kavier_gpu_factors()["default_mfu_factor"])))
-        F = np.asarray(a.get("kavier_peak", a["peak_flops"]))
+        eb, F = self.gpu_factors(a)
         eg = np.ones_like(B)
         if names is not None and self.scales.gpu:
             eg = np.array([self.scales.gpu.get(n, 1.0) for n in names])
         E = eb * eg * np.minimum(1.0, A1 * np.log2(B) + A2)
         Tf = 2.0 * P * B * S / (F * E) + self.scales.overhead_s
         Tb = 2.0 * Tf
-        lora = (a["method_code"] >= 1) & (a["method_code"] <= 5)
+        lora = lora_family(a["method_code"])
         Pt = np.where(lora, 2.0 * LORA_RANK * a["hidden"] * LORA_TARGETS_PER_LAYER * a["n_layers"],
                       a["params_total"])
+        # the other PEFT methods (physics/peft_methods.py, codes >= 7): the seed has no term; their own count
+        Pt = np.where(a["method_code"] >= OTHER_PEFT_CODES, a.get("params_trainable", Pt), Pt)
         To = ADAMW_BYTES_PER_PARAM * Pt / a["mem_bw"]
         D = 4.0 * Pt
         Wn = a.get("kavier_wn_gbps", a["intra_bw"] * 2.0 * 8.0 / 1e9)  # bidirectional GB/s -> Gbit/s
@@ -143,7 +170,7 @@ class KavierEstimator:
         }
         return out
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, job=None) -> list[str]:
         return [
             "Kavier's model: T_s = G_a (T_f + T_b) + T_o + T_c; forward 2PBS/(F E) with E = E_b min(1, "
             f"{A1} log2 B + {A2}); backward = 2 x forward.",
@@ -154,4 +181,5 @@ class KavierEstimator:
             "Per-GPU MFU factors E_b from Kavier's GPU library (0.42 for GPUs it does not list).",
             "No memory model (memory figures come from tuneplan's memory model)."
             if not self.calibration_name else f"Calibration scales from '{self.calibration_name}'.",
+            self.MEMORY_ASSUMPTION,
         ]

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.physics.codes import full_weights
+from tuneplan.physics.constants import DEFAULT_CONSTANTS
+
 Arrays = dict[str, np.ndarray]
 
 DEFAULT_MFU = 0.4
@@ -52,6 +55,9 @@ class PlannerEstimator:
     """The seed as an estimator over configurations: step time from 6ND at a fixed MFU."""
 
     name = "planner"
+    constants = DEFAULT_CONSTANTS  # the arrays and run totals; the seed itself has no physics constants
+    memory_parts = ("weights_and_optimizer_state_gib",)
+    memory_model = None  # bytes per parameter: no activations, so no largest micro-batch or fixes
 
     def __init__(self, mfu: float = DEFAULT_MFU, flops_per_param_token: float | None = None,
                  bytes_per_param: float | None = None) -> None:
@@ -59,8 +65,13 @@ class PlannerEstimator:
         self.flops_per_param_token = flops_per_param_token
         self.bytes_per_param = bytes_per_param
 
+    @classmethod
+    def from_calibration(cls, calibration=None) -> PlannerEstimator:
+        """The seed has nothing to calibrate: the calibration is ignored."""
+        return cls()
+
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
-        full = (a["method_code"] == 0) | (a["method_code"] == 6)
+        full = full_weights(a["method_code"])
         factor = (np.full_like(a["seq_len"], self.flops_per_param_token) if self.flops_per_param_token
                   else np.where(full, 6.0, 4.0))
         bpp = (np.full_like(a["seq_len"], self.bytes_per_param) if self.bytes_per_param
@@ -76,7 +87,10 @@ class PlannerEstimator:
             "forward_s": step * np.where(full, 2.0 / 6.0, 2.0 / 4.0),
             "backward_s": step * np.where(full, 4.0 / 6.0, 2.0 / 4.0),
             "memory_gib": mem,
+            "weights_and_optimizer_state_gib": mem,
             "allocated_gib": mem,
+            "reserved_gib": mem,
+            "nvidia_smi_gib": mem,
             "fits": mem <= a["memory_bytes"] / 1024.0**3,
             "tokens_per_step": tokens,
             "model_flops_per_step": factor * params * tokens,
@@ -84,7 +98,7 @@ class PlannerEstimator:
         }
         return out
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, job=None) -> list[str]:
         return [
             "The 6ND form: six FLOPs per parameter per token for a dense forward and backward pass "
             "(about four with LoRA), attention's quadratic term ignored.",

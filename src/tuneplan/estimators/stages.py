@@ -238,6 +238,16 @@ TRAIN_GROUPS = {"generation": ("rollout_prefill_s", "rollout_decode_s", "rollout
 """How the wall clock's training time splits by stage part."""
 
 
+def stage_run_totals(run: StageRun, wl, rate: float | None, c=DEFAULT_CONSTANTS):
+    """(RunTotals, extra) of a stage's one row: `physics.run.run_totals` over the stage's own job
+    (`run.totals_job`: its batch, GPUs and accumulation), then `stage_totals`."""
+    from tuneplan.physics.run import RunTotals, run_totals
+
+    tj = run.totals_job
+    rows = {**run.arrays, **{k: np.array([float(getattr(tj, k))]) for k in ("micro_batch", "grad_accum", "dp", "gpus")}}
+    return stage_totals(run, RunTotals.row(run_totals(tj, run.workload(wl), rows, run.out, rate, c=c)))
+
+
 def stage_totals(run: StageRun, totals):
     """The run totals of a stage: rollout GPUs counted in device-hours, cost and energy; precomputed
     reference log-probs added to the wall clock; the training time split into generation, scoring,
@@ -261,6 +271,8 @@ def stage_totals(run: StageRun, totals):
            "checkpoint": totals.checkpoint_s}
     if pre:
         wcb["reference_precompute"] = pre
-    extra = {"stage": run.extra.get("stage", {"stage": run.totals_job.stage}), "wall_clock_breakdown_s": wcb}
+    extra = {"stage": run.extra.get("stage", {"stage": run.totals_job.stage}), "wall_clock_breakdown_s": wcb,
+             # what the GPUs compute on: both sequences of a pair, prompt + completion of every completion
+             "tokens_total": _v(run.out["tokens_per_step"]) * totals.steps}
     extra["stage"] = {**extra["stage"], "train_parts_s": train_parts}
     return out, extra

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.estimators.base import MEMORY_PARTS, STEP_PARTS
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.memory import max_micro_batch, memory
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
@@ -16,12 +17,11 @@ Arrays = dict[str, np.ndarray]
 MFU_CEILING = 0.80
 """No configuration is predicted above this model-FLOPs utilisation, whatever a learned correction
 says (the best published large-model training MFUs are ~0.5-0.6 of dense peak; 0.8 leaves room)."""
-STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
-              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
 
 
 class TuneplanEstimator:
     name = "tuneplan"
+    memory_parts = MEMORY_PARTS
 
     def __init__(self, constants: PhysicsConstants = DEFAULT_CONSTANTS, residual=None,
                  calibration_name: str | None = None) -> None:
@@ -29,13 +29,17 @@ class TuneplanEstimator:
         self.residual = residual  # object with .correct(arrays, physics_out) -> (throughput factor, mem factor, info)
         self.calibration_name = calibration_name
 
+    @property
+    def memory_model(self) -> TuneplanEstimator:
+        return self
+
     @classmethod
     def from_calibration(cls, calibration=None) -> TuneplanEstimator:
         """None: the shipped default calibration (uncalibrated physics if none ships);
         'none': the uncalibrated physics; else a calibration path or name."""
         if isinstance(calibration, str) and calibration.lower() in ("none", "physics", "uncalibrated"):
             return cls()
-        from tuneplan.learn.calibration import default_calibration, load_calibration
+        from tuneplan.estimators.calibration import default_calibration, load_calibration
 
         if calibration is None:
             cal = default_calibration()
@@ -43,6 +47,17 @@ class TuneplanEstimator:
                 return cls()
             return cal.estimator()
         return load_calibration(calibration, expected="tuneplan").estimator()
+
+    @classmethod
+    def from_payload(cls, d: dict, name: str | None = None) -> TuneplanEstimator:
+        """The estimator a calibration payload describes (`TuneplanLearner.payload()`): fitted
+        constants and the residual correction (numpy only, no fitting code imported)."""
+        from tuneplan.estimators.residual import Residual, TuneplanCorrection
+
+        thr = Residual.from_dict(d["throughput_residual"]) if d.get("throughput_residual") else None
+        mem = Residual.from_dict(d["memory_residual"]) if d.get("memory_residual") else None
+        corr = TuneplanCorrection(thr, mem) if (thr or mem) else None
+        return cls(PhysicsConstants.from_dict(d["constants"]), corr, calibration_name=name)
 
     def physics(self, a: Arrays) -> Arrays:
         c = self.constants
@@ -101,7 +116,7 @@ class TuneplanEstimator:
             hi = np.where(~ok, mid, hi)
         return lo.astype(int)
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, job=None) -> list[str]:
         c = self.constants
         base = [
             "FLOPs counted per layer from the model config: attention projections (GQA), the quadratic "
@@ -121,4 +136,10 @@ class TuneplanEstimator:
             base.append(f"Constants and a residual correction from calibration '{self.calibration_name}'.")
         else:
             base.append("Uncalibrated physics (prior constants, not fitted to measurements).")
+        if job is not None and job.is_lora_family:
+            kernels = c.dora_kernels_per_module if job.method == "dora" else c.lora_kernels_per_module
+            base.append(
+                f"Adapters: {kernels:.0f} small kernels per adapted module per micro-step at "
+                f"{c.kernel_launch_s * 1e6:.1f} us each, and {c.adapter_passes:.1f} element-wise passes "
+                "over each adapted module's input and output per token.")
         return base

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tuneplan.estimators.base import BorrowsMemory
+
 Arrays = dict[str, np.ndarray]
 
 
@@ -62,7 +64,7 @@ def fine_tuning_cost(queries: float, epochs: float, throughput_qps: float, usd_p
 
 # Effective sequence lengths under which Eq. (1) with the published coefficients reproduces Table III
 # (A40, 48 GB): the intervals of seq_len where floor(...) gives both the dense and the sparse entry;
-# tuneplan uses the midpoint. See README "Xia et al." for the derivation.
+# tuneplan uses the midpoint. See docs/estimators.md, "xia", for the derivation.
 TABLE_III = {
     ("mistralai/Mixtral-8x7B-v0.1", "commonsense_15k"): {"dense": 2, "sparse": 8, "median_len": 79},
     ("mistralai/Mixtral-8x7B-v0.1", "math_14k"): {"dense": 1, "sparse": 3, "median_len": 174},
@@ -93,7 +95,7 @@ class XiaCoefficients:
     eq2: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
 
-class XiaEstimator:
+class XiaEstimator(BorrowsMemory):
     name = "xia"
 
     def __init__(self, coefficients: XiaCoefficients | None = None, calibration_name: str | None = None) -> None:
@@ -104,11 +106,17 @@ class XiaEstimator:
     def from_calibration(cls, calibration=None) -> XiaEstimator:
         if calibration is None:
             return cls()
-        from tuneplan.learn.calibration import load_calibration
+        from tuneplan.estimators.calibration import load_calibration
 
         return load_calibration(calibration, expected="xia").estimator()
 
-    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+    @classmethod
+    def from_payload(cls, d: dict, name: str | None = None) -> XiaEstimator:
+        """The estimator a calibration payload describes (`XiaLearner.payload()`)."""
+        return cls(XiaCoefficients({k: tuple(v) for k, v in d["eq2"].items()}), calibration_name=name)
+
+    def time_arrays(self, a: Arrays) -> Arrays:
+        """Eq. (2) throughput as step time (memory from `BorrowsMemory`)."""
         from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
 
         phys = TuneplanEstimator()
@@ -160,7 +168,7 @@ class XiaEstimator:
         mm = co.model_mem_gb if model_mem_gb is None else model_mem_gb
         return max(0, max_batch_size(gpu_mem_gb, mm, seq_len, sparsity_, co.c0, co.c1))
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, job=None) -> list[str]:
         src = (f"Eq. (2) coefficients fitted per (model, GPU, dataset) in '{self.calibration_name}'."
                if self.calibration_name else
                "Uncalibrated: Eq. (2) anchored to tuneplan's physics at batch 1 and 16 (C3 = 1/sparsity); "
@@ -171,4 +179,5 @@ class XiaEstimator:
             src,
             "Eq. (1) maximum batch with published C0, C1 for Mixtral and BlackMamba only.",
             "Cost (§V-C) = queries x epochs / throughput / 3600 x $ per GPU-hour.",
+            self.MEMORY_ASSUMPTION,
         ]

@@ -13,6 +13,17 @@ from tuneplan.configs.maps import optimizer as map_optimizer
 from tuneplan.configs.maps import targets as map_targets
 
 SHARDING_TO_JOB = {"fsdp-full": "fsdp", "none": "ddp"}
+STAGE_OF_ARGS = {"SFTConfig": "sft", "TrainingArguments": "sft", "DPOConfig": "dpo", "ORPOConfig": "orpo",
+                 "KTOConfig": "kto", "CPOConfig": "cpo", "GRPOConfig": "grpo", "PPOConfig": "ppo", "RLOOConfig": "rloo"}
+"""TRL / transformers argument classes -> the runs `stage` (CPO with loss_type simpo: simpo)."""
+
+
+def _stage(args) -> str:
+    for cls in type(args).__mro__:
+        if cls.__name__ in STAGE_OF_ARGS:
+            stage = STAGE_OF_ARGS[cls.__name__]
+            return "simpo" if stage == "cpo" and str(getattr(args, "loss_type", "")) == "simpo" else stage
+    return "sft"
 """Runs-schema sharding -> JobSpec sharding where the names differ."""
 
 
@@ -48,6 +59,11 @@ def _method(model, peft: dict | None, quant: str) -> str:
         params = list(_base(model).parameters()) if model is not None else []
         frozen = any(not p.requires_grad for p in params)
         return "freeze" if frozen and any(p.requires_grad for p in params) else "full"
+    from tuneplan.specs.peft import PEFT_TYPES
+
+    kind = str(peft.get("peft_type", "")).upper().removeprefix("PEFTTYPE.")
+    if kind in PEFT_TYPES:  # peft's other methods (specs/peft.py)
+        return PEFT_TYPES[kind]
     if str(peft.get("peft_type", "")).upper().endswith("LORA") or str(peft.get("peft_type")) == "LORA":
         if peft.get("use_dora"):
             return "dora"
@@ -142,6 +158,9 @@ def describe_run(model, args, world: int, device: str, model_name: str | None) -
         "flash_attn": attn != "eager" if attn else None,
         "attn_impl": attn or None,
         "framework": "trl" if type(args).__module__.startswith("trl") else "hf-trainer",
+        "stage": _stage(args),
+        "group_size": getattr(args, "num_generations", None),
+        "completion_len": getattr(args, "max_completion_length", None),
         "sharding": _sharding(args, world),
         "gpu": gpu_column(cuda, None),
         "device_name": device_name("cuda:0" if cuda == "cuda" else "cpu"),
@@ -171,7 +190,7 @@ def predict_row(row: dict[str, Any], model, gpu) -> dict[str, Any] | None:
     """tuneplan's estimate for the recorded configuration; None when there is no GPU to predict for."""
     from tuneplan.api import estimate
     from tuneplan.specs.gpu import GPUSpec, resolve_gpu
-    from tuneplan.specs.job import METHODS, OPTIMIZERS
+    from tuneplan.specs.job import METHODS, OPTIMIZERS, STAGES
     from tuneplan.specs.model_config import model_from_config
 
     if isinstance(gpu, GPUSpec):
@@ -195,6 +214,10 @@ def predict_row(row: dict[str, Any], model, gpu) -> dict[str, Any] | None:
     }
     if row.get("flash_attn") is not None:
         kw["flash_attn"] = bool(row["flash_attn"])
+    if row.get("stage") in STAGES and row["stage"] != "sft":
+        kw["stage"] = row["stage"]
+        if row["stage"] in ("grpo", "ppo", "rloo"):
+            kw.update(group_size=row.get("group_size") or None, completion_len=row.get("completion_len") or None)
     if row.get("optimizer") in OPTIMIZERS:
         kw["optimizer"] = row["optimizer"]
     if method in ("lora", "qlora", "dora", "gptq-lora"):

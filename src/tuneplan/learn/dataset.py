@@ -17,13 +17,18 @@ from tuneplan.errors import InputError, TuneplanError
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec
 from tuneplan.specs.model import ModelSpec
+from tuneplan.specs.peft import DEFAULT_GENERIC_ADAPTER_RANK, LORA_EQUIVALENT, PEFT_METHOD_NAMES
 
 METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
-              "dora": "dora", "freeze": "freeze", "alora": "alora"}
+              "dora": "dora", "freeze": "freeze", "alora": "alora", "other": "other",
+              **{m: m for m in PEFT_METHOD_NAMES}}
+LORA_LIKE = LORA_FAMILY + tuple(LORA_EQUIVALENT) + ("adalora", "lora-fa")
+"""Methods whose rank and targets take LoRA's row defaults (peft's r = 8 on q, v)."""
 PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16": "fp16", "fp32": "fp32",
                  "fp8": "fp8", "nvfp4": "fp8"}
 QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "int8",
-             "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4"}
+             "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4",
+             "aqlm-2bit-1x16": "aqlm-2bit", "aqlm-2bit": "aqlm-2bit"}
 OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "adamw",
                  "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
                  "paged-adamw-8bit": "paged-adamw-8bit", "sgd": "sgd", "adafactor": "adafactor",
@@ -43,7 +48,10 @@ DEFAULTS = {
 
 
 @dataclass
-class RunConfig:
+class RowConfig:
+    """A measured row as specs: the model, GPU and job it ran, its sequence length, the defaults
+    filled in for what the row did not say, and what its peak memory measures."""
+
     model: ModelSpec
     gpu: GPUSpec
     job: JobSpec
@@ -100,8 +108,24 @@ def truncated(model: ModelSpec, layers: int, name_or_path: str) -> ModelSpec:
     return model_from_config(cfg, f"{model.name} ({layers} layers)", source=model.source)
 
 
-def row_to_config(row: dict) -> RunConfig:
-    """One reference-schema row -> a configuration. Raises TuneplanError with the reason."""
+def _memo(cache: dict | None, key: tuple, fn, *args):
+    """fn(*args), remembered in `cache` under `key` (errors too: a name fails once per table)."""
+    if cache is None:
+        return fn(*args)
+    if key not in cache:
+        try:
+            cache[key] = fn(*args)
+        except TuneplanError as exc:
+            cache[key] = exc
+    got = cache[key]
+    if isinstance(got, TuneplanError):
+        raise got
+    return got
+
+
+def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
+    """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
+    (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
     from tuneplan.specs.catalog import resolve_run_model
     from tuneplan.specs.gpu import resolve_gpu
 
@@ -117,18 +141,25 @@ def row_to_config(row: dict) -> RunConfig:
         raise InputError("stage", f"'{stage}' rows are not learned from or predicted per row (the learners model "
                          "SFT steps); use tuneplan estimate --stage " + stage)
     seq_cell = _get(row, "seq_len")
-    model = resolve_run_model(str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""),
-                              str(_get(row, "notes") or ""), float(seq_cell) if seq_cell is not None else None)
+    m_args = (str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""), str(_get(row, "notes") or ""),
+              float(seq_cell) if seq_cell is not None else None)
+    model = _memo(cache, ("model", *m_args), resolve_run_model, *m_args)
     layers = _get(row, "layers")
     if layers is not None and int(float(layers)) != model.n_layers:
         model = truncated(model, int(float(layers)), str(_get(row, "model_hf_id") or _get(row, "model") or ""))
         used.append(f"layers={int(float(layers))} (the profiled model was truncated)")
-    gpu = resolve_gpu(str(_get(row, "gpu_resolved") or _get(row, "gpu") or ""))
+    gpu_name = str(_get(row, "gpu_resolved") or _get(row, "gpu") or "")
+    gpu = _memo(cache, ("gpu", gpu_name), resolve_gpu, gpu_name)
     method_raw = str(_get(row, "method") or "").lower()
     if method_raw not in METHOD_MAP:
         raise InputError("method", f"'{method_raw or '(empty)'}' is not a method tuneplan models",
                          sorted(METHOD_MAP))
     method = METHOD_MAP[method_raw]
+    if method == "other":  # not normalised by read_runs: the method the notes name (runs/methods.py)
+        from tuneplan.runs.methods import named_method
+
+        method = named_method(str(_get(row, "notes") or "")) or "adapter"
+        used.append(f"method={method} (method other; {'named in the notes' if method != 'adapter' else 'generic adapter'})")
     prec_raw = _get(row, "precision")
     if prec_raw is None:
         precision = default("precision")
@@ -148,7 +179,7 @@ def row_to_config(row: dict) -> RunConfig:
         quant = None
     if method == "lora" and quant in ("nf4",):
         method = "qlora"
-    if method == "lora" and quant in ("gptq-int4", "awq-int4", "int8"):
+    if method == "lora" and quant in ("gptq-int4", "awq-int4", "int8", "aqlm-2bit"):
         method = "gptq-lora"
     opt_raw = _get(row, "optimizer")
     optimizer = default("optimizer") if opt_raw is None else OPTIMIZER_MAP.get(str(opt_raw).lower(), "adamw")
@@ -197,29 +228,58 @@ def row_to_config(row: dict) -> RunConfig:
     }
     if quant is not None and method != "full":
         kw["quant"] = quant
-    if method in LORA_FAMILY:
+    if method in LORA_LIKE:
         kw["lora_rank"] = int(float(rank)) if rank is not None else default("lora_rank")
         t = str(targets) if targets is not None else default("lora_targets")
         kw["lora_targets"] = tuple(x for x in re.split(r"[,+]", t) if x)
+    elif method in PEFT_METHOD_NAMES:
+        kw.update(peft_fields(row, method, model, used))
     try:
         job = JobSpec(**kw)
     except ValueError as exc:
         msg = str(exc).splitlines()
         raise InputError("row", msg[-1] if msg else "invalid configuration") from None
-    return RunConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
+    return RowConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
                      mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
 
-def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[str | None]]:
+def peft_fields(row: dict, method: str, model: ModelSpec, used: list[str]) -> dict[str, Any]:
+    """JobSpec fields of a PEFT method outside the LoRA family: rank and targets only where the row
+    states them (else peft's defaults), its options, and a generic adapter's trainable count (not
+    stated: peft's default LoRA count on the model, recorded)."""
+    from tuneplan.physics.terms import model_terms
+
+    out: dict[str, Any] = {}
+    if _get(row, "lora_rank") is not None:
+        out["lora_rank"] = int(float(_get(row, "lora_rank")))
+    if _get(row, "lora_targets") is not None:
+        out["lora_targets"] = tuple(x for x in re.split(r"[,+]", str(_get(row, "lora_targets"))) if x)
+    if _get(row, "peft_options") is not None:
+        out["peft_options"] = str(_get(row, "peft_options"))
+    n = _get(row, "trainable_params")
+    if n is not None:
+        out["trainable_params"] = float(n)
+    elif method == "adapter":
+        lora = JobSpec(method="lora", lora_rank=DEFAULT_GENERIC_ADAPTER_RANK, lora_targets=("q", "v"))
+        out["trainable_params"] = model_terms(model, lora).params_trainable
+        used.append(f"trainable_params={out['trainable_params']:.0f} (not stated: peft's default LoRA count, "
+                    f"r={DEFAULT_GENERIC_ADAPTER_RANK} on q, v)")
+    return out
+
+
+def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[str | None]]:
     """Configurations for many rows; None plus a reason where a row cannot be predicted."""
-    out: list[RunConfig | None] = []
+    out: list[RowConfig | None] = []
     errors: list[str | None] = []
     from tuneplan.physics.terms import model_terms
 
+    cache: dict = {}
     for r in rows:
         try:
-            cfg = row_to_config(r)
-            model_terms(cfg.model, cfg.job)  # shape problems (rank, targets) surface here, per row
+            cfg = row_to_config(r, cache)
+            # shape problems (rank, targets) surface here, once per distinct model and job
+            _memo(cache, ("terms", cfg.model.name, cfg.model.n_layers, cfg.model.params_total, cfg.job), model_terms,
+                  cfg.model, cfg.job)
             out.append(cfg)
             errors.append(None)
         except TuneplanError as exc:
@@ -228,7 +288,7 @@ def configs_from_rows(rows: list[dict]) -> tuple[list[RunConfig | None], list[st
     return out, errors
 
 
-def arrays_for(configs: list[RunConfig], constants=None) -> dict[str, np.ndarray]:
+def arrays_for(configs: list[RowConfig], constants=None) -> dict[str, np.ndarray]:
     from tuneplan.physics.terms import build_arrays
 
     a = build_arrays([(c.model, c.gpu, c.job, c.seq_len) for c in configs], constants)

@@ -28,7 +28,7 @@ def conformal_bounds(log_ratios: np.ndarray, coverage: float) -> tuple[float, fl
 def attach_interval(result, estimator: str, coverage: float, calibration=None) -> None:
     """Attach wall-clock / throughput bounds to an EstimateResult from the calibration's stored
     residual quantiles for this estimator; without stored residuals, leave no interval and say so."""
-    from tuneplan.learn.calibration import interval_residuals
+    from tuneplan.estimators.calibration import interval_residuals
 
     if not 0.0 < coverage < 1.0:
         from tuneplan.errors import InputError
@@ -65,7 +65,7 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None) -
 
 def add_interval_columns(df, estimator: str, coverage: float, calibration=None) -> None:
     """pred_tokens_per_s_low/high and pred_peak_mem_gib_low/high on a predicted frame."""
-    from tuneplan.learn.calibration import interval_residuals
+    from tuneplan.estimators.calibration import interval_residuals
 
     res = interval_residuals(estimator, calibration)
     if res is None or len(res.get("throughput", [])) < 5:

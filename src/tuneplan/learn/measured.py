@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tuneplan.learn.dataset import RunConfig, configs_from_rows
+from tuneplan.learn.dataset import RowConfig, configs_from_rows
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
@@ -56,8 +56,8 @@ def uncounted_token_rows(df: pd.DataFrame) -> np.ndarray:
 
 def _flag(df: pd.DataFrame, name: str, default: bool) -> np.ndarray:
     if name not in df.columns:
-        return np.full(len(df), default)
-    return df[name].fillna(default).astype(bool).to_numpy()
+        return np.full(len(df), default, dtype=bool)
+    return df[name].astype(object).where(df[name].notna(), default).astype(bool).to_numpy(dtype=bool)
 
 
 @dataclass
@@ -65,7 +65,7 @@ class TrainingSet:
     """Rows that can be configured, with their measurements and which metric each supports."""
 
     df: pd.DataFrame  # the rows (index aligned with configs)
-    configs: list[RunConfig]
+    configs: list[RowConfig]
     tokens_per_s: np.ndarray  # measured; NaN where not usable
     peak_mem_gib: np.ndarray  # measured; NaN where not usable
     mem_kind: list[str]
@@ -114,7 +114,7 @@ def training_set(df: pd.DataFrame) -> TrainingSet:
     keep_rows = ~dup & ~est
     rows = df.to_dict("records")
     configs, errors = configs_from_rows(rows)
-    ok = np.array([c is not None for c in configs]) & keep_rows
+    ok = np.array([c is not None for c in configs], dtype=bool) & keep_rows
     skipped = [f"{r.get('id', i)}: {e}" for i, (r, e) in enumerate(zip(rows, errors, strict=True)) if e]
     idx = np.flatnonzero(ok)
     thr = np.where(usable_t & ~oom, thr, np.nan)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tuneplan.learn.dataset import RunConfig, arrays_for, configs_from_rows
+from tuneplan.learn.dataset import RowConfig, arrays_for, configs_from_rows
 
 PRED_COLUMNS = ("pred_tokens_per_s", "pred_samples_per_s", "pred_step_time_s", "pred_peak_mem_gib",
                 "pred_fits", "pred_max_micro_batch", "pred_estimator", "error")
@@ -26,22 +26,11 @@ def memory_for_kind(mem: dict, kinds: list[str]) -> np.ndarray:
     return out
 
 
-def predict_configs(configs: list[RunConfig], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
+def predict_configs(configs: list[RowConfig], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
     """Arrays of predictions for valid configurations (tokens/s, samples/s, step, memory parts)."""
-    from tuneplan.estimators.base import get_estimator
-
-    a = arrays_for(configs, getattr(estimator, "constants", None))
+    a = arrays_for(configs, estimator.constants)
     out = estimator.predict_arrays(a)
-    mb_source = estimator
-    if estimator.name == "planner":  # its bytes-per-parameter rule, no activations, no batch search
-        for k in ("allocated_gib", "reserved_gib", "nvidia_smi_gib"):
-            out[k] = out["memory_gib"]
-        mb_source = None
-    elif "allocated_gib" not in out:  # kavier, xia: no memory model of their own
-        mb_source = get_estimator("tuneplan", "none")  # their memory: tuneplan's uncalibrated physics
-        mem = mb_source.predict_arrays(a)
-        for k in ("allocated_gib", "reserved_gib", "nvidia_smi_gib", "fits"):
-            out[k] = mem[k]
+    mb_source = estimator.memory_model  # None: no memory model that depends on the batch
     step = np.asarray(out["step_s"], dtype=float)
     tokens = np.asarray(out["tokens_per_step"], dtype=float)
     res = {
@@ -53,7 +42,7 @@ def predict_configs(configs: list[RunConfig], estimator, with_max_batch: bool = 
         "nvidia_smi_gib": np.asarray(out["nvidia_smi_gib"], dtype=float),
         "fits": np.asarray(out["fits"], dtype=bool),
     }
-    if with_max_batch and mb_source is not None and hasattr(mb_source, "max_micro_batch"):
+    if with_max_batch and mb_source is not None:
         res["max_micro_batch"] = np.asarray(mb_source.max_micro_batch(a), dtype=int)
     return res
 

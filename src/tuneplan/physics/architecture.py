@@ -60,6 +60,10 @@ class MixerTerms:
     q_dim: float
     kv_dim: float
 
+    def term_fields(self) -> dict[str, float]:
+        """The fields `terms.ModelTerms` carries (q_dim / kv_dim are set there by name)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("attn_full_flops_per_key", "q_dim", "kv_dim")}
+
 
 def attention_flops_per_key(model: ModelSpec) -> float:
     """QK^T and AV per query-key pair in one layer: 2 n_heads (d_qk + d_v) (MLA: 192 + 128 per head
@@ -225,6 +229,17 @@ def vision_terms(model: ModelSpec, images: int, trained: bool, image_px: int = 0
     acts, ckpt_acts = (full * images * el_bytes, ckpt * images * el_bytes) if trained else (0.0, 0.0)
     return VisionTerms(float(images), float(images * v.tokens_per_image), flops, 1.0 if trained else 0.0,
                        acts, ckpt_acts, float(model.params_vision))
+
+
+def vision_trainable_split(model: ModelSpec, job, trainable: float, frozen_other: float) -> tuple[float, float]:
+    """(trainable, frozen other) parameters with the vision tower frozen unless `job.train_vision_tower`
+    (then all its weights train, whatever the language model's method)."""
+    tower = float(model.params_vision)
+    if job.method == "full" and not job.train_vision_tower:
+        return trainable - tower, frozen_other + tower
+    if job.method != "full" and job.train_vision_tower:
+        return trainable + tower, frozen_other - tower
+    return trainable, frozen_other
 
 
 def vision_tower_flops_per_micro(a: Arrays) -> np.ndarray:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
+from tuneplan.physics.codes import OptimizerCode, ShardingCode
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.peft_methods import peft_memory_bytes
 
 Arrays = dict[str, np.ndarray]
 
@@ -75,11 +77,11 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     split = tp * pp
     shard = a["sharding"]
     gpn = a["gpus"] / a["nodes"]
-    sdeg = np.where(shard == 4, np.minimum(dp, gpn), dp)  # hybrid shards within a node
-    w_div = np.where((shard == 3) | (shard == 4), sdeg, 1.0)
-    g_div = np.where(shard >= 2, sdeg, 1.0)
-    o_div = np.where(shard >= 1, sdeg, 1.0)
-    offload = shard == 5
+    sdeg = np.where(shard == ShardingCode.HYBRID, np.minimum(dp, gpn), dp)  # hybrid shards within a node
+    w_div = np.where((shard == ShardingCode.ZERO3) | (shard == ShardingCode.HYBRID), sdeg, 1.0)
+    g_div = np.where(shard >= ShardingCode.ZERO2, sdeg, 1.0)
+    o_div = np.where(shard >= ShardingCode.ZERO1, sdeg, 1.0)
+    offload = shard == ShardingCode.OFFLOAD
     method = a["method_code"]
     full = method == 0
     freeze = method == 6
@@ -105,7 +107,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     master = np.where((full | freeze) & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0) / o_div
     state = _state_bytes(a["optimizer_code"])
     # moments allocated like the parameter (torch zeros_like); 8-bit optimizers' 1-byte states do not change
-    state16 = np.where(np.isin(a["optimizer_code"], (1, 2)), state, state * pbytes / 4.0)
+    state16 = np.where(np.isin(a["optimizer_code"], (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT)), state, state * pbytes / 4.0)
     state = np.where(trained16 & ~keep32, state16, state)
     opt = trainable * state / o_div
     master = np.where(offload, 0.0, master)
@@ -113,9 +115,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     grads = np.where(offload, trainable * grad_bytes / np.maximum(sdeg, 1.0), grads)
     # sharded weights are gathered a layer (unit) at a time, with one unit prefetched
     layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
-    gathered = np.where((shard >= 3) & (sdeg > 1), 2.0 * layer_w, 0.0)
+    gathered = np.where((shard >= ShardingCode.ZERO3) & (sdeg > 1), 2.0 * layer_w, 0.0)
     # DDP gradient buckets: a second copy of the gradients while they are all-reduced
-    ddp_buckets = np.where((shard == 0) & (dp > 1), trainable * grad_bytes, 0.0)
+    ddp_buckets = np.where((shard == ShardingCode.NONE) & (dp > 1), trainable * grad_bytes, 0.0)
 
     # activations
     per = activation_bytes_per_token_layer(a, c)
@@ -131,6 +133,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     acts = np.where(a["grad_ckpt"] > 0, ckpt_acts, full_acts)
     in_flight = np.where(pp > 1, np.minimum(pp, a["grad_accum"]), 1.0)  # 1F1B: first stage holds pp
     acts = acts * in_flight
+    # PEFT methods' buffers, extra states and saved operands (physics/peft_methods.py)
+    p_w, p_opt, p_act = peft_memory_bytes(a, tokens, split)
+    weights, opt, acts = weights + np.where(offload, 0.0, p_w), opt + np.where(offload, 0.0, p_opt), acts + p_act
     if "vision_act_bytes_per_sample" in a:  # a trained vision tower's saved activations
         acts = acts + vision_activation_bytes(a)
     logits = tokens * a["vocab"] * c.logits_bytes_per_element / tp

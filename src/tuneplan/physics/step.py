@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
+from tuneplan.physics.codes import MethodCode, ShardingCode
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.peft_methods import peft_step_times
 
 Arrays = dict[str, np.ndarray]
 
@@ -84,7 +86,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     passes = 2.0 + a["grad_ckpt"]
     dq_bytes = np.array([0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq])[a["dequant_bytes"].astype(np.intp)]
     t_dequant = passes * dq_bytes * a["params_frozen_linear"] / split / bw
-    is_dora = (a["method_code"] == 5).astype(float)
+    is_dora = (a["method_code"] == MethodCode.DORA).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
     # LoRA-family: element-wise work per token on the adapted modules' inputs and outputs, and the
     # small kernels each adapted module launches whatever the tokens (DoRA runs more of them)
@@ -118,6 +120,10 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # pipeline: activations to the next stage, forward and backward
     t_pp_p2p = np.where(pp > 1, 2.0 * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
 
+    # PEFT methods' own work (physics/peft_methods.py): fp32 matmuls with built weights, weight products
+    p_fwd, p_bwd, p_rec, p_launch = peft_step_times(a, c, tokens, split, pp)
+    t_fwd, t_bwd, t_rec, t_overhead = t_fwd + p_fwd, t_bwd + p_bwd, t_rec + p_rec, t_overhead + p_launch
+
     t_micro = (t_fwd + t_bwd + t_rec + t_dequant + t_elementwise + t_overhead + t_tp + t_cp + t_ep + t_pp_p2p
                + t_vision)
     t_pipeline = (ga + pp - 1.0) * t_micro
@@ -129,8 +135,8 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                           c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
                           c.optimizer_bytes_adafactor])[opt_code.astype(np.intp)]
     shard = a["sharding"]
-    opt_div = np.where(shard >= 1, dp, 1.0) * split
-    offload = shard == 5
+    opt_div = np.where(shard >= ShardingCode.ZERO1, dp, 1.0) * split
+    offload = shard == ShardingCode.OFFLOAD
     t_opt = np.where(offload, a["params_trainable"] / opt_div * opt_bytes / (c.cpu_offload_gbs * 1e9),
                      a["params_trainable"] / opt_div * opt_bytes / bw)
 
@@ -141,26 +147,27 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     all_bytes = a["params_total"] / split * a["weight_bytes_compute"]
     # each sharding's collectives, computed only where that sharding occurs
     t_comm = np.zeros(np.broadcast(mb, shard).shape)
-    kinds = {k for k in (0.0, 1.0, 2.0, 3.0, 4.0, 5.0) if np.any(shard == k)}
-    if kinds & {0.0, 1.0}:  # DDP / ZeRO-1: one all-reduce of the gradients per step
-        t_comm = np.where(shard <= 1, ring_time(train_bytes_ddp, dp, bw_dp, 2.0, c), t_comm)
-    if 2.0 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
+    kinds = {k for k in ShardingCode if np.any(shard == k)}
+    if kinds & {ShardingCode.NONE, ShardingCode.ZERO1}:  # DDP / ZeRO-1: one all-reduce of the gradients per step
+        t_comm = np.where(shard <= ShardingCode.ZERO1, ring_time(train_bytes_ddp, dp, bw_dp, 2.0, c), t_comm)
+    if ShardingCode.ZERO2 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
         zero2 = ring_time(train_bytes_sh, dp, bw_dp, 1.0, c) * ga + ring_time(
             a["params_trainable"] / split * a["weight_bytes_compute"], dp, bw_dp, 1.0, c)
-        t_comm = np.where(shard == 2, zero2, t_comm)
-    if kinds & {3.0, 5.0}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
+        t_comm = np.where(shard == ShardingCode.ZERO2, zero2, t_comm)
+    if kinds & {ShardingCode.ZERO3, ShardingCode.OFFLOAD}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
         zero3 = ga * (2.0 * ring_time(all_bytes, dp, bw_dp, 1.0, c) + ring_time(train_bytes_sh, dp, bw_dp, 1.0, c))
         offload_xfer = ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9)
-        t_comm = np.where(shard == 3, zero3, np.where(shard == 5, zero3 + offload_xfer, t_comm))
-    if 4.0 in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
+        t_comm = np.where(shard == ShardingCode.ZERO3, zero3,
+                          np.where(shard == ShardingCode.OFFLOAD, zero3 + offload_xfer, t_comm))
+    if ShardingCode.HYBRID in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
         gpn = a["gpus"] / a["nodes"]
         hybrid = ga * (2.0 * ring_time(all_bytes, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)
                        + ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
             train_bytes_sh / np.minimum(dp, gpn), a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
-        t_comm = np.where(shard == 4, hybrid, t_comm)
+        t_comm = np.where(shard == ShardingCode.HYBRID, hybrid, t_comm)
     # overlap: DDP buckets hide behind the last micro-step's backward; sharded collectives behind
     # every micro-step's forward and backward
-    hide = np.where(shard >= 3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
+    hide = np.where(shard >= ShardingCode.ZERO3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
     t_comm_exposed = np.maximum(t_comm - hide, 0.0)
 
     total = t_pipeline + t_opt + t_comm_exposed
@@ -196,4 +203,5 @@ def model_flops_per_step(a: Arrays) -> np.ndarray:
 
 
 def tokens_per_step(a: Arrays) -> np.ndarray:
-    return a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
+    """The run's own tokens per optimizer step (prompt tuning's virtual positions not counted)."""
+    return a["micro_batch"] * (a["seq_len"] - a.get("virtual_tokens", 0.0)) * a["grad_accum"] * a["dp"]

@@ -14,16 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.physics.architecture import mixer_terms, vision_terms
+from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
+from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
+from tuneplan.physics.peft_methods import MODULE_METHODS, lora_equivalent, method_terms
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
 
-METHOD_CODES = {"full": 0, "lora": 1, "qlora": 2, "gptq-lora": 3, "alora": 4, "dora": 5, "freeze": 6}
-SHARDING_CODES = {"none": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hybrid": 4,
-                  "zero3-offload": 5, "fsdp-offload": 5}
-OPTIMIZER_CODES = {"adamw": 0, "adamw-8bit": 1, "paged-adamw-8bit": 2, "sgd": 3, "sgd-momentum": 4,
-                   "adafactor": 5}
+PEFT_PHYSICS = MODULE_METHODS + ("prefix-tuning", "prompt-tuning", "p-tuning", "ln-tuning", "adapter")
 PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0}
 QUANT_BYTES_PER_WEIGHT = {
     "none": None,  # = precision bytes
@@ -31,7 +29,13 @@ QUANT_BYTES_PER_WEIGHT = {
     "nf4": 0.5 + 0.127 / 8,  # QLoRA: 4-bit NF4 + double-quantised absmax (0.127 bit/param, Dettmers 2023)
     "gptq-int4": 0.5 + (16 + 4) / 8 / 128,  # 4-bit + fp16 scale and 4-bit zero per group of 128
     "awq-int4": 0.5 + (16 + 4) / 8 / 128,  # AWQ: same group-128 layout
+    # AQLM 1x16 (Egiazarian et al. 2024): 2-bit codes per weight + one 2^16 x 8 fp16 codebook per layer
+    # (1 MiB, 1/16 byte per weight of a 4096 x 4096 layer) and fp16 per-channel scales
+    "aqlm-2bit": 2.0 / 8 + 2**16 * 8 * 2 / (4096 * 4096) + 2.0 / 4096,
 }
+DEQUANT_KIND = {"nf4": 1.0, "gptq-int4": 2.0, "awq-int4": 2.0, "int8": 2.0, "aqlm-2bit": 2.0}
+"""Dequantisation traffic per pass: 1 NF4 (bitsandbytes), 2 fused int kernels (GPTQ/AWQ/int8; AQLM's
+codebook kernels taken as the same class)."""
 
 TARGET_ALIASES = {
     "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "out_proj": "o", "query": "q",
@@ -106,6 +110,18 @@ class ModelTerms:
     adapter_in_elements: float  # per token, whole model: inputs of the adapted modules, one per module
     adapted_modules: float  # adapted linear modules in the whole model (each adds its own small kernels)
     weight_bytes_compute: float  # bytes per weight at the compute precision
+    # PEFT methods outside the LoRA physics (physics/peft_methods.py; zero for every other method)
+    peft_fp32_flops: float = 0.0  # per token, forward: matmuls with weights built in fp32 (backward 2x)
+    peft_step_flops: float = 0.0  # per micro-step, forward: weight products in the compute dtype (BOFT)
+    peft_step_flops_fp32: float = 0.0  # per micro-step, forward: weights built in fp32 (LoHa, LoKr, HRA...)
+    peft_saved_bytes: float = 0.0  # per token, whole model: extra activations kept for backward
+    peft_sample_bytes: float = 0.0  # per sample: prefix keys and values
+    peft_fixed_act_bytes: float = 0.0  # built weights kept for backward, per micro-step
+    peft_buffer_bytes: float = 0.0  # frozen buffers (VeRA's shared projections, BOFT's permutations)
+    peft_state_bytes: float = 0.0  # extra training state (AdaLoRA's importance statistics)
+    peft_kernels: float = 0.0  # small kernels per micro-step
+    virtual_tokens: float = 0.0  # positions prompt/p-tuning prepend to each sample
+    prefix_tokens: float = 0.0  # keys/values prefix tuning adds to each attention layer
     # architecture terms (physics.architecture): local attention, MLA, Mamba, vision towers
     attn_local_flops_per_key: float = 0.0  # FLOPs per (query, key) over the sliding / chunked layers
     attn_window: float = 0.0  # tokens a local attention layer sees
@@ -123,7 +139,7 @@ class ModelTerms:
 
 
 def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
-    method = job.method
+    method = lora_equivalent(job.method)  # rslora, pissa, olora, eva: lora; loftq: qlora
     pbytes = PRECISION_BYTES[job.precision]
     dense_moe = job.moe_mode == "dense" and model.is_moe
     linears = model.linears
@@ -150,7 +166,20 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     adapter_io = 0.0
     adapter_in = 0.0
     adapted_modules = 0.0
-    if method in LORA_FAMILY:
+    peft: dict[str, float] = {}
+    if method in PEFT_PHYSICS:  # physics/peft_methods.py: counts, FLOPs and memory of the method
+        peft = method_terms(model, job)
+        trainable, adapter_flops, adapted = peft.pop("trainable"), peft.pop("adapter_flops"), peft.pop("adapted")
+        adapter_io, adapter_in = peft.pop("adapter_io_elements"), peft.pop("adapter_in_elements")
+        adapted_inputs = peft.pop("adapted_inputs_per_layer")
+        fwd_block += peft.pop("fwd_block_delta")
+        frozen_linear, frozen_other = block_linear_params, total - block_linear_params
+        quant = job.base_quant(model.quant)
+        qb = QUANT_BYTES_PER_WEIGHT.get(quant)
+        frozen_linear_bytes = pbytes if qb is None else qb
+        dequant = DEQUANT_KIND.get(quant, 0.0)
+        bwd_block, bwd_head, bwd_frac = 1.0, 1.0, 1.0
+    elif method in LORA_FAMILY:
         targets = normalise_targets(job.lora_targets)
         all_linear = "all-linear" in targets or "all" in targets
         names = {lin.name for lin in linears}
@@ -196,7 +225,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         frozen_other = total - block_linear_params
         qb = QUANT_BYTES_PER_WEIGHT.get(quant)
         frozen_linear_bytes = pbytes if qb is None else qb
-        dequant = {"nf4": 1.0, "gptq-int4": 2.0, "awq-int4": 2.0, "int8": 2.0}.get(quant, 0.0)
+        dequant = DEQUANT_KIND.get(quant, 0.0)
         bwd_block, bwd_head, bwd_frac = 1.0, 1.0, 1.0
     elif method == "freeze":
         k = min(job.trainable_layers, L)
@@ -215,12 +244,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         frozen_linear_bytes = pbytes
         dequant = 0.0
         bwd_block, bwd_head, bwd_frac = 2.0, 2.0, 1.0
-    # the vision tower: frozen unless trained (then all its weights train, whatever the LM's method)
-    tower = float(model.params_vision)
-    if method == "full" and not job.train_vision_tower:
-        trainable, frozen_other = trainable - tower, frozen_other + tower
-    elif method != "full" and job.train_vision_tower:
-        trainable, frozen_other = trainable + tower, frozen_other - tower
+    trainable, frozen_other = vision_trainable_split(model, job, trainable, frozen_other)
 
     return ModelTerms(
         fwd_block_flops=fwd_block,
@@ -257,19 +281,15 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         n_heads=model.n_heads,
         vocab=model.vocab_size,
         gated=model.gated_mlp,
-        lora_rank=float(job.lora_rank) if method in LORA_FAMILY else 0.0,
+        lora_rank=float(job.lora_rank) if method in LORA_FAMILY else peft.pop("lora_rank", 0.0),
         adapted_inputs_per_layer=adapted_inputs,
         adapter_io_elements=adapter_io,
         adapter_in_elements=adapter_in,
         adapted_modules=adapted_modules,
         weight_bytes_compute=pbytes,
-        attn_local_flops_per_key=mix.attn_local_flops_per_key,
-        attn_window=mix.attn_window,
-        attn_latent_elements=mix.attn_latent_elements,
-        ssm_flops=mix.ssm_flops,
-        ssm_act_elements=mix.ssm_act_elements,
-        dense_mlp_layers=mix.dense_mlp_layers,
+        **mix.term_fields(),
         **vis.__dict__,
+        **peft,
     )
 
 
@@ -296,6 +316,8 @@ def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]
         "inter_bw": inter / 8.0 * 1e9,
         "tdp_w": gpu.tdp_w if gpu.tdp_w > 0 else 300.0,
         "matmul_rel": (gpu.matmul_efficiency or REFERENCE_MATMUL_EFFICIENCY) / REFERENCE_MATMUL_EFFICIENCY,
+        # PEFT adapters' fp32 matmuls (physics/peft_methods.py): torch leaves TF32 off for matmuls by default
+        "peak_flops_fp32": float(gpu.peak_tflops.get("fp32") or gpu.tflops("fp32")) * 1e12,
     }
 
 
@@ -328,15 +350,15 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
     for model, gpu, job, seq in rows:
         key = (id(model), job.method, job.lora_rank, job.lora_targets, job.trainable_layers,
                job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode, job.images_per_example,
-               job.image_size, job.train_vision_tower)
+               job.image_size, job.train_vision_tower, job.peft_options, job.trainable_params,
+               frozenset(job.model_fields_set & {"lora_rank", "lora_targets"}))
         mt = cache.get(key)
         if mt is None:
             mt = model_terms(model, job, constants)
             cache[key] = mt
         # image tokens join each sample's sequence (vision-language models)
         d = {**mt.__dict__, **gpu_arrays(gpu, job.precision, constants), **job_numbers(job, seq + int(mt.image_tokens))}
-        eb, fk = kavier_terms(gpu, d["peak_flops"])
-        d["kavier_eb"], d["kavier_peak"] = eb, fk
+        d["seq_len"] += d["virtual_tokens"]  # prompt/p-tuning: the model runs over the prepended positions too
         for k, v in d.items():
             cols.setdefault(k, []).append(float(v))
         names.setdefault("_model_names", []).append(model.name)
@@ -347,8 +369,3 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
         out[k] = np.asarray(v, dtype=object)
     return out
 
-
-def kavier_terms(gpu: GPUSpec, peak_flops: float) -> tuple[float, float]:
-    from tuneplan.estimators.kavier import KavierEstimator
-
-    return KavierEstimator.gpu_terms(gpu.name, peak_flops / 1e12)

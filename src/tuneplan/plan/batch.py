@@ -58,7 +58,7 @@ def _num(v: str, field: str, integer: bool = False) -> float | int:
 
 
 def row_kwargs(row: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
-    """`plan(...)` keyword arguments for one workload row, on top of the command line's `defaults`."""
+    """`plan_run(...)` keyword arguments for one workload row, on top of the command line's `defaults`."""
     kw = dict(defaults)
     cells = {ALIASES.get(_key(k), _key(k)): v for k, v in row.items() if k is not None and not _blank(v)}
     model = cells.get("model") or cells.get("model_hf_id")
@@ -120,7 +120,7 @@ def plan_workload(path: str | Path, defaults: dict[str, Any], out: str | Path | 
                   on_row: Any = None) -> list[dict[str, Any]]:
     """Plan each job of a workload file; write the results to `out` (CSV) when given. Bad input in a
     row is reported in that row (status `error`, message with file and line), not raised."""
-    from tuneplan.plan.search import plan
+    from tuneplan.plan.search import plan_run
 
     rows = []
     for line, rec in read_workload(path):
@@ -131,7 +131,7 @@ def plan_workload(path: str | Path, defaults: dict[str, Any], out: str | Path | 
             if not kw.get("model"):
                 raise InputError("model", "is empty")
             model = kw.pop("model")
-            res = plan(model, **kw)
+            res = plan_run(model, **kw)
         except TuneplanError as exc:
             res_row.update(status="error", message=f"{path}:{line}: {exc}")
         else:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.specs.limits import MAX_CURVE_POINTS, bound_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,11 +57,11 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     that fits (at least 8, at most 1024). `runs`: a runs file (or files) to overlay."""
     import pandas as pd
 
-    from tuneplan.api import resolve_gpu_arg, resolve_model_arg
     from tuneplan.estimators.base import get_estimator
+    from tuneplan.physics.run import workload
     from tuneplan.physics.terms import build_arrays
     from tuneplan.specs.job import make_job
-    from tuneplan.workload import workload
+    from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg
 
     mspec = resolve_model_arg(model)
     gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs, strict=strict)
@@ -81,6 +82,7 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     if max_micro_batch is not None:
         if max_micro_batch < 1:
             raise InputError("max-micro-batch", f"must be a positive integer, got {max_micro_batch}")
+        bound_number("max-micro-batch", max_micro_batch, MAX_CURVE_POINTS)
         upper = int(max_micro_batch)
     else:
         upper = int(min(CURVE_MAX, max(8, 2 * largest)))

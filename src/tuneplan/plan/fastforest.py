@@ -1,6 +1,6 @@
 """A faster evaluation of the calibration's boosted trees for the planner's large grids.
 
-`tuneplan.learn.trees.Forest.predict` walks every tree for every row with 2-D fancy indexing (an
+`tuneplan.estimators.trees.Forest.predict` walks every tree for every row with 2-D fancy indexing (an
 n x trees gather per depth step): about 0.1 s per 1,000 rows for the shipped calibration (150
 trees), so 100,000 candidates would spend over ten seconds in the residual correction alone.
 `FastForest` evaluates only the distinct rows (as the trees see them) and compiles each tree to a

@@ -1,10 +1,11 @@
-"""`plan(...)`: search the configurations a user could choose (GPU type x count x nodes x method x
+"""`plan_run(...)` (`tuneplan.plan_run`): search the configurations a user could choose (GPU type x count x nodes x method x
 micro-batch x gradient accumulation x sharding x checkpointing), keep those that fit in memory, cost
 each run, draw the Pareto front of cost versus time, and recommend one under the constraints.
 
 The whole grid goes through the estimator in one vectorised call (`predict_arrays`), and the run
-totals (wall clock, device-hours, cost, energy, CO2) are `tuneplan.workload.run_totals` written in
-numpy, so a candidate's figures equal `tuneplan.estimate(...)` for the same configuration.
+totals (wall clock, device-hours, cost, energy, CO2) are `tuneplan.physics.run.run_totals`, the
+function `tuneplan.estimate(...)` applies to its one row, so a candidate's figures equal the estimate
+of the same configuration.
 
 Objectives (`objective=`):
 - `cheapest` (default): the lowest cost that meets the constraints (costs equal to the cent tie,
@@ -30,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.physics.run import Workload, run_totals, seq_len_warning, workload
+from tuneplan.plan.objectives import COST_OBJECTIVES, OBJECTIVES
 from tuneplan.plan.pareto import pareto_mask
 from tuneplan.plan.space import (
     DEFAULT_GLOBAL_BATCH,
@@ -44,22 +47,19 @@ from tuneplan.plan.space import (
 from tuneplan.plan.units import hours, money
 from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, has_known_power
 from tuneplan.specs.job import METHODS, JobSpec, make_job
-from tuneplan.workload import Workload, workload
 
 if TYPE_CHECKING:
     import pandas as pd
 
-OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
 DEFAULT_METHODS = ("full", "lora", "qlora")
 DEFAULT_MAX_GPUS = 8
-COST_OBJECTIVES = ("cheapest", "balanced")
 _EXCLUDED_DEFAULT_GPUS = ("TPU", "Gaudi")
 """Price-file accelerators left out of the default GPU list (the physics models CUDA/ROCm GPUs)."""
 
 
 @dataclass
 class PlanResult:
-    """The answer of `plan(...)`. `candidates`: one row per configuration that fits in memory, best
+    """The answer of `plan_run(...)`. `candidates`: one row per configuration that fits in memory, best
     first for the objective (those meeting the constraints before the others); `pareto`: its
     cost-time front, fastest first; `recommended`/`runner_up`: rows as dicts (None when nothing meets
     the constraints, then `message` says which constraint rules everything out and `closest` is the
@@ -185,7 +185,7 @@ def _as_list(v: Any) -> list:
 
 
 def _resolve_gpus(gpus: Any, prices: str | None, strict: bool = False) -> list[GPUSpec]:
-    from tuneplan.api import resolve_gpu_arg
+    from tuneplan.specs.resolve import resolve_gpu_arg
 
     names = _as_list(gpus) or default_gpus(prices)
     out: dict[str, GPUSpec] = {}
@@ -221,7 +221,7 @@ def _resolve_methods(methods: Any) -> list[str]:
     return out
 
 
-def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
+def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
          methods: Sequence[str] | str | None = None, max_gpus: int = DEFAULT_MAX_GPUS, *,
          examples: float | None = None, tokens_per_example: float | None = None, epochs: float | None = None,
          deadline_s: float | None = None, budget_usd: float | None = None, objective: str = "cheapest",
@@ -245,13 +245,116 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     default variant (said in `notes`). With the energy objective, GPUs whose power no source gives are left
     out (said in `notes`).
     """
-    import pandas as pd  # before the clock: the import is not the search
+    import pandas  # noqa: F401 - before the clock: the import is not the search
 
     t0 = _time.perf_counter()
-    from tuneplan.api import resolve_model_arg
-    from tuneplan.estimators.base import get_estimator
-    from tuneplan.physics.constants import DEFAULT_GRID_GCO2_KWH
+    from tuneplan.specs.resolve import resolve_model_arg
 
+    _check_question(objective, interval, deadline_s, budget_usd)
+
+    (methods, micro_batches, grad_accums, shardings, grad_ckpt, rate, grid_gco2_kwh,
+     fixed) = _pin_axes(fixed_job_fields, methods, micro_batches, grad_accums, shardings, grad_ckpt, rate,
+                        grid_gco2_kwh)
+    mspec = resolve_model_arg(model)
+    gpu_specs = _resolve_gpus(gpus, prices, strict)
+    method_list = _resolve_methods(methods)
+    if provider and rate is None:
+        from tuneplan.specs.prices import check_provider
+
+        provider = check_provider(provider, prices)
+
+    jobs, model_par, ep = _base_jobs(method_list, fixed, examples, tokens_per_example, epochs)
+    base = jobs[0]
+    wl = workload(base)
+    gpu_specs, notes = _gpus_and_notes(gpu_specs, objective, base, mspec, wl)
+    rate_tab, price_info = _price_table(gpu_specs, rate, provider, prices, notes)
+    needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
+    if needs_cost and np.isnan(rate_tab).all():
+        where = f" from {provider}" if provider else ""
+        raise InputError("rate", f"no price{where} for {', '.join(g.name for g in gpu_specs)} in the price "
+                         "file: pass --rate ($ per GPU-hour), another --provider, or --prices FILE")
+
+    # the grid
+    counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
+        gpu_counts(int(max_gpus), gpus_per_node))
+    if fixed.get("stage", "sft") != "sft":  # preference / RL stages: candidate by candidate (plan/stages.py)
+        from tuneplan.plan.stages import stage_plan_result
+
+        return stage_plan_result(
+            mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, stage=fixed["stage"],
+            work={"examples": examples, "tokens_per_example": tokens_per_example, "epochs": epochs},
+            fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
+            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective, t0=t0, notes=notes)
+    space = Space(gpu_counts=counts,
+                  micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
+                  shardings=tuple(shardings or DEFAULT_SHARDINGS), grad_ckpt=tuple(bool(c) for c in grad_ckpt),
+                  global_batch=None if grad_accums else int(global_batch or DEFAULT_GLOBAL_BATCH),
+                  grad_accums=tuple(int(g) for g in grad_accums) if grad_accums else None, gpus_per_node=gpus_per_node)
+    grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, ep=ep)
+    if len(grid) == 0:
+        raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
+                         f"{space.global_batch}: widen --micro-batches or change --global-batch")
+    ev = _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh)
+    out, totals, rate_row, gb, mfu = ev["out"], ev["totals"], ev["rate_row"], ev["gb"], ev["mfu"]
+    wall, train_s, energy_kwh, cost = (totals[x] for x in ("wall_clock_s", "train_s", "energy_kwh", "cost_usd"))
+    mem, cap, fits = ev["mem"], ev["cap"], ev["fits"]
+    interval_info, t_lo, t_hi = _interval_bounds(interval, calibration, wall, train_s, notes)
+
+    # the table of configurations that fit, best first
+    k, priced, meets_deadline, within_budget, eligible = _rank(fits, wall, cost, energy_kwh, objective, deadline_s,
+                                                               budget_usd)
+    gpu_names = np.array([g.name for g in gpu_specs], dtype=object)
+    method_names = np.array(method_list, dtype=object)
+    df, pareto_df = _tables(k, grid, gpu_names, method_names, gb, wall, t_lo, t_hi, cost, rate_row, totals, out,
+                            mfu, mem, cap, fits, meets_deadline, within_budget, eligible, priced)
+
+    rec, ru, why, message, closest = _recommend(df, k, eligible, grid, gpu_names, method_names, mem, cap, fits,
+                                                objective, deadline_s, budget_usd)
+    infeasible = _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced,
+                             meets_deadline, within_budget, deadline_s, budget_usd, objective, space,
+                             price_info, provider)
+    notes += _space_notes(space, objective)
+    return PlanResult(
+        model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
+        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
+        closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
+        interval=interval_info, n_evaluated=len(grid), seconds=_time.perf_counter() - t0,
+        space=_space_dict(space), notes=notes,
+    )
+
+
+def _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh) -> dict[str, Any]:
+    """The whole grid through one estimator call, and its run totals (vectorised: the same function
+    `estimate` applies to its one row)."""
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator("tuneplan", calibration))  # same figures, faster residual trees
+    a = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, est.constants)
+    out = est.predict_arrays(a)
+    rate_row = rate_tab[grid.gpu_idx]
+    totals = run_totals(jobs[0], wl, a, out, rate_row, grid_gco2_kwh, est.constants)
+    step_s = np.asarray(out["step_s"], dtype=float)
+    peak = np.asarray(a["peak_flops"], dtype=float)
+    return {"out": out, "totals": totals, "rate_row": rate_row, "gb": grid.micro_batch * grid.grad_accum * grid.dp,
+            "mfu": np.asarray(out["model_flops_per_step"], dtype=float) / (step_s * grid.gpus.astype(float) * peak),
+            "mem": np.asarray(out["memory_gib"], dtype=float),
+            "cap": np.asarray(a["memory_bytes"], dtype=float) / 1024.0**3,
+            "fits": np.asarray(out["fits"], dtype=bool)}
+
+
+def _gpus_and_notes(gpu_specs: list[GPUSpec], objective: str, base: JobSpec, mspec, wl: Workload
+                    ) -> tuple[list[GPUSpec], list[str]]:
+    """The GPUs the objective can rank, and the notes so far: what each GPU's figures assume, a long
+    sequence."""
+    notes: list[str] = []
+    gpu_specs = gpus_with_power(gpu_specs, objective, notes)
+    for g in gpu_specs:
+        notes += [n for n in gpu_assumptions(g, base.precision) if n not in notes]
+    return gpu_specs, notes + seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
+
+
+def _check_question(objective: str, interval, deadline_s, budget_usd) -> None:
     if objective not in OBJECTIVES:
         raise InputError("objective", f"unknown objective '{objective}'", OBJECTIVES)
     if interval is not None and interval != 0 and not 0 < interval < 1:
@@ -260,7 +363,59 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
         if v is not None and (not math.isfinite(float(v)) or float(v) <= 0):
             raise InputError(name, f"must be positive, got {v}")
 
-    # a single value for an axis pins it; grid fields given as fixed job fields do too
+
+def _base_jobs(method_list: list[str], fixed: dict, examples, tokens_per_example, epochs
+               ) -> tuple[list[JobSpec], int, int]:
+    """One validated base job per method (its options and the work), the model-parallel degree and EP."""
+    model_par = 1
+    for k in ("tp", "pp", "cp"):
+        model_par *= int(fixed.get(k, 1) or 1)
+    ep = int(fixed.get("ep", 1) or 1)
+    jobs = [make_job(method=m, examples=examples, tokens_per_example=tokens_per_example, epochs=epochs,
+                     gpus=model_par * ep, **fixed) for m in method_list]
+    return jobs, model_par, ep
+
+
+def _rank(fits, wall, cost, energy_kwh, objective: str, deadline_s, budget_usd) -> tuple:
+    """(rows that fit, best first; priced, meets_deadline, within_budget, eligible masks). Figures
+    equal at the precision people read them (a cent, a second, 10 Wh) tie, and the next key decides;
+    rows meeting the constraints come first."""
+    keep = np.flatnonzero(fits)
+    meets_deadline = np.ones(len(wall), dtype=bool) if deadline_s is None else wall <= deadline_s
+    priced = np.isfinite(cost)
+    within_budget = np.ones(len(wall), dtype=bool) if budget_usd is None else priced & (cost <= budget_usd)
+    eligible = fits & meets_deadline & within_budget & (priced if objective in COST_OBJECTIVES else True)
+    cost_key = np.where(priced, cost, np.inf)
+    keys = {"cheapest": (np.round(cost_key, 2), wall, energy_kwh),
+            "fastest": (np.round(wall), cost_key, energy_kwh),
+            "energy": (np.round(energy_kwh, 2), cost_key, wall),
+            "balanced": (np.where(priced, wall * cost_key, np.inf), wall, cost_key)}[objective]
+    k = keep[np.lexsort(tuple(x[keep] for x in reversed(keys)) + (~eligible[keep],))]
+    return k, priced, meets_deadline, within_budget, eligible
+
+
+def _space_notes(space: Space, objective: str) -> list[str]:
+    ga = "grad-accum " + str(list(space.grad_accums)) if space.grad_accums else space.global_batch
+    out = [f"Global batch: {ga} samples per optimizer step (gradient accumulation fills in what micro-batch x "
+           "GPUs lacks)."]
+    if objective == "balanced":
+        out.append("balanced: the smallest time x cost (the Pareto point where 1% less time costs at least "
+                   "1% more money).")
+    return out
+
+
+def _space_dict(space: Space) -> dict[str, Any]:
+    return {"gpu_counts": list(space.gpu_counts), "micro_batches": list(space.micro_batches),
+            "shardings": list(space.shardings), "grad_ckpt": list(space.grad_ckpt),
+            "global_batch": space.global_batch,
+            "grad_accums": list(space.grad_accums) if space.grad_accums else None,
+            "gpus_per_node": space.gpus_per_node}
+
+
+def _pin_axes(fixed_job_fields: dict, methods, micro_batches, grad_accums, shardings, grad_ckpt, rate,
+              grid_gco2_kwh) -> tuple:
+    """A single value for an axis pins it; grid fields given as fixed job fields do too. Returns the
+    axes, the rate and grid intensity, and the job fields left fixed for every candidate."""
     if isinstance(grad_ckpt, bool):
         grad_ckpt = (grad_ckpt,)
     if isinstance(micro_batches, int):
@@ -290,34 +445,12 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
         raise InputError("rate", f"must be a number >= 0, got {rate}")
     if grid_gco2_kwh is not None and (not math.isfinite(float(grid_gco2_kwh)) or float(grid_gco2_kwh) < 0):
         raise InputError("grid-gco2-kwh", f"must be a number >= 0, got {grid_gco2_kwh}")
+    return methods, micro_batches, grad_accums, shardings, grad_ckpt, rate, grid_gco2_kwh, fixed
 
-    mspec = resolve_model_arg(model)
-    gpu_specs = _resolve_gpus(gpus, prices, strict)
-    method_list = _resolve_methods(methods)
-    if provider and rate is None:
-        from tuneplan.specs.prices import check_provider
 
-        provider = check_provider(provider, prices)
-
-    # one validated base job per method: its options, and the work
-    model_par = 1
-    for k in ("tp", "pp", "cp"):
-        model_par *= int(fixed.get(k, 1) or 1)
-    ep = int(fixed.get("ep", 1) or 1)
-    jobs: list[JobSpec] = [
-        make_job(method=m, examples=examples, tokens_per_example=tokens_per_example, epochs=epochs,
-                 gpus=model_par * ep, **fixed) for m in method_list]
-    base = jobs[0]
-    wl = workload(base)
-    notes: list[str] = []
-    gpu_specs = gpus_with_power(gpu_specs, objective, notes)
-    for g in gpu_specs:
-        notes += [n for n in gpu_assumptions(g, base.precision) if n not in notes]
-    if mspec.max_position_embeddings and wl.seq_len > mspec.max_position_embeddings:
-        notes.append(f"seq_len {wl.seq_len} is above {mspec.name}'s max_position_embeddings "
-                     f"({mspec.max_position_embeddings}): fine with RoPE scaling, otherwise truncate")
-
-    # prices per GPU type
+def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
+                 notes: list[str]) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
+    """$/GPU-hour per GPU type (NaN: no price) and where each came from; old prices said in `notes`."""
     rate_tab = np.full(len(gpu_specs), np.nan)
     price_info: dict[str, dict[str, Any]] = {}
     for i, g in enumerate(gpu_specs):
@@ -340,85 +473,16 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
             old = stale_price_warning(p)
             if old:
                 notes.append(old[0].upper() + old[1:] + ".")
-    needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
-    if needs_cost and np.isnan(rate_tab).all():
-        where = f" from {provider}" if provider else ""
-        raise InputError("rate", f"no price{where} for {', '.join(g.name for g in gpu_specs)} in the price "
-                         "file: pass --rate ($ per GPU-hour), another --provider, or --prices FILE")
+    return rate_tab, price_info
 
-    # the grid
-    counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
-        gpu_counts(int(max_gpus), gpus_per_node))
-    if fixed.get("stage", "sft") != "sft":  # preference / RL stages: candidate by candidate (plan/stages.py)
-        from tuneplan.plan.stages import stage_plan_result
 
-        return stage_plan_result(
-            mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, stage=fixed["stage"],
-            work={"examples": examples, "tokens_per_example": tokens_per_example, "epochs": epochs},
-            fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
-            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective, t0=t0, notes=notes)
-    space = Space(gpu_counts=counts,
-                  micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
-                  shardings=tuple(shardings or DEFAULT_SHARDINGS),
-                  grad_ckpt=tuple(bool(c) for c in grad_ckpt),
-                  global_batch=None if grad_accums else int(global_batch or DEFAULT_GLOBAL_BATCH),
-                  grad_accums=tuple(int(g) for g in grad_accums) if grad_accums else None,
-                  gpus_per_node=gpus_per_node)
-    grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, ep=ep)
-    if len(grid) == 0:
-        raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
-                         f"{space.global_batch}: widen --micro-batches or change --global-batch")
-    from tuneplan.plan.fastforest import accelerated
-
-    est = accelerated(get_estimator("tuneplan", calibration))  # same figures, faster residual trees
-    constants = est.constants
-    a, per_mk = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, constants)
-    out = est.predict_arrays(a)
-
-    # run totals, vectorised (tuneplan.workload.run_totals)
-    mk = grid.method_idx * 2 + grid.grad_ckpt
-    step_s = np.asarray(out["step_s"], dtype=float)
-    gb = (grid.micro_batch * grid.grad_accum * grid.dp).astype(float)
-    steps_per_epoch = np.ceil(wl.samples_per_epoch / gb)
-    steps = np.maximum(1.0, np.ceil(steps_per_epoch * wl.epochs))
-    train_s = steps * step_s
-    disk = base.disk_gbs * 1e9
-    load_s = (np.full(len(grid), float(base.load_time_s)) if base.load_time_s is not None
-              else per_mk["weight_bytes"][mk] / disk)
-    fwd_micro = np.asarray(out["forward_s"], dtype=float) / grid.grad_accum
-    if base.eval_every and base.eval_examples:
-        n_evals = np.floor(steps / base.eval_every)
-        micro_steps = np.ceil(base.eval_examples / (grid.micro_batch * grid.dp))
-        eval_s = n_evals * micro_steps * fwd_micro
-    else:
-        eval_s = np.zeros(len(grid))
-    saves = (np.floor(steps / base.save_every) if base.save_every else 0.0) + (1.0 if base.save_final else 0.0)
-    checkpoint_s = saves * per_mk["checkpoint_bytes"][mk] / disk
-    wall = load_s + train_s + eval_s + checkpoint_s
-    gpus_f = grid.gpus.astype(float)
-    device_hours = wall * gpus_f / 3600.0
-    compute_share = np.asarray(out.get("compute_s", step_s), dtype=float) / step_s
-    util = np.clip(compute_share, 0.0, 1.0)
-    idle = constants.idle_power_fraction
-    tdp = np.asarray(a["tdp_w"], dtype=float)
-    energy_j = gpus_f * (tdp * (idle + (1.0 - idle) * util) * (train_s + eval_s) + tdp * idle * (load_s + checkpoint_s))
-    energy_kwh = energy_j / 3.6e6
-    grid_g = float(grid_gco2_kwh) if grid_gco2_kwh is not None else DEFAULT_GRID_GCO2_KWH
-    co2_kg = energy_kwh * grid_g / 1000.0
-    rate_row = rate_tab[grid.gpu_idx]
-    cost = device_hours * rate_row
-    tokens_step = np.asarray(out["tokens_per_step"], dtype=float)
-    peak = np.asarray(a["peak_flops"], dtype=float)
-    mfu = np.asarray(out["model_flops_per_step"], dtype=float) / (step_s * gpus_f * peak)
-    mem = np.asarray(out["memory_gib"], dtype=float)
-    cap = np.asarray(a["memory_bytes"], dtype=float) / 1024.0**3
-    fits = np.asarray(out["fits"], dtype=bool)
-
-    # intervals from stored held-out residuals, when the calibration has them
+def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarray,
+                     notes: list[str]) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
+    """Wall-clock bounds from the held-out residuals stored in the calibration, when it has them."""
     interval_info = None
-    t_lo = t_hi = np.full(len(grid), np.nan)
+    t_lo = t_hi = np.full(len(wall), np.nan)
     if interval:
-        from tuneplan.learn.calibration import interval_residuals
+        from tuneplan.estimators.calibration import interval_residuals
         from tuneplan.learn.intervals import conformal_bounds
 
         res = interval_residuals("tuneplan", calibration)
@@ -430,25 +494,19 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
                              "source": res.get("source", ""), "n_residuals": len(res["throughput"])}
         else:
             notes.append("No interval: no held-out residuals stored for this estimator.")
+    return interval_info, t_lo, t_hi
 
-    # the table of configurations that fit
-    keep = np.flatnonzero(fits)
-    meets_deadline = np.ones(len(grid), dtype=bool) if deadline_s is None else wall <= deadline_s
-    priced = np.isfinite(cost)
-    within_budget = np.ones(len(grid), dtype=bool) if budget_usd is None else priced & (cost <= budget_usd)
-    eligible = fits & meets_deadline & within_budget & (priced if objective in COST_OBJECTIVES else True)
-    cost_key = np.where(priced, cost, np.inf)
-    # ranking keys: figures equal at the precision people read them (a cent, a second, 10 Wh) tie,
-    # and the next key decides
-    keys = {"cheapest": (np.round(cost_key, 2), wall, energy_kwh),
-            "fastest": (np.round(wall), cost_key, energy_kwh),
-            "energy": (np.round(energy_kwh, 2), cost_key, wall),
-            "balanced": (np.where(priced, wall * cost_key, np.inf), wall, cost_key)}[objective]
-    k = keep[np.lexsort(tuple(x[keep] for x in reversed(keys)) + (~eligible[keep],))]
-    gpu_names = np.array([g.name for g in gpu_specs], dtype=object)
-    method_names = np.array(method_list, dtype=object)
+
+def _tables(k, grid, gpu_names, method_names, gb, wall, t_lo, t_hi, cost, rate_row, totals, out, mfu, mem, cap,
+            fits, meets_deadline, within_budget, eligible, priced) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The candidates table (rows `k`, best first) and its cost-time Pareto front (fastest first)."""
+    import pandas as pd
+
+    step_s = np.asarray(out["step_s"], dtype=float)
+    tokens_step = np.asarray(out["tokens_per_step"], dtype=float)
+    device_hours, energy_kwh, co2_kg, steps = (totals[x] for x in ("device_hours", "energy_kwh", "co2_kg", "steps"))
     shard_names = np.array(grid.sharding_labels, dtype=object)
-    cols: dict[str, Any] = {
+    cols = {
         "gpu": gpu_names[grid.gpu_idx[k]],
         "gpus": grid.gpus[k],
         "nodes": grid.nodes[k],
@@ -484,9 +542,13 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
                                                                    np.zeros(0, bool))
     cols["pareto"] = front
     df = pd.DataFrame(cols)
-    pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True)
+    return df, df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True)
 
-    # recommendation and runner-up
+
+def _recommend(df, k, eligible, grid, gpu_names, method_names, mem, cap, fits, objective, deadline_s,
+               budget_usd) -> tuple:
+    """(recommended, runner-up, why, message, closest): the best eligible row and the best other GPU
+    type, count or method; or which constraint rules everything out."""
     rec = ru = None
     why = message = ""
     closest = None
@@ -505,27 +567,7 @@ def plan(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     else:
         message, closest = _no_plan(df, grid, gpu_names, method_names, mem, cap, fits, deadline_s, budget_usd,
                                     objective)
-
-    infeasible = _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced,
-                             meets_deadline, within_budget, deadline_s, budget_usd, objective, space,
-                             price_info, provider)
-    notes.append(f"Global batch: {'grad-accum ' + str(list(space.grad_accums)) if space.grad_accums else space.global_batch} "
-                 f"samples per optimizer step (gradient accumulation fills in what micro-batch x GPUs lacks).")
-    if objective == "balanced":
-        notes.append("balanced: the smallest time x cost (the Pareto point where 1% less time costs at least "
-                     "1% more money).")
-    return PlanResult(
-        model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
-        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
-        closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
-        interval=interval_info, n_evaluated=len(grid), seconds=_time.perf_counter() - t0,
-        space={"gpu_counts": list(space.gpu_counts), "micro_batches": list(space.micro_batches),
-               "shardings": list(space.shardings), "grad_ckpt": list(space.grad_ckpt),
-               "global_batch": space.global_batch,
-               "grad_accums": list(space.grad_accums) if space.grad_accums else None,
-               "gpus_per_node": space.gpus_per_node},
-        notes=notes,
-    )
+    return rec, ru, why, message, closest
 
 
 def _row(df: pd.DataFrame, i: int) -> dict[str, Any]:

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.physics.terms import SHARDING_CODES, gpu_arrays, kavier_terms, model_terms
+from tuneplan.physics.codes import SHARDING_CODES
+from tuneplan.physics.terms import gpu_arrays, model_terms
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import SHARDINGS, JobSpec
+from tuneplan.specs.limits import MAX_GPUS, bound_number, check_space_bounds
 from tuneplan.specs.model import ModelSpec
 
 GPUS_PER_NODE = 8
@@ -46,6 +48,7 @@ def gpu_counts(max_gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> list[int]:
     """Powers of two up to max_gpus, and max_gpus itself when it splits evenly over its nodes."""
     if max_gpus < 1:
         raise InputError("max-gpus", f"must be a positive integer, got {max_gpus}")
+    bound_number("max-gpus", max_gpus, MAX_GPUS)
     out = [1 << i for i in range(int(math.log2(max_gpus)) + 1)]
     nodes = math.ceil(max_gpus / gpus_per_node)
     if max_gpus not in out and max_gpus % nodes == 0:
@@ -71,6 +74,7 @@ class Space:
                            ("grad-accums", self.grad_accums or (1,))):
             if not vals or any(int(v) != v or v < 1 for v in vals):
                 raise InputError(name, f"must be positive integers, got {list(vals)}")
+        check_space_bounds(self)
         if not self.shardings:
             raise InputError("shardings", "give at least one", SHARDINGS)
         for s in self.shardings:
@@ -155,9 +159,9 @@ def enumerate_grid(n_gpu_types: int, n_methods: int, space: Space, model_par: in
 
 
 def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSpec], grid: Grid, seq_len: int,
-                 constants=None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The physics arrays for every grid row, plus per-(method, checkpointing) scalars the run totals
-    need (`weight_bytes`, `checkpoint_bytes`, `params_trainable`), indexed as `method_idx * 2 + ckpt`.
+                 constants=None) -> dict[str, np.ndarray]:
+    """The physics arrays for every grid row (what `tuneplan.physics.terms.build_arrays` gives one
+    configuration at a time).
 
     `jobs[i]` is the base job of method i (its method options: rank, targets, precision, quant...).
     """
@@ -183,9 +187,7 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     g_rows = []
     for g in gpus:
         for p in prec:
-            d = gpu_arrays(g, p, constants)
-            eb, fk = kavier_terms(g, d["peak_flops"])
-            g_rows.append({**d, "kavier_eb": eb, "kavier_peak": fk})
+            g_rows.append(gpu_arrays(g, p, constants))
     gk = grid.gpu_idx * len(jobs) + grid.method_idx
     for key in g_rows[0]:
         put(key, np.array([float(r[key]) for r in g_rows]), gk)
@@ -193,8 +195,8 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     base = jobs[0]
     a["micro_batch"] = grid.micro_batch.astype(float)
     a["grad_accum"] = grid.grad_accum.astype(float)
-    # image tokens join each sample's sequence (vision-language models)
-    a["seq_len"] = np.broadcast_to(np.float64(seq_len + terms[0].get("image_tokens", 0.0)), (n,))
+    # image tokens join each sample's sequence (vision-language models); prompt/p-tuning's prepended positions
+    a["seq_len"] = np.float64(seq_len + terms[0].get("image_tokens", 0.0)) + a["virtual_tokens"]
     a["gpus"] = grid.gpus.astype(float)
     a["nodes"] = grid.nodes.astype(float)
     for k in ("tp", "pp", "cp", "ep"):
@@ -214,16 +216,4 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     a["_model_names"] = np.broadcast_to(np.array(model.name, dtype=object), (n,))
     a["_gpu_names"] = np.array([g.name for g in gpus], dtype=object)[grid.gpu_idx]
     a["_methods"] = np.array([j.method for j in jobs], dtype=object)[grid.method_idx]
-
-    # per (method, ckpt): bytes loaded and saved (as api.estimate computes them)
-    extra = {"weight_bytes": [], "checkpoint_bytes": [], "params_trainable": []}
-    for j, job in enumerate(jobs):
-        for ck in (0, 1):
-            t = terms[j * 2 + ck]
-            trainable = float(t["params_trainable"])
-            extra["weight_bytes"].append(t["params_frozen_linear"] * t["frozen_linear_bytes"]
-                                         + t["params_frozen_other"] * t["frozen_other_bytes"]
-                                         + trainable * t["weight_bytes_compute"])
-            extra["checkpoint_bytes"].append(trainable * (2.0 if job.method in ("full", "freeze") else 4.0))
-            extra["params_trainable"].append(trainable)
-    return a, {k: np.asarray(v, dtype=float) for k, v in extra.items()}
+    return a

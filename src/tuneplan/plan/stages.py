@@ -32,22 +32,15 @@ def rollout_options(stage: str, gpus: int, nodes: int = 1) -> list[tuple[str, in
 
 
 def _candidate(est, mspec, g, job, c, rate: float | None) -> dict[str, Any]:
-    from tuneplan.estimators.stages import run_stage, stage_totals
-    from tuneplan.workload import run_totals, workload
+    from tuneplan.estimators.stages import run_stage, stage_run_totals
+    from tuneplan.physics.run import workload
 
     wl = workload(job)
     run = run_stage(est, mspec, g, job, wl.seq_len, wl.samples_per_epoch, search_max_mb=False)
-    out, a = run.out, run.arrays
+    out = run.out
     step = float(np.asarray(out["step_s"]).reshape(-1)[0])
     tj = run.totals_job
-    trainable = float(a["params_trainable"][0])
-    wbytes = float(a["params_frozen_linear"][0] * a["frozen_linear_bytes"][0] + a["params_frozen_other"][0]
-                   * a["frozen_other_bytes"][0] + trainable * a["weight_bytes_compute"][0])
-    ckpt = trainable * (2.0 if job.method in ("full", "freeze") else 4.0)
-    compute = float(np.asarray(out.get("compute_s", step)).reshape(-1)[0]) / step
-    totals = run_totals(tj, run.workload(wl), step, float(np.asarray(out["forward_s"]).reshape(-1)[0])
-                        / tj.grad_accum, compute, mspec.params_total, wbytes, ckpt, g.tdp_w or 300.0, rate, c)
-    totals, _ = stage_totals(run, totals)
+    totals, _ = stage_run_totals(run, wl, rate, c)
     mem = float(np.asarray(out["memory_gib"]).reshape(-1)[0])
     return {"gpu": g.name, "gpus": job.gpus, "nodes": job.nodes, "method": job.method,
             "micro_batch": job.micro_batch, "grad_accum": tj.grad_accum, "global_batch": run.samples_per_step,

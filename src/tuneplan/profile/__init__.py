@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["profile_grid", "profile_auto", "run_one", "probe", "smart_sample", "RunConfig"]
+__all__ = ["profile_grid", "profile_auto", "run_one", "probe", "smart_sample", "ProfileConfig"]
 
 
 def __getattr__(name: str) -> Any:
@@ -28,8 +28,8 @@ def __getattr__(name: str) -> Any:
         from tuneplan.profile.sampling import smart_sample
 
         return smart_sample
-    if name == "RunConfig":
-        from tuneplan.profile.config import RunConfig
+    if name == "ProfileConfig":
+        from tuneplan.profile.config import ProfileConfig
 
-        return RunConfig
+        return ProfileConfig
     raise AttributeError(name)

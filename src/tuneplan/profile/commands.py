@@ -31,6 +31,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from tuneplan.profile.device import probe, save_entry
 
+    _check_threads(args.threads)
+    if args.out is not None and not str(args.out).strip():
+        raise InputError("out", "empty path: give a YAML/JSON file or a folder")
     entry = probe(args.device, args.name, quick=args.quick, threads=args.threads)
     path = save_entry(entry, args.out)
     sys.stdout.write(yaml.safe_dump(entry, sort_keys=False))
@@ -67,6 +70,67 @@ def _lists(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _check_threads(threads: int | None) -> None:
+    if threads is not None and not 1 <= threads <= 4096:
+        raise InputError("threads", f"must be a positive number of CPU threads (got {threads})")
+
+
+def _check_profile_args(args: argparse.Namespace, lists: dict[str, Any]) -> None:
+    """Bad values refused before any model is built: counts below 1, NaN or negative limits,
+    --config-override keys the model's config lacks or values of the wrong type."""
+    import math
+
+    _check_threads(args.threads)
+    for name, flag in (("seq_lens", "seq-len"), ("micro_batches", "micro-batch"), ("grad_accums", "grad-accum"),
+                       ("lora_ranks", "lora-rank"), ("nprocs", "nproc")):
+        for v in lists.get(name) or ():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InputError(flag, f"must be positive integers (got {v})")
+    for v in lists.get("layers") or ():
+        if v is not None and v < 1:
+            raise InputError("layers", f"must be positive layer counts or 'full' (got {v})")
+    if args.warmup < 0:
+        raise InputError("warmup", f"must be >= 0 (got {args.warmup})")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise InputError("timeout", f"must be a positive number of seconds (got {args.timeout})")
+    if args.max_mem_gib is not None and not (math.isfinite(args.max_mem_gib) and args.max_mem_gib > 0):
+        raise InputError("max-mem-gib", f"must be a positive number of GiB (got {args.max_mem_gib})")
+    if not 0 < args.target_error < 1 or args.target_error != args.target_error:
+        raise InputError("target-error", f"must be between 0 and 1 (got {args.target_error})")
+    if args.lora_alpha is not None and args.lora_alpha < 1:
+        raise InputError("lora-alpha", f"must be a positive integer (got {args.lora_alpha})")
+    _check_overrides(args.model, args.config_override)
+
+
+def _check_overrides(model: str, text: str | None) -> None:
+    """Each --config-override key is in the model's config (or a known size key), its value of the
+    config's type, and the result within tuneplan.specs.limits' bounds."""
+    from tuneplan.profile.config import parse_overrides
+    from tuneplan.specs.limits import CONFIG_BOUNDS, check_config_sizes
+
+    overrides = parse_overrides(text)
+    if not overrides:
+        return
+    try:
+        from tuneplan.specs.catalog import load_model_config
+
+        base = load_model_config(model)
+    except Exception:  # noqa: BLE001 - the model itself is checked (and reported) when it is built
+        base = None
+    merged = dict(base or {})
+    for key, value in overrides:
+        old = merged.get(key)
+        if base is not None and key not in base and key not in CONFIG_BOUNDS:
+            raise InputError("config-override", f"unknown key '{key}': {model}'s config has no such entry")
+        if key in CONFIG_BOUNDS and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError("config-override", f"{key} must be an integer (got {value!r})")
+        if isinstance(old, (int, float)) and not isinstance(old, bool) and (
+                isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError("config-override", f"{key} must be a number like {old!r} (got {value!r})")
+        merged[key] = value
+    check_config_sizes(merged, "config-override")
+
+
 def _count_rows(path: str) -> int:
     from tuneplan.profile.rows import read_rows
 
@@ -82,6 +146,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from tuneplan.profile.grid import curve_path, profile_auto, profile_grid
 
     lists = _lists(args)
+    _check_profile_args(args, lists)
     if args.auto:
         lists["seq_lens"] = lists["seq_lens"] or [128, 256, 512, 1024]
         lists["micro_batches"] = lists["micro_batches"] or [1, 2, 4, 8]

@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class ProfileConfig:
     """Everything that defines one measured configuration."""
 
     model: str
@@ -101,7 +101,7 @@ class RunConfig:
         return json.dumps(d)
 
     @classmethod
-    def from_json(cls, text: str) -> RunConfig:
+    def from_json(cls, text: str) -> ProfileConfig:
         d = json.loads(text)
         d["config_override"] = tuple(tuple(kv) for kv in d.get("config_override") or ())
         return cls(**d)
@@ -169,7 +169,7 @@ def parse_int(s: str) -> int:
 
 def parse_layers(s: str) -> int | None:
     """A layer count, or `full`/`all` for the whole model."""
-    if s.strip().lower() in ("full", "all", "none", "0"):
+    if s.strip().lower() in ("full", "all", "none"):
         return None
     return parse_int(s)
 
@@ -248,7 +248,7 @@ GRID_KEYS = ("method", "seq_len", "micro_batch", "grad_accum", "layers", "lora_r
              "grad_ckpt", "attn", "optimizer", "nproc")
 
 
-def expand_grid(base: RunConfig, **lists: Iterable[Any]) -> list[RunConfig]:
+def expand_grid(base: ProfileConfig, **lists: Iterable[Any]) -> list[ProfileConfig]:
     """Every combination of the given lists (keys among GRID_KEYS), in a stable order.
 
     LoRA rank only varies for LoRA-like methods (full fine-tuning gets one row per other setting).
@@ -261,8 +261,8 @@ def expand_grid(base: RunConfig, **lists: Iterable[Any]) -> list[RunConfig]:
     for k, v in zip(keys, values, strict=True):
         if not v:
             raise InputError(k.replace("_", "-"), "is empty")
-    out: list[RunConfig] = []
-    seen: set[RunConfig] = set()
+    out: list[ProfileConfig] = []
+    seen: set[ProfileConfig] = set()
     for combo in itertools.product(*values):
         cfg = replace(base, **dict(zip(keys, combo, strict=True)))
         if not cfg.is_lora and cfg.lora_rank != base.lora_rank:

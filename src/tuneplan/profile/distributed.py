@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tuneplan.profile.config import ModelSource, RunConfig
+from tuneplan.profile.config import ModelSource, ProfileConfig
 from tuneplan.profile.memory import cpu_count
 
 
@@ -34,7 +34,7 @@ def _src_path() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def launch(cfg: RunConfig, src: ModelSource, device: str) -> dict[str, Any]:
+def launch(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
     """Run one configuration under torchrun; returns the row written by rank 0 (or a failure row)."""
     from tuneplan.profile.runner import config_row
 
@@ -108,7 +108,7 @@ def worker_main(cfg_path: str, src_path: str, res_path: str) -> int:
         result_row,
     )
 
-    cfg = RunConfig.from_json(Path(cfg_path).read_text(encoding="utf-8"))
+    cfg = ProfileConfig.from_json(Path(cfg_path).read_text(encoding="utf-8"))
     s = json.loads(Path(src_path).read_text(encoding="utf-8"))
     src = ModelSource(s["name"], s["hf_id"], s["config"], s["origin"])
     rank = int(os.environ.get("RANK", "0"))

@@ -15,7 +15,7 @@ from typing import Any
 from tuneplan.errors import InputError
 from tuneplan.profile.config import (
     ModelSource,
-    RunConfig,
+    ProfileConfig,
     expand_grid,
     load_model_source,
     parse_overrides,
@@ -48,9 +48,9 @@ def _as_list(value: Any, default: Sequence[Any]) -> list[Any]:
 
 def build_configs(model: str, methods: Iterable[str] = ("full",), seq_lens: Iterable[int] = (512,),
                   micro_batches: Iterable[int] = (1,), layers: Iterable[int | None] = (None,),
-                  steps: int = 8, warmup: int = 2, **opts: Any) -> list[RunConfig]:
-    """The RunConfigs of a grid (see profile_grid for the options)."""
-    base = RunConfig(
+                  steps: int = 8, warmup: int = 2, **opts: Any) -> list[ProfileConfig]:
+    """The ProfileConfigs of a grid (see profile_grid for the options)."""
+    base = ProfileConfig(
         model=model, steps=steps, warmup=warmup,
         lora_targets=opts.get("lora_targets") or "all-linear",
         lora_alpha=opts.get("lora_alpha"),
@@ -88,13 +88,13 @@ def build_configs(model: str, methods: Iterable[str] = ("full",), seq_lens: Iter
     return out
 
 
-def preflight(configs: Sequence[RunConfig], src: ModelSource) -> list[RunConfig]:
+def preflight(configs: Sequence[ProfileConfig], src: ModelSource) -> list[ProfileConfig]:
     """Check every distinct kind of configuration before measuring anything (one-line InputErrors);
     returns the configs with device and precision resolved."""
     from tuneplan.profile.runner import build_config, prepare
 
     out = []
-    checked: dict[tuple[Any, ...], tuple[RunConfig, str]] = {}
+    checked: dict[tuple[Any, ...], tuple[ProfileConfig, str]] = {}
     layers_ok: set[int | None] = set()
     for c in configs:
         key = (c.method, c.precision, c.optimizer, c.attn, c.nproc, c.device, c.lora_targets)
@@ -157,7 +157,7 @@ def _summary(row: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def effective_config_path(out: str | Path, src: ModelSource, cfg: RunConfig) -> Path:
+def effective_config_path(out: str | Path, src: ModelSource, cfg: ProfileConfig) -> Path:
     """Write the measured architecture (the model's config with --config-override applied, all its
     layers) next to the runs file, so calibrate/predict resolve exactly what was measured."""
     import hashlib
@@ -178,7 +178,7 @@ def effective_config_path(out: str | Path, src: ModelSource, cfg: RunConfig) -> 
     return path
 
 
-def finish_row(row: dict[str, Any], cfg: RunConfig, src: ModelSource, out: str | Path | None) -> dict[str, Any]:
+def finish_row(row: dict[str, Any], cfg: ProfileConfig, src: ModelSource, out: str | Path | None) -> dict[str, Any]:
     """model_hf_id that resolves from anywhere: the absolute config path for a path model, the
     effective config file when the config was overridden."""
     if cfg.config_override and out:
@@ -189,7 +189,7 @@ def finish_row(row: dict[str, Any], cfg: RunConfig, src: ModelSource, out: str |
     return row
 
 
-def profile_configs(configs: Sequence[RunConfig], src: ModelSource, out: str | Path | None = None,
+def profile_configs(configs: Sequence[ProfileConfig], src: ModelSource, out: str | Path | None = None,
                     progress: bool = False, echo: Any = None) -> list[dict[str, Any]]:
     """Measure configs in order, writing each row to `out` as soon as it is measured."""
     from tuneplan.profile.runner import run_one
@@ -235,7 +235,7 @@ def profile_grid(model: str, methods: Iterable[str] = ("full",), seq_lens: Itera
 # ---------------------------------------------------------------- smart sampling over real runs
 
 
-def _feature_dict(cfg: RunConfig, n_layers_full: int) -> dict[str, Any]:
+def _feature_dict(cfg: ProfileConfig, n_layers_full: int) -> dict[str, Any]:
     return {
         "method": cfg.method,
         "micro_batch": cfg.micro_batch,
@@ -278,7 +278,7 @@ def profile_auto(model: str, budget_s: float, target_error: float = 0.05,
     _, full = build_config(src, configs[0])
     feats: list[dict[str, Any]] = []
     by_key: dict[tuple[Any, ...], int] = {}
-    kept: list[RunConfig] = []
+    kept: list[ProfileConfig] = []
     for c in configs:
         f = _feature_dict(c, full)
         key = tuple(f.items())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -71,6 +72,40 @@ def _read_header(p: Path) -> list[str] | None:
 _ID_RE = re.compile(rf"^{SOURCE}-(\d+)$")
 
 
+def check_runs_csv(path: Path) -> None:
+    """Refuse to append to an existing file that is not a runs CSV (a JSON file, a binary, a CSV
+    without an id column): profile rows would destroy it."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            header = next(csv.reader(f), [])
+    except (UnicodeDecodeError, csv.Error, OSError) as exc:
+        raise InputError("out", f"{path} exists and is not a runs CSV ({exc.__class__.__name__}); give a new "
+                                "file or a runs CSV to append to") from None
+    if "id" not in [h.strip() for h in header]:
+        raise InputError("out", f"{path} exists and is not a runs CSV (its first line has no 'id' column); "
+                                "give a new file or a runs CSV to append to")
+
+
+def _lock(f) -> None:
+    try:
+        import fcntl
+
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    except (ImportError, OSError):  # pragma: no cover - Windows or a file system without locks
+        pass
+
+
+def _unlock(f) -> None:
+    try:
+        import fcntl
+
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    except (ImportError, OSError):  # pragma: no cover
+        pass
+
+
 class RowWriter:
     """Appends rows to a runs CSV, one flushed write per row.
 
@@ -86,6 +121,7 @@ class RowWriter:
             raise InputError("out", f"{self.path} is a folder; give a CSV file path")
         if not self.path.parent.exists():
             raise InputError("out", f"folder {self.path.parent} does not exist")
+        check_runs_csv(self.path)
         existing = _read_header(self.path)
         if existing is None:
             self.columns = wanted
@@ -107,6 +143,7 @@ class RowWriter:
         rows = read_rows(self.path)
         fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
         try:
+            os.chmod(tmp, stat.S_IMODE(os.stat(self.path).st_mode))  # keep the file's own mode
             with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
                 w = csv.DictWriter(f, fieldnames=columns, restval="", extrasaction="raise")
                 w.writeheader()
@@ -130,17 +167,24 @@ class RowWriter:
         return best
 
     def write(self, row: Mapping[str, object]) -> dict[str, object]:
-        """Append one row (filling `id` when empty); returns the row as written."""
+        """Append one row (filling `id` when empty); returns the row as written. The id is taken under
+        an exclusive lock of the file, after the largest id in it, so two profiles writing one file
+        never give the same id."""
         out = dict(row)
-        if not out.get("id"):
-            out["id"] = f"{SOURCE}-{self._next_id}"
-        self._next_id += 1
         unknown = [k for k in out if k not in self.columns]
         if unknown:
             self.columns = self.columns + unknown
             self._rewrite_with(self.columns)
         with self.path.open("a", newline="", encoding="utf-8") as f:
-            csv.writer(f).writerow([format_cell(out.get(c)) for c in self.columns])
-            f.flush()
-            os.fsync(f.fileno())
+            _lock(f)
+            try:
+                if not out.get("id"):
+                    self._next_id = max(self._next_id, self._max_id() + 1)
+                    out["id"] = f"{SOURCE}-{self._next_id}"
+                self._next_id += 1
+                csv.writer(f).writerow([format_cell(out.get(c)) for c in self.columns])
+                f.flush()
+                os.fsync(f.fileno())
+            finally:
+                _unlock(f)
         return out

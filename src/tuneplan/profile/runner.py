@@ -23,7 +23,7 @@ from typing import Any
 from tuneplan.errors import InputError, TuneplanError
 from tuneplan.profile.config import (
     ModelSource,
-    RunConfig,
+    ProfileConfig,
     apply_overrides,
     load_model_source,
     lora_target_modules,
@@ -72,7 +72,7 @@ def default_precision(device: str) -> str:
     return "bf16" if device.startswith("cuda") else "fp32"
 
 
-def check_available(cfg: RunConfig, device: str, src: ModelSource | None = None) -> None:
+def check_available(cfg: ProfileConfig, device: str, src: ModelSource | None = None) -> None:
     """One-line InputError for anything this device or install cannot do (before any measurement)."""
     cfg.validate()
     from tuneplan.profile.stages import check_stage
@@ -170,7 +170,7 @@ def _find_layer_list(model: Any, n: int) -> Any:
     return best
 
 
-def build_config(src: ModelSource, cfg: RunConfig) -> tuple[Any, int]:
+def build_config(src: ModelSource, cfg: ProfileConfig) -> tuple[Any, int]:
     """The transformers config (overrides applied, truncated to cfg.layers) and the full layer count."""
     from transformers import AutoConfig
 
@@ -198,7 +198,7 @@ def build_config(src: ModelSource, cfg: RunConfig) -> tuple[Any, int]:
     return config, full
 
 
-def build_model(src: ModelSource, cfg: RunConfig, device: str) -> BuiltModel:
+def build_model(src: ModelSource, cfg: ProfileConfig, device: str) -> BuiltModel:
     """Random-weight model from the config, method applied, on the device."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -253,7 +253,7 @@ def build_model(src: ModelSource, cfg: RunConfig, device: str) -> BuiltModel:
                       quant=quant, build_s=time.perf_counter() - t0)
 
 
-def _build_qlora_base(config: Any, cfg: RunConfig, device: str) -> Any:  # pragma: no cover - CUDA+bnb
+def _build_qlora_base(config: Any, cfg: ProfileConfig, device: str) -> Any:  # pragma: no cover - CUDA+bnb
     """NF4 base weights for real: save the random model, reload it quantized by bitsandbytes."""
     import tempfile
 
@@ -272,7 +272,7 @@ def _build_qlora_base(config: Any, cfg: RunConfig, device: str) -> Any:  # pragm
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.grad_ckpt)
 
 
-def apply_method(model: Any, cfg: RunConfig) -> Any:
+def apply_method(model: Any, cfg: ProfileConfig) -> Any:
     """full: every weight trains. LoRA / DoRA (and QLoRA / GPTQ-LoRA on their bases): peft adapters."""
     if not cfg.is_lora:
         for p in model.parameters():
@@ -291,7 +291,7 @@ def apply_method(model: Any, cfg: RunConfig) -> Any:
         raise InputError("lora-targets", f"{cfg.lora_targets}: {str(exc).splitlines()[0][:200]}") from None
 
 
-def make_optimizer(cfg: RunConfig, params: list[Any]) -> Any:
+def make_optimizer(cfg: ProfileConfig, params: list[Any]) -> Any:
     import torch
 
     lr = 1e-5
@@ -346,7 +346,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _autocast(cfg: RunConfig, device: str) -> contextlib.AbstractContextManager[Any]:
+def _autocast(cfg: ProfileConfig, device: str) -> contextlib.AbstractContextManager[Any]:
     import torch
 
     if cfg.precision == "amp-bf16":
@@ -356,7 +356,7 @@ def _autocast(cfg: RunConfig, device: str) -> contextlib.AbstractContextManager[
     return contextlib.nullcontext()
 
 
-def _measure(cfg: RunConfig, src: ModelSource, device: str, dist: DistContext | None,
+def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContext | None,
              out: Measured | None = None) -> Measured:
     """Fill `out` (the caller keeps it, so a failure still knows what was built)."""
     import torch
@@ -527,7 +527,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def config_row(cfg: RunConfig, src: ModelSource | None, device: str) -> dict[str, Any]:
+def config_row(cfg: ProfileConfig, src: ModelSource | None, device: str) -> dict[str, Any]:
     """The configuration part of a row (same for ok, oom and error rows)."""
     import torch
 
@@ -595,7 +595,7 @@ def _build_cells(b: BuiltModel | None) -> dict[str, Any]:
     }
 
 
-def result_row(cfg: RunConfig, src: ModelSource | None, device: str, m: Measured) -> dict[str, Any]:
+def result_row(cfg: ProfileConfig, src: ModelSource | None, device: str, m: Measured) -> dict[str, Any]:
     row = config_row(cfg, src, device)
     row.update(_build_cells(m.build))
     med = statistics.median(m.step_times)
@@ -632,7 +632,7 @@ def result_row(cfg: RunConfig, src: ModelSource | None, device: str, m: Measured
     return row
 
 
-def failure_row(cfg: RunConfig, src: ModelSource | None, device: str, exc: BaseException,
+def failure_row(cfg: ProfileConfig, src: ModelSource | None, device: str, exc: BaseException,
                 oom: bool, build: BuiltModel | None = None) -> dict[str, Any]:
     row = config_row(cfg, src, device)
     row.update(_build_cells(build))
@@ -642,7 +642,7 @@ def failure_row(cfg: RunConfig, src: ModelSource | None, device: str, exc: BaseE
     return row
 
 
-def _model_src_and_meta(src: ModelSource | None, cfg: RunConfig) -> ModelSource:
+def _model_src_and_meta(src: ModelSource | None, cfg: ProfileConfig) -> ModelSource:
     return src if src is not None else load_model_source(cfg.model)
 
 
@@ -661,7 +661,7 @@ def _threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def prepare(cfg: RunConfig, src: ModelSource | None = None) -> tuple[RunConfig, ModelSource, str]:
+def prepare(cfg: ProfileConfig, src: ModelSource | None = None) -> tuple[ProfileConfig, ModelSource, str]:
     """Resolve the device and default precision; check everything that can be checked up front."""
     device = resolve_device(cfg.device)
     if not cfg.precision:
@@ -674,7 +674,7 @@ def prepare(cfg: RunConfig, src: ModelSource | None = None) -> tuple[RunConfig, 
 _WARMED: set[tuple[Any, ...]] = set()
 
 
-def _warm_process(cfg: RunConfig, src: ModelSource, device: str) -> None:
+def _warm_process(cfg: ProfileConfig, src: ModelSource, device: str) -> None:
     """Once per process and kind of run: a throwaway 1-layer step, so the first measured
     configuration does not pay for lazy library initialisation (kernels, allocator pools)."""
     key = (src.config.get("model_type"), device, cfg.precision, cfg.method, cfg.attn, cfg.optimizer,
@@ -688,7 +688,7 @@ def _warm_process(cfg: RunConfig, src: ModelSource, device: str) -> None:
         _measure(tiny, src, device, None)
 
 
-def run_one(cfg: RunConfig, src: ModelSource | None = None) -> dict[str, Any]:
+def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any]:
     """Measure one configuration; returns its row (status ok, oom or error). InputError for bad input.
 
     A configuration with nproc > 1 is launched with torchrun (see profile.distributed).

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tuneplan.errors import InputError
-from tuneplan.profile.config import ModelSource, RunConfig
+from tuneplan.profile.config import ModelSource, ProfileConfig
 
 PROFILED_STAGES = ("sft", "dpo", "grpo")
 """Stages the profiler measures (sft: its own training loop; dpo, grpo: TRL's trainers)."""
@@ -23,7 +23,7 @@ WORDS = 256
 """Words of the in-memory tokenizer (count): token ids 3..258 of the model's vocabulary."""
 
 
-def check_stage(cfg: RunConfig) -> None:
+def check_stage(cfg: ProfileConfig) -> None:
     if cfg.stage not in PROFILED_STAGES:
         raise InputError("stage", f"unknown stage '{cfg.stage}' for the profiler", PROFILED_STAGES)
     if cfg.trainer not in TRAINERS:
@@ -58,7 +58,7 @@ def _text(rng: Any, n: int) -> str:
     return " ".join(f"w{int(x)}" for x in rng.integers(0, WORDS, size=max(1, n)))
 
 
-def _dataset(cfg: RunConfig, rows: int) -> Any:
+def _dataset(cfg: ProfileConfig, rows: int) -> Any:
     """DPO: prompt + chosen + rejected, each completion half the sequence (seq_len tokens per sequence
     with the eos); GRPO: a prompt of seq_len tokens."""
     import numpy as np
@@ -99,7 +99,7 @@ def _timer(device: str) -> Any:
     return StepTimer()
 
 
-def _common_args(cfg: RunConfig, device: str, out_dir: str) -> dict[str, Any]:
+def _common_args(cfg: ProfileConfig, device: str, out_dir: str) -> dict[str, Any]:
     return dict(output_dir=out_dir, per_device_train_batch_size=cfg.micro_batch,
                 gradient_accumulation_steps=cfg.grad_accum, max_steps=cfg.warmup + cfg.steps,
                 learning_rate=1e-5, report_to=[], save_strategy="no", logging_strategy="no",
@@ -112,7 +112,7 @@ def _reward(completions, **kw) -> list[float]:  # noqa: ANN001
     return [float(len(c)) for c in completions]
 
 
-def measure_stage(cfg: RunConfig, src: ModelSource, device: str) -> tuple[list[float], Any]:
+def measure_stage(cfg: ProfileConfig, src: ModelSource, device: str) -> tuple[list[float], Any]:
     """(timed step seconds after the warm-up, the BuiltModel) of an SFT, DPO or GRPO run through TRL."""
     import warnings
 
@@ -169,7 +169,7 @@ def measure_stage(cfg: RunConfig, src: ModelSource, device: str) -> tuple[list[f
     return times, built
 
 
-def stage_cells(cfg: RunConfig, med: float) -> dict[str, Any]:
+def stage_cells(cfg: ProfileConfig, med: float) -> dict[str, Any]:
     """The row's stage columns and the throughput figures in the stage's own units: DPO samples are
     pairs (2 sequences each); GRPO samples are prompts, its tokens prompt + completion per completion."""
     import trl

@@ -1,5 +1,5 @@
 """Measured runs: reading (reference schema, LLMFineTuningBench, profiler output), checking, naming
-onto the catalogs, per-source defaults, and an append-only writer. See the README, "Measured runs"."""
+onto the catalogs, per-source defaults, and an append-only writer. See docs/runs.md."""
 
 from tuneplan.runs.defaults import Defaults, load_defaults
 from tuneplan.runs.io import (

@@ -59,23 +59,63 @@ _LLMFT_SPECIAL_TARGETS = {"gpu_memory_utilization_peak": "peak_mem_gib", "train_
 
 # --- reading ------------------------------------------------------------------------------------
 
-def _csv_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
-    """Header and (first physical line, cells) for each record; quoted multi-line cells handled."""
-    f = open(path, newline="", encoding="utf-8-sig")  # noqa: SIM115 - closed by the generator
-    reader = csv.reader(f)
+MAX_CELL_CHARS = 65_536
+"""Characters in one cell of a runs file: the longest notes of the reference runs are under 2,000; a
+larger cell is a broken row (an unclosed quote, a pasted log), reported and skipped on its own."""
+CSV_FIELD_LIMIT = 256 * 1024 * 1024
+"""csv's per-cell limit while reading, bytes: high enough that an overlong cell is reported on its
+row (MAX_CELL_CHARS) instead of stopping the whole file."""
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+class RowProblem(str):
+    """A record that could not be read as cells (a CSV syntax error on that row)."""
+
+
+def _csv_dialect(first_line: str) -> str:
+    """',' or ';' (a spreadsheet's export in a locale with decimal commas) from the header line."""
+    return ";" if first_line.count(";") > first_line.count(",") else ","
+
+
+def _csv_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str] | RowProblem]]]:
+    """Header and (first physical line, cells) for each record; quoted multi-line cells handled.
+
+    Bytes that are not UTF-8 are kept as surrogates and reported on their row (`cell_problem`); a
+    CSV syntax error loses only its record (yielded as a RowProblem). A semicolon-separated file is
+    read with ';' (`csv_delimiter` tells which)."""
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
+    f = open(path, newline="", encoding="utf-8-sig", errors="surrogateescape")  # noqa: SIM115 - closed below
+    try:
+        first = f.readline()
+        f.seek(0)
+        if first.startswith("\ufeff"):
+            f.read(1)
+    except OSError:
+        f.close()
+        raise
+    reader = csv.reader(f, delimiter=_csv_dialect(first))
     try:
         header = next(reader)
     except StopIteration:
         f.close()
         return [], iter(())
-    except (csv.Error, UnicodeDecodeError):
+    except csv.Error:
         f.close()
         raise
 
-    def records() -> Iterator[tuple[int, list[str]]]:
+    def records() -> Iterator[tuple[int, list[str] | RowProblem]]:
         try:
             prev = reader.line_num
-            for cells in reader:
+            while True:
+                try:
+                    cells = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as exc:
+                    yield prev + 1, RowProblem(f"CSV error: {exc}; row skipped")
+                    prev = reader.line_num
+                    continue
                 start = prev + 1
                 prev = reader.line_num
                 if not cells or all(not c.strip() for c in cells):
@@ -85,6 +125,28 @@ def _csv_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]
             f.close()
 
     return header, records()
+
+
+def csv_delimiter(path: Path) -> str:
+    """The delimiter `_csv_records` reads a file with."""
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        return _csv_dialect(f.readline())
+
+
+def cell_problem(cells: list[str]) -> str | None:
+    """Why a record's cells cannot be a run: bytes that are not UTF-8, or a cell over MAX_CELL_CHARS."""
+    for c in cells:
+        if len(c) > MAX_CELL_CHARS:
+            return f"a cell of {len(c):,} characters (at most {MAX_CELL_CHARS:,}); row skipped"
+        if _NOT_UTF8.search(c):
+            bad = _NOT_UTF8.search(c).group(0)
+            return f"not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02x} in '{_shown_cell(c)}'); row skipped"
+    return None
+
+
+def _shown_cell(c: str) -> str:
+    text = c.encode("utf-8", "surrogateescape").decode("latin-1")
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def _parquet_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
@@ -162,6 +224,13 @@ class _Reader:
         if not header:
             self.report(name, None, "empty file (no header); file skipped")
             return
+        bad = cell_problem(header)
+        if bad:
+            self.report(name, 1, f"header: {bad.removesuffix('; row skipped')}; file skipped")
+            return
+        if path.suffix.lower() not in PARQUET_SUFFIXES and csv_delimiter(path) == ";":
+            self.report(name, None, "semicolon-separated (read with ';' as the delimiter; numbers need '.' "
+                                    "as the decimal point)")
         header = [h.strip().lower() for h in header]
         dupes = sorted({h for h in header if header.count(h) > 1})
         if dupes:
@@ -177,13 +246,15 @@ class _Reader:
             self.report(name, 1, f"missing required column(s): {'; '.join(missing)}; file skipped")
             return
         try:
-            recs = list(records)
-        except csv.Error as exc:
-            self.report(name, None, f"CSV error: {exc}; file skipped")
-            return
-        except UnicodeDecodeError as exc:
-            self.report(name, None, f"not UTF-8 text ({exc.reason}); file skipped")
-            return
+            recs = []
+            for line, cells in records:
+                problem = cells if isinstance(cells, RowProblem) else cell_problem(cells)
+                if problem:
+                    self.report(name, line, problem)
+                    continue
+                recs.append((line, cells))
+        except (csv.Error, OSError) as exc:
+            self.report(name, None, f"cannot read: {exc}; rest of the file skipped")
         unit = "percent"
         if schema == "llmftbench" and "gpu_memory_utilization_peak" in header:
             k = header.index("gpu_memory_utilization_peak")

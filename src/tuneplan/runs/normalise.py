@@ -1,6 +1,6 @@
 """Turning one raw runs row into a typed, flagged, name-resolved row.
 
-Steps (each documented in the README, "Measured runs"): LLMFineTuningBench mapping, number parsing and checks, OOM /
+Steps (each documented in docs/runs.md): LLMFineTuningBench mapping, number parsing and checks, OOM /
 duplicate / estimate marks, catalog names, per-source and framework defaults for empty settings, and
 derived figures (tokens/s from per-GPU figures or samples/s, step time, global batch...). Every filled
 cell is recorded in `defaults_used`; nothing here predicts anything from physics.
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuneplan.runs.defaults import DefaultEntry, Defaults, SourceRules, cell_text
+from tuneplan.runs.methods import method_from_notes
 from tuneplan.runs.schema import (
     EXTRA_NUMERIC_COLUMNS,
     FLAG_COLUMNS,
@@ -22,6 +23,14 @@ from tuneplan.runs.schema import (
     POSITIVE_COLUMNS,
     THROUGHPUT_COLUMNS,
     TORCH_DTYPES,
+)
+from tuneplan.specs.limits import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_GRAD_ACCUM,
+    MAX_LORA_RANK,
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
 )
 
 OOM_NOTE = re.compile(
@@ -107,6 +116,26 @@ def parse_numbers(raw: dict[str, str], extra_numeric: tuple[str, ...] = ()) -> t
     return out, errors
 
 
+COUNT_BOUNDS = {"gpus": MAX_GPUS, "nodes": MAX_GPUS, "micro_batch_size": MAX_MICRO_BATCH,
+                "grad_accum": MAX_GRAD_ACCUM, "global_batch_size": MAX_GLOBAL_BATCH, "seq_len": MAX_SEQ_LEN,
+                "lora_rank": MAX_LORA_RANK}
+"""Columns that count things (a whole number, at most the physical bound of tuneplan.specs.limits)."""
+
+
+def check_counts(v: dict[str, Any]) -> list[str]:
+    """Counts are whole numbers within their bounds (gpus=1.5 is a typo, not a run)."""
+    errors = []
+    for col, upper in COUNT_BOUNDS.items():
+        x = v.get(col)
+        if x is None or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            continue
+        if x != int(x):
+            errors.append(f"column '{col}': must be a whole number (got {fmt(x)})")
+        elif x > upper:
+            errors.append(f"column '{col}': {fmt(x)} is beyond any physical run (at most {upper:,.0f})")
+    return errors
+
+
 def check_values(v: dict[str, Any]) -> list[str]:
     """Range checks: throughput and counts > 0, flags 0/1, MFU a fraction."""
     errors = []
@@ -123,6 +152,7 @@ def check_values(v: dict[str, Any]) -> list[str]:
         x = v.get(col)
         if x is not None and x not in (0.0, 1.0):
             errors.append(f"column '{col}': must be 0 or 1 (got {fmt(x)})")
+    errors += check_counts(v)
     mfu = v.get("mfu")
     if mfu is not None and mfu > 1:
         errors.append(f"column 'mfu': must be a fraction 0..1 (got {fmt(mfu)}; a percentage?)")
@@ -355,6 +385,7 @@ def apply_flags(st: RowState, rules: SourceRules, model_type: str) -> None:
 
 def apply_defaults(st: RowState, defaults: Defaults, rules: SourceRules, model_type: str) -> None:
     """Source defaults first, then framework defaults (in file order), empty cells only."""
+    method_from_notes(st)  # method 'other': the PEFT method the notes name, else a generic adapter
     entries: list[tuple[DefaultEntry, str]] = []
     for entry in rules.defaults.values():
         entries.append((entry, f"source default {rules.name}"))

@@ -45,20 +45,23 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 )
 """Columns whose values must be > 0 when given."""
 
-SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage")
+SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params")
 """Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
 `padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
 sample, so batch shapes vary; a per-source default for sources that say so); `adapter_dtype` = fp32
 (LoRA-family adapters in fp32 over 16-bit weights, peft >= 0.12's default: each adapted module keeps an
 fp32 copy of its input) or compute (adapters in the compute dtype: older peft, litgpt, Megatron); `stage`
 = sft (empty: supervised fine-tuning) or a preference / RL stage (dpo, orpo, kto, simpo, cpo, grpo, ppo,
-rloo: `tuneplan profile --stage` writes it); the learners train on SFT rows only (docs/stages.md)."""
+rloo: `tuneplan profile --stage` writes it); the learners train on SFT rows only (docs/stages.md);
+`peft_options` = a PEFT method's options in peft's names (`num_virtual_tokens=128,r=16`) and
+`trainable_params` = a generic adapter's trainable parameter count (both filled from the notes of a
+row of method `other`: runs/methods.py)."""
 
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",
     "is_estimate", "usable_throughput", "usable_memory", "defaults_used", "caveats",
 )
-"""Columns `read_runs` adds after the reference columns (documented in the README, "Measured runs")."""
+"""Columns `read_runs` adds after the reference columns (documented in docs/runs.md)."""
 
 STRING_ADDED = ("file", "model_resolved", "gpu_resolved", "status", "defaults_used", "caveats")
 BOOL_ADDED = ("is_oom", "is_duplicate", "is_estimate", "usable_throughput", "usable_memory")

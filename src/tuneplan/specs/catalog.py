@@ -19,20 +19,29 @@ Resolution order for a name (case-insensitive throughout):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError, closest
+from tuneplan.errors import (
+    AmbiguousNameError,
+    DataFileError,
+    InputError,
+    UnknownNameError,
+    closest,
+    parse_user_json,
+    read_user_text,
+    shown,
+)
 from tuneplan.specs.architectures import (
     detect_model_type,
     looks_llama_like,
     model_from_config,
     split_quant_suffix,
 )
+from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
@@ -195,13 +204,7 @@ def _index() -> tuple[dict[str, str], dict[str, list[tuple[str, str]]]]:
 @lru_cache(maxsize=256)
 def _read_json(path: str, stamp: int = 0) -> dict:
     """A JSON object from `path` (cached per path and modification time `stamp`)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(FIELD, f"cannot read '{path}': {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(FIELD, f"'{path}' is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    data = parse_user_json(read_user_text(path, FIELD, "config.json", MAX_CONFIG_FILE_BYTES), FIELD, path)
     if not isinstance(data, dict):
         raise InputError(FIELD, f"'{path}' must hold a JSON object (a config.json)")
     return data
@@ -368,6 +371,15 @@ def _resolve_catalog(name: str) -> _Resolved | None:
 
 
 def _as_path(name: str) -> Path | None:
+    check_name(FIELD, name)
+    try:
+        return _as_existing_path(name)
+    except OSError as exc:  # a name too long for the file system, a path through a file...
+        raise InputError(FIELD, f"'{shown(name)}' is not a readable path nor a catalog name: "
+                                f"{exc.strerror or exc}") from None
+
+
+def _as_existing_path(name: str) -> Path | None:
     p = Path(os.path.expanduser(name))
     if p.is_file():
         return p

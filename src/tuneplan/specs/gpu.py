@@ -19,7 +19,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError
+from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError, read_user_text
+from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_gpu_figures
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """The catalog's dense peak columns (`<p>_tflops`)."""
@@ -257,6 +258,7 @@ def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
     """Build a GPUSpec from a user's YAML/JSON mapping, validating the figures."""
     if not isinstance(d, dict):
         raise InputError("gpu-file", "must be a mapping of GPU fields")
+    check_gpu_figures(d)
     name = str(d.get("name") or "custom-gpu")
     peaks = d.get("peak_tflops")
     if isinstance(peaks, (int, float)):
@@ -310,7 +312,7 @@ def load_gpu_file(path: str | Path) -> GPUSpec:
     p = Path(path)
     if not p.exists():
         raise InputError("gpu-file", f"no such file: {p}")
-    text = p.read_text(encoding="utf-8")
+    text = read_user_text(p, "gpu-file", "GPU file (YAML or JSON)", MAX_CONFIG_FILE_BYTES)
     try:
         if p.suffix.lower() == ".json":
             d = json.loads(text)

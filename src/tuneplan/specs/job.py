@@ -7,20 +7,30 @@ values (the CLI prints it as one line and exits 2).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tuneplan.errors import InputError
+from tuneplan.specs.limits import JOB_BOUNDS
+from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
 
-METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze")
+METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze") + PEFT_METHOD_NAMES
 LORA_FAMILY = ("lora", "qlora", "gptq-lora", "alora", "dora")
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 MASTER_WEIGHTS = ("auto", "fp32", "none")
 OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
-QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4")
+QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
@@ -40,7 +50,10 @@ DEFAULT_MICRO_BATCH = 4
 DEFAULT_FREEZE_TRAINABLE_LAYERS = 2
 """`freeze` trains the last N blocks; 2 is LLaMA-Factory's freeze_trainable_layers default."""
 
-Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"]
+Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze",  # + specs/peft.py's catalogue
+                 "rslora", "pissa", "olora", "eva", "loftq", "lora-fa", "adalora", "ia3", "loha", "lokr", "oft",
+                 "boft", "vera", "fourierft", "hra", "bone", "prefix-tuning", "prompt-tuning", "p-tuning",
+                 "ln-tuning", "adapter"]
 Precision = Literal["bf16", "fp16", "fp32", "fp8"]
 Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
 Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"]
@@ -48,74 +61,132 @@ Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybri
                    "zero3-offload", "fsdp-offload"]
 
 
+STAGE_GROUP = "stage (preference and RL fine-tuning)"
+VISION_GROUP = "vision-language models"
+
+
+def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
+           switch_only: bool = False, repeat: bool = False) -> Any:
+    """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
+    once (see docs/architecture.md): `help` is its help text everywhere, `group` its section of
+    `--help` (method, parallelism, work, money and energy), `flag` its name when not the field's own
+    (`--field-name`), `number` whether an int/float must be `positive` or may be `nonneg` (zero and
+    up), `switch_only` for a bool flag that only switches on (no --no-...), `repeat` for a flag given
+once per value (NAME=VALUE pairs the field's validator reads). Choices come from the
+    field's Literal type, the default from `default`. A field declared without `option` is no flag."""
+    extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only, "repeat": repeat}
+    return Field(default, description=help, json_schema_extra={k: v for k, v in extra.items() if v})
+
+
+def _bounded(info: ValidationInfo, v):
+    """A field's value within its physical bound (tuneplan.specs.limits.JOB_BOUNDS)."""
+    upper = JOB_BOUNDS.get(info.field_name or "")
+    if v is not None and upper is not None and v > upper:
+        raise ValueError(f"{v:g} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+    return v
+
+
 class JobSpec(BaseModel):
     """A fine-tuning job. Counts are per run; `micro_batch` is samples per GPU per micro-step."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    method: Method = "lora"
-    lora_rank: int = DEFAULT_LORA_RANK
-    lora_targets: tuple[str, ...] = ("all-linear",)
-    trainable_layers: int = DEFAULT_FREEZE_TRAINABLE_LAYERS
-    precision: Precision = "bf16"
-    quant: str | None = None  # base weights: None = by method (qlora nf4, gptq-lora gptq-int4) / checkpoint
-    optimizer: Optimizer = "adamw"
-    master_weights: Literal["auto", "fp32", "none"] = "auto"
-    grad_ckpt: bool = False
-    flash_attn: bool = True
-    gpus: int = 1
-    nodes: int = 1
-    sharding: Sharding = "ddp"
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    micro_batch: int = DEFAULT_MICRO_BATCH
-    grad_accum: int = 1
-    seq_len: int | None = None
-    examples: float | None = None
-    tokens_per_example: float | None = None
-    tokens: float | None = None
-    epochs: float = 1.0
-    packing: bool = False
-    padding: Literal["max", "longest"] = "max"  # unpacked samples: padded to seq_len, or to the batch's longest
+    method: Method = option("lora", "fine-tuning method (default lora)", "method")
+    lora_rank: int = option(DEFAULT_LORA_RANK, "LoRA rank r (default 16)", "method")
+    lora_targets: tuple[str, ...] = option(
+        ("all-linear",), "comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)", "method")
+    trainable_layers: int = option(DEFAULT_FREEZE_TRAINABLE_LAYERS, "freeze: last N blocks trained (default 2)",
+                                   "method")
+    precision: Precision = option("bf16", "compute precision (default bf16)", "method")
+    quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4 (default: as the "
+                                     "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "method")
+    optimizer: Optimizer = option("adamw", "optimizer (default adamw)", "method")
+    master_weights: Literal["auto", "fp32", "none"] = option(
+        "auto", "full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 bytes/param "
+                "with AdamW), none = 16-bit weights trained in place (8), auto (default) = fp32 under DeepSpeed "
+                "ZeRO, tensor parallelism or fp8, else none", "method")
+    grad_ckpt: bool = option(False, "gradient (activation) checkpointing (default off)", "method")
+    flash_attn: bool = option(True, "FlashAttention / SDPA memory-efficient attention (default on)", "method")
+    gpus: int = option(1, "total GPUs (default 1)", "parallelism")
+    nodes: int = option(1, "nodes (default 1)", "parallelism")
+    sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism")
+    tp: int = option(1, "TP degree (default 1)", "parallelism")
+    pp: int = option(1, "PP degree (default 1)", "parallelism")
+    cp: int = option(1, "CP degree (default 1)", "parallelism")
+    ep: int = option(1, "EP degree (default 1)", "parallelism")
+    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "parallelism")
+    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "parallelism")
+    seq_len: int | None = option(None, "padded/packed length (default: the mean tokens per example)", "work")
+    examples: float | None = option(None, "training examples", "work")
+    tokens_per_example: float | None = option(None, "mean tokens per example, after templating", "work")
+    tokens: float | None = option(None, "total tokens per epoch (instead of examples)", "work")
+    epochs: float = option(1.0, "epochs (default 1)", "work")
+    packing: bool = option(False, "pack examples into seq-len samples", "work", switch_only=True)
+    padding: Literal["max", "longest"] = option(
+        "max", "unpacked examples: padded to --seq-len (max, default) or each batch to its longest example "
+               "(longest: HF's collator; batch shapes vary, so torch reserves more memory)", "work")
     # LoRA-family adapters: fp32 (peft >= 0.12's autocast_adapter_dtype: each adapted module's 16-bit input
     # is cast to fp32 and kept for backward) or the compute dtype (older peft, litgpt, Megatron)
-    adapter_dtype: Literal["fp32", "compute"] = "fp32"
-    moe_mode: Literal["sparse", "dense"] = "sparse"
+    adapter_dtype: Literal["fp32", "compute"] = option(
+        "fp32", "LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 copy of "
+                "its input) or in the compute dtype (older peft, litgpt, Megatron)", "method")
+    # PEFT methods of specs/peft.py: their options (peft config field names and values, e.g. ("r", "256"),
+    # ("num_virtual_tokens", "20")); the generic `adapter`'s trainable parameter count
+    peft_options: tuple[tuple[str, str], ...] = option(
+        (), "an option of the PEFT method in peft's own config names, e.g. num_virtual_tokens=30, oft_block_size=64, "
+            "n_frequency=2000 (repeatable; the rest take peft's defaults; --lora-rank and --lora-targets set r and "
+            "target_modules)", "method", flag="peft-option", repeat=True)
+    trainable_params: float | None = option(
+        None, "--method adapter: the adapter's trainable parameter count (any method tuneplan does not name)", "method")
+    moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
     # vision-language models: images per training example (their tokens join each sample's sequence),
     # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
     # and whether the vision tower is trained (default: frozen, as LLaMA-Factory / TRL VLM recipes do)
-    images_per_example: int = 0
-    image_size: int = 0
-    train_vision_tower: bool = False
-    load_time_s: float | None = None  # None: weights' bytes over disk bandwidth
-    eval_every: int = 0  # optimizer steps between evaluation passes (0 = none)
-    eval_examples: int = 0
-    save_every: int = 0  # optimizer steps between checkpoint saves (0 = only at the end)
+    images_per_example: int = option(0, "images per training example; their tokens join each sample's sequence "
+                                        "(default 0)", VISION_GROUP, number="nonneg")
+    image_size: int = option(0, "image side in px for dynamic-resolution towers (Qwen2-VL/2.5-VL; default 448)",
+                             VISION_GROUP, number="nonneg")
+    train_vision_tower: bool = option(False, "train the vision tower too (default: frozen)", VISION_GROUP,
+                                      switch_only=True)
+    load_time_s: float | None = option(None, "model load time, s (default weights / disk)", "work",
+                                       number="nonneg")
+    eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work", number="nonneg")
+    eval_examples: int = option(0, "examples per evaluation", "work", number="nonneg")
+    save_every: int = option(0, "optimizer steps between checkpoint saves (default 0: only at the end)", "work",
+                             number="nonneg")
     save_final: bool = True
-    disk_gbs: float = 2.0  # GB/s, checkpoint save and model load
-    rate_usd_per_gpu_hour: float | None = None
-    grid_gco2_kwh: float | None = None
+    disk_gbs: float = option(2.0, "disk bandwidth for load and saves, GB/s (default 2)", "work")
+    rate_usd_per_gpu_hour: float | None = option(
+        None, "$ per GPU-hour (default: the cheapest on-demand price)", "money and energy", flag="rate",
+        number="nonneg")
+    grid_gco2_kwh: float | None = option(None, "grid carbon intensity, g/kWh (default 480, world average)",
+                                         "money and energy", number="nonneg")
     # ---- training stage (physics/stages.py; None = the stage's TRL default, said in the assumptions) ----
-    stage: Stage = "sft"
-    precompute_ref: bool = False  # dpo/kto: reference log-probs computed once before training
-    group_size: int | None = None  # RL: completions per prompt (TRL num_generations)
-    completion_len: int | None = None  # RL: generated tokens per completion (TRL max_completion_length)
-    prompts_per_step: int | None = None  # RL: prompts per optimizer step (None: global batch / group size)
-    rollout_engine: Literal["hf", "vllm"] = "hf"  # RL: HF generate in the training process, or vLLM
-    rollout_gpus: int = 0  # RL with vllm: GPUs (of --gpus) serving vLLM; 0 = colocated in the training process
-    reward_model: str | None = None  # RL: reward model (catalog name / HF id); None = a rule-based reward
-    kl_beta: float | None = None  # RL: KL coefficient (0: no reference model)
-    ppo_epochs: int | None = None  # PPO: optimisation passes over each batch of rollouts
+    stage: Stage = option("sft", "sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo", STAGE_GROUP)
+    precompute_ref: bool = option(False, "dpo/kto: reference log-probs computed once before training (no reference "
+                                         "model)", STAGE_GROUP, switch_only=True)
+    group_size: int | None = option(None, "RL: completions per prompt (TRL: grpo 8, rloo 2)", STAGE_GROUP)
+    completion_len: int | None = option(None, "RL: new tokens per completion (TRL: 512); the prompt length is "
+                                              "--seq-len", STAGE_GROUP)
+    prompts_per_step: int | None = option(None, "RL: prompts per optimizer step (default: micro-batch x grad-accum "
+                                                "x GPUs / group size)", STAGE_GROUP)
+    rollout_engine: Literal["hf", "vllm"] = option("hf", "RL: HF generate in the training process (default) or "
+                                                         "vLLM", STAGE_GROUP)
+    rollout_gpus: int = option(0, "RL with vllm: GPUs of --gpus serving vLLM (default 0: colocated in the training "
+                                  "process)", STAGE_GROUP, number="nonneg")
+    reward_model: str | None = option(None, "RL: reward model (catalog name / HF id; default: a rule-based reward)",
+                                      STAGE_GROUP)
+    kl_beta: float | None = option(None, "RL: KL coefficient (TRL: grpo 0 = no reference model, rloo/ppo 0.05)",
+                                   STAGE_GROUP, number="nonneg")
+    ppo_epochs: int | None = option(None, "PPO: update epochs per batch of rollouts (4)", STAGE_GROUP)
 
     @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
                      "trainable_layers")
     @classmethod
-    def _positive(cls, v: int) -> int:
+    def _positive(cls, v: int, info: ValidationInfo) -> int:
         if v < 1:
             raise ValueError("must be a positive integer")
-        return v
+        return _bounded(info, v)
 
     @field_validator("group_size", "completion_len", "prompts_per_step", "ppo_epochs")
     @classmethod
@@ -126,32 +197,42 @@ class JobSpec(BaseModel):
 
     @field_validator("seq_len")
     @classmethod
-    def _seq(cls, v: int | None) -> int | None:
+    def _seq(cls, v: int | None, info: ValidationInfo) -> int | None:
         if v is not None and v < 1:
             raise ValueError("must be a positive integer")
-        return v
+        return _bounded(info, v)
 
-    @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs")
+    @field_validator("method", mode="before")
     @classmethod
-    def _pos_float(cls, v: float | None) -> float | None:
+    def _method_alias(cls, v):
+        return canonical(v) if isinstance(v, str) else v
+
+    @field_validator("peft_options", mode="before")
+    @classmethod
+    def _peft_options(cls, v):
+        return parse_options(v)
+
+    @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs", "trainable_params")
+    @classmethod
+    def _pos_float(cls, v: float | None, info: ValidationInfo) -> float | None:
         if v is not None and (not math.isfinite(v) or v <= 0):
             raise ValueError("must be a positive number")
-        return v
+        return _bounded(info, v)
 
     @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s", "kl_beta")
     @classmethod
-    def _nonneg(cls, v: float | None) -> float | None:
+    def _nonneg(cls, v: float | None, info: ValidationInfo) -> float | None:
         if v is not None and (not math.isfinite(v) or v < 0):
             raise ValueError("must be a number >= 0")
-        return v
+        return _bounded(info, v)
 
     @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus", "images_per_example",
                      "image_size")
     @classmethod
-    def _nonneg_int(cls, v: int) -> int:
+    def _nonneg_int(cls, v: int, info: ValidationInfo) -> int:
         if v < 0:
             raise ValueError("must be an integer >= 0")
-        return v
+        return _bounded(info, v)
 
     @field_validator("quant")
     @classmethod
@@ -169,10 +250,11 @@ class JobSpec(BaseModel):
             raise ValueError(f"gpus ({self.gpus}) must be divisible by tp x pp x cp ({model_par})")
         if self.ep > 1 and (self.gpus // model_par) % self.ep:
             raise ValueError(f"data-parallel degree ({self.gpus // model_par}) must be divisible by ep ({self.ep})")
-        if self.method in ("qlora", "gptq-lora") and self.precision == "fp32":
+        if self.method in ("qlora", "gptq-lora", "loftq") and self.precision == "fp32":
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
         if self.method == "full" and self.quant not in (None, "none"):
             raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
+        method_options(self.method, self.peft_options)  # unknown options: InputError naming the allowed ones
         self._stage_combos()
         return self
 
@@ -217,7 +299,7 @@ class JobSpec(BaseModel):
 
     @property
     def is_lora_family(self) -> bool:
-        return self.method in LORA_FAMILY
+        return self.method in LORA_FAMILY or self.method in LORA_EQUIVALENT or self.method in ("adalora", "lora-fa")
 
     @property
     def global_batch(self) -> int:
@@ -228,7 +310,7 @@ class JobSpec(BaseModel):
         """Storage of the frozen base weights."""
         if self.quant not in (None, "none"):
             return self.quant
-        if self.method == "qlora":
+        if self.method in ("qlora", "loftq"):
             return "nf4"
         if self.method == "gptq-lora":
             return checkpoint_quant if checkpoint_quant in ("gptq-int4", "awq-int4") else "gptq-int4"
@@ -272,6 +354,9 @@ def make_job(**kwargs) -> JobSpec:
         return JobSpec(**clean)
     except ValidationError as exc:
         err = exc.errors()[0]
+        orig = (err.get("ctx") or {}).get("error")
+        if isinstance(orig, InputError):  # already names its field (peft options, ...)
+            raise orig from None
         loc = ".".join(str(x) for x in err.get("loc", ())) or "job"
         field = loc.replace("_", "-")
         msg = err.get("msg", "invalid").removeprefix("Value error, ")

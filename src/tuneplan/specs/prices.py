@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tuneplan.errors import DataFileError, UnknownNameError
+from tuneplan.errors import DataFileError, UnknownNameError, read_user_text, shown
 
 SHIPPED_YAML = "prices.yaml"
 SHIPPED_CSV = "gpu_prices.csv"
@@ -160,9 +160,9 @@ def load_prices(path: str | None = None) -> tuple[Price, ...]:
         text = resources.files("tuneplan.data").joinpath(SHIPPED_YAML).read_text(encoding="utf-8")
         return parse_yaml_prices(text, SHIPPED_YAML)
     p = Path(path)
-    if not p.is_file():
-        raise DataFileError(str(p), None, "no such price file")
-    text = p.read_text(encoding="utf-8")
+    if str(path).strip() and not p.exists():
+        raise DataFileError(shown(path), None, "no such price file")
+    text = read_user_text(path, "prices", "price file (YAML or CSV)")
     if p.suffix.lower() in (".yaml", ".yml"):
         return parse_yaml_prices(text, str(p))
     return parse_csv_prices(text, str(p))

@@ -8,7 +8,7 @@ Endpoints (all documented by FastAPI at `/docs` and `/openapi.json`):
 - `GET /api/gpus` — the GPU catalog with the cheapest on-demand price of each.
 - `POST /api/model-config` — read a pasted config.json: parameter counts, shapes.
 - `POST /api/estimate` — one run: `tuneplan.estimate(...).to_dict()` plus the equivalent command line.
-- `POST /api/plan` — the planner's search: `tuneplan.plan(...).to_dict()` plus the command line.
+- `POST /api/plan` — the planner's search: `tuneplan.plan_run(...).to_dict()` plus the command line.
 
 Every bad input answers 422 with `{"detail": [{"loc": [...], "msg": ..., "type": ...}]}`: pydantic's own
 checks on the request bodies, tuneplan's `InputError` (field, reason, allowed values) from deeper down,
@@ -23,23 +23,22 @@ import json
 import logging
 import math
 import re
-import shlex
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tuneplan import __version__
 from tuneplan.errors import InputError, TuneplanError, UnknownNameError
+from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs.job import (
     ADAPTER_DTYPES,
     LORA_FAMILY,
@@ -53,11 +52,22 @@ from tuneplan.specs.job import (
     ROLLOUT_ENGINES,
     SHARDINGS,
     STAGES,
-    JobSpec,
-    Method,
-    Optimizer,
-    Precision,
-    Sharding,
+)
+from tuneplan.web.command_line import (
+    JOB_DEFAULTS,
+    estimate_command,
+    plan_command,
+    plan_kwargs,
+    plan_space_size,
+)
+from tuneplan.web.schemas import (
+    DEFAULT_INTERVAL,
+    ESTIMATORS,
+    JOB_FIELDS,
+    EstimateRequest,
+    ModelChoice,
+    ModelConfigRequest,
+    PlanRequest,
 )
 
 log = logging.getLogger("tuneplan.web")
@@ -70,222 +80,6 @@ MAX_PLAN_CONFIGS = 100_000
 gradient accumulations x shardings x checkpointing): about 3 s and 200 MB on a 2-core machine (the
 planner's cost grows faster than linearly beyond: 300,000 took minutes and 2 GB). Every priced GPU x
 all seven methods x up to 8 GPUs is about 18,000; up to 1024 GPUs about 50,000."""
-ESTIMATORS = ("tuneplan", "kavier", "xia", "planner")
-OBJECTIVES = ("cheapest", "fastest", "energy", "balanced")
-DEFAULT_INTERVAL = 0.8
-"""Interval coverage when a request gives none (the CLI's default)."""
-
-# ----------------------------------------------------------------------------------------------------
-# request bodies
-
-Float = Annotated[float, Field(allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=1, le=100_000)]
-Degree = Annotated[int, Field(ge=1, le=4096)]
-NonNegInt = Annotated[int, Field(ge=0, le=10**12)]
-Name = Annotated[str, Field(min_length=1, max_length=300)]
-Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
-
-METHOD_FIELDS = ("lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
-                 "master_weights", "flash_attn", "moe_mode")
-WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "padding", "eval_every",
-               "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
-JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
-              "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
-              "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
-              "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
-              "grid_gco2_kwh")
-"""Request fields passed to JobSpec under the same name (`rate` goes as `rate`, the API's keyword)."""
-STAGE_FIELDS = ("stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
-                "kl_beta", "ppo_epochs")
-"""Preference / RL stage fields (docs/stages.md), estimate and plan alike."""
-ROLLOUT_FIELDS = ("rollout_engine", "rollout_gpus")
-"""RL rollout placement: estimate only (the planner enumerates it)."""
-JOB_FIELDS = JOB_FIELDS + STAGE_FIELDS + ROLLOUT_FIELDS
-
-
-class ModelChoice(BaseModel):
-    """A model: a catalog name, or a pasted config.json (with an optional display name)."""
-
-    model: Name | None = Field(None, description="catalog name or alias, e.g. Qwen/Qwen2.5-7B",
-                               examples=["Qwen/Qwen2.5-7B"])
-    config_json: dict[str, Any] | None = Field(
-        None, description="a pasted Hugging Face config.json, instead of `model`")
-    config_name: Annotated[str, Field(max_length=200)] | None = Field(
-        None, description="display name for a pasted config (default: custom-model)")
-
-    @model_validator(mode="after")
-    def _one_model(self) -> ModelChoice:
-        if self.model is None and self.config_json is None:
-            raise ValueError("give `model` (a catalog name) or `config_json` (a pasted config.json)")
-        if self.model is not None and self.config_json is not None:
-            raise ValueError("give `model` or `config_json`, not both")
-        return self
-
-
-class MethodOptions(BaseModel):
-    """Options of the method (JobSpec's fields; absent ones take tuneplan's defaults)."""
-
-    lora_rank: Annotated[int, Field(ge=1, le=65_536)] | None = Field(None, description="LoRA rank r (default 16)")
-    lora_targets: Annotated[str, Field(min_length=1, max_length=400,
-                                       pattern=r"^[A-Za-z0-9_,\- ]+$")] | None = Field(
-        None, description="comma-separated modules (q,k,v,o,gate,up,down) or all-linear")
-    adapter_dtype: Literal["fp32", "compute"] | None = Field(
-        None, description="LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an "
-                          "fp32 copy of its input) or in the compute dtype")
-    trainable_layers: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
-        None, description="freeze: last N blocks trained (default 2)")
-    precision: Precision | None = Field(None, description="compute precision (default bf16)")
-    quant: Quant | None = Field(None, description="base weight storage (default: as the method implies)")
-    optimizer: Optimizer | None = Field(None, description="default adamw")
-    master_weights: Literal["auto", "fp32", "none"] | None = Field(
-        None, description="16-bit full fine-tuning: fp32 master copy, weights trained in place, or auto "
-                          "(fp32 under DeepSpeed ZeRO, tensor parallelism and fp8)")
-    flash_attn: bool | None = Field(None, description="FlashAttention / SDPA (default on)")
-    moe_mode: Literal["sparse", "dense"] | None = Field(None, description="MoE: top-k experts or all")
-
-
-class WorkFields(BaseModel):
-    """The work: dataset size, epochs, sequence length, evaluation and checkpoints."""
-
-    examples: Annotated[Float, Field(gt=0, le=1e13)] | None = Field(None, description="training examples")
-    tokens_per_example: Annotated[Float, Field(gt=0, le=1e8)] | None = Field(
-        None, description="mean tokens per example, after templating")
-    tokens: Annotated[Float, Field(gt=0, le=1e16)] | None = Field(
-        None, description="total tokens per epoch (instead of examples)")
-    epochs: Annotated[Float, Field(gt=0, le=1e5)] | None = Field(None, description="default 1")
-    seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = Field(
-        None, description="padded/packed length (default: tokens per example)")
-    packing: bool | None = Field(None, description="pack examples into seq_len samples")
-    padding: Literal["max", "longest"] | None = Field(
-        None, description="unpacked examples padded to seq_len (max) or each batch to its longest example (longest)")
-    eval_every: NonNegInt | None = None
-    eval_examples: NonNegInt | None = None
-    save_every: NonNegInt | None = None
-    load_time_s: Annotated[Float, Field(ge=0, le=1e9)] | None = None
-    disk_gbs: Annotated[Float, Field(gt=0, le=1e6)] | None = None
-    grid_gco2_kwh: Annotated[Float, Field(ge=0, le=1e5)] | None = Field(
-        None, description="grid carbon intensity, g/kWh (default 480)")
-
-
-class StageFields(BaseModel):
-    """The training stage (absent: sft); RL options apply to grpo, ppo and rloo only."""
-
-    stage: Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"] | None = Field(
-        None, description="sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo")
-    precompute_ref: bool | None = Field(None, description="dpo/kto: reference log-probs computed before training")
-    group_size: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
-        None, description="RL: completions per prompt (TRL: grpo 8, rloo 2)")
-    completion_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = Field(
-        None, description="RL: new tokens per completion (TRL: 512)")
-    prompts_per_step: Annotated[int, Field(ge=1, le=1_048_576)] | None = Field(
-        None, description="RL: prompts per optimizer step")
-    reward_model: Name | None = Field(None, description="RL: reward model (default: a rule)")
-    kl_beta: Annotated[Float, Field(ge=0, le=1e6)] | None = Field(None, description="RL: KL coefficient")
-    ppo_epochs: Annotated[int, Field(ge=1, le=10_000)] | None = Field(None, description="PPO: update epochs")
-
-
-class RolloutFields(StageFields):
-    rollout_engine: Literal["hf", "vllm"] | None = Field(None, description="RL: HF generate (default) or vLLM")
-    rollout_gpus: Annotated[int, Field(ge=0, le=1_048_576)] | None = Field(
-        None, description="RL with vllm: GPUs of `gpus` serving vLLM (0: colocated)")
-
-
-class JobFields(MethodOptions, WorkFields):
-    """What is trained and how, on how many GPUs, in what batches."""
-
-    method: Method | None = Field(None, description="fine-tuning method (default lora)")
-    grad_ckpt: bool | None = Field(None, description="gradient checkpointing (default off)")
-    nodes: Annotated[int, Field(ge=1, le=10_000)] | None = None
-    sharding: Sharding | None = Field(None, description="default ddp")
-    tp: Degree | None = None
-    pp: Degree | None = None
-    cp: Degree | None = None
-    ep: Degree | None = None
-    micro_batch: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
-        None, description="samples per GPU per micro-step (default 4)")
-    grad_accum: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
-        None, description="gradient-accumulation steps (default 1)")
-
-
-class PriceFields(BaseModel):
-    provider: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
-        None, description="take the price from this provider (see /api/options)")
-    rate: Annotated[Float, Field(ge=0, le=1e6)] | None = Field(
-        None, description="$ per GPU-hour (default: cheapest on-demand price)")
-
-
-class EstimateRequest(ModelChoice, JobFields, PriceFields, RolloutFields):
-    """`POST /api/estimate`: the inputs of `tuneplan estimate`."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
-        "model": "Qwen/Qwen2.5-7B", "gpu": "H100-SXM5-80GB", "method": "lora", "gpus": 1,
-        "examples": 10000, "tokens_per_example": 512, "epochs": 1}]})
-
-    gpu: Name | None = Field(None, description="catalog GPU name, e.g. H100-SXM5-80GB")
-    peak_tflops: Annotated[Float, Field(gt=0, le=1e7)] | None = Field(
-        None, description="one-off dense peak TFLOP/s (overrides the catalog GPU's)")
-    memory_gib: Annotated[Float, Field(gt=0, le=1e7)] | None = Field(None, description="one-off memory, GiB")
-    bandwidth_gbs: Annotated[Float, Field(gt=0, le=1e8)] | None = Field(
-        None, description="one-off memory bandwidth, GB/s")
-    gpus: Count | None = Field(None, description="total GPUs (default 1)")
-    estimator: Literal["tuneplan", "kavier", "xia", "planner"] = "tuneplan"
-    interval: Annotated[Float, Field(ge=0, lt=1)] | None = Field(
-        None, description="interval coverage (default 0.8; 0 for none)")
-
-    @model_validator(mode="after")
-    def _gpu_given(self) -> EstimateRequest:
-        figures = (self.peak_tflops, self.memory_gib, self.bandwidth_gbs)
-        if self.gpu is None and any(v is None for v in figures):
-            missing = [n for n, v in zip(("peak_tflops", "memory_gib", "bandwidth_gbs"), figures,
-                                         strict=True) if v is None]
-            raise ValueError("give `gpu` (a catalog name) or all of peak_tflops, memory_gib and "
-                             f"bandwidth_gbs for your own GPU (missing: {', '.join(missing)})")
-        return self
-
-
-PosIntList = list[Annotated[int, Field(ge=1, le=1_048_576)]]
-
-
-class PlanRequest(ModelChoice, MethodOptions, WorkFields, PriceFields, StageFields):
-    """`POST /api/plan`: the inputs of `tuneplan plan` (a search over GPU type x count x method x batch)."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
-        "model": "Qwen/Qwen2.5-7B", "gpus": ["A100-SXM4-80GB", "H100-SXM5-80GB"], "methods": ["lora", "qlora"],
-        "max_gpus": 8, "examples": 10000, "tokens_per_example": 512, "epochs": 1, "objective": "cheapest"}]})
-
-    gpus: list[Name] | None = Field(None, max_length=256,
-                                    description="GPU types to consider (default: every priced catalog GPU)")
-    methods: list[Method] | None = Field(None, max_length=64, description="methods (default full, lora, qlora)")
-    max_gpus: Annotated[int, Field(ge=1, le=1_048_576)] = Field(
-        8, description="largest GPU count (powers of two up to it)")
-    gpu_counts: PosIntList | None = Field(None, max_length=10_000,
-                                          description="GPU counts to try instead of powers of two")
-    gpus_per_node: Annotated[int, Field(ge=1, le=1024)] | None = Field(None, description="default 8")
-    micro_batches: PosIntList | None = Field(None, max_length=10_000,
-                                             description="micro-batches to try (default 1,2,4,...,64)")
-    global_batch: Annotated[int, Field(ge=1, le=1_048_576)] | None = Field(
-        None, description="samples per optimizer step kept by gradient accumulation (default 32)")
-    grad_accums: PosIntList | None = Field(None, max_length=10_000,
-                                           description="gradient accumulations to try instead of global_batch")
-    shardings: list[Sharding] | None = Field(None, max_length=64, description="default ddp, fsdp")
-    grad_ckpt: bool | None = Field(None, description="pin gradient checkpointing (default: try both)")
-    deadline_h: Annotated[Float, Field(gt=0, le=1e6)] | None = Field(None, description="wall-clock limit, hours")
-    budget_usd: Annotated[Float, Field(gt=0, le=1e12)] | None = Field(None, description="cost limit, $")
-    objective: Literal["cheapest", "fastest", "energy", "balanced"] = "cheapest"
-    interval: Annotated[Float, Field(ge=0, lt=1)] | None = Field(
-        None, description="interval coverage (default 0.8; 0 for none)")
-    max_candidates: Annotated[int, Field(ge=1, le=5000)] = Field(
-        200, description="candidates returned, best first (all are searched; `points` has the best of "
-                         "each GPU type x count x method)")
-
-
-class ModelConfigRequest(BaseModel):
-    """`POST /api/model-config`: a pasted config.json to read."""
-
-    model_config = ConfigDict(extra="forbid")
-    config_json: dict[str, Any]
-    config_name: Annotated[str, Field(max_length=200)] | None = None
-
 
 # ----------------------------------------------------------------------------------------------------
 # helpers
@@ -408,149 +202,6 @@ def _model_summary(spec: Any) -> dict[str, Any]:
             "quant": spec.quant, "source": spec.source}
 
 
-def _num_arg(v: float | int) -> str:
-    """A number as the CLI reads it (30000.0 -> 30000, 0.5 -> 0.5)."""
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
-        return str(int(v))
-    return repr(v) if isinstance(v, float) else str(v)
-
-
-_JOB_DEFAULTS = {n: f.default for n, f in JobSpec.model_fields.items()}
-
-
-def _is_default(name: str, value: Any) -> bool:
-    d = _JOB_DEFAULTS.get(name, object())
-    if name == "lora_targets" and isinstance(value, str):
-        return tuple(t.strip() for t in value.split(",") if t.strip()) == tuple(d)
-    if isinstance(d, float) and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value) == d
-    return value == d
-
-
-def _job_flags(req: Any, names: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for name in names:
-        v = getattr(req, name, None)
-        if v is None or _is_default(name, v):
-            continue
-        flag = "--" + name.replace("_", "-")
-        if name in ("grad_ckpt", "flash_attn"):
-            out.append(flag if v else "--no-" + name.replace("_", "-"))
-        elif name in ("packing", "precompute_ref"):
-            if v:
-                out.append(flag)
-        elif isinstance(v, int | float):
-            out += [flag, _num_arg(v)]
-        else:
-            out += [flag, str(v)]
-    return out
-
-
-def _model_flags(req: ModelChoice) -> tuple[list[str], str]:
-    if req.config_json is not None:
-        return ["--model", "config.json"], "save the pasted config as config.json in the current folder first"
-    return ["--model", str(req.model)], ""
-
-
-def _price_flags(req: PriceFields) -> list[str]:
-    out: list[str] = []
-    if req.rate is not None:
-        out += ["--rate", _num_arg(req.rate)]
-    if req.provider:
-        out += ["--provider", req.provider]
-    return out
-
-
-def estimate_command(req: EstimateRequest) -> tuple[str, str]:
-    """The `tuneplan estimate ...` command line for a request, and a note when it needs a file."""
-    args, note = _model_flags(req)
-    if req.gpu:
-        args += ["--gpu", req.gpu]
-    for name in ("peak_tflops", "memory_gib", "bandwidth_gbs"):
-        v = getattr(req, name)
-        if v is not None:
-            args += ["--" + name.replace("_", "-"), _num_arg(v)]
-    if req.estimator != "tuneplan":
-        args += ["--estimator", req.estimator]
-    if req.interval is not None and req.interval != DEFAULT_INTERVAL:
-        args += ["--interval", _num_arg(req.interval)]
-    args += _job_flags(req, JOB_FIELDS)
-    args += _price_flags(req)
-    return shlex.join(["tuneplan", "estimate", *args]), note
-
-
-def plan_command(req: PlanRequest) -> tuple[str, str]:
-    """The `tuneplan plan ...` command line for a request."""
-    args, note = _model_flags(req)
-    for name in ("gpus", "methods", "gpu_counts", "micro_batches", "grad_accums", "shardings"):
-        v = getattr(req, name)
-        if v:
-            args += ["--" + name.replace("_", "-"), ",".join(str(x) for x in v)]
-    if req.max_gpus != 8:
-        args += ["--max-gpus", str(req.max_gpus)]
-    for name in ("gpus_per_node", "global_batch"):
-        v = getattr(req, name)
-        if v is not None:
-            args += ["--" + name.replace("_", "-"), str(v)]
-    if req.grad_ckpt is not None:
-        args.append("--grad-ckpt" if req.grad_ckpt else "--no-grad-ckpt")
-    if req.deadline_h is not None:
-        args += ["--deadline-h", _num_arg(req.deadline_h)]
-    if req.budget_usd is not None:
-        args += ["--budget", _num_arg(req.budget_usd)]
-    if req.objective != "cheapest":
-        args += ["--objective", req.objective]
-    if req.interval is not None and req.interval != DEFAULT_INTERVAL:
-        args += ["--interval", _num_arg(req.interval)]
-    args += _job_flags(req, WORK_FIELDS + METHOD_FIELDS + STAGE_FIELDS)
-    args += _price_flags(req)
-    return shlex.join(["tuneplan", "plan", *args]), note
-
-
-def plan_kwargs(req: PlanRequest) -> dict[str, Any]:
-    """`tuneplan.plan.search.plan` keyword arguments for a request (the model apart)."""
-    kw: dict[str, Any] = {"max_gpus": req.max_gpus, "objective": req.objective,
-                          "interval": DEFAULT_INTERVAL if req.interval is None else (req.interval or None)}
-    for name, key in (("gpus", "gpus"), ("methods", "methods"), ("gpu_counts", "gpu_counts_"),
-                      ("micro_batches", "micro_batches"), ("grad_accums", "grad_accums"),
-                      ("shardings", "shardings")):
-        v = getattr(req, name)
-        if v:
-            kw[key] = list(v)
-    for name in ("gpus_per_node", "global_batch", "budget_usd", "provider", "rate", *WORK_FIELDS,
-                 *METHOD_FIELDS, *STAGE_FIELDS):
-        v = getattr(req, name)
-        if v is not None:
-            kw[name] = v
-    if req.grad_ckpt is not None:
-        kw["grad_ckpt"] = (req.grad_ckpt,)
-    if req.deadline_h is not None:
-        kw["deadline_s"] = req.deadline_h * 3600.0
-    if req.rate is not None:
-        kw.pop("provider", None)
-    return kw
-
-
-def plan_space_size(req: PlanRequest) -> int:
-    """How many configurations the planner would enumerate for a request (before it drops the invalid
-    ones): GPU types x counts x methods x micro-batches x gradient accumulations x shardings x
-    checkpointing, as `tuneplan.plan.space.enumerate_grid` lays them out."""
-    from tuneplan.plan.search import DEFAULT_METHODS, default_gpus
-    from tuneplan.plan.space import DEFAULT_MICRO_BATCHES, DEFAULT_SHARDINGS, GPUS_PER_NODE, gpu_counts
-
-    n_types = len(set(req.gpus)) if req.gpus else len(default_gpus())
-    n_counts = (len(set(req.gpu_counts)) if req.gpu_counts
-                else len(gpu_counts(req.max_gpus, req.gpus_per_node or GPUS_PER_NODE)))
-    n_methods = len(set(req.methods)) if req.methods else len(DEFAULT_METHODS)
-    n_mb = len(set(req.micro_batches)) if req.micro_batches else len(DEFAULT_MICRO_BATCHES)
-    n_ga = len(set(req.grad_accums)) if req.grad_accums else 1
-    n_shard = len(set(req.shardings)) if req.shardings else len(DEFAULT_SHARDINGS)
-    n_ck = 1 if req.grad_ckpt is not None else 2
-    return n_types * n_counts * n_methods * n_mb * n_ga * n_shard * n_ck
-
-
 # ----------------------------------------------------------------------------------------------------
 # the app
 
@@ -563,9 +214,13 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        from tuneplan.web import pool
+
         if warm_up:
             _warm()
+            pool.warm()
         yield
+        pool.shutdown()
 
     app = FastAPI(
         title="tuneplan web planner",
@@ -576,7 +231,19 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(GZipMiddleware, minimum_size=2048)
+    from tuneplan.web.pool import BodyLimit
 
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)  # chunked bodies too
+
+    _add_error_handlers(app)
+    _add_catalog_routes(app, configs)
+    _add_run_routes(app, configs, allow_hub)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every failure as a JSON `detail` list: the body size limit, pydantic's checks, InputError and
+    the other tuneplan errors (422), anything unexpected (500, logged)."""
     # -- errors -------------------------------------------------------------------------------------
     @app.middleware("http")
     async def limit_body(request: Request, call_next: Callable):
@@ -621,8 +288,11 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": [exc.detail()]})
+        return JSONResponse(status_code=503 if exc.kind == "busy" else 422, content={"detail": [exc.detail()]})
 
+
+def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
+    """The page, liveness, and the catalogs the form offers."""
     # -- pages --------------------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
@@ -644,7 +314,7 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
             "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
             "moe_modes": list(MOE_MODES), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
             "stages": list(STAGES), "rollout_engines": list(ROLLOUT_ENGINES),
-            "providers": providers(), "defaults": jsonable(_JOB_DEFAULTS),
+            "providers": providers(), "defaults": jsonable(JOB_DEFAULTS),
             "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,
             "limits": {"max_plan_configs": MAX_PLAN_CONFIGS, "max_body_bytes": MAX_BODY_BYTES},
         }
@@ -685,6 +355,9 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
 
     register_from_config(app)
 
+
+def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> None:
+    """`POST /api/estimate` and `POST /api/plan`."""
     # -- estimate and plan --------------------------------------------------------------------------
     def model_spec(req: ModelChoice) -> Any:
         if req.config_json is not None:
@@ -729,7 +402,9 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
                                configurations=size, limit=MAX_PLAN_CONFIGS)
         spec = model_spec(req)
         kwargs = plan_kwargs(req)
-        res = _compute(lambda: plan(spec, **kwargs), rename={"gpu": "gpus"})
+        from tuneplan.web.pool import plan_in_worker
+
+        res = _compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
         out = jsonable(res.to_dict(max_candidates=req.max_candidates))
         out["n_candidates"] = int(len(res.candidates))
         out["points"] = _plan_points(res)
@@ -737,14 +412,18 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
         out["command"], out["command_note"] = plan_command(req)
         return out
 
-    return app
 
-
-def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None) -> Any:
+def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None, kind: str = "light") -> Any:
     """Run an estimate / a plan; arithmetic that an absurd (but well-typed) input breaks is a 422.
-    `rename`: body field names for InputError fields that differ (the planner's `gpu` is `gpus`)."""
+    `rename`: body field names for InputError fields that differ (the planner's `gpu` is `gpus`).
+    Each computation holds a slot of its lane (tuneplan.web.pool): plans one at a time."""
+    from tuneplan.web.pool import Busy, lane
+
     try:
-        return fn()
+        with lane(kind):
+            return fn()
+    except Busy as exc:
+        raise RequestError([], str(exc), kind="busy") from None
     except InputError as exc:
         d = _input_error_detail(exc)
         field = d["loc"][1] if len(d["loc"]) > 1 else ""
@@ -761,10 +440,10 @@ def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None) -> Any
 
 def _plan_fn() -> Callable[..., Any] | None:
     try:
-        from tuneplan.plan.search import plan
+        from tuneplan.plan.search import plan_run
     except ImportError:
         return None
-    return plan
+    return plan_run
 
 
 def _plan_points(res: Any) -> list[dict[str, Any]]:

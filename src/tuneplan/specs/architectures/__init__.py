@@ -20,6 +20,7 @@ from tuneplan.errors import InputError
 from tuneplan.specs.architectures import gpt, linear, llama, moe, ssm, t5, vision  # noqa: F401 - readers
 from tuneplan.specs.architectures.base import HEADS, HIDDEN, INTER, LAYERS, READERS, VOCAB, has, with_extra
 from tuneplan.specs.architectures.quant import quant_from_config, quant_from_name, split_quant_suffix
+from tuneplan.specs.limits import check_config_sizes
 from tuneplan.specs.model import ModelSpec
 
 __all__ = ["READERS", "SUPPORTED_MODEL_TYPES", "detect_model_type", "looks_llama_like", "model_from_config",
@@ -103,6 +104,7 @@ def model_from_config(config: dict, name: str, source: str = "") -> ModelSpec:
     """
     if not isinstance(config, Mapping):
         raise InputError("config", f"must be a JSON object, got {type(config).__name__}")
+    check_config_sizes(config)
     cfg = fill_inferred(config)
     mt = detect_model_type(cfg)
     if isinstance(cfg.get("vision_config"), Mapping):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.physics.codes import ShardingCode, lora_family
+
 THROUGHPUT_FEATURES = (
     "log_tokens_per_micro", "log_hidden_per_tp", "log_params_active", "trainable_fraction",
     "log_intensity", "comm_share", "optimizer_share", "dequant_share", "grad_ckpt", "is_lora_family",
@@ -48,7 +50,7 @@ def feature_matrix(a: dict, phys: dict, names: tuple[str, ...]) -> np.ndarray:
         "optimizer_share": phys["optimizer_s"] / step,
         "dequant_share": phys["dequant_s"] / step,
         "grad_ckpt": a["grad_ckpt"],
-        "is_lora_family": ((a["method_code"] >= 1) & (a["method_code"] <= 5)).astype(float),
+        "is_lora_family": lora_family(a["method_code"]).astype(float),
         "log_gpus": _log(a["gpus"]),
         "log_peak_tflops": _log(a["peak_flops"] / 1e12),
         "log_bandwidth_gbs": _log(a["mem_bw"] / 1e9),
@@ -60,7 +62,7 @@ def feature_matrix(a: dict, phys: dict, names: tuple[str, ...]) -> np.ndarray:
         "activations_share": phys["activations_gib"] / alloc,
         "logits_share": phys["logits_gib"] / alloc,
         "quantised": (a["dequant_bytes"] > 0).astype(float),
-        "sharded": (a["sharding"] >= 1).astype(float),
+        "sharded": (a["sharding"] >= ShardingCode.ZERO1).astype(float),
         "variable_shapes": np.asarray(a["variable_shapes"], dtype=float),
         # 1 for a peak as reserved / nvidia-smi report it (what an estimate shows), 0 for torch's allocated
         "reports_reserved": np.asarray(a.get("reports_reserved", np.ones(len(step))), dtype=float),

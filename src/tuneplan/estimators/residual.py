@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.learn.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
-from tuneplan.learn.trees import Forest
+from tuneplan.estimators.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
+from tuneplan.estimators.trees import Forest
 
 EXTRAPOLATION_DECAY = 4.0
 """How fast the correction fades outside the training range: weight = exp(-4 x summed excess,
@@ -14,19 +14,78 @@ each feature's excess measured in units of its training span)."""
 
 
 NEAREST_CHUNK = 256
-"""Configurations per block when measuring distances to the training rows (bounds the memory used)."""
+"""Configurations per block when measuring distances to the training rows by brute force (bounds the
+memory used)."""
+TREE_MIN_WORK = 2_000_000
+"""Configurations x training rows above which distances are found with KD-trees (scipy's cKDTree,
+exact L1 nearest neighbours) instead of brute force: below it, importing scipy and
+building the tree cost more than they save."""
 
 
-def nearest_distance(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> np.ndarray:
-    """Each row's distance to the nearest of `points`: summed absolute feature differences, each in
-    units of its training span (features missing on either side count 0)."""
-    if len(points) == 0:
-        return np.full(len(X), np.inf)
+def _numpy_nearest(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Exact, by brute force in blocks (NaN counts 0)."""
     out = np.empty(len(X))
     for i in range(0, len(X), NEAREST_CHUNK):
         diff = np.abs(X[i:i + NEAREST_CHUNK, None, :] - points[None, :, :]) / span
         out[i:i + NEAREST_CHUNK] = np.nansum(diff, axis=2).min(axis=1)
     return out
+
+
+def _patterns(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which features each row lacks: the distinct NaN masks and each row's index into them."""
+    nan = np.isnan(a)
+    codes = np.zeros(len(a), dtype=object if a.shape[1] > 62 else np.int64)
+    for j in range(a.shape[1]):
+        codes = codes * 2 + nan[:, j]
+    _, first, inv = np.unique(codes, return_index=True, return_inverse=True)
+    return nan[first], np.asarray(inv).reshape(-1)
+
+
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of `a` and each row's index into them (a plan's grid repeats many)."""
+    c = np.ascontiguousarray(a)
+    rows = c.view(np.dtype((np.void, c.dtype.itemsize * c.shape[1]))).ravel()
+    _, first, inv = np.unique(rows, return_index=True, return_inverse=True)
+    return c[first], np.asarray(inv).reshape(-1)
+
+
+def _tree_nearest(Xs: np.ndarray, Ps: np.ndarray) -> np.ndarray:
+    """Exact L1 nearest distances with KD-trees: rows and points grouped by which features they lack,
+    each pair of groups searched over the features both have (a missing feature counts 0)."""
+    from scipy.spatial import cKDTree
+
+    Xu, back = _distinct_rows(Xs)
+    out = np.full(len(Xu), np.inf)
+    p_keys, p_inv = _patterns(Ps)
+    x_keys, x_inv = _patterns(Xu)
+    for pi, pk in enumerate(p_keys):
+        P = Ps[p_inv == pi]
+        for xi, xk in enumerate(x_keys):
+            dims = ~(pk | xk)
+            rows = np.flatnonzero(x_inv == xi)
+            if not dims.any():
+                out[rows] = 0.0
+                continue
+            d, _ = cKDTree(P[:, dims]).query(Xu[rows][:, dims], k=1, p=1)
+            out[rows] = np.minimum(out[rows], d)
+    return out[back]
+
+
+def nearest_distance(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Each row's distance to the nearest of `points`: summed absolute feature differences, each in
+    units of its training span (features missing on either side count 0). Exact either way: numpy
+    for small problems, KD-trees for large ones (a plan over 100k candidates)."""
+    if len(points) == 0:
+        return np.full(len(X), np.inf)
+    if len(X) * len(points) >= TREE_MIN_WORK:
+        Xs = np.asarray(X, dtype=float) / span
+        Ps = np.asarray(points, dtype=float) / span
+        if not np.isinf(Xs).any() and not np.isinf(Ps).any():
+            try:
+                return _tree_nearest(Xs, Ps)
+            except ImportError:  # no scipy: brute force, as exact
+                pass
+    return _numpy_nearest(X, points, span)
 
 
 class Residual:
@@ -136,13 +195,3 @@ class TuneplanCorrection:
             mem_f = np.exp(r)
             info["memory_residual_weight"] = w
         return thr_f, mem_f, info
-
-
-def tuneplan_estimator_from_payload(payload: dict, name: str):
-    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
-    from tuneplan.physics.constants import PhysicsConstants
-
-    thr = Residual.from_dict(payload["throughput_residual"]) if payload.get("throughput_residual") else None
-    mem = Residual.from_dict(payload["memory_residual"]) if payload.get("memory_residual") else None
-    corr = TuneplanCorrection(thr, mem) if (thr or mem) else None
-    return TuneplanEstimator(PhysicsConstants.from_dict(payload["constants"]), corr, calibration_name=name)

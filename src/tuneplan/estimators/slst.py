@@ -1,0 +1,83 @@
+"""The SLST seed's predictor: a scaling law in active parameters, tokens per step, GPUs, peak FLOP/s,
+method and sequence length (log-linear), times exp(a boosted correction on its log-residuals), in
+step time. Fitted by `tuneplan.learn.learners.slst.SLSTLearner`; read back from a calibration payload."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tuneplan.estimators.base import BorrowsMemory
+from tuneplan.estimators.residual import Residual
+from tuneplan.physics.codes import lora_family
+
+
+def _log(x):
+    return np.log(np.maximum(np.asarray(x, dtype=float), 1e-30))
+
+
+SLST_LAW_FEATURES = ("log_params_active", "log_tokens_per_step", "log_gpus", "log_peak_tflops", "is_lora_family",
+                     "log_seq_len")
+SLST_GB_FEATURES = ("log_params_active", "log_params_total", "log_tokens_per_step", "log_micro_batch",
+                    "log_seq_len", "log_gpus", "log_nodes", "log_peak_tflops", "log_bandwidth_gbs",
+                    "method_code", "grad_ckpt", "log_grad_accum", "trainable_fraction")
+
+
+def slst_features(a: dict, names: tuple[str, ...]) -> np.ndarray:
+    tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
+    f = {
+        "log_params_active": _log(a["params_active"]), "log_params_total": _log(a["params_total"]),
+        "log_tokens_per_step": _log(tokens), "log_micro_batch": _log(a["micro_batch"]),
+        "log_seq_len": _log(a["seq_len"]), "log_gpus": _log(a["gpus"]), "log_nodes": _log(a["nodes"]),
+        "log_peak_tflops": _log(a["peak_flops"] / 1e12), "log_bandwidth_gbs": _log(a["mem_bw"] / 1e9),
+        "method_code": a["method_code"], "grad_ckpt": a["grad_ckpt"], "log_grad_accum": _log(a["grad_accum"]),
+        "is_lora_family": lora_family(a["method_code"]).astype(float),
+        "trainable_fraction": a["params_trainable"] / np.maximum(a["params_total"], 1.0),
+    }
+    return np.column_stack([np.asarray(f[n], dtype=float) for n in names])
+
+
+class SLSTEstimator(BorrowsMemory):
+    """The SLST seed's predictor: scaling law x exp(boosted residual), in step time."""
+
+    name = "slst"
+
+    def __init__(self, coef: np.ndarray, residual: Residual | None, calibration_name: str | None = None) -> None:
+        self.coef = np.asarray(coef, dtype=float)
+        self.residual = residual
+        self.calibration_name = calibration_name
+
+    @classmethod
+    def from_calibration(cls, calibration=None) -> SLSTEstimator:
+        """SLST is learned from runs: a calibration file fitted by its learner is required."""
+        from tuneplan.errors import InputError
+
+        if calibration is None:
+            raise InputError("estimator", "slst is learned from runs: pass --calibration FILE "
+                             "fitted with `tuneplan calibrate --learner slst`")
+        from tuneplan.estimators.calibration import load_calibration
+
+        return load_calibration(calibration, expected="slst").estimator()
+
+    def time_arrays(self, a: dict) -> dict:
+        """The scaling law and its correction, in step time (memory from `BorrowsMemory`)."""
+        X = slst_features(a, SLST_LAW_FEATURES)
+        log_step = self.coef[0] + X @ self.coef[1:]
+        if self.residual is not None:
+            r, _ = self.residual(slst_features(a, SLST_GB_FEATURES))
+            log_step = log_step + r
+        step = np.exp(log_step)
+        tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
+        return {"step_s": step, "compute_s": step, "tokens_per_step": tokens}
+
+    def assumptions(self, job=None) -> list[str]:
+        return ["SLST: log step time = scaling law in active parameters, tokens per step, GPUs, peak FLOP/s, "
+                "method and sequence length, plus gradient boosting on its log-residuals, fitted on measured runs"
+                + (f" ('{self.calibration_name}')." if self.calibration_name else "."),
+                "Memory figures from tuneplan's memory model (SLST predicts time only).",
+                self.MEMORY_ASSUMPTION]
+
+    @classmethod
+    def from_payload(cls, d: dict, name: str | None = None) -> SLSTEstimator:
+        """The estimator a calibration payload describes (`SLSTLearner.payload()`)."""
+        residual = Residual.from_dict(d["residual"]) if d.get("residual") else None
+        return cls(np.asarray(d["coef"], dtype=float), residual, calibration_name=name)

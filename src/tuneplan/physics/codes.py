@@ -1,0 +1,66 @@
+"""The integer codes a job's method, sharding and optimizer take in the flat physics arrays (one
+float column each, so that thousands of configurations are evaluated at once). Defined here once;
+every formula compares against these names, never against a bare number."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+
+class MethodCode(IntEnum):
+    FULL = 0
+    LORA = 1
+    QLORA = 2
+    GPTQ_LORA = 3
+    ALORA = 4
+    DORA = 5
+    FREEZE = 6
+
+
+class ShardingCode(IntEnum):
+    """Normalised sharding (`JobSpec.sharding_kind`): what each data-parallel rank keeps whole."""
+
+    NONE = 0  # DDP, or one rank: everything replicated
+    ZERO1 = 1  # optimizer states sharded
+    ZERO2 = 2  # + gradients
+    ZERO3 = 3  # + weights (FSDP full shard)
+    HYBRID = 4  # ZeRO-3 within a node, replicated across nodes
+    OFFLOAD = 5  # ZeRO-3 with states and weights on the host
+
+
+class OptimizerCode(IntEnum):
+    ADAMW = 0
+    ADAMW_8BIT = 1
+    PAGED_ADAMW_8BIT = 2
+    SGD = 3
+    SGD_MOMENTUM = 4
+    ADAFACTOR = 5
+
+
+METHOD_CODES = {"full": MethodCode.FULL, "lora": MethodCode.LORA, "qlora": MethodCode.QLORA,
+                "gptq-lora": MethodCode.GPTQ_LORA, "alora": MethodCode.ALORA, "dora": MethodCode.DORA,
+                "freeze": MethodCode.FREEZE,
+                # physics/peft_methods.py (rslora, pissa, olora, eva, loftq take their LoRA equivalent's code)
+                "adalora": 7, "lora-fa": 8, "ia3": 9, "loha": 10, "lokr": 11, "oft": 12, "boft": 13, "vera": 14,
+                "fourierft": 15, "hra": 16, "bone": 17, "prefix-tuning": 18, "prompt-tuning": 19, "p-tuning": 20,
+                "ln-tuning": 21, "adapter": 22}
+OTHER_PEFT_CODES = 7
+"""Codes from here on are the PEFT methods outside the LoRA family (physics/peft_methods.py)."""
+SHARDING_CODES = {"none": ShardingCode.NONE, "ddp": ShardingCode.NONE, "zero1": ShardingCode.ZERO1,
+                  "zero2": ShardingCode.ZERO2, "zero3": ShardingCode.ZERO3, "hybrid": ShardingCode.HYBRID,
+                  "zero3-offload": ShardingCode.OFFLOAD, "fsdp-offload": ShardingCode.OFFLOAD}
+OPTIMIZER_CODES = {"adamw": OptimizerCode.ADAMW, "adamw-8bit": OptimizerCode.ADAMW_8BIT,
+                   "paged-adamw-8bit": OptimizerCode.PAGED_ADAMW_8BIT, "sgd": OptimizerCode.SGD,
+                   "sgd-momentum": OptimizerCode.SGD_MOMENTUM, "adafactor": OptimizerCode.ADAFACTOR}
+
+
+def lora_family(method_code: np.ndarray) -> np.ndarray:
+    """Rows whose method trains adapters over frozen weights (LoRA, QLoRA, GPTQ-LoRA, aLoRA, DoRA)."""
+    return (method_code >= MethodCode.LORA) & (method_code <= MethodCode.DORA)
+
+
+def full_weights(method_code: np.ndarray) -> np.ndarray:
+    """Rows whose method trains the model's own weights (full fine-tuning, freeze-tuning)."""
+    return (method_code == MethodCode.FULL) | (method_code == MethodCode.FREEZE)

@@ -1,0 +1,23 @@
+"""What a job's method settings mean for the figures, said once for every estimate: the adapters'
+dtype (LoRA family) and the master copy of 16-bit weights (full and freeze fine-tuning)."""
+
+from __future__ import annotations
+
+from tuneplan.specs.job import JobSpec
+
+
+def job_assumptions(job: JobSpec) -> list[str]:
+    out: list[str] = []
+    if job.is_lora_family:
+        out.append(
+            "Adapters in fp32 (peft >= 0.12's default): over 16-bit weights each adapted module keeps an fp32 "
+            "copy of its input for backward (--adapter-dtype compute: adapters in the compute dtype, as older "
+            "peft, litgpt and Megatron)." if job.adapter_dtype == "fp32" else
+            "Adapters in the compute dtype (--adapter-dtype compute): no fp32 copies of their inputs.")
+    if job.method in ("full", "freeze") and job.precision in ("bf16", "fp16"):
+        out.append(
+            f"{job.precision} weights with an fp32 master copy and fp32 optimizer moments (--master-weights fp32)."
+            if job.fp32_master() else
+            f"{job.precision} weights trained in place: no fp32 master copy, 16-bit optimizer moments "
+            "(--master-weights fp32 for mixed precision over fp32 weights).")
+    return out

@@ -1,0 +1,164 @@
+"""The command line equivalent to a web request (`tuneplan estimate ...`, `tuneplan plan ...`), and a
+plan request's `plan_run` keyword arguments and search size."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+from typing import Any
+
+from tuneplan.specs.job import JobSpec
+from tuneplan.web.schemas import (
+    DEFAULT_INTERVAL,
+    JOB_FIELDS,
+    METHOD_FIELDS,
+    STAGE_FIELDS,
+    WORK_FIELDS,
+    EstimateRequest,
+    ModelChoice,
+    PlanRequest,
+    PriceFields,
+)
+
+
+def _num_arg(v: float | int) -> str:
+    """A number as the CLI reads it (30000.0 -> 30000, 0.5 -> 0.5)."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+JOB_DEFAULTS = {n: f.default for n, f in JobSpec.model_fields.items()}
+
+
+def _is_default(name: str, value: Any) -> bool:
+    d = JOB_DEFAULTS.get(name, object())
+    if name == "lora_targets" and isinstance(value, str):
+        return tuple(t.strip() for t in value.split(",") if t.strip()) == tuple(d)
+    if isinstance(d, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value) == d
+    return value == d
+
+
+def _job_flags(req: Any, names: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        v = getattr(req, name, None)
+        if v is None or _is_default(name, v):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name in ("grad_ckpt", "flash_attn"):
+            out.append(flag if v else "--no-" + name.replace("_", "-"))
+        elif name in ("packing", "precompute_ref"):
+            if v:
+                out.append(flag)
+        elif isinstance(v, int | float):
+            out += [flag, _num_arg(v)]
+        else:
+            out += [flag, str(v)]
+    return out
+
+
+def _model_flags(req: ModelChoice) -> tuple[list[str], str]:
+    if req.config_json is not None:
+        return ["--model", "config.json"], "save the pasted config as config.json in the current folder first"
+    return ["--model", str(req.model)], ""
+
+
+def _price_flags(req: PriceFields) -> list[str]:
+    out: list[str] = []
+    if req.rate is not None:
+        out += ["--rate", _num_arg(req.rate)]
+    if req.provider:
+        out += ["--provider", req.provider]
+    return out
+
+
+def estimate_command(req: EstimateRequest) -> tuple[str, str]:
+    """The `tuneplan estimate ...` command line for a request, and a note when it needs a file."""
+    args, note = _model_flags(req)
+    if req.gpu:
+        args += ["--gpu", req.gpu]
+    for name in ("peak_tflops", "memory_gib", "bandwidth_gbs"):
+        v = getattr(req, name)
+        if v is not None:
+            args += ["--" + name.replace("_", "-"), _num_arg(v)]
+    if req.estimator != "tuneplan":
+        args += ["--estimator", req.estimator]
+    if req.interval is not None and req.interval != DEFAULT_INTERVAL:
+        args += ["--interval", _num_arg(req.interval)]
+    args += _job_flags(req, JOB_FIELDS)
+    args += _price_flags(req)
+    return shlex.join(["tuneplan", "estimate", *args]), note
+
+
+def plan_command(req: PlanRequest) -> tuple[str, str]:
+    """The `tuneplan plan ...` command line for a request."""
+    args, note = _model_flags(req)
+    for name in ("gpus", "methods", "gpu_counts", "micro_batches", "grad_accums", "shardings"):
+        v = getattr(req, name)
+        if v:
+            args += ["--" + name.replace("_", "-"), ",".join(str(x) for x in v)]
+    if req.max_gpus != 8:
+        args += ["--max-gpus", str(req.max_gpus)]
+    for name in ("gpus_per_node", "global_batch"):
+        v = getattr(req, name)
+        if v is not None:
+            args += ["--" + name.replace("_", "-"), str(v)]
+    if req.grad_ckpt is not None:
+        args.append("--grad-ckpt" if req.grad_ckpt else "--no-grad-ckpt")
+    if req.deadline_h is not None:
+        args += ["--deadline-h", _num_arg(req.deadline_h)]
+    if req.budget_usd is not None:
+        args += ["--budget", _num_arg(req.budget_usd)]
+    if req.objective != "cheapest":
+        args += ["--objective", req.objective]
+    if req.interval is not None and req.interval != DEFAULT_INTERVAL:
+        args += ["--interval", _num_arg(req.interval)]
+    args += _job_flags(req, WORK_FIELDS + METHOD_FIELDS + STAGE_FIELDS)
+    args += _price_flags(req)
+    return shlex.join(["tuneplan", "plan", *args]), note
+
+
+def plan_kwargs(req: PlanRequest) -> dict[str, Any]:
+    """`tuneplan.plan.search.plan` keyword arguments for a request (the model apart)."""
+    kw: dict[str, Any] = {"max_gpus": req.max_gpus, "objective": req.objective,
+                          "interval": DEFAULT_INTERVAL if req.interval is None else (req.interval or None)}
+    for name, key in (("gpus", "gpus"), ("methods", "methods"), ("gpu_counts", "gpu_counts_"),
+                      ("micro_batches", "micro_batches"), ("grad_accums", "grad_accums"),
+                      ("shardings", "shardings")):
+        v = getattr(req, name)
+        if v:
+            kw[key] = list(v)
+    for name in ("gpus_per_node", "global_batch", "budget_usd", "provider", "rate", *WORK_FIELDS,
+                 *METHOD_FIELDS, *STAGE_FIELDS):
+        v = getattr(req, name)
+        if v is not None:
+            kw[name] = v
+    if req.grad_ckpt is not None:
+        kw["grad_ckpt"] = (req.grad_ckpt,)
+    if req.deadline_h is not None:
+        kw["deadline_s"] = req.deadline_h * 3600.0
+    if req.rate is not None:
+        kw.pop("provider", None)
+    return kw
+
+
+def plan_space_size(req: PlanRequest) -> int:
+    """How many configurations the planner would enumerate for a request (before it drops the invalid
+    ones): GPU types x counts x methods x micro-batches x gradient accumulations x shardings x
+    checkpointing, as `tuneplan.plan.space.enumerate_grid` lays them out."""
+    from tuneplan.plan.search import DEFAULT_METHODS, default_gpus
+    from tuneplan.plan.space import DEFAULT_MICRO_BATCHES, DEFAULT_SHARDINGS, GPUS_PER_NODE, gpu_counts
+
+    n_types = len(set(req.gpus)) if req.gpus else len(default_gpus())
+    n_counts = (len(set(req.gpu_counts)) if req.gpu_counts
+                else len(gpu_counts(req.max_gpus, req.gpus_per_node or GPUS_PER_NODE)))
+    n_methods = len(set(req.methods)) if req.methods else len(DEFAULT_METHODS)
+    n_mb = len(set(req.micro_batches)) if req.micro_batches else len(DEFAULT_MICRO_BATCHES)
+    n_ga = len(set(req.grad_accums)) if req.grad_accums else 1
+    n_shard = len(set(req.shardings)) if req.shardings else len(DEFAULT_SHARDINGS)
+    n_ck = 1 if req.grad_ckpt is not None else 2
+    return n_types * n_counts * n_methods * n_mb * n_ga * n_shard * n_ck
