@@ -15,7 +15,6 @@ DEFAULT = ROOT / "src" / "tuneplan" / "data" / "calibration" / "default.json"
 OWN_RUNS = ROOT / "reference" / "runs"  # tuneplan's own GPU measurements, fitted on too
 
 
-@pytest.mark.slow  # the fit over all reference runs with this round's physics ran > 20 min on 2 busy cores
 @pytest.mark.skipif(reference_dir() is None, reason="the shared reference runs are not beside the repository")
 def test_default_calibration_regenerates_byte_for_byte(tmp_path, capsys):
     out = tmp_path / "default.json"

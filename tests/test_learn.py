@@ -260,14 +260,19 @@ def test_calibration_wrong_learner_and_bad_file(tmp_path):
 def test_predict_resolves_names_as_calibrate_does_and_keeps_unresolvable_rows(tmp_path, capsys):
     from tuneplan.cli import main
 
-    out = tmp_path / "pred.csv"
-    assert main(["predict", "--runs", str(reference_dir() / "ms-swift.csv"), "--out", str(out)]) == 0
-    capsys.readouterr()
-    pred = pd.read_csv(out, low_memory=False)
     src = pd.read_csv(reference_dir() / "ms-swift.csv", low_memory=False)
-    assert len(pred) == len(src)  # every row written, in file order
-    assert list(pred["id"]) == list(src["id"])
+    bad = src.iloc[[0]].copy()
+    bad["id"], bad["gpu"] = "unresolvable-gpu-row", "NoSuchGPU-9000"
+    runs = tmp_path / "runs.csv"
+    pd.concat([src, bad]).to_csv(runs, index=False)
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "--runs", str(runs), "--out", str(out)]) == 0
+    capsys.readouterr()
+    pred = pd.read_csv(out, low_memory=False, dtype={"error": str})
+    assert len(pred) == len(src) + 1  # every row written, in file order
+    assert list(pred["id"]) == [*src["id"], "unresolvable-gpu-row"]
     # 'A100-80GB' is a family name: the catalog reads it as its default variant (A100-SXM4-80GB), as calibrate does
     ok = pred["error"].isna()
     assert ok.sum() > 100 and pred.loc[ok, "pred_peak_mem_gib"].notna().all()
-    assert pred.loc[~ok, "error"].str.len().gt(0).all()  # the others say why
+    assert not ok.iloc[-1] and "NoSuchGPU-9000" in pred["error"].iloc[-1]  # the row kept, saying why
+    assert pred.loc[~ok, "error"].str.len().gt(0).all()
