@@ -18,7 +18,7 @@ OWN_RUNS = ROOT / "reference" / "runs"  # tuneplan's own GPU measurements, fitte
 @pytest.mark.skipif(reference_dir() is None, reason="the shared reference runs are not beside the repository")
 def test_default_calibration_regenerates_byte_for_byte(tmp_path, capsys):
     out = tmp_path / "default.json"
-    assert main(["calibrate", "--runs", str(reference_dir()), str(OWN_RUNS), "--out", str(out)]) == 0
+    assert main(["calibrate", "--runs", str(reference_dir()), str(OWN_RUNS), "--from-scratch", "--out", str(out)]) == 0
     capsys.readouterr()
     assert out.read_bytes() == DEFAULT.read_bytes()
 

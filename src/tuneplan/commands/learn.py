@@ -9,12 +9,22 @@ import sys
 
 def register(sub) -> None:
     c = sub.add_parser("calibrate", help="fit a calibration on measured runs",
-                       description="Fit a learner on all the rows given (from the uncalibrated physics) and "
-                                   "write a versioned calibration file with its training data's fingerprint.")
+                       description="Adapt the shipped calibration to your runs (an overall throughput scale "
+                                   "from 1 run, per-method scales, a memory offset; from 8 runs a fit on your "
+                                   "runs alone when it predicts your held-out runs better), or with "
+                                   "--from-scratch fit a learner on the rows alone, from the uncalibrated physics. "
+                                   "Writes a versioned calibration file with its training data's fingerprint.",
+                       epilog="examples:\n  tuneplan calibrate --runs my_runs.csv --out mine.json\n"
+                              "  tuneplan calibrate --runs ../shared/reference/runs reference/runs --from-scratch "
+                              "--out default.json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--runs", nargs="+", help="runs files (CSV/Parquet) or folders of them (default: the runs "
                    "TuneplanCallback recorded, $TUNEPLAN_HOME/runs/runs.csv)")
     c.add_argument("--out", required=True, help="calibration file to write (.json)")
     c.add_argument("--learner", default="tuneplan", help="tuneplan (default), kavier, xia, slst")
+    c.add_argument("--from-scratch", action="store_true",
+                   help="ignore the shipped calibration: fit the learner on these rows alone")
+    c.add_argument("--base", help="the calibration to adapt (default: the shipped one)")
     c.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
     c.set_defaults(func=run_calibrate)
     v = sub.add_parser("validate", help="fit on a training split, report errors on held-out runs",
@@ -27,6 +37,8 @@ def register(sub) -> None:
                    help="by-source only: move this many measured rows of each held-out source into its "
                         "training part (your first runs on a new machine or framework); judged on the rest")
     v.add_argument("--interval", type=float, default=0.8, help="nominal interval coverage (default 0.8)")
+    v.add_argument("--test-fraction", type=float, default=0.2,
+                   help="random split only: share of the rows held out (default 0.2; 0.3 for a 70/30 split)")
     v.add_argument("--learners", default="tuneplan,kavier,xia,slst", help="comma-separated learners to fit")
     v.add_argument("--json", action="store_true", help="print the metrics as JSON")
     v.add_argument("--plot", help="parity plot (predicted vs measured, log axes), PNG or SVG")
@@ -96,6 +108,27 @@ def _recorded_runs() -> str:
     return str(path)
 
 
+def _base_calibration(args: argparse.Namespace):
+    """The calibration a user's runs adapt: --base, else the shipped default; None with --from-scratch,
+    for another learner, or when no default ships."""
+    from tuneplan.errors import InputError
+    from tuneplan.estimators.calibration import default_calibration, load_calibration
+
+    if args.from_scratch:
+        if args.base:
+            raise InputError("base", "--base and --from-scratch exclude each other")
+        return None
+    if args.base:
+        return load_calibration(args.base, expected="tuneplan")
+    if args.learner != "tuneplan":
+        return None
+    cal = default_calibration()
+    if cal is not None:
+        print(f"starting from the shipped calibration ({cal.fingerprint[:12]}; --from-scratch ignores it)",
+              file=sys.stderr)
+    return cal
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError, check_output_path
     from tuneplan.learn.calibration import fit_calibration
@@ -106,8 +139,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if table.df.empty:
         print("tuneplan calibrate: no usable row in the runs given. Nothing written.", file=sys.stderr)
         return 1
+    base = _base_calibration(args)
     try:
-        cal, messages = fit_calibration(table.df, args.learner, name=args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+        cal, messages = fit_calibration(table.df, args.learner, name=args.out.rsplit("/", 1)[-1].rsplit(".", 1)[0],
+                                        base=base)
     except NotEnoughData as exc:
         print(f"tuneplan calibrate: {exc}. Nothing written: estimates keep using the physics "
               "(or the shipped default).", file=sys.stderr)
@@ -142,6 +177,8 @@ def run_validate(args: argparse.Namespace) -> int:
     if not 0 < args.interval < 1:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     check_reveal(args.split, args.reveal)
+    if not 0 < args.test_fraction < 1:
+        raise InputError("test-fraction", f"must be between 0 and 1 (got {args.test_fraction})")
     if args.seed < 0 or args.seed >= 2**32:
         raise InputError("seed", f"must be an integer in [0, 2^32) (got {args.seed})")
     check_plot_path(args.plot)
@@ -149,7 +186,8 @@ def run_validate(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     with console.status("validating") as status:
         report = validate(table.df, args.split, args.seed, learners, args.interval,
-                          progress=lambda name: status.update(f"fold {name}"), reveal=args.reveal)
+                          progress=lambda name: status.update(f"fold {name}"), reveal=args.reveal,
+                          test_fraction=args.test_fraction)
     if args.plot:
         from tuneplan.report.parity import parity_plot
 

@@ -24,10 +24,11 @@ class TuneplanEstimator:
     memory_parts = MEMORY_PARTS
 
     def __init__(self, constants: PhysicsConstants = DEFAULT_CONSTANTS, residual=None,
-                 calibration_name: str | None = None) -> None:
+                 calibration_name: str | None = None, stack=None) -> None:
         self.constants = constants
         self.residual = residual  # object with .correct(arrays, physics_out) -> (throughput factor, mem factor, info)
         self.calibration_name = calibration_name
+        self.stack = stack  # a StackAdapter: what a user's own first runs taught on top (None: nothing)
 
     @property
     def memory_model(self) -> TuneplanEstimator:
@@ -57,7 +58,16 @@ class TuneplanEstimator:
         thr = Residual.from_dict(d["throughput_residual"]) if d.get("throughput_residual") else None
         mem = Residual.from_dict(d["memory_residual"]) if d.get("memory_residual") else None
         corr = TuneplanCorrection(thr, mem) if (thr or mem) else None
-        return cls(PhysicsConstants.from_dict(d["constants"]), corr, calibration_name=name)
+        stack = None
+        if d.get("stack"):
+            from tuneplan.estimators.stack_adapter import StackAdapter
+
+            stack = StackAdapter.from_dict(d["stack"])
+        return cls(PhysicsConstants.from_dict(d["constants"]), corr, calibration_name=name, stack=stack)
+
+    def with_stack(self, stack) -> TuneplanEstimator:
+        """The same estimator with a stack adapter on top (replacing any it had)."""
+        return TuneplanEstimator(self.constants, self.residual, self.calibration_name, stack)
 
     def physics(self, a: Arrays) -> Arrays:
         c = self.constants
@@ -71,37 +81,48 @@ class TuneplanEstimator:
 
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
         out = self.physics(a)
-        if self.residual is not None:
-            thr_factor, mem_factor, info = self.residual.correct(a, out)
-            # never faster than the model FLOPs at MFU_CEILING of dense peak: a learned correction
-            # must not promise what no GPU delivers
-            floor = out["model_flops_per_step"] / (a["gpus"] * a["peak_flops"] * MFU_CEILING)
-            thr_factor = np.minimum(thr_factor, out["step_s"] / np.maximum(floor, 1e-30))
-            thr_factor = np.maximum(thr_factor, 1e-6)
-            # time: every part scales with the learned factor, so the parts still add up to the step
-            for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s"):
-                if k in out:
-                    out[k] = out[k] / thr_factor
-            # memory: the byte-counted states (weights, gradients, master, optimizer) are a floor the
-            # learned factor never goes below; the difference is reported as its own part
-            static = (out["weights_gib"] + out["gradients_gib"] + out["master_weights_gib"] + out["optimizer_gib"]
-                      + out["gathered_params_gib"])
-            alloc = np.maximum(out["allocated_gib"] * mem_factor, static + out["workspace_gib"])
-            out["calibration_gib"] = alloc - out["allocated_gib"]
-            out["allocated_gib"] = alloc
-            # the cached blocks of other batch shapes (memory()'s variable_shape_gib) are not rescaled
-            out["reserved_gib"] = alloc * (1.0 + self.constants.allocator_overhead) + out["variable_shape_gib"]
-            out["allocator_gib"] = out["reserved_gib"] - alloc
-            out["nvidia_smi_gib"] = out["reserved_gib"] + self.constants.cuda_context_gib
-            out["memory_gib"] = out["nvidia_smi_gib"]
-            out["fits"] = out["nvidia_smi_gib"] - out["variable_shape_gib"] <= a["memory_bytes"] / 1024.0**3
+        if self.residual is not None or self.stack is not None:
+            n = len(out["step_s"])
+            thr_factor, mem_factor, info = (self.residual.correct(a, out) if self.residual is not None
+                                            else (np.ones(n), np.ones(n), {}))
+            offset = 0.0
+            if self.stack is not None:
+                thr_factor = thr_factor * self.stack.throughput_factor(a, n)
+                offset = self.stack.memory_offset_gib
+            self._apply_correction(a, out, thr_factor, mem_factor, offset)
             out.update(info)
         if with_max_batch:
             out["max_micro_batch"] = self.max_micro_batch(a)
         return out
 
+    def _apply_correction(self, a: Arrays, out: Arrays, thr_factor: np.ndarray, mem_factor: np.ndarray,
+                          mem_offset_gib: float) -> None:
+        """Learned throughput factors and memory factors / offset applied to the physics' parts."""
+        # never faster than the model FLOPs at MFU_CEILING of dense peak: a learned correction
+        # must not promise what no GPU delivers
+        floor = out["model_flops_per_step"] / (a["gpus"] * a["peak_flops"] * MFU_CEILING)
+        thr_factor = np.minimum(thr_factor, out["step_s"] / np.maximum(floor, 1e-30))
+        thr_factor = np.maximum(thr_factor, 1e-6)
+        # time: every part scales with the learned factor, so the parts still add up to the step
+        for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s"):
+            if k in out:
+                out[k] = out[k] / thr_factor
+        # memory: the byte-counted states (weights, gradients, master, optimizer) are a floor the
+        # learned factor never goes below; the difference is reported as its own part
+        static = (out["weights_gib"] + out["gradients_gib"] + out["master_weights_gib"] + out["optimizer_gib"]
+                  + out["gathered_params_gib"])
+        alloc = np.maximum(out["allocated_gib"] * mem_factor + mem_offset_gib, static + out["workspace_gib"])
+        out["calibration_gib"] = alloc - out["allocated_gib"]
+        out["allocated_gib"] = alloc
+        # the cached blocks of other batch shapes (memory()'s variable_shape_gib) are not rescaled
+        out["reserved_gib"] = alloc * (1.0 + self.constants.allocator_overhead) + out["variable_shape_gib"]
+        out["allocator_gib"] = out["reserved_gib"] - alloc
+        out["nvidia_smi_gib"] = out["reserved_gib"] + self.constants.cuda_context_gib
+        out["memory_gib"] = out["nvidia_smi_gib"]
+        out["fits"] = out["nvidia_smi_gib"] - out["variable_shape_gib"] <= a["memory_bytes"] / 1024.0**3
+
     def max_micro_batch(self, a: Arrays) -> np.ndarray:
-        if self.residual is None:
+        if self.residual is None and self.stack is None:
             return max_micro_batch(a, self.constants)
         # search with the corrected memory
         n = len(a["micro_batch"])
@@ -134,6 +155,8 @@ class TuneplanEstimator:
         ]
         if self.calibration_name:
             base.append(f"Constants and a residual correction from calibration '{self.calibration_name}'.")
+        if self.stack is not None:
+            base.append(f"Adapted to your own runs ({self.stack.describe()}).")
         else:
             base.append("Uncalibrated physics (prior constants, not fitted to measurements).")
         if job is not None and job.is_lora_family:

@@ -45,6 +45,8 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         keys = np.random.default_rng(seed).permutation(n) % folds
     thr: dict[str, list[float]] = {}
     mem: dict[str, list[float]] = {}
+    thr_seen: dict[str, list[float]] = {}  # rows whose framework another training source ran
+    thr_unseen: dict[str, list[float]] = {}
     if throughput_only and learner_name == "tuneplan":
         ts = ts.subset(ts.has_throughput)
         sources = sorted(set(ts.source.tolist()))
@@ -54,7 +56,8 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         train, test = ts.subset(keys != k), ts.subset(keys == k)
         try:
             if learner_name == "tuneplan" and isinstance(fitted, TuneplanLearner):
-                learner = TuneplanLearner(max_nfev=40, shrink=fitted.shrinks(), memory=not throughput_only)
+                learner = TuneplanLearner(max_nfev=40, shrink=fitted.shrinks(), memory=not throughput_only,
+                                          pull=fitted.thr_pull_)
             else:
                 learner = LEARNERS[learner_name]()
             est = learner.fit(train).estimator()
@@ -62,13 +65,83 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
             continue
         r = _estimator_log_ratios(est, test)
         thr.setdefault(str(k), []).extend(r["throughput"].tolist())
+        seen_fw = known_frameworks(train)
+        seen = np.array([c.job.framework in seen_fw for c in test.configs], dtype=bool)[test.has_throughput]
+        thr_seen.setdefault(str(k), []).extend(r["throughput"][seen].tolist())
+        thr_unseen.setdefault(str(k), []).extend(r["throughput"][~seen].tolist())
         if "memory" in r:
             mem.setdefault(str(k), []).extend(r["memory"].tolist())
     balanced = len(sources) >= 3
-    out = {"throughput": balanced_residuals(thr, balanced)}
+    out: dict = {"throughput": balanced_residuals(thr, balanced)}
     m = balanced_residuals(mem, balanced)
     if m:
         out["memory"] = m
+    if balanced:
+        # a framework the calibration has seen predicts closer than one it has not (or one not said)
+        out["frameworks"] = sorted(known_frameworks(ts))
+        out["throughput_framework_seen"] = balanced_residuals(thr_seen, True)
+        out["throughput_framework_unseen"] = balanced_residuals(thr_unseen, True)
+        # each held-out source's own residuals: what an adapter to a new stack leaves (adapted_intervals)
+        out["throughput_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(thr.items()) if v}
+        if mem:
+            out["memory_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(mem.items()) if v}
+    return out
+
+
+def known_frameworks(ts) -> set[str]:
+    """The frameworks a training set's rows ran (the generic stack is no framework)."""
+    return {c.job.framework for c in ts.configs} - {"generic"}
+
+
+def _spaced(v: list[float]) -> list[float]:
+    """At most BALANCED_POINTS evenly spaced quantiles of a source's residuals (all of them when fewer)."""
+    g = np.sort(np.asarray(v, dtype=float))
+    k = min(len(g), BALANCED_POINTS)
+    return [float(x) for x in (g if k == len(g) else np.quantile(g, (np.arange(k) + 0.5) / k))]
+
+
+ADAPT_DRAWS = 20
+"""Random reveals per source when simulating the residuals an adapted calibration leaves."""
+
+
+def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int = 0) -> list[float]:
+    """The log-ratios an adapter fitted on k runs of a new stack leaves, simulated on the held-out
+    sources' own residuals: in each source, k residuals revealed, their (median or mean) offset removed
+    from the others (as the adapter's overall scale removes it), every source weighing the same."""
+    from tuneplan.learn.adapt import _median_or_mean
+
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[float]] = {}
+    for src, v in sorted(by_source.items()):
+        g = np.asarray(v, dtype=float)
+        if len(g) <= k:
+            continue
+        out: list[float] = []
+        for _ in range(ADAPT_DRAWS):
+            sel = np.zeros(len(g), dtype=bool)
+            sel[rng.choice(len(g), size=k, replace=False)] = True
+            off = _median_or_mean(g[sel], np.ones(k))
+            out.extend((g[~sel] - off).tolist())
+        groups[src] = out
+    return balanced_residuals(groups, True)
+
+
+def adapted_intervals(base: Calibration, n_rows: dict[str, int]) -> dict:
+    """A calibration adapted on k runs: the interval residuals of its base with each source's offset
+    removed as k runs remove it (residuals_after_reveal); the base's own where it stored no per-source
+    residuals (n_rows: the adapter's throughput and memory runs). The other estimators' intervals are
+    the base's."""
+    out = {name: dict(v) for name, v in base.intervals.items()}
+    tp = out.get("tuneplan")
+    if not tp:
+        return out
+    for metric in ("throughput", "memory"):
+        by = tp.get(f"{metric}_by_source")
+        k = int(n_rows.get(metric, 0))
+        if by and k > 0:
+            r = residuals_after_reveal(by, k)
+            if len(r) >= 10:
+                tp[metric] = r
     return out
 
 
@@ -94,7 +167,8 @@ def balanced_residuals(by_group: dict[str, list[float]], balanced: bool) -> list
     return sorted(out)
 
 
-def fit_calibration(df, learner: str = "tuneplan", name: str = "") -> tuple[Calibration, list[str]]:
+def fit_calibration(df, learner: str = "tuneplan", name: str = "", base: Calibration | None = None
+                    ) -> tuple[Calibration, list[str]]:
     """Fit a learner on every usable row of a runs table; returns the calibration and messages."""
     from tuneplan import __version__
     from tuneplan.estimators.base import get_estimator
@@ -104,6 +178,8 @@ def fit_calibration(df, learner: str = "tuneplan", name: str = "") -> tuple[Cali
     if learner not in LEARNERS:
         raise InputError("learner", f"unknown learner '{learner}'", sorted(LEARNERS))
     ts = training_set(df)
+    if base is not None:
+        return adapt_calibration(ts, base, learner, name)
     obj = LEARNERS[learner]().fit(ts)  # NotEnoughData propagates: the caller says so and keeps the physics
     intervals = {learner: out_of_fold_residuals(learner, ts, fitted=obj)}
     for raw in ("planner", "kavier", "xia"):
@@ -118,3 +194,86 @@ def fit_calibration(df, learner: str = "tuneplan", name: str = "") -> tuple[Cali
         name=name or learner, notes=list(getattr(obj, "notes", [])),
     )
     return cal, ([f"skipped {len(ts.skipped)} rows that cannot be configured"] if ts.skipped else []) + ts.notes
+
+
+FULL_FIT_MIN_ROWS = 8
+"""A user's throughput runs before a fit of the physics' constants on them alone is tried against the
+adapted shipped calibration (the adapter is kept unless the fit predicts held-out runs better)."""
+CHOICE_FOLDS = 5
+"""Folds of the user's rows on which the adapter and a fit from scratch are compared."""
+
+
+def _fold_mdape(ts, folds: np.ndarray, make_estimator) -> float:
+    """Median throughput error of rows predicted by estimators fitted without their fold."""
+    from tuneplan.learn.predict_table import predict_configs
+
+    errs: list[float] = []
+    for k in sorted(set(folds.tolist())):
+        train, test = ts.subset(folds != k), ts.subset(folds == k)
+        try:
+            est = make_estimator(train)
+        except Exception as exc:  # noqa: BLE001 - a fold too small for the fit: that candidate loses it
+            from tuneplan.learn.learners import NotEnoughData
+
+            if not isinstance(exc, NotEnoughData):
+                raise
+            return float("inf")
+        p = predict_configs(test.configs, est, with_max_batch=False)["tokens_per_s"]
+        ok = test.has_throughput
+        errs.extend(np.abs(p[ok] / test.tokens_per_s[ok] - 1.0).tolist())
+    return float(np.median(errs)) if errs else float("inf")
+
+
+def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: str = ""
+                      ) -> tuple[Calibration, list[str]]:
+    """A user's runs on top of a calibration fitted elsewhere (`base`, the shipped default): the stack
+    adapter of `tuneplan.learn.adapt`, or, from FULL_FIT_MIN_ROWS throughput runs, a fit of the learner on
+    the user's rows alone when that predicts the user's own held-out rows better (chosen on folds of the
+    user's rows; the figures are reported either way)."""
+    from tuneplan import __version__
+    from tuneplan.learn.adapt import fit_adapter, offset_variances
+    from tuneplan.learn.learners import LEARNERS
+
+    if base.learner != "tuneplan" or learner != "tuneplan":
+        raise InputError("learner", f"only the tuneplan learner adapts a calibration (base: {base.learner}, "
+                         f"learner: {learner}); pass --from-scratch to fit {learner} on your runs alone", ["tuneplan"])
+    n_thr = int(ts.has_throughput.sum())
+    if n_thr + int(ts.has_memory.sum()) == 0:
+        from tuneplan.learn.learners import NotEnoughData
+
+        raise NotEnoughData("no row with a measured throughput or peak memory")
+    base_est = base.estimator()
+    prior = offset_variances(base.intervals.get("tuneplan", {}).get("throughput_by_source"))
+    messages: list[str] = []
+    if n_thr >= FULL_FIT_MIN_ROWS:
+        folds = np.random.default_rng(0).permutation(len(ts)) % CHOICE_FOLDS
+        e_adapt = _fold_mdape(ts, folds, lambda tr: base_est.with_stack(fit_adapter(base_est, tr, prior).adapter))
+        e_full = _fold_mdape(ts, folds, lambda tr: LEARNERS["tuneplan"]().fit(tr).estimator())
+        messages.append(f"held-out error on your runs ({CHOICE_FOLDS} folds): {base.name or 'shipped'} calibration "
+                        f"adapted {e_adapt:.1%}, fitted on your runs alone {e_full:.1%}")
+        if e_full < e_adapt:
+            cal, more = fit_calibration(ts.df, learner, name)
+            cal.notes.append(f"fitted on your runs alone: held-out {e_full:.1%} against {e_adapt:.1%} adapted")
+            return cal, messages + more
+    fit = fit_adapter(base_est, ts, prior)
+    payload = {**base.payload, "stack": fit.adapter.to_dict()}
+    if fit.in_sample_mdape is not None:
+        messages.append(f"adapted {base.name or 'shipped'} calibration: {fit.adapter.describe()}; in-sample "
+                        f"throughput error {fit.in_sample_mdape:.1%} (median over {n_thr} runs)"
+                        + (f", memory {fit.memory_in_sample_mdape:.1%}" if fit.memory_in_sample_mdape is not None
+                           else ""))
+    if fit.not_fitted:
+        messages.append("not fitted: " + "; ".join(fit.not_fitted))
+    messages.extend(f"warning: {w}" for w in fit.warnings)
+    own_sources = sorted(set(ts.source.tolist()))
+    cal = Calibration(
+        learner="tuneplan", payload=payload, fingerprint=ts.fingerprint(),
+        n_rows={"configured": len(ts), "throughput": n_thr, "memory": int(ts.has_memory.sum()),
+                "oom": int(ts.is_oom.sum())},
+        sources=own_sources, intervals=adapted_intervals(base, fit.adapter.n_rows),
+        tuneplan_version=__version__, name=name or "adapted",
+        notes=[*base.notes, f"adapted from '{base.name}' ({base.fingerprint[:12]}) on {len(ts)} runs: "
+               f"{fit.adapter.describe()}", *(f"warning: {w}" for w in fit.warnings)],
+    )
+    return cal, messages + ([f"skipped {len(ts.skipped)} rows that cannot be configured"] if ts.skipped else []) \
+        + ts.notes

@@ -25,6 +25,23 @@ def conformal_bounds(log_ratios: np.ndarray, coverage: float) -> tuple[float, fl
     return math.exp(lo), math.exp(hi)
 
 
+MIN_POOL = 10
+"""Residuals a pool needs before an interval is read from it."""
+
+
+def residual_pool(res: dict, framework: str | None) -> tuple[list[float], str]:
+    """The held-out log-ratios an interval is read from, and what they are: the rows of frameworks the
+    calibration's other sources ran when the estimate's framework is one of them, else the rows of
+    frameworks no other source ran (a framework it never saw, or none said: wider), else all."""
+    known = set(res.get("frameworks") or ())
+    seen, unseen = res.get("throughput_framework_seen") or [], res.get("throughput_framework_unseen") or []
+    if framework in known and len(seen) >= MIN_POOL:
+        return seen, f"held-out rows of frameworks seen in other sources ({framework} is one)"
+    if known and framework not in known and len(unseen) >= MIN_POOL:
+        return unseen, f"held-out rows of frameworks no other source ran ({framework or 'none'} is not among {len(known)})"
+    return res["throughput"], "held-out rows"
+
+
 def attach_interval(result, estimator: str, coverage: float, calibration=None) -> None:
     """Attach wall-clock / throughput bounds to an EstimateResult from the calibration's stored
     residual quantiles for this estimator; without stored residuals, leave no interval and say so."""
@@ -38,7 +55,9 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None) -
     if res is None or len(res.get("throughput", [])) < 5:
         result.assumptions.append("No interval: no held-out residuals stored for this estimator.")
         return
-    lo_t, hi_t = conformal_bounds(np.asarray(res["throughput"]), coverage)
+    job = getattr(result, "job", None)
+    pool, what = residual_pool(res, getattr(job, "framework", None))
+    lo_t, hi_t = conformal_bounds(np.asarray(pool), coverage)
     # throughput measured/predicted in [lo, hi] -> time in [1/hi, 1/lo]
     t = result.totals
     train_lo, train_hi = t.train_s / hi_t, t.train_s / lo_t
@@ -49,8 +68,8 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None) -
         "wall_clock_s_high": fixed + train_hi,
         "tokens_per_s_low": result.tokens_per_s * lo_t,
         "tokens_per_s_high": result.tokens_per_s * hi_t,
-        "source": res.get("source", ""),
-        "n_residuals": len(res["throughput"]),
+        "source": f"{res.get('source', '')} ({what})",
+        "n_residuals": len(pool),
     }
     if t.cost_usd is not None:
         interval["cost_usd_low"] = t.cost_usd * interval["wall_clock_s_low"] / t.wall_clock_s

@@ -24,8 +24,10 @@ class LeakError(AssertionError):
 @dataclass
 class Fold:
     name: str
-    train: TrainingSet
+    train: TrainingSet  # everything a learner may see (with reveal: the other sources and the revealed rows)
     test: TrainingSet
+    base: TrainingSet | None = None  # with reveal: the other sources only
+    revealed: TrainingSet | None = None  # with reveal: the held-out source's revealed rows
 
 
 def _row_keys(ts: TrainingSet) -> set[str]:
@@ -57,7 +59,8 @@ def check_reveal(split: str, reveal: int) -> None:
                                    f"with --split {split})")
 
 
-def make_folds(ts: TrainingSet, split: str, seed: int = 0, reveal: int = 0) -> list[Fold]:
+def make_folds(ts: TrainingSet, split: str, seed: int = 0, reveal: int = 0,
+               test_fraction: float = TEST_FRACTION) -> list[Fold]:
     """Training and test parts. `reveal` (by-source only): that many rows of each held-out source
     join its training part (a user's first runs on a new machine) and leave its test part."""
     n = len(ts)
@@ -65,7 +68,7 @@ def make_folds(ts: TrainingSet, split: str, seed: int = 0, reveal: int = 0) -> l
     check_reveal(split, reveal)
     if split == "random":
         perm = rng.permutation(n)
-        k = max(1, int(round(TEST_FRACTION * n)))
+        k = max(1, int(round(test_fraction * n)))
         test = np.zeros(n, dtype=bool)
         test[perm[:k]] = True
         folds = [Fold("random", ts.subset(~test), ts.subset(test))]
@@ -75,7 +78,8 @@ def make_folds(ts: TrainingSet, split: str, seed: int = 0, reveal: int = 0) -> l
             held = ts.source == s
             moved = _revealed(ts, held, reveal, rng) if reveal else np.zeros(n, dtype=bool)
             name = f"source={s}" + (f" ({int(moved.sum())} revealed)" if reveal else "")
-            folds.append(Fold(name, ts.subset(~held | moved), ts.subset(held & ~moved)))
+            folds.append(Fold(name, ts.subset(~held | moved), ts.subset(held & ~moved),
+                              ts.subset(~held) if reveal else None, ts.subset(moved) if reveal else None))
     elif split in ("by-model", "by-gpu"):
         keys = np.array([c.model.name if split == "by-model" else c.gpu.name for c in ts.configs])
         groups = sorted(set(keys.tolist()))
@@ -151,64 +155,186 @@ class ValidationReport:
                             for r in m.to_dict("records")]}
 
 
-def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LEARNER_NAMES,
-             interval: float = 0.8, progress=None, reveal: int = 0) -> ValidationReport:
-    from tuneplan.estimators.base import get_estimator
-    from tuneplan.learn.calibration import out_of_fold_residuals
-    from tuneplan.learn.intervals import conformal_bounds
+def _fold_estimators(fold: Fold, learners, raw: dict, messages: list[str], seed: int = 0
+                     ) -> tuple[dict, dict, dict | None]:
+    """The estimators judged on a fold: the uncalibrated ones, and each learner fitted on the fold's
+    training part. With revealed rows the tuneplan learner is fitted on the other sources only and
+    adapted to the revealed rows (`tuneplan.learn.adapt`: what `calibrate` does with a user's first runs),
+    and the physics adapted to them is judged too."""
+    from tuneplan.learn.adapt import fit_adapter, offset_variances
     from tuneplan.learn.learners import LEARNERS, NotEnoughData
 
+    ests = dict(raw)
+    res = None
+    fitted: dict = {}
+    adapting = fold.revealed is not None and fold.base is not None and len(fold.revealed) > 0
+    for name in learners:
+        train = fold.base if (adapting and name == "tuneplan") else fold.train
+        try:
+            fitted[name] = LEARNERS[name]().fit(train)
+            ests[name] = fitted[name].estimator(f"{name} ({fold.name} training part)")
+        except NotEnoughData as exc:
+            messages.append(f"{fold.name}: {exc}; physics result used")
+            ests[name] = raw["tuneplan-physics"]
+    if adapting:
+        if "tuneplan" in fitted:
+            res = _training_residuals(fold, fitted["tuneplan"], seed)
+            prior = offset_variances(res.get("throughput_by_source") if res else None)
+            ests["tuneplan"] = ests["tuneplan"].with_stack(fit_adapter(ests["tuneplan"], fold.revealed, prior).adapter)
+        physics = raw["tuneplan-physics"]
+        ests["tuneplan-physics+adapter"] = physics.with_stack(fit_adapter(physics, fold.revealed).adapter)
+    return ests, fitted, res
+
+
+def _training_residuals(fold: Fold, fitted, seed: int) -> dict | None:
+    """Out-of-source residuals of the tuneplan learner over the fold's training sources (what its
+    calibration file would store for intervals)."""
+    from tuneplan.learn.calibration import out_of_fold_residuals
+
+    train = fold.base if fold.base is not None else fold.train
+    if train.has_throughput.sum() < 20:
+        return None
+    return out_of_fold_residuals("tuneplan", train, seed=seed, fitted=fitted, throughput_only=True)
+
+
+MEMORY_ESTIMATORS = ("tuneplan", "tuneplan-physics", "tuneplan-physics+adapter", "planner")
+"""Estimators judged on peak memory too (the others borrow tuneplan's uncalibrated memory model)."""
+
+
+def _fold_records(fold: Fold, ests: dict) -> list[dict]:
+    test = fold.test
+    records = []
+    for name, est in ests.items():
+        memory = name in MEMORY_ESTIMATORS
+        p = _predictions(est, test, memory)
+        for i in range(len(test)):
+            records.append({
+                "fold": fold.name, "estimator": name, "source": test.source[i],
+                "id": str(test.df["id"].iloc[i]) if "id" in test.df.columns else str(i),
+                "measured_tokens_per_s": test.tokens_per_s[i],
+                "pred_tokens_per_s": p["tokens_per_s"][i],
+                "measured_mem_gib": test.peak_mem_gib[i] if memory else np.nan,
+                "pred_mem_gib": p["mem"][i] if memory else np.nan,
+                "measured_fits": (False if test.is_oom[i] else (True if np.isfinite(test.peak_mem_gib[i])
+                                                                 else None)) if memory else None,
+                "pred_fits": bool(p["fits"][i]) if memory else None,
+            })
+    return records
+
+
+def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int, reveal: int
+                   ) -> list[tuple[str, bool]]:
+    """(source, covered) for each held-out row with a throughput: is its measurement inside the
+    tuneplan interval, the interval a calibration fitted on the fold's training part would carry
+    (conformal from its own out-of-source residuals; with reveal, as adapted_intervals narrows them)."""
+    from tuneplan.learn.calibration import residuals_after_reveal
+    from tuneplan.learn.intervals import conformal_bounds, residual_pool
+
+    if res is None:
+        return []
+    r = res["throughput"]
+    if reveal and res.get("throughput_by_source"):
+        after = residuals_after_reveal(res["throughput_by_source"], reveal, seed)
+        r = after if len(after) >= 10 else r
+    if len(r) < 10:
+        return []
+    test = fold.test
+    ok = test.has_throughput
+    fw = [c.job.framework for c, o in zip(test.configs, ok, strict=True) if o]
+    bounds = {}
+    for f in set(fw):  # the pool an estimate for this framework reads (intervals.residual_pool)
+        pool = r if reveal else residual_pool(res, f)[0]
+        bounds[f] = conformal_bounds(np.asarray(pool), interval)
+    lo = np.array([bounds[f][0] for f in fw])
+    hi = np.array([bounds[f][1] for f in fw])
+    p = _predictions(est, test, False)["tokens_per_s"]
+    ratio = test.tokens_per_s[ok] / p[ok]
+    return list(zip(test.source[ok].tolist(), ((ratio >= lo) & (ratio <= hi)).tolist(), strict=True))
+
+
+def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LEARNER_NAMES,
+             interval: float = 0.8, progress=None, reveal: int = 0,
+             test_fraction: float = TEST_FRACTION) -> ValidationReport:
+    """Every learner fitted on each fold's training part and judged on its test part. Nested: every
+    choice a learner makes (its constants' pulls, its residual trees' size and shares) is made inside
+    its fit, on the training sources alone; nothing is chosen on the test part reported here."""
+    from tuneplan.estimators.base import get_estimator
+
     ts = training_set(df)
-    folds = make_folds(ts, split, seed, reveal)
+    folds = make_folds(ts, split, seed, reveal, test_fraction)
     records: list[dict] = []
     messages: list[str] = []
-    cover_hits: dict[str, list[bool]] = {}
+    hits: list[tuple[str, bool]] = []
     raw = {"tuneplan-physics": get_estimator("tuneplan", "none"), "kavier-uncalibrated": get_estimator("kavier"),
            "xia-uncalibrated": get_estimator("xia"), "planner": get_estimator("planner")}
     for fold in folds:
         if progress:
             progress(fold.name)
-        test = fold.test
-        if len(test) == 0:
+        if len(fold.test) == 0:
             continue
-        ests = dict(raw)
-        learner_objs: dict = {}
-        for name in learners:
-            try:
-                learner_objs[name] = LEARNERS[name]().fit(fold.train)
-                ests[name] = learner_objs[name].estimator(f"{name} ({fold.name} training part)")
-            except NotEnoughData as exc:
-                messages.append(f"{fold.name}: {exc}; physics result used")
-                ests[name] = raw["tuneplan-physics"]
-        for name, est in ests.items():
-            memory = name in ("tuneplan", "tuneplan-physics", "planner")
-            p = _predictions(est, test, memory)
-            for i in range(len(test)):
-                records.append({
-                    "fold": fold.name, "estimator": name, "source": test.source[i],
-                    "id": str(test.df["id"].iloc[i]) if "id" in test.df.columns else str(i),
-                    "measured_tokens_per_s": test.tokens_per_s[i],
-                    "pred_tokens_per_s": p["tokens_per_s"][i],
-                    "measured_mem_gib": test.peak_mem_gib[i] if memory else np.nan,
-                    "pred_mem_gib": p["mem"][i] if memory else np.nan,
-                    "measured_fits": (False if test.is_oom[i] else (True if np.isfinite(test.peak_mem_gib[i])
-                                                                     else None)) if memory else None,
-                    "pred_fits": bool(p["fits"][i]) if memory else None,
-                })
-        # interval coverage for the default learner: conformal bounds from cross-fitted training residuals
-        if "tuneplan" in learners and fold.train.has_throughput.sum() >= 20:
-            fitted = learner_objs.get("tuneplan")
-            res = out_of_fold_residuals("tuneplan", fold.train, seed=seed, fitted=fitted, throughput_only=True)
-            if len(res["throughput"]) >= 10:
-                lo, hi = conformal_bounds(np.asarray(res["throughput"]), interval)
-                p = _predictions(ests["tuneplan"], test, False)["tokens_per_s"]
-                ok = test.has_throughput
-                ratio = test.tokens_per_s[ok] / p[ok]
-                cover_hits.setdefault("tuneplan", []).extend(((ratio >= lo) & (ratio <= hi)).tolist())
+        ests, fitted, res = _fold_estimators(fold, learners, raw, messages, seed)
+        records.extend(_fold_records(fold, ests))
+        if "tuneplan" in fitted:
+            if res is None:
+                res = _training_residuals(fold, fitted["tuneplan"], seed)
+            hits.extend(_fold_coverage(fold, ests["tuneplan"], res, interval, seed, reveal))
     rows = pd.DataFrame(records)
-    coverage = {k: float(np.mean(v)) for k, v in cover_hits.items() if v}
+    coverage: dict[str, float] = {}
+    if hits:
+        coverage["tuneplan"] = float(np.mean([h for _, h in hits]))
+        for src in sorted({s for s, _ in hits}):
+            coverage[f"tuneplan source={src}"] = float(np.mean([h for s, h in hits if s == src]))
     if ts.skipped:
         messages.append(f"{len(ts.skipped)} rows could not be configured and were left out")
     messages.extend(ts.notes)
     return ValidationReport(split=split, seed=seed, rows=rows, coverage=coverage, messages=messages,
                             interval=interval, reveal=reveal)
+
+
+def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interval: float = 0.8,
+                      progress=None) -> dict[int, ValidationReport]:
+    """`validate --split by-source --reveal k` for several k at the cost of one: each held-out source's
+    tuneplan learner is fitted once on the other sources (its fit never depends on the revealed rows) and
+    adapted to k revealed rows for each k (k = 0: the plain by-source validation). The revealed rows are
+    the same as `validate`'s for that k and seed."""
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.learn.adapt import fit_adapter, offset_variances
+    from tuneplan.learn.learners import LEARNERS, NotEnoughData
+
+    ts = training_set(df)
+    physics = get_estimator("tuneplan", "none")
+    out: dict[int, tuple[list, list]] = {k: ([], []) for k in reveals}
+    folds_by_k = {k: make_folds(ts, "by-source", seed, k) for k in reveals}
+    for i, src in enumerate(sorted(set(ts.source.tolist()))):
+        if progress:
+            progress(f"source={src}")
+        base_ts = ts.subset(ts.source != src)
+        try:
+            learner = LEARNERS["tuneplan"]().fit(base_ts)
+        except NotEnoughData:
+            learner, fitted, res = None, physics, None
+        else:
+            fitted = learner.estimator(f"tuneplan (without {src})")
+            holder = Fold(f"source={src}", base_ts, ts.subset(ts.source == src), base_ts, None)
+            res = _training_residuals(holder, learner, seed)
+        prior = offset_variances(res.get("throughput_by_source") if res else None)
+        for k in reveals:
+            fold = folds_by_k[k][i]
+            if len(fold.test) == 0:
+                continue
+            ests = {"tuneplan-physics": physics, "tuneplan": fitted}
+            if k and fold.revealed is not None and len(fold.revealed):
+                ests["tuneplan"] = fitted.with_stack(fit_adapter(fitted, fold.revealed, prior).adapter)
+                ests["tuneplan-physics+adapter"] = physics.with_stack(fit_adapter(physics, fold.revealed).adapter)
+            out[k][0].extend(_fold_records(fold, ests))
+            out[k][1].extend(_fold_coverage(fold, ests["tuneplan"], res, interval, seed, k))
+    reports = {}
+    for k, (records, hits) in out.items():
+        coverage: dict[str, float] = {}
+        if hits:
+            coverage["tuneplan"] = float(np.mean([h for _, h in hits]))
+            for s in sorted({s for s, _ in hits}):
+                coverage[f"tuneplan source={s}"] = float(np.mean([h for s2, h in hits if s2 == s]))
+        reports[k] = ValidationReport(split="by-source", seed=seed, rows=pd.DataFrame(records), coverage=coverage,
+                                      interval=interval, reveal=k)
+    return reports

@@ -35,6 +35,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.out is not None and not str(args.out).strip():
         raise InputError("out", "empty path: give a YAML/JSON file or a folder")
     entry = probe(args.device, args.name, quick=args.quick, threads=args.threads)
+    entry.pop("_spreads", None)
+    for w in entry.pop("_warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     path = save_entry(entry, args.out)
     sys.stdout.write(yaml.safe_dump(entry, sort_keys=False))
     print(f"saved to {path}")

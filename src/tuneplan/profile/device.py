@@ -19,6 +19,17 @@ from tuneplan.errors import InputError
 
 CPU_SIZES = (256, 512, 1024, 2048)
 CUDA_SIZES = (2048, 4096, 8192)
+ROUNDS = 3
+"""Each figure is measured in this many rounds; the best round is kept, their spread checked."""
+MAX_SPREAD = 0.10
+"""Rounds whose best/worst differ by more than this are re-measured once, then warned about: a busy
+machine (another process on the cores or the GPU) is not a slow device."""
+CPU_TFLOPS_PER_THREAD_MIN = 0.002
+"""Below 2 GFLOP/s per thread of fp32 matmul a CPU is not computing but waiting (a 2010 core with SSE2
+does ~8 GFLOP/s per thread; a current AVX-512 core 50-100): the probe warns that the machine is busy."""
+GPU_PEAK_SHARE = (0.2, 1.1)
+"""A GPU's measured bf16/fp16 matmul outside this share of its catalog dense peak is implausible
+(cuBLAS reaches 0.6-0.9 of peak on large square GEMMs; under 0.2 the GPU was shared or throttled)."""
 
 
 def _sync(device: str) -> None:
@@ -44,6 +55,47 @@ def _time_op(fn: Any, device: str, min_time: float, max_reps: int = 50) -> float
         total += dt
         reps += 1
     return best
+
+
+def best_of_rounds(measure: Any, rounds: int = ROUNDS, max_spread: float = MAX_SPREAD) -> tuple[float, float]:
+    """(best, spread) of a figure (higher is better) measured in rounds; re-measured once when the
+    rounds' spread (best / worst - 1) is over max_spread, keeping the better of the two attempts."""
+    best, spread = 0.0, float("inf")
+    for _attempt in range(2):
+        vals = [float(measure()) for _ in range(rounds)]
+        hi, lo = max(vals), min(vals)
+        s = hi / lo - 1.0 if lo > 0 else float("inf")
+        if s < spread:
+            spread = s
+        best = max(best, hi)
+        if spread <= max_spread:
+            break
+    return best, spread
+
+
+def plausibility_warnings(entry: dict[str, Any], cuda: bool, threads: int, catalog_peak_tflops: float | None
+                          ) -> list[str]:
+    """What in a probe's figures no healthy device of its kind gives."""
+    out = []
+    peaks = entry.get("peak_tflops", {})
+    if not cuda:
+        fp32 = peaks.get("fp32", 0.0)
+        if fp32 < CPU_TFLOPS_PER_THREAD_MIN * max(threads, 1):
+            out.append(f"fp32 matmul {fp32 * 1e3:.1f} GFLOP/s on {threads} threads is below "
+                       f"{CPU_TFLOPS_PER_THREAD_MIN * 1e3:.0f} GFLOP/s per thread: the machine is busy; "
+                       "re-run `tuneplan probe` when it is idle")
+    elif catalog_peak_tflops:
+        got = max(peaks.get("bf16", 0.0), peaks.get("fp16", 0.0))
+        lo, hi = GPU_PEAK_SHARE
+        if got and not lo * catalog_peak_tflops <= got <= hi * catalog_peak_tflops:
+            out.append(f"16-bit matmul {got:.0f} TFLOP/s is {got / catalog_peak_tflops:.0%} of the catalog's "
+                       f"dense peak {catalog_peak_tflops:.0f}: outside {lo:.0%}-{hi:.0%}; the GPU is shared, "
+                       "throttled or misidentified")
+    for what, spread in entry.get("_spreads", {}).items():
+        if spread > MAX_SPREAD:
+            out.append(f"{what}: measurements spread {spread:.0%} (over {MAX_SPREAD:.0%}) even when re-measured: "
+                       "the machine is busy; the best round is kept")
+    return out
 
 
 def matmul_tflops(device: str, precision: str, sizes: Sequence[int], min_time: float = 0.2,
@@ -127,16 +179,18 @@ def probe(device: str = "auto", name: str | None = None, quick: bool = False,
         sizes = (128, 256) if quick else CPU_SIZES
         precs = ["fp32", "bf16"]
     peaks: dict[str, float] = {}
+    spreads: dict[str, float] = {}
     for p in precs:
         if p == "bf16" and cuda and not torch.cuda.is_bf16_supported():
             continue
         try:
-            v = matmul_tflops(dev, p, sizes, min_time=min_time)
+            v, spreads[f"{p} matmul"] = best_of_rounds(lambda p=p: matmul_tflops(dev, p, sizes, min_time=min_time))
         except RuntimeError:  # a precision this device's kernels do not support
             continue
         if v > 0:
             peaks[p] = round(v, 4 if v < 1 else 2)
-    bw = memory_bandwidth_gbs(dev, 16 if quick else (1024 if cuda else 256), min_time=min_time)
+    mib = 16 if quick else (1024 if cuda else 256)
+    bw, spreads["copy bandwidth"] = best_of_rounds(lambda: memory_bandwidth_gbs(dev, mib, min_time=min_time))
     if cuda:
         props = torch.cuda.get_device_properties(dev)
         mem_gib = props.total_memory / 2 ** 30
@@ -152,7 +206,7 @@ def probe(device: str = "auto", name: str | None = None, quick: bool = False,
         arch = platform.machine()
         threads_note = f"; threads={torch.get_num_threads()}"
     when = datetime.now(UTC).strftime("%Y-%m-%d")
-    return {
+    entry = {
         "name": name or default_name(dev),
         "memory_gib": round(mem_gib, 2),
         "memory_bandwidth_gbs": round(bw, 2),
@@ -167,8 +221,26 @@ def probe(device: str = "auto", name: str | None = None, quick: bool = False,
         "notes": ("measured achievable figures, not datasheet peaks: best square matmul over sizes "
                   f"{','.join(map(str, sizes))}, tensor copy bandwidth (read+write); "
                   f"memory_gib = {'device memory' if cuda else 'system RAM'}{threads_note}"
-                  + ("; quick probe" if quick else "")),
+                  + ("; quick probe" if quick else "")
+                  + f"; best of {ROUNDS} rounds, spreads "
+                  + ", ".join(f"{k} {v:.0%}" for k, v in spreads.items())),
+        "_spreads": spreads,
     }
+    entry["_warnings"] = plausibility_warnings(entry, cuda, torch.get_num_threads(),
+                                               _catalog_peak(dev_name) if cuda else None)
+    return entry
+
+
+def _catalog_peak(device_name: str) -> float | None:
+    """The catalog's dense 16-bit peak of the GPU this name resolves to (None when it resolves to none)."""
+    from tuneplan.errors import TuneplanError
+    from tuneplan.specs.gpu import resolve_gpu
+
+    try:
+        gpu = resolve_gpu(device_name)
+    except (TuneplanError, KeyError, ValueError):
+        return None
+    return float(gpu.peak_tflops.get("bf16") or gpu.peak_tflops.get("fp16") or 0.0) or None
 
 
 def save_entry(entry: dict[str, Any], out: str | Path | None = None) -> Path:

@@ -595,6 +595,15 @@ def _build_cells(b: BuiltModel | None) -> dict[str, Any]:
     }
 
 
+NOISY_STEP_SPREAD = 0.10
+"""Step times whose p90/p10 differ by more than this flag a row `noisy` (calibrate down-weights it)."""
+
+
+def _is_noisy(times: list[float]) -> bool:
+    lo, hi = _percentile(times, 0.1), _percentile(times, 0.9)
+    return bool(lo > 0 and hi / lo - 1.0 > NOISY_STEP_SPREAD)
+
+
 def result_row(cfg: ProfileConfig, src: ModelSource | None, device: str, m: Measured) -> dict[str, Any]:
     row = config_row(cfg, src, device)
     row.update(_build_cells(m.build))
@@ -606,6 +615,7 @@ def result_row(cfg: ProfileConfig, src: ModelSource | None, device: str, m: Meas
         "step_time_s_p10": _percentile(m.step_times, 0.1),
         "step_time_s_p90": _percentile(m.step_times, 0.9),
         "step_time_s_std": statistics.pstdev(m.step_times),
+        "noisy": _is_noisy(m.step_times),
         "n_steps": len(m.step_times),
         "tokens_per_s": tokens / med,
         "tokens_per_s_per_gpu": tokens / med / cfg.nproc,

@@ -17,6 +17,8 @@ from tuneplan.estimators.features import (
 from tuneplan.estimators.residual import Residual, TuneplanCorrection
 from tuneplan.learn.dataset import arrays_for
 from tuneplan.learn.learners.residual_fit import (
+    INNER_NFEV,
+    INNER_SOURCE_GROUPS,
     L2_PRIOR_WEIGHT,
     MEMORY_CONSTANTS,
     MEMORY_PRIOR_GRID,
@@ -24,6 +26,7 @@ from tuneplan.learn.learners.residual_fit import (
     MIN_RESIDUAL_ROWS,
     MIN_ROWS,
     THROUGHPUT_CONSTANTS,
+    THROUGHPUT_PRIOR_GRID,
     NotEnoughData,
     _log,
     fit_residual,
@@ -37,7 +40,7 @@ class TuneplanLearner:
     name = "tuneplan"
 
     def __init__(self, max_nfev: int = 150, shrink: tuple | None = None,
-                 memory: bool = True) -> None:
+                 memory: bool = True, pull: float | None | bool = False) -> None:
         self.constants = DEFAULT_CONSTANTS
         self.thr_residual: Residual | None = None
         self.mem_residual: Residual | None = None
@@ -45,6 +48,9 @@ class TuneplanLearner:
         self.max_nfev = max_nfev  # least-squares budget for the constants
         self.fixed_shrink = shrink  # ((far, near, tau) throughput, memory); None: chosen on held-out data
         self.memory = memory  # False: throughput only (the interval cross-fits of throughput)
+        self.fixed_pull: float | None | bool = pull  # the throughput pull; False: chosen on held-out sources
+        self.thr_pull_: float | None = None  # the pull used (None: priors kept)
+        self.choices: dict = {}  # what was chosen on held-out training sources, with the scores
 
     # physics with given constants -> predicted throughput / memory on the training arrays
     @staticmethod
@@ -60,7 +66,8 @@ class TuneplanLearner:
         return memory_for_kind(out, kinds)
 
     def _fit_constants(self, a: dict, y: np.ndarray, names: dict, target: str, kinds=None,
-                       weight: float | None = None, sources: np.ndarray | None = None) -> PhysicsConstants:
+                       weight: float | None = None, sources: np.ndarray | None = None,
+                       max_nfev: int | None = None) -> PhysicsConstants:
         from scipy.optimize import least_squares
 
         base = self.constants
@@ -85,9 +92,42 @@ class TuneplanLearner:
             r = (_log(pred) - _log(y)) * row_w
             return np.concatenate([r, pull * (x - prior)])
 
-        sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", max_nfev=self.max_nfev, x_scale="jac",
+        sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", max_nfev=max_nfev or self.max_nfev, x_scale="jac",
                             ftol=1e-5, xtol=1e-5, gtol=1e-6)
         return consts(sol.x)
+
+    def _throughput_weight(self, a: dict, y: np.ndarray, sources: np.ndarray) -> float | None:
+        """The throughput constants' prior pull, chosen on the training sources alone: groups of them held
+        out in turn (INNER_SOURCE_GROUPS), each candidate of THROUGHPUT_PRIOR_GRID fitted on the others
+        and scored by the mean over held-out sources of their median absolute log error (every source
+        weighing the same). None: the priors transfer best, keep them. Ties go to the stronger pull."""
+        src = np.asarray(sources).astype(str)
+        uniq = sorted(set(src.tolist()))
+        if len(uniq) < 3:
+            return L2_PRIOR_WEIGHT
+        group = {s: i % INNER_SOURCE_GROUPS for i, s in enumerate(uniq)}
+        g = np.array([group[s] for s in src])
+        per_source: dict = {w: [] for w in THROUGHPUT_PRIOR_GRID}
+        for k in sorted(set(g.tolist())):
+            test = g == k
+            if (~test).sum() < MIN_ROWS:
+                continue
+            tr = {key: v[~test] for key, v in a.items()}
+            te = {key: v[test] for key, v in a.items()}
+            for w in THROUGHPUT_PRIOR_GRID:
+                c = self.constants if w is None else self._fit_constants(
+                    tr, y[~test], THROUGHPUT_CONSTANTS, "throughput", weight=w, sources=src[~test],
+                    max_nfev=INNER_NFEV)
+                out = self._phys(te, c)
+                err = np.abs(_log(out["tokens_per_step"] / out["step_s"]) - _log(y[test]))
+                per_source[w].extend(float(np.median(err[src[test] == s])) for s in sorted(set(src[test].tolist())))
+        scores = {w: float(np.mean(e)) for w, e in per_source.items() if e}
+        if not scores:
+            return L2_PRIOR_WEIGHT
+        order = {w: i for i, w in enumerate(THROUGHPUT_PRIOR_GRID)}  # later entries pull harder
+        best = min(scores, key=lambda w: (round(scores[w], 6), -order[w]))
+        self.choices["throughput_pull"] = {"chosen": best, "scores": {str(k): v for k, v in scores.items()}}
+        return best
 
     def _memory_weight(self, a: dict, y: np.ndarray, kinds: list[str], sources: np.ndarray) -> float | None:
         """The memory constants' prior pull, chosen by leave-one-source-out error among
@@ -123,8 +163,15 @@ class TuneplanLearner:
         a_all = arrays_for(ts.configs)
         if thr_mask.sum() >= MIN_ROWS:
             a = {k: v[thr_mask] for k, v in a_all.items()}
-            self.constants = self._fit_constants(a, ts.tokens_per_s[thr_mask], THROUGHPUT_CONSTANTS, "throughput",
-                                                 sources=ts.source[thr_mask])
+            y, src = ts.tokens_per_s[thr_mask], ts.source[thr_mask]
+            weight = self.fixed_pull if self.fixed_pull is not False else self._throughput_weight(a, y, src)
+            self.thr_pull_ = weight
+            if weight is not None:
+                self.constants = self._fit_constants(a, y, THROUGHPUT_CONSTANTS, "throughput", weight=weight,
+                                                     sources=src)
+            else:
+                self.notes.append("throughput constants kept at their priors (fitted ones did worse on held-out "
+                                  "training sources)")
         else:
             self.notes.append("throughput constants not fitted (too few rows)")
         if mem_mask.sum() >= MIN_ROWS:
@@ -175,4 +222,5 @@ class TuneplanLearner:
             "throughput_residual": self.thr_residual.to_dict() if self.thr_residual else None,
             "memory_residual": self.mem_residual.to_dict() if self.mem_residual else None,
             "notes": self.notes,
+            "choices": self.choices,
         }

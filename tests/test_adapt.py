@@ -1,0 +1,136 @@
+"""The few-runs loop (issue 16): the shipped calibration adapted to a user's first runs, what each number
+of runs unlocks, the warning on own rows it misses, and the intervals an adapted file carries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tuneplan.cli import main
+from tuneplan.estimators.calibration import default_calibration, load_calibration
+from tuneplan.estimators.stack_adapter import StackAdapter
+from tuneplan.learn.adapt import fit_adapter, offset_variances, shrinkage
+from tuneplan.learn.calibration import residuals_after_reveal
+from tuneplan.learn.measured import training_set
+from tuneplan.learn.predict_table import predict_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "reference" / "runs" / "tuneplan-h200.csv"
+
+
+def _rows(n: int | None = None, method: str | None = None) -> pd.DataFrame:
+    df = pd.read_csv(H200)
+    df = df[df["status"] == "ok"]
+    if method:
+        df = df[df["method"] == method]
+    return df.head(n) if n else df
+
+
+def test_one_run_fits_an_overall_scale_that_reproduces_it():
+    base = default_calibration().estimator()
+    ts = training_set(_rows(1))
+    fit = fit_adapter(base, ts)
+    assert fit.adapter.method_log_scales == {}  # one run cannot split methods
+    assert "per-method" in " ".join(fit.not_fitted)
+    p = predict_configs(ts.configs, base.with_stack(fit.adapter), with_max_batch=False)["tokens_per_s"]
+    assert p[0] == pytest.approx(ts.tokens_per_s[0], rel=1e-6)  # no prior: the one run's offset kept whole
+    assert fit.in_sample_mdape == pytest.approx(0.0, abs=1e-6) and fit.warnings == []
+
+
+def test_per_method_scales_need_two_runs_of_two_methods():
+    df = pd.concat([_rows(2, "lora"), _rows(2, "full")])
+    base = default_calibration().estimator()
+    fit = fit_adapter(base, training_set(df))
+    assert set(fit.adapter.method_log_scales) == {"lora", "full"}
+    one = pd.concat([_rows(2, "lora"), _rows(1, "full")])
+    assert fit_adapter(base, training_set(one)).adapter.method_log_scales == {}
+
+
+def test_memory_offset_moves_the_prediction_onto_the_measured_peak():
+    base = default_calibration().estimator()
+    ts = training_set(_rows(1))
+    fit = fit_adapter(base, ts)
+    from tuneplan.learn.predict_table import memory_for_kind
+
+    p = predict_configs(ts.configs, base.with_stack(fit.adapter), with_max_batch=False)
+    assert memory_for_kind(p, ts.mem_kind)[0] == pytest.approx(ts.peak_mem_gib[0], rel=1e-3)
+    # the parts still add up to the total
+    from tuneplan.estimators.base import MEMORY_PARTS
+    from tuneplan.learn.dataset import arrays_for
+
+    out = base.with_stack(fit.adapter).predict_arrays(arrays_for(ts.configs))
+    assert sum(out[k][0] for k in MEMORY_PARTS if k in out) == pytest.approx(out["memory_gib"][0], rel=1e-6)
+
+
+def test_shrinkage_is_the_normal_posterior_share():
+    assert shrinkage(1, 0.04, 0.04) == pytest.approx(0.5)
+    assert shrinkage(3, 0.04, 0.04) == pytest.approx(0.75)
+    assert shrinkage(3, None, 0.04) == 1.0
+    between, within = offset_variances({"a": [0.0, 0.1, -0.1], "b": [1.0, 1.1, 0.9], "c": [2.0, 2.1, 1.9]})
+    assert between > within > 0
+
+
+def test_an_own_row_missed_by_more_than_its_spread_is_warned():
+    df = _rows(4, "lora").copy()
+    df.loc[df.index[-1], "tokens_per_s"] *= 3.0  # one run far from what the other three say
+    fit = fit_adapter(default_calibration().estimator(), training_set(df))
+    assert any(str(df["id"].iloc[-1]) in w for w in fit.warnings)
+
+
+def test_residuals_after_reveal_remove_each_sources_offset():
+    by = {"a": list(np.linspace(0.9, 1.1, 20)), "b": list(np.linspace(-1.1, -0.9, 20)),
+          "c": list(np.linspace(-0.1, 0.1, 20))}
+    after = np.asarray(residuals_after_reveal(by, 3))
+    pooled = np.concatenate([np.asarray(v) for v in by.values()])
+    assert np.abs(after).max() < 0.25 < np.abs(pooled).max()
+
+
+def test_calibrate_adapts_the_shipped_file_and_from_scratch_ignores_it(tmp_path, capsys):
+    runs = tmp_path / "mine.csv"
+    _rows(3).to_csv(runs, index=False)
+    out = tmp_path / "mine.json"
+    assert main(["calibrate", "--runs", str(runs), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "starting from the shipped calibration" in err and "in-sample throughput error" in err
+    cal = load_calibration(str(out))
+    assert cal.payload["stack"]["n_rows"]["throughput"] == 3
+    assert StackAdapter.from_dict(cal.payload["stack"]).fitted
+    est = cal.estimator()
+    assert est.stack is not None and any("Adapted to your own runs" in a for a in est.assumptions())
+    # too few rows to fit from scratch: says so, writes nothing
+    assert main(["calibrate", "--runs", str(runs), "--from-scratch", "--out", str(tmp_path / "s.json")]) == 1
+    assert not (tmp_path / "s.json").exists()
+    assert main(["calibrate", "--runs", str(runs), "--from-scratch", "--base", str(out),
+                 "--out", str(tmp_path / "s.json")]) == 2
+
+
+def test_estimate_with_an_adapted_calibration(tmp_path, capsys):
+    runs = tmp_path / "mine.csv"
+    _rows(2).to_csv(runs, index=False)
+    out = tmp_path / "mine.json"
+    assert main(["calibrate", "--runs", str(runs), "--out", str(out)]) == 0
+    from tuneplan import estimate
+
+    kw = dict(method="lora", examples=1000, tokens_per_example=2048, micro_batch=1)
+    shipped = estimate("meta-llama/Llama-3.1-8B", "H200-SXM-141GB", **kw)
+    adapted = estimate("meta-llama/Llama-3.1-8B", "H200-SXM-141GB", calibration=str(out), **kw)
+    assert adapted.step_time_s != shipped.step_time_s
+    assert adapted.interval is not None
+
+
+def test_probe_rounds_remeasure_a_spread_and_flag_a_busy_cpu():
+    from tuneplan.profile.device import best_of_rounds, plausibility_warnings
+
+    calls = iter([1.0, 0.5, 0.9, 1.0, 0.98, 0.99])  # first attempt spreads 100%: measured again
+    best, spread = best_of_rounds(lambda: next(calls))
+    assert best == 1.0 and spread == pytest.approx(1.0 / 0.98 - 1.0)
+    busy = {"peak_tflops": {"fp32": 0.0008}, "_spreads": {"fp32 matmul": 0.4}}
+    w = plausibility_warnings(busy, cuda=False, threads=2, catalog_peak_tflops=None)
+    assert any("busy" in x and "GFLOP/s" in x for x in w) and any("40%" in x for x in w)
+    healthy = {"peak_tflops": {"fp32": 0.2}, "_spreads": {"fp32 matmul": 0.03}}
+    assert plausibility_warnings(healthy, cuda=False, threads=2, catalog_peak_tflops=None) == []
+    slow_gpu = {"peak_tflops": {"bf16": 100.0}, "_spreads": {}}
+    assert plausibility_warnings(slow_gpu, cuda=True, threads=1, catalog_peak_tflops=989.0)
