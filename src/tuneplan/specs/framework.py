@@ -33,6 +33,7 @@ class FrameworkSpec:
     master_weights: str
     packing: bool
     padding: str
+    eager_norm_rope: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
@@ -61,8 +62,17 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         attention=need("attention", ATTENTION_KERNELS), cross_entropy=need("cross_entropy", CROSS_ENTROPY_KINDS),
         master_weights=need("master_weights", ("auto", "fp32", "none")), padding=need("padding", ("max", "longest")),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+        eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
     )
+
+
+def _optional_bool(name: str, d: dict, key: str) -> bool:
+    """A bool field an entry may leave out (false)."""
+    v = d.get(key, False)
+    if not isinstance(v, bool):
+        raise ValueError(f"frameworks.yaml: {name}.{key} must be true or false")
+    return v
 
 
 @lru_cache(maxsize=1)
