@@ -99,7 +99,7 @@ class PhysicsConstants:
     # --- memory (fitted) -------------------------------------------------------------------------
     activation_scale: float = 1.0
     """Multiplier on the analytic activation bytes (framework temporaries, saved copies)."""
-    logits_bytes_per_element: float = 16.0
+    logits_bytes_per_element: float = 14.0
     """Bytes per (token x vocab) at the loss: bf16 logits (2), their fp32 upcast (4; transformers
     casts logits to float before the loss), the fp32 log-softmax saved by cross-entropy (4), its fp32
     gradient (4) and the bf16 gradient of the logits (2)."""

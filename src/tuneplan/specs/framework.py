@@ -34,6 +34,7 @@ class FrameworkSpec:
     packing: bool
     padding: str
     eager_norm_rope: bool = False
+    grad_buffers: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
@@ -63,6 +64,7 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         master_weights=need("master_weights", ("auto", "fp32", "none")), padding=need("padding", ("max", "longest")),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
+        grad_buffers=_optional_bool(name, d, "grad_buffers"),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
     )
 
