@@ -103,3 +103,76 @@ def test_gemm_ceiling_is_the_reference_matmul_efficiency():
     assert e == pytest.approx(0.80, rel=1e-5)
     e = float(gemm_efficiency(np.array(512.0), np.array(1024.0), C))
     assert e == pytest.approx(0.80 * 0.5 * 0.5)
+
+
+# --- memory terms of the second round ---------------------------------------------------------------
+
+def test_dora_saved_outputs_by_hand():
+    from tuneplan.physics.ops import DORA_SAVED_BASE_BYTES, dora_saved_bytes_per_layer
+
+    # Llama-8B, all linears adapted: outputs per layer q 4,096 + k 1,024 + v 1,024 + o 4,096 + gate/up
+    # 2 x 14,336 + down 4,096 = 43,008; inputs are the rest of io
+    outs, ins, layers = 43008.0 * 32, 38912.0 * 32, 32.0
+    b = dora_saved_bytes_per_layer(np.array(outs + ins), np.array(ins), np.array(layers), np.array(4.0),
+                                   np.array(True))
+    assert DORA_SAVED_BASE_BYTES == 2.0
+    assert float(b) == pytest.approx(43008 * (2 + 4))
+    assert float(dora_saved_bytes_per_layer(np.array(outs + ins), np.array(ins), np.array(layers), np.array(4.0),
+                                            np.array(False))) == 0.0
+
+
+def test_dora_run_holds_more_than_lora_by_the_saved_outputs():
+    from tuneplan.physics.memory import memory
+
+    model = resolve_model("meta-llama/Llama-3.1-8B")
+    mk = {"lora_rank": 16, "lora_targets": "all-linear", "micro_batch": 1, "framework": "hf-trainer"}
+    lora = build_arrays([(model, H100, make_job(method="lora", **mk), 2048)])
+    dora = build_arrays([(model, H100, make_job(method="dora", **mk), 2048)])
+    extra = memory(dora)["activations_gib"][0] - memory(lora)["activations_gib"][0]
+    # 2,048 tokens x 32 layers x 43,008 x 6 bytes = 15.75 GiB (plus DoRA's magnitude vectors elsewhere)
+    assert extra == pytest.approx(2048 * 32 * 43008 * 6 / 1024**3, rel=0.01)
+
+
+def test_usable_memory_less_inline_ecc_on_gddr_parts():
+    from tuneplan.physics.terms import ECC_RESERVED_FRACTION, usable_memory_gib
+
+    cat = gpu_catalog()
+    assert ECC_RESERVED_FRACTION == 1 / 16
+    assert usable_memory_gib(cat["T4-16GB"]) == pytest.approx(15.0)  # nvidia-smi: 15,360 MiB
+    assert usable_memory_gib(cat["A10G-24GB"]) == pytest.approx(22.5)  # nvidia-smi: 23,028 MiB
+    assert usable_memory_gib(cat["A100-SXM4-80GB"]) == 80.0  # HBM: ECC out of band
+    assert usable_memory_gib(H100) == H100.memory_gib
+    a = build_arrays([(resolve_model("meta-llama/Llama-3.2-1B"), cat["T4-16GB"], make_job(method="lora"), 512)])
+    assert a["memory_bytes"][0] == pytest.approx(15.0 * 1024**3)
+
+
+def test_gradients_and_activations_peak_by_hand():
+    from tuneplan.physics.activations import backward_peak_bytes
+
+    g, act, lg = np.array([10.0, 10.0, 10.0, 10.0]), np.array([30.0] * 4), np.array([5.0] * 4)
+    a = {"grad_accum": np.array([1.0, 4.0, 1.0, 1.0]), "grad_buffers": np.array([0.0, 0.0, 1.0, 0.0]),
+         "sharding": np.array([0.0, 0.0, 0.0, 3.0])}
+    # set_to_none, one micro-step, unsharded: max(35, 10); accumulated, buffered or FSDP: the sum
+    assert backward_peak_bytes(g, act, lg, a).tolist() == [35.0, 45.0, 45.0, 45.0]
+    assert backward_peak_bytes(np.array([50.0]), np.array([30.0]), np.array([5.0]),
+                               {k: v[:1] for k, v in a.items()}).tolist() == [50.0]
+    fw = load_frameworks()
+    assert fw["megatron"].grad_buffers and fw["deepspeed"].grad_buffers and not fw["hf-trainer"].grad_buffers
+
+
+def test_frozen_down_projection_keeps_no_input():
+    from tuneplan.physics.activations import frozen_product_saving
+
+    model = resolve_model("meta-llama/Llama-3.1-8B")
+    lora = build_arrays([(model, H100, make_job(method="lora", framework="hf-trainer"), 1024)])
+    full = build_arrays([(model, H100, make_job(method="full", framework="hf-trainer"), 1024)])
+    assert float(frozen_product_saving(lora, 2.0)["dense"][0]) == 14336 * 2  # I elements x 2 bytes
+    assert float(frozen_product_saving(full, 2.0)["dense"][0]) == 0.0
+    q = build_arrays([(model, H100, make_job(method="qlora", framework="hf-trainer"), 1024)])
+    assert float(frozen_product_saving(q, 2.0)["dense"][0]) == 0.0  # bitsandbytes saves its own input
+
+
+def test_loss_buffers_count():
+    # bf16 logits freed after the upcast; the fp32 copy (4), its shifted copy (4, transformers < 4.46) and
+    # the log-softmax output (4) at the forward's loss, 12-16 in its backward: 14 bytes per logit
+    assert C.logits_bytes_per_element == 14.0

@@ -100,9 +100,12 @@ class PhysicsConstants:
     activation_scale: float = 1.0
     """Multiplier on the analytic activation bytes (framework temporaries, saved copies)."""
     logits_bytes_per_element: float = 14.0
-    """Bytes per (token x vocab) at the loss: bf16 logits (2), their fp32 upcast (4; transformers
-    casts logits to float before the loss), the fp32 log-softmax saved by cross-entropy (4), its fp32
-    gradient (4) and the bf16 gradient of the logits (2)."""
+    """Bytes per (token x vocab) held at the loss's peak with torch's cross-entropy over upcast logits
+    (bytes), counted from transformers' loss: `logits.float()` frees the bf16 logits (2, transient) and
+    keeps the fp32 copy (4); before 4.46 its shifted `.contiguous()` copy (4) and log-softmax's saved
+    fp32 output (4) join it at the forward's loss (12); in the backward the log-softmax output, its
+    gradient and the logits' fp32 gradient (4 + 4 + 4) with the slice's zero-filled gradient: 12-16.
+    Taken as 14, the middle of that range (4.46+ shifts the labels instead: ~12)."""
     cuda_context_gib: float = 0.6
     """CUDA context + cuBLAS/NCCL workspaces, outside torch's allocator (GiB); seen by nvidia-smi."""
     allocator_overhead: float = 0.08
