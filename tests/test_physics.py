@@ -201,7 +201,11 @@ def test_memory_and_time_monotone_in_batch(mb, seq, layers):
     m = tiny(num_hidden_layers=layers)
     a1 = arrays(m, make_job(method="full", micro_batch=mb), seq=seq)
     a2 = arrays(m, make_job(method="full", micro_batch=mb + 1), seq=seq)
-    assert memory(a2)["allocated_gib"][0] > memory(a1)["allocated_gib"][0]
+    # never less memory for a larger batch; strictly more once the activations, not the gradients written
+    # as they are freed (activations.backward_peak_bytes), make the peak
+    m1, m2 = memory(a1), memory(a2)
+    assert m2["allocated_gib"][0] >= m1["allocated_gib"][0]
+    assert m2["activations_gib"][0] > m1["activations_gib"][0]
     assert step_time(a2)["step_s"][0] > step_time(a1)["step_s"][0]
 
 

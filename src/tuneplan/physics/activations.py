@@ -96,7 +96,8 @@ def backward_peak_bytes(grads, acts, logits, a):
     or held in a persistent buffer (frameworks.yaml grad_buffers: Megatron, DeepSpeed), are all there
     while the activations are: the sum. So are FSDP / ZeRO-3 units' gradients, produced and
     reduce-scattered on a communication stream whose blocks the compute stream cannot reuse until the
-    collective ends (torch's caching allocator, record_stream): only unsharded runs (sharding 0)."""
+    collective ends (torch's caching allocator, record_stream): only unsharded runs (sharding 0).
+    memory.py reports the difference from the plain sum as `backward_overlap_gib` (<= 0)."""
     on_demand = (a["grad_accum"] <= 1) & (get(a, "grad_buffers") == 0) & (a["sharding"] == 0)
     return np.where(on_demand, np.maximum(acts + logits, grads), grads + acts + logits)
 
@@ -104,12 +105,16 @@ def backward_peak_bytes(grads, acts, logits, a):
 def frozen_product_saving(a, el_bytes):
     """Bytes per token per layer not saved when the MLP's down projection is frozen (dense, MoE): its
     input, the product act(gate) x up, is kept only for the down weight's gradient (the input gradient
-    needs only W). Under LoRA-family methods on a 16-bit base with fp32 adapters (peft >= 0.12), an
-    adapter on down keeps its own fp32 copy (memory.py's adapter_cast) and nothing else keeps the
-    16-bit product; quantised bases (bitsandbytes, GPTQ kernels) and 16-bit adapters save it."""
+    needs only W). Under LoRA-family methods it is kept only by an adapter on down in the compute
+    dtype (lora_A saves the same tensor); fp32 adapters over a 16-bit base keep their own fp32 copy
+    instead (memory.py's adapter_cast). Down counts as adapted when an adapted input per layer is as
+    wide as the MLP's intermediate. Quantised bases (bitsandbytes, GPTQ kernels) save their inputs."""
     from tuneplan.physics.codes import lora_family
 
-    on = lora_family(a["method_code"]) & (a["dequant_bytes"] == 0) & (a.get("adapter_fp32", 0.0) > 0) & (
+    own_copy = (a.get("adapter_fp32", 0.0) > 0) & (a["weight_bytes_compute"] < 4)
+    down_adapted = a["adapter_in_elements"] / np.maximum(a["n_layers"], 1.0) >= np.maximum(
+        a["intermediate"], a["moe_intermediate"])
+    on = lora_family(a["method_code"]) & (a["dequant_bytes"] == 0) & (own_copy | ~down_adapted) & (
         a["gated"] > 0)
     dense = np.where(on, a["intermediate"] * el_bytes, 0.0)
     moe = np.where(on, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)

@@ -189,7 +189,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                            0.0)
     workspace = c.workspace_gib * BYTES_PER_GIB + dequant_buf
 
-    allocated = weights + master + opt + gathered + ddp_buckets + backward_peak_bytes(grads, acts, logits, a) + workspace
+    # gradients written into memory the backward has freed (activations.backward_peak_bytes): <= 0
+    overlap = backward_peak_bytes(grads, acts, logits, a) - (grads + acts + logits)
+    allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + overlap + workspace
     variable = a["variable_shapes"] * c.variable_shape_reserve * (acts + logits)
     reserved = allocated * (1.0 + c.allocator_overhead) + variable
     smi = reserved + c.cuda_context_gib * BYTES_PER_GIB
@@ -203,6 +205,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "activations_gib": acts / g,
         "logits_gib": logits / g,
         "workspace_gib": workspace / g,
+        "backward_overlap_gib": overlap / g,
         "allocated_gib": allocated / g,
         "reserved_gib": reserved / g,
         "nvidia_smi_gib": smi / g,

@@ -11,7 +11,7 @@ import numpy as np
 
 from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
-from tuneplan.physics.codes import MethodCode, ShardingCode
+from tuneplan.physics.codes import MethodCode, ShardingCode, lora_family
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.ops import (
     EAGER_FORWARD_SHARE,
@@ -43,6 +43,12 @@ from tuneplan.physics.precision import (
 from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
+
+PEFT_ADAPTER_PASSES = 4.0
+"""Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
+(IA3's scaling vectors, the rest of physics/peft_methods.py), forward + backward (passes of 2-byte
+elements): a multiply each way and its gradient, the prior of PhysicsConstants.adapter_passes before
+LoRA's path was counted (their fp32 copies are peft_methods' own terms)."""
 
 
 def efficiency(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
@@ -152,10 +158,14 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     # small kernels each adapted module launches whatever the tokens (DoRA runs more of them)
     recompute = 1.0 + 0.5 * rec_share
     fused_lora = get(a, "fused_lora") > 0
-    adapter_passes = np.where(fused_lora & (is_dora == 0), FUSED_ADAPTER_PASSES, c.adapter_passes)
+    # peft's LoRA path as counted (PhysicsConstants.adapter_passes); the other PEFT methods' element-wise
+    # scalings (IA3's one multiply, ...) at PEFT_ADAPTER_PASSES
+    lora = lora_family(a["method_code"])
+    adapter_passes = np.where(fused_lora & (is_dora == 0), FUSED_ADAPTER_PASSES,
+                              np.where(lora, c.adapter_passes, PEFT_ADAPTER_PASSES))
     t_adapter = adapter_passes * recompute * tokens * a["adapter_io_elements"] * a["weight_bytes_compute"] / (
         split * bw)
-    t_adapter = t_adapter + fp32_adapter_seconds(a, tokens, bw, recompute, fused_lora & (is_dora == 0))
+    t_adapter = t_adapter + fp32_adapter_seconds(a, tokens, bw, recompute, (fused_lora & (is_dora == 0)) | ~lora)
     kernels = np.where(is_dora > 0, c.dora_kernels_per_module,
                        np.where(fused_lora, FUSED_LORA_KERNELS, c.lora_kernels_per_module))
     # every tensor-parallel rank launches the same kernels; pipeline stages split the modules
