@@ -42,6 +42,8 @@ class FrameworkSpec:
         on = [k.replace("_", " ") for k in BOOL_FIELDS if getattr(self, k) and k not in ("packing", "adapter_fp32")]
         return (f"framework {self.name}: attention {self.attention}, cross-entropy {self.cross_entropy}"
                 + (f", {', '.join(on)}" if on else "")
+                + (", eager fp32 RMSNorm and RoPE op chains" if self.eager_norm_rope else "")
+                + (", persistent gradient buffers" if self.grad_buffers else "")
                 + f", adapters {'fp32' if self.adapter_fp32 else 'in the compute dtype'}"
                 + f", {'packed' if self.packing else 'padded to the ' + self.padding} samples by default")
 
