@@ -25,7 +25,7 @@
   const PLAN_ONLY = new Set(["max_gpus", "objective", "deadline_h", "budget_usd"]);
   const PAGE_DEFAULTS = {
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
-    precision: "bf16", quant: "", optimizer: "adamw", master_weights: "auto", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
+    precision: "bf16", quant: "", optimizer: "adamw", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
     objective: "cheapest", stage: "sft", precompute_ref: false, rollout_engine: "hf", rollout_gpus: 0,
@@ -824,8 +824,9 @@
     fillSelect("#quant", ["", ...options.quants.filter((q) => q !== "none")],
       ["as the method implies", ...options.quants.filter((q) => q !== "none")]);
     fillSelect("#optimizer", options.optimizers);
-    fillSelect("#master_weights", options.master_weights, options.master_weights.map((m) => ({
-      auto: "auto (fp32 under ZeRO / TP / fp8)", fp32: "fp32 copy (mixed precision)", none: "none (16-bit in place)" }[m] || m)));
+    fillSelect("#master_weights", ["", ...options.master_weights], ["default: the framework's, else fp32 copy",
+      ...options.master_weights.map((m) => ({
+      auto: "auto (fp32 under ZeRO / TP / fp8)", fp32: "fp32 copy (mixed precision)", none: "none (16-bit in place)" }[m] || m))]);
     fillSelect("#estimator", options.estimators, options.estimators.map((e) => ({ tuneplan: "tuneplan (physics, calibrated)",
       kavier: "Kavier", xia: "Xia et al. 2024", planner: "Run Planner seed (6ND)" }[e] || e)));
     fillSelect("#adapter_dtype", options.adapter_dtypes, options.adapter_dtypes.map((m) => (m === "fp32" ? "fp32 (peft >= 0.12)" : "compute dtype")));
