@@ -172,3 +172,89 @@ def test_models_piped_is_plain_and_whole(capsys):
     rc, text, _ = run_cli(capsys, ["models", "--search", "llama"])
     assert rc == 0 and "┃" not in text and "│" not in text and "…" not in text
     assert "meta-llama/Llama-3.1-8B " in text
+
+
+# ---- 6. help where people look --------------------------------------------------------------------------
+
+def test_predict_profiled_rows_without_probe_says_run_probe(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TUNEPLAN_HOME", str(tmp_path / "home"))
+    runs = tmp_path / "runs.csv"
+    runs.write_text("id,source,model,gpu,gpus,method,precision,micro_batch_size,grad_accum,seq_len,tokens_per_s,"
+                    "framework\nr1,tuneplan-profile,openai-community/gpt2,local-cpu,1,lora,fp32,1,1,128,1000,"
+                    "tuneplan-profile\n")
+    rc, out, err = run_cli(capsys, ["predict", "--runs", str(runs), "--out", str(tmp_path / "out.csv")])
+    assert rc == 0
+    assert "run `tuneplan probe` first" in out
+    import pandas as pd
+
+    assert "tuneplan probe" in pd.read_csv(tmp_path / "out.csv")["error"][0]
+
+
+# ---- 4. the calibrated curve keeps the physics' shape -------------------------------------------------------
+
+@pytest.mark.parametrize("model,gpu,seq", [(LLAMA8, H100, 2048), ("Qwen/Qwen2.5-7B", "A100-SXM4-80GB", 1024),
+                                           ("Qwen/Qwen2.5-0.5B", "L4-24GB", 512)])
+def test_calibrated_curve_is_monotone_where_the_physics_is(model, gpu, seq):
+    import numpy as np
+
+    from tuneplan.plan.curve import curve
+
+    r = curve(model, gpu, method="lora", seq_len=seq)
+    t = r.points["tokens_per_s"].to_numpy()
+    m = r.points["memory_per_gpu_gib"].to_numpy()
+    assert np.all(np.diff(t) >= -1e-9 * t[1:]) and np.all(np.diff(m) >= 0)
+    fits = r.points["fits"].to_numpy()
+    assert r.max_micro_batch == int(fits.sum()) or not fits[r.max_micro_batch:].any()
+
+
+def test_keep_physics_shape_properties():
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tuneplan.plan.curve import keep_physics_shape
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.floats(0.1, 100.0), min_size=2, max_size=30), st.lists(st.floats(-1.0, 1.0), min_size=29,
+                                                                                max_size=29))
+    def check(corr, steps):
+        corr = np.asarray(corr)
+        for sign in (1.0, -1.0):  # a physics that only rises (or stays), one that only falls
+            phys = sign * np.concatenate([[0.0], np.cumsum(np.abs(steps[:len(corr) - 1]) + 1e-3)])
+            out = keep_physics_shape(phys, corr)
+            assert np.all(sign * np.diff(out) >= -1e-9 * out[1:])
+            assert out.min() >= corr.min() * (1 - 1e-9) and out.max() <= corr.max() * (1 + 1e-9)
+        phys = np.concatenate([[0.0], np.cumsum(steps[:len(corr) - 1])])  # mixed: within each run
+        out = keep_physics_shape(phys, corr)
+        assert out.min() >= corr.min() * (1 - 1e-9) and out.max() <= corr.max() * (1 + 1e-9)
+
+    check()
+    ordered = np.array([1.0, 2.0, 3.0, 5.0])
+    assert np.allclose(keep_physics_shape(np.arange(4.0), ordered), ordered)  # already in order: unchanged
+
+
+def test_context_parallel_not_called_tensor_parallel(capsys):
+    argv = ["estimate", "--model", LLAMA8, "--gpu", H100, "--gpus", "2", "--cp", "2", "--seq-len", "8192",
+            "--micro-batch", "1", "--grad-ckpt"]
+    rc, text, _ = run_cli(capsys, argv)
+    parts = text.split("step time parts")[1].split("memory per GPU")[0]
+    assert "context parallel" in parts and "tensor parallel" not in parts
+    rc, out, _ = run_cli(capsys, [*argv, "--json"])
+    assert json.loads(out)["step_part_labels"]["tensor_parallel"] == "context parallel"
+
+
+def test_no_bare_none_in_sentences(capsys):
+    import re
+
+    import tuneplan
+    from tuneplan.plan.search import describe
+
+    rc, text, _ = run_cli(capsys, ["estimate", "--model", LLAMA8, "--gpu", H100, "--seq-len", "1024",
+                                   "--micro-batch", "1", "--examples", "1000"])
+    sentences = text.split("what this assumes:")[1]
+    assert not re.search(r"\bnone\b", sentences), sentences
+    row = {"gpus": 1, "gpu": H100, "method": "lora", "nodes": 1, "micro_batch": 4, "grad_accum": 8,
+           "sharding": "none", "grad_ckpt": False}
+    assert "none" not in describe(row) and "no sharding" in describe(row)
+    p = tuneplan.plan_run(LLAMA8, gpus=[H100], methods=["lora"], max_gpus=1, examples=1000, tokens_per_example=512)
+    assert not re.search(r"\bnone\b", p.why or "")

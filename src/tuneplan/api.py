@@ -108,6 +108,7 @@ class EstimateResult:
             "workload": self.workload.to_dict(),
             "job": self.job.model_dump(),
             "weights_scheme": weights_scheme(self.job),
+            "step_part_labels": {"tensor_parallel": parallel_label(self.job)},
             "assumptions": self.assumptions,
             "warnings": self.warnings,
             "suggestions": self.suggestions,
@@ -122,6 +123,14 @@ class EstimateResult:
         if not self.data_size_given:
             _drop_run_totals(d)
         return d
+
+
+def parallel_label(job: JobSpec) -> str:
+    """What the `tensor_parallel` step part holds for this job: the communication of every model-parallel
+    dimension in use (tensor, context, expert, pipeline point-to-point), named by those in use."""
+    used = [n for n, deg in (("tensor", job.tp), ("context", job.cp), ("expert", job.ep), ("pipeline", job.pp))
+            if deg > 1]
+    return " + ".join(used) + " parallel" if used else "tensor parallel"
 
 
 def weights_scheme(job: JobSpec) -> str | None:

@@ -45,7 +45,7 @@ def estimate_renderable(r) -> Group:
     for k, v in d["step_breakdown_s"].items():
         if k == "total" or v == 0:
             continue
-        parts.add_row(k.replace("_", " "), duration(v), f"{v / total:.0%}")
+        parts.add_row(d.get("step_part_labels", {}).get(k, k.replace("_", " ")), duration(v), f"{v / total:.0%}")
     parts.add_row("total", duration(total), "100%", style="bold")
 
     memt = Table(title="memory per GPU", title_justify="left", header_style="bold")
