@@ -258,3 +258,14 @@ def test_no_bare_none_in_sentences(capsys):
     assert "none" not in describe(row) and "no sharding" in describe(row)
     p = tuneplan.plan_run(LLAMA8, gpus=[H100], methods=["lora"], max_gpus=1, examples=1000, tokens_per_example=512)
     assert not re.search(r"\bnone\b", p.why or "")
+
+
+def test_docs_screenshots_exist_and_are_referenced():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    web = (root / "docs" / "web.md").read_text()
+    for name in ("web-desktop.png", "web-phone.png"):
+        assert f"](img/{name})" in web
+        png = root / "docs" / "img" / name
+        assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000

@@ -229,7 +229,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
                    + gpu_assumptions(gspec, jspec.precision, jspec.nodes) + stack_assumptions(mspec, gspec, jspec)
                    + (stage.assumptions if stage else []))
     res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions,
-                  warnings + price_warnings(gspec, jspec, rate_v, provider, prices))
+                  warnings + (price_warnings(gspec, jspec, rate_v, provider, prices) if sized else []))
     res.extra.update(extra)
     res.data_size_given = sized
     if interval:

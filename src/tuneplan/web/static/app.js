@@ -573,7 +573,8 @@
     if (limits.budget_usd) {
       const y = u.valToPos(limits.budget_usd, "y", true);
       ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(left + width, y); ctx.stroke();
-      ctx.fillText(`budget ${fmtUsd(limits.budget_usd)}`, left + 4 * devicePixelRatio, y - 4 * devicePixelRatio);
+      ctx.textAlign = "right";
+      ctx.fillText(`budget ${fmtUsd(limits.budget_usd)}`, left + width - 4 * devicePixelRatio, y - 4 * devicePixelRatio);
     }
     ctx.restore();
   }
