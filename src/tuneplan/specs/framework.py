@@ -40,12 +40,18 @@ class FrameworkSpec:
     def summary(self) -> str:
         """One line of what the framework runs, for the assumptions."""
         on = [k.replace("_", " ") for k in BOOL_FIELDS if getattr(self, k) and k not in ("packing", "adapter_fp32")]
-        return (f"framework {self.name}: attention {self.attention}, cross-entropy {self.cross_entropy}"
+        ce = CROSS_ENTROPY_WORDS.get(self.cross_entropy, self.cross_entropy)
+        return (f"framework {self.name}: attention {self.attention}, cross-entropy {ce}"
                 + (f", {', '.join(on)}" if on else "")
                 + (", eager fp32 RMSNorm and RoPE op chains" if self.eager_norm_rope else "")
                 + (", persistent gradient buffers" if self.grad_buffers else "")
                 + f", adapters {'fp32' if self.adapter_fp32 else 'in the compute dtype'}"
                 + f", {'packed' if self.packing else 'padded to the ' + self.padding} samples by default")
+
+
+CROSS_ENTROPY_WORDS = {"none": "unfused (fp32 copy of the logits)", "chunked": "chunked", "fused": "fused with the output "
+                       "projection"}
+"""The cross-entropy kinds of data/frameworks.yaml in a sentence."""
 
 
 def _parse(name: str, d: dict) -> FrameworkSpec:

@@ -84,7 +84,8 @@ class MethodOptions(BaseModel):
     optimizer: Optimizer | None = Field(None, description="default adamw")
     master_weights: Literal["auto", "fp32", "none"] | None = Field(
         None, description="16-bit full fine-tuning: fp32 master copy, weights trained in place, or auto "
-                          "(fp32 under DeepSpeed ZeRO, tensor parallelism and fp8)")
+                          "(fp32 under DeepSpeed ZeRO, tensor parallelism and fp8); default: the framework's, "
+                          "else fp32")
     flash_attn: bool | None = Field(None, description="FlashAttention / SDPA (default on)")
     moe_mode: Literal["sparse", "dense"] | None = Field(None, description="MoE: top-k experts or all")
     framework: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z0-9-]+$")] | None = Field(
