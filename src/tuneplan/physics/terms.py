@@ -9,7 +9,7 @@ configuration or a million.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -169,6 +169,136 @@ def _linear_sums(linears, dense_moe: bool) -> tuple[float, float, float, float, 
     return fwd, expert, io, split_w, full_w
 
 
+@dataclass
+class TrainedSplit:
+    """How a method splits the model's weights into trained and frozen ones, and what its adapters add
+    (per token, whole model); the part of `ModelTerms` that depends on the method."""
+
+    trainable: float
+    frozen_linear: float
+    frozen_other: float
+    frozen_linear_bytes: float
+    dequant: float
+    bwd_block: float = 1.0  # backward / forward FLOPs of the block matmuls (frozen: input grads only)
+    bwd_head: float = 1.0
+    bwd_frac: float = 1.0  # share of layers the backward runs through
+    adapter_flops: float = 0.0
+    adapted: float = 0.0
+    adapted_inputs: float = 0.0
+    adapter_io: float = 0.0
+    adapter_in: float = 0.0
+    adapted_modules: float = 0.0
+    fwd_block_delta: float = 0.0  # forward FLOPs the method adds to (or removes from) the block linears
+    lora_rank: float = 0.0
+    peft: dict[str, float] = field(default_factory=dict)  # ModelTerms fields of physics/peft_methods.py
+
+
+def _frozen_base(model: ModelSpec, job: JobSpec, pbytes: float, block_linear_params: float):
+    """Frozen block linears (maybe quantised), the rest frozen at the compute precision: (frozen linear,
+    frozen other, bytes per frozen linear weight, dequantisation kind)."""
+    quant = job.base_quant(model.quant)
+    qb = QUANT_BYTES_PER_WEIGHT.get(quant)
+    return (block_linear_params, float(model.params_total) - block_linear_params,
+            pbytes if qb is None else qb, DEQUANT_KIND.get(quant, 0.0))
+
+
+def _peft_split(model: ModelSpec, job: JobSpec, pbytes: float, block_linear_params: float) -> TrainedSplit:
+    """A PEFT method outside the LoRA physics (physics/peft_methods.py: counts, FLOPs and memory)."""
+    peft = method_terms(model, job)
+    frozen_linear, frozen_other, fl_bytes, dequant = _frozen_base(model, job, pbytes, block_linear_params)
+    return TrainedSplit(
+        trainable=peft.pop("trainable"), adapter_flops=peft.pop("adapter_flops"), adapted=peft.pop("adapted"),
+        adapter_io=peft.pop("adapter_io_elements"), adapter_in=peft.pop("adapter_in_elements"),
+        adapted_inputs=peft.pop("adapted_inputs_per_layer"), fwd_block_delta=peft.pop("fwd_block_delta"),
+        frozen_linear=frozen_linear, frozen_other=frozen_other, frozen_linear_bytes=fl_bytes, dequant=dequant,
+        lora_rank=peft.pop("lora_rank", 0.0), peft=peft)
+
+
+FUSED_TARGETS = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}
+"""A target named by its part on a model with one fused matrix (Falcon, GPT-2, phi-3...)."""
+SPLIT_TARGETS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+"""A fused target on a model with separate matrices."""
+
+
+def lora_target_linears(model: ModelSpec, targets_arg: Sequence[str]) -> list:
+    """The block linears a LoRA-family adapter sits on, fused / split names matched to the model's;
+    an InputError when no target names a module of the model."""
+    linears = model.linears
+    targets = normalise_targets(targets_arg)
+    all_linear = "all-linear" in targets or "all" in targets
+    names = {lin.name for lin in linears}
+    expanded: list[str] = []
+    for t in targets:
+        if t not in names and FUSED_TARGETS.get(t) in names:
+            expanded.append(FUSED_TARGETS[t])
+        elif t not in names and t in SPLIT_TARGETS:
+            expanded.extend(x for x in SPLIT_TARGETS[t] if x in names)
+        else:
+            expanded.append(t)
+    targets = tuple(dict.fromkeys(expanded))
+    chosen = [lin for lin in linears if all_linear or lin.name in targets]
+    if not all_linear:
+        unknown = [t for t in targets if t not in names and t not in ("all-linear", "all")]
+        if unknown and not chosen:
+            raise InputError("lora-targets", f"no module named {', '.join(unknown)} in {model.name}",
+                             sorted(names) + ["all-linear"])
+    return chosen
+
+
+def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, block_linear_params: float,
+                dense_moe: bool) -> TrainedSplit:
+    """LoRA, QLoRA, DoRA...: rank-r adapters on the chosen linears, the base frozen (maybe quantised)."""
+    chosen = lora_target_linears(model, job.lora_targets)
+    r = float(job.lora_rank)
+    if r > model.hidden_size:
+        raise InputError("lora-rank", f"rank {job.lora_rank} is above {model.name}'s hidden size "
+                         f"({model.hidden_size})")
+    adapter_params = adapter_flops = adapted = adapter_io = adapter_in = adapted_modules = 0.0
+    widths = set()
+    for lin in chosen:
+        per = r * (lin.in_features + lin.out_features)
+        adapter_params += per * lin.count_per_layer * lin.n_layers
+        active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
+        adapter_flops += 2.0 * per * active * lin.n_layers
+        adapted += lin.params
+        adapter_io += (lin.in_features + lin.out_features) * active * lin.n_layers
+        adapter_in += lin.in_features * active * lin.n_layers
+        adapted_modules += lin.count_per_layer * lin.n_layers
+        widths.add((lin.in_features, lin.count_per_layer))
+        if method == "dora":
+            adapter_params += lin.out_features * lin.count_per_layer * lin.n_layers
+    frozen_linear, frozen_other, fl_bytes, dequant = _frozen_base(model, job, pbytes, block_linear_params)
+    return TrainedSplit(
+        trainable=adapter_params, frozen_linear=frozen_linear, frozen_other=frozen_other,
+        frozen_linear_bytes=fl_bytes, dequant=dequant, adapter_flops=adapter_flops, adapted=adapted,
+        adapted_inputs=float(len(widths)), adapter_io=adapter_io, adapter_in=adapter_in,
+        adapted_modules=adapted_modules, lora_rank=float(job.lora_rank))
+
+
+def _freeze_split(model: ModelSpec, job: JobSpec, pbytes: float, block_linear_params: float) -> TrainedSplit:
+    """The last k layers trained in full; backward runs through them only (weight and input grads)."""
+    L = max(1, model.n_layers)
+    frac = min(job.trainable_layers, L) / L
+    trainable = model.params_block * frac
+    frozen_linear = block_linear_params * (1 - frac)
+    return TrainedSplit(trainable=trainable, frozen_linear=frozen_linear,
+                        frozen_other=float(model.params_total) - trainable - frozen_linear,
+                        frozen_linear_bytes=pbytes, dequant=0.0, bwd_block=2.0, bwd_head=1.0, bwd_frac=frac)
+
+
+def trained_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, block_linear_params: float,
+                  dense_moe: bool) -> TrainedSplit:
+    """The method's `TrainedSplit` (full fine-tuning when the method is none of the others)."""
+    if method in PEFT_PHYSICS:
+        return _peft_split(model, job, pbytes, block_linear_params)
+    if method in LORA_FAMILY:
+        return _lora_split(model, job, method, pbytes, block_linear_params, dense_moe)
+    if method == "freeze":
+        return _freeze_split(model, job, pbytes, block_linear_params)
+    return TrainedSplit(trainable=float(model.params_total), frozen_linear=0.0, frozen_other=0.0,
+                        frozen_linear_bytes=pbytes, dequant=0.0, bwd_block=2.0, bwd_head=2.0)
+
+
 def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     method = lora_equivalent(job.method)  # rslora, pissa, olora, eva: lora; loftq: qlora
     pbytes = PRECISION_BYTES[job.precision]
@@ -179,121 +309,37 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     fwd_block, expert_fwd, linear_io, split_w, full_w = _linear_sums(linears, dense_moe)
     head_flops = 2.0 * model.vocab_size * model.hidden_size  # tied or not, the head is a V x h GEMM
     mix = mixer_terms(model)
-    q_dim, kv_dim = mix.q_dim, mix.kv_dim
-    attn_per_seq = mix.attn_full_flops_per_key  # QK^T and AV over the full-attention layers, 2 FLOPs per MAC
     vis = vision_terms(model, job.images_per_example, job.train_vision_tower, job.image_size)
 
     block_linear_params = float(sum(lin.params for lin in linears))
     expert_params = float(sum(lin.params for lin in linears if lin.count_per_layer > 1))
     total = float(model.params_total)
 
-    adapter_flops = 0.0
-    adapter_params = 0.0
-    adapted = 0.0
-    adapted_inputs = 0.0
-    adapter_io = 0.0
-    adapter_in = 0.0
-    adapted_modules = 0.0
-    peft: dict[str, float] = {}
-    if method in PEFT_PHYSICS:  # physics/peft_methods.py: counts, FLOPs and memory of the method
-        peft = method_terms(model, job)
-        trainable, adapter_flops, adapted = peft.pop("trainable"), peft.pop("adapter_flops"), peft.pop("adapted")
-        adapter_io, adapter_in = peft.pop("adapter_io_elements"), peft.pop("adapter_in_elements")
-        adapted_inputs = peft.pop("adapted_inputs_per_layer")
-        fwd_block += peft.pop("fwd_block_delta")
-        frozen_linear, frozen_other = block_linear_params, total - block_linear_params
-        quant = job.base_quant(model.quant)
-        qb = QUANT_BYTES_PER_WEIGHT.get(quant)
-        frozen_linear_bytes = pbytes if qb is None else qb
-        dequant = DEQUANT_KIND.get(quant, 0.0)
-        bwd_block, bwd_head, bwd_frac = 1.0, 1.0, 1.0
-    elif method in LORA_FAMILY:
-        targets = normalise_targets(job.lora_targets)
-        all_linear = "all-linear" in targets or "all" in targets
-        names = {lin.name for lin in linears}
-        # fused projections: q/k/v on a model with one qkv matrix (Falcon, GPT-2, phi-3...)
-        fused = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}
-        split = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
-        expanded: list[str] = []
-        for t in targets:
-            if t not in names and fused.get(t) in names:
-                expanded.append(fused[t])
-            elif t not in names and t in split:
-                expanded.extend(x for x in split[t] if x in names)
-            else:
-                expanded.append(t)
-        targets = tuple(dict.fromkeys(expanded))
-        chosen = [lin for lin in linears if all_linear or lin.name in targets]
-        if not all_linear:
-            unknown = [t for t in targets if t not in names and t not in ("all-linear", "all")]
-            if unknown and not chosen:
-                raise InputError("lora-targets", f"no module named {', '.join(unknown)} in {model.name}",
-                                 sorted(names) + ["all-linear"])
-        r = float(job.lora_rank)
-        widths = set()
-        if r > model.hidden_size:
-            raise InputError("lora-rank", f"rank {job.lora_rank} is above {model.name}'s hidden size "
-                             f"({model.hidden_size})")
-        for lin in chosen:
-            per = r * (lin.in_features + lin.out_features)
-            adapter_params += per * lin.count_per_layer * lin.n_layers
-            active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
-            adapter_flops += 2.0 * per * active * lin.n_layers
-            adapted += lin.params
-            adapter_io += (lin.in_features + lin.out_features) * active * lin.n_layers
-            adapter_in += lin.in_features * active * lin.n_layers
-            adapted_modules += lin.count_per_layer * lin.n_layers
-            widths.add((lin.in_features, lin.count_per_layer))
-            if method == "dora":
-                adapter_params += lin.out_features * lin.count_per_layer * lin.n_layers
-        adapted_inputs = float(len(widths))
-        trainable = adapter_params
-        quant = job.base_quant(model.quant)
-        frozen_linear = block_linear_params
-        frozen_other = total - block_linear_params
-        qb = QUANT_BYTES_PER_WEIGHT.get(quant)
-        frozen_linear_bytes = pbytes if qb is None else qb
-        dequant = DEQUANT_KIND.get(quant, 0.0)
-        bwd_block, bwd_head, bwd_frac = 1.0, 1.0, 1.0
-    elif method == "freeze":
-        k = min(job.trainable_layers, L)
-        frac = k / L
-        trainable = model.params_block * frac
-        frozen_linear = block_linear_params * (1 - frac)
-        frozen_other = total - trainable - frozen_linear
-        frozen_linear_bytes = pbytes
-        dequant = 0.0
-        # backward runs through the last k layers only: weight and input grads there
-        bwd_block, bwd_head, bwd_frac = 2.0, 1.0, frac
-    else:  # full
-        trainable = total
-        frozen_linear = 0.0
-        frozen_other = 0.0
-        frozen_linear_bytes = pbytes
-        dequant = 0.0
-        bwd_block, bwd_head, bwd_frac = 2.0, 2.0, 1.0
-    trainable, frozen_other = vision_trainable_split(model, job, trainable, frozen_other)
+    sp = trained_split(model, job, method, pbytes, block_linear_params, dense_moe)
+    if method in PEFT_PHYSICS:
+        fwd_block += sp.fwd_block_delta
+    trainable, frozen_other = vision_trainable_split(model, job, sp.trainable, sp.frozen_other)
 
     return ModelTerms(
         fwd_block_flops=fwd_block,
         head_flops=head_flops,
-        attn_flops_per_seq=attn_per_seq,
-        adapter_flops=adapter_flops,
-        bwd_block_factor=bwd_block,
-        bwd_head_factor=bwd_head,
+        attn_flops_per_seq=mix.attn_full_flops_per_key,  # QK^T and AV over the full-attention layers
+        adapter_flops=sp.adapter_flops,
+        bwd_block_factor=sp.bwd_block,
+        bwd_head_factor=sp.bwd_head,
         bwd_attn_factor=2.0,
-        bwd_layer_fraction=bwd_frac,
+        bwd_layer_fraction=sp.bwd_frac,
         recompute_fraction=1.0 if job.grad_ckpt else 0.0,
         params_total=total,
         params_active=float(total if dense_moe else model.params_active),
         params_trainable=float(trainable),
-        params_frozen_linear=float(frozen_linear),
+        params_frozen_linear=float(sp.frozen_linear),
         params_frozen_other=float(max(0.0, frozen_other)),
-        params_adapted=float(adapted),
+        params_adapted=float(sp.adapted),
         params_expert=expert_params,
-        frozen_linear_bytes=float(frozen_linear_bytes),
+        frozen_linear_bytes=float(sp.frozen_linear_bytes),
         frozen_other_bytes=pbytes,
-        dequant_bytes=float(dequant),
+        dequant_bytes=float(sp.dequant),
         optimizer_code=OPTIMIZER_CODES[job.optimizer],
         method_code=METHOD_CODES[method],
         n_layers=L,
@@ -304,23 +350,23 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         n_experts=model.n_experts,
         top_k=float(model.n_experts if dense_moe else model.experts_per_token),
         moe_layers=model.n_moe_layers,
-        kv_dim=kv_dim,
-        q_dim=q_dim,
+        kv_dim=mix.kv_dim,
+        q_dim=mix.q_dim,
         n_heads=model.n_heads,
         vocab=model.vocab_size,
         gated=model.gated_mlp,
-        lora_rank=float(job.lora_rank) if method in LORA_FAMILY else peft.pop("lora_rank", 0.0),
-        adapted_inputs_per_layer=adapted_inputs,
-        adapter_io_elements=adapter_io,
-        adapter_in_elements=adapter_in,
-        adapted_modules=adapted_modules,
+        lora_rank=sp.lora_rank,
+        adapted_inputs_per_layer=sp.adapted_inputs,
+        adapter_io_elements=sp.adapter_io,
+        adapter_in_elements=sp.adapter_in,
+        adapted_modules=sp.adapted_modules,
         weight_bytes_compute=pbytes,
         expert_fwd_flops=expert_fwd, linear_io_elements=linear_io, head_dim=float(model.head_dim),
         gemm_split_width=split_w / fwd_block if fwd_block else float(model.hidden_size),
         gemm_full_width=full_w / fwd_block if fwd_block else float(model.hidden_size),
         **mix.term_fields(),
         **vis.__dict__,
-        **peft,
+        **sp.peft,
     )
 
 
@@ -333,6 +379,25 @@ REFERENCE_MATMUL_EFFICIENCY = 0.80
 the curve; one not measured at the reference."""
 
 
+ECC_GDDR_GPUS = ("T4", "A2-", "A10-", "A10G", "A16", "A40", "L4-", "L40")
+"""Data-centre GDDR GPUs that run with ECC on by default (catalog name prefixes). Inline ECC on GDDR
+memory stores its check bits in the DRAM itself: 1/16 of the memory is reserved (NVIDIA T4 / A10 /
+A40 / L40 user guides: "ECC ... reduces the available memory by 6.25%"), which is what nvidia-smi
+reports as total: T4 16 GiB -> 15,360 MiB, A10G 24 GiB -> 23,028 MiB, A40 48 GiB -> 46,068 MiB. HBM
+GPUs (A100, H100, B200) keep ECC out of band: no loss."""
+
+ECC_RESERVED_FRACTION = 1.0 / 16.0
+"""Share of a GDDR GPU's memory inline ECC reserves (fraction): 6.25% (NVIDIA, as above)."""
+
+
+def usable_memory_gib(gpu: GPUSpec) -> float:
+    """Memory a job can use on the GPU (GiB): the catalog's capacity, less inline ECC's 1/16 on the
+    data-centre GDDR parts that have it on by default (ECC_GDDR_GPUS)."""
+    name = getattr(gpu, "name", "").upper()
+    ecc = any(name.startswith(p) for p in ECC_GDDR_GPUS)
+    return gpu.memory_gib * (1.0 - ECC_RESERVED_FRACTION) if ecc else gpu.memory_gib
+
+
 def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]:
     from tuneplan.physics.constants import DEFAULT_CONSTANTS
 
@@ -342,7 +407,7 @@ def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]
     return {
         "peak_flops": gpu.tflops(precision) * 1e12,
         "mem_bw": gpu.memory_bandwidth_gbs * 1e9,
-        "memory_bytes": gpu.memory_gib * 1024.0**3,
+        "memory_bytes": usable_memory_gib(gpu) * 1024.0**3,
         "intra_bw": intra * 1e9,
         "inter_bw": inter / 8.0 * 1e9,
         "tdp_w": gpu.tdp_w if gpu.tdp_w > 0 else 300.0,
