@@ -135,6 +135,18 @@ TAU_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
 fades to the far share."""
 
 
+RESIDUAL_SOURCE_GROUPS = 6
+"""Groups of training sources held out in turn when a residual's far share is chosen (GroupKFold style):
+each fold still lacks whole sources, at a third of the fits of one fold per source (18 sources)."""
+
+
+def source_groups(sources: np.ndarray, n: int = RESIDUAL_SOURCE_GROUPS) -> np.ndarray:
+    """Each row's group: the sources, sorted by name, dealt round-robin into at most n groups."""
+    uniq = sorted(set(np.asarray(sources).astype(str).tolist()))
+    index = {s: i % n for i, s in enumerate(uniq)}
+    return np.array([index[s] for s in np.asarray(sources).astype(str)])
+
+
 @one_thread
 def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: np.ndarray | None = None,
                  fixed: tuple | None = None, far_names: tuple[str, ...] | None = None) -> Residual:
@@ -142,7 +154,8 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
     applies (`near` share next to a measured configuration, `far` share away from all of them, fading
     with the distance to the nearest training row over `tau`) are chosen together on held-out data:
     rows predicted by trees fitted without their random fold (rows of the sources seen: a sibling
-    configuration is usually near), and rows predicted by trees fitted without their whole source (a new
+    configuration is usually near), and rows predicted by trees fitted without their whole source, sources
+    held out in RESIDUAL_SOURCE_GROUPS groups (a new
     framework or machine), each row's share computed from its distance to the rows that fit lacked.
     Score: median absolute log error, the two halves weighed equally, the source half with every source
     weighing the same (a large source must not decide how a correction transfers to a new one).
@@ -176,20 +189,21 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
     _, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
     if (counts >= MIN_SCORING_ROWS).sum() >= 2:
         w_src = np.where(counts[inv] >= MIN_SCORING_ROWS, w_src, 0.0)
+    gk = source_groups(g)  # the sources held out together in the far half's fits
     d_near, d_far = np.empty(len(y)), np.empty(len(y))
     for k in set(folds.tolist()):  # distance to the rows the row's held-out fit had
         m = folds == k
         d_near[m] = nearest_distance(X[m], X[~m], span)
-    for src in set(g.tolist()):
-        m = g == src
+    for k in set(gk.tolist()):
+        m = gk == k
         d_far[m] = nearest_distance(X[m], X[~m], span)
     best = (float("inf"), CAPACITY_GRID[0], (0.0, 0.0, 1.0))
     for capacity in CAPACITY_GRID:
         near_pred = group_out_predictions(X, y, folds, capacity=capacity)
-        far_pred = group_out_predictions(X, y, g, capacity=capacity)
+        far_pred = group_out_predictions(X, y, gk, capacity=capacity)
         # the far share's trees (on the far features when they differ)
         near_pred_f = near_pred if far_idx is None else group_out_predictions(Xf, y, folds, capacity=capacity)
-        far_pred_f = far_pred if far_idx is None else group_out_predictions(Xf, y, g, capacity=capacity)
+        far_pred_f = far_pred if far_idx is None else group_out_predictions(Xf, y, gk, capacity=capacity)
         for near in SHRINK_GRID:
             for far in SHRINK_GRID:
                 for tau in TAU_GRID:
