@@ -108,3 +108,16 @@ def test_plan_chart_lines_and_phone_columns(page, server, browser):  # noqa: F81
         shot(pg, "web-plan-phone.png")
     finally:
         ctx.close()
+
+
+def test_page_without_a_data_size_answers_the_fit(page, server):  # noqa: F811
+    page.goto(server + "/")
+    idle(page)
+    page.fill("#examples", "")
+    idle(page)
+    assert not page.is_visible("#error")
+    assert page.inner_text("#r-wall") == "needs a data size"
+    assert page.get_attribute("#r-wall", "data-value") == ""
+    assert page.get_attribute("#verdict", "data-fits") in ("true", "false")
+    assert float(page.get_attribute("#r-mem", "data-value")) > 1
+    assert "needs a data size" in page.inner_text("#r-cost-s")
