@@ -295,21 +295,24 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
     breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
                  if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
     breakdown["total"] = step_s
+    from tuneplan.physics.terms import usable_memory_gib
+
     mem_total = _scalar(out, "memory_gib")
+    cap = float(usable_memory_gib(gspec))  # less inline ECC on GDDR parts (physics/terms.py)
     fits = bool(np.asarray(out["fits"])[0])
     memory_model = est.memory_model
     max_mb = (stage.max_micro_batch if stage else None if memory_model is None
               else int(memory_model.max_micro_batch(a)[0]))
     cached = _scalar(out, "variable_shape_gib", 0.0)
-    if fits and mem_total > gspec.memory_gib and cached > 0:
+    if fits and mem_total > cap and cached > 0:
         warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "
-                        f"shapes; torch frees them before it runs out, so the run fits in {gspec.memory_gib:g} GiB "
+                        f"shapes; torch frees them before it runs out, so the run fits in {cap:g} GiB "
                         "(slower when it must)")
     warnings += stage.warnings if stage else []
     suggestions: list[str] = []
-    no_fit = no_fit_at_one(memory_model, a, gspec.memory_gib) if max_mb == 0 and not stage else None
+    no_fit = no_fit_at_one(memory_model, a, cap) if max_mb == 0 and not stage else None
     if not fits:
-        warnings.append(no_fit or (f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB "
+        warnings.append(no_fit or (f"does not fit: {mem_total:.1f} GiB per GPU needed, {cap:g} GiB "
                                    "available" + (f"; largest micro-batch that fits: {max_mb}" if max_mb else "")))
         if memory_model is not None and not stage:
             from tuneplan.plan.fixes import suggest_fixes
@@ -324,7 +327,7 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
         memory_breakdown_gib=fold_learned_correction({k.removesuffix("_gib"): _scalar(out, k)
                                                       for k in est.memory_parts + (stage.memory_parts() if stage else ())},
                                                      assumptions),
-        memory_capacity_gib=gspec.memory_gib, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
+        memory_capacity_gib=cap, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
         rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
         extra={"max_micro_batch_note": no_fit} if no_fit else {},
     )

@@ -28,7 +28,8 @@ STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwis
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
                 "activations_gib", "logits_gib", "workspace_gib", "calibration_gib", "allocator_gib",
                 "cuda_context_gib")
-"""The parts of tuneplan's memory model (they add up to `memory_gib`)."""
+"""The parts of tuneplan's memory model (they add up to `memory_gib`; gradients are those at the peak:
+physics/activations.backward_peak_bytes)."""
 
 
 class Estimator(Protocol):

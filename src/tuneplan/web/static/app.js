@@ -10,7 +10,7 @@
 
   // Inputs kept in the URL; the page's own starting values (PAGE_DEFAULTS) are left out of it.
   const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers",
-    "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpu", "peak_tflops",
+    "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "framework", "ckpt_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
     "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
     "max_gpus", "objective", "deadline_h", "budget_usd", "stage", "precompute_ref", "group_size", "completion_len",
@@ -25,7 +25,7 @@
   const PLAN_ONLY = new Set(["max_gpus", "objective", "deadline_h", "budget_usd"]);
   const PAGE_DEFAULTS = {
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
-    precision: "bf16", quant: "", optimizer: "adamw", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
+    precision: "bf16", quant: "", optimizer: "adamw", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse", framework: "", ckpt_mode: "",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
     objective: "cheapest", stage: "sft", precompute_ref: false, rollout_engine: "hf", rollout_gpus: 0,
@@ -904,6 +904,8 @@
     fillSelect("#padding", options.paddings, options.paddings.map((m) => (m === "max" ? "to sequence length" : "to longest in batch")));
     fillSelect("#moe_mode", options.moe_modes, options.moe_modes.map((m) => (m === "sparse" ? "sparse (top-k)" : "dense (all experts)")));
     fillSelect("#sharding", options.shardings);
+    fillSelect("#framework", ["", ...(options.frameworks || [])], ["generic (not given)", ...(options.frameworks || [])]);
+    fillSelect("#ckpt_mode", ["", ...(options.ckpt_modes || [])], ["as the checkbox", ...(options.ckpt_modes || [])]);
     fillSelect("#objective", options.objectives);
     fillSelect("#provider", ["", ...options.providers], ["cheapest on-demand", ...options.providers]);
     setupGpus();
