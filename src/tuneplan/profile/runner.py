@@ -715,10 +715,40 @@ def _warm_process(cfg: ProfileConfig, src: ModelSource, device: str) -> None:
         _measure(tiny, src, device, None)
 
 
+def _run_here(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
+    """Measure in this process: the row (ok, or oom / error for a failure the process survives)."""
+    m = Measured()
+    try:
+        with _threads(cfg.threads):
+            _warm_process(cfg, src, device)
+            _measure(cfg, src, device, None, m)
+            return result_row(cfg, src, device, m)
+    except (TuneplanError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a recorded row, profiling goes on
+        row = failure_row(cfg, src, device, exc, is_oom(exc), m.build)
+        del exc
+        gc.collect()
+        return row
+
+
+def _run_in_child(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
+    """Measure in a child process (profile/isolate.py): a child the OOM killer ends (SIGKILL) is an
+    `oom` row, one ended otherwise an `error` row; the profiler goes on with the next configuration."""
+    from tuneplan.profile.isolate import ChildDied, run_isolated
+
+    try:
+        return run_isolated(_run_here, cfg, src, device, device=device)
+    except ChildDied as died:
+        return failure_row(cfg, src, device, died, died.killed)
+
+
 def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any]:
     """Measure one configuration; returns its row (status ok, oom or error). InputError for bad input.
 
-    A configuration with nproc > 1 is launched with torchrun (see profile.distributed).
+    A configuration with nproc > 1 is launched with torchrun (see profile.distributed); with
+    `cfg.isolate` a single-process one runs in a child process, so that even its death by the OOM
+    killer leaves a row.
     """
     cfg, src, device = prepare(cfg, src)
     t0 = time.perf_counter()
@@ -726,18 +756,9 @@ def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any
         from tuneplan.profile.distributed import launch
 
         row = launch(cfg, src, device)
+    elif cfg.isolate:
+        row = _run_in_child(cfg, src, device)
     else:
-        m = Measured()
-        try:
-            with _threads(cfg.threads):
-                _warm_process(cfg, src, device)
-                _measure(cfg, src, device, None, m)
-                row = result_row(cfg, src, device, m)
-        except (TuneplanError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure becomes a recorded row, profiling goes on
-            row = failure_row(cfg, src, device, exc, is_oom(exc), m.build)
-            del exc
-            gc.collect()
+        row = _run_here(cfg, src, device)
     row["wall_s"] = time.perf_counter() - t0
     return row
