@@ -121,7 +121,7 @@ def _memo(cache: dict | None, key: tuple, fn, *args):
             cache[key] = exc
     got = cache[key]
     if isinstance(got, TuneplanError):
-        raise got
+        raise got.with_traceback(None)  # the same error again, not a growing chain of tracebacks
     return got
 
 
@@ -142,10 +142,17 @@ def _row_model_gpu(row: dict, cache: dict | None, used: _Defaults) -> tuple[Mode
     seq_cell = _get(row, "seq_len")
     m_args = (str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""), str(_get(row, "notes") or ""),
               float(seq_cell) if seq_cell is not None else None)
-    model = _memo(cache, ("model", *m_args), resolve_run_model, *m_args)
+    try:  # by its names (one ModelSpec per distinct name); the notes only when the catalog has none
+        model = _memo(cache, ("model", *m_args[:2]), resolve_run_model, *m_args[:2])
+    except InputError:
+        if not m_args[2]:
+            raise
+        model = _memo(cache, ("model", *m_args), resolve_run_model, *m_args)
     layers = _get(row, "layers")
     if layers is not None and int(float(layers)) != model.n_layers:
-        model = truncated(model, int(float(layers)), str(_get(row, "model_hf_id") or _get(row, "model") or ""))
+        where = str(_get(row, "model_hf_id") or _get(row, "model") or "")
+        model = _memo(cache, ("truncated", id(model), int(float(layers)), where), truncated, model,
+                      int(float(layers)), where)
         used.append(f"layers={int(float(layers))} (the profiled model was truncated)")
     gpu_name = str(_get(row, "gpu_resolved") or _get(row, "gpu") or "")
     return model, _memo(cache, ("gpu", gpu_name), resolve_gpu, gpu_name)
@@ -243,6 +250,14 @@ def _row_adapter_fields(row: dict, method: str, model: ModelSpec, used: _Default
     return {}
 
 
+def _job(kw: dict[str, Any]) -> JobSpec:
+    try:
+        return JobSpec(**kw)
+    except ValueError as exc:
+        msg = str(exc).splitlines()
+        raise InputError("row", msg[-1] if msg else "invalid configuration") from None
+
+
 def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
     (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
@@ -279,11 +294,7 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     if quant is not None and method != "full":
         kw["quant"] = quant
     kw.update(_row_adapter_fields(row, method, model, used))
-    try:
-        job = JobSpec(**kw)
-    except ValueError as exc:
-        msg = str(exc).splitlines()
-        raise InputError("row", msg[-1] if msg else "invalid configuration") from None
+    job = _memo(cache, ("job", *kw.items()), _job, kw)
     return RowConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=list(used),
                      mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
@@ -316,15 +327,15 @@ def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[st
     """Configurations for many rows; None plus a reason where a row cannot be predicted."""
     out: list[RowConfig | None] = []
     errors: list[str | None] = []
-    from tuneplan.physics.terms import model_terms
+    from tuneplan.physics.terms import model_terms, terms_key
 
     cache: dict = {}
     for r in rows:
         try:
             cfg = row_to_config(r, cache)
-            # shape problems (rank, targets) surface here, once per distinct model and job
-            _memo(cache, ("terms", cfg.model.name, cfg.model.n_layers, cfg.model.params_total, cfg.job), model_terms,
-                  cfg.model, cfg.job)
+            # shape problems (rank, targets) surface here, once per distinct model and method settings
+            _memo(cache, ("terms", cfg.model.name, cfg.model.n_layers, cfg.model.params_total, *terms_key(cfg.job)),
+                  model_terms, cfg.model, cfg.job)
             out.append(cfg)
             errors.append(None)
         except TuneplanError as exc:
