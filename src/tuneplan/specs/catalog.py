@@ -470,15 +470,7 @@ class UnknownModelError(UnknownNameError):
         for s in closest(name.split("/")[-1], list(short_map)):
             if short_map[s] not in close:
                 close.append(short_map[s])
-        close = close[:5]
-        message = f"unknown model '{name}'"
-        if close:
-            message += f"; closest: {', '.join(close)}"
-        if hint:
-            message += f"; {hint}"
-        self.name = name
-        self.close = close
-        InputError.__init__(self, FIELD, message)
+        self._named(FIELD, "model", name, close[:5], hint)
 
 
 def _resolve(name_or_path: str, *, hub: bool = True) -> _Resolved:
