@@ -6,7 +6,8 @@ kavier lives in its own virtual environment (`python3 -m venv /tmp/kv && /tmp/kv
 kavier`); nothing of it is imported here. The two commands are run alternately (so a load on the
 machine hits both alike) after one untimed run each (bytecode and disk cache warm); each run's wall
 time and CPU time (user + system of the child) are recorded, and the ratios of the medians and of
-the minima printed. `--importtime` adds the slowest imports of the tuneplan command
+the minima printed. tuneplan's bytecode is written by the first run (as pip writes it for an
+installed package; PYTHONDONTWRITEBYTECODE is unset for the runs). `--importtime` adds the slowest imports of the tuneplan command
 (`python -X importtime`), the list to cut from.
 """
 
@@ -33,6 +34,9 @@ KAVIER = ["training", "--model_name", "llama3.1-8b", "--method", "lora", "--gpu_
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
+    # an installed package has its bytecode compiled (pip does it, as kavier's has); a development
+    # shell with PYTHONDONTWRITEBYTECODE set would recompile tuneplan's sources on every run instead
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     src = str(HERE.parent / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
