@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from tuneplan.errors import InputError
 from tuneplan.estimators.base import STEP_PARTS
 from tuneplan.physics.job_assumptions import job_assumptions
 from tuneplan.physics.peft_methods import peft_assumptions
@@ -53,22 +54,25 @@ class EstimateResult:
     suggestions: list[str] = field(default_factory=list)
     interval: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    data_size_given: bool = True
+    """False when the job gives no data size (no --examples, no --tokens): the figures of one step
+    (memory, fit, step time, throughput) stand; the run totals (wall clock, cost, energy) are None."""
 
     @property
-    def wall_clock_s(self) -> float:
-        return self.totals.wall_clock_s
+    def wall_clock_s(self) -> float | None:
+        return self.totals.wall_clock_s if self.data_size_given else None
 
     @property
-    def device_hours(self) -> float:
-        return self.totals.device_hours
+    def device_hours(self) -> float | None:
+        return self.totals.device_hours if self.data_size_given else None
 
     @property
     def cost_usd(self) -> float | None:
-        return self.totals.cost_usd
+        return self.totals.cost_usd if self.data_size_given else None
 
     @property
-    def energy_kwh(self) -> float:
-        return self.totals.energy_kwh
+    def energy_kwh(self) -> float | None:
+        return self.totals.energy_kwh if self.data_size_given else None
 
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -103,6 +107,8 @@ class EstimateResult:
                                        "checkpoint": t.checkpoint_s},
             "workload": self.workload.to_dict(),
             "job": self.job.model_dump(),
+            "weights_scheme": weights_scheme(self.job),
+            "step_part_labels": {"tensor_parallel": parallel_label(self.job)},
             "assumptions": self.assumptions,
             "warnings": self.warnings,
             "suggestions": self.suggestions,
@@ -114,7 +120,67 @@ class EstimateResult:
             d["low"] = self.interval["wall_clock_s_low"]
             d["high"] = self.interval["wall_clock_s_high"]
         d.update(self.extra)
+        if not self.data_size_given:
+            _drop_run_totals(d)
         return d
+
+
+def parallel_label(job: JobSpec) -> str:
+    """What the `tensor_parallel` step part holds for this job: the communication of every model-parallel
+    dimension in use (tensor, context, expert, pipeline point-to-point), named by those in use."""
+    used = [n for n, deg in (("tensor", job.tp), ("context", job.cp), ("expert", job.ep), ("pipeline", job.pp))
+            if deg > 1]
+    return " + ".join(used) + " parallel" if used else "tensor parallel"
+
+
+def weights_scheme(job: JobSpec) -> str | None:
+    """How a full (or freeze) fine-tuning in 16 bits holds its trained weights, for the summary line:
+    mixed precision over an fp32 master copy, or the 16-bit weights trained in place."""
+    if job.method not in ("full", "freeze") or job.precision not in ("bf16", "fp16"):
+        return None
+    adam = job.optimizer == "adamw"
+    if job.fp32_master():
+        return (f"mixed precision: {job.precision} compute over fp32 master weights"
+                + (" (16 bytes/param with AdamW)" if adam else ""))
+    return f"{job.precision} weights trained in place, no fp32 master" + (" (8 bytes/param with AdamW)" if adam else "")
+
+
+NO_DATA_SIZE = ("wall clock, device-hours, cost and energy need a data size: --examples N with "
+                "--tokens-per-example T, or --tokens T")
+"""What an estimate without a data size says in place of its run totals."""
+
+RUN_TOTAL_KEYS = ("wall_clock_s", "wall_clock_h", "device_hours", "cost_usd", "energy_kwh", "co2_kg", "steps",
+                  "tokens_total", "wall_clock_breakdown_s", "wall_clock_s_low", "wall_clock_s_high", "low", "high")
+INTERVAL_RUN_KEYS = ("wall_clock_s_low", "wall_clock_s_high", "cost_usd_low", "cost_usd_high")
+
+
+def _drop_run_totals(d: dict[str, Any]) -> None:
+    """An estimate without a data size: the run totals as None (not a made-up dataset's), said why."""
+    for k in RUN_TOTAL_KEYS:
+        if k in d:
+            d[k] = None
+    if d.get("interval"):
+        d["interval"] = {k: v for k, v in d["interval"].items() if k not in INTERVAL_RUN_KEYS}
+    d["needs_data_size"] = NO_DATA_SIZE
+
+
+def has_data_size(job: JobSpec) -> bool:
+    """Whether the job says how much data it trains on (examples or tokens)."""
+    return job.examples is not None or job.tokens is not None
+
+
+def step_workload(job: JobSpec) -> Workload:
+    """The work of one optimizer step, for a job without a data size ("does it fit?"): the figures of
+    a step need only its shape (sequence length, micro-batch, accumulation, data parallel)."""
+    import math
+
+    if job.seq_len is None and job.tokens_per_example is None:
+        raise InputError("seq-len", "is needed (or --tokens-per-example): memory and step time depend on it")
+    seq = int(job.seq_len if job.seq_len is not None else math.ceil(job.tokens_per_example))
+    samples = float(job.global_batch)
+    return Workload(seq_len=seq, samples_per_epoch=samples, real_tokens_per_epoch=samples * seq,
+                    processed_tokens_per_epoch=samples * seq, epochs=1.0,
+                    seq_len_source="--seq-len" if job.seq_len is not None else "mean tokens per example")
 
 
 def _scalar(out: dict, key: str, default: float = 0.0) -> float:
@@ -142,7 +208,8 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     if rate is not None:
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
-    wl = workload(jspec)
+    sized = has_data_size(jspec)
+    wl = workload(jspec) if sized else step_workload(jspec)
     warnings = job_model_warnings(mspec, jspec, wl) + seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
     est = get_estimator(estimator, calibration)
     stage = None
@@ -155,13 +222,16 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         out = est.predict_arrays(a)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
+    run_lines = (totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src) if sized
+                 else [f"No data size given: {NO_DATA_SIZE}."])
     assumptions = (est.assumptions(jspec) + model_assumptions(mspec, jspec) + workload_assumptions(jspec, wl, est.constants)
-                   + job_assumptions(jspec) + peft_assumptions(mspec, jspec) + totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src)
+                   + job_assumptions(jspec) + peft_assumptions(mspec, jspec) + run_lines
                    + gpu_assumptions(gspec, jspec.precision, jspec.nodes) + stack_assumptions(mspec, gspec, jspec)
                    + (stage.assumptions if stage else []))
     res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions,
-                  warnings + price_warnings(gspec, jspec, rate_v, provider, prices))
+                  warnings + (price_warnings(gspec, jspec, rate_v, provider, prices) if sized else []))
     res.extra.update(extra)
+    res.data_size_given = sized
     if interval:
         from tuneplan.learn.intervals import attach_interval
 
@@ -225,21 +295,25 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
     breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
                  if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
     breakdown["total"] = step_s
+    from tuneplan.physics.terms import usable_memory_gib
+
     mem_total = _scalar(out, "memory_gib")
+    cap = float(usable_memory_gib(gspec))  # less inline ECC on GDDR parts (physics/terms.py)
     fits = bool(np.asarray(out["fits"])[0])
     memory_model = est.memory_model
     max_mb = (stage.max_micro_batch if stage else None if memory_model is None
               else int(memory_model.max_micro_batch(a)[0]))
     cached = _scalar(out, "variable_shape_gib", 0.0)
-    if fits and mem_total > gspec.memory_gib and cached > 0:
+    if fits and mem_total > cap and cached > 0:
         warnings.append(f"the {mem_total:.1f} GiB peak includes {cached:.1f} GiB of blocks cached for other batch "
-                        f"shapes; torch frees them before it runs out, so the run fits in {gspec.memory_gib:g} GiB "
+                        f"shapes; torch frees them before it runs out, so the run fits in {cap:g} GiB "
                         "(slower when it must)")
     warnings += stage.warnings if stage else []
     suggestions: list[str] = []
+    no_fit = no_fit_at_one(memory_model, a, cap) if max_mb == 0 and not stage else None
     if not fits:
-        warnings.append(f"does not fit: {mem_total:.1f} GiB per GPU needed, {gspec.memory_gib:g} GiB available"
-                        + (f"; largest micro-batch that fits: {max_mb}" if max_mb else ""))
+        warnings.append(no_fit or (f"does not fit: {mem_total:.1f} GiB per GPU needed, {cap:g} GiB "
+                                   "available" + (f"; largest micro-batch that fits: {max_mb}" if max_mb else "")))
         if memory_model is not None and not stage:
             from tuneplan.plan.fixes import suggest_fixes
 
@@ -250,8 +324,53 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
         samples_per_s=(stage.samples_per_step if stage else jspec.global_batch) / step_s,
         mfu=_scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0,
         step_breakdown_s=breakdown, memory_per_gpu_gib=mem_total,
-        memory_breakdown_gib={k.removesuffix("_gib"): _scalar(out, k)
-                              for k in est.memory_parts + (stage.memory_parts() if stage else ())},
-        memory_capacity_gib=gspec.memory_gib, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
+        memory_breakdown_gib=fold_learned_correction({k.removesuffix("_gib"): _scalar(out, k)
+                                                      for k in est.memory_parts + (stage.memory_parts() if stage else ())},
+                                                     assumptions),
+        memory_capacity_gib=cap, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
         rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
+        extra={"max_micro_batch_note": no_fit} if no_fit else {},
     )
+
+
+STATIC_MEMORY_PARTS = ("weights", "gradients", "master_weights", "optimizer", "gathered_params", "workspace")
+"""Memory parts counted byte by byte (the learned correction never changes them)."""
+AFTER_ALLOCATION_PARTS = ("allocator", "cuda_context", "variable_shape")
+"""Memory on top of what tensors hold (the allocator's reserve, the CUDA context)."""
+
+
+def fold_learned_correction(parts: dict[str, float], assumptions: list[str]) -> dict[str, float]:
+    """The calibration's learned memory correction folded into the parts it corrects: the estimator
+    scales the allocated memory, floored at the byte-counted states, so the correction falls on the
+    per-token parts (activations, logits, a stage's extra buffers), scaled in proportion; the parts
+    still add up to the peak, and the assumptions say by how much they were corrected. A correction
+    larger than those parts stays its own part, labelled `learned_correction`."""
+    corr = parts.pop("calibration", 0.0)
+    if not corr:
+        return parts
+    dynamic = [k for k, v in parts.items() if v > 0 and k not in STATIC_MEMORY_PARTS + AFTER_ALLOCATION_PARTS]
+    base = sum(parts[k] for k in dynamic)
+    if base <= 0 or base + corr <= 0:
+        parts["learned_correction"] = corr
+        assumptions.append(f"Memory: the calibration's learned correction ({corr:+.2f} GiB) is shown as its own part.")
+        return parts
+    factor = (base + corr) / base
+    for k in dynamic:
+        parts[k] *= factor
+    assumptions.append(f"Memory: {', '.join(k.replace('_', ' ') for k in dynamic)} include the calibration's learned "
+                       f"correction ({corr:+.2f} GiB, x{factor:.2f} on the per-token parts; the byte-counted weights, "
+                       "gradients and optimizer states are not corrected).")
+    return parts
+
+
+def no_fit_at_one(memory_model, a: dict, capacity_gib: float) -> str | None:
+    """Why not even micro-batch 1 fits: its peak, and how much of it the batch size does not shrink."""
+    if memory_model is None:
+        return None
+    one = dict(a)
+    one["micro_batch"] = np.ones_like(np.asarray(a["micro_batch"], dtype=float))
+    m = memory_model.predict_arrays(one)
+    static = sum(_scalar(m, k + "_gib") for k in STATIC_MEMORY_PARTS[:-1] if k + "_gib" in m)
+    return (f"does not fit even at micro-batch 1: {_scalar(m, 'memory_gib'):.1f} GiB per GPU needed, "
+            f"{capacity_gib:g} GiB available; {static:.1f} GiB of it are weights, gradients and optimizer states, "
+            "which a smaller batch does not shrink")

@@ -13,6 +13,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("tuneplan.commands.estimate", "time, throughput, memory, cost and energy of a fine-tuning run"),
+    "memory": ("tuneplan.commands.memory", "memory per GPU of a model by method and precision; the GPUs it fits on"),
     "models": ("tuneplan.commands.catalogs", "list the model catalog"),
     "gpus": ("tuneplan.commands.catalogs", "list the GPU catalog"),
     "predict": ("tuneplan.commands.predict", "predict every row of a runs file"),
@@ -26,6 +27,59 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "tuneplan": (
+        "tuneplan memory meta-llama/Llama-3.1-8B",
+        "tuneplan estimate --model meta-llama/Llama-3.1-8B --gpu H100-SXM5-80GB --method lora --seq-len 2048",
+        "tuneplan plan --model meta-llama/Llama-3.1-8B --examples 50000 --tokens-per-example 800 --deadline 12h",
+    ),
+    "estimate": (
+        "tuneplan estimate --model meta-llama/Llama-3.1-8B --gpu H100-SXM5-80GB --method lora --seq-len 2048",
+        "tuneplan estimate --model Qwen/Qwen2.5-7B --gpu A100-SXM4-80GB --gpus 4 --method full --sharding fsdp "
+        "--examples 30000 --tokens-per-example 1000 --epochs 3",
+        "tuneplan estimate --from my_axolotl.yaml --gpu L40S-48GB --json",
+    ),
+    "memory": (
+        "tuneplan memory meta-llama/Llama-3.1-8B",
+        "tuneplan memory Qwen/Qwen2.5-7B --seq-len 4096 --micro-batch 2 --grad-ckpt",
+        "tuneplan memory meta-llama/Llama-3.1-70B --methods lora,qlora --gpus 8 --sharding fsdp --json",
+    ),
+    "models": ("tuneplan models --search llama", "tuneplan models --json > models.json"),
+    "gpus": ("tuneplan gpus", "tuneplan gpus --json"),
+    "predict": ("tuneplan predict --runs my_runs.csv --out predicted.csv",
+                "tuneplan predict --runs my_runs.csv --out predicted.csv --estimator kavier"),
+    "calibrate": ("tuneplan calibrate --runs my_runs.csv --out my_calibration.json",
+                  "tuneplan estimate --model meta-llama/Llama-3.1-8B --gpu local-cpu --seq-len 512 "
+                  "--calibration my_calibration.json"),
+    "validate": ("tuneplan validate --runs my_runs.csv --split random",
+                 "tuneplan validate --runs ../shared/reference/runs --split by-source --learners tuneplan"),
+    "plan": (
+        "tuneplan plan --model meta-llama/Llama-3.1-8B --examples 50000 --tokens-per-example 800 --deadline 12h",
+        "tuneplan plan --model meta-llama/Llama-3.1-8B --gpus A100-SXM4-80GB,H100-SXM5-80GB --methods lora,qlora "
+        "--examples 50000 --tokens-per-example 800 --budget 400 --objective fastest",
+        "tuneplan plan --model Qwen/Qwen2.5-7B --gpus H100-SXM5-80GB --tokens 2e8 --objective energy --top 5",
+    ),
+    "curve": ("tuneplan curve --model meta-llama/Llama-3.1-8B --gpu H100-SXM5-80GB --method lora --seq-len 2048",
+              "tuneplan curve --model meta-llama/Llama-3.1-8B --gpu H100-SXM5-80GB --seq-len 2048 --plot curve.png"),
+    "probe": ("tuneplan probe", "tuneplan probe --quick --name my-laptop"),
+    "profile": ("tuneplan probe && tuneplan profile --model sshleifer/tiny-gpt2 --method lora --auto",),
+    "serve": ("tuneplan serve", "tuneplan serve --port 8080"),
+}
+"""Two or three examples per command, shown at the end of its --help (and of `tuneplan --help`)."""
+
+
+def examples_epilog(name: str) -> str:
+    return "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES.get(name, ()))
+
+
+def add_examples(sub: argparse._SubParsersAction) -> None:
+    """Each subcommand's --help ends with its examples (kept as written: raw epilog)."""
+    for name, p in sub.choices.items():
+        if name in EXAMPLES and not p.epilog:
+            p.epilog = examples_epilog(name)
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line (`tuneplan: error: ...`) with exit code 2."""
 
@@ -34,7 +88,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="tuneplan", description="Plan fine-tuning runs: time, memory, cost, energy.")
+    parser = OneLineParser(prog="tuneplan", description="Plan fine-tuning runs: time, memory, cost, energy.",
+                           epilog=examples_epilog("tuneplan"), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     done: set[str] = set()
@@ -50,6 +105,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             continue
         mod.register(sub)
         done.add(module)
+    add_examples(sub)
     return parser
 
 

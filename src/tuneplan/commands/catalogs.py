@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(sub) -> None:
@@ -25,19 +26,35 @@ def run_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([m.to_dict() for m in models], indent=2, default=str))
         return 0
+    title = f"{len(models)} models (parameters computed from config.json)"
+    rows = [(m.name, m.model_type, f"{m.params_total / 1e9:.2f} B", f"{m.params_active / 1e9:.2f} B" if m.is_moe else "",
+             str(m.n_layers), str(m.hidden_size), f"{m.n_heads}/{m.n_kv_heads}", f"{m.vocab_size:,}") for m in models]
+    if not sys.stdout.isatty():  # a pipe or a file: plain aligned text, no name cut to the terminal's width
+        print(title)
+        print(plain_table(MODEL_COLUMNS, rows))
+        return 0
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{len(models)} models (parameters computed from config.json)", title_justify="left")
-    for col, j in (("name", "left"), ("type", "left"), ("params", "right"), ("active", "right"),
-                   ("layers", "right"), ("hidden", "right"), ("heads/kv", "right"), ("vocab", "right")):
-        t.add_column(col, justify=j)
-    for m in models:
-        t.add_row(m.name, m.model_type, f"{m.params_total / 1e9:.2f} B",
-                  f"{m.params_active / 1e9:.2f} B" if m.is_moe else "", str(m.n_layers), str(m.hidden_size),
-                  f"{m.n_heads}/{m.n_kv_heads}", f"{m.vocab_size:,}")
+    t = Table(title=title, title_justify="left")
+    for col, j in MODEL_COLUMNS:
+        t.add_column(col, justify=j, no_wrap=col == "name")
+    for r in rows:
+        t.add_row(*r)
     Console().print(t)
     return 0
+
+
+MODEL_COLUMNS = (("name", "left"), ("type", "left"), ("params", "right"), ("active", "right"),
+                 ("layers", "right"), ("hidden", "right"), ("heads/kv", "right"), ("vocab", "right"))
+
+
+def plain_table(columns: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]]) -> str:
+    """Columns aligned with spaces, every cell whole (for pipes, grep and files)."""
+    table = [tuple(c for c, _ in columns), *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(w) if j == "left" else cell.rjust(w)
+                               for cell, w, (_, j) in zip(r, widths, columns, strict=True)).rstrip() for r in table)
 
 
 def run_gpus(args: argparse.Namespace) -> int:

@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     n_err = int(out["error"].notna().sum())
     print(f"wrote {len(out)} rows to {args.out} ({len(out) - n_err} predicted, {n_err} with an error; "
           f"estimator {est.name})")
+    need_probe = int(out["error"].astype(str).str.contains("run `tuneplan probe` first", regex=False).sum())
+    if need_probe:
+        print(f"{need_probe} row(s) were measured on a profiled machine whose GPU entry is not here: run "
+              "`tuneplan probe` first (it saves the entry), then predict again")
     return 0
 
 

@@ -85,3 +85,37 @@ def activation_offload_seconds(a, c, tokens, host_bw, overlap_s):
     layers = a["n_layers"] / a["pp"] * a["bwd_layer_fraction"]
     nbytes = offloaded_bytes(a, tokens, per["dense"] / a["tp"], per["layer_input"], layers)
     return np.maximum(2.0 * nbytes / host_bw - overlap_s, 0.0)
+
+
+def backward_peak_bytes(grads, acts, logits, a):
+    """Gradients, saved activations and loss buffers at the step's peak (bytes per GPU). With torch's
+    zero_grad(set_to_none=True) (the default since torch 2.0) and one micro-step per optimizer step,
+    .grad is empty when the backward starts and each layer's weight gradients are written as that
+    layer's saved activations are freed: the sum of the two is linear in the layers done, so its peak
+    is at one end, max(activations + loss buffers, gradients). Gradients accumulated over micro-steps,
+    or held in a persistent buffer (frameworks.yaml grad_buffers: Megatron, DeepSpeed), are all there
+    while the activations are: the sum. So are FSDP / ZeRO-3 units' gradients, produced and
+    reduce-scattered on a communication stream whose blocks the compute stream cannot reuse until the
+    collective ends (torch's caching allocator, record_stream): only unsharded runs (sharding 0).
+    memory.py reports the difference from the plain sum as `backward_overlap_gib` (<= 0)."""
+    on_demand = (a["grad_accum"] <= 1) & (get(a, "grad_buffers") == 0) & (a["sharding"] == 0)
+    return np.where(on_demand, np.maximum(acts + logits, grads), grads + acts + logits)
+
+
+def frozen_product_saving(a, el_bytes):
+    """Bytes per token per layer not saved when the MLP's down projection is frozen (dense, MoE): its
+    input, the product act(gate) x up, is kept only for the down weight's gradient (the input gradient
+    needs only W). Under LoRA-family methods it is kept only by an adapter on down in the compute
+    dtype (lora_A saves the same tensor); fp32 adapters over a 16-bit base keep their own fp32 copy
+    instead (memory.py's adapter_cast). Down counts as adapted when an adapted input per layer is as
+    wide as the MLP's intermediate. Quantised bases (bitsandbytes, GPTQ kernels) save their inputs."""
+    from tuneplan.physics.codes import lora_family
+
+    own_copy = (a.get("adapter_fp32", 0.0) > 0) & (a["weight_bytes_compute"] < 4)
+    down_adapted = a["adapter_in_elements"] / np.maximum(a["n_layers"], 1.0) >= np.maximum(
+        a["intermediate"], a["moe_intermediate"])
+    on = lora_family(a["method_code"]) & (a["dequant_bytes"] == 0) & (own_copy | ~down_adapted) & (
+        a["gated"] > 0)
+    dense = np.where(on, a["intermediate"] * el_bytes, 0.0)
+    moe = np.where(on, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)
+    return {"dense": dense, "moe": moe}

@@ -13,9 +13,14 @@ from dataclasses import asdict, dataclass, fields, replace
 @dataclass(frozen=True)
 class PhysicsConstants:
     # --- compute efficiency (fitted) ------------------------------------------------------------
-    mfu_max: float = 0.60
-    """Best achievable model-FLOPs utilisation of a large, well-shaped matmul workload (fraction).
-    Prior: well-tuned large runs report 0.4-0.6 of dense peak (Run Planner seed; MPT/Megatron)."""
+    mfu_max: float = 0.80
+    """Ceiling of the block GEMMs' efficiency curve on the reference GPU (fraction of dense peak): the
+    measured maximum achievable matmul FLOP/s of H100 SXM (794.5 of 989 TFLOP/s) and H200 (786 of 989),
+    the `REFERENCE_MATMUL_EFFICIENCY` that the GPU's own `matmul_efficiency` is stated against, so a
+    large GEMM runs at the GPU's measured matmul ceiling. The 0.4-0.6 whole-step MFU of well-tuned
+    runs is not this figure: attention, element-wise work, loss, communication and the optimizer are
+    costed as their own terms (a whole-step 0.60 here counted them twice; llm-foundry's A100 tables
+    reach 0.74 hardware FLOPs utilisation over a whole step, above what a 0.60 GEMM ceiling allows)."""
     tokens_half: float = 512.0
     """Tokens per GPU micro-step at which the efficiency reaches half of its maximum (tokens).
     Small micro-steps under-use the GPU (Kavier's MFU curve in the micro-batch)."""
@@ -38,11 +43,16 @@ class PhysicsConstants:
     dora_bytes_per_weight: float = 6.0
     """Extra bytes per adapted weight per pass for DoRA's weight-norm (materialise W + BA, its norm):
     a cost per optimizer micro-step that does not grow with the tokens."""
-    adapter_passes: float = 4.0
+    adapter_passes: float = 8.0
     """Times each adapted module's input and output are streamed through memory per token by the
-    adapter's element-wise kernels, forward and backward (passes): dropout copy of the input, the
-    low-rank path's output scaled and added to the frozen path's, and their gradients. Memory-bound;
-    negligible on wide GPU models, a large share of a LoRA step on narrow models and on CPUs."""
+    adapter's element-wise kernels and its narrow (memory-bound) GEMMs, forward and backward, with
+    adapters in the compute dtype (passes of 2-byte elements). Counted from peft's lora.Linear.forward
+    (tuners/lora/layer.py) and its autograd: per input element lora_A reads x (2), backward its weight
+    gradient reads x again (2), writes its input gradient (2) and adds it into x's gradient (6): 12
+    bytes; per output element lora_B writes (2), `* scaling` (4), `result + lora` (6), backward the
+    scaling (4) and lora_B's two gradients reading the output gradient (2 + 2): 20 bytes; together
+    ~32 bytes per (input, output) pair = 8 passes x 2 bytes x 2. fp32 adapters add
+    ops.fp32_adapter_bytes; lora_dropout > 0 adds a copy of the input each way (not counted)."""
     kernel_launch_s: float = 8e-6
     """Time of one small kernel launch or op dispatch that does no real work (s): CUDA launch latency
     is ~5-10 us; an eager op on a CPU ~10-30 us. Adapters run a chain of such ops per module."""
@@ -89,10 +99,13 @@ class PhysicsConstants:
     # --- memory (fitted) -------------------------------------------------------------------------
     activation_scale: float = 1.0
     """Multiplier on the analytic activation bytes (framework temporaries, saved copies)."""
-    logits_bytes_per_element: float = 16.0
-    """Bytes per (token x vocab) at the loss: bf16 logits (2), their fp32 upcast (4; transformers
-    casts logits to float before the loss), the fp32 log-softmax saved by cross-entropy (4), its fp32
-    gradient (4) and the bf16 gradient of the logits (2)."""
+    logits_bytes_per_element: float = 14.0
+    """Bytes per (token x vocab) held at the loss's peak with torch's cross-entropy over upcast logits
+    (bytes), counted from transformers' loss: `logits.float()` frees the bf16 logits (2, transient) and
+    keeps the fp32 copy (4); before 4.46 its shifted `.contiguous()` copy (4) and log-softmax's saved
+    fp32 output (4) join it at the forward's loss (12); in the backward the log-softmax output, its
+    gradient and the logits' fp32 gradient (4 + 4 + 4) with the slice's zero-filled gradient: 12-16.
+    Taken as 14, the middle of that range (4.46+ shifts the labels instead: ~12)."""
     cuda_context_gib: float = 0.6
     """CUDA context + cuBLAS/NCCL workspaces, outside torch's allocator (GiB); seen by nvidia-smi."""
     allocator_overhead: float = 0.08

@@ -14,15 +14,17 @@ from __future__ import annotations
 import numpy as np
 
 from tuneplan.physics.activations import (
+    backward_peak_bytes,
     checkpointed_activations,
+    frozen_product_saving,
     fused_swiglu_saving,
     linear_input_saving,
     replicated_bytes,
 )
 from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
-from tuneplan.physics.codes import OptimizerCode, ShardingCode
+from tuneplan.physics.codes import MethodCode, OptimizerCode, ShardingCode
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
-from tuneplan.physics.ops import logits_memory_bytes
+from tuneplan.physics.ops import dora_saved_bytes_per_layer, logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
 from tuneplan.physics.peft_methods import peft_memory_bytes
 from tuneplan.physics.precision import WEIGHT_COPY_BYTES
@@ -74,6 +76,9 @@ def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CO
     # per module (q, k and v each keep their own); NF4 layers' own fp32 input copy is quant_inputs
     cast = (a["adapter_fp32"] > 0) & (a["weight_bytes_compute"] < 4) & (a["dequant_bytes"] != 1)
     adapter_cast = np.where(cast, 4.0 * a["adapter_in_elements"] / np.maximum(a["n_layers"], 1.0), 0.0)
+    adapter_cast = adapter_cast + dora_saved_bytes_per_layer(  # DoRA keeps its frozen and low-rank outputs
+        a["adapter_io_elements"], a["adapter_in_elements"], a["n_layers"], np.where(cast, 4.0, el_bytes),
+        a["method_code"] == MethodCode.DORA)
     dense = ((mixers + mlp_dense + lora_extra) * el_bytes + quant_inputs
              + adapter_cast) * c.activation_scale
     moe = ((mixers + mlp_moe + lora_extra) * el_bytes + quant_inputs_moe
@@ -98,6 +103,8 @@ def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -
     layers = L / pp * a["bwd_layer_fraction"]
     moe_share = np.where(L > 0, moe_layers / np.maximum(L, 1.0), 0.0)
     fused = fused_swiglu_saving(a, el_bytes)
+    frozen = frozen_product_saving(a, el_bytes)  # a frozen down projection keeps no input
+    fused = {k: fused[k] + frozen[k] for k in fused}
     per_dense = (per["dense"] - (saving["dense"] + fused["dense"]) * c.activation_scale - repl) / tp + repl
     per_moe = (per["moe"] - (saving["moe"] + fused["moe"]) * c.activation_scale - repl) / tp + repl
     per_layer = (1.0 - moe_share) * per_dense + moe_share * per_moe
@@ -182,7 +189,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                            0.0)
     workspace = c.workspace_gib * BYTES_PER_GIB + dequant_buf
 
-    allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
+    # gradients written into memory the backward has freed (activations.backward_peak_bytes): <= 0
+    overlap = backward_peak_bytes(grads, acts, logits, a) - (grads + acts + logits)
+    allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + overlap + workspace
     variable = a["variable_shapes"] * c.variable_shape_reserve * (acts + logits)
     reserved = allocated * (1.0 + c.allocator_overhead) + variable
     smi = reserved + c.cuda_context_gib * BYTES_PER_GIB
@@ -196,6 +205,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "activations_gib": acts / g,
         "logits_gib": logits / g,
         "workspace_gib": workspace / g,
+        "backward_overlap_gib": overlap / g,
         "allocated_gib": allocated / g,
         "reserved_gib": reserved / g,
         "nvidia_smi_gib": smi / g,

@@ -125,3 +125,72 @@ def logits_memory_bytes(tokens, vocab, tp, ce_code, default_bytes):
     full = tokens * vocab / tp * per
     chunk = np.minimum(tokens, FUSED_CE_CHUNK_TOKENS) * vocab / tp * 6.0
     return np.where(ce_code == 2, chunk, full)
+
+
+EAGER_RMSNORM_BYTES = 100.0
+"""Memory traffic of an eager (unfused) RMSNorm per element of its input, forward + backward (bytes):
+transformers' LlamaRMSNorm.forward (modeling_llama.py; the same code in Mistral, Qwen2/3, Granite,
+Gemma and litgpt / torchtune's RMSNorm) runs `x.to(float32)` (read 2, write 4), `pow(2)` (4 + 4),
+`mean(-1)` (4), `x * rsqrt(var + eps)` (4 + 4), `.to(bf16)` (4 + 2) and `weight * x` (2 + 2): 36 bytes
+forward; autograd's backward of that chain (the two multiplies' gradients, the mean / pow backward and
+the accumulation of the two paths into x's gradient, the casts back) reads and writes ~64 more.
+A fused RMSNorm kernel (apex, TE, unsloth, Liger) reads 2 and writes 2 each way instead."""
+
+EAGER_ROPE_BYTES = 44.0
+"""Memory traffic of eager rotary embeddings per element of q and of k, forward + backward (bytes):
+transformers' apply_rotary_pos_emb computes `q * cos + rotate_half(q) * sin`, rotate_half slicing the
+halves, negating one and concatenating (q * cos 2 + 2, neg 1 + 1, cat 2 + 2, * sin 2 + 2, add 4 + 2:
+20 forward); the backward's two multiplies, the slices' zero-filled gradients and their sum ~24."""
+
+EAGER_FORWARD_SHARE = 0.4
+"""Share of the eager norm / RoPE traffic in the forward pass (fraction): 36 of 100 bytes for RMSNorm,
+20 of 44 for RoPE; what activation checkpointing's recompute runs again."""
+
+
+def eager_norm_rope_bytes(hidden, q_dim, kv_dim, attn_share):
+    """Memory traffic per token per layer of the two RMSNorms and RoPE run as eager PyTorch ops
+    (bytes, forward + backward), where a framework does not fuse them: 2 x EAGER_RMSNORM_BYTES x h
+    + attention layers' share x EAGER_ROPE_BYTES x (q + kv). A Llama-7B layer: 2 x 100 x 4,096 +
+    44 x 8,192 = 1.18 MB per token."""
+    return 2.0 * EAGER_RMSNORM_BYTES * hidden + attn_share * EAGER_ROPE_BYTES * (q_dim + kv_dim)
+
+
+FP32_ADAPTER_IN_BYTES = 18.0
+"""Extra memory traffic per element of an adapted module's input, forward + backward, when the LoRA
+weights are fp32 over a 16-bit model (bytes; peft >= 0.12 `autocast_adapter_dtype=True`, JobSpec
+adapter_dtype fp32): peft's lora.Linear.forward casts x to lora_A's dtype (read 2, write 4) and lora_A
+reads the fp32 copy (4 instead of 2); backward, lora_A's weight gradient reads it again (4 instead of
+2), its input gradient is written in fp32 (4 instead of 2) and cast back (read 4, write 2): 30 bytes
+per input element against 12 with 16-bit adapters (counted in PhysicsConstants.adapter_passes)."""
+
+FP32_ADAPTER_OUT_BYTES = 30.0
+"""Extra memory traffic per element of an adapted module's output, forward + backward, with fp32 LoRA
+weights over a 16-bit model (bytes): lora_B writes fp32 (4 instead of 2), `* scaling` reads and writes
+fp32 (8 instead of 4), `result + lora` promotes to fp32 (writes 4) and peft casts the sum back to the
+result dtype (read 4, write 2); backward, the cast's gradient (read 2, write 4), the scaling's (8) and
+lora_B's weight and input gradients each read the fp32 output gradient (4 + 4): 50 bytes per output
+element against 20 with 16-bit adapters."""
+
+
+def fp32_adapter_bytes(adapter_in, adapter_io, adapter_fp32):
+    """Extra traffic per token of fp32 LoRA weights over a 16-bit model, all adapted modules (bytes):
+    FP32_ADAPTER_IN_BYTES x inputs + FP32_ADAPTER_OUT_BYTES x outputs (outputs = io - inputs); zero
+    with adapters in the compute dtype. A Llama-8B q_proj (4,096 in, 4,096 out): 196 kB per token."""
+    out = np.maximum(adapter_io - adapter_in, 0.0)
+    return np.where(adapter_fp32 > 0, FP32_ADAPTER_IN_BYTES * adapter_in + FP32_ADAPTER_OUT_BYTES * out, 0.0)
+
+
+DORA_SAVED_BASE_BYTES = 2.0
+"""Bytes DoRA keeps per element of each adapted module's frozen output for the backward (bytes): peft's
+DoraLinearLayer.forward (tuners/lora/dora.py) computes `(mag_norm_scale - 1) * base_result + ...`, a
+multiply by a tensor that needs a gradient (the magnitude), so autograd saves base_result, the frozen
+layer's 16-bit output, which plain LoRA's add never keeps."""
+
+
+def dora_saved_bytes_per_layer(adapter_io, adapter_in, n_layers, adapter_bytes, is_dora):
+    """DoRA's extra saved activations per token per layer (bytes): for every adapted module's output
+    element, the frozen output (DORA_SAVED_BASE_BYTES) and the low-rank output `lora_result` that
+    `mag_norm_scale * lora_result` saves, at the adapters' dtype (4 bytes for fp32 adapters). Llama-8B
+    with all linears adapted: 43,008 output elements per layer x (2 + 4) = 258 kB per token per layer."""
+    out = np.maximum(adapter_io - adapter_in, 0.0) / np.maximum(n_layers, 1.0)
+    return np.where(is_dora, out * (DORA_SAVED_BASE_BYTES + adapter_bytes), 0.0)

@@ -23,7 +23,7 @@ STACK_DEFAULTS = {
     "lowp": 0.0, "lin_peak_flops": np.nan, "bf16_peak_flops": np.nan, "ckpt_code": np.nan, "ckpt_share": 1.0,
     "act_offload": 0.0, "ce_code": 0.0, "fused_lora": 0.0, "fused_elementwise": 0.0, "dist_opt": 0.0,
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
-    "attn_kernel": 0.0, "gpu_gen": 0.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
+    "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
 }
 """Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
 
@@ -92,7 +92,10 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         "lowp": float(code), "lin_peak_flops": lin * 1e12, "bf16_peak_flops": bf16 * 1e12,
         "ckpt_code": float(CKPT_CODES[job.checkpointing]), "ckpt_share": 1.0 / job.ckpt_every,
         "act_offload": float(job.act_offload), "ce_code": float(ce), "fused_lora": float(fw.fused_lora),
-        "fused_elementwise": float(fw.fused_elementwise), "dist_opt": float(fw.distributed_optimizer),
+        "fused_elementwise": float(fw.fused_elementwise), "eager_norm_rope": float(fw.eager_norm_rope),
+        # DeepSpeed ZeRO (--sharding zero*) keeps contiguous gradient partitions whatever the trainer
+        "grad_buffers": float(fw.grad_buffers or job.sharding.startswith("zero")),
+        "dist_opt": float(fw.distributed_optimizer),
         "fp32_grads": float(fw.fp32_grads), "seq_par": float(bool(seq_par) and job.tp > 1),
         "tp_overlap": float(fw.tp_comm_overlap), "cp_ulysses": float(job.cp_mode == "ulysses"),
         "vpp": float(job.vpp), "offload_code": float(OFFLOAD_CODES[job.offload]),

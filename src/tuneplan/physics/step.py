@@ -11,14 +11,17 @@ import numpy as np
 
 from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
-from tuneplan.physics.codes import MethodCode, ShardingCode
+from tuneplan.physics.codes import MethodCode, ShardingCode, lora_family
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.ops import (
+    EAGER_FORWARD_SHARE,
     FUSED_ADAPTER_PASSES,
     FUSED_ELEMENTWISE_PASSES,
     FUSED_LORA_KERNELS,
     attention_efficiency,
+    eager_norm_rope_bytes,
     expert_gemm_rows,
+    fp32_adapter_bytes,
     gemm_efficiency,
     lm_loss_bytes,
 )
@@ -40,6 +43,12 @@ from tuneplan.physics.precision import (
 from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
+
+PEFT_ADAPTER_PASSES = 4.0
+"""Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
+(IA3's scaling vectors, the rest of physics/peft_methods.py), forward + backward (passes of 2-byte
+elements): a multiply each way and its gradient, the prior of PhysicsConstants.adapter_passes before
+LoRA's path was counted (their fp32 copies are peft_methods' own terms)."""
 
 
 def efficiency(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
@@ -149,9 +158,14 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     # small kernels each adapted module launches whatever the tokens (DoRA runs more of them)
     recompute = 1.0 + 0.5 * rec_share
     fused_lora = get(a, "fused_lora") > 0
-    adapter_passes = np.where(fused_lora & (is_dora == 0), FUSED_ADAPTER_PASSES, c.adapter_passes)
+    # peft's LoRA path as counted (PhysicsConstants.adapter_passes); the other PEFT methods' element-wise
+    # scalings (IA3's one multiply, ...) at PEFT_ADAPTER_PASSES
+    lora = lora_family(a["method_code"])
+    adapter_passes = np.where(fused_lora & (is_dora == 0), FUSED_ADAPTER_PASSES,
+                              np.where(lora, c.adapter_passes, PEFT_ADAPTER_PASSES))
     t_adapter = adapter_passes * recompute * tokens * a["adapter_io_elements"] * a["weight_bytes_compute"] / (
         split * bw)
+    t_adapter = t_adapter + fp32_adapter_seconds(a, tokens, bw, recompute, (fused_lora & (is_dora == 0)) | ~lora)
     kernels = np.where(is_dora > 0, c.dora_kernels_per_module,
                        np.where(fused_lora, FUSED_LORA_KERNELS, c.lora_kernels_per_module))
     # every tensor-parallel rank launches the same kernels; pipeline stages split the modules
@@ -166,7 +180,28 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     lowp = get(a, "lowp")
     io = a.get("linear_io_elements", np.zeros_like(tokens))
     t_cast = cast_seconds(io / split, tokens, lowp, bw) * recompute
+    t_elem = t_elem + eager_norm_rope_seconds(a, tokens, bw, rec_share)
     return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast}
+
+
+def fp32_adapter_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, recompute: np.ndarray,
+                         fused: np.ndarray) -> np.ndarray:
+    """fp32 LoRA weights' extra casts and fp32 streams per micro-step (s), peft's unfused path
+    (ops.fp32_adapter_bytes); 16-bit models only (an fp32 model has nothing to cast)."""
+    lowp_model = a["weight_bytes_compute"] < 4
+    on = np.where(lowp_model & ~fused, a.get("adapter_fp32", np.zeros_like(tokens)), 0.0)
+    per = fp32_adapter_bytes(a["adapter_in_elements"], a["adapter_io_elements"], on)
+    return recompute * tokens * per / (a["tp"] * a["pp"]) / bw
+
+
+def eager_norm_rope_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, rec_share: np.ndarray) -> np.ndarray:
+    """Extra memory traffic of norms and RoPE run as eager fp32 op chains (frameworks.yaml
+    `eager_norm_rope`), per micro-step (s): ops.eager_norm_rope_bytes per token per layer over the
+    layers the backward runs through, the recomputed forward share again under checkpointing."""
+    attn_share, _mlp, _ssm = layer_shares(a)
+    per = eager_norm_rope_bytes(a["hidden"], a["q_dim"], a["kv_dim"], attn_share)
+    layers = a["n_layers"] * a["bwd_layer_fraction"] * (1.0 + EAGER_FORWARD_SHARE * rec_share)
+    return get(a, "eager_norm_rope") * tokens * per * layers / (a["tp"] * a["pp"]) / bw
 
 
 def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, ct: Arrays) -> Arrays:

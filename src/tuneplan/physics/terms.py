@@ -379,6 +379,25 @@ REFERENCE_MATMUL_EFFICIENCY = 0.80
 the curve; one not measured at the reference."""
 
 
+ECC_GDDR_GPUS = ("T4", "A2-", "A10-", "A10G", "A16", "A40", "L4-", "L40")
+"""Data-centre GDDR GPUs that run with ECC on by default (catalog name prefixes). Inline ECC on GDDR
+memory stores its check bits in the DRAM itself: 1/16 of the memory is reserved (NVIDIA T4 / A10 /
+A40 / L40 user guides: "ECC ... reduces the available memory by 6.25%"), which is what nvidia-smi
+reports as total: T4 16 GiB -> 15,360 MiB, A10G 24 GiB -> 23,028 MiB, A40 48 GiB -> 46,068 MiB. HBM
+GPUs (A100, H100, B200) keep ECC out of band: no loss."""
+
+ECC_RESERVED_FRACTION = 1.0 / 16.0
+"""Share of a GDDR GPU's memory inline ECC reserves (fraction): 6.25% (NVIDIA, as above)."""
+
+
+def usable_memory_gib(gpu: GPUSpec) -> float:
+    """Memory a job can use on the GPU (GiB): the catalog's capacity, less inline ECC's 1/16 on the
+    data-centre GDDR parts that have it on by default (ECC_GDDR_GPUS)."""
+    name = getattr(gpu, "name", "").upper()
+    ecc = any(name.startswith(p) for p in ECC_GDDR_GPUS)
+    return gpu.memory_gib * (1.0 - ECC_RESERVED_FRACTION) if ecc else gpu.memory_gib
+
+
 def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]:
     from tuneplan.physics.constants import DEFAULT_CONSTANTS
 
@@ -388,7 +407,7 @@ def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]
     return {
         "peak_flops": gpu.tflops(precision) * 1e12,
         "mem_bw": gpu.memory_bandwidth_gbs * 1e9,
-        "memory_bytes": gpu.memory_gib * 1024.0**3,
+        "memory_bytes": usable_memory_gib(gpu) * 1024.0**3,
         "intra_bw": intra * 1e9,
         "inter_bw": inter / 8.0 * 1e9,
         "tdp_w": gpu.tdp_w if gpu.tdp_w > 0 else 300.0,

@@ -90,18 +90,30 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     a = {k: (np.repeat(v, len(mbs)) if isinstance(v, np.ndarray) else v) for k, v in one.items()}
     a["micro_batch"] = mbs
     out = est.predict_arrays(a)
-    step = np.asarray(out["step_s"], dtype=float)
-    tps = np.asarray(out["tokens_per_step"], dtype=float) / step
+    tokens = np.asarray(out["tokens_per_step"], dtype=float)
+    tps = tokens / np.asarray(out["step_s"], dtype=float)
+    mem = np.asarray(out["memory_gib"], dtype=float)
+    fits = np.asarray(out["fits"], dtype=bool)
+    if getattr(est, "residual", None) is not None and hasattr(est, "physics"):
+        phys = est.physics(a)  # the physics' own shape, before the learned correction
+        tps = keep_physics_shape(tokens / np.asarray(phys["step_s"], dtype=float), tps)
+        shaped = keep_physics_shape(np.asarray(phys["memory_gib"], dtype=float), mem)
+        vs = np.asarray(out.get("variable_shape_gib", np.zeros_like(mem)), dtype=float)
+        fits = np.where(shaped == mem, fits, shaped - vs <= gspec.memory_gib)
+        mem = shaped
+    step = tokens / tps
     peak = np.asarray(a["peak_flops"], dtype=float)
     points = pd.DataFrame({
         "micro_batch": mbs.astype(int),
         "tokens_per_s": tps,
         "tokens_per_s_per_gpu": tps / job.gpus,
         "step_s": step,
-        "memory_per_gpu_gib": np.asarray(out["memory_gib"], dtype=float),
-        "fits": np.asarray(out["fits"], dtype=bool),
+        "memory_per_gpu_gib": mem,
+        "fits": fits,
         "mfu": np.asarray(out["model_flops_per_step"], dtype=float) / (step * job.gpus * peak),
     })
+    if len(fits) and fits[0] and not fits.all():
+        largest = min(largest, int(np.argmin(fits)))  # the shaped memory's own edge
     res = CurveResult(model=mspec.name, gpu=gspec.name, method=job.method, gpus=job.gpus, seq_len=seq, job=job,
                       points=points, max_micro_batch=largest, memory_capacity_gib=gspec.memory_gib)
     from tuneplan.specs.gpu import gpu_assumptions
@@ -112,6 +124,60 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     if runs is not None:
         res.measured = measured_points(runs, res, mspec)
     return res
+
+
+def _isotonic(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The non-decreasing least-squares fit of y (weights w): pool adjacent violators."""
+    vals: list[float] = []
+    wts: list[float] = []
+    lens: list[int] = []
+    for yi, wi in zip(y.tolist(), w.tolist(), strict=True):
+        vals.append(yi)
+        wts.append(wi)
+        lens.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            wsum = wts[-2] + wts[-1]
+            v = (vals[-2] * wts[-2] + vals[-1] * wts[-1]) / wsum
+            n = lens[-2] + lens[-1]
+            del vals[-1], wts[-1], lens[-1]
+            vals[-1], wts[-1], lens[-1] = v, wsum, n
+    return np.repeat(np.asarray(vals), lens)
+
+
+def _monotone(y: np.ndarray, up: bool) -> np.ndarray:
+    """The monotone series closest to y in relative terms (isotonic regression on log y)."""
+    fit = _isotonic(np.log(y) if up else -np.log(y), np.ones(len(y)))
+    return np.exp(fit if up else -fit)
+
+
+def keep_physics_shape(physics: np.ndarray, corrected: np.ndarray) -> np.ndarray:
+    """A calibrated series over the micro-batch kept to the physics' shape: the learned correction is
+    fitted row by row, so across neighbouring micro-batches it can zig-zag where the physics is smooth.
+    Where the physics never falls (throughput rising to its plateau, memory growing), the corrected
+    series is made non-decreasing; where it never rises, non-increasing; by isotonic regression on the
+    logarithm (pool adjacent violators), the monotone series closest to the corrected values in
+    relative terms: points already in order are unchanged, a zig-zag is averaged out, the level the
+    correction learned stays, and no point leaves the corrected series' range. A physics that changes
+    direction is shaped run by run (each maximal run of one direction, flat steps joining it); the
+    step from one run to the next is left as the correction has it."""
+    phys = np.asarray(physics, dtype=float)
+    corr = np.asarray(corrected, dtype=float)
+    if len(corr) < 2 or not np.all(corr > 0):
+        return corr
+    d = np.diff(phys)
+    if np.all(d >= 0) or np.all(d <= 0):
+        return _monotone(corr, bool(np.all(d >= 0)))
+    out = corr.copy()
+    i, n = 0, len(corr)
+    while i < n - 1:
+        nonflat = d[i:][d[i:] != 0]
+        up = bool(nonflat[0] > 0) if len(nonflat) else True
+        j = i
+        while j < n - 1 and (d[j] == 0 or (d[j] > 0) == up):
+            j += 1
+        out[i:j + 1] = _monotone(corr[i:j + 1], up)
+        i = j + 1
+    return out
 
 
 def _read_runs_df(runs: Any) -> tuple[pd.DataFrame, list[str]]:

@@ -2,79 +2,135 @@
 
 Each candidate change is evaluated with the same estimator (memory and step time); the ones that
 fit are ranked by GPU-seconds per sample, so "the cheapest change that makes the run fit" comes
-first."""
+first. Each suggestion names the flags to pass; one kind of change (a smaller micro-batch, more
+GPUs, ...) is offered once, at its cheapest, and a combination is offered only when no part of it
+alone already fits more cheaply."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from tuneplan.errors import InputError
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import JobSpec
 from tuneplan.specs.model import ModelSpec
 
+FULL_WEIGHT_METHODS = ("full", "freeze")
+LORA_METHODS = ("full", "freeze", "lora", "dora", "alora")
+GPU_COUNTS = (2, 4, 8, 16, 32, 64)
+"""GPU counts offered as a fix (one node holds 8)."""
+GPUS_PER_NODE = 8
 
-def _candidates(job: JobSpec) -> list[tuple[str, dict]]:
-    out: list[tuple[str, dict]] = []
-    if job.micro_batch > 1:
-        for mb in sorted({max(1, job.micro_batch // f) for f in (2, 4, 8, 16, 64)}, reverse=True):
-            if mb < job.micro_batch:
-                ga = job.grad_accum * max(1, job.micro_batch // mb)
-                out.append((f"micro-batch {mb} with grad-accum {ga} (same global batch)",
-                            {"micro_batch": mb, "grad_accum": ga}))
-    if not job.grad_ckpt:
-        out.append(("gradient checkpointing (--grad-ckpt)", {"grad_ckpt": True}))
-    if job.optimizer == "adamw" and job.method in ("full", "freeze"):
-        out.append(("8-bit AdamW (--optimizer adamw-8bit)", {"optimizer": "adamw-8bit"}))
-    if job.method in ("full", "freeze"):
-        out.append(("LoRA instead of full fine-tuning (--method lora)", {"method": "lora"}))
-    if job.method in ("full", "freeze", "lora", "dora", "alora"):
-        out.append(("QLoRA: 4-bit NF4 base weights (--method qlora)", {"method": "qlora", "quant": None}))
-    if job.gpus > 1 and job.sharding in ("ddp", "none", "zero1", "zero2"):
-        out.append((f"FSDP / ZeRO-3 over the {job.gpus} GPUs (--sharding fsdp)", {"sharding": "fsdp"}))
-    for g in (2, 4, 8, 16, 32, 64):
-        if g > job.gpus:
-            nodes = max(1, g // 8) if g > 8 else 1
-            out.append((f"{g} GPUs ({nodes} node{'s' if nodes > 1 else ''}) with FSDP "
-                        f"(--gpus {g} --nodes {nodes} --sharding fsdp)",
-                        {"gpus": g, "nodes": nodes, "sharding": "fsdp"}))
-    out.append(("CPU offload of parameters and optimizer states (--sharding zero3-offload)",
-                {"sharding": "zero3-offload"}))
+
+@dataclass(frozen=True)
+class Fix:
+    """One change to a job: what it is in words, the flags that make it, the JobSpec fields it sets,
+    and its kinds (one suggestion per set of kinds)."""
+
+    words: str
+    flags: str
+    change: dict
+    kinds: frozenset[str]
+
+    def plus(self, other: Fix) -> Fix:
+        return Fix(f"{self.words} + {other.words}", f"{self.flags} {other.flags}", {**self.change, **other.change},
+                   self.kinds | other.kinds)
+
+
+def _batch_fixes(job: JobSpec) -> list[Fix]:
+    out = []
+    for mb in sorted({max(1, job.micro_batch // f) for f in (2, 4, 8, 16, 64)}, reverse=True):
+        if mb < job.micro_batch:
+            ga = job.grad_accum * max(1, job.micro_batch // mb)
+            out.append(Fix(f"micro-batch {mb} with grad-accum {ga}, the same global batch",
+                           f"--micro-batch {mb} --grad-accum {ga}", {"micro_batch": mb, "grad_accum": ga},
+                           frozenset({"micro_batch"})))
     return out
+
+
+def _scale_fixes(job: JobSpec) -> list[Fix]:
+    out = []
+    if job.gpus > 1 and job.sharding in ("ddp", "none", "zero1", "zero2"):
+        out.append(Fix(f"FSDP / ZeRO-3 over the {job.gpus} GPUs", "--sharding fsdp", {"sharding": "fsdp"},
+                       frozenset({"sharding"})))
+    for g in GPU_COUNTS:
+        if g > job.gpus:
+            nodes = max(1, g // GPUS_PER_NODE)
+            out.append(Fix(f"{g} GPUs ({nodes} node{'s' if nodes > 1 else ''}) with FSDP",
+                           f"--gpus {g} --nodes {nodes} --sharding fsdp", {"gpus": g, "nodes": nodes, "sharding": "fsdp"},
+                           frozenset({"gpus"})))
+    out.append(Fix("CPU offload of parameters and optimizer states", "--sharding zero3-offload",
+                   {"sharding": "zero3-offload"}, frozenset({"offload"})))
+    return out
+
+
+def _candidates(job: JobSpec) -> list[Fix]:
+    out = _batch_fixes(job)
+    if not job.grad_ckpt:
+        out.append(Fix("gradient checkpointing", "--grad-ckpt", {"grad_ckpt": True}, frozenset({"grad_ckpt"})))
+    if job.optimizer == "adamw" and job.method in FULL_WEIGHT_METHODS:
+        out.append(Fix("8-bit AdamW", "--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, frozenset({"optimizer"})))
+    if job.method in FULL_WEIGHT_METHODS:
+        out.append(Fix("LoRA instead of full fine-tuning", "--method lora", {"method": "lora"}, frozenset({"method"})))
+    if job.method in LORA_METHODS:
+        out.append(Fix("QLoRA: 4-bit NF4 base weights", "--method qlora", {"method": "qlora", "quant": None},
+                       frozenset({"method"})))
+    return out + _scale_fixes(job)
+
+
+def _combinations(job: JobSpec, singles: list[Fix]) -> list[Fix]:
+    """Each change with plain gradient checkpointing, and with micro-batch 1 plus checkpointing."""
+    if job.grad_ckpt and job.micro_batch == 1:
+        return []
+    ckpt = Fix("gradient checkpointing", "--grad-ckpt", {"grad_ckpt": True}, frozenset({"grad_ckpt"}))
+    mb1 = Fix("micro-batch 1", f"--micro-batch 1 --grad-accum {job.grad_accum * job.micro_batch}",
+              {"micro_batch": 1, "grad_accum": job.grad_accum * job.micro_batch}, frozenset({"micro_batch"}))
+    out = []
+    for f in singles:
+        if "grad_ckpt" in f.kinds:
+            continue
+        if not job.grad_ckpt:
+            out.append(f.plus(ckpt))
+        if "micro_batch" not in f.kinds and job.micro_batch > 1:
+            out.append(f.plus(mb1).plus(ckpt) if not job.grad_ckpt else f.plus(mb1))
+    return out
+
+
+def _evaluate(model: ModelSpec, gpu: GPUSpec, job: JobSpec, seq_len: int, estimator,
+              fixes: list[Fix]) -> list[tuple[float, float, Fix]]:
+    """(GPU-seconds per sample, GiB per GPU, fix) of each fix that makes the run fit."""
+    from tuneplan.physics.terms import build_arrays
+
+    base = job.model_dump()
+    fits = []
+    for fix in fixes:
+        try:
+            j = JobSpec(**{**base, **fix.change})
+            a = build_arrays([(model, gpu, j, seq_len)], getattr(estimator, "constants", None))
+        except (ValueError, InputError):
+            continue
+        out = estimator.predict_arrays(a)
+        if bool(out["fits"][0]):
+            fits.append((float(out["step_s"][0]) * j.gpus / j.global_batch, float(out["memory_gib"][0]), fix))
+    return fits
 
 
 def suggest_fixes(model: ModelSpec, gpu: GPUSpec, job: JobSpec, seq_len: int, estimator,
                   limit: int = 3) -> list[str]:
-    """Up to `limit` single changes that make the run fit, cheapest (GPU-seconds per sample) first,
-    combined with gradient checkpointing / smaller micro-batches when alone they are not enough."""
-    from tuneplan.physics.terms import build_arrays
-
-    fits: list[tuple[float, str]] = []
-    base = job.model_dump()
-    combos = _candidates(job)
-    # second-order: each change plus micro-batch 1 and checkpointing
-    extra = [(f"{d} + micro-batch 1 + gradient checkpointing",
-              {**ch, "micro_batch": 1, "grad_ckpt": True,
-               "grad_accum": job.grad_accum * job.micro_batch}) for d, ch in combos if "micro_batch" not in ch]
-    for desc, change in combos + extra:
-        try:
-            j = JobSpec(**{**base, **change})
-        except (ValueError, InputError):
-            continue
-        try:
-            a = build_arrays([(model, gpu, j, seq_len)], getattr(estimator, "constants", None))
-        except InputError:
-            continue
-        out = estimator.predict_arrays(a)
-        if bool(out["fits"][0]):
-            gpu_s_per_sample = float(out["step_s"][0]) * j.gpus / j.global_batch
-            fits.append((gpu_s_per_sample, f"{desc}: {float(out['memory_gib'][0]):.1f} GiB per GPU, "
-                                           f"{gpu_s_per_sample * 1000:.1f} GPU-ms per sample"))
-    fits.sort(key=lambda t: t[0])
-    seen: list[str] = []
-    for _, s in fits:
-        if s not in seen:
-            seen.append(s)
-    if not seen:
-        need = ("even the frozen weights do not fit; use a GPU with more memory or more GPUs with "
-                "tensor parallelism")
-        return [need]
-    return seen[:limit]
+    """Up to `limit` changes that make the run fit, cheapest (GPU-seconds per sample) first, each
+    with its flags: single changes, and a change with gradient checkpointing (and micro-batch 1) when
+    alone it is not enough. One suggestion per kind of change, at its cheapest; a combination only
+    when none of its parts alone fits at a lower cost."""
+    singles = _candidates(job)
+    fits = sorted(_evaluate(model, gpu, job, seq_len, estimator, singles + _combinations(job, singles)),
+                  key=lambda t: t[0])
+    chosen: list[tuple[float, float, Fix]] = []
+    for cost, gib, fix in fits:
+        if any(c[2].kinds <= fix.kinds for c in chosen):
+            continue  # the same kind of change (or a part of this one) already fits, more cheaply
+        chosen.append((cost, gib, fix))
+    if not chosen:
+        return ["even the frozen weights do not fit; use a GPU with more memory, or more GPUs with tensor "
+                "parallelism (--tp)"]
+    return [f"{fix.words} ({fix.flags}): {gib:.1f} GiB per GPU, {cost * 1000:.1f} GPU-ms per sample"
+            for cost, gib, fix in chosen[:limit]]

@@ -146,6 +146,16 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: _py(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
+SHARDING_WORDS = {"none": "no sharding", "ddp": "DDP", "fsdp": "FSDP", "fsdp-hybrid": "hybrid FSDP",
+                  "fsdp-grad-op": "FSDP grad-op", "fsdp-offload": "FSDP with CPU offload", "zero1": "ZeRO-1",
+                  "zero2": "ZeRO-2", "zero3": "ZeRO-3", "zero3-offload": "ZeRO-3 with CPU offload"}
+"""A sharding code as words in a sentence ("none" is no word to read there)."""
+
+
+def sharding_words(code: Any) -> str:
+    return SHARDING_WORDS.get(str(code), str(code))
+
+
 def describe(row: dict[str, Any] | Any, short: bool = False) -> str:
     """'4 x H100-SXM5-80GB lora (micro-batch 8 x grad-accum 1, ddp, no checkpointing)'."""
     r = row
@@ -153,7 +163,7 @@ def describe(row: dict[str, Any] | Any, short: bool = False) -> str:
     if short:
         return head
     nodes = int(r["nodes"])
-    parts = [f"micro-batch {int(r['micro_batch'])} x grad-accum {int(r['grad_accum'])}", str(r["sharding"]),
+    parts = [f"micro-batch {int(r['micro_batch'])} x grad-accum {int(r['grad_accum'])}", sharding_words(r["sharding"]),
              "checkpointing" if bool(r["grad_ckpt"]) else "no checkpointing"]
     if nodes > 1:
         parts.insert(0, f"{nodes} nodes")

@@ -33,15 +33,25 @@ class FrameworkSpec:
     master_weights: str
     packing: bool
     padding: str
+    eager_norm_rope: bool = False
+    grad_buffers: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One line of what the framework runs, for the assumptions."""
         on = [k.replace("_", " ") for k in BOOL_FIELDS if getattr(self, k) and k not in ("packing", "adapter_fp32")]
-        return (f"framework {self.name}: attention {self.attention}, cross-entropy {self.cross_entropy}"
+        ce = CROSS_ENTROPY_WORDS.get(self.cross_entropy, self.cross_entropy)
+        return (f"framework {self.name}: attention {self.attention}, cross-entropy {ce}"
                 + (f", {', '.join(on)}" if on else "")
+                + (", eager fp32 RMSNorm and RoPE op chains" if self.eager_norm_rope else "")
+                + (", persistent gradient buffers" if self.grad_buffers else "")
                 + f", adapters {'fp32' if self.adapter_fp32 else 'in the compute dtype'}"
                 + f", {'packed' if self.packing else 'padded to the ' + self.padding} samples by default")
+
+
+CROSS_ENTROPY_WORDS = {"none": "unfused (fp32 copy of the logits)", "chunked": "chunked", "fused": "fused with the output "
+                       "projection"}
+"""The cross-entropy kinds of data/frameworks.yaml in a sentence."""
 
 
 def _parse(name: str, d: dict) -> FrameworkSpec:
@@ -61,8 +71,18 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         attention=need("attention", ATTENTION_KERNELS), cross_entropy=need("cross_entropy", CROSS_ENTROPY_KINDS),
         master_weights=need("master_weights", ("auto", "fp32", "none")), padding=need("padding", ("max", "longest")),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
+        eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
+        grad_buffers=_optional_bool(name, d, "grad_buffers"),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
     )
+
+
+def _optional_bool(name: str, d: dict, key: str) -> bool:
+    """A bool field an entry may leave out (false)."""
+    v = d.get(key, False)
+    if not isinstance(v, bool):
+        raise ValueError(f"frameworks.yaml: {name}.{key} must be true or false")
+    return v
 
 
 @lru_cache(maxsize=1)

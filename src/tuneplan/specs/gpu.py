@@ -352,6 +352,11 @@ UNKNOWN_GPU_HINT = ("see `tuneplan gpus`; or describe your own GPU: --gpu-file m
                     "`tuneplan gpus --json`), or --peak-tflops --memory-gib --bandwidth-gbs")
 
 
+LOCAL_GPU_HINT = ("a profiled machine's entry, which `tuneplan probe` saves: run `tuneplan probe` first (on the "
+                  "machine the rows were measured on, or copy its entry to this one)")
+"""The hint of an unknown `local-...` GPU: rows `tuneplan profile` wrote, read before any probe saved the entry."""
+
+
 def _squash(s: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
@@ -433,7 +438,8 @@ def resolve_gpu(name: str, strict: bool = False) -> GPUSpec:
             cands = close
     if len(cands) > 1:
         raise AmbiguousNameError("gpu", str(name), cands)
-    raise UnknownNameError("gpu", str(name), catalog, what="GPU", hint=UNKNOWN_GPU_HINT)
+    hint = LOCAL_GPU_HINT if str(name).strip().lower().startswith("local-") else UNKNOWN_GPU_HINT
+    raise UnknownNameError("gpu", str(name), catalog, what="GPU", hint=hint)
 
 
 def gpu_assumptions(gpu: GPUSpec, precision: str = "bf16", nodes: int = 1) -> list[str]:

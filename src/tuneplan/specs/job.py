@@ -35,6 +35,10 @@ input in host memory, recompute the layer)."""
 CP_MODES = ("ring", "ulysses")
 FRAMEWORK_DEFAULT = "generic"
 MASTER_WEIGHTS = ("auto", "fp32", "none")
+DEFAULT_MASTER_WEIGHTS = "fp32"
+"""A full fine-tuning in 16 bits keeps an fp32 master copy unless told otherwise (--master-weights) or the
+framework says (data/frameworks.yaml): mixed precision over fp32 weights (HF Trainer's bf16=True on a
+model loaded in fp32, PyTorch AMP, DeepSpeed, Megatron) is what most recipes run; 16 bytes/param with AdamW."""
 OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
@@ -115,10 +119,10 @@ class JobSpec(BaseModel):
     quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4, aqlm-2bit, fp8 (default: as the "
                                      "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "method")
     optimizer: Optimizer = option("adamw", "optimizer (default adamw)", "method")
-    master_weights: Literal["auto", "fp32", "none"] = option(
-        "auto", "full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 bytes/param "
-                "with AdamW), none = 16-bit weights trained in place (8), auto (default) = fp32 under DeepSpeed "
-                "ZeRO, tensor parallelism or fp8, else none", "method")
+    master_weights: Literal["auto", "fp32", "none"] | None = option(
+        None, "full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 bytes/param "
+              "with AdamW), none = 16-bit weights trained in place (8), auto = fp32 under DeepSpeed ZeRO, tensor "
+              "parallelism or fp8, else none; default: the framework's (data/frameworks.yaml), else fp32", "method")
     grad_ckpt: bool = option(False, "activation checkpointing: none, selective (Megatron: recompute attention's "
                                     "core), full (default when given without a mode), offload (checkpoints in "
                                     "host memory)", "method", modes=CKPT_MODES)
@@ -396,14 +400,18 @@ class JobSpec(BaseModel):
         (one GPU, DDP, FSDP, a model split over GPUs layer by layer with a device map) trains the
         16-bit weights in place, unless the framework (data/frameworks.yaml `master_weights`) keeps
         fp32 masters (Megatron, torchtitan, llm-foundry, DeepSpeed) or trains in place (unsloth,
-        torchtune, ms-swift, litgpt)."""
-        if self.master_weights != "auto":
+        torchtune, ms-swift, litgpt). Not given (None, the default): the framework's choice when
+        data/frameworks.yaml states one, else fp32 (`DEFAULT_MASTER_WEIGHTS`); measured runs that
+        do not say are read with `auto` (learn/dataset.py)."""
+        if self.master_weights in ("fp32", "none"):
             return self.master_weights == "fp32"
         from tuneplan.specs.framework import get_framework
 
         fw_master = get_framework(self.framework).master_weights
         if fw_master != "auto":
             return fw_master == "fp32"
+        if self.master_weights is None:
+            return DEFAULT_MASTER_WEIGHTS == "fp32"  # not given: mixed precision over fp32 weights
         return self.sharding.startswith("zero") or self.tp > 1 or self.precision in LOW_PRECISIONS
 
     def variable_shapes(self) -> bool:

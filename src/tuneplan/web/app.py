@@ -307,6 +307,7 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
     # -- catalogs -----------------------------------------------------------------------------------
     @app.get("/api/options", tags=["catalogs"], summary="the form's closed sets and defaults")
     def options() -> dict[str, Any]:
+        from tuneplan.specs.framework import framework_names
         from tuneplan.specs.prices import providers
 
         return {
@@ -314,6 +315,7 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
             "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
             "moe_modes": list(MOE_MODES), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
             "stages": list(STAGES), "rollout_engines": list(ROLLOUT_ENGINES),
+            "frameworks": list(framework_names()), "ckpt_modes": ["none", "selective", "full", "offload"],
             "providers": providers(), "defaults": jsonable(JOB_DEFAULTS),
             "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,
             "limits": {"max_plan_configs": MAX_PLAN_CONFIGS, "max_body_bytes": MAX_BODY_BYTES},

@@ -51,6 +51,8 @@ def _job_flags(req: Any, names: Iterable[str]) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if name in ("grad_ckpt", "flash_attn"):
             out.append(flag if v else "--no-" + name.replace("_", "-"))
+        elif name == "ckpt_mode":  # the CLI's --grad-ckpt takes the mode word
+            out += ["--grad-ckpt", str(v)]
         elif name in ("packing", "precompute_ref"):
             if v:
                 out.append(flag)

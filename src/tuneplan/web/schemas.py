@@ -31,14 +31,14 @@ Name = Annotated[str, Field(min_length=1, max_length=300)]
 Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
 
 METHOD_FIELDS = ("lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
-                 "master_weights", "flash_attn", "moe_mode")
+                 "master_weights", "flash_attn", "moe_mode", "framework")
 WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "padding", "eval_every",
                "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
 JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
               "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
               "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
               "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
-              "grid_gco2_kwh")
+              "grid_gco2_kwh", "framework", "ckpt_mode")
 """Request fields passed to JobSpec under the same name (`rate` goes as `rate`, the API's keyword)."""
 STAGE_FIELDS = ("stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
                 "kl_beta", "ppo_epochs")
@@ -84,9 +84,12 @@ class MethodOptions(BaseModel):
     optimizer: Optimizer | None = Field(None, description="default adamw")
     master_weights: Literal["auto", "fp32", "none"] | None = Field(
         None, description="16-bit full fine-tuning: fp32 master copy, weights trained in place, or auto "
-                          "(fp32 under DeepSpeed ZeRO, tensor parallelism and fp8)")
+                          "(fp32 under DeepSpeed ZeRO, tensor parallelism and fp8); default: the framework's, "
+                          "else fp32")
     flash_attn: bool | None = Field(None, description="FlashAttention / SDPA (default on)")
     moe_mode: Literal["sparse", "dense"] | None = Field(None, description="MoE: top-k experts or all")
+    framework: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z0-9-]+$")] | None = Field(
+        None, description="training framework (data/frameworks.yaml; see /api/options; default generic)")
 
 
 class WorkFields(BaseModel):
@@ -140,6 +143,8 @@ class JobFields(MethodOptions, WorkFields):
 
     method: Method | None = Field(None, description="fine-tuning method (default lora)")
     grad_ckpt: bool | None = Field(None, description="gradient checkpointing (default off)")
+    ckpt_mode: Literal["none", "selective", "full", "offload"] | None = Field(
+        None, description="activation checkpointing mode (overrides grad_ckpt): none, selective, full, offload")
     nodes: Annotated[int, Field(ge=1, le=10_000)] | None = None
     sharding: Sharding | None = Field(None, description="default ddp")
     tp: Degree | None = None

@@ -10,7 +10,7 @@
 
   // Inputs kept in the URL; the page's own starting values (PAGE_DEFAULTS) are left out of it.
   const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers",
-    "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpu", "peak_tflops",
+    "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "framework", "ckpt_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
     "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
     "max_gpus", "objective", "deadline_h", "budget_usd", "stage", "precompute_ref", "group_size", "completion_len",
@@ -25,7 +25,7 @@
   const PLAN_ONLY = new Set(["max_gpus", "objective", "deadline_h", "budget_usd"]);
   const PAGE_DEFAULTS = {
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
-    precision: "bf16", quant: "", optimizer: "adamw", master_weights: "auto", grad_ckpt: false, flash_attn: true, moe_mode: "sparse",
+    precision: "bf16", quant: "", optimizer: "adamw", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse", framework: "", ckpt_mode: "",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
     objective: "cheapest", stage: "sft", precompute_ref: false, rollout_engine: "hf", rollout_gpus: 0,
@@ -34,7 +34,7 @@
   const PLAN_METHODS_DEFAULT = ["lora", "qlora", "full"];
   const COLORS = ["#2458c6", "#e07b22", "#2f9e6a", "#b8417a", "#7a5cc4", "#8c8c2a", "#3a9fb0", "#c23b3b",
     "#777777", "#4d7f17", "#b06a00", "#1b5e8c"];
-  const PART_LABELS = {
+  const PART_LABELS_ALL = {
     weights: "weights", gradients: "gradients", master_weights: "fp32 master", optimizer: "optimizer state",
     gathered_params: "gathered params", activations: "activations", logits: "logits", workspace: "workspace",
     cuda_context: "CUDA context", overhead_alloc: "allocator overhead", forward: "forward", backward: "backward",
@@ -44,7 +44,7 @@
     reference_forward: "reference forward", policy_nograd: "policy no-grad forward", rollout_prefill: "rollout prefill",
     rollout_decode: "rollout decode", rollout_weight_sync: "weight sync", reward: "reward model", value_model: "value model",
     reference_model: "reference model", reward_model: "reward model", rollout_kv_cache: "rollout KV cache",
-    rollout_engine: "vLLM share", loss_buffers: "loss buffers",
+    rollout_engine: "vLLM share", loss_buffers: "loss buffers", learned_correction: "learned correction",
   };
 
   const S = {
@@ -300,6 +300,8 @@
   function clearErrors() {
     $("#error").hidden = true;
     $("#error").innerHTML = "";
+    $("#out").classList.remove("stale");
+    $("#out").dataset.stale = "false";
     for (const el of $$(".invalid")) el.classList.remove("invalid");
   }
 
@@ -312,15 +314,33 @@
         methods: "plan-methods" }[field] || field;
       const el = id ? document.getElementById(id) : null;
       if (el) el.classList.add("invalid");
-      let msg = d.msg || "invalid";
-      if (d.closest && d.closest.length) msg += ` (closest: ${d.closest.join(", ")})`;
-      return `<li>${field ? `<b>${esc(field.replace(/_/g, " "))}</b>: ` : ""}${esc(msg)}</li>`;
+      let msg = errorText(field, d);
+      const paste = field === "model" && /unknown model|not in the catalog|no config/i.test(d.msg || "")
+        ? ` <button type="button" class="link" data-action="paste-config">Paste its config.json</button>` : "";
+      return `<li>${field ? `<b>${esc(field.replace(/_/g, " "))}</b>: ` : ""}${esc(msg)}${paste}</li>`;
     });
     $("#error").innerHTML = `Cannot ${S.view === "plan" ? "plan" : "estimate"} this yet:<ul>${items.join("")}</ul>`;
     $("#error").hidden = false;
+    const pb = $("#error [data-action=paste-config]");
+    if (pb) pb.addEventListener("click", () => { $("#config-box").open = true; $("#config_json").focus(); });
+    // the figures below are the last good answer's, not this input's: dimmed, and said so
+    $("#out").classList.add("stale");
+    $("#out").dataset.stale = "true";
     document.body.dataset.ready = "error";
     $("#summary").dataset.fits = "false";
     $("#summary").textContent = "Check the inputs: " + detail.map((d) => d.msg).join("; ");
+  }
+
+  /* An error's words for the page: the closest names once (not the server's list again), and no advice
+     for command-line flags the page has no box for (the page's own way in is the paste box). */
+  function errorText(field, d) {
+    let msg = String(d.msg || "invalid");
+    if (field === "model") {
+      msg = msg.replace(/;?\s*pass (--)?model [^;]*/g, "").replace(/;?\s*or --from [^;]*/g, "");
+    }
+    const closest = (d.closest || []).filter((c) => !msg.includes(c));
+    if (closest.length) msg += /closest/.test(msg) ? `, ${closest.join(", ")}` : ` (closest: ${closest.join(", ")})`;
+    return msg;
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -344,12 +364,13 @@
       ? `Fits: ${esc(fmtGib(d.memory_per_gpu_gib))} of ${esc(fmtGib(cap))} per GPU<span class="s">${esc(mbText)}</span>`
       : `Does not fit: needs ${esc(fmtGib(d.memory_per_gpu_gib))} per GPU, ${esc(fmtGib(cap))} available<span class="s">${esc(mbText)}</span>`;
 
-    setFig("#r-wall", fmtHours(d.wall_clock_s), d.wall_clock_s);
-    $("#r-wall-interval").textContent = iv && Number.isFinite(iv.wall_clock_s_low)
+    const sized = d.wall_clock_s !== null && d.wall_clock_s !== undefined;
+    setFig("#r-wall", sized ? fmtHours(d.wall_clock_s) : "needs a data size", d.wall_clock_s);
+    $("#r-wall-interval").textContent = !sized ? "enter examples and tokens per example" : iv && Number.isFinite(iv.wall_clock_s_low)
       ? `${Math.round((iv.coverage || 0.8) * 100)}% interval ${fmtHours(iv.wall_clock_s_low)} – ${fmtHours(iv.wall_clock_s_high)}`
       : "no interval (no measured residuals for this estimator)";
     setFig("#r-device-hours", `${sig(d.device_hours)} GPU-h`, d.device_hours);
-    $("#r-steps").textContent = `${nf(d.steps, 0)} steps × ${fmtStep(d.step_time_s)}`;
+    $("#r-steps").textContent = sized ? `${nf(d.steps, 0)} steps × ${fmtStep(d.step_time_s)}` : `${fmtStep(d.step_time_s)} per step`;
     setFig("#r-cost", fmtUsd(d.cost_usd), d.cost_usd);
     $("#r-cost-s").textContent = d.cost_usd === null || d.cost_usd === undefined
       ? "no price for this GPU: enter $ per GPU-hour"
@@ -371,11 +392,14 @@
     const mem = { ...(d.memory_breakdown_gib || {}) };
     const partsSum = Object.values(mem).reduce((a, b) => a + (b || 0), 0);
     if (d.memory_per_gpu_gib - partsSum > 0.01) mem.overhead_alloc = d.memory_per_gpu_gib - partsSum;
+    for (const k of Object.keys(mem)) if (!(mem[k] > 0)) delete mem[k];
     drawBar("#mem-bar", "#mem-legend", mem, Math.max(d.memory_per_gpu_gib, partsSum, cap), fmtGib, cap);
     $("#mem-bar").classList.toggle("over", !fits);
     $("#mem-caption").textContent = `${fmtGib(d.memory_per_gpu_gib)} of ${fmtGib(cap)} (black line: the GPU's memory)`
       + (partsSum > d.memory_per_gpu_gib * 1.01
         ? `; the parts (${fmtGib(partsSum)}) are the physics model's, the total is after the calibrated correction` : "");
+    $("#mem-legend").dataset.total = String(d.memory_per_gpu_gib);
+    $("#mem-legend").dataset.sum = String(Object.values(mem).reduce((a, b) => a + b, 0));
 
     // step time
     const step = {};
@@ -385,7 +409,7 @@
     }
     const stepSum = Object.values(step).reduce((a, b) => a + (b || 0), 0);
     if (d.step_time_s - stepSum > 1e-9 * d.step_time_s + 1e-12) step.other = d.step_time_s - stepSum;
-    drawBar("#step-bar", "#step-legend", step, Math.max(d.step_time_s, stepSum), fmtStep, null);
+    drawBar("#step-bar", "#step-legend", step, Math.max(d.step_time_s, stepSum), fmtStep, null, d.step_part_labels || {});
     $("#step-caption").textContent = `${fmtStep(d.step_time_s)} per optimizer step, ${d.gpus} GPU${d.gpus > 1 ? "s" : ""}`
       + (stepSum > d.step_time_s * 1.01
         ? `; the parts (${fmtStep(stepSum)}) are the physics model's, the total is after the calibrated correction` : "");
@@ -403,8 +427,9 @@
       + `(${fmtGib(d.memory_per_gpu_gib)} of ${fmtGib(cap)})`;
   }
 
-  function drawBar(barSel, legendSel, parts, scale, fmt, cap) {
+  function drawBar(barSel, legendSel, parts, scale, fmt, cap, labels = {}) {
     const bar = $(barSel);
+    const PART_LABELS = { ...PART_LABELS_ALL, ...labels };
     const entries = Object.entries(parts).filter(([, v]) => v > 0);
     bar.innerHTML = entries.map(([k, v], i) => `<span style="width:${(100 * v / scale).toFixed(3)}%;background:${COLORS[i % COLORS.length]}" title="${esc(PART_LABELS[k] || k)}: ${esc(fmt(v))}"></span>`).join("")
       + (cap ? `<span class="cap" style="left:calc(${(100 * cap / scale).toFixed(3)}% - 2px)" title="GPU memory ${esc(fmt(cap))}"></span>` : "");
@@ -438,7 +463,7 @@
     for (const c of cands) c.recommended = sameCand(rec, c);
     S.plan = { d, cands, rec, runner };
     const describe = (c) => `<b>${c.gpus} × ${esc(c.gpu)}</b>, ${esc(c.method)}`
-      + ` (micro-batch ${c.micro_batch} × accum. ${c.grad_accum}, ${esc(c.sharding)}${c.grad_ckpt ? ", checkpointing" : ""}):`
+      + ` (micro-batch ${c.micro_batch} × accum. ${c.grad_accum}, ${esc(c.sharding === "none" ? "no sharding" : c.sharding)}${c.grad_ckpt ? ", checkpointing" : ""}):`
       + ` <b>${esc(fmtHours(c.wall_clock_s))}</b>, <b>${esc(fmtUsd(c.cost_usd))}</b>`;
     const box = $("#plan-rec");
     if (rec) {
@@ -506,10 +531,52 @@
       series,
       legend: { show: true, live: false },
       cursor: { drag: { x: false, y: false }, points: { show: false } },
-      hooks: { setCursor: [(u) => hover(u, pts)] },
+      hooks: { setCursor: [(u) => hover(u, pts)], draw: [(u) => drawLimits(u, limits)] },
     };
+    const limits = planLimits(P.d);
+    if (limits.deadline_h) opts.scales.x.range = (u, lo, hi) => logRange(Math.min(lo, limits.deadline_h), Math.max(hi, limits.deadline_h));
+    if (limits.budget_usd) opts.scales.y.range = (u, lo, hi) => logRange(Math.min(lo, limits.budget_usd), Math.max(hi, limits.budget_usd));
     S.chart = new uPlot(opts, data, el);
     el.dataset.points = String(pts.length);
+    el.dataset.deadlineH = limits.deadline_h ? String(limits.deadline_h) : "";
+    el.dataset.budgetUsd = limits.budget_usd ? String(limits.budget_usd) : "";
+  }
+
+  /* The plan's constraints, as the CLI plot draws them: a vertical line at the deadline, a horizontal one at
+     the budget (from the answer's constraints, else the form). */
+  function planLimits(d) {
+    const c = d.constraints || {};
+    const dl = num(c.deadline_s) !== null ? c.deadline_s / 3600 : getField("deadline_h");
+    const bu = num(c.budget_usd) !== null ? c.budget_usd : getField("budget_usd");
+    return { deadline_h: dl > 0 ? Number(dl) : null, budget_usd: bu > 0 ? Number(bu) : null };
+  }
+
+  function logRange(lo, hi) {
+    const a = Math.pow(10, Math.floor(Math.log10(lo * 0.9)));
+    const b = Math.pow(10, Math.ceil(Math.log10(hi * 1.1)));
+    return [a, b];
+  }
+
+  function drawLimits(u, limits) {
+    const ctx = u.ctx;
+    const { left, top, width, height } = u.bbox;
+    ctx.save();
+    ctx.setLineDash([6 * devicePixelRatio, 4 * devicePixelRatio]);
+    ctx.lineWidth = 1.5 * devicePixelRatio;
+    ctx.font = `${12 * devicePixelRatio}px sans-serif`;
+    ctx.strokeStyle = ctx.fillStyle = "#c23b3b";
+    if (limits.deadline_h) {
+      const x = u.valToPos(limits.deadline_h, "x", true);
+      ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + height); ctx.stroke();
+      ctx.fillText(`deadline ${fmtHours(limits.deadline_h * 3600)}`, x + 4 * devicePixelRatio, top + 14 * devicePixelRatio);
+    }
+    if (limits.budget_usd) {
+      const y = u.valToPos(limits.budget_usd, "y", true);
+      ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(left + width, y); ctx.stroke();
+      ctx.textAlign = "right";
+      ctx.fillText(`budget ${fmtUsd(limits.budget_usd)}`, left + width - 4 * devicePixelRatio, y - 4 * devicePixelRatio);
+    }
+    ctx.restore();
   }
 
   function hover(u, pts) {
@@ -530,10 +597,10 @@
 
   const COLUMNS = [
     { key: "gpu", label: "GPU", txt: true }, { key: "gpus", label: "GPUs" }, { key: "method", label: "method", txt: true },
+    { key: "wall_clock_s", label: "wall clock", fmt: fmtHours }, { key: "cost_usd", label: "cost", fmt: fmtUsd },
     { key: "micro_batch", label: "micro-batch" }, { key: "grad_accum", label: "accum." },
     { key: "sharding", label: "sharding", txt: true },
     { key: "grad_ckpt", label: "ckpt", txt: true, fmt: (x) => (x ? "on" : "off") },
-    { key: "wall_clock_s", label: "wall clock", fmt: fmtHours }, { key: "cost_usd", label: "cost", fmt: fmtUsd },
     { key: "device_hours", label: "GPU-h", fmt: (x) => sig(x) },
     { key: "energy_kwh", label: "kWh", fmt: (x) => sig(x) },
     { key: "memory_per_gpu_gib", label: "memory/GPU", fmt: fmtGib },
@@ -546,7 +613,7 @@
     const cols = COLUMNS.filter((c) => P.cands.some((x) => x[c.key] !== null && x[c.key] !== ""));
     const { key, dir } = S.planSort;
     const head = $("#plan-table thead tr");
-    head.innerHTML = cols.map((c) => `<th scope="col" data-key="${c.key}" class="${c.txt ? "txt" : ""}"`
+    head.innerHTML = cols.map((c) => `<th scope="col" data-key="${c.key}" class="col-${c.key} ${c.txt ? "txt" : ""}"`
       + `${c.key === key ? ` aria-sort="${dir > 0 ? "ascending" : "descending"}"` : ""} tabindex="0">${esc(c.label)}</th>`).join("");
     const rows = [...P.cands].sort((a, b) => {
       const x = a[key], y = b[key];
@@ -564,7 +631,7 @@
       tr.innerHTML = cols.map((col) => {
         const v = c[col.key];
         const text = col.fmt ? col.fmt(v) : v === null || v === undefined ? "—" : String(v);
-        return `<td class="${col.txt ? "txt" : ""}" data-value="${esc(v ?? "")}">${esc(text)}</td>`;
+        return `<td class="col-${col.key} ${col.txt ? "txt" : ""}" data-value="${esc(v ?? "")}">${esc(text)}</td>`;
       }).join("");
       tr._cand = c;
       tb.appendChild(tr);
@@ -744,6 +811,8 @@
     const data = await res.json();
     if (res.ok) {
       S.configInfo = data;
+      $("#model-search").value = data.name || getField("config_name") || "pasted config.json";
+      $("#model-search").dataset.pasted = "true";
       box.textContent = `read: ${sig(data.params_total_b)} B parameters, ${data.model_type}, ${data.n_layers} layers`;
       showModelInfo(data);
     } else {
@@ -824,14 +893,17 @@
     fillSelect("#quant", ["", ...options.quants.filter((q) => q !== "none")],
       ["as the method implies", ...options.quants.filter((q) => q !== "none")]);
     fillSelect("#optimizer", options.optimizers);
-    fillSelect("#master_weights", options.master_weights, options.master_weights.map((m) => ({
-      auto: "auto (fp32 under ZeRO / TP / fp8)", fp32: "fp32 copy (mixed precision)", none: "none (16-bit in place)" }[m] || m)));
+    fillSelect("#master_weights", ["", ...options.master_weights], ["default: the framework's, else fp32 copy",
+      ...options.master_weights.map((m) => ({
+      auto: "auto (fp32 under ZeRO / TP / fp8)", fp32: "fp32 copy (mixed precision)", none: "none (16-bit in place)" }[m] || m))]);
     fillSelect("#estimator", options.estimators, options.estimators.map((e) => ({ tuneplan: "tuneplan (physics, calibrated)",
       kavier: "Kavier", xia: "Xia et al. 2024", planner: "Run Planner seed (6ND)" }[e] || e)));
     fillSelect("#adapter_dtype", options.adapter_dtypes, options.adapter_dtypes.map((m) => (m === "fp32" ? "fp32 (peft >= 0.12)" : "compute dtype")));
     fillSelect("#padding", options.paddings, options.paddings.map((m) => (m === "max" ? "to sequence length" : "to longest in batch")));
     fillSelect("#moe_mode", options.moe_modes, options.moe_modes.map((m) => (m === "sparse" ? "sparse (top-k)" : "dense (all experts)")));
     fillSelect("#sharding", options.shardings);
+    fillSelect("#framework", ["", ...(options.frameworks || [])], ["generic (not given)", ...(options.frameworks || [])]);
+    fillSelect("#ckpt_mode", ["", ...(options.ckpt_modes || [])], ["as the checkbox", ...(options.ckpt_modes || [])]);
     fillSelect("#objective", options.objectives);
     fillSelect("#provider", ["", ...options.providers], ["cheapest on-demand", ...options.providers]);
     setupGpus();

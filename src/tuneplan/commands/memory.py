@@ -1,0 +1,94 @@
+"""`tuneplan memory MODEL`: memory per GPU for each method x precision, and the common GPUs each fits
+on (no GPU to choose first; no data size)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tuneplan.commands.common import positive_int
+
+EXAMPLES = """examples:
+  tuneplan memory meta-llama/Llama-3.1-8B
+  tuneplan memory Qwen/Qwen2.5-7B --seq-len 4096 --micro-batch 2 --grad-ckpt
+  tuneplan memory meta-llama/Llama-3.1-70B --methods lora,qlora --gpus 8 --sharding fsdp --json"""
+
+
+def _list(text: str) -> list[str]:
+    out = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return out
+
+
+def register(sub) -> None:
+    from tuneplan.plan.memory_table import DEFAULT_METHODS, DEFAULT_PRECISIONS, DEFAULT_SEQ_LEN
+
+    p = sub.add_parser("memory", help="memory per GPU of a model by method and precision, and the GPUs it fits on",
+                       description="Will it fit? Memory per GPU (as nvidia-smi shows it) of fine-tuning MODEL with "
+                                   "each method and precision at one sequence length and micro-batch, and which "
+                                   "common GPUs it fits on. No GPU or data size needed.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="catalog name or Hugging Face id, or a config.json (or folder)")
+    p.add_argument("--methods", type=_list, help=f"comma-separated (default {','.join(DEFAULT_METHODS)})")
+    p.add_argument("--precisions", type=_list, help=f"comma-separated (default {','.join(DEFAULT_PRECISIONS)})")
+    p.add_argument("--seq-len", type=positive_int, help=f"tokens per sample (default {DEFAULT_SEQ_LEN})")
+    p.add_argument("--micro-batch", type=positive_int, help="samples per GPU (default 1)")
+    p.add_argument("--grad-ckpt", nargs="?", const="full", choices=("none", "selective", "full", "offload"),
+                   help="activation checkpointing (alone: full; default none)")
+    p.add_argument("--optimizer", help="optimizer (default adamw)")
+    p.add_argument("--gpus", type=positive_int, help="GPUs per run (default 1); memory is per GPU")
+    p.add_argument("--sharding", help="with --gpus > 1: ddp (default), fsdp, zero2, zero3, ...")
+    p.add_argument("--lora-rank", type=positive_int, help="LoRA rank (default 16)")
+    p.add_argument("--on", type=_list, help="GPUs to check instead of the common ones (catalog names)")
+    p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tuneplan.plan.memory_table import memory_table
+
+    nodes = None
+    if args.gpus and args.gpus > 8:
+        nodes = args.gpus // 8
+    t = memory_table(args.model, methods=args.methods, precisions=args.precisions, seq_len=args.seq_len,
+                     micro_batch=args.micro_batch, on=args.on, calibration=args.calibration,
+                     grad_ckpt=args.grad_ckpt, optimizer=args.optimizer, sharding=args.sharding,
+                     lora_rank=args.lora_rank, **({"gpus": args.gpus, "nodes": nodes} if args.gpus else {}))
+    if args.json:
+        json.dump(t.to_dict(), sys.stdout, indent=2)
+        print()
+        return 0
+    print(render(t))
+    return 0
+
+
+def _fits_text(row: dict, gpus: list[tuple[str, float]]) -> str:
+    on = row["fits_on"]
+    if not on:
+        return f"none checked (the largest: {gpus[-1][0]}, {gpus[-1][1]:g} GiB)" if gpus else "-"
+    names = [n for n, _ in gpus]
+    first = names.index(on[0])
+    if on == names[first:]:
+        return f"{on[0]} and up" if len(on) > 1 else on[0]
+    return ", ".join(on)
+
+
+def render(t) -> str:
+    """The table as plain text (aligned columns; rich is not needed to read it in a pipe)."""
+    head = (f"{t.model}: memory per GPU at seq_len {t.seq_len}, micro-batch {t.micro_batch}"
+            f"{f', {t.gpus_per_run} GPUs' if t.gpus_per_run > 1 else ''}")
+    rows = [("method", "precision / weights", "GiB/GPU", "fits on")]
+    for r in t.rows:
+        rows.append((r["method"], r["weights"], f"{r['memory_per_gpu_gib']:,.1f}", _fits_text(r, t.gpus)))
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [head]
+    for i, r in enumerate(rows):
+        lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {r[3]}")
+        if i == 0:
+            lines.append("-" * (sum(w) + 4) + "  " + "-" * 24)
+    lines += ["", "GPUs checked (smallest first): " + ", ".join(f"{n} ({m:g} GiB)" for n, m in t.gpus)]
+    lines += [f"- {n}" for n in t.notes]
+    return "\n".join(lines)
