@@ -269,3 +269,76 @@ def test_docs_screenshots_exist_and_are_referenced():
         assert f"](img/{name})" in web
         png = root / "docs" / "img" / name
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+# ---- 3. gaps said, not filled silently ---------------------------------------------------------------------
+
+def test_every_gpu_has_a_sourced_16bit_peak_and_tdp_or_says_missing(capsys):
+    rc, out, _ = run_cli(capsys, ["gpus", "--json"])
+    gpus = json.loads(out)
+    assert len(gpus) > 30
+    for g in gpus:
+        missing = " ".join(g["missing"])
+        peak = g["peak_tflops"]
+        sourced16 = any(p in peak and g["sources"].get(f"{p}_tflops") for p in ("bf16", "fp16"))
+        assert sourced16 or "bf16_tflops" in missing or "bf16" in " ".join(g["not_in_hardware"]), g["name"]
+        assert (g["tdp_w"] > 0 and g["sources"].get("tdp_w")) or "tdp_w" in missing, g["name"]
+
+
+def test_no_bf16_gpu_not_silently_costed_at_another_peak():
+    import tuneplan
+
+    r = tuneplan.estimate("Qwen/Qwen2.5-0.5B", "T4-16GB", method="lora", seq_len=512, micro_batch=1)
+    said = [a for a in r.assumptions if "T4-16GB" in a and "bf16" in a and "peak" in a]
+    assert said, r.assumptions
+
+
+def test_unknown_power_said_and_refused_by_the_energy_objective():
+    import tuneplan
+
+    r = tuneplan.estimate("Qwen/Qwen2.5-0.5B", "TPU v5e", method="lora", seq_len=512, micro_batch=1, examples=100,
+                          rate=1.0)
+    assert any("TDP" in a and "TPU v5e" in a for a in r.assumptions)
+    p = tuneplan.plan_run("Qwen/Qwen2.5-0.5B", gpus=["TPU v5e", "L4-24GB"], methods=["lora"], max_gpus=1,
+                          examples=1000, tokens_per_example=512, objective="energy", rate=1.0)
+    assert p.recommended["gpu"] == "L4-24GB"
+    assert any("TPU v5e" in n and "power" in n for n in p.notes)
+
+
+def test_prices_show_their_date_and_old_ones_warn(capsys):
+    from datetime import date
+
+    from tuneplan.specs.prices import price_for
+
+    p = price_for(H100)
+    age_days = (date.today() - date.fromisoformat(p.date_seen if len(p.date_seen) == 10 else p.date_seen + "-01")).days
+    rc, out, _ = run_cli(capsys, ["estimate", "--model", LLAMA8, "--gpu", H100, "--seq-len", "1024", "--examples",
+                                  "1000", "--json"])
+    d = json.loads(out)
+    assert p.date_seen in d["rate_source"]
+    old = [w for w in d["warnings"] if "years old" in w or "year old" in w]
+    assert bool(old) == (age_days > 365)
+
+
+def test_framework_defaults_where_the_entry_says(capsys):
+    from tuneplan.specs.framework import load_frameworks
+    from tuneplan.specs.job import make_job
+
+    fws = load_frameworks()
+    assert fws["llama-factory"].grad_ckpt is True and "disable_gradient_checkpointing" in fws["llama-factory"].sources["grad_ckpt"]
+    assert fws["generic"].job_defaults() == {}
+    assert make_job(framework="llama-factory").checkpointing == "full"
+    assert not make_job(framework="llama-factory", grad_ckpt=False).grad_ckpt  # given: kept
+    assert not make_job(framework="llama-factory", grad_ckpt="none").grad_ckpt
+    assert not make_job().grad_ckpt  # generic says nothing: JobSpec's default
+    rc, out, _ = run_cli(capsys, ["estimate", "--model", LLAMA8, "--gpu", H100, "--seq-len", "2048",
+                                  "--framework", "llama-factory", "--json"])
+    d = json.loads(out)
+    assert d["job"]["grad_ckpt"] and d["step_breakdown_s"]["recompute"] > 0
+    assert any("activation checkpointing on by default" in a for a in d["assumptions"])
+
+
+def test_gpus_piped_is_plain_and_whole(capsys):
+    rc, text, _ = run_cli(capsys, ["gpus"])
+    assert rc == 0 and "│" not in text and "…" not in text
+    assert "RTX-PRO-6000-Blackwell-Server-96GB " in text

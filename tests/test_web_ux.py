@@ -18,6 +18,13 @@ def test_stale_figures_dimmed_under_an_error(page, server):  # noqa: F811
     page.goto(server + "/")
     idle(page)
     assert page.get_attribute("#out", "data-stale") in (None, "false")
+    from datetime import date
+
+    from tuneplan.specs.prices import price_for
+
+    p = price_for("H100-SXM5-80GB")  # the page's default GPU: an old price is a warning, with its date
+    if (date.today() - date.fromisoformat(p.date_seen[:7] + "-01")).days > 400:
+        assert "old" in page.inner_text("#warnings") and p.date_seen in page.inner_text("#warnings")
     page.fill("#examples", "-5")
     idle(page)
     assert page.is_visible("#error")
@@ -101,3 +108,16 @@ def test_plan_chart_lines_and_phone_columns(page, server, browser):  # noqa: F81
         shot(pg, "web-plan-phone.png")
     finally:
         ctx.close()
+
+
+def test_page_without_a_data_size_answers_the_fit(page, server):  # noqa: F811
+    page.goto(server + "/")
+    idle(page)
+    page.fill("#examples", "")
+    idle(page)
+    assert not page.is_visible("#error")
+    assert page.inner_text("#r-wall") == "needs a data size"
+    assert page.get_attribute("#r-wall", "data-value") == ""
+    assert page.get_attribute("#verdict", "data-fits") in ("true", "false")
+    assert float(page.get_attribute("#r-mem", "data-value")) > 1
+    assert "needs a data size" in page.inner_text("#r-cost-s")

@@ -64,21 +64,28 @@ def run_gpus(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([g.to_dict() for g in gpus.values()], indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    title = (f"{len(gpus)} GPUs (dense peak TFLOP/s, no sparsity; -: the part has none; ?: no source gives it, "
+             "* taken from a sibling part; sources: --json)")
+    cols = ("name", "memory", "bandwidth", "bf16", "fp8", "fp4", "intra-node", "inter-node", "TDP")
+    rows = [(g.name, f"{g.memory_gib:g} GiB", _fig(g, "memory_bandwidth_gbs", f"{g.memory_bandwidth_gbs:,.0f} GB/s"),
+             *(_fig(g, f"{p}_tflops", f"{g.peak_tflops[p]:g}" if p in g.peak_tflops else "") for p in
+               ("bf16", "fp8", "fp4")),
+             _fig(g, "intra_node_gbs_bidir", f"{g.intra_node_gbs:g} GB/s" if g.intra_node_gbs else ""),
+             f"{g.inter_node_gbps:g} Gb/s" if g.inter_node_gbps else "-",
+             _fig(g, "tdp_w", f"{g.tdp_w:g} W" if g.tdp_w else "")) for g in gpus.values()]
+    if not sys.stdout.isatty():  # a pipe or a file: plain aligned text, whole names
+        print(title)
+        print(plain_table(tuple((c, "left" if c == "name" else "right") for c in cols), rows))
+    else:
+        from rich.console import Console
+        from rich.table import Table
 
-    t = Table(title=f"{len(gpus)} GPUs (dense peak TFLOP/s, no sparsity; -: none; ?: no source gives it, "
-                    "* taken from a sibling part; sources: --json)", title_justify="left")
-    for col in ("name", "memory", "bandwidth", "bf16", "fp8", "fp4", "intra-node", "inter-node", "TDP"):
-        t.add_column(col, justify="left" if col == "name" else "right")
-    for g in gpus.values():
-        t.add_row(g.name, f"{g.memory_gib:g} GiB", _fig(g, "memory_bandwidth_gbs", f"{g.memory_bandwidth_gbs:,.0f} GB/s"),
-                  *(_fig(g, f"{p}_tflops", f"{g.peak_tflops[p]:g}" if p in g.peak_tflops else "") for p in
-                    ("bf16", "fp8", "fp4")),
-                  _fig(g, "intra_node_gbs_bidir", f"{g.intra_node_gbs:g} GB/s" if g.intra_node_gbs else ""),
-                  f"{g.inter_node_gbps:g} Gb/s" if g.inter_node_gbps else "-",
-                  _fig(g, "tdp_w", f"{g.tdp_w:g} W" if g.tdp_w else ""))
-    Console().print(t)
+        t = Table(title=title, title_justify="left")
+        for col in cols:
+            t.add_column(col, justify="left" if col == "name" else "right", no_wrap=col == "name")
+        for r in rows:
+            t.add_row(*r)
+        Console().print(t)
     from tuneplan.specs.gpu import gpu_families
 
     fams = gpu_families()

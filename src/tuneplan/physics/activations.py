@@ -97,7 +97,8 @@ def backward_peak_bytes(grads, acts, logits, a):
     while the activations are: the sum. So are FSDP / ZeRO-3 units' gradients, produced and
     reduce-scattered on a communication stream whose blocks the compute stream cannot reuse until the
     collective ends (torch's caching allocator, record_stream): only unsharded runs (sharding 0).
-    memory.py reports the difference from the plain sum as `backward_overlap_gib` (<= 0)."""
+    memory.py reports as gradients at the peak this less the activations and loss buffers: 0 where
+    the activations make the peak, the gradients beyond them where the gradients do."""
     on_demand = (a["grad_accum"] <= 1) & (get(a, "grad_buffers") == 0) & (a["sharding"] == 0)
     return np.where(on_demand, np.maximum(acts + logits, grads), grads + acts + logits)
 

@@ -189,9 +189,10 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                            0.0)
     workspace = c.workspace_gib * BYTES_PER_GIB + dequant_buf
 
-    # gradients written into memory the backward has freed (activations.backward_peak_bytes): <= 0
-    overlap = backward_peak_bytes(grads, acts, logits, a) - (grads + acts + logits)
-    allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + overlap + workspace
+    # gradients at the peak: those not written into memory the backward has freed
+    # (activations.backward_peak_bytes; all of them where they accumulate or live in a buffer)
+    grads = backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
+    allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
     variable = a["variable_shapes"] * c.variable_shape_reserve * (acts + logits)
     reserved = allocated * (1.0 + c.allocator_overhead) + variable
     smi = reserved + c.cuda_context_gib * BYTES_PER_GIB
@@ -205,7 +206,6 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "activations_gib": acts / g,
         "logits_gib": logits / g,
         "workspace_gib": workspace / g,
-        "backward_overlap_gib": overlap / g,
         "allocated_gib": allocated / g,
         "reserved_gib": reserved / g,
         "nvidia_smi_gib": smi / g,

@@ -92,6 +92,9 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     out = est.predict_arrays(a)
     tokens = np.asarray(out["tokens_per_step"], dtype=float)
     tps = tokens / np.asarray(out["step_s"], dtype=float)
+    from tuneplan.physics.terms import usable_memory_gib  # the fit's capacity: less inline ECC on GDDR parts
+
+    cap = usable_memory_gib(gspec)
     mem = np.asarray(out["memory_gib"], dtype=float)
     fits = np.asarray(out["fits"], dtype=bool)
     if getattr(est, "residual", None) is not None and hasattr(est, "physics"):
@@ -99,7 +102,7 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
         tps = keep_physics_shape(tokens / np.asarray(phys["step_s"], dtype=float), tps)
         shaped = keep_physics_shape(np.asarray(phys["memory_gib"], dtype=float), mem)
         vs = np.asarray(out.get("variable_shape_gib", np.zeros_like(mem)), dtype=float)
-        fits = np.where(shaped == mem, fits, shaped - vs <= gspec.memory_gib)
+        fits = np.where(shaped == mem, fits, shaped - vs <= cap)
         mem = shaped
     step = tokens / tps
     peak = np.asarray(a["peak_flops"], dtype=float)
@@ -115,7 +118,7 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     if len(fits) and fits[0] and not fits.all():
         largest = min(largest, int(np.argmin(fits)))  # the shaped memory's own edge
     res = CurveResult(model=mspec.name, gpu=gspec.name, method=job.method, gpus=job.gpus, seq_len=seq, job=job,
-                      points=points, max_micro_batch=largest, memory_capacity_gib=gspec.memory_gib)
+                      points=points, max_micro_batch=largest, memory_capacity_gib=cap)
     from tuneplan.specs.gpu import gpu_assumptions
 
     res.notes += gpu_assumptions(gspec, job.precision, job.nodes)

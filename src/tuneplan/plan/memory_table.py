@@ -103,6 +103,8 @@ def memory_table(model: Any, *, methods: list[str] | None = None, precisions: li
     cols = [ref, *gspecs]
     a = build_arrays([(mspec, g, j, seq) for j in jobs for g in cols], est.constants)
     out = est.predict_arrays(a)
+    from tuneplan.physics.terms import usable_memory_gib  # the fit's capacity: less inline ECC on GDDR parts
+
     mem = np.asarray(out["memory_gib"], dtype=float).reshape(len(jobs), len(cols))
     fits = np.asarray(out["fits"], dtype=bool).reshape(len(jobs), len(cols))
     rows = []
@@ -121,4 +123,4 @@ def memory_table(model: Any, *, methods: list[str] | None = None, precisions: li
              "--gpu G --seq-len S --micro-batch B` for one case, `tuneplan curve` for the whole range."]
     notes += [g.resolved_as + "." for g in gspecs if g.resolved_as]
     return MemoryTable(model=mspec.name, seq_len=seq, micro_batch=mb, gpus_per_run=j0.gpus, reference_gpu=ref.name,
-                       gpus=[(g.name, g.memory_gib) for g in gspecs], rows=rows, notes=notes)
+                       gpus=[(g.name, usable_memory_gib(g)) for g in gspecs], rows=rows, notes=notes)

@@ -36,6 +36,14 @@ class FrameworkSpec:
     eager_norm_rope: bool = False
     grad_buffers: bool = False
     sources: dict[str, str] = field(default_factory=dict)
+    grad_ckpt: bool | None = None
+    """Activation checkpointing by default in this framework's recipes (None: the framework does not say)."""
+    micro_batch: int | None = None
+    """Samples per GPU by default in this framework's recipes (None: the framework does not say)."""
+
+    def job_defaults(self) -> dict:
+        """JobSpec fields this framework decides when the job leaves them out (data/frameworks.yaml)."""
+        return {k: v for k, v in (("grad_ckpt", self.grad_ckpt), ("micro_batch", self.micro_batch)) if v is not None}
 
     def summary(self) -> str:
         """One line of what the framework runs, for the assumptions."""
@@ -46,12 +54,27 @@ class FrameworkSpec:
                 + (", eager fp32 RMSNorm and RoPE op chains" if self.eager_norm_rope else "")
                 + (", persistent gradient buffers" if self.grad_buffers else "")
                 + f", adapters {'fp32' if self.adapter_fp32 else 'in the compute dtype'}"
-                + f", {'packed' if self.packing else 'padded to the ' + self.padding} samples by default")
+                + f", {'packed' if self.packing else 'padded to the ' + self.padding} samples by default"
+                + ("" if self.grad_ckpt is None else
+                   f", activation checkpointing {'on' if self.grad_ckpt else 'off'} by default")
+                + ("" if self.micro_batch is None else f", micro-batch {self.micro_batch} by default"))
 
 
 CROSS_ENTROPY_WORDS = {"none": "unfused (fp32 copy of the logits)", "chunked": "chunked", "fused": "fused with the output "
                        "projection"}
 """The cross-entropy kinds of data/frameworks.yaml in a sentence."""
+
+
+def _optional(name: str, d: dict, key: str, kind: type):
+    """An optional job default of a framework entry (None when absent), of the given type."""
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, kind) or (kind is int and (isinstance(v, bool) or v < 1)):
+        raise ValueError(f"frameworks.yaml: {name}.{key} must be {'true or false' if kind is bool else 'a positive integer'}")
+    if not (d.get("sources") or {}).get(key):
+        raise ValueError(f"frameworks.yaml: {name}.{key} needs its source (sources: {key}: ...)")
+    return v
 
 
 def _parse(name: str, d: dict) -> FrameworkSpec:
@@ -73,6 +96,7 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
         grad_buffers=_optional_bool(name, d, "grad_buffers"),
+        grad_ckpt=_optional(name, d, "grad_ckpt", bool), micro_batch=_optional(name, d, "micro_batch", int),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
     )
 

@@ -429,8 +429,9 @@ class JobSpec(BaseModel):
 
 
 def _framework_defaults(clean: dict) -> dict:
-    """Settings a named framework decides when the job leaves them out: the adapters' dtype and how
-    unpacked samples are padded (data/frameworks.yaml); the estimate's assumptions say both."""
+    """Settings a named framework decides when the job leaves them out: the adapters' dtype, how
+    unpacked samples are padded, and, where the entry says, activation checkpointing and the
+    micro-batch of its recipes (data/frameworks.yaml); the estimate's assumptions say them."""
     name = clean.get("framework")
     if not isinstance(name, str) or name.strip().lower() == FRAMEWORK_DEFAULT:
         return clean
@@ -440,6 +441,10 @@ def _framework_defaults(clean: dict) -> dict:
         return clean  # the field validator names the allowed values
     fw = get_framework(name)
     out = dict(clean)
+    for k, v in fw.job_defaults().items():  # checkpointing / micro-batch of the framework's recipes
+        if k == "grad_ckpt" and out.get("ckpt_mode") not in (None, "auto"):
+            continue
+        out.setdefault(k, v)
     out.setdefault("adapter_dtype", "fp32" if fw.adapter_fp32 else "compute")
     if not out.get("packing"):
         out.setdefault("padding", fw.padding)

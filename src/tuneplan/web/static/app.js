@@ -369,18 +369,19 @@
     $("#r-wall-interval").textContent = !sized ? "enter examples and tokens per example" : iv && Number.isFinite(iv.wall_clock_s_low)
       ? `${Math.round((iv.coverage || 0.8) * 100)}% interval ${fmtHours(iv.wall_clock_s_low)} – ${fmtHours(iv.wall_clock_s_high)}`
       : "no interval (no measured residuals for this estimator)";
-    setFig("#r-device-hours", `${sig(d.device_hours)} GPU-h`, d.device_hours);
+    setFig("#r-device-hours", sized ? `${sig(d.device_hours)} GPU-h` : "—", d.device_hours);
     $("#r-steps").textContent = sized ? `${nf(d.steps, 0)} steps × ${fmtStep(d.step_time_s)}` : `${fmtStep(d.step_time_s)} per step`;
     setFig("#r-cost", fmtUsd(d.cost_usd), d.cost_usd);
-    $("#r-cost-s").textContent = d.cost_usd === null || d.cost_usd === undefined
+    $("#r-cost-s").textContent = !sized ? "needs a data size (examples × tokens)"
+      : d.cost_usd === null || d.cost_usd === undefined
       ? "no price for this GPU: enter $ per GPU-hour"
       : (iv && Number.isFinite(iv.cost_usd_low) ? `${fmtUsd(iv.cost_usd_low)} – ${fmtUsd(iv.cost_usd_high)} · ` : "")
         + `at $${Number(d.rate_usd_per_gpu_hour).toFixed(2)}/GPU-h`;
     $("#r-cost-s").title = d.rate_source || "";
     setFig("#r-tps", `${nf(Math.round(d.tokens_per_s), 0)} tok/s`, d.tokens_per_s);
     $("#r-tps-s").textContent = `${sig(d.samples_per_s)} samples/s · MFU ${Math.round((d.mfu || 0) * 100)}%`;
-    setFig("#r-energy", `${sig(d.energy_kwh)} kWh`, d.energy_kwh);
-    $("#r-co2").textContent = `${sig(d.co2_kg)} kg CO₂`;
+    setFig("#r-energy", sized ? `${sig(d.energy_kwh)} kWh` : "—", d.energy_kwh);
+    $("#r-co2").textContent = sized ? `${sig(d.co2_kg)} kg CO₂` : "needs a data size";
     setFig("#r-mem", fmtGib(d.memory_per_gpu_gib), d.memory_per_gpu_gib);
     const m = $("#r-maxmb");
     m.dataset.value = mb === null || mb === undefined ? "" : String(mb);
@@ -423,7 +424,8 @@
     if (d.model_info) showModelInfo(d.model_info);
     const sum = $("#summary");
     sum.dataset.fits = String(fits);
-    sum.textContent = `${fmtHours(d.wall_clock_s)} · ${fmtUsd(d.cost_usd)} · ${fits ? "fits" : "does not fit"} `
+    sum.textContent = (sized ? `${fmtHours(d.wall_clock_s)} · ${fmtUsd(d.cost_usd)} · ` : "")
+      + `${fits ? "fits" : "does not fit"} `
       + `(${fmtGib(d.memory_per_gpu_gib)} of ${fmtGib(cap)})`;
   }
 
