@@ -121,3 +121,10 @@ def test_page_without_a_data_size_answers_the_fit(page, server):  # noqa: F811
     assert page.get_attribute("#verdict", "data-fits") in ("true", "false")
     assert float(page.get_attribute("#r-mem", "data-value")) > 1
     assert "needs a data size" in page.inner_text("#r-cost-s")
+
+
+def test_full_fine_tuning_says_its_master_weights_in_the_verdict(page, server):  # noqa: F811
+    page.goto(server + "/?method=full&gpu=B200-180GB")
+    idle(page)
+    text = page.inner_text("#verdict")
+    assert "fp32 master" in text and "16 bytes/param" in text

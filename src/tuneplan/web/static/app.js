@@ -360,6 +360,7 @@
     if (fits && iv && iv.memory_per_gpu_gib_high > cap) {
       mbText += ` Tight: the ${Math.round((iv.coverage || 0.8) * 100)}% interval reaches ${fmtGib(iv.memory_per_gpu_gib_high)}.`;
     }
+    if (d.weights_scheme) mbText += ` Full fine-tuning: ${d.weights_scheme}.`;
     v.innerHTML = fits
       ? `Fits: ${esc(fmtGib(d.memory_per_gpu_gib))} of ${esc(fmtGib(cap))} per GPU<span class="s">${esc(mbText)}</span>`
       : `Does not fit: needs ${esc(fmtGib(d.memory_per_gpu_gib))} per GPU, ${esc(fmtGib(cap))} available<span class="s">${esc(mbText)}</span>`;
