@@ -25,3 +25,31 @@ def test_kd_tree_distances_are_exact(nan_share):
     big = np.repeat(X, TREE_MIN_WORK // (len(X) * len(points)) + 1, axis=0)
     np.testing.assert_allclose(nearest_distance(big, points, span), _numpy_nearest(big, points, span),
                                rtol=1e-12, atol=1e-12)
+
+
+def _stepwise_max_micro_batch(est, a):
+    """The search one halving per call (before the look-ahead)."""
+    n = len(a["micro_batch"])
+    lo, hi = np.zeros(n), np.full(n, 4097.0)
+    for _ in range(14):
+        mid = np.maximum(np.floor((lo + hi) / 2.0), 1.0)
+        ok = est.predict_arrays({**a, "micro_batch": mid})["fits"]
+        lo = np.where(ok & (mid > lo), mid, lo)
+        hi = np.where(~ok, mid, hi)
+    return lo.astype(int)
+
+
+def test_look_ahead_bisection_finds_the_stepwise_answer():
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.learn.dataset import arrays_for, configs_from_rows
+    from tuneplan.runs import read_runs
+
+    est = get_estimator("tuneplan")
+    rows = read_runs(["../shared/reference/runs/litgpt.csv", "../shared/reference/runs/xtuner.csv"]).df
+    configs = [c for c in configs_from_rows(rows.to_dict("records"))[0] if c is not None][::3]
+    assert len(configs) >= 30
+    for c in configs:  # one row: three halvings a call
+        a = arrays_for([c], est.constants)
+        assert est.max_micro_batch(a)[0] == _stepwise_max_micro_batch(est, a)[0]
+    a = arrays_for(configs, est.constants)  # many rows at once
+    np.testing.assert_array_equal(est.max_micro_batch(a), _stepwise_max_micro_batch(est, a))

@@ -29,8 +29,10 @@ class UnknownNameError(InputError):
 
     def __init__(self, field: str, name: str, candidates: Iterable[str], what: str = "name",
                  hint: str = "") -> None:
-        pool = list(candidates)
-        close = closest(name, pool)
+        self._named(field, what, name, closest(name, list(candidates)), hint)
+
+    def _named(self, field: str, what: str, name: str, close: list[str], hint: str) -> None:
+        """"unknown <what> '<name>'; closest: ...; <hint>" as the error of `field`."""
         message = f"unknown {what} '{name}'"
         if close:
             message += f"; closest: {', '.join(close)}"

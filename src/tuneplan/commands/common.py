@@ -9,24 +9,22 @@ import types
 import typing
 
 
-def positive_int(text: str) -> int:
+def _int_from(text: str, lowest: int, what: str) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    if v < lowest:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {v}")
     return v
+
+
+def positive_int(text: str) -> int:
+    return _int_from(text, 1, "a positive integer")
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
+    return _int_from(text, 0, ">= 0")
 
 
 def positive_float(text: str) -> float:

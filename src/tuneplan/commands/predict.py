@@ -36,16 +36,13 @@ def run(args: argparse.Namespace) -> int:
     check_predict_paths(args)
     # names resolved as `calibrate` resolves them (with each source's defaults); rows the catalogs
     # cannot resolve are reported and still written, with the reason in their error column
-    table = read_runs(args.runs, strict=args.strict, strict_names=args.strict_names)
+    # one reading: the rows set aside only because a name did not resolve come back name-free
+    table = read_runs(args.runs, strict=args.strict, strict_names=args.strict_names, keep_unresolved=True)
     report_problems(table.problems)
-    # the second, name-free reading only matters when some rows were set aside
-    raw = read_runs(args.runs, resolve=False).df if table.problems or not len(table.df) else table.df
-    if not len(raw):
+    df, rest = table.df, table.unresolved
+    if not len(df) and (rest is None or not len(rest)):
         require_rows(table, args.runs)
-    df = table.df
-    if len(raw) > len(df) and {"file", "line"} <= set(raw.columns):
-        seen = set(zip(df["file"], df["line"], strict=True))
-        rest = raw[[(f, ln) not in seen for f, ln in zip(raw["file"], raw["line"], strict=True)]]
+    if rest is not None and len(rest):
         df = pd.concat([df, rest], ignore_index=True).sort_values(["file", "line"], kind="stable")
         df = df.reset_index(drop=True)
     from tuneplan.plan.fastforest import accelerated

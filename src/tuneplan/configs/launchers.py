@@ -4,7 +4,7 @@ axolotl, transformers and accelerate write (`fsdp` + `fsdp_config`)."""
 from __future__ import annotations
 
 from tuneplan.configs.base import ConfigRead, Doc
-from tuneplan.configs.maps import optimizer, precision, truthy
+from tuneplan.configs.maps import precision, set_optimizer, truthy
 
 ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 """DeepSpeed `zero_optimization.stage` -> tuneplan sharding (stage 0: plain data parallel)."""
@@ -72,11 +72,7 @@ def read_deepspeed(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
             out.set("precision", dtype, f, p + f"{dtype}.enabled")
     opt = doc.get(p + "optimizer.type")
     if opt is not None:
-        o, note = optimizer(opt)
-        if o:
-            out.set("optimizer", o, f, p + "optimizer.type", note)
-        else:
-            out.ignore(f, p + "optimizer.type", f"optimizer '{opt}' not in tuneplan's list: AdamW assumed")
+        set_optimizer(out, f, p + "optimizer.type", opt)
     if truthy(doc.get(p + "activation_checkpointing.partition_activations", False)) or truthy(
             doc.get(p + "activation_checkpointing.cpu_checkpointing", False)):
         out.set("grad_ckpt", True, f, p + "activation_checkpointing")

@@ -64,6 +64,16 @@ def optimizer(name: str) -> tuple[str | None, str]:
     return None, ""
 
 
+def set_optimizer(out, f: str, key: str, name) -> None:
+    """A config's optimizer name on `out` (a ConfigRead): tuneplan's optimizer, or ignored (AdamW
+    assumed) when tuneplan does not know it."""
+    o, note = optimizer(name)
+    if o:
+        out.set("optimizer", o, f, key, note)
+    else:
+        out.ignore(f, key, f"optimizer '{name}' not in tuneplan's list: AdamW assumed")
+
+
 def precision(name) -> str | None:
     if name is None:
         return None

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tuneplan.configs.base import ConfigRead, Doc
-from tuneplan.configs.maps import optimizer, precision, truthy
+from tuneplan.configs.maps import precision, set_optimizer, truthy
 from tuneplan.configs.trainers import _common_ignored
 
 TORCHTUNE_MODELS = Path(__file__).resolve().parent.parent / "data" / "torchtune_models.yaml"
@@ -131,11 +131,7 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
                                              "(torchtune's padded_collate_sft)")
     opt = doc.get("optimizer._component_")
     if opt:
-        o, note = optimizer(opt)
-        if o:
-            out.set("optimizer", o, f, "optimizer._component_", note)
-        else:
-            out.ignore(f, "optimizer._component_", f"optimizer '{opt}' not in tuneplan's list: AdamW assumed")
+        set_optimizer(out, f, "optimizer._component_", opt)
     if truthy(doc.get("optimizer_in_bwd", False)):
         out.notes.append(f"{f}: optimizer_in_bwd: gradients freed as the optimizer steps in backward, not modelled")
     if truthy(doc.get("compile", False)):
@@ -232,11 +228,7 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
     if isinstance(opt, dict):
         doc.touch("optimizer")
     if name:
-        o, note = optimizer(name)
-        if o:
-            out.set("optimizer", o, f, "optimizer", note)
-        else:
-            out.ignore(f, "optimizer", f"optimizer '{name}' not in tuneplan's list: AdamW assumed")
+        set_optimizer(out, f, "optimizer", name)
     out.assume("optimizer", "adamw", f, "optimizer not set: litgpt default AdamW")
     _common_ignored(doc, out)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tuneplan.configs.base import ConfigRead, Doc
 from tuneplan.configs.launchers import read_deepspeed, read_fsdp
-from tuneplan.configs.maps import attention, optimizer, precision, targets, truthy
+from tuneplan.configs.maps import attention, precision, set_optimizer, targets, truthy
 
 HF_BATCH_DEFAULT = 8
 """transformers TrainingArguments.per_device_train_batch_size default (samples per GPU)."""
@@ -83,6 +83,16 @@ def _quant_method(out: ConfigRead, f: str, method: str, bits4_key: str | None, b
     return method
 
 
+def _distributed(doc: Doc, out: ConfigRead, follow) -> None:
+    """`deepspeed` (a file to follow, or the config inline) and the FSDP keys of HF-style configs."""
+    ds = doc.get("deepspeed")
+    if isinstance(ds, str) and ds:
+        follow(ds, "deepspeed")
+    elif isinstance(ds, dict):
+        read_deepspeed(doc, out, prefix="deepspeed.")
+    read_fsdp(doc, out, "fsdp", "fsdp_config")
+
+
 def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) -> None:
     """transformers TrainingArguments keys (shared by TRL and LLaMA-Factory configs)."""
     f = doc.path
@@ -109,11 +119,7 @@ def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) ->
         out.assume("precision", defaults["precision"], f, defaults["precision_why"])
     opt = doc.get("optim")
     if opt is not None:
-        o, note = optimizer(opt)
-        if o:
-            out.set("optimizer", o, f, "optim", note)
-        else:
-            out.ignore(f, "optim", f"optimizer '{opt}' not in tuneplan's list: AdamW assumed")
+        set_optimizer(out, f, "optim", opt)
     out.assume("optimizer", "adamw", f, f"optim not set: {flavour} default adamw_torch_fused")
     gc = doc.get("gradient_checkpointing")
     if gc is not None:
@@ -121,12 +127,7 @@ def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) ->
     elif "grad_ckpt" in defaults:
         out.assume("grad_ckpt", defaults["grad_ckpt"], f, defaults["grad_ckpt_why"])
     doc.touch("gradient_checkpointing_kwargs")
-    ds = doc.get("deepspeed")
-    if isinstance(ds, str) and ds:
-        follow(ds, "deepspeed")
-    elif isinstance(ds, dict):
-        read_deepspeed(doc, out, prefix="deepspeed.")
-    read_fsdp(doc, out, "fsdp", "fsdp_config")
+    _distributed(doc, out, follow)
     if truthy(doc.get("use_liger_kernel", False)):
         out.notes.append(f"{f}: use_liger_kernel: Liger's fused kernels are not modelled (their lower "
                          "loss memory is not counted)")
@@ -156,18 +157,9 @@ def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
     _axolotl_attention(doc, out)
     opt = doc.get("optimizer")
     if opt is not None:
-        o, note = optimizer(opt)
-        if o:
-            out.set("optimizer", o, f, "optimizer", note)
-        else:
-            out.ignore(f, "optimizer", f"optimizer '{opt}' not in tuneplan's list: AdamW assumed")
+        set_optimizer(out, f, "optimizer", opt)
     out.assume("optimizer", "adamw", f, "optimizer not set: axolotl default adamw_torch_fused")
-    ds = doc.get("deepspeed")
-    if isinstance(ds, str) and ds:
-        follow(ds, "deepspeed")
-    elif isinstance(ds, dict):
-        read_deepspeed(doc, out, prefix="deepspeed.")
-    read_fsdp(doc, out, "fsdp", "fsdp_config")
+    _distributed(doc, out, follow)
     doc.touch("fsdp_version")
     for key, fld in (("tensor_parallel_size", "tp"), ("context_parallel_size", "cp"),
                      ("sequence_parallel_degree", "cp")):
@@ -175,6 +167,17 @@ def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
         if isinstance(v, int) and v > 1:
             out.set(fld, v, f, key)
     _common_ignored(doc, out)
+
+
+def _target_modules(doc: Doc, out: ConfigRead, f: str) -> None:
+    """`lora_target_modules` (axolotl, TRL): the modules tuneplan models set, the others said ignored."""
+    tm = doc.strs("lora_target_modules")
+    if tm:
+        t, unknown = targets(tm)
+        if t:
+            out.set("lora_targets", t, f, "lora_target_modules")
+        if unknown:
+            out.ignore(f, "lora_target_modules", f"modules {', '.join(unknown)} not modelled")
 
 
 def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
@@ -200,13 +203,7 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "scales the update: no effect on cost")
         if truthy(doc.get("lora_target_linear", False)):
             out.set("lora_targets", ("all-linear",), f, "lora_target_linear")
-        tm = doc.strs("lora_target_modules")
-        if tm:
-            t, unknown = targets(tm)
-            if t:
-                out.set("lora_targets", t, f, "lora_target_modules")
-            if unknown:
-                out.ignore(f, "lora_target_modules", f"modules {', '.join(unknown)} not modelled")
+        _target_modules(doc, out, f)
         out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "no lora_target_modules: peft's default q_proj, v_proj")
         mts = doc.strs("lora_modules_to_save")
         if mts:
@@ -477,13 +474,7 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
             "lora_rank", TRL_LORA_R_DEFAULT, f, "lora_r not set: TRL ModelConfig default")
         if doc.get("lora_alpha") is not None:
             out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "no effect on cost")
-        tm = doc.strs("lora_target_modules")
-        if tm:
-            t, unknown = targets(tm)
-            if t:
-                out.set("lora_targets", t, f, "lora_target_modules")
-            if unknown:
-                out.ignore(f, "lora_target_modules", f"modules {', '.join(unknown)} not modelled")
+        _target_modules(doc, out, f)
         out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "lora_target_modules not set: peft's default q_proj, v_proj")
     else:
         out.assume("method", "full", f, "use_peft not set: every parameter trained")

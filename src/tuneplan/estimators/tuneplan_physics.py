@@ -19,6 +19,14 @@ MFU_CEILING = 0.80
 says (the best published large-model training MFUs are ~0.5-0.6 of dense peak; 0.8 leaves room)."""
 
 
+
+BISECTION_STEPS = 14
+"""Halvings of [0, 4097) in the search for the largest micro-batch that fits (at least log2 4097)."""
+LOOKAHEAD = 3
+"""Halvings evaluated per predict_arrays call when few rows are searched (7 micro-batches per row)."""
+LOOKAHEAD_MAX_ROWS = 64
+"""Rows up to which the look-ahead pays (each call's fixed cost dominates); more rows: one halving a call."""
+
 class TuneplanEstimator:
     name = "tuneplan"
     memory_parts = MEMORY_PARTS
@@ -124,18 +132,44 @@ class TuneplanEstimator:
     def max_micro_batch(self, a: Arrays) -> np.ndarray:
         if self.residual is None and self.stack is None:
             return max_micro_batch(a, self.constants)
-        # search with the corrected memory
+        # search with the corrected memory: 14 halvings of [0, 4097)
         n = len(a["micro_batch"])
         lo = np.zeros(n)
         hi = np.full(n, 4097.0)
-        for _ in range(14):
-            mid = np.maximum(np.floor((lo + hi) / 2.0), 1.0)
-            trial = dict(a)
-            trial["micro_batch"] = mid
-            ok = self.predict_arrays(trial)["fits"]
-            lo = np.where(ok & (mid > lo), mid, lo)
-            hi = np.where(~ok, mid, hi)
+        done = 0
+        while done < BISECTION_STEPS:
+            # few rows (an estimate): LOOKAHEAD halvings per call, every micro-batch they may try at once
+            k = min(LOOKAHEAD if n <= LOOKAHEAD_MAX_ROWS else 1, BISECTION_STEPS - done)
+            lo, hi = self._halvings(a, lo, hi, k)
+            done += k
         return lo.astype(int)
+
+    def _halvings(self, a: Arrays, lo: np.ndarray, hi: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """k steps of the bisection on `fits` in one predict_arrays call: the 2^k - 1 micro-batches the
+        next k steps may try (node i's children: 2i+1 when it fits, 2i+2 when not), then the walk."""
+        n = len(lo)
+        nodes = [(lo, hi)]
+        mids = []
+        for i in range(2**k - 1):
+            n_lo, n_hi = nodes[i]
+            mid = np.maximum(np.floor((n_lo + n_hi) / 2.0), 1.0)
+            mids.append(mid)
+            nodes.append((np.where(mid > n_lo, mid, n_lo), n_hi))  # fits: lo moves up
+            nodes.append((n_lo, mid))  # does not fit: hi comes down
+        reps = len(mids)
+        trial = {key: (np.tile(v, reps) if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
+                 for key, v in a.items()} if reps > 1 else dict(a)
+        trial["micro_batch"] = np.concatenate(mids)
+        ok = np.asarray(self.predict_arrays(trial)["fits"], dtype=bool).reshape(reps, n)
+        mid_at = np.stack(mids)
+        node = np.zeros(n, dtype=int)
+        cols = np.arange(n)
+        for _ in range(k):
+            fits, mid = ok[node, cols], mid_at[node, cols]
+            lo = np.where(fits & (mid > lo), mid, lo)
+            hi = np.where(~fits, mid, hi)
+            node = 2 * node + np.where(fits, 1, 2)
+        return lo, hi
 
     def assumptions(self, job=None) -> list[str]:
         c = self.constants

@@ -121,38 +121,45 @@ def _memo(cache: dict | None, key: tuple, fn, *args):
             cache[key] = exc
     got = cache[key]
     if isinstance(got, TuneplanError):
-        raise got
+        raise got.with_traceback(None)  # the same error again, not a growing chain of tracebacks
     return got
 
 
-def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
-    """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
-    (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
-    from tuneplan.specs.catalog import resolve_run_model
-    from tuneplan.specs.framework import framework_for_text, get_framework
-    from tuneplan.specs.gpu import resolve_gpu
+class _Defaults(list):
+    """The defaults a row took, in the order they were taken (`RowConfig.defaults_used`)."""
 
-    used: list[str] = []
-
-    def default(key: str):
+    def take(self, key: str):
         v, why = DEFAULTS[key]
-        used.append(f"{key}={v} ({why})")
+        self.append(f"{key}={v} ({why})")
         return v
 
-    stage = str(_get(row, "stage") or "sft").strip().lower()
-    if stage != "sft":  # a DPO / GRPO... step is not an SFT step: estimate it with --stage (docs/stages.md)
-        raise InputError("stage", f"'{stage}' rows are not learned from or predicted per row (the learners model "
-                         "SFT steps); use tuneplan estimate --stage " + stage)
+
+def _row_model_gpu(row: dict, cache: dict | None, used: _Defaults) -> tuple[ModelSpec, GPUSpec]:
+    """The row's model (truncated to a profiled --layers N) and GPU, each distinct name resolved once."""
+    from tuneplan.specs.catalog import resolve_run_model
+    from tuneplan.specs.gpu import resolve_gpu
+
     seq_cell = _get(row, "seq_len")
     m_args = (str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""), str(_get(row, "notes") or ""),
               float(seq_cell) if seq_cell is not None else None)
-    model = _memo(cache, ("model", *m_args), resolve_run_model, *m_args)
+    try:  # by its names (one ModelSpec per distinct name); the notes only when the catalog has none
+        model = _memo(cache, ("model", *m_args[:2]), resolve_run_model, *m_args[:2])
+    except InputError:
+        if not m_args[2]:
+            raise
+        model = _memo(cache, ("model", *m_args), resolve_run_model, *m_args)
     layers = _get(row, "layers")
     if layers is not None and int(float(layers)) != model.n_layers:
-        model = truncated(model, int(float(layers)), str(_get(row, "model_hf_id") or _get(row, "model") or ""))
+        where = str(_get(row, "model_hf_id") or _get(row, "model") or "")
+        model = _memo(cache, ("truncated", id(model), int(float(layers)), where), truncated, model,
+                      int(float(layers)), where)
         used.append(f"layers={int(float(layers))} (the profiled model was truncated)")
     gpu_name = str(_get(row, "gpu_resolved") or _get(row, "gpu") or "")
-    gpu = _memo(cache, ("gpu", gpu_name), resolve_gpu, gpu_name)
+    return model, _memo(cache, ("gpu", gpu_name), resolve_gpu, gpu_name)
+
+
+def _row_method(row: dict, used: _Defaults) -> str:
+    """The method the row names (`other`: the one its notes name, or a generic adapter)."""
     method_raw = str(_get(row, "method") or "").lower()
     if method_raw not in METHOD_MAP:
         raise InputError("method", f"'{method_raw or '(empty)'}' is not a method tuneplan models",
@@ -163,9 +170,14 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
 
         method = named_method(str(_get(row, "notes") or "")) or "adapter"
         used.append(f"method={method} (method other; {'named in the notes' if method != 'adapter' else 'generic adapter'})")
+    return method
+
+
+def _row_precision_quant(row: dict, method: str, used: _Defaults) -> tuple[str, str | None, str]:
+    """(precision, base quantisation or None, method): LoRA over a quantised base is QLoRA / GPTQ-LoRA."""
     prec_raw = _get(row, "precision")
     if prec_raw is None:
-        precision = default("precision")
+        precision = used.take("precision")
     else:
         precision = PRECISION_MAP.get(str(prec_raw).lower())
         if precision is None:
@@ -184,11 +196,13 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
         method = "qlora"
     if method == "lora" and quant in ("gptq-int4", "awq-int4", "int8", "aqlm-2bit"):
         method = "gptq-lora"
-    opt_raw = _get(row, "optimizer")
-    optimizer = default("optimizer") if opt_raw is None else OPTIMIZER_MAP.get(str(opt_raw).lower(), "adamw")
-    shard = parse_sharding(_get(row, "sharding"))
-    gpus = int(float(_get(row, "gpus") or default("gpus")))
-    nodes = int(float(_get(row, "nodes") or default("nodes")))
+    return precision, quant, method
+
+
+def _row_batch(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, Any, Any]:
+    """(gpus, nodes, micro-batch, grad accumulation); a global batch fills the missing one."""
+    gpus = int(float(_get(row, "gpus") or used.take("gpus")))
+    nodes = int(float(_get(row, "nodes") or used.take("nodes")))
     ga = _get(row, "grad_accum")
     mb = _get(row, "micro_batch_size")
     gb = _get(row, "global_batch_size")
@@ -199,51 +213,89 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
         mb = max(1, int(round(float(gb) / (dp * ga_v))))
         used.append(f"micro_batch_size={mb} (global batch / (dp x grad_accum))")
     elif mb is None:
-        mb = default("micro_batch_size")
+        mb = used.take("micro_batch_size")
     if ga is None and gb is not None:
         ga = max(1, int(round(float(gb) / (dp * float(mb)))))
         used.append(f"grad_accum={ga} (global batch / (dp x micro-batch))")
     elif ga is None:
-        ga = default("grad_accum")
+        ga = used.take("grad_accum")
+    return gpus, nodes, mb, ga
+
+
+def _row_stack(row: dict) -> tuple[str, Any, str]:
+    """(padding, framework, adapter dtype): the stack's defaults from data/frameworks.yaml."""
+    from tuneplan.specs.framework import framework_for_text, get_framework
+
+    pad = str(_get(row, "padding") or "max").strip().lower()
+    if pad not in PADDINGS:
+        raise InputError("padding", f"unknown padding '{pad}'", PADDINGS)
+    fw = get_framework(framework_for_text(_get(row, "framework")))
+    adapter_dtype = str(_get(row, "adapter_dtype") or ("fp32" if fw.adapter_fp32 else "compute")).strip().lower()
+    if adapter_dtype not in ADAPTER_DTYPES:
+        raise InputError("adapter_dtype", f"unknown adapter dtype '{adapter_dtype}'", ADAPTER_DTYPES)
+    return pad, fw, adapter_dtype
+
+
+def _row_adapter_fields(row: dict, method: str, model: ModelSpec, used: _Defaults) -> dict[str, Any]:
+    """Rank and targets of a LoRA-like method (peft's defaults when empty), or a PEFT method's fields."""
+    if method in LORA_LIKE:
+        rank = _get(row, "lora_rank")
+        targets = _get(row, "lora_targets")
+        out: dict[str, Any] = {"lora_rank": int(float(rank)) if rank is not None else used.take("lora_rank")}
+        t = str(targets) if targets is not None else used.take("lora_targets")
+        out["lora_targets"] = tuple(x for x in re.split(r"[,+]", t) if x)
+        return out
+    if method in PEFT_METHOD_NAMES:
+        return peft_fields(row, method, model, used)
+    return {}
+
+
+def _job(kw: dict[str, Any]) -> JobSpec:
+    try:
+        return JobSpec(**kw)
+    except ValueError as exc:
+        msg = str(exc).splitlines()
+        raise InputError("row", msg[-1] if msg else "invalid configuration") from None
+
+
+def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
+    """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
+    (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
+    used = _Defaults()
+    stage = str(_get(row, "stage") or "sft").strip().lower()
+    if stage != "sft":  # a DPO / GRPO... step is not an SFT step: estimate it with --stage (docs/stages.md)
+        raise InputError("stage", f"'{stage}' rows are not learned from or predicted per row (the learners model "
+                         "SFT steps); use tuneplan estimate --stage " + stage)
+    model, gpu = _row_model_gpu(row, cache, used)
+    method = _row_method(row, used)
+    precision, quant, method = _row_precision_quant(row, method, used)
+    opt_raw = _get(row, "optimizer")
+    optimizer = used.take("optimizer") if opt_raw is None else OPTIMIZER_MAP.get(str(opt_raw).lower(), "adamw")
+    shard = parse_sharding(_get(row, "sharding"))
+    gpus, nodes, mb, ga = _row_batch(row, shard, used)
     seq = _get(row, "seq_len") or _get(row, "avg_tokens_per_sample")
     if seq is None:
         raise InputError("seq_len", "is empty (and no avg_tokens_per_sample)")
     gc = _get(row, "grad_ckpt")
     fa = _get(row, "flash_attn")
-    pad = str(_get(row, "padding") or "max").strip().lower()
-    if pad not in PADDINGS:
-        raise InputError("padding", f"unknown padding '{pad}'", PADDINGS)
-    fw = get_framework(framework_for_text(_get(row, "framework")))  # data/frameworks.yaml: the stack's defaults
-    adapter_dtype = str(_get(row, "adapter_dtype") or ("fp32" if fw.adapter_fp32 else "compute")).strip().lower()
-    if adapter_dtype not in ADAPTER_DTYPES:
-        raise InputError("adapter_dtype", f"unknown adapter dtype '{adapter_dtype}'", ADAPTER_DTYPES)
-    rank = _get(row, "lora_rank")
-    targets = _get(row, "lora_targets")
+    pad, fw, adapter_dtype = _row_stack(row)
+    prec_raw = _get(row, "precision")
     kw: dict[str, Any] = {
         "method": method, "precision": precision, "optimizer": optimizer, "gpus": gpus, "nodes": nodes,
         # amp-*: mixed precision over fp32 weights (an fp32 master copy); plain bf16/fp16: by framework
         "master_weights": "fp32" if str(prec_raw or "").lower().startswith("amp-") else "auto",
         "micro_batch": int(float(mb)), "grad_accum": int(float(ga)), "seq_len": int(round(float(seq))),
-        "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(default("grad_ckpt")),
-        "flash_attn": bool(int(float(fa))) if fa is not None else bool(default("flash_attn")),
+        "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take("grad_ckpt")),
+        "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name,
         **shard,
     }
     if quant is not None and method != "full":
         kw["quant"] = quant
-    if method in LORA_LIKE:
-        kw["lora_rank"] = int(float(rank)) if rank is not None else default("lora_rank")
-        t = str(targets) if targets is not None else default("lora_targets")
-        kw["lora_targets"] = tuple(x for x in re.split(r"[,+]", t) if x)
-    elif method in PEFT_METHOD_NAMES:
-        kw.update(peft_fields(row, method, model, used))
-    try:
-        job = JobSpec(**kw)
-    except ValueError as exc:
-        msg = str(exc).splitlines()
-        raise InputError("row", msg[-1] if msg else "invalid configuration") from None
-    return RowConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=used,
+    kw.update(_row_adapter_fields(row, method, model, used))
+    job = _memo(cache, ("job", *kw.items()), _job, kw)
+    return RowConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=list(used),
                      mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
 
@@ -275,15 +327,15 @@ def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[st
     """Configurations for many rows; None plus a reason where a row cannot be predicted."""
     out: list[RowConfig | None] = []
     errors: list[str | None] = []
-    from tuneplan.physics.terms import model_terms
+    from tuneplan.physics.terms import model_terms, terms_key
 
     cache: dict = {}
     for r in rows:
         try:
             cfg = row_to_config(r, cache)
-            # shape problems (rank, targets) surface here, once per distinct model and job
-            _memo(cache, ("terms", cfg.model.name, cfg.model.n_layers, cfg.model.params_total, cfg.job), model_terms,
-                  cfg.model, cfg.job)
+            # shape problems (rank, targets) surface here, once per distinct model and method settings
+            _memo(cache, ("terms", cfg.model.name, cfg.model.n_layers, cfg.model.params_total, *terms_key(cfg.job)),
+                  model_terms, cfg.model, cfg.job)
             out.append(cfg)
             errors.append(None)
         except TuneplanError as exc:

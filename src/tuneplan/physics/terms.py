@@ -458,16 +458,22 @@ def stack_numbers(model, gpu, job, seq):
     return numbers(model, gpu, job, seq)
 
 
+def terms_key(job: JobSpec) -> tuple:
+    """The job fields `model_terms` reads: two jobs with the same key have the same terms on a model
+    (batch shape, parallelism and the work do not enter them)."""
+    return (job.method, job.lora_rank, job.lora_targets, job.trainable_layers, job.precision, job.quant,
+            job.optimizer, job.grad_ckpt, job.moe_mode, job.images_per_example, job.image_size,
+            job.train_vision_tower, job.peft_options, job.trainable_params,
+            frozenset(job.model_fields_set & {"lora_rank", "lora_targets"}), job.ckpt_mode)
+
+
 def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None) -> dict[str, np.ndarray]:
     """Flat dict of arrays for many (model, gpu, job, seq_len) configurations."""
     cols: dict[str, list[float]] = {}
     names: dict[str, list[str]] = {}
     cache: dict[tuple, ModelTerms] = {}
     for model, gpu, job, seq in rows:
-        key = (id(model), job.method, job.lora_rank, job.lora_targets, job.trainable_layers,
-               job.precision, job.quant, job.optimizer, job.grad_ckpt, job.moe_mode, job.images_per_example,
-               job.image_size, job.train_vision_tower, job.peft_options, job.trainable_params,
-               frozenset(job.model_fields_set & {"lora_rank", "lora_targets"}), job.ckpt_mode)
+        key = (id(model), *terms_key(job))
         mt = cache.get(key)
         if mt is None:
             mt = model_terms(model, job, constants)

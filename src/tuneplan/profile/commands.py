@@ -165,7 +165,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         "config_override": parse_overrides(args.config_override), "seed": args.seed,
         "gpu_name": args.gpu_name, "timeout_s": args.timeout, "progress": not args.no_progress,
         "stage": args.stage, "trainer": args.trainer, "group_size": args.group_size,
-        "completion_len": args.completion_len,
+        "completion_len": args.completion_len, "isolate": not args.in_process,
         "echo": lambda line: print(line, flush=True),
     }
     before = _count_rows(args.out)
@@ -274,4 +274,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--target-error", type=float, default=0.05,
                    help="--auto stops once the leave-one-out error falls below this (default 0.05)")
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.add_argument("--in-process", action="store_true",
+                   help="measure in this process (default: each configuration in a child process, so that "
+                        "one the system's OOM killer ends is recorded as an oom row)")
     q.set_defaults(func=cmd_profile)

@@ -62,6 +62,7 @@ class ProfileConfig:
     trainer: str = "loop"  # sft: the profiler's own loop, or "trl" (TRL's SFTTrainer); dpo/grpo: always trl
     group_size: int = 8  # grpo: completions per prompt (TRL num_generations default)
     completion_len: int = 64  # grpo: new tokens per completion (all generated: min_new_tokens)
+    isolate: bool = False  # each configuration in a child process: a death by the OOM killer is an oom row
 
     @property
     def is_lora(self) -> bool:

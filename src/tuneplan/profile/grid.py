@@ -65,6 +65,7 @@ def build_configs(model: str, methods: Iterable[str] = ("full",), seq_lens: Iter
         lora_rank=_as_list(opts.get("lora_ranks"), [16])[0],
         stage=opts.get("stage") or "sft", trainer=opts.get("trainer") or "loop",
         group_size=int(opts.get("group_size") or 8), completion_len=int(opts.get("completion_len") or 64),
+        isolate=bool(opts.get("isolate", False)),
     )
     lists = {
         "method": _as_list(methods, ["full"]),

@@ -356,6 +356,86 @@ def _autocast(cfg: ProfileConfig, device: str) -> contextlib.AbstractContextMana
     return contextlib.nullcontext()
 
 
+class _Steps:
+    """The optimizer steps of one measurement; `clear` drops the model, optimizer and batch it holds."""
+
+    def __init__(self, cfg: ProfileConfig, device: str, dist: DistContext | None, cap: MemoryCap, model: Any,
+                 opt: Any, batch: Any, scaler: Any) -> None:
+        self.cfg, self.device, self.dist, self.cap = cfg, device, dist, cap
+        self.model, self.opt, self.batch, self.scaler = model, opt, batch, scaler
+
+    def step(self, no_sync: bool = False) -> None:
+        cfg, dist, cap, model, opt, scaler = self.cfg, self.dist, self.cap, self.model, self.opt, self.scaler
+        for i in range(cfg.grad_accum):
+            last = i == cfg.grad_accum - 1
+            ctx = dist.no_sync(model) if (dist is not None and (no_sync or not last)) \
+                else contextlib.nullcontext()
+            with ctx:
+                with _autocast(cfg, self.device):
+                    loss = model(input_ids=self.batch, labels=self.batch).loss / cfg.grad_accum
+                cap.check("forward")
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+            cap.check("backward")
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        cap.check("optimizer step")
+
+    def timed(self, n: int, no_sync: bool = False) -> list[float]:
+        times = []
+        for _ in range(n):
+            _sync(self.device)
+            t0 = time.perf_counter()
+            self.step(no_sync)
+            _sync(self.device)
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def clear(self) -> None:
+        self.model = self.opt = self.batch = self.scaler = None
+
+
+def _run_steps(steps: _Steps, cfg: ProfileConfig, dist: DistContext | None, params: list, out: Measured) -> None:
+    """Warm-up, then the timed steps (data parallel: synchronised and no-sync steps interleaved, so
+    drift affects both alike, and the all-reduce timed on its own)."""
+    import torch
+
+    steps.timed(cfg.warmup)
+    if dist is None:
+        out.step_times = steps.timed(cfg.steps)
+        return
+    steps.timed(1, no_sync=True)
+    n_nosync = max(2, (cfg.steps + 1) // 2)
+    for i in range(cfg.steps):
+        out.step_times += steps.timed(1)
+        if i < n_nosync:
+            out.nosync_times += steps.timed(1, no_sync=True)
+    out.nosync_times += steps.timed(max(0, n_nosync - cfg.steps), no_sync=True)
+    n_grad = sum(p.numel() for p in params)
+    out.allreduce_s = dist.allreduce_time(n_grad, params[0].dtype if params else torch.float32)
+
+
+def _record_peaks(out: Measured, tracker: PeakTracker, dist: DistContext | None) -> None:
+    """The tracker's peaks into `out`; data parallel: step times and peaks of the slowest / largest rank."""
+    out.peak_bytes = tracker.peak_bytes()
+    out.peak_growth_bytes = tracker.growth_bytes()
+    out.peak_reserved_bytes = tracker.peak_reserved_bytes()
+    if dist is None:
+        return
+    out.step_times = dist.max_over_ranks(out.step_times)
+    out.nosync_times = dist.max_over_ranks(out.nosync_times)
+    peaks = dist.max_over_ranks([float(out.peak_bytes), float(out.peak_growth_bytes),
+                                 float(out.peak_reserved_bytes or 0)])
+    out.peak_bytes, out.peak_growth_bytes = int(peaks[0]), int(peaks[1])
+    out.peak_reserved_bytes = int(peaks[2]) if out.peak_reserved_bytes is not None else None
+
+
 def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContext | None,
              out: Measured | None = None) -> Measured:
     """Fill `out` (the caller keeps it, so a failure still knows what was built)."""
@@ -370,14 +450,13 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
         torch.cuda.set_device(torch.device(device))
         torch.cuda.empty_cache()
     tracker.reset()
-    model = opt = batch = scaler = None
+    model = batch = params = steps = None
     try:
         if cfg.stage != "sft" or cfg.trainer == "trl":  # TRL's SFT / DPO / GRPO trainers (profile/stages.py)
             from tuneplan.profile.stages import measure_stage
 
             out.step_times, out.build = measure_stage(cfg, src, device)
-            out.peak_bytes, out.peak_growth_bytes = tracker.peak_bytes(), tracker.growth_bytes()
-            out.peak_reserved_bytes = tracker.peak_reserved_bytes()
+            _record_peaks(out, tracker, None)
             return out
         with MemoryCap(cfg.max_mem_gib, tracker, collective=dist is not None) as cap:
             built = build_model(src, cfg, device)
@@ -393,70 +472,18 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
             opt = make_optimizer(cfg, params)
             g = torch.Generator().manual_seed(cfg.seed + 1 + (dist.rank if dist else 0))
             batch = torch.randint(0, built.vocab_size, (cfg.micro_batch, cfg.seq_len), generator=g).to(device)
-            if cfg.precision == "amp-fp16":  # pragma: no cover - CUDA only
-                scaler = torch.amp.GradScaler("cuda")
-
-            def step(no_sync: bool = False) -> None:
-                for i in range(cfg.grad_accum):
-                    last = i == cfg.grad_accum - 1
-                    ctx = dist.no_sync(model) if (dist is not None and (no_sync or not last)) \
-                        else contextlib.nullcontext()
-                    with ctx:
-                        with _autocast(cfg, device):
-                            loss = model(input_ids=batch, labels=batch).loss / cfg.grad_accum
-                        cap.check("forward")
-                        if scaler is not None:
-                            scaler.scale(loss).backward()
-                        else:
-                            loss.backward()
-                    cap.check("backward")
-                if scaler is not None:
-                    scaler.step(opt)
-                    scaler.update()
-                else:
-                    opt.step()
-                opt.zero_grad(set_to_none=True)
-                cap.check("optimizer step")
-
-            def timed(n: int, no_sync: bool = False) -> list[float]:
-                times = []
-                for _ in range(n):
-                    _sync(device)
-                    t0 = time.perf_counter()
-                    step(no_sync)
-                    _sync(device)
-                    times.append(time.perf_counter() - t0)
-                return times
-
-            timed(cfg.warmup)
-            if dist is None:
-                out.step_times = timed(cfg.steps)
-            else:
-                # synchronised and no-sync steps interleaved, so drift affects both alike
-                timed(1, no_sync=True)
-                n_nosync = max(2, (cfg.steps + 1) // 2)
-                for i in range(cfg.steps):
-                    out.step_times += timed(1)
-                    if i < n_nosync:
-                        out.nosync_times += timed(1, no_sync=True)
-                out.nosync_times += timed(max(0, n_nosync - cfg.steps), no_sync=True)
-                n_grad = sum(p.numel() for p in params)
-                out.allreduce_s = dist.allreduce_time(n_grad, params[0].dtype if params else torch.float32)
+            scaler = torch.amp.GradScaler("cuda") if cfg.precision == "amp-fp16" else None
+            steps = _Steps(cfg, device, dist, cap, model, opt, batch, scaler)
+            opt = scaler = None
+            _run_steps(steps, cfg, dist, params, out)
         _sync(device)
-        out.peak_bytes = tracker.peak_bytes()
-        out.peak_growth_bytes = tracker.growth_bytes()
-        out.peak_reserved_bytes = tracker.peak_reserved_bytes()
-        if dist is not None:
-            out.step_times = dist.max_over_ranks(out.step_times)
-            out.nosync_times = dist.max_over_ranks(out.nosync_times)
-            peaks = dist.max_over_ranks([float(out.peak_bytes), float(out.peak_growth_bytes),
-                                         float(out.peak_reserved_bytes or 0)])
-            out.peak_bytes, out.peak_growth_bytes = int(peaks[0]), int(peaks[1])
-            out.peak_reserved_bytes = int(peaks[2]) if out.peak_reserved_bytes is not None else None
+        _record_peaks(out, tracker, dist)
         return out
     finally:
         tracker.stop()
-        model = opt = batch = scaler = None  # drop the references (closures hold the cells)
+        if steps is not None:
+            steps.clear()
+        model = batch = params = steps = None  # drop the references
         if out.build is not None:
             out.build.model = None
         release_freed_memory()
@@ -698,10 +725,40 @@ def _warm_process(cfg: ProfileConfig, src: ModelSource, device: str) -> None:
         _measure(tiny, src, device, None)
 
 
+def _run_here(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
+    """Measure in this process: the row (ok, or oom / error for a failure the process survives)."""
+    m = Measured()
+    try:
+        with _threads(cfg.threads):
+            _warm_process(cfg, src, device)
+            _measure(cfg, src, device, None, m)
+            return result_row(cfg, src, device, m)
+    except (TuneplanError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a recorded row, profiling goes on
+        row = failure_row(cfg, src, device, exc, is_oom(exc), m.build)
+        del exc
+        gc.collect()
+        return row
+
+
+def _run_in_child(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
+    """Measure in a child process (profile/isolate.py): a child the OOM killer ends (SIGKILL) is an
+    `oom` row, one ended otherwise an `error` row; the profiler goes on with the next configuration."""
+    from tuneplan.profile.isolate import ChildDied, run_isolated
+
+    try:
+        return run_isolated(_run_here, cfg, src, device, device=device)
+    except ChildDied as died:
+        return failure_row(cfg, src, device, died, died.killed)
+
+
 def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any]:
     """Measure one configuration; returns its row (status ok, oom or error). InputError for bad input.
 
-    A configuration with nproc > 1 is launched with torchrun (see profile.distributed).
+    A configuration with nproc > 1 is launched with torchrun (see profile.distributed); with
+    `cfg.isolate` a single-process one runs in a child process, so that even its death by the OOM
+    killer leaves a row.
     """
     cfg, src, device = prepare(cfg, src)
     t0 = time.perf_counter()
@@ -709,18 +766,9 @@ def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any
         from tuneplan.profile.distributed import launch
 
         row = launch(cfg, src, device)
+    elif cfg.isolate:
+        row = _run_in_child(cfg, src, device)
     else:
-        m = Measured()
-        try:
-            with _threads(cfg.threads):
-                _warm_process(cfg, src, device)
-                _measure(cfg, src, device, None, m)
-                row = result_row(cfg, src, device, m)
-        except (TuneplanError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure becomes a recorded row, profiling goes on
-            row = failure_row(cfg, src, device, exc, is_oom(exc), m.build)
-            del exc
-            gc.collect()
+        row = _run_here(cfg, src, device)
     row["wall_s"] = time.perf_counter() - t0
     return row

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
@@ -135,6 +136,8 @@ def csv_delimiter(path: Path) -> str:
 
 def cell_problem(cells: list[str]) -> str | None:
     """Why a record's cells cannot be a run: bytes that are not UTF-8, or a cell over MAX_CELL_CHARS."""
+    if max(map(len, cells), default=0) <= MAX_CELL_CHARS and not _NOT_UTF8.search("".join(cells)):
+        return None  # the common case in one pass; the loop below names the first bad cell
     for c in cells:
         if len(c) > MAX_CELL_CHARS:
             return f"a cell of {len(c):,} characters (at most {MAX_CELL_CHARS:,}); row skipped"
@@ -185,8 +188,11 @@ def _parquet_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[st
 
 
 class _Reader:
-    def __init__(self, strict: bool, resolve: bool, defaults: Defaults, strict_names: bool = False) -> None:
+    def __init__(self, strict: bool, resolve: bool, defaults: Defaults, strict_names: bool = False,
+                 keep_unresolved: bool = False) -> None:
         self.strict = strict
+        self.keep_unresolved = keep_unresolved and resolve
+        self.unresolved: list[dict[str, Any]] = []
         self.strict_names = strict_names
         self.resolve = resolve
         self.defaults = defaults
@@ -323,11 +329,25 @@ class _Reader:
             v["id"] = rid
         self.seen_rows[key] = where
 
+        if not self.keep_unresolved:
+            return self.normalise(v, records, source, schema, unit, name, line, self.resolve)
+        before = (dict(v), list(records))
+        try:
+            return self.normalise(v, records, source, schema, unit, name, line, True)
+        except RowError:
+            # set aside because a name did not resolve: kept as a name-free reading keeps it
+            with contextlib.suppress(RowError):
+                self.unresolved.append(self.normalise(*before, source, schema, unit, name, line, False))
+            raise
+
+    def normalise(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str, name: str,
+                  line: int, resolve: bool) -> dict[str, Any]:
+        """A parsed row's names resolved (when `resolve`), flags, defaults and derived figures applied."""
         rules = self.defaults.source(source)
         model_spec = None
         gpu_spec = None
         gpu_record = None
-        if self.resolve:
+        if resolve:
             model_spec = self.model(str(v.get("model") or ""), str(v.get("model_hf_id") or ""),
                                     str(v.get("notes") or ""), v.get("seq_len"))
             gpu_spec, gpu_record = self.gpu(str(v.get("gpu") or ""), source)
@@ -341,7 +361,7 @@ class _Reader:
         apply_defaults(st, self.defaults, rules, model_type)
         fill_from_catalog(st, model_spec)
         derive(st)
-        return self.finish(st, name, line, model_spec, gpu_spec)
+        return self.finish(st, name, line, model_spec, gpu_spec, resolve)
 
     def model(self, model: str, hf_id: str, notes: str = "", seq_len: Any = None) -> Any:
         if not model and not hf_id:
@@ -374,7 +394,8 @@ class _Reader:
             raise RowError(f"cannot resolve GPU '{gpu}': {_reason(got)}; row skipped")
         return got
 
-    def finish(self, st: RowState, name: str, line: int, model_spec: Any, gpu_spec: Any) -> dict[str, Any]:
+    def finish(self, st: RowState, name: str, line: int, model_spec: Any, gpu_spec: Any,
+               resolve: bool) -> dict[str, Any]:
         v = st.v
         notes = str(v.get("notes") or "")
         flags = st.flags
@@ -384,13 +405,13 @@ class _Reader:
         if is_est and status == "ok":
             status = ""
         is_oom = status == "oom"
-        if self.resolve:
+        if resolve:
             gpu_name = gpu_spec.name if gpu_spec is not None else ""
             model_name = str(getattr(model_spec, "name", "") or "")
         else:
             gpu_name = ""
             model_name = ""
-        has_gpu = bool(gpu_name) if self.resolve else bool(v.get("gpu"))
+        has_gpu = bool(gpu_name) if resolve else bool(v.get("gpu"))
         clean = not (is_oom or is_est or is_dup or status == "failed")
         has_thr = any(v.get(c) is not None for c in THROUGHPUT_COLUMNS)
         usable_thr = has_thr and clean and has_gpu and flags.get("usable_throughput", True) is not False
@@ -423,12 +444,17 @@ class _Reader:
         return row
 
     def table(self) -> RunTable:
+        unresolved = self.frame(self.unresolved) if self.keep_unresolved else None
+        return RunTable(df=self.frame(self.rows), problems=self.problems, unresolved=unresolved)
+
+    def frame(self, rows: list[dict[str, Any]]):
+        """Rows as a typed DataFrame: every reference, setting and added column, then the extras."""
         import pandas as pd
 
         extras = [c for c in self.extra_columns
                   if c not in REFERENCE_COLUMNS and c not in ADDED_COLUMNS and c not in SETTING_COLUMNS]
         columns = list(REFERENCE_COLUMNS) + list(SETTING_COLUMNS) + list(ADDED_COLUMNS) + extras
-        df = pd.DataFrame.from_records(self.rows, columns=columns) if self.rows else pd.DataFrame(columns=columns)
+        df = pd.DataFrame.from_records(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
         numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)
         for col in columns:
             if col in extras and col not in numeric:
@@ -449,7 +475,7 @@ class _Reader:
             elif col in STRING_ADDED or col not in numeric:
                 df[col] = df[col].map(lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x))
                                       else str(x)).astype(object)
-        return RunTable(df=df, problems=self.problems)
+        return df
 
 
 def _reason(exc: Exception) -> str:
@@ -461,7 +487,8 @@ def _reason(exc: Exception) -> str:
 
 
 def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, resolve: bool = True,
-              defaults: Defaults | str | Path | None = None, strict_names: bool = False) -> RunTable:
+              defaults: Defaults | str | Path | None = None, strict_names: bool = False,
+              keep_unresolved: bool = False) -> RunTable:
     """Read runs files into one `RunTable`.
 
     Each file is CSV (or Parquet, with pyarrow) in the reference schema or the LLMFineTuningBench
@@ -472,11 +499,14 @@ def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, re
     `defaults`: a parsed `Defaults` or a YAML path; the shipped source_defaults.yaml when None.
     A GPU family name (A100-80GB) is read as the catalog's default variant, recorded in `defaults_used`;
     `strict_names=True` refuses it instead (the row is reported and skipped).
+    `keep_unresolved=True` also keeps, in `RunTable.unresolved`, the rows set aside only because a
+    name did not resolve, as `resolve=False` would read them (one reading instead of two).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     defs = defaults if isinstance(defaults, Defaults) else load_defaults(defaults)
-    reader = _Reader(strict=strict, resolve=resolve, defaults=defs, strict_names=strict_names)
+    reader = _Reader(strict=strict, resolve=resolve, defaults=defs, strict_names=strict_names,
+                     keep_unresolved=keep_unresolved)
     for p in paths:
         p = Path(p)
         if p.is_dir():

@@ -9,6 +9,7 @@ trainable-parameter count when the notes give one. Every change is recorded in `
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from tuneplan.specs.peft import CATALOGUE
@@ -53,8 +54,9 @@ TRAINABLE = re.compile(r"trainable param(?:eter)?s?\s*(\(M\))?\s*[:=]?\s*(\d[\d,
 LORA_NAMES = ("lora", "qlora", "dora", "gptq-lora", "alora")
 
 
+@lru_cache(maxsize=4096)
 def named_method(notes: str) -> str | None:
-    """The PEFT method a row's notes name, or None."""
+    """The PEFT method a row's notes name, or None (each distinct notes text searched once)."""
     m = TUNER.search(notes)
     if m:
         name = m.group(1).lower().replace("_", "-")

@@ -67,6 +67,9 @@ class RunTable:
 
     df: pd.DataFrame
     problems: list[Problem] = field(default_factory=list)
+    unresolved: pd.DataFrame | None = None
+    """With `read_runs(..., keep_unresolved=True)`: the rows set aside only because a name did not
+    resolve, read as `resolve=False` reads them (model_resolved / gpu_resolved '')."""
 
     def __len__(self) -> int:
         return len(self.df)

@@ -146,6 +146,7 @@ def model_aliases() -> dict[str, Alias]:
     if not ALIASES_FILE.exists():
         return out
     section = ""
+    catalog_lower = {c.lower() for c in catalog}
     for lineno, line in enumerate(ALIASES_FILE.read_text(encoding="utf-8").splitlines(), start=1):
         s = line.strip()
         if s.startswith("#"):
@@ -175,7 +176,7 @@ def model_aliases() -> dict[str, Alias]:
                 overrides.append((key, int(om.group(2))))
         for alias_id in _expand_alias_cell(cells[0]):
             key = alias_id.lower()
-            if key in (c.lower() for c in catalog) and not overrides:
+            if key in catalog_lower and not overrides:
                 continue  # a catalog file's own row
             prev = out.get(key)
             if prev is not None and prev.kind == "exact" and section != "quantized":
@@ -469,15 +470,7 @@ class UnknownModelError(UnknownNameError):
         for s in closest(name.split("/")[-1], list(short_map)):
             if short_map[s] not in close:
                 close.append(short_map[s])
-        close = close[:5]
-        message = f"unknown model '{name}'"
-        if close:
-            message += f"; closest: {', '.join(close)}"
-        if hint:
-            message += f"; {hint}"
-        self.name = name
-        self.close = close
-        InputError.__init__(self, FIELD, message)
+        self._named(FIELD, "model", name, close[:5], hint)
 
 
 def _resolve(name_or_path: str, *, hub: bool = True) -> _Resolved:

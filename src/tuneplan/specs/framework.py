@@ -114,7 +114,7 @@ def load_frameworks() -> dict[str, FrameworkSpec]:
     import yaml
 
     text = resources.files("tuneplan.data").joinpath("frameworks.yaml").read_text(encoding="utf-8")
-    raw = yaml.safe_load(text)["frameworks"]
+    raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["frameworks"]  # libyaml when built
     return {name: _parse(name, d) for name, d in raw.items()}
 
 
