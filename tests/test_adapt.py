@@ -49,12 +49,18 @@ def test_per_method_scales_need_two_runs_of_two_methods():
     assert fit_adapter(base, training_set(one)).adapter.method_log_scales == {}
 
 
-def test_memory_offset_moves_the_prediction_onto_the_measured_peak():
-    base = default_calibration().estimator()
-    ts = training_set(_rows(1))
-    fit = fit_adapter(base, ts)
+def test_memory_offset_moves_the_predictions_onto_the_measured_peaks_from_eight_runs():
+    from tuneplan.learn.adapt import MEMORY_OFFSET_MIN_ROWS
     from tuneplan.learn.predict_table import memory_for_kind
 
+    base = default_calibration().estimator()
+    few = fit_adapter(base, training_set(_rows(1)))
+    assert few.adapter.memory_offset_gib == 0.0 and any("memory offset" in x for x in few.not_fitted)
+    df = _rows(1)
+    df = pd.concat([df] * MEMORY_OFFSET_MIN_ROWS, ignore_index=True).assign(id=lambda d: [f"r{i}" for i in d.index])
+    ts = training_set(df)
+    fit = fit_adapter(base, ts)
+    assert fit.adapter.memory_offset_gib != 0.0
     p = predict_configs(ts.configs, base.with_stack(fit.adapter), with_max_batch=False)
     assert memory_for_kind(p, ts.mem_kind)[0] == pytest.approx(ts.peak_mem_gib[0], rel=1e-3)
     # the parts still add up to the total

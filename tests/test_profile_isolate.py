@@ -43,6 +43,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from tuneplan.profile import isolate as isolate_mod  # noqa: E402
 from tuneplan.profile import runner as runner_mod  # noqa: E402
 from tuneplan.profile.config import ProfileConfig  # noqa: E402
 from tuneplan.profile.grid import profile_grid  # noqa: E402
@@ -75,6 +76,7 @@ def test_oom_killed_configuration_is_an_oom_row_and_profiling_goes_on(tiny, tmp_
             os.kill(os.getpid(), signal.SIGKILL)
         return real(cfg, src, device, dist, out)
 
+    monkeypatch.setattr(isolate_mod, "START_METHOD", "fork")  # the child must see the patched _measure
     monkeypatch.setattr(runner_mod, "_measure", killed_at_batch_2)
     out = tmp_path / "runs.csv"
     rows = profile_grid(tiny, ["full"], [16], [1, 2, 3], [1], out=out, isolate=True, **FAST)
@@ -92,6 +94,7 @@ def test_profile_command_isolates_by_default(tiny, tmp_path, monkeypatch, capsys
     def killed(cfg, src, device, dist, out=None):
         os.kill(os.getpid(), signal.SIGKILL)
 
+    monkeypatch.setattr(isolate_mod, "START_METHOD", "fork")
     monkeypatch.setattr(runner_mod, "_measure", killed)
     ap = argparse.ArgumentParser(prog="tuneplan")
     register(ap.add_subparsers(dest="cmd", required=True))

@@ -10,7 +10,7 @@ import sys
 def register(sub) -> None:
     c = sub.add_parser("calibrate", help="fit a calibration on measured runs",
                        description="Adapt the shipped calibration to your runs (an overall throughput scale "
-                                   "from 1 run, per-method scales, a memory offset; from 8 runs a fit on your "
+                                   "from 1 run, per-method scales; from 8 runs a memory offset and a fit on your "
                                    "runs alone when it predicts your held-out runs better), or with "
                                    "--from-scratch fit a learner on the rows alone, from the uncalibrated physics. "
                                    "Writes a versioned calibration file with its training data's fingerprint.",

@@ -5,9 +5,8 @@ nothing the measurement itself can write. `run_isolated` runs a function in a ch
 returns its result; a child that dies without one raises `ChildDied` with its exit code (negative:
 the signal), which the profiler records as an `oom` row (SIGKILL) or an `error` row.
 
-On CPU the child is forked (cheap: torch and the model source are already loaded); with CUDA it
-comes from a fork server that has imported torch but never touched the GPU (CUDA cannot be used in a
-child forked after the parent initialised it).
+The child comes from a fork server that has imported torch but never run it (a child forked after the
+parent ran torch hangs in its OpenMP pool on CPU, and cannot use CUDA once the parent initialised it).
 """
 
 from __future__ import annotations
@@ -86,17 +85,24 @@ def _child(conn, fn: Callable[..., Any], args: tuple) -> None:
         conn.close()
 
 
+START_METHOD = "forkserver"
+"""How children start (multiprocessing's start method); tests that patch the measuring function in this
+process set "fork" so that the child sees the patch."""
+
+
 def _context(device: str):
-    if device.startswith("cuda"):
-        ctx = mp.get_context("forkserver")
+    """A fork server on every device: a child forked from a parent whose torch has run (its OpenMP
+    thread pool started: a `probe` or an earlier configuration in the same process) hangs in its first
+    parallel op — GNU OpenMP is not fork-safe — and CUDA cannot be used in such a child at all."""
+    ctx = mp.get_context(START_METHOD)
+    if START_METHOD == "forkserver":
         ctx.set_forkserver_preload(SERVER_PRELOAD)
-        return ctx
-    return mp.get_context("fork")
+    return ctx
 
 
 def run_isolated(fn: Callable[..., Any], *args: Any, device: str = "cpu") -> Any:
     """fn(*args) in a child process: its return value, or the exception it raised (re-raised here);
-    ChildDied when the child ends without either. `fn` and `args` must be picklable with CUDA."""
+    ChildDied when the child ends without either. `fn` and `args` must be picklable."""
     ctx = _context(device)
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, fn, args), daemon=True)
