@@ -308,7 +308,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     out, totals, rate_row, gb, mfu = ev["out"], ev["totals"], ev["rate_row"], ev["gb"], ev["mfu"]
     wall, train_s, energy_kwh, cost = (totals[x] for x in ("wall_clock_s", "train_s", "energy_kwh", "cost_usd"))
     mem, cap, fits = ev["mem"], ev["cap"], ev["fits"]
-    interval_info, t_lo, t_hi = _interval_bounds(interval, calibration, wall, train_s, notes)
+    interval_info, t_lo, t_hi = _interval_bounds(interval, calibration, wall, train_s, notes, base.framework)
 
     # the table of configurations that fit, best first
     k, priced, meets_deadline, within_budget, eligible = _rank(fits, wall, cost, energy_kwh, objective, deadline_s,
@@ -487,21 +487,24 @@ def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
 
 
 def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarray,
-                     notes: list[str]) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
-    """Wall-clock bounds from the held-out residuals stored in the calibration, when it has them."""
+                     notes: list[str], framework: str | None = None
+                     ) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
+    """Wall-clock bounds from the held-out residuals stored in the calibration, when it has them: the
+    pool an estimate of the same framework reads (learn.intervals.residual_pool)."""
     interval_info = None
     t_lo = t_hi = np.full(len(wall), np.nan)
     if interval:
         from tuneplan.estimators.calibration import interval_residuals
-        from tuneplan.learn.intervals import conformal_bounds
+        from tuneplan.learn.intervals import conformal_bounds, residual_pool
 
         res = interval_residuals("tuneplan", calibration)
         if res is not None and len(res.get("throughput", [])) >= 5:
-            lo_t, hi_t = conformal_bounds(np.asarray(res["throughput"]), interval)
+            pool, what = residual_pool(res, framework)
+            lo_t, hi_t = conformal_bounds(np.asarray(pool), interval)
             fixed_s = wall - train_s
             t_lo, t_hi = fixed_s + train_s / hi_t, fixed_s + train_s / lo_t
             interval_info = {"coverage": interval, "throughput_low_factor": lo_t, "throughput_high_factor": hi_t,
-                             "source": res.get("source", ""), "n_residuals": len(res["throughput"])}
+                             "source": f"{res.get('source', '')} ({what})", "n_residuals": len(pool)}
         else:
             notes.append("No interval: no held-out residuals stored for this estimator.")
     return interval_info, t_lo, t_hi
