@@ -111,6 +111,10 @@ def test_calibrate_adapts_the_shipped_file_and_from_scratch_ignores_it(tmp_path,
     assert not (tmp_path / "s.json").exists()
     assert main(["calibrate", "--runs", str(runs), "--from-scratch", "--base", str(out),
                  "--out", str(tmp_path / "s.json")]) == 2
+    capsys.readouterr()
+    assert main(["calibrate", "--runs", str(runs), "--base", str(tmp_path / "nope.json"),
+                 "--out", str(tmp_path / "s.json")]) == 2
+    assert "base: no such calibration file" in capsys.readouterr().err
 
 
 def test_estimate_with_an_adapted_calibration(tmp_path, capsys):
