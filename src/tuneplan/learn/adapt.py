@@ -62,7 +62,7 @@ def _wmean(x: np.ndarray, w: np.ndarray) -> float:
     return float(np.sum(x * w) / np.sum(w))
 
 
-def _median_or_mean(x: np.ndarray, w: np.ndarray) -> float:
+def median_or_mean(x: np.ndarray, w: np.ndarray) -> float:
     """Weighted mean for one or two rows, weighted median from three (robust to one far-off run)."""
     if len(x) < 3:
         return _wmean(x, w)
@@ -97,7 +97,7 @@ def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: f
     for m in eligible:
         sel = methods == m
         n = float(sel.sum())
-        out[str(m)] = (n / (n + METHOD_PRIOR_ROWS)) * (_median_or_mean(r[sel], w[sel]) - overall)
+        out[str(m)] = (n / (n + METHOD_PRIOR_ROWS)) * (median_or_mean(r[sel], w[sel]) - overall)
     return out
 
 
@@ -142,7 +142,7 @@ def fit_adapter(base, ts: TrainingSet, prior: tuple[float | None, float | None] 
         r = np.log(ts.tokens_per_s[t] / pred_t[t])
         w = w_all[t]
         keep = shrinkage(float(w.sum()), *prior)
-        overall = float(np.clip(keep * _median_or_mean(r, w), -MAX_LOG_SCALE, MAX_LOG_SCALE))
+        overall = float(np.clip(keep * median_or_mean(r, w), -MAX_LOG_SCALE, MAX_LOG_SCALE))
         adapter.throughput_log_scale = overall
         fitted.append(f"throughput x{np.exp(overall):.3g} from {int(t.sum())} run(s)"
                       + (f" ({keep:.0%} of their offset: the rest is run-to-run noise)" if keep < 0.995 else ""))
@@ -156,7 +156,7 @@ def fit_adapter(base, ts: TrainingSet, prior: tuple[float | None, float | None] 
     else:
         not_fitted.append("throughput scale (no run with a measured throughput)")
     if m.any():
-        gap = float(_median_or_mean((ts.peak_mem_gib[m] - pred_m[m]) / slope[m], w_all[m]))
+        gap = float(median_or_mean((ts.peak_mem_gib[m] - pred_m[m]) / slope[m], w_all[m]))
         if m.sum() >= MEMORY_OFFSET_MIN_ROWS:
             adapter.memory_offset_gib = gap
             fitted.append(f"memory {gap:+.2f} GiB from {int(m.sum())} run(s)")

@@ -108,7 +108,7 @@ def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int 
     """The log-ratios an adapter fitted on k runs of a new stack leaves, simulated on the held-out
     sources' own residuals: in each source, k residuals revealed, their (median or mean) offset removed
     from the others (as the adapter's overall scale removes it), every source weighing the same."""
-    from tuneplan.learn.adapt import _median_or_mean
+    from tuneplan.learn.adapt import median_or_mean
 
     rng = np.random.default_rng(seed)
     groups: dict[str, list[float]] = {}
@@ -120,7 +120,7 @@ def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int 
         for _ in range(ADAPT_DRAWS):
             sel = np.zeros(len(g), dtype=bool)
             sel[rng.choice(len(g), size=k, replace=False)] = True
-            off = _median_or_mean(g[sel], np.ones(k))
+            off = median_or_mean(g[sel], np.ones(k))
             out.extend((g[~sel] - off).tolist())
         groups[src] = out
     return balanced_residuals(groups, True)
