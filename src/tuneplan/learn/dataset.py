@@ -201,13 +201,24 @@ def _row_precision_quant(row: dict, method: str, used: _Defaults) -> tuple[str, 
 
 def _row_batch(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, Any, Any]:
     """(gpus, nodes, micro-batch, grad accumulation); a global batch fills the missing one."""
+    gpus, nodes, dp = _row_gpus(row, shard, used)
+    mb, ga = batch_shape(dp, _get(row, "micro_batch_size"), _get(row, "grad_accum"), _get(row, "global_batch_size"),
+                         used)
+    return gpus, nodes, mb, ga
+
+
+def _row_gpus(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, int]:
+    """(gpus, nodes, data-parallel degree)."""
     gpus = int(float(_get(row, "gpus") or used.take("gpus")))
     nodes = int(float(_get(row, "nodes") or used.take("nodes")))
-    ga = _get(row, "grad_accum")
-    mb = _get(row, "micro_batch_size")
-    gb = _get(row, "global_batch_size")
     model_par = shard.get("tp", 1) * shard.get("pp", 1) * shard.get("cp", 1)
-    dp = max(1, gpus // model_par)
+    return gpus, nodes, max(1, gpus // model_par)
+
+
+def batch_shape(dp: int, mb: Any, ga: Any, gb: Any, used: _Defaults) -> tuple[Any, Any]:
+    """(micro-batch, grad accumulation) from the row's cells (None when empty); a global batch fills
+    the missing one. Reads nothing else of the row: `predict_frame` computes it once per distinct
+    (dp, cells) and the rest of the configuration once per distinct other settings."""
     if mb is None and gb is not None:
         ga_v = int(float(ga)) if ga is not None else 1
         mb = max(1, int(round(float(gb) / (dp * ga_v))))
@@ -219,7 +230,7 @@ def _row_batch(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, 
         used.append(f"grad_accum={ga} (global batch / (dp x micro-batch))")
     elif ga is None:
         ga = used.take("grad_accum")
-    return gpus, nodes, mb, ga
+    return mb, ga
 
 
 def _row_stack(row: dict) -> tuple[str, Any, str]:
@@ -258,10 +269,31 @@ def _job(kw: dict[str, Any]) -> JobSpec:
         raise InputError("row", msg[-1] if msg else "invalid configuration") from None
 
 
-def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
-    """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
-    (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
-    used = _Defaults()
+BATCH_COLUMNS = ("micro_batch_size", "grad_accum", "global_batch_size")
+"""The cells `batch_shape` reads (and nothing else of a row reads them)."""
+BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "gpu_resolved", "gpu", "method",
+                "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
+                "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
+                "peft_options", "trainable_params", "mem_kind")
+"""Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
+
+
+@dataclass
+class RowBase:
+    """A row's configuration but its batch shape: what `row_to_config` builds before and after
+    `batch_shape`, with the defaults taken on each side of it."""
+
+    model: ModelSpec
+    gpu: GPUSpec
+    dp: int
+    seq_len: int
+    kw: dict[str, Any]  # JobSpec fields; micro_batch and grad_accum are placeholders (None)
+    used_tail: list[str]
+    mem_kind: str
+
+
+def _row_head(row: dict, cache: dict | None, used: _Defaults) -> tuple[Any, ...]:
+    """Everything `row_to_config` reads before the batch shape."""
     stage = str(_get(row, "stage") or "sft").strip().lower()
     if stage != "sft":  # a DPO / GRPO... step is not an SFT step: estimate it with --stage (docs/stages.md)
         raise InputError("stage", f"'{stage}' rows are not learned from or predicted per row (the learners model "
@@ -272,7 +304,15 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     opt_raw = _get(row, "optimizer")
     optimizer = used.take("optimizer") if opt_raw is None else OPTIMIZER_MAP.get(str(opt_raw).lower(), "adamw")
     shard = parse_sharding(_get(row, "sharding"))
-    gpus, nodes, mb, ga = _row_batch(row, shard, used)
+    gpus, nodes, dp = _row_gpus(row, shard, used)
+    return model, gpu, method, precision, quant, optimizer, shard, gpus, nodes, dp
+
+
+def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
+    """Everything `row_to_config` reads after the batch shape: the JobSpec fields but micro_batch and
+    grad_accum (None here, in their place in the fields' order)."""
+    model, gpu, method, precision, quant, optimizer, shard, gpus, nodes, dp = head
+    n_head = len(used)
     seq = _get(row, "seq_len") or _get(row, "avg_tokens_per_sample")
     if seq is None:
         raise InputError("seq_len", "is empty (and no avg_tokens_per_sample)")
@@ -284,7 +324,7 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
         "method": method, "precision": precision, "optimizer": optimizer, "gpus": gpus, "nodes": nodes,
         # amp-*: mixed precision over fp32 weights (an fp32 master copy); plain bf16/fp16: by framework
         "master_weights": "fp32" if str(prec_raw or "").lower().startswith("amp-") else "auto",
-        "micro_batch": int(float(mb)), "grad_accum": int(float(ga)), "seq_len": int(round(float(seq))),
+        "micro_batch": None, "grad_accum": None, "seq_len": int(round(float(seq))),
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take("grad_ckpt")),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
@@ -294,9 +334,30 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     if quant is not None and method != "full":
         kw["quant"] = quant
     kw.update(_row_adapter_fields(row, method, model, used))
-    job = _memo(cache, ("job", *kw.items()), _job, kw)
-    return RowConfig(model=model, gpu=gpu, job=job, seq_len=int(round(float(seq))), defaults_used=list(used),
-                     mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
+    return RowBase(model=model, gpu=gpu, dp=dp, seq_len=int(round(float(seq))), kw=kw, used_tail=list(used[n_head:]),
+                   mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
+
+
+def row_job(base: RowBase, mb: Any, ga: Any, cache: dict | None) -> JobSpec:
+    """The row's JobSpec: its base's fields with its batch shape."""
+    kw = dict(base.kw)
+    kw["micro_batch"] = int(float(mb))
+    kw["grad_accum"] = int(float(ga))
+    return _memo(cache, ("job", *kw.items()), _job, kw)
+
+
+def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
+    """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
+    (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
+    used = _Defaults()
+    head = _row_head(row, cache, used)
+    mb, ga = batch_shape(head[-1], _get(row, "micro_batch_size"), _get(row, "grad_accum"),
+                         _get(row, "global_batch_size"), used)
+    n_before_tail = len(used)
+    base = _row_tail(row, head, used)
+    job = row_job(base, mb, ga, cache)
+    return RowConfig(model=base.model, gpu=base.gpu, job=job, seq_len=base.seq_len,
+                     defaults_used=list(used[:n_before_tail]) + base.used_tail, mem_kind=base.mem_kind)
 
 
 def peft_fields(row: dict, method: str, model: ModelSpec, used: list[str]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tuneplan.learn.dataset import RowConfig, arrays_for, configs_from_rows
+from tuneplan.learn.dataset import RowConfig, arrays_for
 
 PRED_COLUMNS = ("pred_tokens_per_s", "pred_samples_per_s", "pred_step_time_s", "pred_peak_mem_gib",
                 "pred_fits", "pred_max_micro_batch", "pred_estimator", "error")
@@ -28,7 +28,11 @@ def memory_for_kind(mem: dict, kinds: list[str]) -> np.ndarray:
 
 def predict_configs(configs: list[RowConfig], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
     """Arrays of predictions for valid configurations (tokens/s, samples/s, step, memory parts)."""
-    a = arrays_for(configs, estimator.constants)
+    return predict_configs_arrays(arrays_for(configs, estimator.constants), estimator, with_max_batch)
+
+
+def predict_configs_arrays(a: dict[str, np.ndarray], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
+    """`predict_configs` from the configurations' arrays."""
     out = estimator.predict_arrays(a)
     mb_source = estimator.memory_model  # None: no memory model that depends on the batch
     step = np.asarray(out["step_s"], dtype=float)
@@ -48,18 +52,24 @@ def predict_configs(configs: list[RowConfig], estimator, with_max_batch: bool = 
 
 
 def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True) -> pd.DataFrame:
-    """Every row back with pred_* columns; rows that cannot be predicted get an `error`."""
-    rows = df.to_dict("records")
-    configs, errors = configs_from_rows(rows)
-    ok = [i for i, c in enumerate(configs) if c is not None]
+    """Every row back with pred_* columns; rows that cannot be predicted get an `error`.
+
+    The configurations are built per distinct setting (`frame_configs`), the predictions made once
+    per distinct configuration and the largest micro-batch searched once per distinct configuration
+    but its micro-batch: the same figures as predicting each row on its own."""
+    from tuneplan.learn.frame_configs import frame_configs
+
+    fc = frame_configs(df)
+    ok = [i for i, e in enumerate(fc.errors) if e is None]
     out = df.copy()
     for col in PRED_COLUMNS:
         out[col] = np.nan if col not in ("pred_estimator", "error", "pred_fits") else None
     out["pred_estimator"] = estimator.name
-    out["error"] = errors
+    out["error"] = fc.errors
     if ok:
-        pred = predict_configs([configs[i] for i in ok], estimator, with_max_batch)
-        kinds = [str(rows[i].get("mem_kind") or "unknown") for i in ok]
+        rows = np.asarray(ok)
+        pred = _predict_distinct(fc, rows, estimator, with_max_batch)
+        kinds = [fc.mem_kinds[j] for j in fc.group[rows].tolist()]
         idx = out.index[ok]
         out.loc[idx, "pred_tokens_per_s"] = pred["tokens_per_s"]
         out.loc[idx, "pred_samples_per_s"] = pred["samples_per_s"]
@@ -68,5 +78,21 @@ def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True) -> p
         out.loc[idx, "pred_fits"] = pred["fits"]
         if "max_micro_batch" in pred:
             out.loc[idx, "pred_max_micro_batch"] = pred["max_micro_batch"]
-        out.loc[idx, "pred_defaults_used"] = ["; ".join(configs[i].defaults_used) for i in ok]
+        out.loc[idx, "pred_defaults_used"] = [fc.defaults_used[i] for i in ok]
+    return out
+
+
+def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> dict[str, np.ndarray]:
+    """`predict_configs` of the rows' configurations, each distinct one predicted once."""
+    from tuneplan.learn.frame_configs import frame_arrays
+
+    shape = np.stack([fc.group[rows], fc.micro_batch[rows], fc.grad_accum[rows]], axis=1)
+    first, inverse = np.unique(shape, axis=0, return_index=True, return_inverse=True)[1:]
+    pred = predict_configs_arrays(frame_arrays(fc, rows[first], estimator.constants), estimator, False)
+    out = {k: v[inverse.ravel()] for k, v in pred.items()}
+    if with_max_batch and estimator.memory_model is not None:
+        # the search sets the micro-batch itself: once per distinct configuration but its micro-batch
+        first, inverse = np.unique(shape[:, [0, 2]], axis=0, return_index=True, return_inverse=True)[1:]
+        a = frame_arrays(fc, rows[first], estimator.constants)
+        out["max_micro_batch"] = np.asarray(estimator.memory_model.max_micro_batch(a), dtype=int)[inverse.ravel()]
     return out

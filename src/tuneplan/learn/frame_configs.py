@@ -1,0 +1,184 @@
+"""A table's rows as configurations, each distinct setting built once (issue 19 point 7).
+
+`row_to_config` on every row gives the same answers, row by row: here the rows are grouped by the
+cells it reads but the batch shape (`dataset.BASE_COLUMNS`); each group's model, GPU and job fields
+are built once from its first row, the batch shape (`dataset.batch_shape`) once per distinct
+(data-parallel degree, micro-batch, grad-accumulation, global-batch) cells, and the physics' arrays
+once per group, the micro-batch and grad-accumulation columns set per row. A row whose batch shape a
+JobSpec would refuse gets the JobSpec's own error (built for that row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tuneplan.errors import TuneplanError
+from tuneplan.learn.dataset import (
+    BASE_COLUMNS,
+    RowBase,
+    _Defaults,
+    _get,
+    _memo,
+    _row_head,
+    _row_tail,
+    batch_shape,
+    row_job,
+)
+
+
+@dataclass
+class FrameConfigs:
+    """Per row: its error (None: predictable), its group, micro-batch and grad accumulation, the
+    defaults it took; per group: its base (None when the group cannot be predicted) and job."""
+
+    errors: list[str | None]
+    group: np.ndarray
+    micro_batch: np.ndarray
+    grad_accum: np.ndarray
+    defaults_used: list[str]
+    bases: list[RowBase | None]
+    jobs: list[Any]
+    mem_kinds: list[str]  # per group: what `predict_frame` reads its peak memory as
+
+
+def group_ids(df: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """One id per row, equal for rows whose cells in `columns` are equal (ids in order of first
+    appearance)."""
+    n = len(df)
+    key = np.zeros(n, dtype=np.int64)
+    for col in columns:
+        codes = pd.factorize(df[col], use_na_sentinel=True)[0].astype(np.int64) + 1
+        key = pd.factorize(key * (int(codes.max(initial=0)) + 1) + codes)[0].astype(np.int64)
+    return key
+
+
+def _column(df: pd.DataFrame, col: str) -> list[Any]:
+    return [_get({col: x}, col) for x in df[col].tolist()] if col in df.columns else [None] * len(df)
+
+
+def _bases(reps: list[dict], cache: dict) -> tuple[list, list, list, list]:
+    """Per group: (head error, head defaults, tail error, base)."""
+    head_err: list[str | None] = []
+    heads: list[Any] = []
+    tail_err: list[str | None] = []
+    bases: list[RowBase | None] = []
+    for rep in reps:
+        used = _Defaults()
+        try:
+            head = _row_head(rep, cache, used)
+        except TuneplanError as exc:
+            head_err.append(str(exc))
+            heads.append(None)
+            tail_err.append(None)
+            bases.append(None)
+            continue
+        head_err.append(None)
+        heads.append((head, list(used)))
+        try:
+            bases.append(_row_tail(rep, head, _Defaults(used)))
+            tail_err.append(None)
+        except TuneplanError as exc:
+            bases.append(None)
+            tail_err.append(str(exc))
+    return head_err, heads, tail_err, bases
+
+
+def _batch_ok(mb: int, ga: int, cache: dict) -> bool:
+    """Whether a JobSpec takes this micro-batch and grad accumulation (their own bounds only)."""
+    from tuneplan.specs.job import JobSpec
+
+    key = ("batch-ok", mb, ga)
+    if key not in cache:
+        try:
+            JobSpec(micro_batch=mb, grad_accum=ga)
+            cache[key] = True
+        except ValueError:
+            cache[key] = False
+    return cache[key]
+
+
+def _group_jobs(bases: list[RowBase | None], cache: dict, given: Any = None) -> tuple[list, list]:
+    """Per group: its job at micro-batch 1 and no accumulation (None when a JobSpec refuses it; `given`:
+    that job) and the model-terms check's error."""
+    from tuneplan.physics.terms import model_terms, terms_key
+
+    jobs: list[Any] = []
+    terms_err: list[str | None] = []
+    for b in bases:
+        job, err = None, None
+        if b is not None:
+            try:
+                job = given if given is not None else row_job(b, 1, 1, cache)
+                _memo(cache, ("terms", b.model.name, b.model.n_layers, b.model.params_total, *terms_key(job)),
+                      model_terms, b.model, job)
+            except TuneplanError as exc:
+                err = str(exc)
+        jobs.append(job)
+        terms_err.append(err)
+    return jobs, terms_err
+
+
+def frame_configs(df: pd.DataFrame) -> FrameConfigs:
+    """Every row's configuration as `configs_from_rows` gives it, built per distinct setting."""
+    cache: dict = {}
+    n = len(df)
+    gid = group_ids(df, [c for c in BASE_COLUMNS if c in df.columns])
+    first = np.unique(gid, return_index=True)[1] if n else np.zeros(0, dtype=int)
+    reps = df.iloc[first].to_dict("records") if n else []
+    head_err, heads, tail_err, bases = _bases(reps, cache)
+    jobs, terms_err = _group_jobs(bases, cache)
+    cells = zip(_column(df, "micro_batch_size"), _column(df, "grad_accum"), _column(df, "global_batch_size"),
+                strict=True)
+    errors: list[str | None] = [None] * n
+    used_rows: list[str] = [""] * n
+    mbs = np.zeros(n, dtype=np.int64)
+    gas = np.zeros(n, dtype=np.int64)
+    shapes: dict[tuple, tuple[int, int, list[str]]] = {}
+    for i, (j, (mb, ga, gb)) in enumerate(zip(gid.tolist(), cells, strict=True)):
+        if head_err[j] is not None:
+            errors[i] = head_err[j]
+            continue
+        head, used_head = heads[j]
+        key = (head[-1], mb, ga, gb)
+        shape = shapes.get(key)
+        if shape is None:
+            used = _Defaults()
+            m, g = batch_shape(head[-1], mb, ga, gb, used)
+            shape = shapes[key] = (m, g, list(used))
+        if tail_err[j] is not None:
+            errors[i] = tail_err[j]
+            continue
+        m, g, used_batch = shape
+        mbi, gai = int(float(m)), int(float(g))
+        if jobs[j] is None or not _batch_ok(mbi, gai, cache):
+            try:  # the JobSpec's own words for this row (its error, whatever the group's job says)
+                job = row_job(bases[j], mbi, gai, cache)
+            except TuneplanError as exc:
+                errors[i] = str(exc)
+                continue
+            if jobs[j] is None:  # not seen: a JobSpec that takes this shape but not micro-batch 1
+                (jobs[j],), (terms_err[j],) = _group_jobs([bases[j]], cache, job)
+        if terms_err[j] is not None:
+            errors[i] = terms_err[j]
+            continue
+        mbs[i], gas[i] = mbi, gai
+        used_rows[i] = "; ".join(used_head + used_batch + bases[j].used_tail)
+    return FrameConfigs(errors=errors, group=gid, micro_batch=mbs, grad_accum=gas, defaults_used=used_rows,
+                        bases=bases, jobs=jobs, mem_kinds=[str(r.get("mem_kind") or "unknown") for r in reps])
+
+
+def frame_arrays(fc: FrameConfigs, rows: np.ndarray, constants=None) -> dict[str, np.ndarray]:
+    """The physics' arrays of the given (predictable) rows: `arrays_for` of their configurations."""
+    from tuneplan.physics.terms import build_arrays
+
+    groups, at = np.unique(fc.group[rows], return_inverse=True)
+    base = build_arrays([(fc.bases[j].model, fc.bases[j].gpu, fc.jobs[j], fc.bases[j].seq_len) for j in groups],
+                        constants)
+    base["reports_reserved"] = np.array([0.0 if fc.bases[j].mem_kind == "allocated" else 1.0 for j in groups])
+    a = {k: v[at] for k, v in base.items()}
+    a["micro_batch"] = fc.micro_batch[rows].astype(float)
+    a["grad_accum"] = fc.grad_accum[rows].astype(float)
+    return a
