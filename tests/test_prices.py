@@ -179,3 +179,20 @@ def test_estimate_warns_of_an_old_default_price() -> None:
     assert any("years old" in w and "2023-02-01" in w for w in r.warnings)
     r = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", rate=2.0, **kw)
     assert not any("years old" in w for w in r.warnings)
+
+
+def test_shipped_file_read_without_yaml_as_yaml_reads_it():
+    """The shipped file is read by a line parser of its generated shape (start-up: no YAML parser);
+    it gives exactly what the YAML parser gives, and declines any text not in that shape."""
+    from tuneplan.specs.prices import parse_generated_prices
+
+    text = resources.files("tuneplan.data").joinpath("prices.yaml").read_text(encoding="utf-8")
+    fast = parse_generated_prices(text, "prices.yaml")
+    assert fast is not None and fast == parse_yaml_prices(text, "prices.yaml")
+    assert [p.line for p in fast] == [p.line for p in parse_yaml_prices(text, "prices.yaml")]
+    escaped = text + '  - provider: "Caf\\u00e9 \\"GPU\\""\n    gpu: "H100-SXM5-80GB"\n    usd_per_gpu_hour: 2\n'
+    assert parse_generated_prices(escaped, "p") == parse_yaml_prices(escaped, "p")
+    for changed in (text.replace("usd_per_gpu_hour: 6.88", "usd_per_gpu_hour: 6.88  # list price", 1),
+                    text.replace("schema: 1", "schema: 2"), text.replace('    gpu: "', "    gpu: '", 1),
+                    text + "extra: 1\n", text.replace("usd_per_gpu_hour: 6.88", "usd_per_gpu_hour: 1e3", 1)):
+        assert parse_generated_prices(changed, "p") is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 
 from tuneplan.errors import InputError
 
@@ -111,10 +110,9 @@ def _optional_bool(name: str, d: dict, key: str) -> bool:
 
 @lru_cache(maxsize=1)
 def load_frameworks() -> dict[str, FrameworkSpec]:
-    import yaml
+    from tuneplan.specs.datafiles import load_yaml_data
 
-    text = resources.files("tuneplan.data").joinpath("frameworks.yaml").read_text(encoding="utf-8")
-    raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["frameworks"]  # libyaml when built
+    raw = load_yaml_data("frameworks.yaml")["frameworks"]  # its JSON twin when in sync (no YAML parser)
     return {name: _parse(name, d) for name, d in raw.items()}
 
 

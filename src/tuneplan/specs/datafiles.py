@@ -1,0 +1,50 @@
+"""Shipped YAML data files read without a YAML parser at start-up: each has a compact JSON twin
+(`data/<stem>.json`) holding the parsed content and the CRC-32 of the YAML text it was generated from.
+A twin that does not match its YAML (edited since) is ignored and the YAML parsed, so a stale twin
+costs speed, never a wrong figure; `python scripts/build_data_twins.py` regenerates the twins and
+tests/test_datafiles.py checks that they are in sync."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from importlib import resources
+from typing import Any
+
+TWINS = ("frameworks.yaml",)
+"""The YAML files read on every estimate that have a JSON twin."""
+TWIN_FORMAT = "tuneplan-yaml-twin"
+
+
+def twin_name(name: str) -> str:
+    return name.rsplit(".", 1)[0] + ".json"
+
+
+def parse_yaml_text(text: str) -> Any:
+    """YAML text parsed safely (libyaml's loader when built)."""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def render_twin(name: str, text: str) -> str:
+    """The JSON twin of a YAML file's text, keys in the file's order (deterministic: regenerating is byte for
+    byte)."""
+    return json.dumps({"format": TWIN_FORMAT, "source": name, "crc32": zlib.crc32(text.encode("utf-8")),
+                       "data": parse_yaml_text(text)}, indent=1, ensure_ascii=False) + "\n"
+
+
+def load_yaml_data(name: str) -> Any:
+    """The content of the shipped `data/<name>`: from its JSON twin when that was generated from this
+    very text, else parsed from the YAML."""
+    data = resources.files("tuneplan.data")
+    text = data.joinpath(name).read_text(encoding="utf-8")
+    if name in TWINS:
+        try:
+            twin = json.loads(data.joinpath(twin_name(name)).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            twin = None
+        if (isinstance(twin, dict) and twin.get("format") == TWIN_FORMAT
+                and twin.get("crc32") == zlib.crc32(text.encode("utf-8"))):
+            return twin["data"]
+    return parse_yaml_text(text)
