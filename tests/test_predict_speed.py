@@ -96,3 +96,96 @@ def test_search_over_distinct_configurations_finds_the_same_micro_batch():
     want = np.asarray(est.predict_arrays(a, with_max_batch=True)["max_micro_batch"])
     for rows in (None, 10, 5000, 10**6):
         np.testing.assert_array_equal(est.max_micro_batch(a, represents=rows), want)
+
+
+# -- reading by columns (runs/columnar.py) gives what reading row by row gives --------------------
+
+def _read_both(paths, monkeypatch, **kw):
+    from tuneplan.runs import fast_csv
+    from tuneplan.runs import io as runs_io
+
+    monkeypatch.setattr(fast_csv, "PLAIN_MIN_BYTES", 0)
+    plain = runs_io._Reader.read_plain
+    by_columns = []
+    with monkeypatch.context() as m:
+        m.setattr(runs_io._Reader, "read_plain", lambda self, *a: by_columns.append(plain(self, *a)) or by_columns[-1])
+        fast = read_runs(paths, **kw)
+    assert any(by_columns)
+    with monkeypatch.context() as m:
+        m.setattr(runs_io._Reader, "read_plain", lambda self, *a: False)
+        slow = read_runs(paths, **kw)
+    fast.by_columns = by_columns
+    return fast, slow
+
+
+def _assert_same(fast, slow):
+    pd.testing.assert_frame_equal(fast.df, slow.df, check_exact=True)
+    if slow.unresolved is None:
+        assert fast.unresolved is None
+    else:
+        pd.testing.assert_frame_equal(fast.unresolved, slow.unresolved, check_exact=True)
+    assert [str(p) for p in fast.problems] == [str(p) for p in slow.problems]
+
+
+def _write(path, header, rows, newline="\n"):
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f, lineterminator=newline).writerows([header, *rows])
+    return path
+
+
+@pytest.mark.parametrize("kw", [{"keep_unresolved": True}, {}, {"resolve": False}])
+def test_columns_read_the_reference_runs_as_rows_do(monkeypatch, kw):
+    from tuneplan.runs.io import reference_run_files
+
+    files = reference_run_files(REF)
+    fast, slow = _read_both(files, monkeypatch, **kw)
+    _assert_same(fast, slow)
+    assert len(fast.df) > 1000
+
+
+def test_columns_read_odd_rows_as_rows_do(tmp_path, monkeypatch):
+    """Duplicated ids and rows (within and across files), refused numbers, empty ids and sources,
+    unknown names, quotes and commas in cells, CRLF line ends, a file read row by row between."""
+    import csv
+
+    with open(f"{REF}/litgpt.csv", newline="", encoding="utf-8") as f:
+        src = list(csv.reader(f))
+    head, body = src[0], src[1:40]
+    i_id, i_mb, i_model, i_src = head.index("id"), head.index("micro_batch_size"), head.index("model"), \
+        head.index("source")
+    rows = [list(r) for r in body]
+    rows[3][i_id] = rows[2][i_id]  # a duplicate id
+    rows.append(list(rows[5]))  # an exact duplicate but its id
+    rows[-1][i_id] = "copy-of-5"
+    rows[7][i_mb] = "1.5"  # refused: not a whole number
+    rows[8][i_mb] = "abc"
+    rows[9][i_id] = ""  # an id made from the source and line
+    rows[10][i_src] = ""  # the source from the file name
+    rows[11][i_model] = "no-such-model-xyz"  # set aside: the name does not resolve
+    rows[12][head.index("notes")] = 'say "hi", twice'
+    a = _write(tmp_path / "a.csv", head, rows)
+    b = _write(tmp_path / "b.csv", head, [list(r) for r in body[20:30]] + [[*body[0][:i_id], "b-0",
+                                                                             *body[0][i_id + 1:]]], "\r\n")
+    c = _write(tmp_path / "c.csv", head + ["extra_col"], [[*r, "7"] for r in body[30:35]])  # read row by row
+    for kw in ({"keep_unresolved": True}, {}):
+        fast, slow = _read_both([a, c, b], monkeypatch, **kw)
+        _assert_same(fast, slow)
+        assert fast.by_columns == [True, False, True]
+        assert any("duplicate id" in p.message for p in fast.problems)
+        assert any("exact duplicate" in p.message for p in fast.problems)
+
+
+def test_derive_reads_only_its_columns():
+    from tuneplan.runs.columnar import DERIVE_COLUMNS
+    from tuneplan.runs.normalise import RowState, derive
+
+    seen: set[str] = set()
+    df = read_runs([f"{REF}/litgpt.csv", f"{REF}/llm-foundry.csv", f"{REF}/xtuner.csv", f"{REF}/peft.csv"]).df
+    for row in df.to_dict("records")[::5]:
+        for blank in ((), ("global_batch_size",), ("micro_batch_size", "tokens_per_s")):
+            v = _Reads({k: (None if k in blank or (isinstance(x, float) and x != x) else x) for k, x in row.items()})
+            v.seen = seen
+            derive(RowState(v=v, source="x", flags={"full_length_samples": True, "step_time_is_micro_batch": True}))
+    assert seen <= set(DERIVE_COLUMNS), seen - set(DERIVE_COLUMNS)

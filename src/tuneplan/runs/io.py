@@ -203,6 +203,12 @@ class _Reader:
         self.seen_rows: dict[frozenset, str] = {}
         self.model_cache: dict[tuple[str, str], Any] = {}
         self.gpu_cache: dict[tuple[str, str], Any] = {}
+        # files read by columns (runs/columnar.py): their tables, each after the rows read before it
+        self.blocks: list[tuple[int, Any]] = []
+        self.unresolved_blocks: list[tuple[int, Any]] = []
+        self.lazy_rows: dict[int, list[tuple[Any, str]]] = {}  # their rows' duplicate keys, by hash
+        self._hashes: set[int] = set()
+        self._hashed = 0
 
     def report(self, path: str, line: int | None, message: str) -> None:
         if self.strict:
@@ -250,6 +256,10 @@ class _Reader:
         missing = missing_required(mapped)
         if missing:
             self.report(name, 1, f"missing required column(s): {'; '.join(missing)}; file skipped")
+            return
+        if self.read_plain(path, header, schema):
+            if hasattr(records, "close"):
+                records.close()
             return
         try:
             recs = []
@@ -320,14 +330,15 @@ class _Reader:
         if rid and rid in self.seen_ids:
             raise RowError(f"duplicate id '{rid}' (first at {self.seen_ids[rid]}); row skipped, first kept")
         key = frozenset((k, c) for k, c in original.items() if k != "id" and c)
-        if key in self.seen_rows:
-            raise RowError(f"exact duplicate of the row at {self.seen_rows[key]}; row skipped, first kept")
+        first = self.first_seen(key)
+        if first is not None:
+            raise RowError(f"exact duplicate of the row at {first}; row skipped, first kept")
         if rid:
             self.seen_ids[rid] = where
         else:
             rid = f"{source}@{path.name}:{line}"
             v["id"] = rid
-        self.seen_rows[key] = where
+        self.remember(key, where)
 
         if not self.keep_unresolved:
             return self.normalise(v, records, source, schema, unit, name, line, self.resolve)
@@ -343,6 +354,13 @@ class _Reader:
     def normalise(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str, name: str,
                   line: int, resolve: bool) -> dict[str, Any]:
         """A parsed row's names resolved (when `resolve`), flags, defaults and derived figures applied."""
+        st, model_spec, gpu_spec = self.settings(v, records, source, schema, unit, resolve)
+        derive(st)
+        return self.finish(st, name, line, model_spec, gpu_spec, resolve)
+
+    def settings(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str,
+                 resolve: bool) -> tuple[RowState, Any, Any]:
+        """`normalise` up to the derived figures: names, flags, defaults, catalog figures."""
         rules = self.defaults.source(source)
         model_spec = None
         gpu_spec = None
@@ -360,8 +378,7 @@ class _Reader:
         apply_flags(st, rules, model_type)
         apply_defaults(st, self.defaults, rules, model_type)
         fill_from_catalog(st, model_spec)
-        derive(st)
-        return self.finish(st, name, line, model_spec, gpu_spec, resolve)
+        return st, model_spec, gpu_spec
 
     def model(self, model: str, hf_id: str, notes: str = "", seq_len: Any = None) -> Any:
         if not model and not hf_id:
@@ -443,9 +460,78 @@ class _Reader:
         })
         return row
 
+    # -- files read by columns --
+
+    def read_plain(self, path: Path, header: list[str], schema: str) -> bool:
+        """Read a plain CSV file by columns (runs/columnar.py); False when it does not qualify."""
+        from tuneplan.runs.columnar import PlainFile
+        from tuneplan.runs.fast_csv import read_columns
+
+        known = set(REFERENCE_COLUMNS) | set(SETTING_COLUMNS) | set(ADDED_COLUMNS)
+        if (self.strict or schema != "reference" or path.suffix.lower() != ".csv" or not set(header) <= known
+                or csv_delimiter(path) != ","):
+            return False
+        cols = read_columns(path, len(header), MAX_CELL_CHARS)
+        if cols is None:
+            return False
+        table, aside = PlainFile(self, path, header, cols).read()
+        if table is not None:
+            self.blocks.append((len(self.rows), table))
+        if aside is not None and self.keep_unresolved:
+            self.unresolved_blocks.append((len(self.unresolved), aside))
+        return True
+
+    def first_seen(self, key: frozenset, h: int | None = None) -> str | None:
+        """Where an exact duplicate of this row's key was first read (None: not seen)."""
+        where = self.seen_rows.get(key)
+        if where is not None or not self.lazy_rows:
+            return where
+        from tuneplan.runs.columnar import row_hash
+
+        for (plain, i), w in self.lazy_rows.get(row_hash(key) if h is None else h, ()):
+            if plain.key(i) == key:
+                return w
+        return None
+
+    def remember(self, key: frozenset | None, where: str, h: int | None = None, lazy: Any = None) -> None:
+        """Register a row's key (or, for a row read by columns, its hash and how to build the key)."""
+        if key is not None:
+            self.seen_rows[key] = where
+        else:
+            self.lazy_rows.setdefault(h, []).append((lazy, where))
+
+    def row_hashes(self) -> set[int]:
+        """The hashes of every row key registered so far."""
+        from tuneplan.runs.columnar import row_hash
+
+        keys = list(self.seen_rows)
+        self._hashes |= {row_hash(k) for k in keys[self._hashed:]}
+        self._hashed = len(keys)
+        return self._hashes | set(self.lazy_rows)
+
     def table(self) -> RunTable:
-        unresolved = self.frame(self.unresolved) if self.keep_unresolved else None
-        return RunTable(df=self.frame(self.rows), problems=self.problems, unresolved=unresolved)
+        unresolved = self.combined(self.unresolved, self.unresolved_blocks) if self.keep_unresolved else None
+        return RunTable(df=self.combined(self.rows, self.blocks), problems=self.problems, unresolved=unresolved)
+
+    def combined(self, rows: list[dict[str, Any]], blocks: list[tuple[int, Any]]):
+        """The rows read row by row and the tables of files read by columns, in reading order."""
+        if not blocks:
+            return self.frame(rows)
+        import numpy as np
+        import pandas as pd
+
+        slow = self.frame(rows)
+        pieces, prev = [], 0
+        for pos, blk in blocks:
+            blk = blk.copy()
+            for col in slow.columns:
+                if col not in blk.columns:  # an extra column of another file: empty here
+                    blk[col] = np.nan if not len(rows) or slow[col].dtype.kind == "f" else ""
+            pieces += [slow.iloc[prev:pos], blk[list(slow.columns)]]
+            prev = pos
+        pieces.append(slow.iloc[prev:])
+        pieces = [p for p in pieces if len(p)]
+        return pd.concat(pieces, ignore_index=True) if pieces else slow
 
     def frame(self, rows: list[dict[str, Any]]):
         """Rows as a typed DataFrame: every reference, setting and added column, then the extras."""

@@ -1,0 +1,119 @@
+"""The cells of a plain CSV file, column by column (issue 19 point 7: 200,000 rows read by the csv
+module cell by cell took longer than everything else `tuneplan predict` does).
+
+A file qualifies when every reader reads it alike: UTF-8 (pyarrow checks it), no carriage return but
+in a line end, no blank line, every quote where RFC 4180 puts one (opening a field, closing it, or doubled inside a
+quoted field) and no line end inside a quoted field, every record with the header's number of fields,
+no cell over `io.MAX_CELL_CHARS`. Then record i is on line i + 2 and pyarrow's parse is the csv
+module's. Any other file returns None and is read record by record (`io._csv_records`), with its
+problems located by line."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+QUOTE = 34
+COMMA = 44
+NEWLINE = 10
+CR = 13
+BOM = b"\xef\xbb\xbf"
+
+
+@dataclass
+class Columns:
+    """Per header column: each row's code into `values` (the distinct cells, stripped)."""
+
+    codes: list[np.ndarray]
+    values: list[list[str]]
+    n: int
+
+
+def _plain(data: bytes) -> int | None:
+    """The number of records when the file is plain CSV as the module docstring says, else None
+    (that no record spans two lines, `read_columns` checks: as many records as lines)."""
+    if not data or data.count(b"\r") != data.count(b"\r\n"):  # a carriage return only before a line end
+        return None
+    if data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data:  # a blank line
+        return None
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if b'"' in data:
+        arr = np.frombuffer(data, dtype=np.uint8)
+        q = np.fromiter((m.start() for m in re.finditer(b'"', data)), dtype=np.int64)
+        if len(q) % 2:
+            return None
+        o, c = q[0::2], q[1::2]
+        prev = np.where(o > 0, arr[np.maximum(o - 1, 0)], NEWLINE)
+        nxt = np.where(c + 1 < len(arr), arr[np.minimum(c + 1, len(arr) - 1)], NEWLINE)
+        escaped_before = np.concatenate([[False], o[1:] - 1 == c[:-1]])
+        escaped_after = np.concatenate([c[:-1] + 1 == o[1:], [False]])
+        if not np.all((prev == COMMA) | (prev == NEWLINE) | escaped_before):
+            return None
+        if not np.all((nxt == COMMA) | (nxt == NEWLINE) | (nxt == CR) | escaped_after):
+            return None
+    return lines - 1
+
+
+PLAIN_MIN_BYTES = 1 << 20
+"""Files from this size on are read by columns: below it, importing pyarrow costs more than it saves."""
+
+
+def read_columns(path: Path, n_fields: int, max_chars: int, min_bytes: int | None = None) -> Columns | None:
+    """The file's cells by column (header skipped), or None when it is not plain (see module) or
+    smaller than `min_bytes` (default PLAIN_MIN_BYTES)."""
+    try:
+        if path.stat().st_size < (PLAIN_MIN_BYTES if min_bytes is None else min_bytes):
+            return None
+    except OSError:
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.csv as pacsv
+    except ImportError:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if data.startswith(BOM):
+        data = data[len(BOM):]
+    n = _plain(data)
+    if n is None or n < 1:
+        return None
+    names = [f"c{i}" for i in range(n_fields)]
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False),
+            parse_options=pacsv.ParseOptions(delimiter=",", quote_char='"', double_quote=True, escape_char=False,
+                                             newlines_in_values=False, ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in names}, null_values=[],
+                                                 strings_can_be_null=False, quoted_strings_can_be_null=False))
+    except (pa.ArrowInvalid, pa.ArrowException, ValueError):
+        return None
+    if table.num_rows != n or table.num_columns != n_fields:
+        return None
+    codes: list[np.ndarray] = []
+    values: list[list[str]] = []
+    for name in names:
+        enc = pc.dictionary_encode(table[name]).combine_chunks()
+        raw = enc.dictionary.to_pylist()
+        if any(len(v) > max_chars for v in raw):
+            return None  # reported per row by the record reader
+        stripped = [v.strip() for v in raw]
+        uniq: dict[str, int] = {}
+        remap = np.asarray([uniq.setdefault(v, len(uniq)) for v in stripped], dtype=np.int64)
+        codes.append(remap[enc.indices.to_numpy(zero_copy_only=False)] if len(remap) else
+                     np.zeros(n, dtype=np.int64))
+        values.append(list(uniq))
+    blank = np.ones(n, dtype=bool)
+    for k, vals in zip(codes, values, strict=True):
+        empty = np.asarray([v == "" for v in vals], dtype=bool)
+        blank &= empty[k] if len(vals) else True
+    if blank.any():  # a record of empty cells: skipped by the record reader, keeping its line count
+        return None
+    return Columns(codes=codes, values=values, n=n)
