@@ -50,9 +50,19 @@ def group_ids(df: pd.DataFrame, columns: list[str]) -> np.ndarray:
     n = len(df)
     key = np.zeros(n, dtype=np.int64)
     for col in columns:
-        codes = pd.factorize(df[col], use_na_sentinel=True)[0].astype(np.int64) + 1
+        codes = _codes(df[col])
         key = pd.factorize(key * (int(codes.max(initial=0)) + 1) + codes)[0].astype(np.int64)
     return key
+
+
+def _codes(s: pd.Series) -> np.ndarray:
+    """Codes equal for equal cells (0 for a missing one)."""
+    values = s.to_numpy()
+    if values.dtype == object:  # by object first (cheap), then the distinct objects by value
+        codes = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))[0]
+        objects = values[np.unique(codes, return_index=True)[1]]
+        return pd.factorize(objects, use_na_sentinel=True)[0].astype(np.int64)[codes] + 1
+    return pd.factorize(s, use_na_sentinel=True)[0].astype(np.int64) + 1
 
 
 def _column(df: pd.DataFrame, col: str) -> list[Any]:

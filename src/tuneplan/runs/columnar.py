@@ -174,10 +174,12 @@ class PlainFile:
         uniq, counts = np.unique(hs, return_counts=True)
         cand = {int(h) for h in uniq[counts > 1]} | (set(r.row_hashes()) & {int(h) for h in uniq})
         hs_list = hs.tolist()
+        bad = self.bad.tolist()
         keep: list[int] = []
+        lazy: list[int] = []
         for i in range(self.n):
             line = i + 2
-            if self.bad[i]:
+            if bad[i]:
                 try:
                     r.read_row(self.raw(i), self.path, line, "reference", "percent")
                 except RowError as exc:
@@ -195,13 +197,17 @@ class PlainFile:
                 if first is not None:
                     r.report(self.name, line, f"exact duplicate of the row at {first}; row skipped, first kept")
                     continue
-            where = f"{self.name}:{line}"
             if rid:
-                r.seen_ids[rid] = where
+                r.seen_ids[rid] = f"{self.name}:{line}"
             else:
                 ids[i] = f"{self.source_values[self.source_codes[i]]}@{self.path.name}:{line}"
-            r.remember(key, where, h, None if key is not None else (self, i))
+            if key is not None:
+                r.remember(key, f"{self.name}:{line}")
+            else:
+                lazy.append(i)
             keep.append(i)
+        rows = np.asarray(lazy, dtype=np.int64)
+        r.remember_rows(self, rows, hs[rows])
         return keep, ids
 
     # -- the three parts, once per group --
@@ -246,12 +252,6 @@ class PlainFile:
         codes.append(np.where(arch[nc[rows]], sc[rows] + 1, 0))
         return group_ids(codes, len(rows))
 
-    def _after(self, i: int, o: dict[str, Any], col: str) -> Any:
-        if col in o["delta"]:
-            return o["delta"][col]
-        cc, vv = self.column(col)
-        return vv[cc[i]]
-
     def _override(self, base: np.ndarray, gids: np.ndarray, outs: list[dict], col: str, table) -> np.ndarray:
         """`base` with the value each group's changes give `col` (table: value -> the array's value)."""
         has = np.asarray([col in o for o in outs], dtype=bool)
@@ -284,9 +284,11 @@ class PlainFile:
         dg = group_ids(codes, len(rows))
         first = np.unique(dg, return_index=True)[1]
         changes, records = [], []
-        for at in first:
+        cols = {c: self.column(c) for c in DERIVE_COLUMNS}
+        for at in first.tolist():
             i, o = int(rows[at]), outs[gids[at]]
-            inputs = {c: self._after(i, o, c) for c in DERIVE_COLUMNS}
+            d = o["delta"]
+            inputs = {c: d[c] if c in d else vv[cc[i]] for c, (cc, vv) in cols.items()}
             st = RowState(v=dict(inputs), source="", flags=dict(o["flags"]))
             derive(st)
             changes.append({k: x for k, x in st.v.items() if not _same(inputs.get(k), x) or k not in inputs})

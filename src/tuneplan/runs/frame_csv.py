@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any
 
 import numpy as np
@@ -20,12 +21,19 @@ CHECK_ROWS = 64
 """Rows written by both this writer and pandas' and compared before the whole file is written."""
 
 
+_SPECIAL = re.compile(r'[,"\r\n]')
+"""What makes the csv writer quote a text cell (QUOTE_MINIMAL: the delimiter, the quote, a line end)."""
+
+
 def _quoted(cells: list[Any]) -> list[str]:
     """Each cell as the csv writer writes it in a row of several fields."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     out = []
     for c in cells:
+        if type(c) is str and not _SPECIAL.search(c):
+            out.append(c)
+            continue
         buf.seek(0)
         buf.truncate()
         w.writerow([c, ""])
@@ -33,15 +41,10 @@ def _quoted(cells: list[Any]) -> list[str]:
     return out
 
 
-def _distinct_safe(s, values) -> bool:
-    """Whether cells equal as values are written alike: not -0.0 next to 0.0, not 1 next to 1.0 or True
-    in a column of Python objects."""
-    import pandas as pd
-
+def _distinct_safe(values) -> bool:
+    """Whether cells equal as values are written alike (not -0.0 next to 0.0)."""
     if isinstance(values, np.ndarray) and values.dtype.kind == "f":
         return not bool(np.any(np.signbit(values) & (values == 0)))
-    if isinstance(values, np.ndarray) and values.dtype == object:
-        return pd.api.types.infer_dtype(s, skipna=True) in ("string", "boolean", "empty")
     return True
 
 
@@ -51,11 +54,16 @@ def _column_cells(s) -> list[str]:
     from pandas.core.indexes.base import get_values_for_csv
 
     values = s.array if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) else s.to_numpy()
-    if _distinct_safe(s, values):
+    if isinstance(values, np.ndarray) and values.dtype == object:  # the same object is written alike
+        codes = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))[0]
+        objects = values[np.unique(codes, return_index=True)[1]]
+        if pd.api.types.infer_dtype(objects, skipna=True) in ("string", "empty"):  # equal texts alike
+            codes = pd.factorize(objects, use_na_sentinel=False)[0][codes]
+    elif _distinct_safe(values):
         codes = pd.factorize(s, use_na_sentinel=False)[0]
-        first = np.unique(codes, return_index=True)[1]
     else:  # each cell on its own
-        codes = first = np.arange(len(values))
+        codes = np.arange(len(values))
+    first = np.unique(codes, return_index=True)[1]
     formatted = get_values_for_csv(values[first], date_format=None, na_rep="", quoting=csv.QUOTE_MINIMAL,
                                    float_format=None, decimal=".")
     cells = np.asarray(_quoted(list(formatted)), dtype=object)

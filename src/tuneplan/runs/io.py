@@ -206,7 +206,7 @@ class _Reader:
         # files read by columns (runs/columnar.py): their tables, each after the rows read before it
         self.blocks: list[tuple[int, Any]] = []
         self.unresolved_blocks: list[tuple[int, Any]] = []
-        self.lazy_rows: dict[int, list[tuple[Any, str]]] = {}  # their rows' duplicate keys, by hash
+        self.lazy_files: list[tuple[Any, Any, Any, Any]] = []  # their rows' duplicate keys, by hash
         self._hashes: set[int] = set()
         self._hashed = 0
 
@@ -484,21 +484,29 @@ class _Reader:
     def first_seen(self, key: frozenset, h: int | None = None) -> str | None:
         """Where an exact duplicate of this row's key was first read (None: not seen)."""
         where = self.seen_rows.get(key)
-        if where is not None or not self.lazy_rows:
+        if where is not None or not self.lazy_files:
             return where
+        import numpy as np
+
         from tuneplan.runs.columnar import row_hash
 
-        for (plain, i), w in self.lazy_rows.get(row_hash(key) if h is None else h, ()):
-            if plain.key(i) == key:
-                return w
+        h = np.uint64(row_hash(key) if h is None else h)
+        for plain, rows, hashes, order in self.lazy_files:
+            lo, hi = np.searchsorted(hashes, h, side="left"), np.searchsorted(hashes, h, side="right")
+            for i in rows[order[lo:hi]].tolist():
+                if plain.key(i) == key:
+                    return f"{plain.name}:{i + 2}"
         return None
 
-    def remember(self, key: frozenset | None, where: str, h: int | None = None, lazy: Any = None) -> None:
-        """Register a row's key (or, for a row read by columns, its hash and how to build the key)."""
-        if key is not None:
-            self.seen_rows[key] = where
-        else:
-            self.lazy_rows.setdefault(h, []).append((lazy, where))
+    def remember(self, key: frozenset, where: str) -> None:
+        self.seen_rows[key] = where
+
+    def remember_rows(self, plain: Any, rows: Any, hashes: Any) -> None:
+        """Register the rows of a file read by columns by their keys' hashes (keys built when needed)."""
+        import numpy as np
+
+        order = np.argsort(hashes, kind="stable")
+        self.lazy_files.append((plain, rows, hashes[order], order))
 
     def row_hashes(self) -> set[int]:
         """The hashes of every row key registered so far."""
@@ -507,7 +515,10 @@ class _Reader:
         keys = list(self.seen_rows)
         self._hashes |= {row_hash(k) for k in keys[self._hashed:]}
         self._hashed = len(keys)
-        return self._hashes | set(self.lazy_rows)
+        out = set(self._hashes)
+        for _, _, hashes, _ in self.lazy_files:
+            out.update(hashes.tolist())
+        return out
 
     def table(self) -> RunTable:
         unresolved = self.combined(self.unresolved, self.unresolved_blocks) if self.keep_unresolved else None
