@@ -65,3 +65,34 @@ def test_frame_configs_equal_row_by_row(varied):
     assert set(got) == set(want)
     for k, v in want.items():
         np.testing.assert_array_equal(got[k], v, err_msg=k)
+
+
+def test_frame_csv_writes_what_pandas_writes():
+    from tuneplan.runs.frame_csv import _text, frame_csv_text
+
+    df = pd.DataFrame({
+        "f": [1.0, -0.0, 0.0, np.nan, 1e20, 0.1 + 0.2, 3.0, 1.0],
+        "s": ['a,b', 'say "hi"', "two\nlines", "", None, " lead", "a,b", "x"],
+        "o": pd.Series([1, 1.0, True, None, "1", np.nan, False, 0], dtype=object),
+        "b": [True, False, True, True, False, False, True, False],
+        "nb": pd.array([True, None, False, True, None, False, True, True], dtype="boolean"),
+        "i": [1, 2, 3, 4, 5, 6, 7, 8],
+        "e": ["", "", "", "", "", "", "", ""],
+    })
+    big = pd.concat([df] * 20, ignore_index=True)
+    for frame in (df, big, df[["f", "s"]]):
+        assert frame_csv_text(frame) == frame.to_csv(index=False)
+        assert _text(frame) == frame.to_csv(index=False)  # the distinct-cell writer itself, not its fallback
+
+
+def test_search_over_distinct_configurations_finds_the_same_micro_batch():
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator("tuneplan"))
+    df = read_runs([f"{REF}/litgpt.csv", f"{REF}/xtuner.csv"]).df
+    configs = [c for c in configs_from_rows(df.to_dict("records"))[0] if c is not None]
+    a = arrays_for(configs, est.constants)
+    want = np.asarray(est.predict_arrays(a, with_max_batch=True)["max_micro_batch"])
+    for rows in (None, 10, 5000, 10**6):
+        np.testing.assert_array_equal(est.max_micro_batch(a, represents=rows), want)

@@ -71,13 +71,14 @@ def _tree_nearest(Xs: np.ndarray, Ps: np.ndarray) -> np.ndarray:
     return out[back]
 
 
-def nearest_distance(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> np.ndarray:
+def nearest_distance(X: np.ndarray, points: np.ndarray, span: np.ndarray, rows: int | None = None) -> np.ndarray:
     """Each row's distance to the nearest of `points`: summed absolute feature differences, each in
     units of its training span (features missing on either side count 0). Exact either way: numpy
-    for small problems, KD-trees for large ones (a plan over 100k candidates)."""
+    for small problems, KD-trees for large ones (a plan over 100k candidates). `rows`: the rows `X`
+    stands for (its distinct configurations' table), which the choice follows (default len(X))."""
     if len(points) == 0:
         return np.full(len(X), np.inf)
-    if len(X) * len(points) >= TREE_MIN_WORK:
+    if (len(X) if rows is None else rows) * len(points) >= TREE_MIN_WORK:
         Xs = np.asarray(X, dtype=float) / span
         Ps = np.asarray(points, dtype=float) / span
         if not np.isinf(Xs).any() and not np.isinf(Ps).any():
@@ -119,12 +120,12 @@ class Residual:
         self.points = (np.asarray(points, dtype=float).reshape(-1, len(self.lo)) if points is not None
                        else np.empty((0, len(self.lo))))
 
-    def distance(self, X: np.ndarray) -> np.ndarray:
+    def distance(self, X: np.ndarray, rows: int | None = None) -> np.ndarray:
         """Distance to the nearest training row (older files: to the nearest source box), summed over
         the features in units of each one's training span."""
         span = np.maximum(self.hi - self.lo, 1e-9)
         if len(self.points):
-            return nearest_distance(X, self.points, span)
+            return nearest_distance(X, self.points, span, rows)
         if not self.boxes:
             return np.full(len(X), np.inf)
         d = np.full(len(X), np.inf)
@@ -138,20 +139,20 @@ class Residual:
         its own list)."""
         return tuple(self.model.get("features") or default)
 
-    def gate(self, X: np.ndarray) -> np.ndarray:
+    def gate(self, X: np.ndarray, rows: int | None = None) -> np.ndarray:
         """1 on a measured configuration, fading to 0 with the distance to the nearest one."""
-        return np.exp(-self.distance(X) / max(self.tau, 1e-9))
+        return np.exp(-self.distance(X, rows) / max(self.tau, 1e-9))
 
     def share(self, X: np.ndarray) -> np.ndarray:
         return self.shrink + (self.near - self.shrink) * self.gate(X)
 
-    def __call__(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, X: np.ndarray, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         if self.shrink == 0.0 and self.near == 0.0:  # the correction does not transfer: nothing to do
             return np.zeros(len(X)), np.zeros(len(X))
         span = np.maximum(self.hi - self.lo, 1e-9)
         excess = (np.maximum(self.lo - X, 0.0) + np.maximum(X - self.hi, 0.0)) / span
         inside = np.exp(-np.nansum(excess, axis=1) * EXTRAPOLATION_DECAY)
-        g = self.gate(X)
+        g = self.gate(X, rows)
         weight = inside * (self.shrink + (self.near - self.shrink) * g)
         if not np.any(weight > 0):
             return np.zeros(len(X)), weight
@@ -195,3 +196,10 @@ class TuneplanCorrection:
             mem_f = np.exp(r)
             info["memory_residual_weight"] = w
         return thr_f, mem_f, info
+
+    def memory_factor(self, a: dict, out: dict, rows: int | None = None) -> np.ndarray:
+        """`correct`'s memory factor alone (what the largest-micro-batch search needs); `rows`: the
+        rows `a` stands for (`nearest_distance`)."""
+        if self.mem is None:
+            return np.ones(len(out["step_s"]))
+        return np.exp(self.mem(feature_matrix(a, out, self.mem.features(MEMORY_FEATURES)), rows)[0])

@@ -115,6 +115,10 @@ class TuneplanEstimator:
         for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s"):
             if k in out:
                 out[k] = out[k] / thr_factor
+        self._apply_memory_correction(a, out, mem_factor, mem_offset_gib)
+
+    def _apply_memory_correction(self, a: Arrays, out: Arrays, mem_factor: np.ndarray, mem_offset_gib: float) -> None:
+        """The memory half of `_apply_correction` (all `fits` depends on)."""
         # memory: the byte-counted states (weights, gradients, master, optimizer) are a floor the
         # learned factor never goes below; the difference is reported as its own part
         static = (out["weights_gib"] + out["gradients_gib"] + out["master_weights_gib"] + out["optimizer_gib"]
@@ -129,24 +133,44 @@ class TuneplanEstimator:
         out["memory_gib"] = out["nvidia_smi_gib"]
         out["fits"] = out["nvidia_smi_gib"] - out["variable_shape_gib"] <= a["memory_bytes"] / 1024.0**3
 
-    def max_micro_batch(self, a: Arrays) -> np.ndarray:
+    def max_micro_batch(self, a: Arrays, represents: int | None = None) -> np.ndarray:
+        """The largest micro-batch that fits, per row. `represents`: the rows these stand for (a
+        table's rows with each distinct configuration searched once): the search runs as it would
+        over them all (its steps per call, and the residual gate's exact method, follow that count)."""
         if self.residual is None and self.stack is None:
             return max_micro_batch(a, self.constants)
         # search with the corrected memory: 14 halvings of [0, 4097)
         n = len(a["micro_batch"])
+        rows = n if represents is None else represents
         lo = np.zeros(n)
         hi = np.full(n, 4097.0)
         done = 0
         while done < BISECTION_STEPS:
             # few rows (an estimate): LOOKAHEAD halvings per call, every micro-batch they may try at once
-            k = min(LOOKAHEAD if n <= LOOKAHEAD_MAX_ROWS else 1, BISECTION_STEPS - done)
-            lo, hi = self._halvings(a, lo, hi, k)
+            k = min(LOOKAHEAD if rows <= LOOKAHEAD_MAX_ROWS else 1, BISECTION_STEPS - done)
+            lo, hi = self._halvings(a, lo, hi, k, rows)
             done += k
         return lo.astype(int)
 
-    def _halvings(self, a: Arrays, lo: np.ndarray, hi: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _fits(self, a: Arrays, rows: int | None = None) -> np.ndarray:
+        """`predict_arrays(a)["fits"]`, without the throughput correction (fits does not read it)."""
+        if (type(self).predict_arrays is not TuneplanEstimator.predict_arrays
+                or not hasattr(self.residual or self, "memory_factor")):
+            return np.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
+        out = self.physics(a)
+        n = len(out["step_s"])
+        mem_factor = np.ones(n)
+        if self.residual is not None:
+            mem_factor = self.residual.memory_factor(a, out, rows)
+        offset = self.stack.memory_offset_gib if self.stack is not None else 0.0
+        self._apply_memory_correction(a, out, mem_factor, offset)
+        return np.asarray(out["fits"], dtype=bool)
+
+    def _halvings(self, a: Arrays, lo: np.ndarray, hi: np.ndarray, k: int,
+                  rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """k steps of the bisection on `fits` in one predict_arrays call: the 2^k - 1 micro-batches the
-        next k steps may try (node i's children: 2i+1 when it fits, 2i+2 when not), then the walk."""
+        next k steps may try (node i's children: 2i+1 when it fits, 2i+2 when not), then the walk.
+        `rows`: the rows `a` stands for (`max_micro_batch`)."""
         n = len(lo)
         nodes = [(lo, hi)]
         mids = []
@@ -160,7 +184,7 @@ class TuneplanEstimator:
         trial = {key: (np.tile(v, reps) if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
                  for key, v in a.items()} if reps > 1 else dict(a)
         trial["micro_batch"] = np.concatenate(mids)
-        ok = np.asarray(self.predict_arrays(trial)["fits"], dtype=bool).reshape(reps, n)
+        ok = self._fits(trial, None if rows is None else reps * rows).reshape(reps, n)
         mid_at = np.stack(mids)
         node = np.zeros(n, dtype=int)
         cols = np.arange(n)

@@ -83,16 +83,25 @@ def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True) -> p
 
 
 def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> dict[str, np.ndarray]:
-    """`predict_configs` of the rows' configurations, each distinct one predicted once."""
+    """`predict_configs` of the rows' configurations: the predictions on all rows at once (as one
+    call over the rows gives them: the residual's fast paths depend on how many rows a call has), the
+    largest micro-batch searched once per distinct configuration but its micro-batch."""
     from tuneplan.learn.frame_configs import frame_arrays
 
     shape = np.stack([fc.group[rows], fc.micro_batch[rows], fc.grad_accum[rows]], axis=1)
-    first, inverse = np.unique(shape, axis=0, return_index=True, return_inverse=True)[1:]
-    pred = predict_configs_arrays(frame_arrays(fc, rows[first], estimator.constants), estimator, False)
-    out = {k: v[inverse.ravel()] for k, v in pred.items()}
+    out = predict_configs_arrays(frame_arrays(fc, rows, estimator.constants), estimator, False)
     if with_max_batch and estimator.memory_model is not None:
         # the search sets the micro-batch itself: once per distinct configuration but its micro-batch
         first, inverse = np.unique(shape[:, [0, 2]], axis=0, return_index=True, return_inverse=True)[1:]
         a = frame_arrays(fc, rows[first], estimator.constants)
-        out["max_micro_batch"] = np.asarray(estimator.memory_model.max_micro_batch(a), dtype=int)[inverse.ravel()]
+        out["max_micro_batch"] = np.asarray(_search(estimator.memory_model, a, len(rows)), dtype=int)[inverse.ravel()]
     return out
+
+
+def _search(model, a: dict[str, np.ndarray], rows: int) -> np.ndarray:
+    """The largest micro-batch of each distinct configuration, searched as over all `rows` rows."""
+    import inspect
+
+    if "represents" in inspect.signature(model.max_micro_batch).parameters:
+        return model.max_micro_batch(a, represents=rows)
+    return model.max_micro_batch(a)
