@@ -32,7 +32,7 @@ def test_a_stale_twin_is_ignored(tmp_path, monkeypatch):
     (tmp_path / "frameworks.yaml").write_text("frameworks:\n  generic: {a: 1}\n", encoding="utf-8")
     (tmp_path / "frameworks.json").write_text(render_twin("frameworks.yaml", "frameworks:\n  generic: {a: 2}\n"),
                                               encoding="utf-8")
-    monkeypatch.setattr(datafiles.resources, "files", lambda pkg: tmp_path)
+    monkeypatch.setattr(datafiles.shipped, "DIR", str(tmp_path))
     assert load_yaml_data("frameworks.yaml") == {"frameworks": {"generic": {"a": 1}}}
     (tmp_path / "frameworks.json").write_text("{not json", encoding="utf-8")
     assert load_yaml_data("frameworks.yaml") == {"frameworks": {"generic": {"a": 1}}}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -67,6 +66,8 @@ def closest(name: str, pool: Iterable[str], n: int = 5) -> list[str]:
     low = name.lower()
     by_lower = {p.lower(): p for p in pool}
     subs = [p for p in pool if low and (low in p.lower() or p.lower() in low)]
+    import difflib  # here: only a name that does not resolve needs it (start-up)
+
     fuzzy = [by_lower[m] for m in difflib.get_close_matches(low, list(by_lower), n=n, cutoff=0.5)]
     out: list[str] = []
     for p in subs[:n] + fuzzy:

@@ -104,9 +104,24 @@ def _planner_seed(args: argparse.Namespace) -> int:
     return 0
 
 
+BLAS_THREADS_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+"""An estimate computes one configuration: numpy's BLAS thread pool (OpenBLAS starts one thread per
+core when numpy is imported, ~0.1 s of CPU here) is pure start-up cost, so the estimate asks for one
+thread unless the user's environment says otherwise (no operation on one row is threaded anyway)."""
+
+
+def single_threaded_blas() -> None:
+    """Before numpy is imported: one BLAS thread, unless the environment sets its own count."""
+    import os
+
+    if "numpy" not in sys.modules and not any(os.environ.get(name) for name in BLAS_THREADS_VARS):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
 def run(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
+    single_threaded_blas()
     cfg = apply_from(args)
     if args.estimator == "planner" and args.params is not None:
         return _planner_seed(args)

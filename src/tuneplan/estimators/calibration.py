@@ -15,7 +15,6 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +100,10 @@ def _from_dict(d: dict, where: str) -> Calibration:
 @lru_cache(maxsize=1)
 def default_calibration() -> Calibration | None:
     """The shipped default, or None when the package has none."""
-    ref = resources.files("tuneplan.data").joinpath("calibration", "default.json")
+    from tuneplan.data import read_text
+
     try:
-        text = ref.read_text(encoding="utf-8")
+        text = read_text("calibration", "default.json")
     except (FileNotFoundError, OSError):
         return None
     return _from_dict(json.loads(text), DEFAULT_NAME)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import zlib
-from importlib import resources
 from typing import Any
+
+from tuneplan import data as shipped
 
 TWINS = ("frameworks.yaml",)
 """The YAML files read on every estimate that have a JSON twin."""
@@ -37,11 +38,10 @@ def render_twin(name: str, text: str) -> str:
 def load_yaml_data(name: str) -> Any:
     """The content of the shipped `data/<name>`: from its JSON twin when that was generated from this
     very text, else parsed from the YAML."""
-    data = resources.files("tuneplan.data")
-    text = data.joinpath(name).read_text(encoding="utf-8")
+    text = shipped.read_text(name)
     if name in TWINS:
         try:
-            twin = json.loads(data.joinpath(twin_name(name)).read_text(encoding="utf-8"))
+            twin = json.loads(shipped.read_text(twin_name(name)))
         except (OSError, ValueError):
             twin = None
         if (isinstance(twin, dict) and twin.get("format") == TWIN_FORMAT

@@ -16,7 +16,6 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError, read_user_text
@@ -204,7 +203,9 @@ def _fill(spec: GPUSpec, row: dict[str, str], sibling: GPUSpec, sibling_row: dic
 @lru_cache(maxsize=1)
 def _load_catalog() -> _Catalog:
     path = "tuneplan/data/gpus.csv"
-    text = resources.files("tuneplan.data").joinpath("gpus.csv").read_text(encoding="utf-8")
+    from tuneplan.data import read_text
+
+    text = read_text("gpus.csv")
     rows = {r["name"].strip(): r for r in csv.DictReader(text.splitlines())}
     gpus = {name: _row_spec(r) for name, r in rows.items()}
     families: dict[str, Family] = {}

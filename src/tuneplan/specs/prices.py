@@ -20,7 +20,6 @@ import re
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +191,9 @@ def _generated_value(v: str) -> Any:
 def load_prices(path: str | None = None) -> tuple[Price, ...]:
     """The shipped prices (None) or a user's price file (YAML or CSV, by extension)."""
     if path is None:
-        text = resources.files("tuneplan.data").joinpath(SHIPPED_YAML).read_text(encoding="utf-8")
+        from tuneplan.data import read_text
+
+        text = read_text(SHIPPED_YAML)
         return parse_generated_prices(text, SHIPPED_YAML) or parse_yaml_prices(text, SHIPPED_YAML)
     p = Path(path)
     if str(path).strip() and not p.exists():
