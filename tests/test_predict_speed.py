@@ -189,3 +189,15 @@ def test_derive_reads_only_its_columns():
             v.seen = seen
             derive(RowState(v=v, source="x", flags={"full_length_samples": True, "step_time_is_micro_batch": True}))
     assert seen <= set(DERIVE_COLUMNS), seen - set(DERIVE_COLUMNS)
+
+
+def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures(varied, monkeypatch):
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.learn import predict_table
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator("tuneplan"))
+    twice = pd.concat([varied, varied.assign(id=varied["id"] + "-again")], ignore_index=True)
+    once = predict_table.predict_frame(twice, est)
+    monkeypatch.setattr(predict_table, "_distinct_pays", lambda *a: False)
+    pd.testing.assert_frame_equal(once, predict_table.predict_frame(twice, est), check_exact=True)

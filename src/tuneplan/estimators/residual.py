@@ -181,18 +181,19 @@ class TuneplanCorrection:
         self.thr = thr
         self.mem = mem
 
-    def correct(self, a: dict, out: dict):
+    def correct(self, a: dict, out: dict, rows: int | None = None):
+        """(throughput factor, memory factor, info); `rows`: the rows `a` stands for (`nearest_distance`)."""
         n = len(out["step_s"])
         thr_f = np.ones(n)
         mem_f = np.ones(n)
         info: dict = {}
         if self.thr is not None:
-            r, w = self.thr(feature_matrix(a, out, self.thr.features(THROUGHPUT_FEATURES)))
+            r, w = self.thr(feature_matrix(a, out, self.thr.features(THROUGHPUT_FEATURES)), rows)
             thr_f = np.exp(r)
             info["residual_weight"] = w
             info["extrapolated"] = w < 0.5
         if self.mem is not None:
-            r, w = self.mem(feature_matrix(a, out, self.mem.features(MEMORY_FEATURES)))
+            r, w = self.mem(feature_matrix(a, out, self.mem.features(MEMORY_FEATURES)), rows)
             mem_f = np.exp(r)
             info["memory_residual_weight"] = w
         return thr_f, mem_f, info

@@ -87,12 +87,15 @@ class TuneplanEstimator:
         out["memory_gib"] = m["nvidia_smi_gib"]
         return out
 
-    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+    def predict_arrays(self, a: Arrays, with_max_batch: bool = False, represents: int | None = None) -> Arrays:
+        """`represents`: the rows these distinct configurations stand for (the residual gate's exact
+        method follows that count, as when predicting them all)."""
         out = self.physics(a)
         if self.residual is not None or self.stack is not None:
             n = len(out["step_s"])
-            thr_factor, mem_factor, info = (self.residual.correct(a, out) if self.residual is not None
-                                            else (np.ones(n), np.ones(n), {}))
+            thr_factor, mem_factor, info = ((self.residual.correct(a, out) if represents is None
+                                             else self.residual.correct(a, out, represents))
+                                            if self.residual is not None else (np.ones(n), np.ones(n), {}))
             offset = 0.0
             if self.stack is not None:
                 thr_factor = thr_factor * self.stack.throughput_factor(a, n)

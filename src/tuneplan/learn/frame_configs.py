@@ -18,6 +18,7 @@ import pandas as pd
 from tuneplan.errors import TuneplanError
 from tuneplan.learn.dataset import (
     BASE_COLUMNS,
+    BATCH_COLUMNS,
     RowBase,
     _Defaults,
     _get,
@@ -140,44 +141,58 @@ def frame_configs(df: pd.DataFrame) -> FrameConfigs:
     reps = df.iloc[first].to_dict("records") if n else []
     head_err, heads, tail_err, bases = _bases(reps, cache)
     jobs, terms_err = _group_jobs(bases, cache)
-    cells = zip(_column(df, "micro_batch_size"), _column(df, "grad_accum"), _column(df, "global_batch_size"),
-                strict=True)
-    errors: list[str | None] = [None] * n
-    used_rows: list[str] = [""] * n
-    mbs = np.zeros(n, dtype=np.int64)
-    gas = np.zeros(n, dtype=np.int64)
+    # each distinct (group, batch cells) once
+    combo = gid.copy()
+    for col in BATCH_COLUMNS:
+        codes = _codes(df[col]) if col in df.columns else np.zeros(n, dtype=np.int64)
+        combo = pd.factorize(combo * (int(codes.max(initial=0)) + 1) + codes)[0].astype(np.int64)
+    at = np.unique(combo, return_index=True)[1] if n else np.zeros(0, dtype=int)
+    sub = df.iloc[at]
+    cells = zip(*(_column(sub, c) for c in BATCH_COLUMNS), strict=True)
     shapes: dict[tuple, tuple[int, int, list[str]]] = {}
-    for i, (j, (mb, ga, gb)) in enumerate(zip(gid.tolist(), cells, strict=True)):
-        if head_err[j] is not None:
-            errors[i] = head_err[j]
-            continue
-        head, used_head = heads[j]
-        key = (head[-1], mb, ga, gb)
-        shape = shapes.get(key)
-        if shape is None:
-            used = _Defaults()
-            m, g = batch_shape(head[-1], mb, ga, gb, used)
-            shape = shapes[key] = (m, g, list(used))
-        if tail_err[j] is not None:
-            errors[i] = tail_err[j]
-            continue
-        m, g, used_batch = shape
-        mbi, gai = int(float(m)), int(float(g))
-        if jobs[j] is None or not _batch_ok(mbi, gai, cache):
-            try:  # the JobSpec's own words for this row (its error, whatever the group's job says)
-                job = row_job(bases[j], mbi, gai, cache)
-            except TuneplanError as exc:
-                errors[i] = str(exc)
-                continue
-            if jobs[j] is None:  # not seen: a JobSpec that takes this shape but not micro-batch 1
-                (jobs[j],), (terms_err[j],) = _group_jobs([bases[j]], cache, job)
-        if terms_err[j] is not None:
-            errors[i] = terms_err[j]
-            continue
-        mbs[i], gas[i] = mbi, gai
-        used_rows[i] = "; ".join(used_head + used_batch + bases[j].used_tail)
-    return FrameConfigs(errors=errors, group=gid, micro_batch=mbs, grad_accum=gas, defaults_used=used_rows,
-                        bases=bases, jobs=jobs, mem_kinds=[str(r.get("mem_kind") or "unknown") for r in reps])
+    c_err: list[str | None] = []
+    c_used: list[str] = []
+    c_mb = np.zeros(len(at), dtype=np.int64)
+    c_ga = np.zeros(len(at), dtype=np.int64)
+    for k, (j, (mb, ga, gb)) in enumerate(zip(gid[at].tolist(), cells, strict=True)):
+        err, used = _shape(j, mb, ga, gb, heads, head_err, tail_err, bases, jobs, terms_err, shapes, cache)
+        c_err.append(err)
+        if err is None:
+            c_mb[k], c_ga[k] = used[0], used[1]
+        c_used.append(used[2] if err is None else "")
+    rows = combo.tolist()
+    return FrameConfigs(errors=[c_err[k] for k in rows], group=gid, micro_batch=c_mb[combo], grad_accum=c_ga[combo],
+                        defaults_used=[c_used[k] for k in rows], bases=bases, jobs=jobs,
+                        mem_kinds=[str(r.get("mem_kind") or "unknown") for r in reps])
+
+
+def _shape(j: int, mb: Any, ga: Any, gb: Any, heads: list, head_err: list, tail_err: list, bases: list, jobs: list,
+           terms_err: list, shapes: dict, cache: dict) -> tuple[str | None, Any]:
+    """(error, (micro-batch, grad accumulation, the defaults taken)) of a row of group j with these
+    batch cells."""
+    if head_err[j] is not None:
+        return head_err[j], None
+    head, used_head = heads[j]
+    key = (head[-1], mb, ga, gb)
+    shape = shapes.get(key)
+    if shape is None:
+        used = _Defaults()
+        m, g = batch_shape(head[-1], mb, ga, gb, used)
+        shape = shapes[key] = (m, g, list(used))
+    if tail_err[j] is not None:
+        return tail_err[j], None
+    m, g, used_batch = shape
+    mbi, gai = int(float(m)), int(float(g))
+    if jobs[j] is None or not _batch_ok(mbi, gai, cache):
+        try:  # the JobSpec's own words for this row (its error, whatever the group's job says)
+            job = row_job(bases[j], mbi, gai, cache)
+        except TuneplanError as exc:
+            return str(exc), None
+        if jobs[j] is None:  # not seen: a JobSpec that takes this shape but not micro-batch 1
+            (jobs[j],), (terms_err[j],) = _group_jobs([bases[j]], cache, job)
+    if terms_err[j] is not None:
+        return terms_err[j], None
+    return None, (mbi, gai, "; ".join(used_head + used_batch + bases[j].used_tail))
 
 
 def frame_arrays(fc: FrameConfigs, rows: np.ndarray, constants=None) -> dict[str, np.ndarray]:

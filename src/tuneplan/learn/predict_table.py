@@ -31,9 +31,10 @@ def predict_configs(configs: list[RowConfig], estimator, with_max_batch: bool = 
     return predict_configs_arrays(arrays_for(configs, estimator.constants), estimator, with_max_batch)
 
 
-def predict_configs_arrays(a: dict[str, np.ndarray], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
-    """`predict_configs` from the configurations' arrays."""
-    out = estimator.predict_arrays(a)
+def predict_configs_arrays(a: dict[str, np.ndarray], estimator, with_max_batch: bool = True,
+                           represents: int | None = None) -> dict[str, np.ndarray]:
+    """`predict_configs` from the configurations' arrays (`represents`: `TuneplanEstimator.predict_arrays`)."""
+    out = estimator.predict_arrays(a) if represents is None else estimator.predict_arrays(a, represents=represents)
     mb_source = estimator.memory_model  # None: no memory model that depends on the batch
     step = np.asarray(out["step_s"], dtype=float)
     tokens = np.asarray(out["tokens_per_step"], dtype=float)
@@ -89,7 +90,13 @@ def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> 
     from tuneplan.learn.frame_configs import frame_arrays
 
     shape = np.stack([fc.group[rows], fc.micro_batch[rows], fc.grad_accum[rows]], axis=1)
-    out = predict_configs_arrays(frame_arrays(fc, rows, estimator.constants), estimator, False)
+    first, inverse = np.unique(shape, axis=0, return_index=True, return_inverse=True)[1:]
+    if _distinct_pays(estimator, len(first), len(rows)):
+        a = frame_arrays(fc, rows[first], estimator.constants)
+        pred = predict_configs_arrays(a, estimator, False, represents=len(rows))
+        out = {k: v[inverse.ravel()] for k, v in pred.items()}
+    else:
+        out = predict_configs_arrays(frame_arrays(fc, rows, estimator.constants), estimator, False)
     if with_max_batch and estimator.memory_model is not None:
         # the search sets the micro-batch itself: once per distinct configuration but its micro-batch
         first, inverse = np.unique(shape[:, [0, 2]], axis=0, return_index=True, return_inverse=True)[1:]
@@ -105,3 +112,18 @@ def _search(model, a: dict[str, np.ndarray], rows: int) -> np.ndarray:
     if "represents" in inspect.signature(model.max_micro_batch).parameters:
         return model.max_micro_batch(a, represents=rows)
     return model.max_micro_batch(a)
+
+
+SMALL_CALL = 64
+"""Rows up to which the residual's forests take their plain evaluation (`plan.fastforest.FastForest.SMALL`),
+whose sums round apart from the fast one's."""
+
+
+def _distinct_pays(estimator, distinct: int, rows: int) -> bool:
+    """Whether to predict each distinct configuration once (for the same figures as all rows at once:
+    an estimator that takes `represents`, and as many rows as the forests' fast evaluation needs)."""
+    import inspect
+
+    if distinct == rows or "represents" not in inspect.signature(estimator.predict_arrays).parameters:
+        return False
+    return distinct > SMALL_CALL or rows <= SMALL_CALL

@@ -66,7 +66,10 @@ def _column_cells(s) -> list[str]:
     first = np.unique(codes, return_index=True)[1]
     formatted = get_values_for_csv(values[first], date_format=None, na_rep="", quoting=csv.QUOTE_MINIMAL,
                                    float_format=None, decimal=".")
-    cells = np.asarray(_quoted(list(formatted)), dtype=object)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "fiub":  # numbers and booleans: never quoted
+        cells = np.asarray([x if type(x) is str else str(x) for x in formatted], dtype=object)
+    else:
+        cells = np.asarray(_quoted(list(formatted)), dtype=object)
     return cells[codes].tolist()
 
 
