@@ -66,35 +66,90 @@ def _column_cells(s) -> list[str]:
     first = np.unique(codes, return_index=True)[1]
     formatted = get_values_for_csv(values[first], date_format=None, na_rep="", quoting=csv.QUOTE_MINIMAL,
                                    float_format=None, decimal=".")
-    if isinstance(values, np.ndarray) and values.dtype.kind in "fiub":  # numbers and booleans: never quoted
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":  # numbers: never quoted
+        cells = np.asarray(formatted, dtype=object)
+    elif isinstance(values, np.ndarray) and values.dtype.kind in "iub":  # the csv writer's str()
         cells = np.asarray([x if type(x) is str else str(x) for x in formatted], dtype=object)
     else:
         cells = np.asarray(_quoted(list(formatted)), dtype=object)
-    return cells[codes].tolist()
+    return np.asarray(codes, dtype=np.int64), cells
+
+
+SEGMENT_SHARE = 8
+"""Neighbouring columns are joined once per distinct combination of their cells while there are at
+most rows / SEGMENT_SHARE combinations (fewer, longer pieces for the rows' final join)."""
+
+
+def _segments(cols: list[tuple[np.ndarray, np.ndarray]], n: int) -> list[list[str]]:
+    """Each row's text, in pieces: runs of neighbouring columns joined per distinct combination."""
+    import pandas as pd
+
+    limit = max(n // SEGMENT_SHARE, 1)
+    pieces: list[list[str]] = []
+    run: list[int] = []
+    key = np.zeros(n, dtype=np.int64)
+
+    def close() -> None:
+        if len(run) == 1:
+            pieces.append(cols[run[0]][1][key].tolist())
+            return
+        first = np.unique(key, return_index=True)[1]
+        joined = np.asarray([",".join([cols[j][1][cols[j][0][i]] for j in run]) for i in first.tolist()],
+                            dtype=object)
+        pieces.append(joined[key].tolist())
+
+    for j, (codes, cells) in enumerate(cols):
+        if run:
+            combined, uniq = pd.factorize(key * len(cells) + codes)
+            if len(uniq) <= limit:  # join on while the combinations stay few
+                key = combined.astype(np.int64)
+                run.append(j)
+                continue
+            close()
+        run, key = [j], codes
+    close()
+    return pieces
+
+
+CHUNK_ROWS = 20_000
+"""Rows joined and written at a time (the whole text is never held at once)."""
+
+
+def _chunks(df):
+    """`df.to_csv(index=False)` in pieces: the header line, then the rows, CHUNK_ROWS at a time."""
+    yield ",".join(_quoted([str(c) for c in df.columns])) + "\n"
+    if not len(df):
+        return
+    pieces = _segments([_column_cells(df.iloc[:, j]) for j in range(df.shape[1])], len(df))
+    for at in range(0, len(df), CHUNK_ROWS):
+        yield "".join(",".join(r) + "\n" for r in zip(*(p[at:at + CHUNK_ROWS] for p in pieces), strict=True))
 
 
 def _text(df) -> str:
-    header = ",".join(_quoted([str(c) for c in df.columns]))
-    cols = [_column_cells(df.iloc[:, j]) for j in range(df.shape[1])]
-    return header + "\n" + "".join(",".join(r) + "\n" for r in zip(*cols, strict=True))
+    return "".join(_chunks(df))
+
+
+def _checked(df) -> bool:
+    """Whether this writer writes the frame's first rows as pandas does (else pandas writes it all)."""
+    if not df.columns.is_unique or df.shape[1] < 2 or not all(isinstance(c, str) for c in df.columns):
+        return False
+    try:
+        head = df.iloc[:CHECK_ROWS]
+        return _text(head) == head.to_csv(index=False)
+    except (ImportError, TypeError, ValueError, AttributeError):
+        return False
 
 
 def frame_csv_text(df) -> str:
     """`df.to_csv(index=False)` as a string, per distinct cell (pandas' writer when the first rows differ)."""
-    if not df.columns.is_unique or df.shape[1] < 2 or not all(isinstance(c, str) for c in df.columns):
-        return df.to_csv(index=False)
-    try:
-        head = df.iloc[:CHECK_ROWS]
-        same = _text(head) == head.to_csv(index=False)
-    except (ImportError, TypeError, ValueError, AttributeError):
-        same = False
-    if not same:
-        return df.to_csv(index=False)
-    return _text(df)
+    return _text(df) if _checked(df) else df.to_csv(index=False)
 
 
 def write_frame_csv(df, path: str) -> None:
-    """`df.to_csv(path, index=False)`, the same bytes (UTF-8, '\\n' line ends)."""
-    text = frame_csv_text(df)
+    """`df.to_csv(path, index=False)`, the same bytes (UTF-8, '\n' line ends)."""
+    if not _checked(df):
+        df.to_csv(path, index=False)
+        return
     with open(path, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
+        for text in _chunks(df):
+            f.write(text)
