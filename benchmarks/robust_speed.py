@@ -2,12 +2,17 @@
 over ~100k candidates, and `predict` rows per second.
 
     python benchmarks/robust_speed.py --kavier /tmp/kavier-venv/bin/kavier [--rows 20000] [--repeat 5]
+    python benchmarks/robust_speed.py --predict-only --rows 200000 [--keep runs200k.csv]   # predict rows/s
+
+`--write-runs F --rows N` only writes the predict benchmark's runs file (deterministic: the same N
+rows every time), for `/usr/bin/time -v tuneplan predict --runs F --out O.csv` by hand.
 
 kavier's CLI lives in its own virtual environment (`python3 -m venv /tmp/kavier-venv &&
 /tmp/kavier-venv/bin/pip install kavier==0.5.3`); nothing of it is imported here. Start-up is the best
 wall time of `--repeat` runs of each command (bytecode cached by a first run). The predict file is
 made of the litgpt reference rows with micro-batch and sequence length varied, so most configurations
-are distinct.
+are distinct. Predict is reported in CPU seconds of the child process (user + system; the machine is
+shared, so wall time carries the others' load) and in wall seconds.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,33 +64,50 @@ def predict_file(path: Path, rows: int) -> None:
             w.writerow(r)
 
 
+def bench_predict(rows: int, keep: str | None = None) -> dict:
+    """`tuneplan predict` over the benchmark file of `rows` rows: CPU and wall seconds, rows per second."""
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(keep) if keep else Path(d) / "runs.csv"
+        if not f.is_file():
+            predict_file(f, rows)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "tuneplan.cli", "predict", "--runs", str(f), "--out",
+                        str(Path(d) / "pred.csv")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        secs = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"rows": rows, "cpu_s": round(cpu, 2), "wall_s": round(secs, 1), "rows_per_cpu_s": round(rows / cpu),
+            "rows_per_wall_s": round(rows / secs), "peak_rss_mib": round(after.ru_maxrss / 1024)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kavier", help="kavier's CLI (its own venv); start-up comparison skipped without it")
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--skip-plan", action="store_true")
+    ap.add_argument("--predict-only", action="store_true", help="only the predict benchmark")
+    ap.add_argument("--keep", help="the predict runs file to use (written first when missing)")
+    ap.add_argument("--write-runs", help="only write the predict benchmark's runs file here")
     args = ap.parse_args()
+    if args.write_runs:
+        predict_file(Path(args.write_runs), args.rows)
+        return 0
     out: dict = {}
-    tp = best_wall([sys.executable, "-m", "tuneplan.cli", *TUNEPLAN_ARGS], args.repeat)
-    out["estimate_startup_s"] = round(tp, 3)
-    if args.kavier:
-        kv = best_wall([args.kavier, *KAVIER_ARGS], args.repeat)
-        out["kavier_training_s"] = round(kv, 3)
-        out["estimate_over_kavier"] = round(tp / kv, 2)
-    if not args.skip_plan:
-        sys.path.insert(0, str(HERE))
-        import plan_speed
+    if not args.predict_only:
+        tp = best_wall([sys.executable, "-m", "tuneplan.cli", *TUNEPLAN_ARGS], args.repeat)
+        out["estimate_startup_s"] = round(tp, 3)
+        if args.kavier:
+            kv = best_wall([args.kavier, *KAVIER_ARGS], args.repeat)
+            out["kavier_training_s"] = round(kv, 3)
+            out["estimate_over_kavier"] = round(tp / kv, 2)
+        if not args.skip_plan:
+            sys.path.insert(0, str(HERE))
+            import plan_speed
 
-        out["plan"] = plan_speed.bench_plan(1)
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "runs.csv"
-        predict_file(f, args.rows)
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "tuneplan.cli", "predict", "--runs", str(f), "--out",
-                        str(Path(d) / "pred.csv")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        secs = time.perf_counter() - t0
-        out["predict"] = {"rows": args.rows, "seconds": round(secs, 1), "rows_per_s": round(args.rows / secs)}
+            out["plan"] = plan_speed.bench_plan(1)
+    out["predict"] = bench_predict(args.rows, args.keep)
     print(json.dumps(out, indent=1))
     return 0
 
