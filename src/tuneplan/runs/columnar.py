@@ -41,7 +41,10 @@ FILLED_COLUMNS = ("params_b", "active_params_b", "peft_options", "trainable_para
 """Cells the settings fill when empty besides the rules' targets (catalog figures, notes' settings)."""
 FINISH_ADDED = ("model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate", "is_estimate",
                 "usable_throughput", "usable_memory", "caveats")
+"""The columns `_Reader.finish` adds that are the same for rows alike in its inputs (not file, line,
+defaults_used)."""
 MASK = (1 << 64) - 1
+"""Row hashes are sums of the cells' hashes modulo 2**64 (numpy's uint64 arithmetic)."""
 
 
 def settings_columns(defaults) -> tuple[set[str], set[str]]:

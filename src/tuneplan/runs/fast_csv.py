@@ -16,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-QUOTE = 34
-COMMA = 44
-NEWLINE = 10
-CR = 13
+QUOTE, COMMA, NEWLINE, CR = 34, 44, 10, 13
+"""The bytes of '"', ',', '\n' and '\r' (ASCII, as UTF-8 writes them)."""
 BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark, which the row-by-row reader skips (`utf-8-sig`)."""
 
 
 @dataclass
