@@ -342,3 +342,16 @@ def test_gpus_piped_is_plain_and_whole(capsys):
     rc, text, _ = run_cli(capsys, ["gpus"])
     assert rc == 0 and "│" not in text and "…" not in text
     assert "RTX-PRO-6000-Blackwell-Server-96GB " in text
+
+
+def test_assumptions_say_calibrated_or_uncalibrated_never_both():
+    """A calibrated estimate named its calibration and, in the next line, "Uncalibrated physics"."""
+    import tuneplan
+
+    kw = dict(method="lora", examples=1000, tokens_per_example=512)
+    calibrated = tuneplan.estimate("meta-llama/Llama-3.1-8B", "H100-SXM5-80GB", **kw).assumptions
+    raw = tuneplan.estimate("meta-llama/Llama-3.1-8B", "H100-SXM5-80GB", calibration="none", **kw).assumptions
+    assert any("from calibration 'default'" in a for a in calibrated)
+    assert not any(a.startswith("Uncalibrated physics") for a in calibrated)
+    assert any(a.startswith("Uncalibrated physics") for a in raw)
+    assert not any("from calibration" in a for a in raw)

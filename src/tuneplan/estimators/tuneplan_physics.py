@@ -218,7 +218,7 @@ class TuneplanEstimator:
             base.append(f"Constants and a residual correction from calibration '{self.calibration_name}'.")
         if self.stack is not None:
             base.append(f"Adapted to your own runs ({self.stack.describe()}).")
-        else:
+        if not self.calibration_name and self.stack is None:
             base.append("Uncalibrated physics (prior constants, not fitted to measurements).")
         if job is not None and job.is_lora_family:
             kernels = c.dora_kernels_per_module if job.method == "dora" else c.lora_kernels_per_module
