@@ -13,6 +13,7 @@ tests/test_record.py checks the coercion against pydantic itself, field by field
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import types
@@ -112,14 +113,18 @@ def _int(v: Any) -> int:
             raise _Bad("int_parsing_size", "Unable to parse input string as an integer, exceeded maximum size")
         return int(v)
     if isinstance(v, (bytes, bytearray)):
-        try:
-            v = bytes(v).decode()
-        except UnicodeDecodeError:
-            raise _Bad("int_parsing", "Input should be a valid integer, unable to parse string as an integer") \
-                from None
+        v = _decoded(v, "int_parsing", "Input should be a valid integer, unable to parse string as an integer")
     if isinstance(v, str):
         return _int_text(v)
     raise _Bad("int_type", "Input should be a valid integer")
+
+
+def _decoded(v: bytes | bytearray, error: str, message: str) -> str:
+    """Bytes read as UTF-8 text, as pydantic reads them for a number; `error` when they are not UTF-8."""
+    try:
+        return bytes(v).decode()
+    except UnicodeDecodeError:
+        raise _Bad(error, message) from None
 
 
 def _int_text(text: str) -> int:
@@ -140,11 +145,7 @@ def _float(v: Any) -> float:
     if isinstance(v, (int, float)):
         return float(v)
     if isinstance(v, (bytes, bytearray)):
-        try:
-            v = bytes(v).decode()
-        except UnicodeDecodeError:
-            raise _Bad("float_parsing", "Input should be a valid number, unable to parse string as a number") \
-                from None
+        v = _decoded(v, "float_parsing", "Input should be a valid number, unable to parse string as a number")
     if isinstance(v, str):
         s = v.strip(WHITESPACE)
         try:
@@ -216,15 +217,21 @@ def _items(v: Any) -> list:
     return list(v)
 
 
+def _checked(checks: typing.Iterable[typing.Callable[[Any], Any]], xs: list) -> tuple:
+    """Each item through its check; a failure located at the item's index, as pydantic locates it."""
+    out = []
+    for i, (check, x) in enumerate(zip(checks, xs, strict=True)):
+        try:
+            out.append(check(x))
+        except _Bad as bad:
+            raise _Bad(bad.kind, bad.msg, bad.ctx, (i, *bad.loc)) from None
+    return tuple(out)
+
+
 def _tuple_of(inner: typing.Callable[[Any], Any]) -> typing.Callable[[Any], tuple]:
     def check(v: Any) -> tuple:
-        out = []
-        for i, x in enumerate(_items(v)):
-            try:
-                out.append(inner(x))
-            except _Bad as bad:
-                raise _Bad(bad.kind, bad.msg, bad.ctx, (i, *bad.loc)) from None
-        return tuple(out)
+        xs = _items(v)
+        return _checked(itertools.repeat(inner, len(xs)), xs)
 
     return check
 
@@ -238,13 +245,7 @@ def _tuple_fixed(inners: list) -> typing.Callable[[Any], tuple]:
         if len(xs) > n:
             raise _Bad("too_long", f"Tuple should have at most {n} item{'s' if n != 1 else ''} after validation, "
                        f"not {len(xs)}", {"field_type": "Tuple", "max_length": n, "actual_length": len(xs)})
-        out = []
-        for i, (f, x) in enumerate(zip(inners, xs, strict=True)):
-            try:
-                out.append(f(x))
-            except _Bad as bad:
-                raise _Bad(bad.kind, bad.msg, bad.ctx, (i, *bad.loc)) from None
-        return tuple(out)
+        return _checked(inners, xs)
 
     return check
 
