@@ -1,6 +1,6 @@
 """Fitting a residual correction (shared by the tuneplan and slst learners): gradient-boosted trees on
-log-residuals, their capacity and shares chosen on held-out sources and folds; per-source weights;
-the learners' row minimums and constant bounds."""
+log-residuals, their capacity and shares chosen on held-out sources (rows of several sources) or on
+random folds (one or two); per-source weights; the learners' row minimums and constant bounds."""
 
 from __future__ import annotations
 
@@ -152,14 +152,14 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
                  fixed: tuple | None = None, far_names: tuple[str, ...] | None = None) -> Residual:
     """Boosted trees on log-residuals. The trees' size (CAPACITY_GRID) and how much of the correction
     applies (`near` share next to a measured configuration, `far` share away from all of them, fading
-    with the distance to the nearest training row over `tau`) are chosen together on held-out data:
-    rows predicted by trees fitted without their random fold (rows of the sources seen: a sibling
-    configuration is usually near), and rows predicted by trees fitted without their whole source, sources
-    held out in RESIDUAL_SOURCE_GROUPS groups (a new
-    framework or machine), each row's share computed from its distance to the rows that fit lacked.
-    Score: median absolute log error, the two halves weighed equally, the source half with every source
-    weighing the same (a large source must not decide how a correction transfers to a new one).
-    Without groups (or with fewer than 3) only the size is chosen. `fixed` (far, near, tau[, capacity]) skips the choices
+    with the distance to the nearest training row over `tau`) are chosen together on held-out sources:
+    rows predicted by trees fitted without their whole source, sources held out in
+    RESIDUAL_SOURCE_GROUPS groups (a new framework or machine), each row's share computed from its
+    distance to the rows that fit had. Rows of several sources are fitted for stacks they do not
+    contain (the shipped calibration is used on a new user's stack), so that is what they are scored
+    on: median absolute log error, every source weighing the same (a large source must not decide how a
+    correction transfers to a new one). Rows of one or two sources (a user's own stack) are scored on
+    random folds and only the size is chosen: the correction applies in full. `fixed` (far, near, tau[, capacity]) skips the choices
     (cross-fits reuse the full fit's). With `far_names` (a subset of `names`), the far share applies
     trees fitted on those features only (see features.THROUGHPUT_FAR_FEATURES); the near share, trees on
     all of them."""
@@ -190,28 +190,21 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
     if (counts >= MIN_SCORING_ROWS).sum() >= 2:
         w_src = np.where(counts[inv] >= MIN_SCORING_ROWS, w_src, 0.0)
     gk = source_groups(g)  # the sources held out together in the far half's fits
-    d_near, d_far = np.empty(len(y)), np.empty(len(y))
-    for k in set(folds.tolist()):  # distance to the rows the row's held-out fit had
-        m = folds == k
-        d_near[m] = nearest_distance(X[m], X[~m], span)
-    for k in set(gk.tolist()):
+    d_far = np.empty(len(y))
+    for k in set(gk.tolist()):  # distance to the rows the row's held-out fit had
         m = gk == k
         d_far[m] = nearest_distance(X[m], X[~m], span)
     best = (float("inf"), CAPACITY_GRID[0], (0.0, 0.0, 1.0))
     for capacity in CAPACITY_GRID:
-        near_pred = group_out_predictions(X, y, folds, capacity=capacity)
         far_pred = group_out_predictions(X, y, gk, capacity=capacity)
         # the far share's trees (on the far features when they differ)
-        near_pred_f = near_pred if far_idx is None else group_out_predictions(Xf, y, folds, capacity=capacity)
         far_pred_f = far_pred if far_idx is None else group_out_predictions(Xf, y, gk, capacity=capacity)
         for near in SHRINK_GRID:
             for far in SHRINK_GRID:
                 for tau in TAU_GRID:
-                    g_near, g_far = np.exp(-d_near / tau), np.exp(-d_far / tau)
-                    p_near = g_near * near * near_pred + (1.0 - g_near) * far * near_pred_f
+                    g_far = np.exp(-d_far / tau)
                     p_far = g_far * near * far_pred + (1.0 - g_far) * far * far_pred_f
-                    e = (0.5 * float(np.median(np.abs(y - p_near)))
-                         + 0.5 * weighted_median(np.abs(y - p_far), w_src))
+                    e = weighted_median(np.abs(y - p_far), w_src)
                     if e < best[0] - 1e-12:
                         best = (e, capacity, (far, near, tau))
     return fitted(dict(best[1]), best[2])
