@@ -88,6 +88,22 @@ def group_ids(codes: list[np.ndarray], n: int) -> np.ndarray:
     return key
 
 
+def first_rows(codes: np.ndarray) -> np.ndarray:
+    """`np.unique(codes, return_index=True)[1]` for codes numbered in order of first appearance (as
+    `pd.factorize` and `group_ids` number them): the row where each code first appears, in one pass
+    instead of a sort. Codes in another order take `np.unique` itself."""
+    codes = np.asarray(codes)
+    if len(codes) == 0:
+        return np.zeros(0, dtype=np.intp)
+    new = np.empty(len(codes), dtype=bool)
+    new[0] = True
+    np.greater(codes[1:], np.maximum.accumulate(codes[:-1]), out=new[1:])
+    first = np.flatnonzero(new)
+    if codes[0] != 0 or not np.array_equal(codes[first], np.arange(len(first))) or int(codes.min()) < 0:
+        return np.unique(codes, return_index=True)[1]
+    return first
+
+
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
@@ -285,7 +301,7 @@ class PlainFile:
                             for o in outs], dtype=np.int64)
         codes.append(flags[gids])
         dg = group_ids(codes, len(rows))
-        first = np.unique(dg, return_index=True)[1]
+        first = first_rows(dg)
         changes, records = [], []
         cols = {c: self.column(c) for c in DERIVE_COLUMNS}
         for at in first.tolist():
@@ -311,7 +327,7 @@ class PlainFile:
             present = self._override(present, gids, [o["delta"] for o in outs], c, lambda x: x is not None)
             codes.append(self._override(present, dg, changes, c, lambda x: x is not None))
         fg = group_ids(codes, len(rows))
-        first = np.unique(fg, return_index=True)[1]
+        first = first_rows(fg)
         marks = []
         for at in first:
             i, o = int(rows[at]), outs[gids[at]]
@@ -372,7 +388,7 @@ class PlainFile:
         keep, self.ids = self.admit()
         kept = np.asarray(keep, dtype=np.int64)
         sg = self.settings_groups(keep)
-        first = np.unique(sg, return_index=True)[1]
+        first = first_rows(sg)
         outs = [self.settings(keep[at]) for at in first]
         ok = np.asarray([isinstance(o, dict) for o, _ in outs], dtype=bool)
         for i, g in zip(keep, sg.tolist(), strict=True):
