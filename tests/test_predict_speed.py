@@ -364,3 +364,26 @@ def test_frame_csv_in_small_chunks_writes_what_pandas_writes(tmp_path, monkeypat
     monkeypatch.setattr(frame_csv, "CHUNK_ROWS", 7)
     frame_csv.write_frame_csv(df, str(tmp_path / "a.csv"))
     assert (tmp_path / "a.csv").read_text(encoding="utf-8") == df.to_csv(index=False)
+
+
+def test_columns_admit_ids_and_duplicates_as_rows_do(tmp_path, monkeypatch):
+    """Ids repeated within a file and across files, empty ids, a duplicate of a row skipped for its
+    number, exact duplicates: the rows checked one by one are those a check can stop or change."""
+    import csv
+
+    with open(f"{REF}/litgpt.csv", newline="", encoding="utf-8") as f:
+        src = list(csv.reader(f))
+    head, body = src[0], src[1:30]
+    i_id, i_mb = head.index("id"), head.index("micro_batch_size")
+    rows = [list(r) for r in body]
+    rows[4][i_mb] = "1.5"  # refused; a later row reuses its id
+    rows.append([*rows[4][:i_mb], "2", *rows[4][i_mb + 1:]])
+    rows[6][i_id] = rows[7][i_id] = ""  # ids made from the source and line
+    rows.append(list(rows[9]))  # an exact duplicate, id and all
+    rows.append([*rows[10][:i_id], "x-10", *rows[10][i_id + 1:]])  # an exact duplicate but its id
+    a = _write(tmp_path / "a.csv", head, rows)
+    b = _write(tmp_path / "b.csv", head, [list(r) for r in body[20:25]] + [list(body[1])])  # ids read in a.csv
+    fast, slow = _read_both([a, b], monkeypatch, keep_unresolved=True)
+    _assert_same(fast, slow)
+    assert fast.by_columns == [True, True]
+    assert sum("duplicate id" in p.message for p in fast.problems) >= 6

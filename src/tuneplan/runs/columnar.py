@@ -185,49 +185,70 @@ class PlainFile:
     # -- rows in order: checks, ids, duplicates --
     def admit(self) -> tuple[list[int], list[str]]:
         """The rows that pass the number checks, the id and the duplicate checks (problems reported in
-        row order), and each row's id (generated where empty)."""
+        row order), and each row's id (generated where empty).
+
+        Only the rows a check can stop or change go through them one by one (`_special`); every other
+        row is kept, its id remembered, all at once: the same outcome as checking each in order."""
         r = self.r
         id_codes, id_vals = self.column("id")
         ids = [str(x or "") for x in np.asarray(id_vals, dtype=object)[id_codes].tolist()]
         hs = self.hashes()
         uniq, counts = np.unique(hs, return_counts=True)
         cand = {int(h) for h in uniq[counts > 1]} | (set(r.row_hashes()) & {int(h) for h in uniq})
-        hs_list = hs.tolist()
-        bad = self.bad.tolist()
+        special = self._special(id_codes, id_vals, hs, cand)
         keep: list[int] = []
         lazy: list[int] = []
-        for i in range(self.n):
-            line = i + 2
-            if bad[i]:
-                try:
-                    r.read_row(self.raw(i), self.path, line, "reference", "percent")
-                except RowError as exc:
-                    r.report(self.name, line, str(exc))
-                continue  # pragma: no cover - a refused number always raises
-            rid = ids[i]
-            if rid and rid in r.seen_ids:
-                r.report(self.name, line, f"duplicate id '{rid}' (first at {r.seen_ids[rid]}); row skipped, "
-                                          "first kept")
-                continue
-            h = hs_list[i]
-            key = self.key(i) if h in cand else None
-            if key is not None:
-                first = r.first_seen(key, h)
-                if first is not None:
-                    r.report(self.name, line, f"exact duplicate of the row at {first}; row skipped, first kept")
-                    continue
-            if rid:
-                r.seen_ids[rid] = f"{self.name}:{line}"
-            else:
-                ids[i] = f"{self.source_values[self.source_codes[i]]}@{self.path.name}:{line}"
-            if key is not None:
-                r.remember(key, f"{self.name}:{line}")
-            else:
-                lazy.append(i)
-            keep.append(i)
-        rows = np.asarray(lazy, dtype=np.int64)
+        hs_list = hs.tolist()
+        for i in np.flatnonzero(special).tolist():
+            self._admit_row(i, ids, hs_list[i], cand, keep, lazy)
+        plain = np.flatnonzero(~special)
+        name = self.name
+        r.seen_ids.update((ids[i], f"{name}:{i + 2}") for i in plain.tolist())
+        keep_rows = np.sort(np.concatenate([plain, np.asarray(keep, dtype=np.int64)]))
+        rows = np.sort(np.concatenate([plain, np.asarray(lazy, dtype=np.int64)])).astype(np.int64)
         r.remember_rows(self, rows, hs[rows])
-        return keep, ids
+        return keep_rows.tolist(), ids
+
+    def _special(self, id_codes: np.ndarray, id_vals: list, hs: np.ndarray, cand: set[int]) -> np.ndarray:
+        """The rows a check may stop or change: a refused number, an empty id, an id given to another
+        row (of this file or one read before), a possible exact duplicate."""
+        text = [str(x or "") for x in id_vals]
+        repeated = np.bincount(id_codes, minlength=len(text)) > 1
+        ids_special = repeated | np.asarray([not t or t in self.r.seen_ids for t in text], dtype=bool)
+        special = self.bad | ids_special[id_codes]
+        if cand:
+            special |= np.isin(hs, np.fromiter(cand, dtype=np.uint64, count=len(cand)))
+        return special
+
+    def _admit_row(self, i: int, ids: list[str], h: int, cand: set[int], keep: list[int], lazy: list[int]) -> None:
+        """Row i through the number, id and duplicate checks, in file order (`admit`)."""
+        r = self.r
+        line = i + 2
+        if self.bad[i]:
+            try:
+                r.read_row(self.raw(i), self.path, line, "reference", "percent")
+            except RowError as exc:
+                r.report(self.name, line, str(exc))
+            return  # pragma: no cover - a refused number always raises
+        rid = ids[i]
+        if rid and rid in r.seen_ids:
+            r.report(self.name, line, f"duplicate id '{rid}' (first at {r.seen_ids[rid]}); row skipped, first kept")
+            return
+        key = self.key(i) if h in cand else None
+        if key is not None:
+            first = r.first_seen(key, h)
+            if first is not None:
+                r.report(self.name, line, f"exact duplicate of the row at {first}; row skipped, first kept")
+                return
+        if rid:
+            r.seen_ids[rid] = f"{self.name}:{line}"
+        else:
+            ids[i] = f"{self.source_values[self.source_codes[i]]}@{self.path.name}:{line}"
+        if key is not None:
+            r.remember(key, f"{self.name}:{line}")
+        else:
+            lazy.append(i)
+        keep.append(i)
 
     # -- the three parts, once per group --
     def _outcome(self, before: dict[str, Any], st: RowState, model_spec: Any, gpu_spec: Any) -> dict[str, Any]:
