@@ -362,3 +362,17 @@ def test_intervals_match_estimate():
         assert row["time_high_s"] == pytest.approx(e.interval["wall_clock_s_high"], rel=1e-6)
         assert row["cost_low_usd"] == pytest.approx(e.interval["cost_usd_low"], rel=1e-6)
         assert row["cost_high_usd"] == pytest.approx(e.interval["cost_usd_high"], rel=1e-6)
+
+
+def test_cached_batch_shapes_note_when_a_fitting_candidate_reads_above_capacity():
+    # Qwen3-30B-A3B LoRA with hf-trainer (batches padded to their longest, experts stacked): at micro-batch 16
+    # the nvidia-smi peak with the cached blocks of other batch shapes is above 80 GiB on a run that fits
+    r = plan("Qwen/Qwen3-30B-A3B", gpus=["H100-SXM5-80GB"], methods=["lora"], framework="hf-trainer",
+             examples=20000, tokens_per_example=1024, interval=None)
+    df = r.candidates
+    over = df[df["fits"] & (df["memory_per_gpu_gib"] > 80.0)]
+    assert len(over) > 0
+    assert any("blocks cached for other batch shapes" in n for n in r.notes)
+    packed = plan("Qwen/Qwen3-30B-A3B", gpus=["H100-SXM5-80GB"], methods=["lora"], framework="hf-trainer",
+                  examples=20000, tokens_per_example=1024, packing=True, interval=None)
+    assert not any("blocks cached for other batch shapes" in n for n in packed.notes)

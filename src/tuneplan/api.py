@@ -243,12 +243,13 @@ def model_assumptions(mspec: ModelSpec, jspec: JobSpec) -> list[str]:
     """Where the model's figures come from (when not the embedded catalog), and what its architecture
     (local attention, MLA, Mamba, a vision tower) implies for this job."""
     from tuneplan.physics.architecture import architecture_assumptions
+    from tuneplan.physics.moe_lora import moe_experts_assumptions
 
     out = []
     if mspec.source.startswith("hub:"):
         out.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
     return out + architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
-                                          jspec.image_size)
+                                          jspec.image_size) + moe_experts_assumptions(mspec, jspec)
 
 
 def _totals(stage, jspec: JobSpec, wl: Workload, a: dict, out: dict, rate_v: float | None,

@@ -233,6 +233,23 @@ def batch_shape(dp: int, mb: Any, ga: Any, gb: Any, used: _Defaults) -> tuple[An
     return mb, ga
 
 
+def _row_moe_experts(row: dict, fw) -> str:
+    """How the row's stack held MoE experts: its `moe_experts` cell, else by its `transformers_version`
+    (stacked from 5 on, physics/moe_lora.py), else the framework's default."""
+    from tuneplan.specs.job import MOE_EXPERT_LAYOUTS
+
+    given = _get(row, "moe_experts")
+    if given is not None:
+        v = str(given).strip().lower()
+        if v not in MOE_EXPERT_LAYOUTS:
+            raise InputError("moe_experts", f"unknown experts layout '{v}'", MOE_EXPERT_LAYOUTS)
+        return v
+    version = re.match(r"\s*(\d+)\.", str(_get(row, "transformers_version") or ""))
+    if version:
+        return "stacked" if int(version.group(1)) >= 5 else "modules"
+    return fw.moe_experts
+
+
 def _row_stack(row: dict) -> tuple[str, Any, str]:
     """(padding, framework, adapter dtype): the stack's defaults from data/frameworks.yaml."""
     from tuneplan.specs.framework import framework_for_text, get_framework
@@ -274,7 +291,7 @@ BATCH_COLUMNS = ("micro_batch_size", "grad_accum", "global_batch_size")
 BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "gpu_resolved", "gpu", "method",
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
-                "peft_options", "trainable_params", "mem_kind")
+                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -328,7 +345,7 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take("grad_ckpt")),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
-        "adapter_dtype": adapter_dtype, "framework": fw.name,
+        "adapter_dtype": adapter_dtype, "framework": fw.name, "moe_experts": _row_moe_experts(row, fw),
         **shard,
     }
     if quant is not None and method != "full":

@@ -24,6 +24,7 @@ from tuneplan.physics.activations import (
 from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
 from tuneplan.physics.codes import MethodCode, OptimizerCode, ShardingCode
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.moe_lora import stacked_lora_held_bytes
 from tuneplan.physics.ops import dora_saved_bytes_per_layer, logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
 from tuneplan.physics.peft_methods import peft_memory_bytes
@@ -183,6 +184,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     weights, opt, acts = weights + np.where(offload, 0.0, p_w), opt + np.where(offload, 0.0, p_opt), acts + p_act
     if "vision_act_bytes_per_sample" in a:  # a trained vision tower's saved activations
         acts = acts + vision_activation_bytes(a)
+    stacked = stacked_lora_held_bytes(a)  # LoRA over stacked MoE experts: W + BA held (physics/moe_lora.py)
+    acts = acts + stacked
     # transient dequantised weight (QLoRA/GPTQ): one large projection at a time, in and out
     dequant_buf = np.where(a["dequant_bytes"] > 0,
                            2.0 * a["hidden"] * np.maximum(a["intermediate"], a["moe_intermediate"]) * 2.0 / tp,
@@ -193,7 +196,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # (activations.backward_peak_bytes; all of them where they accumulate or live in a buffer)
     grads = backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
     allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
-    variable = a["variable_shapes"] * c.variable_shape_reserve * (acts + logits)
+    variable = a["variable_shapes"] * c.variable_shape_reserve * (acts - stacked + logits)  # W + BA: one shape
     reserved = allocated * (1.0 + c.allocator_overhead) + variable
     smi = reserved + c.cuda_context_gib * BYTES_PER_GIB
     g = BYTES_PER_GIB

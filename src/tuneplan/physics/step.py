@@ -13,6 +13,7 @@ from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.codes import MethodCode, ShardingCode, lora_family
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.moe_lora import stacked_lora_seconds
 from tuneplan.physics.ops import (
     EAGER_FORWARD_SHARE,
     FUSED_ADAPTER_PASSES,
@@ -138,7 +139,7 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     return {"t_fwd": per_tok_fwd * scale, "t_bwd": per_tok_bwd * scale, "t_rec": per_tok_rec * scale,
             "t_attn_fwd_layer": attn_tok / attn_rate * tokens / tp / np.maximum(a["attn_layers"], 1.0),
             "t_gemm": (dense / block_rate + expert / expert_rate) * scale * (1.0 + frac * a["bwd_block_factor"]),
-            "eff": eff, "rec_share": share, "attn_rate": attn_rate}
+            "eff": eff, "rec_share": share, "attn_rate": attn_rate, "expert_rate": expert_rate}
 
 
 def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, bw: np.ndarray,
@@ -296,6 +297,10 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     p_fwd, p_bwd, p_rec, p_launch = peft_step_times(a, c, tokens, split, pp)
     t_fwd, t_bwd, t_rec = t_fwd + p_fwd, t_bwd + p_bwd, t_rec + p_rec
     mt["t_overhead"] = mt["t_overhead"] + p_launch
+    # LoRA over stacked MoE experts (physics/moe_lora.py): W + BA built every forward, its full gradient
+    s_fwd, s_bwd, s_rec, s_launch = stacked_lora_seconds(a, c, tokens, bw, ct["expert_rate"], ct["rec_share"])
+    t_fwd, t_bwd, t_rec = t_fwd + s_fwd, t_bwd + s_bwd, t_rec + s_rec
+    mt["t_overhead"] = mt["t_overhead"] + s_launch
 
     # a vision tower's images, in bf16 at the blocks' GEMM efficiency (architecture.vision_tower_flops_per_micro)
     t_vision = vision_tower_flops_per_micro(a) / (get(a, "bf16_peak_flops") * ct["eff"] * a["matmul_rel"]) \

@@ -16,6 +16,7 @@ import numpy as np
 from tuneplan.errors import InputError
 from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
 from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
+from tuneplan.physics.moe_lora import StackedAdapters, is_routed_expert, peft_reaches_stacks, stacked_adapters
 from tuneplan.physics.peft_methods import MODULE_METHODS, lora_equivalent, method_terms
 from tuneplan.physics.precision import FP8_WEIGHT_BYTES
 from tuneplan.specs.gpu import GPUSpec
@@ -149,6 +150,11 @@ class ModelTerms:
     head_dim: float = 128.0  # attention head dimension (elements)
     gemm_split_width: float = 0.0  # FLOP-weighted width of the block GEMMs' dimension tensor parallel splits
     gemm_full_width: float = 0.0  # FLOP-weighted width of their other (unsplit) dimension
+    # LoRA over MoE experts held as stacked tensors (physics/moe_lora.py; zero otherwise)
+    stacked_lora_params: float = 0.0  # expert weights re-materialised as W + BA every forward
+    stacked_lora_flops: float = 0.0  # the re-materialising products' FLOPs per micro-step, forward
+    stacked_wgrad_flops: float = 0.0  # per token: forward FLOPs of the stacks whose full gradient backward computes
+    stacked_lora_stacks: float = 0.0  # adapted stacks in the whole model
 
 
 def _linear_sums(linears, dense_moe: bool) -> tuple[float, float, float, float, float]:
@@ -253,6 +259,9 @@ def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, bloc
     if r > model.hidden_size:
         raise InputError("lora-rank", f"rank {job.lora_rank} is above {model.name}'s hidden size "
                          f"({model.hidden_size})")
+    stacked = StackedAdapters()
+    if job.moe_experts == "stacked" and model.is_moe:
+        chosen, stacked = _stacked_expert_split(model, job, chosen, r, dense_moe)
     adapter_params = adapter_flops = adapted = adapter_io = adapter_in = adapted_modules = 0.0
     widths = set()
     for lin in chosen:
@@ -269,10 +278,26 @@ def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, bloc
             adapter_params += lin.out_features * lin.count_per_layer * lin.n_layers
     frozen_linear, frozen_other, fl_bytes, dequant = _frozen_base(model, job, pbytes, block_linear_params)
     return TrainedSplit(
-        trainable=adapter_params, frozen_linear=frozen_linear, frozen_other=frozen_other,
+        trainable=adapter_params + stacked.trainable, frozen_linear=frozen_linear, frozen_other=frozen_other,
         frozen_linear_bytes=fl_bytes, dequant=dequant, adapter_flops=adapter_flops, adapted=adapted,
         adapted_inputs=float(len(widths)), adapter_io=adapter_io, adapter_in=adapter_in,
-        adapted_modules=adapted_modules, lora_rank=float(job.lora_rank))
+        adapted_modules=adapted_modules, lora_rank=float(job.lora_rank), peft=stacked.term_fields())
+
+
+def _stacked_expert_split(model: ModelSpec, job: JobSpec, chosen: list, r: float, dense_moe: bool):
+    """`--moe-experts stacked`: the chosen linears LoRA's per-module path still adapts, and the
+    stacked adapters (physics/moe_lora.py). Where peft does not reach the stacks (the model type),
+    the routed experts and router are not adapted at all; an InputError when nothing is left."""
+    experts = [lin for lin in chosen if is_routed_expert(lin)]
+    rest = [lin for lin in chosen if not is_routed_expert(lin)]
+    if peft_reaches_stacks(model):
+        return rest, stacked_adapters(experts, r, dense_moe)
+    rest = [lin for lin in rest if lin.name != "router"]
+    if not rest:
+        raise InputError("lora-targets", f"with --moe-experts stacked peft does not reach {model.name}'s routed "
+                         f"experts or router (model type {model.model_type}): target attention or shared experts",
+                         sorted({lin.name for lin in model.linears if not is_routed_expert(lin)} - {"router"}))
+    return rest, StackedAdapters()
 
 
 def _freeze_split(model: ModelSpec, job: JobSpec, pbytes: float, block_linear_params: float) -> TrainedSplit:
@@ -462,7 +487,7 @@ def terms_key(job: JobSpec) -> tuple:
     """The job fields `model_terms` reads: two jobs with the same key have the same terms on a model
     (batch shape, parallelism and the work do not enter them)."""
     return (job.method, job.lora_rank, job.lora_targets, job.trainable_layers, job.precision, job.quant,
-            job.optimizer, job.grad_ckpt, job.moe_mode, job.images_per_example, job.image_size,
+            job.optimizer, job.grad_ckpt, job.moe_mode, job.moe_experts, job.images_per_example, job.image_size,
             job.train_vision_tower, job.peft_options, job.trainable_params,
             frozenset(job.model_fields_set & {"lora_rank", "lora_targets"}), job.ckpt_mode)
 

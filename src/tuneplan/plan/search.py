@@ -324,6 +324,10 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
                              meets_deadline, within_budget, deadline_s, budget_usd, objective, space,
                              price_info, provider)
     notes += _space_notes(space, objective)
+    if base.variable_shapes() and bool(np.any(fits & (np.asarray(mem) > np.asarray(cap)))):
+        notes.append("GiB/GPU is the nvidia-smi peak, blocks cached for other batch shapes included (each batch "
+                     "padded to its longest example): torch frees those before it runs out, so a candidate whose "
+                     "column exceeds the GPU's memory can still fit (tuneplan estimate says how much is cached).")
     return PlanResult(
         model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
         pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,

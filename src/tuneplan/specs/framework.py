@@ -12,6 +12,8 @@ from tuneplan.errors import InputError
 
 ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "te", "sdpa", "eager")
 CROSS_ENTROPY_KINDS = ("none", "chunked", "fused")
+MOE_EXPERT_LAYOUTS = ("modules", "stacked")
+"""specs/job.py's MOE_EXPERT_LAYOUTS (repeated: this module is read before the job's)."""
 BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
                "tp_comm_overlap", "adapter_fp32", "packing")
 
@@ -39,6 +41,9 @@ class FrameworkSpec:
     """Activation checkpointing by default in this framework's recipes (None: the framework does not say)."""
     micro_batch: int | None = None
     """Samples per GPU by default in this framework's recipes (None: the framework does not say)."""
+    moe_experts: str = "modules"
+    """How its model code holds MoE experts: an nn.Linear per expert (modules) or stacked 3-D tensors
+    (stacked: transformers >= 5); physics/moe_lora.py."""
 
     def job_defaults(self) -> dict:
         """JobSpec fields this framework decides when the job leaves them out (data/frameworks.yaml)."""
@@ -56,7 +61,8 @@ class FrameworkSpec:
                 + f", {'packed' if self.packing else 'padded to the ' + self.padding} samples by default"
                 + ("" if self.grad_ckpt is None else
                    f", activation checkpointing {'on' if self.grad_ckpt else 'off'} by default")
-                + ("" if self.micro_batch is None else f", micro-batch {self.micro_batch} by default"))
+                + ("" if self.micro_batch is None else f", micro-batch {self.micro_batch} by default")
+                + (", MoE experts as stacked tensors" if self.moe_experts == "stacked" else ""))
 
 
 CROSS_ENTROPY_WORDS = {"none": "unfused (fp32 copy of the logits)", "chunked": "chunked", "fused": "fused with the output "
@@ -96,8 +102,19 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
         grad_buffers=_optional_bool(name, d, "grad_buffers"),
         grad_ckpt=_optional(name, d, "grad_ckpt", bool), micro_batch=_optional(name, d, "micro_batch", int),
+        moe_experts=_moe_experts(name, d),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
     )
+
+
+def _moe_experts(name: str, d: dict) -> str:
+    """The entry's `moe_experts` (modules when left out); `stacked` needs its source."""
+    v = d.get("moe_experts", "modules")
+    if v not in MOE_EXPERT_LAYOUTS:
+        raise ValueError(f"frameworks.yaml: {name}.moe_experts = {v!r} (allowed: {', '.join(MOE_EXPERT_LAYOUTS)})")
+    if v != "modules" and not (d.get("sources") or {}).get("moe_experts"):
+        raise ValueError(f"frameworks.yaml: {name}.moe_experts needs its source (sources: moe_experts: ...)")
+    return v
 
 
 def _optional_bool(name: str, d: dict, key: str) -> bool:

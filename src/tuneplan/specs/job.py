@@ -44,6 +44,9 @@ SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "f
              "zero3-offload", "fsdp-offload")
 QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit", "fp8")
 MOE_MODES = ("sparse", "dense")
+MOE_EXPERT_LAYOUTS = ("modules", "stacked")
+"""How the model code holds a MoE layer's experts (physics/moe_lora.py): an nn.Linear per expert
+(transformers 4, most frameworks) or stacked 3-D tensors (transformers >= 5), which peft adapts as a whole."""
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
 STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo")
@@ -174,6 +177,8 @@ class JobSpec(Record):
     trainable_params: float | None = option(
         None, "--method adapter: the adapter's trainable parameter count (any method tuneplan does not name)", "method")
     moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
+    moe_experts: Literal["modules", "stacked"] = option(
+        "modules", "MoE experts as one module per expert (modules: transformers 4, default) or stacked tensors (stacked: transformers >= 5, --framework hf-trainer's default; LoRA re-materialises each stack as W + BA and holds it for the backward)", "method")
     # vision-language models: images per training example (their tokens join each sample's sequence),
     # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
     # and whether the vision tower is trained (default: frozen, as LLaMA-Factory / TRL VLM recipes do)
@@ -446,6 +451,7 @@ def _framework_defaults(clean: dict) -> dict:
             continue
         out.setdefault(k, v)
     out.setdefault("adapter_dtype", "fp32" if fw.adapter_fp32 else "compute")
+    out.setdefault("moe_experts", fw.moe_experts)
     if not out.get("packing"):
         out.setdefault("padding", fw.padding)
     return out
@@ -471,7 +477,7 @@ def make_job(**kwargs) -> JobSpec:
         if err.get("type") == "literal_error":
             allowed = {
                 "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
-                "sharding": SHARDINGS, "moe_mode": MOE_MODES, "padding": PADDINGS,
+                "sharding": SHARDINGS, "moe_mode": MOE_MODES, "moe_experts": MOE_EXPERT_LAYOUTS, "padding": PADDINGS,
                 "adapter_dtype": ADAPTER_DTYPES, "ckpt_mode": ("auto",) + CKPT_MODES, "cp_mode": CP_MODES,
                 "offload": ("none", "optimizer", "all"), "stage": STAGES, "rollout_engine": ROLLOUT_ENGINES,
             }.get(loc)

@@ -31,11 +31,11 @@ Name = Annotated[str, Field(min_length=1, max_length=300)]
 Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
 
 METHOD_FIELDS = ("lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
-                 "master_weights", "flash_attn", "moe_mode", "framework")
+                 "master_weights", "flash_attn", "moe_mode", "moe_experts", "framework")
 WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "padding", "eval_every",
                "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
 JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
-              "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
+              "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
               "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
               "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
               "grid_gco2_kwh", "framework", "ckpt_mode")
@@ -88,6 +88,10 @@ class MethodOptions(BaseModel):
                           "else fp32")
     flash_attn: bool | None = Field(None, description="FlashAttention / SDPA (default on)")
     moe_mode: Literal["sparse", "dense"] | None = Field(None, description="MoE: top-k experts or all")
+    moe_experts: Literal["modules", "stacked"] | None = Field(
+        None, description="MoE experts as one module per expert (transformers 4) or stacked tensors (transformers "
+                          ">= 5: LoRA rebuilds W + BA per stack and holds it for the backward); default: the "
+                          "framework's (hf-trainer stacked), else modules")
     framework: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z0-9-]+$")] | None = Field(
         None, description="training framework (data/frameworks.yaml; see /api/options; default generic)")
 
