@@ -387,3 +387,12 @@ def test_columns_admit_ids_and_duplicates_as_rows_do(tmp_path, monkeypatch):
     _assert_same(fast, slow)
     assert fast.by_columns == [True, True]
     assert sum("duplicate id" in p.message for p in fast.problems) >= 6
+
+
+def test_object_ids_are_ids():
+    from tuneplan.runs.columnar import object_ids
+
+    a = np.asarray(["x", None, 1.5, "x", True, "y" * 3] * 5, dtype=object)
+    frame = pd.DataFrame({"a": a, "b": a[::-1].copy()})
+    for v in (a, a[::2], a[:0], frame["a"].to_numpy(), frame["b"].to_numpy(), frame.to_numpy()[:, 1]):
+        np.testing.assert_array_equal(object_ids(v), np.asarray([id(x) for x in v], dtype=np.int64))

@@ -28,7 +28,7 @@ from tuneplan.learn.dataset import (
     batch_shape,
     row_job,
 )
-from tuneplan.runs.columnar import first_rows
+from tuneplan.runs.columnar import first_rows, object_ids
 
 
 @dataclass
@@ -61,7 +61,7 @@ def _codes(s: pd.Series) -> np.ndarray:
     """Codes equal for equal cells (0 for a missing one)."""
     values = s.to_numpy()
     if values.dtype == object:  # by object first (cheap), then the distinct objects by value
-        codes = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))[0]
+        codes = pd.factorize(object_ids(values))[0]
         objects = values[first_rows(codes)]
         return pd.factorize(objects, use_na_sentinel=True)[0].astype(np.int64)[codes] + 1
     return pd.factorize(s, use_na_sentinel=True)[0].astype(np.int64) + 1

@@ -89,7 +89,7 @@ class FastForest:
             if size > self.TABLE_LIMIT:
                 return None
         codes = np.arange(size)
-        cols = [np.zeros(size) for _ in range(max(feats) + 1)]
+        cols: dict[int, np.ndarray] = {}  # only the tree's own features are read
         for j, rep, stride in reps:
             cols[j] = rep[(codes // stride) % len(rep)]
         return parts, self.value[self._walk(cols, {}, root, internal, size)]
@@ -100,7 +100,7 @@ class FastForest:
         return self._tables
 
     # -- prediction ------------------------------------------------------------------------------
-    def _walk(self, cols: list[np.ndarray], nans: dict[int, np.ndarray], root: int, internal: list[int],
+    def _walk(self, cols: dict[int, np.ndarray] | list[np.ndarray], nans: dict[int, np.ndarray], root: int, internal: list[int],
               n: int) -> np.ndarray:
         """The leaf each row reaches, node by node."""
         cur = np.full(n, root, dtype=np.int64)

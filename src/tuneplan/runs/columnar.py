@@ -88,6 +88,19 @@ def group_ids(codes: list[np.ndarray], n: int) -> np.ndarray:
     return key
 
 
+def object_ids(values: np.ndarray) -> np.ndarray:
+    """`id()` of each object of a 1-D object array: read from the array's own pointers (CPython's
+    `id` is the object's address) when the array is contiguous, else one `id` call per cell."""
+    import ctypes
+    import sys
+
+    if (values.ndim == 1 and len(values) and values.flags.c_contiguous and sys.implementation.name == "cpython"
+            and values.itemsize == ctypes.sizeof(ctypes.c_ssize_t)):
+        pointers = (ctypes.c_ssize_t * len(values)).from_address(values.ctypes.data)
+        return np.ctypeslib.as_array(pointers).astype(np.int64)  # a copy: nothing refers to the array after
+    return np.fromiter(map(id, values), dtype=np.int64, count=len(values))
+
+
 def first_rows(codes: np.ndarray) -> np.ndarray:
     """`np.unique(codes, return_index=True)[1]` for codes numbered in order of first appearance (as
     `pd.factorize` and `group_ids` number them): the row where each code first appears, in one pass

@@ -94,6 +94,9 @@ def _in_order(enc, pc):
 
 PLAIN_MIN_BYTES = 1 << 20
 """Files from this size on are read by columns: below it, importing pyarrow costs more than it saves."""
+READ_BLOCK_BYTES = 4 << 20
+"""Bytes pyarrow parses at a time (its default, 1 MiB, merges four times as many dictionaries; 16 MiB
+and more parsed slower here: 200,000 rows, 246 MB, 0.57-0.88 s against 0.70-0.96 s at 1 MiB)."""
 
 
 def read_columns(path: Path, n_fields: int, max_chars: int, min_bytes: int | None = None) -> Columns | None:
@@ -124,7 +127,8 @@ def read_columns(path: Path, n_fields: int, max_chars: int, min_bytes: int | Non
     try:
         table = pacsv.read_csv(
             pa.py_buffer(data),
-            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False),
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False,
+                                           block_size=READ_BLOCK_BYTES),
             parse_options=pacsv.ParseOptions(delimiter=",", quote_char='"', double_quote=True, escape_char=False,
                                              newlines_in_values=False, ignore_empty_lines=False),
             convert_options=pacsv.ConvertOptions(column_types={c: cells for c in names}, null_values=[],

@@ -53,11 +53,11 @@ def _column_cells(s) -> list[str]:
     import pandas as pd
     from pandas.core.indexes.base import get_values_for_csv
 
-    from tuneplan.runs.columnar import first_rows
+    from tuneplan.runs.columnar import first_rows, object_ids
 
     values = s.array if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) else s.to_numpy()
     if isinstance(values, np.ndarray) and values.dtype == object:  # the same object is written alike
-        codes = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))[0]
+        codes = pd.factorize(object_ids(values))[0]
         objects = values[first_rows(codes)]
         if pd.api.types.infer_dtype(objects, skipna=True) in ("string", "empty"):  # equal texts alike
             codes = pd.factorize(objects, use_na_sentinel=False)[0][codes]
