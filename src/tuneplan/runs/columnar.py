@@ -307,14 +307,32 @@ class PlainFile:
 
     def _override(self, base: np.ndarray, gids: np.ndarray, outs: list[dict], col: str, table) -> np.ndarray:
         """`base` with the value each group's changes give `col` (table: value -> the array's value)."""
-        has = np.asarray([col in o for o in outs], dtype=bool)
-        if not len(has) or not has.any():
+        having = self._keys_index(outs).get(col)
+        if not having:
             return base
-        vals = np.asarray([table(o[col]) if col in o else table(None) for o in outs], dtype=base.dtype)
+        at = np.asarray(having, dtype=np.int64)
+        has = np.zeros(len(outs), dtype=bool)
+        has[at] = True
+        vals = np.empty(len(outs), dtype=base.dtype)
+        vals[at] = np.asarray([table(outs[g][col]) for g in having], dtype=base.dtype)
         m = has[gids]
         out = base.copy()
         out[m] = vals[gids[m]]
         return out
+
+    def _keys_index(self, outs: list[dict]) -> dict[str, list[int]]:
+        """Per key, the groups whose changes have it (built once per list of changes: the list is
+        held with its index, so its id is not reused meanwhile)."""
+        cache = self.__dict__.setdefault("_indexes", {})
+        hit = cache.get(id(outs))
+        if hit is not None and hit[0] is outs:
+            return hit[1]
+        index: dict[str, list[int]] = {}
+        for g, o in enumerate(outs):
+            for k in o:
+                index.setdefault(k, []).append(g)
+        cache[id(outs)] = (outs, index)
+        return index
 
     def derived(self, rows: np.ndarray, gids: np.ndarray, outs: list[dict]) -> tuple[np.ndarray, list, list]:
         """Derive groups: per row its group; per group the derived changes and records."""
@@ -382,13 +400,10 @@ class PlainFile:
         fg, marks = self.finished(rows, gids, outs, dg, changes, resolve)
         deltas = [o["delta"] for o in outs]
         numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)
-        joined: dict[tuple[int, int], str] = {}
-        used = []
-        for s, d in zip(gids.tolist(), dg.tolist(), strict=True):
-            text = joined.get((s, d))
-            if text is None:
-                text = joined[(s, d)] = ";".join(x.replace(";", ",") for x in outs[s]["records"] + records[d])
-            used.append(text)
+        pair = group_ids([gids, dg], len(rows))  # the defaults taken: once per (settings, derive) group
+        texts = [";".join(x.replace(";", ",") for x in outs[gids[at]]["records"] + records[dg[at]])
+                 for at in first_rows(pair).tolist()]
+        used = np.asarray(texts, dtype=object)[pair] if texts else np.zeros(0, dtype=object)
         data: dict[str, Any] = {}
         for c in list(REFERENCE_COLUMNS) + list(SETTING_COLUMNS) + list(ADDED_COLUMNS):
             if c == "file":
