@@ -396,3 +396,29 @@ def test_object_ids_are_ids():
     frame = pd.DataFrame({"a": a, "b": a[::-1].copy()})
     for v in (a, a[::2], a[:0], frame["a"].to_numpy(), frame["b"].to_numpy(), frame.to_numpy()[:, 1]):
         np.testing.assert_array_equal(object_ids(v), np.asarray([id(x) for x in v], dtype=np.int64))
+
+
+def test_forest_tables_by_boxes_equal_the_walk_over_every_code():
+    """Each lookup table (the tree descended once, a leaf's value set on its box of ranks) equals the
+    node-by-node walk over every code of the table, for every tree of the shipped calibration."""
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator("tuneplan"))
+    forests = [f for r in (est.residual.thr, est.residual.mem) for f in (r.forest, r.far_forest) if f is not None]
+    checked = 0
+    for ff in forests:
+        for root, internal in ff.trees:
+            table = ff._compile(root, internal)
+            if table is None or not internal:
+                continue
+            feats = sorted({int(ff.feature[i]) for i in internal})
+            cols, size = {}, 1
+            for j in feats:
+                rep = np.concatenate([np.unique(ff.threshold[[i for i in internal if ff.feature[i] == j]]), [np.inf]])
+                cols[j], size = (size, rep), size * len(rep)
+            codes = np.arange(size)
+            walk = {j: rep[(codes // stride) % len(rep)] for j, (stride, rep) in cols.items()}
+            np.testing.assert_array_equal(table[1], ff.value[ff._walk(walk, {}, root, internal, size)])
+            checked += 1
+    assert checked > 300
