@@ -7,6 +7,8 @@ import contextlib
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tuneplan.learn.dataset import BASE_COLUMNS, BATCH_COLUMNS, arrays_for, configs_from_rows, row_to_config
 from tuneplan.learn.frame_configs import frame_arrays, frame_configs
@@ -201,3 +203,222 @@ def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures
     once = predict_table.predict_frame(twice, est)
     monkeypatch.setattr(predict_table, "_distinct_pays", lambda *a: False)
     pd.testing.assert_frame_equal(once, predict_table.predict_frame(twice, est), check_exact=True)
+
+
+# -- fast paths against the plain, slower code they replace ----------------------------------------
+
+def _plain_by_bytes_methods(data: bytes):
+    """`fast_csv._plain` as it was written with bytes.count / `in` scans and a regular expression."""
+    import re
+
+    from tuneplan.runs.fast_csv import COMMA, CR, NEWLINE
+
+    if not data or data.count(b"\r") != data.count(b"\r\n"):
+        return None
+    if data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data:
+        return None
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if b'"' in data:
+        arr = np.frombuffer(data, dtype=np.uint8)
+        q = np.fromiter((m.start() for m in re.finditer(b'"', data)), dtype=np.int64)
+        if len(q) % 2:
+            return None
+        o, c = q[0::2], q[1::2]
+        prev = np.where(o > 0, arr[np.maximum(o - 1, 0)], NEWLINE)
+        nxt = np.where(c + 1 < len(arr), arr[np.minimum(c + 1, len(arr) - 1)], NEWLINE)
+        escaped_before = np.concatenate([[False], o[1:] - 1 == c[:-1]])
+        escaped_after = np.concatenate([c[:-1] + 1 == o[1:], [False]])
+        if not np.all((prev == COMMA) | (prev == NEWLINE) | escaped_before):
+            return None
+        if not np.all((nxt == COMMA) | (nxt == NEWLINE) | (nxt == CR) | escaped_after):
+            return None
+    return lines - 1
+
+
+_CSV_BYTES = [b"a", b"1", b",", b'"', b'""', b"\n", b"\r", b"\r\n", b" ", b"\xc3\xa9"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_CSV_BYTES), max_size=40), st.integers(0, 3))
+def test_plain_scan_by_positions_equals_the_bytes_scans(parts, block_shift):
+    from tuneplan.runs import fast_csv
+
+    data = b"".join(parts)
+    old = fast_csv.SCAN_BYTES
+    try:
+        fast_csv.SCAN_BYTES = 1 << block_shift  # blocks of 1 to 8 bytes: every boundary case
+        assert fast_csv._plain(data) == _plain_by_bytes_methods(data)
+    finally:
+        fast_csv.SCAN_BYTES = old
+
+
+def test_plain_scan_on_whole_files():
+    from tuneplan.runs import fast_csv
+
+    with open(f"{REF}/litgpt.csv", "rb") as f:
+        data = f.read()
+    for d in (data, data.replace(b"\n", b"\r\n"), data + b"\n", b"\n" + data, data.replace(b"\n", b"\n\n", 1),
+              data.replace(b",", b'","', 1), data.replace(b"\n", b"\r", 1), data.rstrip(b"\n")):
+        assert fast_csv._plain(d) == _plain_by_bytes_methods(d)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 6), max_size=60))
+def test_first_rows_is_uniques_first_index(values):
+    from tuneplan.runs.columnar import first_rows
+
+    dense = pd.factorize(np.asarray(values, dtype=np.int64))[0]  # numbered by first appearance
+    for codes in (dense, np.asarray(values, dtype=np.int64), dense - 1):  # and codes numbered otherwise
+        np.testing.assert_array_equal(first_rows(codes), np.unique(codes, return_index=True)[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 2**40)), min_size=1, max_size=40))
+def test_distinct_rows_is_uniques_along_rows(rows):
+    from tuneplan.learn.predict_table import distinct_rows
+
+    table = np.asarray(rows, dtype=np.int64)
+    for t in (table, table[:, :2], table * np.asarray([1, 1, 2**21])):  # the last: too wide for one integer
+        first, inverse = distinct_rows(t)
+        want = np.unique(t, axis=0, return_index=True, return_inverse=True)
+        np.testing.assert_array_equal(first, want[1])
+        np.testing.assert_array_equal(inverse, np.asarray(want[2]).ravel())
+
+
+def _columns_as_texts(data: bytes, n_fields: int):
+    """`read_columns`' codes and values from pyarrow's texts encoded afterwards (the earlier reading)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    names = [f"c{i}" for i in range(n_fields)]
+    table = pacsv.read_csv(
+        pa.py_buffer(data), read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False,
+                                                           block_size=64),
+        parse_options=pacsv.ParseOptions(newlines_in_values=False, ignore_empty_lines=False, escape_char=False),
+        convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in names}, null_values=[],
+                                             strings_can_be_null=False, quoted_strings_can_be_null=False))
+    out = []
+    for name in names:
+        enc = pc.dictionary_encode(table[name]).combine_chunks()
+        uniq: dict[str, int] = {}
+        remap = np.asarray([uniq.setdefault(v.strip(), len(uniq)) for v in enc.dictionary.to_pylist()], dtype=np.int64)
+        out.append((remap[enc.indices.to_numpy(zero_copy_only=False)], list(uniq)))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["a", " a", "b ", "", "x,y", 'say "hi"', "é", "1.5"]), min_size=3,
+                         max_size=3), min_size=1, max_size=30))
+def test_columns_read_as_dictionaries_equal_texts_encoded(tmp_path_factory, rows):
+    """pyarrow's dictionary columns (merged from blocks of 64 bytes here) give the codes and values
+    the texts encoded afterwards give, in the same order."""
+    import csv
+    import io
+
+    from tuneplan.runs import fast_csv
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([["p", "q", "r"], *rows, ["z", "z", "z"]])
+    path = tmp_path_factory.mktemp("cols") / "f.csv"
+    path.write_text(buf.getvalue(), encoding="utf-8")
+    import pyarrow.csv as pacsv
+
+    real = pacsv.ReadOptions
+
+    def small_blocks(**kw):
+        return real(**{**kw, "block_size": 64})
+
+    pacsv.ReadOptions = small_blocks
+    try:
+        cols = fast_csv.read_columns(path, 3, 1000, min_bytes=0)
+    finally:
+        pacsv.ReadOptions = real
+    if any(not "".join(r) for r in rows):  # a record of empty cells: left to the record reader
+        assert cols is None
+        return
+    assert cols is not None
+    want = _columns_as_texts(path.read_bytes(), 3)
+    for j, (codes, values) in enumerate(want):
+        assert cols.values[j] == values
+        np.testing.assert_array_equal(cols.codes[j], codes)
+
+
+def test_in_order_encodes_a_dictionary_out_of_order_anew():
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tuneplan.runs.fast_csv import _in_order
+
+    enc = pa.DictionaryArray.from_arrays(pa.array([2, 0, 2, 1], type=pa.int32()), pa.array(["a", "b", "c", "d"]))
+    got = _in_order(enc, pc)
+    assert got.dictionary.to_pylist() == ["c", "a", "b"]
+    assert got.indices.to_pylist() == [0, 1, 0, 2]
+
+
+def test_frame_csv_in_small_chunks_writes_what_pandas_writes(tmp_path, monkeypatch):
+    from tuneplan.runs import frame_csv
+
+    df = pd.DataFrame({"f": [0.1 * k for k in range(50)], "s": [f"r{k % 7}," for k in range(50)],
+                       "b": [k % 3 == 0 for k in range(50)]})
+    monkeypatch.setattr(frame_csv, "CHUNK_ROWS", 7)
+    frame_csv.write_frame_csv(df, str(tmp_path / "a.csv"))
+    assert (tmp_path / "a.csv").read_text(encoding="utf-8") == df.to_csv(index=False)
+
+
+def test_columns_admit_ids_and_duplicates_as_rows_do(tmp_path, monkeypatch):
+    """Ids repeated within a file and across files, empty ids, a duplicate of a row skipped for its
+    number, exact duplicates: the rows checked one by one are those a check can stop or change."""
+    import csv
+
+    with open(f"{REF}/litgpt.csv", newline="", encoding="utf-8") as f:
+        src = list(csv.reader(f))
+    head, body = src[0], src[1:30]
+    i_id, i_mb = head.index("id"), head.index("micro_batch_size")
+    rows = [list(r) for r in body]
+    rows[4][i_mb] = "1.5"  # refused; a later row reuses its id
+    rows.append([*rows[4][:i_mb], "2", *rows[4][i_mb + 1:]])
+    rows[6][i_id] = rows[7][i_id] = ""  # ids made from the source and line
+    rows.append(list(rows[9]))  # an exact duplicate, id and all
+    rows.append([*rows[10][:i_id], "x-10", *rows[10][i_id + 1:]])  # an exact duplicate but its id
+    a = _write(tmp_path / "a.csv", head, rows)
+    b = _write(tmp_path / "b.csv", head, [list(r) for r in body[20:25]] + [list(body[1])])  # ids read in a.csv
+    fast, slow = _read_both([a, b], monkeypatch, keep_unresolved=True)
+    _assert_same(fast, slow)
+    assert fast.by_columns == [True, True]
+    assert sum("duplicate id" in p.message for p in fast.problems) >= 6
+
+
+def test_object_ids_are_ids():
+    from tuneplan.runs.columnar import object_ids
+
+    a = np.asarray(["x", None, 1.5, "x", True, "y" * 3] * 5, dtype=object)
+    frame = pd.DataFrame({"a": a, "b": a[::-1].copy()})
+    for v in (a, a[::2], a[:0], frame["a"].to_numpy(), frame["b"].to_numpy(), frame.to_numpy()[:, 1]):
+        np.testing.assert_array_equal(object_ids(v), np.asarray([id(x) for x in v], dtype=np.int64))
+
+
+def test_forest_tables_by_boxes_equal_the_walk_over_every_code():
+    """Each lookup table (the tree descended once, a leaf's value set on its box of ranks) equals the
+    node-by-node walk over every code of the table, for every tree of the shipped calibration."""
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan.fastforest import accelerated
+
+    est = accelerated(get_estimator("tuneplan"))
+    forests = [f for r in (est.residual.thr, est.residual.mem) for f in (r.forest, r.far_forest) if f is not None]
+    checked = 0
+    for ff in forests:
+        for root, internal in ff.trees:
+            table = ff._compile(root, internal)
+            if table is None or not internal:
+                continue
+            feats = sorted({int(ff.feature[i]) for i in internal})
+            cols, size = {}, 1
+            for j in feats:
+                rep = np.concatenate([np.unique(ff.threshold[[i for i in internal if ff.feature[i] == j]]), [np.inf]])
+                cols[j], size = (size, rep), size * len(rep)
+            codes = np.arange(size)
+            walk = {j: rep[(codes // stride) % len(rep)] for j, (stride, rep) in cols.items()}
+            np.testing.assert_array_equal(table[1], ff.value[ff._walk(walk, {}, root, internal, size)])
+            checked += 1
+    assert checked > 300

@@ -96,7 +96,7 @@ def with_unreadable_rows(out, problems):
     order, with `file:line: reason` in their `error` column."""
     import pandas as pd
 
-    if not {"file", "line"} <= set(out.columns):
+    if not {"file", "line"} <= set(out.columns) or all(p.line is None for p in problems):
         return out
     have = set(zip(out["file"], out["line"], strict=True))
     extra = [{"file": p.path, "line": p.line, "error": f"{p.path}:{p.line}: {p.message}"}

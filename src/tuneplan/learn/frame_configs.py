@@ -28,6 +28,7 @@ from tuneplan.learn.dataset import (
     batch_shape,
     row_job,
 )
+from tuneplan.runs.columnar import first_rows, object_ids
 
 
 @dataclass
@@ -60,8 +61,8 @@ def _codes(s: pd.Series) -> np.ndarray:
     """Codes equal for equal cells (0 for a missing one)."""
     values = s.to_numpy()
     if values.dtype == object:  # by object first (cheap), then the distinct objects by value
-        codes = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))[0]
-        objects = values[np.unique(codes, return_index=True)[1]]
+        codes = pd.factorize(object_ids(values))[0]
+        objects = values[first_rows(codes)]
         return pd.factorize(objects, use_na_sentinel=True)[0].astype(np.int64)[codes] + 1
     return pd.factorize(s, use_na_sentinel=True)[0].astype(np.int64) + 1
 
@@ -137,7 +138,7 @@ def frame_configs(df: pd.DataFrame) -> FrameConfigs:
     cache: dict = {}
     n = len(df)
     gid = group_ids(df, [c for c in BASE_COLUMNS if c in df.columns])
-    first = np.unique(gid, return_index=True)[1] if n else np.zeros(0, dtype=int)
+    first = first_rows(gid)
     reps = df.iloc[first].to_dict("records") if n else []
     head_err, heads, tail_err, bases = _bases(reps, cache)
     jobs, terms_err = _group_jobs(bases, cache)
@@ -146,7 +147,7 @@ def frame_configs(df: pd.DataFrame) -> FrameConfigs:
     for col in BATCH_COLUMNS:
         codes = _codes(df[col]) if col in df.columns else np.zeros(n, dtype=np.int64)
         combo = pd.factorize(combo * (int(codes.max(initial=0)) + 1) + codes)[0].astype(np.int64)
-    at = np.unique(combo, return_index=True)[1] if n else np.zeros(0, dtype=int)
+    at = first_rows(combo)
     sub = df.iloc[at]
     cells = zip(*(_column(sub, c) for c in BATCH_COLUMNS), strict=True)
     shapes: dict[tuple, tuple[int, int, list[str]]] = {}
@@ -195,14 +196,25 @@ def _shape(j: int, mb: Any, ga: Any, gb: Any, heads: list, head_err: list, tail_
     return None, (mbi, gai, "; ".join(used_head + used_batch + bases[j].used_tail))
 
 
-def frame_arrays(fc: FrameConfigs, rows: np.ndarray, constants=None) -> dict[str, np.ndarray]:
-    """The physics' arrays of the given (predictable) rows: `arrays_for` of their configurations."""
+def group_arrays(fc: FrameConfigs, groups: np.ndarray, constants=None) -> dict[str, np.ndarray]:
+    """The physics' arrays of each of the given (sorted, predictable) groups at its job."""
     from tuneplan.physics.terms import build_arrays
 
-    groups, at = np.unique(fc.group[rows], return_inverse=True)
     base = build_arrays([(fc.bases[j].model, fc.bases[j].gpu, fc.jobs[j], fc.bases[j].seq_len) for j in groups],
                         constants)
     base["reports_reserved"] = np.array([0.0 if fc.bases[j].mem_kind == "allocated" else 1.0 for j in groups])
+    return base
+
+
+def frame_arrays(fc: FrameConfigs, rows: np.ndarray, constants=None,
+                 built: tuple[np.ndarray, dict[str, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
+    """The physics' arrays of the given (predictable) rows: `arrays_for` of their configurations
+    (`built`: (groups, `group_arrays` of them), used when the rows' groups are those)."""
+    groups, at = np.unique(fc.group[rows], return_inverse=True)
+    if built is not None and np.array_equal(built[0], groups):
+        base = built[1]
+    else:
+        base = group_arrays(fc, groups, constants)
     a = {k: v[at] for k, v in base.items()}
     a["micro_batch"] = fc.micro_batch[rows].astype(float)
     a["grad_accum"] = fc.grad_accum[rows].astype(float)

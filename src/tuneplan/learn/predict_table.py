@@ -87,22 +87,40 @@ def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> 
     """`predict_configs` of the rows' configurations: the predictions on all rows at once (as one
     call over the rows gives them: the residual's fast paths depend on how many rows a call has), the
     largest micro-batch searched once per distinct configuration but its micro-batch."""
-    from tuneplan.learn.frame_configs import frame_arrays
+    from tuneplan.learn.frame_configs import frame_arrays, group_arrays
 
+    groups = np.unique(fc.group[rows])
+    built = (groups, group_arrays(fc, groups, estimator.constants))  # each group's arrays, built once
     shape = np.stack([fc.group[rows], fc.micro_batch[rows], fc.grad_accum[rows]], axis=1)
-    first, inverse = np.unique(shape, axis=0, return_index=True, return_inverse=True)[1:]
+    first, inverse = distinct_rows(shape)
     if _distinct_pays(estimator, len(first), len(rows)):
-        a = frame_arrays(fc, rows[first], estimator.constants)
+        a = frame_arrays(fc, rows[first], estimator.constants, built)
         pred = predict_configs_arrays(a, estimator, False, represents=len(rows))
-        out = {k: v[inverse.ravel()] for k, v in pred.items()}
+        out = {k: v[inverse] for k, v in pred.items()}
     else:
-        out = predict_configs_arrays(frame_arrays(fc, rows, estimator.constants), estimator, False)
+        out = predict_configs_arrays(frame_arrays(fc, rows, estimator.constants, built), estimator, False)
     if with_max_batch and estimator.memory_model is not None:
         # the search sets the micro-batch itself: once per distinct configuration but its micro-batch
-        first, inverse = np.unique(shape[:, [0, 2]], axis=0, return_index=True, return_inverse=True)[1:]
-        a = frame_arrays(fc, rows[first], estimator.constants)
-        out["max_micro_batch"] = np.asarray(_search(estimator.memory_model, a, len(rows)), dtype=int)[inverse.ravel()]
+        first, inverse = distinct_rows(shape[:, [0, 2]])
+        a = frame_arrays(fc, rows[first], estimator.constants, built)
+        out["max_micro_batch"] = np.asarray(_search(estimator.memory_model, a, len(rows)), dtype=int)[inverse]
     return out
+
+
+def distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(table, axis=0, return_index=True, return_inverse=True)[1:]` (inverse flattened) for a
+    table of non-negative integers, through one integer per row (its cells as the digits of a number):
+    the rows in the same (lexicographic) order, a sort of integers instead of one of records."""
+    table = np.asarray(table, dtype=np.int64)
+    radix = [int(c.max(initial=0)) + 1 for c in table.T]
+    if len(table) and int(table.min()) >= 0 and float(np.prod(radix, dtype=float)) < 2.0 ** 62:
+        key = np.zeros(len(table), dtype=np.int64)
+        for c, r in zip(table.T, radix, strict=True):
+            key = key * r + c
+        first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
+    else:
+        first, inverse = np.unique(table, axis=0, return_index=True, return_inverse=True)[1:]
+    return first, np.asarray(inverse).ravel()
 
 
 def _search(model, a: dict[str, np.ndarray], rows: int) -> np.ndarray:

@@ -88,11 +88,32 @@ class FastForest:
             size *= len(local) + 1
             if size > self.TABLE_LIMIT:
                 return None
-        codes = np.arange(size)
-        cols = [np.zeros(size) for _ in range(max(feats) + 1)]
-        for j, rep, stride in reps:
-            cols[j] = rep[(codes // stride) % len(rep)]
-        return parts, self.value[self._walk(cols, {}, root, internal, size)]
+        return parts, self._grid(root, reps)
+
+    def _grid(self, root: int, reps: list[tuple[int, np.ndarray, int]]) -> np.ndarray:
+        """The tree's leaf value for every combination of its features' local ranks, flat (index = the
+        ranks' mixed-radix code, the first feature fastest): the tree descended once, each node
+        splitting its box of ranks along its feature (rank r goes left when its representative value,
+        `rep[r]`, is <= the threshold), each leaf's value set on its box."""
+        shape = tuple(len(rep) for _, rep, _ in reversed(reps))  # C order: the last axis varies fastest
+        axis = {j: len(reps) - 1 - k for k, (j, _, _) in enumerate(reps)}
+        rep_of = {j: rep for j, rep, _ in reps}
+        grid = np.full(shape, np.nan)
+        stack = [(root, tuple((0, n) for n in shape))]
+        while stack:
+            node, box = stack.pop()
+            if self.leaf[node]:
+                grid[tuple(slice(lo, hi) for lo, hi in box)] = self.value[node]
+                continue
+            f = int(self.feature[node])
+            ax = axis[f]
+            cut = int(np.searchsorted(rep_of[f], self.threshold[node], side="right"))
+            lo, hi = box[ax]
+            if lo < min(hi, cut):
+                stack.append((int(self.left[node]), box[:ax] + ((lo, min(hi, cut)),) + box[ax + 1:]))
+            if max(lo, cut) < hi:
+                stack.append((int(self.right[node]), box[:ax] + ((max(lo, cut), hi),) + box[ax + 1:]))
+        return grid.ravel()
 
     def tables(self) -> list:
         if self._tables is None:
@@ -100,7 +121,7 @@ class FastForest:
         return self._tables
 
     # -- prediction ------------------------------------------------------------------------------
-    def _walk(self, cols: list[np.ndarray], nans: dict[int, np.ndarray], root: int, internal: list[int],
+    def _walk(self, cols: dict[int, np.ndarray] | list[np.ndarray], nans: dict[int, np.ndarray], root: int, internal: list[int],
               n: int) -> np.ndarray:
         """The leaf each row reaches, node by node."""
         cur = np.full(n, root, dtype=np.int64)

@@ -88,6 +88,35 @@ def group_ids(codes: list[np.ndarray], n: int) -> np.ndarray:
     return key
 
 
+def object_ids(values: np.ndarray) -> np.ndarray:
+    """`id()` of each object of a 1-D object array: read from the array's own pointers (CPython's
+    `id` is the object's address) when the array is contiguous, else one `id` call per cell."""
+    import ctypes
+    import sys
+
+    if (values.ndim == 1 and len(values) and values.flags.c_contiguous and sys.implementation.name == "cpython"
+            and values.itemsize == ctypes.sizeof(ctypes.c_ssize_t)):
+        pointers = (ctypes.c_ssize_t * len(values)).from_address(values.ctypes.data)
+        return np.ctypeslib.as_array(pointers).astype(np.int64)  # a copy: nothing refers to the array after
+    return np.fromiter(map(id, values), dtype=np.int64, count=len(values))
+
+
+def first_rows(codes: np.ndarray) -> np.ndarray:
+    """`np.unique(codes, return_index=True)[1]` for codes numbered in order of first appearance (as
+    `pd.factorize` and `group_ids` number them): the row where each code first appears, in one pass
+    instead of a sort. Codes in another order take `np.unique` itself."""
+    codes = np.asarray(codes)
+    if len(codes) == 0:
+        return np.zeros(0, dtype=np.intp)
+    new = np.empty(len(codes), dtype=bool)
+    new[0] = True
+    np.greater(codes[1:], np.maximum.accumulate(codes[:-1]), out=new[1:])
+    first = np.flatnonzero(new)
+    if codes[0] != 0 or not np.array_equal(codes[first], np.arange(len(first))) or int(codes.min()) < 0:
+        return np.unique(codes, return_index=True)[1]
+    return first
+
+
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
@@ -169,49 +198,70 @@ class PlainFile:
     # -- rows in order: checks, ids, duplicates --
     def admit(self) -> tuple[list[int], list[str]]:
         """The rows that pass the number checks, the id and the duplicate checks (problems reported in
-        row order), and each row's id (generated where empty)."""
+        row order), and each row's id (generated where empty).
+
+        Only the rows a check can stop or change go through them one by one (`_special`); every other
+        row is kept, its id remembered, all at once: the same outcome as checking each in order."""
         r = self.r
         id_codes, id_vals = self.column("id")
         ids = [str(x or "") for x in np.asarray(id_vals, dtype=object)[id_codes].tolist()]
         hs = self.hashes()
         uniq, counts = np.unique(hs, return_counts=True)
         cand = {int(h) for h in uniq[counts > 1]} | (set(r.row_hashes()) & {int(h) for h in uniq})
-        hs_list = hs.tolist()
-        bad = self.bad.tolist()
+        special = self._special(id_codes, id_vals, hs, cand)
         keep: list[int] = []
         lazy: list[int] = []
-        for i in range(self.n):
-            line = i + 2
-            if bad[i]:
-                try:
-                    r.read_row(self.raw(i), self.path, line, "reference", "percent")
-                except RowError as exc:
-                    r.report(self.name, line, str(exc))
-                continue  # pragma: no cover - a refused number always raises
-            rid = ids[i]
-            if rid and rid in r.seen_ids:
-                r.report(self.name, line, f"duplicate id '{rid}' (first at {r.seen_ids[rid]}); row skipped, "
-                                          "first kept")
-                continue
-            h = hs_list[i]
-            key = self.key(i) if h in cand else None
-            if key is not None:
-                first = r.first_seen(key, h)
-                if first is not None:
-                    r.report(self.name, line, f"exact duplicate of the row at {first}; row skipped, first kept")
-                    continue
-            if rid:
-                r.seen_ids[rid] = f"{self.name}:{line}"
-            else:
-                ids[i] = f"{self.source_values[self.source_codes[i]]}@{self.path.name}:{line}"
-            if key is not None:
-                r.remember(key, f"{self.name}:{line}")
-            else:
-                lazy.append(i)
-            keep.append(i)
-        rows = np.asarray(lazy, dtype=np.int64)
+        hs_list = hs.tolist()
+        for i in np.flatnonzero(special).tolist():
+            self._admit_row(i, ids, hs_list[i], cand, keep, lazy)
+        plain = np.flatnonzero(~special)
+        name = self.name
+        r.seen_ids.update((ids[i], f"{name}:{i + 2}") for i in plain.tolist())
+        keep_rows = np.sort(np.concatenate([plain, np.asarray(keep, dtype=np.int64)]))
+        rows = np.sort(np.concatenate([plain, np.asarray(lazy, dtype=np.int64)])).astype(np.int64)
         r.remember_rows(self, rows, hs[rows])
-        return keep, ids
+        return keep_rows.tolist(), ids
+
+    def _special(self, id_codes: np.ndarray, id_vals: list, hs: np.ndarray, cand: set[int]) -> np.ndarray:
+        """The rows a check may stop or change: a refused number, an empty id, an id given to another
+        row (of this file or one read before), a possible exact duplicate."""
+        text = [str(x or "") for x in id_vals]
+        repeated = np.bincount(id_codes, minlength=len(text)) > 1
+        ids_special = repeated | np.asarray([not t or t in self.r.seen_ids for t in text], dtype=bool)
+        special = self.bad | ids_special[id_codes]
+        if cand:
+            special |= np.isin(hs, np.fromiter(cand, dtype=np.uint64, count=len(cand)))
+        return special
+
+    def _admit_row(self, i: int, ids: list[str], h: int, cand: set[int], keep: list[int], lazy: list[int]) -> None:
+        """Row i through the number, id and duplicate checks, in file order (`admit`)."""
+        r = self.r
+        line = i + 2
+        if self.bad[i]:
+            try:
+                r.read_row(self.raw(i), self.path, line, "reference", "percent")
+            except RowError as exc:
+                r.report(self.name, line, str(exc))
+            return  # pragma: no cover - a refused number always raises
+        rid = ids[i]
+        if rid and rid in r.seen_ids:
+            r.report(self.name, line, f"duplicate id '{rid}' (first at {r.seen_ids[rid]}); row skipped, first kept")
+            return
+        key = self.key(i) if h in cand else None
+        if key is not None:
+            first = r.first_seen(key, h)
+            if first is not None:
+                r.report(self.name, line, f"exact duplicate of the row at {first}; row skipped, first kept")
+                return
+        if rid:
+            r.seen_ids[rid] = f"{self.name}:{line}"
+        else:
+            ids[i] = f"{self.source_values[self.source_codes[i]]}@{self.path.name}:{line}"
+        if key is not None:
+            r.remember(key, f"{self.name}:{line}")
+        else:
+            lazy.append(i)
+        keep.append(i)
 
     # -- the three parts, once per group --
     def _outcome(self, before: dict[str, Any], st: RowState, model_spec: Any, gpu_spec: Any) -> dict[str, Any]:
@@ -257,14 +307,32 @@ class PlainFile:
 
     def _override(self, base: np.ndarray, gids: np.ndarray, outs: list[dict], col: str, table) -> np.ndarray:
         """`base` with the value each group's changes give `col` (table: value -> the array's value)."""
-        has = np.asarray([col in o for o in outs], dtype=bool)
-        if not len(has) or not has.any():
+        having = self._keys_index(outs).get(col)
+        if not having:
             return base
-        vals = np.asarray([table(o[col]) if col in o else table(None) for o in outs], dtype=base.dtype)
+        at = np.asarray(having, dtype=np.int64)
+        has = np.zeros(len(outs), dtype=bool)
+        has[at] = True
+        vals = np.empty(len(outs), dtype=base.dtype)
+        vals[at] = np.asarray([table(outs[g][col]) for g in having], dtype=base.dtype)
         m = has[gids]
         out = base.copy()
         out[m] = vals[gids[m]]
         return out
+
+    def _keys_index(self, outs: list[dict]) -> dict[str, list[int]]:
+        """Per key, the groups whose changes have it (built once per list of changes: the list is
+        held with its index, so its id is not reused meanwhile)."""
+        cache = self.__dict__.setdefault("_indexes", {})
+        hit = cache.get(id(outs))
+        if hit is not None and hit[0] is outs:
+            return hit[1]
+        index: dict[str, list[int]] = {}
+        for g, o in enumerate(outs):
+            for k in o:
+                index.setdefault(k, []).append(g)
+        cache[id(outs)] = (outs, index)
+        return index
 
     def derived(self, rows: np.ndarray, gids: np.ndarray, outs: list[dict]) -> tuple[np.ndarray, list, list]:
         """Derive groups: per row its group; per group the derived changes and records."""
@@ -285,7 +353,7 @@ class PlainFile:
                             for o in outs], dtype=np.int64)
         codes.append(flags[gids])
         dg = group_ids(codes, len(rows))
-        first = np.unique(dg, return_index=True)[1]
+        first = first_rows(dg)
         changes, records = [], []
         cols = {c: self.column(c) for c in DERIVE_COLUMNS}
         for at in first.tolist():
@@ -311,7 +379,7 @@ class PlainFile:
             present = self._override(present, gids, [o["delta"] for o in outs], c, lambda x: x is not None)
             codes.append(self._override(present, dg, changes, c, lambda x: x is not None))
         fg = group_ids(codes, len(rows))
-        first = np.unique(fg, return_index=True)[1]
+        first = first_rows(fg)
         marks = []
         for at in first:
             i, o = int(rows[at]), outs[gids[at]]
@@ -332,13 +400,10 @@ class PlainFile:
         fg, marks = self.finished(rows, gids, outs, dg, changes, resolve)
         deltas = [o["delta"] for o in outs]
         numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)
-        joined: dict[tuple[int, int], str] = {}
-        used = []
-        for s, d in zip(gids.tolist(), dg.tolist(), strict=True):
-            text = joined.get((s, d))
-            if text is None:
-                text = joined[(s, d)] = ";".join(x.replace(";", ",") for x in outs[s]["records"] + records[d])
-            used.append(text)
+        pair = group_ids([gids, dg], len(rows))  # the defaults taken: once per (settings, derive) group
+        texts = [";".join(x.replace(";", ",") for x in outs[gids[at]]["records"] + records[dg[at]])
+                 for at in first_rows(pair).tolist()]
+        used = np.asarray(texts, dtype=object)[pair] if texts else np.zeros(0, dtype=object)
         data: dict[str, Any] = {}
         for c in list(REFERENCE_COLUMNS) + list(SETTING_COLUMNS) + list(ADDED_COLUMNS):
             if c == "file":
@@ -372,7 +437,7 @@ class PlainFile:
         keep, self.ids = self.admit()
         kept = np.asarray(keep, dtype=np.int64)
         sg = self.settings_groups(keep)
-        first = np.unique(sg, return_index=True)[1]
+        first = first_rows(sg)
         outs = [self.settings(keep[at]) for at in first]
         ok = np.asarray([isinstance(o, dict) for o, _ in outs], dtype=bool)
         for i, g in zip(keep, sg.tolist(), strict=True):

@@ -53,17 +53,19 @@ def _column_cells(s) -> list[str]:
     import pandas as pd
     from pandas.core.indexes.base import get_values_for_csv
 
+    from tuneplan.runs.columnar import first_rows, object_ids
+
     values = s.array if isinstance(s.dtype, pd.api.extensions.ExtensionDtype) else s.to_numpy()
     if isinstance(values, np.ndarray) and values.dtype == object:  # the same object is written alike
-        codes = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=len(values)))[0]
-        objects = values[np.unique(codes, return_index=True)[1]]
+        codes = pd.factorize(object_ids(values))[0]
+        objects = values[first_rows(codes)]
         if pd.api.types.infer_dtype(objects, skipna=True) in ("string", "empty"):  # equal texts alike
             codes = pd.factorize(objects, use_na_sentinel=False)[0][codes]
     elif _distinct_safe(values):
         codes = pd.factorize(s, use_na_sentinel=False)[0]
     else:  # each cell on its own
         codes = np.arange(len(values))
-    first = np.unique(codes, return_index=True)[1]
+    first = first_rows(codes)
     formatted = get_values_for_csv(values[first], date_format=None, na_rep="", quoting=csv.QUOTE_MINIMAL,
                                    float_format=None, decimal=".")
     if isinstance(values, np.ndarray) and values.dtype.kind == "f":  # numbers: never quoted
@@ -84,6 +86,8 @@ def _segments(cols: list[tuple[np.ndarray, np.ndarray]], n: int) -> list[list[st
     """Each row's text, in pieces: runs of neighbouring columns joined per distinct combination."""
     import pandas as pd
 
+    from tuneplan.runs.columnar import first_rows
+
     limit = max(n // SEGMENT_SHARE, 1)
     pieces: list[list[str]] = []
     run: list[int] = []
@@ -93,7 +97,7 @@ def _segments(cols: list[tuple[np.ndarray, np.ndarray]], n: int) -> list[list[st
         if len(run) == 1:
             pieces.append(cols[run[0]][1][key].tolist())
             return
-        first = np.unique(key, return_index=True)[1]
+        first = first_rows(key)
         joined = np.asarray([",".join([cols[j][1][cols[j][0][i]] for j in run]) for i in first.tolist()],
                             dtype=object)
         pieces.append(joined[key].tolist())
@@ -111,7 +115,7 @@ def _segments(cols: list[tuple[np.ndarray, np.ndarray]], n: int) -> list[list[st
     return pieces
 
 
-CHUNK_ROWS = 20_000
+CHUNK_ROWS = 2_000
 """Rows joined and written at a time (the whole text is never held at once)."""
 
 
