@@ -323,11 +323,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     infeasible = _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced,
                              meets_deadline, within_budget, deadline_s, budget_usd, objective, space,
                              price_info, provider)
-    notes += _space_notes(space, objective)
-    if base.variable_shapes() and bool(np.any(fits & (np.asarray(mem) > np.asarray(cap)))):
-        notes.append("GiB/GPU is the nvidia-smi peak, blocks cached for other batch shapes included (each batch "
-                     "padded to its longest example): torch frees those before it runs out, so a candidate whose "
-                     "column exceeds the GPU's memory can still fit (tuneplan estimate says how much is cached).")
+    notes += _space_notes(space, objective) + _cached_shapes_note(base, fits, mem, cap)
     return PlanResult(
         model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
         pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
@@ -406,6 +402,15 @@ def _rank(fits, wall, cost, energy_kwh, objective: str, deadline_s, budget_usd) 
             "balanced": (np.where(priced, wall * cost_key, np.inf), wall, cost_key)}[objective]
     k = keep[np.lexsort(tuple(x[keep] for x in reversed(keys)) + (~eligible[keep],))]
     return k, priced, meets_deadline, within_budget, eligible
+
+
+def _cached_shapes_note(base, fits, mem, cap) -> list[str]:
+    """Why a candidate that fits can show more GiB/GPU than the GPU has (batches of varying length)."""
+    if not (base.variable_shapes() and bool(np.any(fits & (np.asarray(mem) > np.asarray(cap))))):
+        return []
+    return ["GiB/GPU is the nvidia-smi peak, blocks cached for other batch shapes included (each batch padded "
+            "to its longest example): torch frees those before it runs out, so a candidate whose column exceeds "
+            "the GPU's memory can still fit (tuneplan estimate says how much is cached)."]
 
 
 def _space_notes(space: Space, objective: str) -> list[str]:
