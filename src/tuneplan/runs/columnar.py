@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneplan.runs.fast_csv import Columns
+from tuneplan.runs.fast_csv import Columns, appearance_firsts
 from tuneplan.runs.normalise import ERROR_TEXT_COLUMNS, RowError, RowState, check_values, derive, parse_number
 from tuneplan.runs.schema import (
     ADDED_COLUMNS,
@@ -104,17 +104,12 @@ def object_ids(values: np.ndarray) -> np.ndarray:
 def first_rows(codes: np.ndarray) -> np.ndarray:
     """`np.unique(codes, return_index=True)[1]` for codes numbered in order of first appearance (as
     `pd.factorize` and `group_ids` number them): the row where each code first appears, in one pass
-    instead of a sort. Codes in another order take `np.unique` itself."""
+    instead of a sort (`fast_csv.appearance_firsts`). Codes in another order take `np.unique` itself."""
     codes = np.asarray(codes)
     if len(codes) == 0:
         return np.zeros(0, dtype=np.intp)
-    new = np.empty(len(codes), dtype=bool)
-    new[0] = True
-    np.greater(codes[1:], np.maximum.accumulate(codes[:-1]), out=new[1:])
-    first = np.flatnonzero(new)
-    if codes[0] != 0 or not np.array_equal(codes[first], np.arange(len(first))) or int(codes.min()) < 0:
-        return np.unique(codes, return_index=True)[1]
-    return first
+    first = appearance_firsts(codes)
+    return np.unique(codes, return_index=True)[1] if first is None else first
 
 
 def _same(a: Any, b: Any) -> bool:

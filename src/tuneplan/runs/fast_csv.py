@@ -77,18 +77,28 @@ def _plain(data: bytes) -> int | None:
     return lines - 1
 
 
+def appearance_firsts(codes: np.ndarray) -> np.ndarray | None:
+    """The row where each code first appears, when the codes are numbered 0, 1, 2... in order of first
+    appearance (as `pd.factorize` and dictionary encoding number them), in one pass; else None."""
+    codes = np.asarray(codes)
+    if len(codes) == 0 or codes[0] != 0:
+        return None
+    new = np.empty(len(codes), dtype=bool)
+    new[0] = True
+    np.greater(codes[1:], np.maximum.accumulate(codes[:-1]), out=new[1:])
+    first = np.flatnonzero(new)
+    if not np.array_equal(codes[first], np.arange(len(first))) or int(codes.min()) < 0:
+        return None
+    return first
+
+
 def _in_order(enc, pc):
     """A dictionary array as `pyarrow.compute.dictionary_encode` numbers a column of texts: its
     dictionary only the texts that occur, in order of first appearance (the CSV reader's, merged from
     its blocks, already is; any other is encoded anew)."""
-    idx = enc.indices.to_numpy(zero_copy_only=False)
-    if len(idx):
-        new = np.empty(len(idx), dtype=bool)
-        new[0] = True
-        np.greater(idx[1:], np.maximum.accumulate(idx[:-1]), out=new[1:])
-        first = idx[new]
-        if idx[0] == 0 and len(first) == len(enc.dictionary) and np.array_equal(first, np.arange(len(first))):
-            return enc
+    first = appearance_firsts(enc.indices.to_numpy(zero_copy_only=False))
+    if first is not None and len(first) == len(enc.dictionary):
+        return enc
     return pc.dictionary_encode(enc.dictionary.take(enc.indices))
 
 
