@@ -38,7 +38,7 @@ DEFAULTS = {
     "optimizer": ("adamw", "AdamW, the default of HF Trainer and the frameworks in the reference"),
     "micro_batch_size": (1, "1 sample per GPU when neither micro nor global batch is given"),
     "grad_accum": (1, "no gradient accumulation when not stated"),
-    "grad_ckpt": (0, "checkpointing off unless stated (HF Trainer default)"),
+    "grad_ckpt": (0, "checkpointing off unless stated (HF Trainer default) or the framework's default"),
     "flash_attn": (1, "FlashAttention/SDPA on unless stated (PyTorch >= 2 default SDPA)"),
     "lora_rank": (8, "peft's default r = 8"),
     "lora_targets": ("q,v", "peft's default targets for Llama-style models: q_proj, v_proj"),
@@ -131,6 +131,15 @@ class _Defaults(list):
     def take(self, key: str):
         v, why = DEFAULTS[key]
         self.append(f"{key}={v} ({why})")
+        return v
+
+    def take_framework(self, key: str, fw: Any):
+        """The framework's own default for `key` (data/frameworks.yaml `grad_ckpt`, `micro_batch`)
+        when its entry states one, else the row default of `DEFAULTS`."""
+        v = fw.job_defaults().get(key)
+        if v is None:
+            return self.take(key)
+        self.append(f"{key}={int(v)} (framework {fw.name}'s default: {fw.sources.get(key, '')})")
         return v
 
 
@@ -342,7 +351,7 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         # amp-*: mixed precision over fp32 weights (an fp32 master copy); plain bf16/fp16: by framework
         "master_weights": "fp32" if str(prec_raw or "").lower().startswith("amp-") else "auto",
         "micro_batch": None, "grad_accum": None, "seq_len": int(round(float(seq))),
-        "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take("grad_ckpt")),
+        "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take_framework("grad_ckpt", fw)),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name, "moe_experts": _row_moe_experts(row, fw),

@@ -190,6 +190,9 @@ def map_llmftbench(raw: dict[str, str]) -> tuple[dict[str, str], list[str], list
     for src, dst in (("gradient_checkpointing", "grad_ckpt"), ("use_flash_attn", "flash_attn")):
         if raw.get(src, "").strip() and not row.get(dst, "").strip():
             row[dst] = raw[src]
+    if not row.get("grad_ckpt", "").strip():  # the actuator's default, as source_defaults.yaml's llmftbench
+        row["grad_ckpt"] = "1"
+        records.append("grad_ckpt=1(ado sfttrainer actuator default: gradient_checkpointing True)")
     targets = row.get("lora_targets", "")
     if targets:
         parts = [t.strip().strip("'\"") for t in re.split(r"[,\s\[\]]+", targets) if t.strip().strip("'\"")]
