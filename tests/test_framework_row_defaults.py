@@ -81,3 +81,15 @@ def test_fms_hf_tuning_entry() -> None:
     assert r.memory_breakdown_gib["optimizer"] == fp32.memory_breakdown_gib["optimizer"] / 2
     assert any(a.startswith("Framework fms-hf-tuning: attention flash2") for a in r.assumptions)
     assert any(a.startswith("bf16 weights trained in place") for a in r.assumptions)
+
+
+def test_ms_swift_defaults_follow_its_train_arguments() -> None:
+    fw = get_framework("ms-swift")
+    assert fw.job_defaults() == {"grad_ckpt": True, "micro_batch": 1}
+    assert "gradient_checkpointing: bool = True" in fw.sources["grad_ckpt"]
+    r = estimate("Qwen/Qwen2.5-7B", "A100-SXM4-80GB", method="lora", framework="ms-swift", seq_len=2048, examples=100)
+    assert r.job.grad_ckpt and r.job.micro_batch == 1
+    assert any("activation checkpointing on by default, micro-batch 1 by default" in a for a in r.assumptions)
+    explicit = estimate("Qwen/Qwen2.5-7B", "A100-SXM4-80GB", method="lora", framework="ms-swift", seq_len=2048,
+                        examples=100, micro_batch=4, grad_ckpt=False)
+    assert not explicit.job.grad_ckpt and explicit.job.micro_batch == 4
