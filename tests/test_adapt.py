@@ -144,3 +144,23 @@ def test_probe_rounds_remeasure_a_spread_and_flag_a_busy_cpu():
     assert plausibility_warnings(healthy, cuda=False, threads=2, catalog_peak_tflops=None) == []
     slow_gpu = {"peak_tflops": {"bf16": 100.0}, "_spreads": {}}
     assert plausibility_warnings(slow_gpu, cuda=True, threads=1, catalog_peak_tflops=989.0)
+
+
+def test_runs_predicted_not_to_fit_do_not_set_the_throughput_scale():
+    """Two runs that fit and one the base predicts not to fit (the same job at 16x the micro-batch, slowed
+    at the memory limit): the scale comes from the two, the third is named and still warned about."""
+    from tuneplan.learn.adapt import EDGE_NOTE
+
+    base = default_calibration().estimator()
+    two = _rows(2, "lora").reset_index(drop=True)
+    edge = two.iloc[[0]].assign(id="edge", micro_batch_size=two["micro_batch_size"].iloc[0] * 64,
+                                global_batch_size=np.nan, tokens_per_s=two["tokens_per_s"].iloc[0] / 3)
+    ts_edge = training_set(edge)
+    assert not predict_configs(ts_edge.configs, base, with_max_batch=False)["fits"][0]
+    fit = fit_adapter(base, training_set(pd.concat([two, edge], ignore_index=True)))
+    alone = fit_adapter(base, training_set(two))
+    assert fit.adapter.throughput_log_scale == pytest.approx(alone.adapter.throughput_log_scale)
+    assert any(EDGE_NOTE in x and x.startswith("1 run(s)") for x in fit.not_fitted)
+    assert any(w.startswith("run edge:") for w in fit.warnings)
+    only_edge = fit_adapter(base, ts_edge)  # nothing else to go by: it is used
+    assert only_edge.adapter.throughput_log_scale != 0.0

@@ -31,6 +31,10 @@ MEMORY_OFFSET_MIN_ROWS = 8
 peak memory worse (benchmarks/learning_by_source.py: 11.3% against 8.5% unadapted at 3 runs, 9.8%
 against 8.6% at 5): a stack's memory error is not one number the way its throughput error is (what a
 peak counts differs with the configuration). With fewer runs the offset is reported, not applied."""
+EDGE_NOTE = ("predicted not to fit in the GPU's memory, left out of the throughput scale: a run at the memory "
+             "limit is slowed by the allocator's frees and retries, which is the memory model's error, not the stack's "
+             "speed")
+"""Why runs the base predicts not to fit do not set the throughput scale (when runs that fit are there)."""
 MAX_LOG_SCALE = 3.0
 """The adapter refuses scales beyond e^3 (20x): a run that far off is a different job, not a new stack."""
 
@@ -80,12 +84,14 @@ class AdapterFit:
     not_fitted: list[str] = field(default_factory=list)
 
 
-def _predict(est, ts: TrainingSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _predict(est, ts: TrainingSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens/s, peak memory as each row measures it, memory slope, predicted to fit) of each row."""
     from tuneplan.learn.predict_table import memory_for_kind, predict_configs
 
     p = predict_configs(ts.configs, est, with_max_batch=False)
     slope = np.array([1.0 if k == "allocated" else 1.0 + est.constants.allocator_overhead for k in ts.mem_kind])
-    return np.asarray(p["tokens_per_s"], dtype=float), memory_for_kind(p, ts.mem_kind), slope
+    return (np.asarray(p["tokens_per_s"], dtype=float), memory_for_kind(p, ts.mem_kind), slope,
+            np.asarray(p["fits"], dtype=bool))
 
 
 def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: float) -> dict[str, float]:
@@ -132,11 +138,14 @@ def fit_adapter(base, ts: TrainingSet, prior: tuple[float | None, float | None] 
     """Fit a stack adapter for estimator `base` (a TuneplanEstimator) on a user's runs; `prior` is
     (between, within) of `offset_variances` for the base (None: the runs' offset kept whole)."""
     w_all = row_weights(ts)
-    pred_t, pred_m, slope = _predict(base, ts)
+    pred_t, pred_m, slope, fits = _predict(base, ts)
     t = ts.has_throughput & np.isfinite(pred_t) & (pred_t > 0)
     m = ts.has_memory & np.isfinite(pred_m)
     fitted: list[str] = []
     not_fitted: list[str] = []
+    if (t & ~fits).any() and (t & fits).any():
+        not_fitted.append(f"{int((t & ~fits).sum())} run(s) {EDGE_NOTE}")
+        t = t & fits
     adapter = StackAdapter(n_rows={"throughput": int(t.sum()), "memory": int(m.sum())})
     if t.any():
         r = np.log(ts.tokens_per_s[t] / pred_t[t])
@@ -173,7 +182,7 @@ def _checked(base, ts: TrainingSet, adapter: StackAdapter, not_fitted: list[str]
     """In-sample errors of the adapted estimator, and a warning for each of its own rows it misses by more
     than the row's measured spread (DEFAULT_SPREAD where none is recorded)."""
     est = base.with_stack(adapter)
-    pred_t, pred_m, _ = _predict(est, ts)
+    pred_t, pred_m, _, _ = _predict(est, ts)
     spread = np.nan_to_num(row_spread(ts), nan=DEFAULT_SPREAD)
     warnings = []
     t = ts.has_throughput & np.isfinite(pred_t) & (pred_t > 0)
