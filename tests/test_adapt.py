@@ -162,5 +162,6 @@ def test_runs_predicted_not_to_fit_do_not_set_the_throughput_scale():
     assert fit.adapter.throughput_log_scale == pytest.approx(alone.adapter.throughput_log_scale)
     assert any(EDGE_NOTE in x and x.startswith("1 run(s)") for x in fit.not_fitted)
     assert any(w.startswith("run edge:") for w in fit.warnings)
-    only_edge = fit_adapter(base, ts_edge)  # nothing else to go by: it is used
+    only_edge = fit_adapter(base, ts_edge)  # nothing else to go by: it is used, and said so
     assert only_edge.adapter.throughput_log_scale != 0.0
+    assert any("all of them predicted not to fit" in x for x in only_edge.adapter.fitted)

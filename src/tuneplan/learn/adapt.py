@@ -143,6 +143,7 @@ def fit_adapter(base, ts: TrainingSet, prior: tuple[float | None, float | None] 
     m = ts.has_memory & np.isfinite(pred_m)
     fitted: list[str] = []
     not_fitted: list[str] = []
+    edge_only = t.any() and not (t & fits).any()
     if (t & ~fits).any() and (t & fits).any():
         not_fitted.append(f"{int((t & ~fits).sum())} run(s) {EDGE_NOTE}")
         t = t & fits
@@ -154,7 +155,10 @@ def fit_adapter(base, ts: TrainingSet, prior: tuple[float | None, float | None] 
         overall = float(np.clip(keep * median_or_mean(r, w), -MAX_LOG_SCALE, MAX_LOG_SCALE))
         adapter.throughput_log_scale = overall
         fitted.append(f"throughput x{np.exp(overall):.3g} from {int(t.sum())} run(s)"
-                      + (f" ({keep:.0%} of their offset: the rest is run-to-run noise)" if keep < 0.995 else ""))
+                      + (f" ({keep:.0%} of their offset: the rest is run-to-run noise)" if keep < 0.995 else "")
+                      + (": all of them predicted not to fit, so the scale may carry the allocator's slowdown at "
+                         "the memory limit; check what the runs file says of checkpointing, sharding and precision, "
+                         "or add a run that fits" if edge_only else ""))
         methods = np.array([c.job.method for c in (ts.configs[i] for i in np.flatnonzero(t))])
         adapter.method_log_scales = _method_scales(r, w, methods, overall)
         if adapter.method_log_scales:
