@@ -68,7 +68,7 @@ def test_raw_llmftbench_file_fills_the_actuators_checkpointing(tmp_path: Path) -
 
 def test_fms_hf_tuning_entry() -> None:
     assert framework_for_text("fms-hf-tuning (HF SFTTrainer)") == "fms-hf-tuning"
-    assert framework_for_text("HF SFTTrainer") == "hf-trainer"
+    assert framework_for_text("HF SFTTrainer") == "trl"
     fw = get_framework("fms-hf-tuning")
     assert fw.attention == "flash2" and fw.master_weights == "none" and fw.grad_ckpt is None
     assert {"attention", "master_weights", "padding"} <= set(fw.sources)
@@ -93,3 +93,16 @@ def test_ms_swift_defaults_follow_its_train_arguments() -> None:
     explicit = estimate("Qwen/Qwen2.5-7B", "A100-SXM4-80GB", method="lora", framework="ms-swift", seq_len=2048,
                         examples=100, micro_batch=4, grad_ckpt=False)
     assert not explicit.job.grad_ckpt and explicit.job.micro_batch == 4
+
+
+def test_trl_checkpoints_by_default_and_is_hf_trainer_otherwise() -> None:
+    trl, hf = get_framework("trl"), get_framework("hf-trainer")
+    assert trl.job_defaults() == {"grad_ckpt": True} and hf.job_defaults() == {}
+    assert "gradient_checkpointing: bool = True" in trl.sources["grad_ckpt"]
+    same = ("attention", "cross_entropy", "fused_lora", "adapter_fp32", "master_weights", "padding", "moe_experts")
+    assert all(getattr(trl, k) == getattr(hf, k) for k in same)
+    on = estimate("Qwen/Qwen2.5-7B", "A100-SXM4-80GB", method="lora", framework="trl", seq_len=2048, examples=100)
+    off = estimate("Qwen/Qwen2.5-7B", "A100-SXM4-80GB", method="lora", framework="hf-trainer", seq_len=2048,
+                   examples=100)
+    assert on.job.grad_ckpt and not off.job.grad_ckpt
+    assert on.memory_per_gpu_gib < off.memory_per_gpu_gib and on.step_time_s > off.step_time_s

@@ -259,7 +259,7 @@ def test_70b_lora_8k_on_8_h100_with_tensor_parallel_fits():
 
 def test_every_framework_entry_states_its_sources():
     fws = load_frameworks()
-    for name in ("hf-trainer", "axolotl", "llama-factory", "unsloth", "torchtune", "torchtitan", "megatron",
+    for name in ("hf-trainer", "trl", "fms-hf-tuning", "axolotl", "llama-factory", "unsloth", "torchtune", "torchtitan", "megatron",
                  "llm-foundry", "deepspeed", "ms-swift", "litgpt", "generic"):
         assert fws[name].sources, name
 
@@ -267,7 +267,8 @@ def test_every_framework_entry_states_its_sources():
 def test_runs_framework_cells_map_to_entries():
     assert framework_for_text("nemo") == "megatron"
     assert framework_for_text("llama-factory (modified, hf-trainer)") == "llama-factory"
-    assert framework_for_text("trl-sft (run_sft.py)") == "hf-trainer"
+    assert framework_for_text("trl-sft (run_sft.py)") == "trl"
+    assert framework_for_text("transformers Trainer + peft") == "hf-trainer"
     assert framework_for_text("something else") == "generic"
 
 
