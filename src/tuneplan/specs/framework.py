@@ -13,7 +13,8 @@ from tuneplan.errors import InputError
 ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "te", "sdpa", "eager")
 CROSS_ENTROPY_KINDS = ("none", "chunked", "fused")
 MOE_EXPERT_LAYOUTS = ("modules", "stacked")
-"""specs/job.py's MOE_EXPERT_LAYOUTS (repeated: this module is read before the job's)."""
+"""How the model code holds a MoE layer's experts (physics/moe_lora.py): an nn.Linear per expert
+(transformers 4, most frameworks) or stacked 3-D tensors (transformers >= 5), which peft adapts as a whole."""
 BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
                "tp_comm_overlap", "adapter_fp32", "packing")
 

@@ -11,6 +11,7 @@ import math
 from typing import Any, Literal
 
 from tuneplan.errors import InputError
+from tuneplan.specs.framework import MOE_EXPERT_LAYOUTS
 from tuneplan.specs.limits import JOB_BOUNDS
 from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
 from tuneplan.specs.record import (
@@ -44,9 +45,6 @@ SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "f
              "zero3-offload", "fsdp-offload")
 QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit", "fp8")
 MOE_MODES = ("sparse", "dense")
-MOE_EXPERT_LAYOUTS = ("modules", "stacked")
-"""How the model code holds a MoE layer's experts (physics/moe_lora.py): an nn.Linear per expert
-(transformers 4, most frameworks) or stacked 3-D tensors (transformers >= 5), which peft adapts as a whole."""
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
 STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo")
