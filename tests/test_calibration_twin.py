@@ -66,3 +66,19 @@ def test_default_calibration_reads_the_json_when_the_twin_is_stale(tmp_path, mon
         assert cal_mod.default_calibration().payload == json.loads(real)["payload"]
     finally:
         cal_mod.default_calibration.cache_clear()
+
+
+def test_saving_over_the_shipped_default_writes_its_twin(tmp_path, monkeypatch):
+    from tuneplan import data
+    from tuneplan.estimators.calibration import Calibration
+
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    monkeypatch.setattr(data, "DIR", str(tmp_path))
+    cal = Calibration(learner="tuneplan", payload={"constants": {}}, fingerprint="f", n_rows={"throughput": 1},
+                      sources=["s"])
+    cal.save(tmp_path / "elsewhere.json")
+    assert not (folder / TWIN_NAME).exists()  # another file: no twin
+    cal.save(folder / "default.json")
+    text = (folder / "default.json").read_text(encoding="utf-8")
+    assert read_twin((folder / TWIN_NAME).read_bytes(), text) == json.loads(text)

@@ -61,7 +61,9 @@ class Calibration:
         }
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(dumps(self.to_dict()), encoding="utf-8")
+        text = dumps(self.to_dict())
+        Path(path).write_text(text, encoding="utf-8")
+        refresh_twin(path, text)
 
 
 def _round(x):
@@ -135,6 +137,22 @@ def read_twin(twin: bytes, text: str) -> dict | None:
     except (EOFError, ValueError, TypeError):
         return None
     return d if isinstance(d, dict) else None
+
+
+def refresh_twin(path: str | Path, text: str) -> None:
+    """A calibration saved over the shipped `default.json` (docs/learning.md regenerates it so) gets its
+    twin written beside it: `estimate` keeps reading the fast copy (`scripts/build_data_twins.py` does
+    the same for a default.json written otherwise)."""
+    from tuneplan.data import DIR
+
+    folder = os.path.join(DIR, "calibration")
+    try:
+        if not os.path.samefile(path, os.path.join(folder, "default.json")):
+            return
+        with open(os.path.join(folder, TWIN_NAME), "wb") as f:
+            f.write(render_twin(text))
+    except OSError:
+        return
 
 
 def _default_document(text: str) -> dict:
