@@ -297,6 +297,23 @@ def test_plain_scan_by_positions_equals_the_bytes_scans(parts, block_shift):
         fast_csv.SCAN_BYTES = old
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=200).map(lambda b: b.replace(b"x", b"\n").replace(b"y", b'"')), st.integers(0, 3))
+def test_two_bytes_located_in_one_pass_as_each_alone(data, block_shift):
+    from tuneplan.runs import fast_csv
+
+    arr = np.frombuffer(data, dtype=np.uint8)
+    old = fast_csv.SCAN_BYTES
+    try:
+        fast_csv.SCAN_BYTES = 1 << block_shift
+        got = fast_csv._positions2(arr, fast_csv.NEWLINE, fast_csv.QUOTE)
+        want = fast_csv._positions(arr, fast_csv.NEWLINE), fast_csv._positions(arr, fast_csv.QUOTE)
+    finally:
+        fast_csv.SCAN_BYTES = old
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
 def test_plain_scan_on_whole_files():
     from tuneplan.runs import fast_csv
 

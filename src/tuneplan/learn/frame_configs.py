@@ -104,10 +104,10 @@ def _bases(reps: list[dict], cache: dict) -> tuple[list, list, list, list]:
 
 def _batch_ok(mb: int, ga: int, cache: dict) -> bool:
     """Whether a JobSpec takes this micro-batch and grad accumulation (their own bounds only)."""
-    from tuneplan.specs.job import JobSpec
-
     key = ("batch-ok", mb, ga)
     if key not in cache:
+        from tuneplan.specs.job import JobSpec
+
         try:
             JobSpec(micro_batch=mb, grad_accum=ga)
             cache[key] = True
@@ -143,7 +143,8 @@ def frame_configs(df: pd.DataFrame) -> FrameConfigs:
     n = len(df)
     gid = group_ids(df, [c for c in BASE_COLUMNS if c in df.columns])
     first = first_rows(gid)
-    reps = df.iloc[first].to_dict("records") if n else []
+    read = [c for c in dict.fromkeys(BASE_COLUMNS + BATCH_COLUMNS) if c in df.columns]  # all `row_to_config` reads
+    reps = df.iloc[first][read].to_dict("records") if n else []
     head_err, heads, tail_err, bases = _bases(reps, cache)
     jobs, terms_err = _group_jobs(bases, cache)
     # each distinct (group, batch cells) once

@@ -351,11 +351,15 @@ class PlainFile:
         dg = group_ids(codes, len(rows))
         first = first_rows(dg)
         changes, records = [], []
-        cols = {c: self.column(c) for c in DERIVE_COLUMNS}
-        for at in first.tolist():
-            i, o = int(rows[at]), outs[gids[at]]
+        firsts = rows[first]
+        cells = {}  # each column's cell at each derive group's first row
+        for c in DERIVE_COLUMNS:
+            cc, vv = self.column(c)
+            cells[c] = [vv[k] for k in cc[firsts].tolist()]
+        for g, at in enumerate(first.tolist()):
+            o = outs[gids[at]]
             d = o["delta"]
-            inputs = {c: d[c] if c in d else vv[cc[i]] for c, (cc, vv) in cols.items()}
+            inputs = {c: d[c] if c in d else cells[c][g] for c in DERIVE_COLUMNS}
             st = RowState(v=dict(inputs), source="", flags=dict(o["flags"]))
             derive(st)
             changes.append({k: x for k, x in st.v.items() if not _same(inputs.get(k), x) or k not in inputs})

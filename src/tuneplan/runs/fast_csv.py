@@ -41,16 +41,31 @@ def _positions(arr: np.ndarray, byte: int) -> np.ndarray:
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
+def _positions2(arr: np.ndarray, one: int, two: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(_positions(arr, one), _positions(arr, two))` in one pass over the bytes."""
+    ones, twos = [], []
+    for i in range(0, len(arr), SCAN_BYTES):
+        block = arr[i:i + SCAN_BYTES]
+        at = np.flatnonzero((block == one) | (block == two))
+        which = block[at] == one
+        at += i
+        ones.append(at[which])
+        twos.append(at[~which])
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(ones) if ones else empty), (np.concatenate(twos) if twos else empty)
+
+
 def _plain(data: bytes) -> int | None:
     """The number of records when the file is plain CSV as the module docstring says, else None
     (that no record spans two lines, `read_columns` checks: as many records as lines).
 
-    One pass per byte of interest (line end, carriage return, quote) locates them; the checks then
-    run on their positions."""
+    One pass over the bytes locates the line ends and quotes together (another the carriage returns,
+    when there is one); the checks then run on their positions."""
     if not data:
         return None
     arr = np.frombuffer(data, dtype=np.uint8)
-    nl = _positions(arr, NEWLINE)
+    quoted = b'"' in data
+    nl, q = _positions2(arr, NEWLINE, QUOTE) if quoted else (_positions(arr, NEWLINE), None)
     if b"\r" in data:
         cr = _positions(arr, CR)  # a carriage return only before a line end
         if cr[-1] + 1 >= len(arr) or not np.all(arr[cr + 1] == NEWLINE):
@@ -61,8 +76,7 @@ def _plain(data: bytes) -> int | None:
     if np.any(gap == 1) or np.any((gap == 2) & (arr[nl[1:] - 1] == CR)):  # a blank line ('\n\n', '\n\r\n')
         return None
     lines = len(nl) + (0 if data.endswith(b"\n") else 1)
-    if b'"' in data:
-        q = _positions(arr, QUOTE)
+    if quoted:
         if len(q) % 2:
             return None
         o, c = q[0::2], q[1::2]
