@@ -1,6 +1,6 @@
 """`tuneplan estimate` start-up against kavier's CLI on the same job, run side by side (issue 19 point 7).
 
-    python benchmarks/startup.py --kavier /tmp/kv/bin/kavier [--runs 7] [--importtime]
+    python benchmarks/startup.py --kavier /tmp/kv/bin/kavier [--runs 7] [--importtime] [--base OTHER/src]
 
 kavier lives in its own virtual environment (`python3 -m venv /tmp/kv && /tmp/kv/bin/pip install
 kavier`); nothing of it is imported here. The two commands are run alternately (so a load on the
@@ -8,7 +8,9 @@ machine hits both alike) after one untimed run each (bytecode and disk cache war
 time and CPU time (user + system of the child) are recorded, and the ratios of the medians and of
 the minima printed. tuneplan's bytecode is written by the first run (as pip writes it for an
 installed package; PYTHONDONTWRITEBYTECODE is unset for the runs). `--importtime` adds the slowest imports of the tuneplan command
-(`python -X importtime`), the list to cut from.
+(`python -X importtime`), the list to cut from. `--base OTHER/src` adds another tuneplan tree (the
+commit before a change, say `git worktree add /tmp/base main`) to the alternation: its figures and
+its ratio to kavier's, measured in the same rounds.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ KAVIER = ["training", "--model_name", "llama3.1-8b", "--method", "lora", "--gpu_
 """kavier's equivalent: 1,000 examples of 512 tokens = 512,000 tokens; batch 4 (tuneplan's default micro-batch)."""
 
 
-def _env() -> dict[str, str]:
+def _env(src: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     # an installed package has its bytecode compiled (pip does it, as kavier's has); a development
     # shell with PYTHONDONTWRITEBYTECODE set would recompile tuneplan's sources on every run instead
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    src = str(HERE.parent / "src")
+    src = src or str(HERE.parent / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
@@ -56,23 +58,27 @@ def summary(xs: list[float]) -> dict[str, float]:
     return {"min": round(min(xs), 3), "median": round(statistics.median(xs), 3)}
 
 
-def compare(kavier: str, runs: int) -> dict:
-    env = _env()
+def compare(kavier: str, runs: int, base: str | None = None) -> dict:
     tp_cmd = [sys.executable, "-m", "tuneplan.cli", *TUNEPLAN]
-    kv_cmd = [kavier, *KAVIER]
-    timed(tp_cmd, env)
-    timed(kv_cmd, env)
-    tp: list[tuple[float, float]] = []
-    kv: list[tuple[float, float]] = []
+    cmds = {"tuneplan": (tp_cmd, _env()), "kavier": ([kavier, *KAVIER], _env())}
+    if base:
+        cmds["base"] = (tp_cmd, _env(base))
+    for cmd, env in cmds.values():
+        timed(cmd, env)
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
     for _ in range(runs):
-        tp.append(timed(tp_cmd, env))
-        kv.append(timed(kv_cmd, env))
+        for k, (cmd, env) in cmds.items():
+            got[k].append(timed(cmd, env))
     out: dict = {"runs": runs}
     for what, i in (("wall_s", 0), ("cpu_s", 1)):
-        a, b = [x[i] for x in tp], [x[i] for x in kv]
-        out[what] = {"tuneplan": summary(a), "kavier": summary(b),
-                     "ratio_of_medians": round(statistics.median(a) / statistics.median(b), 2),
-                     "ratio_of_minima": round(min(a) / min(b), 2)}
+        kv = [x[i] for x in got["kavier"]]
+        out[what] = {"kavier": summary(kv)}
+        for k in (n for n in cmds if n != "kavier"):
+            a = [x[i] for x in got[k]]
+            out[what][k] = summary(a)
+            label = "" if k == "tuneplan" else f"{k}_"
+            out[what][label + "ratio_of_medians"] = round(statistics.median(a) / statistics.median(kv), 2)
+            out[what][label + "ratio_of_minima"] = round(min(a) / min(kv), 2)
     return out
 
 
@@ -97,8 +103,9 @@ def main() -> int:
     ap.add_argument("--kavier", required=True, help="kavier's CLI (its own venv)")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--importtime", action="store_true")
+    ap.add_argument("--base", help="another tuneplan tree's src/ folder, run in the same rounds")
     args = ap.parse_args()
-    print(json.dumps(compare(args.kavier, args.runs), indent=1))
+    print(json.dumps(compare(args.kavier, args.runs, args.base), indent=1))
     if args.importtime:
         for us, name in slowest_imports():
             print(f"{us / 1000:8.1f} ms  {name}")
