@@ -187,3 +187,24 @@ def test_profile_rows_say_how_the_step_ran(monkeypatch) -> None:
     monkeypatch.setattr(runner, "device_name", lambda device: "NVIDIA H200")  # no CUDA here
     assert config_row(ProfileConfig(model="tiny", method="full"), None, "cuda:0")["optimizer_impl"] == "foreach"
     assert config_row(ProfileConfig(model="tiny", method="full", optimizer="sgd"), None, "cpu")["optimizer_impl"] is None
+
+
+def test_training_configs_name_their_step(tmp_path) -> None:
+    from conftest import SHARED
+
+    from tuneplan.configs import read_configs
+
+    def impl(text: str, name: str = "train.yaml") -> str:
+        p = tmp_path / name
+        p.write_text(text)
+        return read_configs([p]).job_kwargs()["optimizer_impl"]
+
+    hf = "model_name_or_path: Qwen/Qwen2.5-7B\nbf16: true\n"
+    assert impl(hf) == "fused"  # optim not set: adamw_torch_fused (transformers >= 4.55, torch >= 2.8)
+    assert impl(hf + "optim: adamw_torch\n") == "foreach"
+    assert impl(hf + "optim: adamw_torch_fused\n") == "fused"
+    assert impl(hf + "optim: adamw_hf\n") == "for-loop"
+    tt = SHARED / "fixtures" / "training-configs" / "torchtune" / "llama3_1-8B_full.yaml"
+    assert read_configs([tt]).job_kwargs()["optimizer_impl"] == "fused"  # torch.optim.AdamW with fused: True
+    plain = tt.read_text().replace("  fused: True\n", "")
+    assert impl(plain, "tt.yaml") == "foreach"  # torch.optim.AdamW with torch's defaults
