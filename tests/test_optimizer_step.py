@@ -191,7 +191,6 @@ def test_profile_rows_say_how_the_step_ran(monkeypatch) -> None:
 
 def test_training_configs_name_their_step(tmp_path) -> None:
     from conftest import SHARED
-
     from tuneplan.configs import read_configs
 
     def impl(text: str, name: str = "train.yaml") -> str:
