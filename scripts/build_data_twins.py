@@ -1,10 +1,11 @@
-"""Regenerate the JSON twins of the shipped YAML data files (tuneplan.specs.datafiles), byte for byte.
+"""Regenerate the twins of shipped data files: the JSON twins of the YAML files (tuneplan.specs.datafiles),
+byte for byte, and the default calibration's (data/calibration/default.marshal, estimators.calibration).
 
     python scripts/build_data_twins.py           # write src/tuneplan/data/<stem>.json for each twin
     python scripts/build_data_twins.py --check   # exit 1 when a twin is out of date
 
-Run it after editing data/frameworks.yaml (a stale twin is ignored at run time: the YAML is parsed,
-slower, with the same result).
+Run it after editing data/frameworks.yaml or regenerating data/calibration/default.json (a stale twin
+is ignored at run time: the source file is parsed, slower, with the same result).
 """
 
 from __future__ import annotations
@@ -33,11 +34,40 @@ def main(argv: list[str] | None = None) -> int:
         stale.append(out.name)
         if not args.check:
             out.write_text(want, encoding="utf-8")
+    if not _calibration_twin_current(DATA / "calibration"):
+        stale.append("calibration/default.marshal")
+        if not args.check:
+            _write_calibration_twin(DATA / "calibration")
     if args.check and stale:
         print(f"out of date: {', '.join(stale)} (run python scripts/build_data_twins.py)", file=sys.stderr)
         return 1
     print(("stale: " if args.check else "written: ") + (", ".join(stale) or "none"))
     return 0
+
+
+def _calibration_twin_current(folder: Path) -> bool:
+    """Whether the default calibration's twin holds its JSON's document (a missing JSON needs none)."""
+    import json
+
+    from tuneplan.estimators.calibration import TWIN_NAME, read_twin
+
+    src, twin = folder / "default.json", folder / TWIN_NAME
+    if not src.exists():
+        return not twin.exists()
+    if not twin.exists():
+        return False
+    text = src.read_text(encoding="utf-8")
+    return read_twin(twin.read_bytes(), text) == json.loads(text)
+
+
+def _write_calibration_twin(folder: Path) -> None:
+    from tuneplan.estimators.calibration import TWIN_NAME, render_twin
+
+    src, twin = folder / "default.json", folder / TWIN_NAME
+    if src.exists():
+        twin.write_bytes(render_twin(src.read_text(encoding="utf-8")))
+    else:
+        twin.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,51 @@ def test_frame_csv_writes_what_pandas_writes():
         assert _text(frame) == frame.to_csv(index=False)  # the distinct-cell writer itself, not its fallback
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(), st.integers(), st.text(max_size=4), st.booleans()), max_size=30))
+def test_frame_columns_read_cells_as_dataset_get(cells):
+    from tuneplan.learn.dataset import _get
+    from tuneplan.learn.frame_configs import _column
+
+    df = pd.DataFrame({"c": pd.Series(cells, dtype=object)})
+    got = _column(df, "c")
+    want = [_get({"c": x}, "c") for x in df["c"].tolist()]
+    assert len(got) == len(want) and all(a is b for a, b in zip(got, want, strict=True))
+    assert _column(df, "absent") == [None] * len(df)
+
+
+def _pandas_float_cells(values: np.ndarray) -> list[str]:
+    import csv
+
+    from pandas.core.indexes.base import get_values_for_csv
+
+    return get_values_for_csv(values, date_format=None, na_rep="", quoting=csv.QUOTE_MINIMAL, float_format=None,
+                              decimal=".").tolist()
+
+
+def test_float_cells_are_pandas_float_texts_at_every_exponent():
+    from tuneplan.runs.frame_csv import float_cells
+
+    rng = np.random.default_rng(0)
+    mantissas = rng.random(40) * 9 + 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.concatenate([np.outer(mantissas, 10.0 ** np.arange(-323, 309)).ravel(),
+                            rng.integers(0, 2**63, 20_000, dtype=np.uint64).view(np.float64),
+                            [0.0, -0.0, 5e-324, 1.7976931348623157e308, np.inf, -np.inf, np.nan, 1e16, 1e15,
+                             9999999999999998.0, 1e-4, 1e-5, 0.1 + 0.2, 123456789.0]])
+        v = np.concatenate([v, -v, np.round(v, 3)])
+    assert float_cells(v) == _pandas_float_cells(v)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=50))
+def test_float_cells_are_pandas_float_texts(xs):
+    from tuneplan.runs.frame_csv import float_cells
+
+    v = np.asarray(xs, dtype=np.float64)
+    assert float_cells(v) == _pandas_float_cells(v)
+
+
 def test_search_over_distinct_configurations_finds_the_same_micro_batch():
     from tuneplan.estimators.base import get_estimator
     from tuneplan.plan.fastforest import accelerated

@@ -27,6 +27,14 @@ LOOKAHEAD = 3
 LOOKAHEAD_MAX_ROWS = 64
 """Rows up to which the look-ahead pays (each call's fixed cost dominates); more rows: one halving a call."""
 
+def _tiled(a: Arrays, n: int, reps: int) -> Arrays:
+    """`a` with each per-row array repeated `reps` times end to end (`np.tile(v, reps)`: a 1-D array
+    taken at the repeated row numbers, the same values with less overhead per array)."""
+    rows = np.tile(np.arange(n), reps)
+    return {key: ((v[rows] if v.ndim == 1 else np.tile(v, reps)) if isinstance(v, np.ndarray) and v.shape[:1] == (n,)
+                  else v) for key, v in a.items()}
+
+
 class TuneplanEstimator:
     name = "tuneplan"
     memory_parts = MEMORY_PARTS
@@ -182,8 +190,7 @@ class TuneplanEstimator:
             nodes.append((np.where(mid > n_lo, mid, n_lo), n_hi))  # fits: lo moves up
             nodes.append((n_lo, mid))  # does not fit: hi comes down
         reps = len(mids)
-        trial = {key: (np.tile(v, reps) if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
-                 for key, v in a.items()} if reps > 1 else dict(a)
+        trial = _tiled(a, n, reps) if reps > 1 else dict(a)
         trial["micro_batch"] = np.concatenate(mids)
         ok = self._fits(trial, None if rows is None else reps * rows).reshape(reps, n)
         mid_at = np.stack(mids)

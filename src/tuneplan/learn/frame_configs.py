@@ -9,6 +9,7 @@ JobSpec would refuse gets the JobSpec's own error (built for that row)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,6 @@ from tuneplan.learn.dataset import (
     BATCH_COLUMNS,
     RowBase,
     _Defaults,
-    _get,
     _memo,
     _row_head,
     _row_tail,
@@ -68,7 +68,11 @@ def _codes(s: pd.Series) -> np.ndarray:
 
 
 def _column(df: pd.DataFrame, col: str) -> list[Any]:
-    return [_get({col: x}, col) for x in df[col].tolist()] if col in df.columns else [None] * len(df)
+    """The column's cells as `dataset._get` reads each (None for a missing, NaN or blank cell)."""
+    if col not in df.columns:
+        return [None] * len(df)
+    return [None if x is None or (isinstance(x, float) and math.isnan(x)) or (isinstance(x, str) and not x.strip())
+            else x for x in df[col].tolist()]
 
 
 def _bases(reps: list[dict], cache: dict) -> tuple[list, list, list, list]:

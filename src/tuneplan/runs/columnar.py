@@ -202,7 +202,8 @@ class PlainFile:
         ids = [str(x or "") for x in np.asarray(id_vals, dtype=object)[id_codes].tolist()]
         hs = self.hashes()
         uniq, counts = np.unique(hs, return_counts=True)
-        cand = {int(h) for h in uniq[counts > 1]} | (set(r.row_hashes()) & {int(h) for h in uniq})
+        before = r.row_hashes()  # rows of the files read before this one (none for the first file)
+        cand = set(uniq[counts > 1].tolist()) | (before & set(uniq.tolist()) if before else set())
         special = self._special(id_codes, id_vals, hs, cand)
         keep: list[int] = []
         lazy: list[int] = []

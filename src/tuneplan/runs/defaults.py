@@ -11,7 +11,6 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +235,6 @@ def load_defaults(path: str | Path | None = None) -> Defaults:
 
 @lru_cache(maxsize=1)
 def _shipped_defaults() -> Defaults:
-    import yaml
+    from tuneplan.specs.datafiles import load_yaml_data  # its JSON twin when in sync (no YAML parser)
 
-    text = resources.files("tuneplan.data").joinpath("source_defaults.yaml").read_text(encoding="utf-8")
-    return parse_defaults(yaml.safe_load(text), "tuneplan/data/source_defaults.yaml")
+    return parse_defaults(load_yaml_data("source_defaults.yaml"), "tuneplan/data/source_defaults.yaml")

@@ -48,6 +48,13 @@ def _distinct_safe(values) -> bool:
     return True
 
 
+def float_cells(values: np.ndarray) -> list[str]:
+    """float64 cells as pandas' writer formats them (`get_values_for_csv`: numpy's `astype(str)`, the
+    shortest text that reads back as the same number, missing values as ''): Python's `repr` of a
+    float is that same text (tests/test_predict_speed.py compares them over every exponent), ~1.5x faster."""
+    return ["" if x != x else repr(x) for x in values.tolist()]
+
+
 def _column_cells(s) -> list[str]:
     """A column's cells, formatted and quoted as pandas' to_csv writes them."""
     import pandas as pd
@@ -66,6 +73,8 @@ def _column_cells(s) -> list[str]:
     else:  # each cell on its own
         codes = np.arange(len(values))
     first = first_rows(codes)
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:  # numbers: never quoted
+        return np.asarray(codes, dtype=np.int64), np.asarray(float_cells(values[first]), dtype=object)
     formatted = get_values_for_csv(values[first], date_format=None, na_rep="", quoting=csv.QUOTE_MINIMAL,
                                    float_format=None, decimal=".")
     if isinstance(values, np.ndarray) and values.dtype.kind == "f":  # numbers: never quoted

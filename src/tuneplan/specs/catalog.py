@@ -186,12 +186,18 @@ def model_aliases() -> dict[str, Alias]:
 
 
 @lru_cache(maxsize=1)
+def _full_index() -> dict[str, str]:
+    """Lower full id -> canonical id, of the catalog files alone (a catalog id is found without
+    parsing ALIASES.md)."""
+    return {hub_id.lower(): hub_id for hub_id in model_catalog()}
+
+
+@lru_cache(maxsize=1)
 def _index() -> tuple[dict[str, str], dict[str, list[tuple[str, str]]]]:
     """(lower full id -> canonical id, lower short name -> [(full id as written, canonical id)])."""
-    full: dict[str, str] = {}
+    full: dict[str, str] = dict(_full_index())
     short: dict[str, list[tuple[str, str]]] = {}
     for hub_id in model_catalog():
-        full[hub_id.lower()] = hub_id
         short.setdefault(hub_id.split("/")[-1].lower(), []).append((hub_id, hub_id))
     for key, al in model_aliases().items():
         short.setdefault(key.split("/")[-1], []).append((al.alias, al.alias))
@@ -260,10 +266,11 @@ def _catalog_resolved(canonical: str, quant: str, requested: str, via: str) -> _
 
 def _lookup_exact(name: str, quant: str, requested: str, via: str) -> _Resolved | None:
     """Catalog id, alias id, or a unique short name (of the catalog or the aliases)."""
-    full, short = _index()
     low = name.lower()
+    full = _full_index()
     if low in full:
         return _catalog_resolved(full[low], quant, requested, via)
+    _, short = _index()
     if not low or "/" in low.split("/", 1)[-1]:
         return None
     al = model_aliases().get(low)

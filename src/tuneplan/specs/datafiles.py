@@ -12,8 +12,9 @@ from typing import Any
 
 from tuneplan import data as shipped
 
-TWINS = ("frameworks.yaml",)
-"""The YAML files read on every estimate that have a JSON twin."""
+TWINS = ("frameworks.yaml", "source_defaults.yaml")
+"""The YAML files read on every estimate (frameworks) or every runs file read (source defaults) that
+have a JSON twin."""
 TWIN_FORMAT = "tuneplan-yaml-twin"
 
 

@@ -210,6 +210,7 @@ def _load_catalog() -> _Catalog:
     gpus = {name: _row_spec(r) for name, r in rows.items()}
     families: dict[str, Family] = {}
     aliases: dict[str, str] = {}
+    part_keys = {_squash(k) for k in rows}  # a family name must not be a part's name
     for line, (name, r) in enumerate(rows.items(), start=2):
         fill = (r.get("fill_from") or "").split(":", 1)[0].strip()
         if fill:
@@ -221,7 +222,7 @@ def _load_catalog() -> _Catalog:
             if not reason:
                 raise DataFileError(path, line, f"{name}: default_for without a default_reason")
             key = _squash(fam)
-            if key in families or key in {_squash(k) for k in rows}:
+            if key in families or key in part_keys:
                 raise DataFileError(path, line, f"{name}: family name '{fam}' is claimed twice or is a part name")
             families[key] = Family(fam, name, reason)
         for a in _items(r.get("aliases")):
