@@ -1,5 +1,6 @@
 """Regenerate the twins of shipped data files: the JSON twins of the YAML files (tuneplan.specs.datafiles),
-byte for byte, and the default calibration's (data/calibration/default.marshal, estimators.calibration).
+byte for byte, the default calibration's (data/calibration/default.marshal, estimators.calibration) and its
+forests' lookup tables (data/calibration/default.tables, plan.fastforest).
 
     python scripts/build_data_twins.py           # write src/tuneplan/data/<stem>.json for each twin
     python scripts/build_data_twins.py --check   # exit 1 when a twin is out of date
@@ -38,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         stale.append("calibration/default.marshal")
         if not args.check:
             _write_calibration_twin(DATA / "calibration")
+    if not _tables_current():
+        stale.append("calibration/default.tables")
+        if not args.check:
+            _write_tables()
     if args.check and stale:
         print(f"out of date: {', '.join(stale)} (run python scripts/build_data_twins.py)", file=sys.stderr)
         return 1
@@ -68,6 +73,35 @@ def _write_calibration_twin(folder: Path) -> None:
         twin.write_bytes(render_twin(src.read_text(encoding="utf-8")))
     else:
         twin.unlink(missing_ok=True)
+
+
+def _default_estimator():
+    from tuneplan.estimators.calibration import default_calibration
+
+    cal = default_calibration()
+    return cal.estimator() if cal is not None and cal.learner == "tuneplan" else None
+
+
+def _tables_current() -> bool:
+    """Whether data/calibration/default.tables holds the default calibration's forests' tables."""
+    from tuneplan.plan.fastforest import read_tables, render_tables, shipped_tables_path
+
+    est = _default_estimator()
+    path = Path(shipped_tables_path())
+    if est is None:
+        return not path.exists()
+    return path.exists() and read_tables(path.read_bytes()) == read_tables(render_tables(est))
+
+
+def _write_tables() -> None:
+    from tuneplan.plan.fastforest import render_tables, shipped_tables_path
+
+    est = _default_estimator()
+    path = Path(shipped_tables_path())
+    if est is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(render_tables(est))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from tuneplan.estimators import calibration as cal_mod
 from tuneplan.estimators.calibration import TWIN_NAME, read_twin, render_twin
 
@@ -82,3 +84,52 @@ def test_saving_over_the_shipped_default_writes_its_twin(tmp_path, monkeypatch):
     cal.save(folder / "default.json")
     text = (folder / "default.json").read_text(encoding="utf-8")
     assert read_twin((folder / TWIN_NAME).read_bytes(), text) == json.loads(text)
+
+
+def test_shipped_forest_tables_are_the_compiled_ones():
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan import fastforest as ff
+
+    forests = ff.estimator_forests(get_estimator("tuneplan", None))
+    assert len(forests) == 3 and all(f.key in ff.shipped_tables() for f in forests), (
+        "default.tables is stale: run python scripts/build_data_twins.py")
+    for f in forests:
+        shipped = [ff._unpack(t) for t in ff.shipped_tables()[f.key]]
+        compiled = [f._compile(root, internal) for root, internal in f.trees]
+        assert len(shipped) == len(compiled)
+        for a, b in zip(shipped, compiled, strict=True):
+            assert (a is None) == (b is None)
+            if a is None:
+                continue
+            assert [j for j, _ in a[0]] == [j for j, _ in b[0]]
+            for (_, x), (_, y) in zip(a[0], b[0], strict=True):
+                assert x.dtype == y.dtype and np.array_equal(x, y)
+            assert a[1].dtype == b[1].dtype and np.array_equal(a[1], b[1], equal_nan=True)
+
+
+def test_tables_of_another_forest_or_a_damaged_file_are_not_used(tmp_path, monkeypatch):
+    from tuneplan import data
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan import fastforest as ff
+
+    assert ff.read_tables(b"") == {} and ff.read_tables(b"junk") == {}
+    assert ff.read_tables(ff.TABLES_MAGIC + b"not zlib") == {}
+    est = get_estimator("tuneplan", None)
+    blob = ff.render_tables(est)
+    assert set(ff.read_tables(blob)) == {f.key for f in ff.estimator_forests(est)}
+    (tmp_path / "calibration").mkdir()
+    monkeypatch.setattr(data, "DIR", str(tmp_path))
+    ff.shipped_tables.cache_clear()
+    try:
+        assert ff.shipped_tables() == {}  # no file: every forest compiles its own
+        forest = ff.estimator_forests(est)[0]
+        fresh = ff.FastForest(forest)
+        fresh.key = "another forest"
+        assert len(fresh.tables()) == len(fresh.trees)
+        ff.refresh_shipped_tables(str(tmp_path / "elsewhere.json"), est)  # not the shipped default: nothing
+        assert not (tmp_path / "calibration" / ff.TABLES_NAME).exists()
+        (tmp_path / "calibration" / "default.json").write_text("{}", encoding="utf-8")
+        ff.refresh_shipped_tables(str(tmp_path / "calibration" / "default.json"), est)
+        assert set(ff.shipped_tables()) == {f.key for f in ff.estimator_forests(est)}
+    finally:
+        ff.shipped_tables.cache_clear()
