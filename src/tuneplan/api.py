@@ -334,7 +334,8 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
     )
 
 
-STATIC_MEMORY_PARTS = ("weights", "gradients", "master_weights", "optimizer", "gathered_params", "workspace")
+STATIC_MEMORY_PARTS = ("weights", "gradients", "master_weights", "optimizer", "gathered_params", "optimizer_step",
+                       "workspace")
 """Memory parts counted byte by byte (the learned correction never changes them)."""
 AFTER_ALLOCATION_PARTS = ("allocator", "cuda_context", "variable_shape")
 """Memory on top of what tensors hold (the allocator's reserve, the CUDA context)."""
@@ -346,6 +347,10 @@ def fold_learned_correction(parts: dict[str, float], assumptions: list[str]) -> 
     per-token parts (activations, logits, a stage's extra buffers), scaled in proportion; the parts
     still add up to the peak, and the assumptions say by how much they were corrected. A correction
     larger than those parts stays its own part, labelled `learned_correction`."""
+    if parts.get("optimizer_step", 0.0) > 0:
+        assumptions.append(f"Memory: the peak is the optimizer step's, {parts['optimizer_step']:.2f} GiB above the "
+                           "backward's: every gradient and the states, plus torch's foreach AdamW temporary (one "
+                           "second moment for all trained weights) where the step is foreach (--optimizer-impl).")
     corr = parts.pop("calibration", 0.0)
     if not corr:
         return parts

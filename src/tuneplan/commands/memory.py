@@ -38,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--grad-ckpt", nargs="?", const="full", choices=("none", "selective", "full", "offload"),
                    help="activation checkpointing (alone: full; default none)")
     p.add_argument("--optimizer", help="optimizer (default adamw)")
+    p.add_argument("--optimizer-impl", choices=("foreach", "fused", "for-loop"),
+                   help="how the AdamW step runs: foreach (torch's default, one second-moment-sized temporary at "
+                        "the step), fused or for-loop (default foreach)")
     p.add_argument("--gpus", type=positive_int, help="GPUs per run (default 1); memory is per GPU")
     p.add_argument("--sharding", help="with --gpus > 1: ddp (default), fsdp, zero2, zero3, ...")
     p.add_argument("--lora-rank", type=positive_int, help="LoRA rank (default 16)")
@@ -55,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         nodes = args.gpus // 8
     t = memory_table(args.model, methods=args.methods, precisions=args.precisions, seq_len=args.seq_len,
                      micro_batch=args.micro_batch, on=args.on, calibration=args.calibration,
-                     grad_ckpt=args.grad_ckpt, optimizer=args.optimizer, sharding=args.sharding,
+                     grad_ckpt=args.grad_ckpt, optimizer=args.optimizer, optimizer_impl=args.optimizer_impl,
+                     sharding=args.sharding,
                      lora_rank=args.lora_rank, **({"gpus": args.gpus, "nodes": nodes} if args.gpus else {}))
     if args.json:
         json.dump(t.to_dict(), sys.stdout, indent=2)

@@ -73,6 +73,9 @@ def read_deepspeed(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
     opt = doc.get(p + "optimizer.type")
     if opt is not None:
         set_optimizer(out, f, p + "optimizer.type", opt)
+        if str(opt).strip().lower() in ("adam", "adamw") and not truthy(doc.get(p + "optimizer.params.torch_adam", False)):
+            out.set("optimizer_impl", "fused", f, p + "optimizer.type",
+                    "DeepSpeed's Adam / AdamW is its FusedAdam (runtime/engine.py)")
     if truthy(doc.get(p + "activation_checkpointing.partition_activations", False)) or truthy(
             doc.get(p + "activation_checkpointing.cpu_checkpointing", False)):
         out.set("grad_ckpt", True, f, p + "activation_checkpointing")

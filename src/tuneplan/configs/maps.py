@@ -64,14 +64,32 @@ def optimizer(name: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def set_optimizer(out, f: str, key: str, name) -> None:
+OPTIMIZER_IMPLS_BY_NAME: dict[str, str] = {
+    # transformers OptimizerNames (trainer.py get_optimizer_cls_and_kwargs): adamw_torch is torch.optim.AdamW
+    # with torch's defaults (foreach on CUDA), the *_fused ones pass fused=True or are apex's FusedAdam;
+    # adamw_hf was transformers' own AdamW, a loop over parameters
+    "adamw_torch": "foreach", "adamw_torch_fused": "fused", "adamw_apex_fused": "fused",
+    "adamw_torch_npu_fused": "fused", "adamw_hf": "for-loop",
+    # class paths (torchtune `_component_`, litgpt `class_path`): torch's defaults unless `fused: True`
+    "torch.optim.adamw": "foreach", "torch.optim.adam": "foreach",
+}
+"""Optimizer name (lower case) -> how its AdamW step runs (specs.framework.OPTIMIZER_IMPLS)."""
+
+
+def set_optimizer(out, f: str, key: str, name, fused=None) -> None:
     """A config's optimizer name on `out` (a ConfigRead): tuneplan's optimizer, or ignored (AdamW
-    assumed) when tuneplan does not know it."""
+    assumed) when tuneplan does not know it; and how its step runs where the name (or a `fused`
+    option next to it) says."""
     o, note = optimizer(name)
     if o:
         out.set("optimizer", o, f, key, note)
     else:
         out.ignore(f, key, f"optimizer '{name}' not in tuneplan's list: AdamW assumed")
+    impl = OPTIMIZER_IMPLS_BY_NAME.get(str(name).strip().lower())
+    if impl and fused is not None and str(fused).strip().lower() in ("true", "1", "yes"):
+        out.set("optimizer_impl", "fused", f, key.rsplit(".", 1)[0] + ".fused", "torch.optim fused=True: one kernel")
+    elif impl:
+        out.set("optimizer_impl", impl, f, key, f"{name}: {impl} AdamW step")
 
 
 def precision(name) -> str | None:

@@ -131,7 +131,7 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
                                              "(torchtune's padded_collate_sft)")
     opt = doc.get("optimizer._component_")
     if opt:
-        set_optimizer(out, f, "optimizer._component_", opt)
+        set_optimizer(out, f, "optimizer._component_", opt, fused=doc.get("optimizer.fused"))
     if truthy(doc.get("optimizer_in_bwd", False)):
         out.notes.append(f"{f}: optimizer_in_bwd: gradients freed as the optimizer steps in backward, not modelled")
     if truthy(doc.get("compile", False)):
@@ -230,6 +230,7 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
     if name:
         set_optimizer(out, f, "optimizer", name)
     out.assume("optimizer", "adamw", f, "optimizer not set: litgpt default AdamW")
+    out.assume("optimizer_impl", "foreach", f, "litgpt builds torch.optim.AdamW with torch's defaults (foreach on CUDA)")
     _common_ignored(doc, out)
 
 

@@ -121,6 +121,8 @@ def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) ->
     if opt is not None:
         set_optimizer(out, f, "optim", opt)
     out.assume("optimizer", "adamw", f, f"optim not set: {flavour} default adamw_torch_fused")
+    out.assume("optimizer_impl", "fused", f, f"optim not set: {flavour} default adamw_torch_fused (transformers >= "
+                                            "4.55 with torch >= 2.8; adamw_torch, foreach, before)")
     gc = doc.get("gradient_checkpointing")
     if gc is not None:
         out.set("grad_ckpt", truthy(gc), f, "gradient_checkpointing")
@@ -159,6 +161,7 @@ def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
     if opt is not None:
         set_optimizer(out, f, "optimizer", opt)
     out.assume("optimizer", "adamw", f, "optimizer not set: axolotl default adamw_torch_fused")
+    out.assume("optimizer_impl", "fused", f, "optimizer not set: axolotl default adamw_torch_fused")
     _distributed(doc, out, follow)
     doc.touch("fsdp_version")
     for key, fld in (("tensor_parallel_size", "tp"), ("context_parallel_size", "cp"),

@@ -14,6 +14,7 @@ import numpy as np
 from tuneplan.errors import InputError
 from tuneplan.physics import stages as ps
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
+from tuneplan.physics.memory import settle_peaks
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import PREFERENCE_STAGES, JobSpec
 from tuneplan.specs.model import ModelSpec
@@ -80,14 +81,11 @@ def add_memory(out: dict, extra_bytes: dict[str, np.ndarray], engine_bytes, c=DE
         out[k] = np.asarray(v, dtype=float) * ones / g
     if np.any(np.asarray(engine_bytes) > 0):
         out["rollout_engine_gib"] = np.asarray(engine_bytes, dtype=float) * ones / g
-    alloc = out["allocated_gib"] + add / g
-    reserved = alloc * (1.0 + c.allocator_overhead) + out["variable_shape_gib"]
-    out["allocated_gib"] = alloc
-    out["allocator_gib"] = reserved - alloc
-    out["reserved_gib"] = reserved
-    out["nvidia_smi_gib"] = reserved + c.cuda_context_gib + np.asarray(engine_bytes) / g
+    # the stage's tensors (reference / reward / value models, buffers) are held through the step too
+    backward = out["allocated_gib"] - out.get("optimizer_step_gib", 0.0) + add / g
+    out["step_peak_gib"] = out.get("step_peak_gib", backward - add / g) + add / g
+    settle_peaks(out, backward, c, np.asarray(engine_bytes) / g)
     out["memory_gib"] = out["nvidia_smi_gib"]
-    out["fits"] = out["nvidia_smi_gib"] - out["variable_shape_gib"] <= out["capacity_gib"]
 
 
 def _search_micro_batch(est, a: dict, per_sample: float, extras) -> int:

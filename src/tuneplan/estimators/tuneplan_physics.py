@@ -9,7 +9,7 @@ import numpy as np
 
 from tuneplan.estimators.base import MEMORY_PARTS, STEP_PARTS
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
-from tuneplan.physics.memory import max_micro_batch, memory
+from tuneplan.physics.memory import max_micro_batch, memory, settle_peaks
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
 
 Arrays = dict[str, np.ndarray]
@@ -134,15 +134,13 @@ class TuneplanEstimator:
         # learned factor never goes below; the difference is reported as its own part
         static = (out["weights_gib"] + out["gradients_gib"] + out["master_weights_gib"] + out["optimizer_gib"]
                   + out["gathered_params_gib"])
-        alloc = np.maximum(out["allocated_gib"] * mem_factor + mem_offset_gib, static + out["workspace_gib"])
-        out["calibration_gib"] = alloc - out["allocated_gib"]
-        out["allocated_gib"] = alloc
+        # the backward's peak is corrected; the optimizer step's (byte-counted states and temporaries) is not
+        backward = out["allocated_gib"] - out["optimizer_step_gib"]
+        corrected = np.maximum(backward * mem_factor + mem_offset_gib, static + out["workspace_gib"])
+        out["calibration_gib"] = corrected - backward
         # the cached blocks of other batch shapes (memory()'s variable_shape_gib) are not rescaled
-        out["reserved_gib"] = alloc * (1.0 + self.constants.allocator_overhead) + out["variable_shape_gib"]
-        out["allocator_gib"] = out["reserved_gib"] - alloc
-        out["nvidia_smi_gib"] = out["reserved_gib"] + self.constants.cuda_context_gib
+        settle_peaks(out, corrected, self.constants)
         out["memory_gib"] = out["nvidia_smi_gib"]
-        out["fits"] = out["nvidia_smi_gib"] - out["variable_shape_gib"] <= a["memory_bytes"] / 1024.0**3
 
     def max_micro_batch(self, a: Arrays, represents: int | None = None) -> np.ndarray:
         """The largest micro-batch that fits, per row. `represents`: the rows these stand for (a

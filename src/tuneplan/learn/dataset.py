@@ -259,6 +259,20 @@ def _row_moe_experts(row: dict, fw) -> str:
     return fw.moe_experts
 
 
+def _row_optimizer_impl(row: dict, fw) -> str:
+    """How the row's AdamW step ran: its `optimizer_impl` cell (a source's stated default fills it:
+    data/source_defaults.yaml), else the framework's default."""
+    from tuneplan.specs.framework import OPTIMIZER_IMPLS
+
+    given = _get(row, "optimizer_impl")
+    if given is None:
+        return fw.optimizer_impl
+    v = str(given).strip().lower()
+    if v not in OPTIMIZER_IMPLS:
+        raise InputError("optimizer_impl", f"unknown optimizer implementation '{v}'", OPTIMIZER_IMPLS)
+    return v
+
+
 def _row_stack(row: dict) -> tuple[str, Any, str]:
     """(padding, framework, adapter dtype): the stack's defaults from data/frameworks.yaml."""
     from tuneplan.specs.framework import framework_for_text, get_framework
@@ -300,7 +314,8 @@ BATCH_COLUMNS = ("micro_batch_size", "grad_accum", "global_batch_size")
 BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "gpu_resolved", "gpu", "method",
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
-                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version")
+                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version",
+                "optimizer_impl")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -355,7 +370,7 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name, "moe_experts": _row_moe_experts(row, fw),
-        **shard,
+        "optimizer_impl": _row_optimizer_impl(row, fw), **shard,
     }
     if quant is not None and method != "full":
         kw["quant"] = quant

@@ -47,6 +47,17 @@ def _state_bytes(code: np.ndarray) -> np.ndarray:
     return _STATE_TABLE[np.asarray(code).astype(np.intp)]
 
 
+def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
+    """Temporaries of the optimizer step (bytes): torch.optim.AdamW's default multi-tensor path
+    (`_multi_tensor_adam`, torch/optim/adam.py) computes `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`
+    for every parameter of a group at once: one second moment's bytes (half of AdamW's states) held next
+    to the states and gradients until the update is applied. A fused step (torch `fused=True`, apex /
+    Transformer Engine / DeepSpeed FusedAdam) and a per-parameter loop hold none (at most one tensor's);
+    8-bit, paged, SGD and Adafactor steps are counted without one."""
+    adamw = np.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
+    return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
+
+
 def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     """Saved-for-backward bytes per token per layer (dense layers and MoE layers), at 2 bytes per
     element for 16-bit training (4 for fp32)."""
@@ -194,13 +205,16 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
     # gradients at the peak: those not written into memory the backward has freed
     # (activations.backward_peak_bytes; all of them where they accumulate or live in a buffer)
+    all_grads = grads
     grads = backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
-    allocated = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
+    backward = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
     variable = a["variable_shapes"] * c.variable_shape_reserve * (acts - stacked + logits)  # W + BA: one shape
-    reserved = allocated * (1.0 + c.allocator_overhead) + variable
-    smi = reserved + c.cuda_context_gib * BYTES_PER_GIB
+    # the optimizer step, after the backward freed the activations: every gradient, the states and the
+    # step's own temporaries; its blocks come from those the backward freed (new segments only beyond them)
+    step = weights + all_grads + master + opt + ddp_buckets + workspace
+    step = step + np.where(host_states, 0.0, optimizer_step_bytes(opt, a))
     g = BYTES_PER_GIB
-    return {
+    out = {
         "weights_gib": weights / g,
         "gradients_gib": (grads + ddp_buckets) / g,
         "master_weights_gib": master / g,
@@ -209,18 +223,38 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "activations_gib": acts / g,
         "logits_gib": logits / g,
         "workspace_gib": workspace / g,
-        "allocated_gib": allocated / g,
-        "reserved_gib": reserved / g,
-        "nvidia_smi_gib": smi / g,
-        "calibration_gib": np.zeros_like(allocated),
-        "allocator_gib": (reserved - allocated) / g,
-        "cuda_context_gib": np.full_like(allocated, c.cuda_context_gib),
+        "calibration_gib": np.zeros_like(backward),
+        "cuda_context_gib": np.full_like(backward, c.cuda_context_gib),
         "capacity_gib": a["memory_bytes"] / g,
         "variable_shape_gib": variable / g,
-        # the blocks cached for other batch shapes are freed and retried before an allocation fails:
-        # they show in reserved / nvidia-smi but do not decide whether the run fits
-        "fits": smi - variable <= a["memory_bytes"],
+        "step_peak_gib": step / g,
     }
+    settle_peaks(out, backward / g, c)
+    return out
+
+
+def settle_peaks(out: Arrays, backward_gib: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS,
+                 outside_gib: np.ndarray | float = 0.0) -> None:
+    """The peaks from the backward's allocated peak and the optimizer step's (`out["step_peak_gib"]`):
+    allocated, the step's share above the backward (`optimizer_step_gib`), reserved, nvidia-smi and the fit.
+
+    The backward's blocks carry the caching allocator's fragmentation (`allocator_overhead`); the step's
+    tensors are allocated after the backward freed the activations and reuse the blocks it cached (those
+    of other batch shapes, `variable_shape_gib`, included), so the step reserves new segments only beyond
+    them and adds no fragmentation of its own. The blocks cached for other batch shapes are freed and
+    retried before an allocation fails: they show in reserved / nvidia-smi but do not decide the fit.
+    `outside_gib`: memory outside torch's allocator (an inference engine's pool) on top of the CUDA context."""
+    step = out["step_peak_gib"]
+    allocated = np.maximum(backward_gib, step)
+    backward_held = backward_gib * (1.0 + c.allocator_overhead)
+    held = np.maximum(backward_held, step)
+    reserved = np.maximum(backward_held + out["variable_shape_gib"], step)
+    out["allocated_gib"] = allocated
+    out["optimizer_step_gib"] = allocated - backward_gib
+    out["reserved_gib"] = reserved
+    out["allocator_gib"] = reserved - allocated
+    out["nvidia_smi_gib"] = reserved + c.cuda_context_gib + outside_gib
+    out["fits"] = held + c.cuda_context_gib + outside_gib <= out["capacity_gib"]
 
 
 def max_micro_batch(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, upper: int = 4096) -> np.ndarray:

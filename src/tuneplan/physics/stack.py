@@ -24,6 +24,7 @@ STACK_DEFAULTS = {
     "act_offload": 0.0, "ce_code": 0.0, "fused_lora": 0.0, "fused_elementwise": 0.0, "dist_opt": 0.0,
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
     "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
+    "opt_foreach": 0.0,
 }
 """Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
 
@@ -102,10 +103,19 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         "attn_kernel": float(ATTENTION_KERNEL_CODES[kernel]), "gpu_gen": float(gpu_generation(gpu)),
         "attn_keys": keys, "attn_span": span,
         "host_bw": float(getattr(gpu, "host_gbs", 0.0) or 0.0) * 1e9 or np.nan,
+        "opt_foreach": float(job.optimizer_impl == "foreach"),
     }
     if not with_ckpt:
         out.pop("ckpt_code")
     return out
+
+
+OPTIMIZER_IMPL_WORDS = {
+    "foreach": "torch's multi-tensor path holds one second moment for all trained weights at the step, next to "
+               "the gradients and both moments",
+    "fused": "one fused kernel per parameter group, no temporary at the step",
+    "for-loop": "one parameter at a time, no temporary beyond one tensor's"}
+"""What each AdamW step implementation holds (physics/memory.py optimizer_step_bytes), for the assumptions."""
 
 
 def stack_assumptions(model, gpu, job) -> list[str]:
@@ -118,6 +128,9 @@ def stack_assumptions(model, gpu, job) -> list[str]:
     fw = get_framework(job.framework)
     out = [fw.summary().capitalize() + (" (--framework: data/frameworks.yaml, each with its source)."
                                          if job.framework != "generic" else " (--framework not given).")]
+    if job.optimizer == "adamw":
+        whose = f"{fw.name}'s default" if job.optimizer_impl == fw.optimizer_impl else "as set"
+        out.append(f"AdamW step {job.optimizer_impl} ({whose}): " + OPTIMIZER_IMPL_WORDS[job.optimizer_impl] + ".")
     line = ops_by_precision(job.precision, job.base_quant(getattr(model, "quant", "none")))
     if line:
         out.append(line)

@@ -68,6 +68,9 @@ def _candidates(job: JobSpec) -> list[Fix]:
     out = _batch_fixes(job)
     if not job.grad_ckpt:
         out.append(Fix("gradient checkpointing", "--grad-ckpt", {"grad_ckpt": True}, frozenset({"grad_ckpt"})))
+    if job.optimizer == "adamw" and job.method in FULL_WEIGHT_METHODS and job.optimizer_impl == "foreach":
+        out.append(Fix("a fused AdamW step (no foreach temporary)", "--optimizer-impl fused", {"optimizer_impl": "fused"},
+                       frozenset({"optimizer_impl"})))
     if job.optimizer == "adamw" and job.method in FULL_WEIGHT_METHODS:
         out.append(Fix("8-bit AdamW", "--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, frozenset({"optimizer"})))
     if job.method in FULL_WEIGHT_METHODS:

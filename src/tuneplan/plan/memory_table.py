@@ -115,9 +115,10 @@ def memory_table(model: Any, *, methods: list[str] | None = None, precisions: li
                      "memory_by_gpu_gib": {g.name: float(v) for g, v in zip(gspecs, mem[i, 1:], strict=True)},
                      "fits_on": on, "smallest_fit": on[0] if on else None})
     j0 = jobs[0]
+    step = f" ({j0.optimizer_impl} step)" if j0.optimizer == "adamw" else ""
     notes = [f"Memory per GPU as nvidia-smi shows it, at sequence length {seq} and micro-batch {mb}"
              f"{' with activation checkpointing (' + j0.checkpointing + ')' if j0.grad_ckpt else ', no activation checkpointing'}"
-             f", {j0.optimizer}, {j0.gpus} GPU(s) per run ({j0.sharding}); figures on {ref.name}, fit checked on "
+             f", {j0.optimizer}{step}, {j0.gpus} GPU(s) per run ({j0.sharding}); figures on {ref.name}, fit checked on "
              "each GPU itself.",
              "Longer sequences and larger micro-batches add activations and logits: `tuneplan estimate --model M "
              "--gpu G --seq-len S --micro-batch B` for one case, `tuneplan curve` for the whole range."]

@@ -569,6 +569,9 @@ def config_row(cfg: ProfileConfig, src: ModelSource | None, device: str) -> dict
         "lora_rank": cfg.lora_rank if cfg.is_lora else None,
         "lora_targets": (cfg.lora_targets or "all-linear") if cfg.is_lora else None,
         "adapter_dtype": adapter_dtype() if cfg.is_lora else None,
+        # make_optimizer's torch.optim.AdamW takes torch's default path: foreach on CUDA, a loop elsewhere
+        "optimizer_impl": (("foreach" if str(device).startswith("cuda") else "for-loop")
+                           if cfg.optimizer == "adamw" else None),
         "stage": cfg.stage,
         "precision": cfg.precision,
         "quant": {"qlora": "nf4", "gptq-lora": "gptq-int4"}.get(cfg.method, "none"),

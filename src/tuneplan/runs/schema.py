@@ -45,7 +45,8 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 )
 """Columns whose values must be > 0 when given."""
 
-SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params")
+SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params",
+                                    "optimizer_impl")
 """Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
 `padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
 sample, so batch shapes vary; a per-source default for sources that say so); `adapter_dtype` = fp32
@@ -55,7 +56,9 @@ fp32 copy of its input) or compute (adapters in the compute dtype: older peft, l
 rloo: `tuneplan profile --stage` writes it); the learners train on SFT rows only (docs/stages.md);
 `peft_options` = a PEFT method's options in peft's names (`num_virtual_tokens=128,r=16`) and
 `trainable_params` = a generic adapter's trainable parameter count (both filled from the notes of a
-row of method `other`: runs/methods.py)."""
+row of method `other`: runs/methods.py); `optimizer_impl` = how the AdamW step ran: foreach (torch's
+default multi-tensor path: one second-moment-sized temporary at the step), fused or for-loop (empty: the
+framework's default, data/frameworks.yaml)."""
 
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",

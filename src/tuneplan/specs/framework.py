@@ -13,6 +13,11 @@ from tuneplan.errors import InputError
 ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "te", "sdpa", "eager")
 CROSS_ENTROPY_KINDS = ("none", "chunked", "fused")
 MOE_EXPERT_LAYOUTS = ("modules", "stacked")
+OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
+"""How an AdamW step runs (torch's names): foreach (torch.optim.AdamW's default on CUDA: multi-tensor ops over
+all parameters at once, `torch._foreach_sqrt(exp_avg_sqs)` allocating one second-moment-sized temporary),
+fused (one kernel per group: torch `fused=True`, apex / Transformer Engine / DeepSpeed FusedAdam) or for-loop
+(one parameter at a time); physics/memory.py optimizer_step_bytes."""
 """How the model code holds a MoE layer's experts (physics/moe_lora.py): an nn.Linear per expert
 (transformers 4, most frameworks) or stacked 3-D tensors (transformers >= 5), which peft adapts as a whole."""
 BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
@@ -45,6 +50,8 @@ class FrameworkSpec:
     moe_experts: str = "modules"
     """How its model code holds MoE experts: an nn.Linear per expert (modules) or stacked 3-D tensors
     (stacked: transformers >= 5); physics/moe_lora.py."""
+    optimizer_impl: str = "foreach"
+    """How its default AdamW step runs (OPTIMIZER_IMPLS; foreach, torch's default, when left out)."""
 
     def job_defaults(self) -> dict:
         """JobSpec fields this framework decides when the job leaves them out (data/frameworks.yaml)."""
@@ -103,9 +110,19 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
         grad_buffers=_optional_bool(name, d, "grad_buffers"),
         grad_ckpt=_optional(name, d, "grad_ckpt", bool), micro_batch=_optional(name, d, "micro_batch", int),
-        moe_experts=_moe_experts(name, d),
+        moe_experts=_moe_experts(name, d), optimizer_impl=_optimizer_impl(name, d),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
     )
+
+
+def _optimizer_impl(name: str, d: dict) -> str:
+    """The entry's `optimizer_impl` (foreach, torch's default, when left out); another value needs its source."""
+    v = d.get("optimizer_impl", "foreach")
+    if v not in OPTIMIZER_IMPLS:
+        raise ValueError(f"frameworks.yaml: {name}.optimizer_impl = {v!r} (allowed: {', '.join(OPTIMIZER_IMPLS)})")
+    if "optimizer_impl" in d and not (d.get("sources") or {}).get("optimizer_impl"):
+        raise ValueError(f"frameworks.yaml: {name}.optimizer_impl needs its source (sources: optimizer_impl: ...)")
+    return v
 
 
 def _moe_experts(name: str, d: dict) -> str:

@@ -11,7 +11,7 @@ import math
 from typing import Any, Literal
 
 from tuneplan.errors import InputError
-from tuneplan.specs.framework import MOE_EXPERT_LAYOUTS
+from tuneplan.specs.framework import MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
 from tuneplan.specs.limits import JOB_BOUNDS
 from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
 from tuneplan.specs.record import (
@@ -120,6 +120,10 @@ class JobSpec(Record):
     quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4, aqlm-2bit, fp8 (default: as the "
                                      "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "method")
     optimizer: Optimizer = option("adamw", "optimizer (default adamw)", "method")
+    optimizer_impl: Literal["foreach", "fused", "for-loop"] = option(
+        "foreach", "how the AdamW step runs: foreach (torch's default: one second-moment-sized temporary for all "
+                   "trained weights at the step), fused (torch fused=True, apex / DeepSpeed FusedAdam) or for-loop "
+                   "(default: the framework's)", "method")
     master_weights: Literal["auto", "fp32", "none"] | None = option(
         None, "full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 bytes/param "
               "with AdamW), none = 16-bit weights trained in place (8), auto = fp32 under DeepSpeed ZeRO, tensor "
@@ -450,6 +454,7 @@ def _framework_defaults(clean: dict) -> dict:
         out.setdefault(k, v)
     out.setdefault("adapter_dtype", "fp32" if fw.adapter_fp32 else "compute")
     out.setdefault("moe_experts", fw.moe_experts)
+    out.setdefault("optimizer_impl", fw.optimizer_impl)
     if not out.get("packing"):
         out.setdefault("padding", fw.padding)
     return out
@@ -476,6 +481,7 @@ def make_job(**kwargs) -> JobSpec:
             allowed = {
                 "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
                 "sharding": SHARDINGS, "moe_mode": MOE_MODES, "moe_experts": MOE_EXPERT_LAYOUTS, "padding": PADDINGS,
+                "optimizer_impl": OPTIMIZER_IMPLS,
                 "adapter_dtype": ADAPTER_DTYPES, "ckpt_mode": ("auto",) + CKPT_MODES, "cp_mode": CP_MODES,
                 "offload": ("none", "optimizer", "all"), "stage": STAGES, "rollout_engine": ROLLOUT_ENGINES,
             }.get(loc)

@@ -46,6 +46,7 @@ from tuneplan.specs.job import (
     METHODS,
     MOE_EXPERT_LAYOUTS,
     MOE_MODES,
+    OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PADDINGS,
     PRECISIONS,
@@ -314,7 +315,7 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
         return {
             "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
             "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
-            "moe_modes": list(MOE_MODES), "moe_experts": list(MOE_EXPERT_LAYOUTS), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
+            "moe_modes": list(MOE_MODES), "moe_experts": list(MOE_EXPERT_LAYOUTS), "optimizer_impls": list(OPTIMIZER_IMPLS), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
             "stages": list(STAGES), "rollout_engines": list(ROLLOUT_ENGINES),
             "frameworks": list(framework_names()), "ckpt_modes": ["none", "selective", "full", "offload"],
             "providers": providers(), "defaults": jsonable(JOB_DEFAULTS),

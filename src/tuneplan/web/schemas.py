@@ -31,11 +31,11 @@ Name = Annotated[str, Field(min_length=1, max_length=300)]
 Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
 
 METHOD_FIELDS = ("lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
-                 "master_weights", "flash_attn", "moe_mode", "moe_experts", "framework")
+                 "optimizer_impl", "master_weights", "flash_attn", "moe_mode", "moe_experts", "framework")
 WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "padding", "eval_every",
                "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
 JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
-              "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
+              "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
               "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
               "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
               "grid_gco2_kwh", "framework", "ckpt_mode")
@@ -86,6 +86,9 @@ class MethodOptions(BaseModel):
         None, description="16-bit full fine-tuning: fp32 master copy, weights trained in place, or auto "
                           "(fp32 under DeepSpeed ZeRO, tensor parallelism and fp8); default: the framework's, "
                           "else fp32")
+    optimizer_impl: Literal["foreach", "fused", "for-loop"] | None = Field(
+        None, description="how the AdamW step runs: foreach (torch's default: one second-moment-sized temporary "
+                          "at the step), fused or for-loop; default: the framework's")
     flash_attn: bool | None = Field(None, description="FlashAttention / SDPA (default on)")
     moe_mode: Literal["sparse", "dense"] | None = Field(None, description="MoE: top-k experts or all")
     moe_experts: Literal["modules", "stacked"] | None = Field(

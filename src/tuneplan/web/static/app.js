@@ -10,7 +10,7 @@
 
   // Inputs kept in the URL; the page's own starting values (PAGE_DEFAULTS) are left out of it.
   const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers",
-    "precision", "quant", "optimizer", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "framework", "ckpt_mode", "gpu", "peak_tflops",
+    "precision", "quant", "optimizer", "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "framework", "ckpt_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
     "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
     "max_gpus", "objective", "deadline_h", "budget_usd", "stage", "precompute_ref", "group_size", "completion_len",
@@ -25,7 +25,7 @@
   const PLAN_ONLY = new Set(["max_gpus", "objective", "deadline_h", "budget_usd"]);
   const PAGE_DEFAULTS = {
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
-    precision: "bf16", quant: "", optimizer: "adamw", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse", moe_experts: "", framework: "", ckpt_mode: "",
+    precision: "bf16", quant: "", optimizer: "adamw", optimizer_impl: "", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse", moe_experts: "", framework: "", ckpt_mode: "",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
     objective: "cheapest", stage: "sft", precompute_ref: false, rollout_engine: "hf", rollout_gpus: 0,
@@ -207,6 +207,7 @@
     if (st.method !== "full" && st.method !== "freeze") delete body.master_weights;
     if (!isMoe()) { delete body.moe_mode; delete body.moe_experts; }
     if (body.moe_experts === "") delete body.moe_experts;
+    if (body.optimizer_impl === "") delete body.optimizer_impl;
     if (body.packing) delete body.padding;
     if (!RL_STAGES.includes(st.stage)) {
       for (const f of ["group_size", "completion_len", "rollout_engine", "rollout_gpus"]) delete body[f];
@@ -906,6 +907,9 @@
     fillSelect("#padding", options.paddings, options.paddings.map((m) => (m === "max" ? "to sequence length" : "to longest in batch")));
     fillSelect("#moe_experts", ["", ...options.moe_experts], ["default: the framework's (hf-trainer stacked)",
       ...options.moe_experts.map((m) => (m === "stacked" ? "stacked tensors (transformers >= 5)" : "a module per expert (transformers 4)"))]);
+    fillSelect("#optimizer_impl", ["", ...options.optimizer_impls], ["default: the framework's",
+      ...options.optimizer_impls.map((m) => ({ foreach: "foreach (torch's default)", fused: "fused kernel",
+        "for-loop": "one tensor at a time" }[m] || m))]);
     fillSelect("#moe_mode", options.moe_modes, options.moe_modes.map((m) => (m === "sparse" ? "sparse (top-k)" : "dense (all experts)")));
     fillSelect("#sharding", options.shardings);
     fillSelect("#framework", ["", ...(options.frameworks || [])], ["generic (not given)", ...(options.frameworks || [])]);
