@@ -325,9 +325,10 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
         samples_per_s=(stage.samples_per_step if stage else jspec.global_batch) / step_s,
         mfu=_scalar(out, "model_flops_per_step", 0.0) / (step_s * jspec.gpus * peak) if peak else 0.0,
         step_breakdown_s=breakdown, memory_per_gpu_gib=mem_total,
-        memory_breakdown_gib=fold_learned_correction({k.removesuffix("_gib"): _scalar(out, k)
-                                                      for k in est.memory_parts + (stage.memory_parts() if stage else ())},
-                                                     assumptions),
+        memory_breakdown_gib=fold_learned_correction(step_peak_said({k.removesuffix("_gib"): _scalar(out, k)
+                                                                     for k in est.memory_parts
+                                                                     + (stage.memory_parts() if stage else ())},
+                                                                    assumptions), assumptions),
         memory_capacity_gib=cap, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
         rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
         extra={"max_micro_batch_note": no_fit} if no_fit else {},
@@ -341,16 +342,22 @@ AFTER_ALLOCATION_PARTS = ("allocator", "cuda_context", "variable_shape")
 """Memory on top of what tensors hold (the allocator's reserve, the CUDA context)."""
 
 
+def step_peak_said(parts: dict[str, float], assumptions: list[str]) -> dict[str, float]:
+    """The memory parts unchanged; where the optimizer step's peak is above the backward's, the
+    assumptions say so."""
+    if parts.get("optimizer_step", 0.0) > 0:
+        assumptions.append(f"Memory: the peak is the optimizer step's, {parts['optimizer_step']:.2f} GiB above the "
+                           "backward's: every gradient and the states, plus torch's foreach AdamW temporary (one "
+                           "second moment for all trained weights) where the step is foreach (--optimizer-impl).")
+    return parts
+
+
 def fold_learned_correction(parts: dict[str, float], assumptions: list[str]) -> dict[str, float]:
     """The calibration's learned memory correction folded into the parts it corrects: the estimator
     scales the allocated memory, floored at the byte-counted states, so the correction falls on the
     per-token parts (activations, logits, a stage's extra buffers), scaled in proportion; the parts
     still add up to the peak, and the assumptions say by how much they were corrected. A correction
     larger than those parts stays its own part, labelled `learned_correction`."""
-    if parts.get("optimizer_step", 0.0) > 0:
-        assumptions.append(f"Memory: the peak is the optimizer step's, {parts['optimizer_step']:.2f} GiB above the "
-                           "backward's: every gradient and the states, plus torch's foreach AdamW temporary (one "
-                           "second moment for all trained weights) where the step is foreach (--optimizer-impl).")
     corr = parts.pop("calibration", 0.0)
     if not corr:
         return parts

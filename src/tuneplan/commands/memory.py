@@ -24,6 +24,7 @@ def _list(text: str) -> list[str]:
 
 def register(sub) -> None:
     from tuneplan.plan.memory_table import DEFAULT_METHODS, DEFAULT_PRECISIONS, DEFAULT_SEQ_LEN
+    from tuneplan.specs.framework import OPTIMIZER_IMPLS
 
     p = sub.add_parser("memory", help="memory per GPU of a model by method and precision, and the GPUs it fits on",
                        description="Will it fit? Memory per GPU (as nvidia-smi shows it) of fine-tuning MODEL with "
@@ -38,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--grad-ckpt", nargs="?", const="full", choices=("none", "selective", "full", "offload"),
                    help="activation checkpointing (alone: full; default none)")
     p.add_argument("--optimizer", help="optimizer (default adamw)")
-    p.add_argument("--optimizer-impl", choices=("foreach", "fused", "for-loop"),
+    p.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS,
                    help="how the AdamW step runs: foreach (torch's default, one second-moment-sized temporary at "
                         "the step), fused or for-loop (default foreach)")
     p.add_argument("--gpus", type=positive_int, help="GPUs per run (default 1); memory is per GPU")

@@ -86,7 +86,7 @@ def set_optimizer(out, f: str, key: str, name, fused=None) -> None:
     else:
         out.ignore(f, key, f"optimizer '{name}' not in tuneplan's list: AdamW assumed")
     impl = OPTIMIZER_IMPLS_BY_NAME.get(str(name).strip().lower())
-    if impl and fused is not None and str(fused).strip().lower() in ("true", "1", "yes"):
+    if impl and fused is not None and truthy(fused):
         out.set("optimizer_impl", "fused", f, key.rsplit(".", 1)[0] + ".fused", "torch.optim fused=True: one kernel")
     elif impl:
         out.set("optimizer_impl", impl, f, key, f"{name}: {impl} AdamW step")
