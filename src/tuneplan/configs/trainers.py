@@ -91,6 +91,10 @@ def _distributed(doc: Doc, out: ConfigRead, follow) -> None:
     elif isinstance(ds, dict):
         read_deepspeed(doc, out, prefix="deepspeed.")
     read_fsdp(doc, out, "fsdp", "fsdp_config")
+    key = "accelerator_config.gradient_accumulation_kwargs.sync_each_batch"
+    sync = doc.get(key)
+    if sync is not None:  # accelerate's GradientAccumulationPlugin: reduce every micro-batch instead of no_sync
+        out.set("grad_accum_sync", "every-micro-batch" if truthy(sync) else "no-sync", doc.path, key)
 
 
 def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) -> None:

@@ -259,17 +259,20 @@ def _row_moe_experts(row: dict, fw) -> str:
     return fw.moe_experts
 
 
-def _row_optimizer_impl(row: dict, fw) -> str:
-    """How the row's AdamW step ran: its `optimizer_impl` cell (a source's stated default fills it:
+def _row_choice(row: dict, fw, key: str) -> str:
+    """A stack setting of the row (`optimizer_impl`: how its AdamW step ran; `grad_accum_sync`: how FSDP
+    reduced its gradients under accumulation; `fsdp_adapter_wrap`: where FSDP put the adapters): its cell (a source's stated default fills it:
     data/source_defaults.yaml), else the framework's default."""
-    from tuneplan.specs.framework import OPTIMIZER_IMPLS
+    from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, OPTIMIZER_IMPLS
 
-    given = _get(row, "optimizer_impl")
+    allowed = {"optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,
+               "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS}[key]
+    given = _get(row, key)
     if given is None:
-        return fw.optimizer_impl
+        return getattr(fw, key)
     v = str(given).strip().lower()
-    if v not in OPTIMIZER_IMPLS:
-        raise InputError("optimizer_impl", f"unknown optimizer implementation '{v}'", OPTIMIZER_IMPLS)
+    if v not in allowed:
+        raise InputError(key, f"unknown value '{v}'", allowed)
     return v
 
 
@@ -315,7 +318,7 @@ BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
                 "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version",
-                "optimizer_impl")
+                "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -370,7 +373,9 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name, "moe_experts": _row_moe_experts(row, fw),
-        "optimizer_impl": _row_optimizer_impl(row, fw), **shard,
+        "optimizer_impl": _row_choice(row, fw, "optimizer_impl"),
+        "grad_accum_sync": _row_choice(row, fw, "grad_accum_sync"),
+        "fsdp_adapter_wrap": _row_choice(row, fw, "fsdp_adapter_wrap"), **shard,
     }
     if quant is not None and method != "full":
         kw["quant"] = quant

@@ -24,6 +24,7 @@ from tuneplan.physics.activations import (
 from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
 from tuneplan.physics.codes import MethodCode, OptimizerCode, ShardingCode
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.fsdp import accumulated_unsharded, flat_parameter_gradients
 from tuneplan.physics.moe_lora import stacked_lora_held_bytes
 from tuneplan.physics.ops import dora_saved_bytes_per_layer, logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
@@ -56,6 +57,19 @@ def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
     8-bit, paged, SGD and Adafactor steps are counted without one."""
     adamw = np.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
     return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
+
+
+def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, grad_bytes: np.ndarray,
+                   shards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(through the backward, at the optimizer step) gradient bytes per GPU: every trained weight's
+    gradient over `shards` GPUs. Adapters inside FSDP1 block units: the whole flat parameter's gradient,
+    in its storage dtype (one dtype per flat parameter, the adapters' the compute dtype; physics/fsdp.py
+    flat_parameter_gradients). FSDP accumulating under no_sync holds them unsharded through the backward,
+    on the GPU even when offloaded (physics/fsdp.py accumulated_unsharded); the step sees the shards."""
+    whole = np.where(flat_parameter_gradients(a), trainable * a["weight_bytes_compute"]
+                     + frozen_lin * a["frozen_linear_bytes"], trainable * grad_bytes)
+    sharded = whole / np.maximum(shards, 1.0)
+    return np.where(accumulated_unsharded(a, shards), whole, sharded), sharded
 
 
 def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
@@ -167,7 +181,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     weights = np.where(offload, 0.0, weights / w_div)
     # gradients in the compute dtype, or in an fp32 buffer (Megatron's main_grad, FSDP2 fp32 reduce)
     grad_bytes = np.where(full | freeze, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
-    grads = trainable * grad_bytes / g_div
+    grads, step_grads = gradient_bytes(a, trainable, frozen_lin, grad_bytes, np.where(offload, sdeg, g_div))
     # fp32 master copy and fp32 moments (JobSpec.fp32_master: AMP over fp32 weights, DeepSpeed ZeRO,
     # Megatron); otherwise 16-bit weights are trained in place and AdamW's moments are 16-bit too
     trained16 = (full | freeze) & (pbytes == 2)
@@ -181,7 +195,6 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
     master = np.where(host_states, 0.0, master)
     opt = np.where(host_states, 0.0, opt)
-    grads = np.where(offload, trainable * grad_bytes / np.maximum(sdeg, 1.0), grads)
     # sharded weights are gathered a layer (unit) at a time, with one unit prefetched
     layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
     gathered = np.where((shard >= ShardingCode.ZERO3) & (sdeg > 1), 2.0 * layer_w, 0.0)
@@ -205,13 +218,12 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
     # gradients at the peak: those not written into memory the backward has freed
     # (activations.backward_peak_bytes; all of them where they accumulate or live in a buffer)
-    all_grads = grads
     grads = backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
     backward = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
     variable = a["variable_shapes"] * c.variable_shape_reserve * (acts - stacked + logits)  # W + BA: one shape
     # the optimizer step, after the backward freed the activations: every gradient, the states and the
     # step's own temporaries; its blocks come from those the backward freed (new segments only beyond them)
-    step = weights + all_grads + master + opt + ddp_buckets + workspace
+    step = weights + step_grads + master + opt + ddp_buckets + workspace
     step = step + np.where(host_states, 0.0, optimizer_step_bytes(opt, a))
     g = BYTES_PER_GIB
     out = {

@@ -24,7 +24,7 @@ STACK_DEFAULTS = {
     "act_offload": 0.0, "ce_code": 0.0, "fused_lora": 0.0, "fused_elementwise": 0.0, "dist_opt": 0.0,
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
     "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
-    "opt_foreach": 0.0,
+    "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0,
 }
 """Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
 
@@ -104,6 +104,10 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         "attn_keys": keys, "attn_span": span,
         "host_bw": float(getattr(gpu, "host_gbs", 0.0) or 0.0) * 1e9 or np.nan,
         "opt_foreach": float(job.optimizer_impl == "foreach"),
+        # FSDP under accumulation with no_sync (physics/fsdp.py accumulated_unsharded); the planner's grid
+        # sets `fsdp` per sharding it tries
+        "accum_no_sync": float(job.grad_accum_sync == "no-sync"), "fsdp": float(job.sharding.startswith("fsdp")),
+        "adapters_in_blocks": float(job.fsdp_adapter_wrap == "with-block"),
     }
     if not with_ckpt:
         out.pop("ckpt_code")
@@ -116,6 +120,17 @@ OPTIMIZER_IMPL_WORDS = {
     "fused": "one fused kernel per parameter group, no temporary at the step",
     "for-loop": "one parameter at a time, no temporary beyond one tensor's"}
 """What each AdamW step implementation holds (physics/memory.py optimizer_step_bytes), for the assumptions."""
+GRAD_ACCUM_SYNC_WORDS = {
+    "every-micro-batch": "each micro-batch's backward reduce-scatters its gradients, a GPU keeps only its shard",
+    "no-sync": "no_sync until the last micro-batch, so every GPU holds the unsharded gradients of all trained "
+               "weights through the backward (reduce-scattered once a step; --grad-accum-sync every-micro-batch, "
+               "accelerate's sync_each_batch, keeps the shards)"}
+"""What each FSDP accumulation mode holds (physics/fsdp.py accumulated_unsharded), for the assumptions."""
+FSDP_ADAPTER_WRAP_WORDS = {
+    "separate": "the adapters in their own units (peft's fsdp_auto_wrap_policy, FSDP2), the frozen weights carry no gradient",
+    "with-block": "the adapters inside each block's FSDP1 flat parameter, whose whole gradient is allocated: "
+                  "gradient memory as if the blocks' frozen weights were trained"}
+"""Where FSDP puts the adapters (physics/fsdp.py flat_parameter_gradients), for the assumptions."""
 
 
 def stack_assumptions(model, gpu, job) -> list[str]:
@@ -131,6 +146,14 @@ def stack_assumptions(model, gpu, job) -> list[str]:
     if job.optimizer == "adamw":
         whose = f"{fw.name}'s default" if job.optimizer_impl == fw.optimizer_impl else "as set"
         out.append(f"AdamW step {job.optimizer_impl} ({whose}): " + OPTIMIZER_IMPL_WORDS[job.optimizer_impl] + ".")
+    if job.sharding.startswith("fsdp") and job.grad_accum > 1 and job.sharding_kind() != "none":
+        whose = f"{fw.name}'s default" if job.grad_accum_sync == fw.grad_accum_sync else "as set"
+        out.append(f"FSDP gradient accumulation {job.grad_accum_sync} ({whose}): "
+                   + GRAD_ACCUM_SYNC_WORDS[job.grad_accum_sync] + ".")
+    if (job.sharding.startswith("fsdp") and job.sharding_kind() not in ("none", "zero1")
+            and job.method not in ("full", "freeze")):
+        whose = f"{fw.name}'s default" if job.fsdp_adapter_wrap == fw.fsdp_adapter_wrap else "as set"
+        out.append(f"FSDP adapter units {job.fsdp_adapter_wrap} ({whose}): " + FSDP_ADAPTER_WRAP_WORDS[job.fsdp_adapter_wrap] + ".")
     line = ops_by_precision(job.precision, job.base_quant(getattr(model, "quant", "none")))
     if line:
         out.append(line)

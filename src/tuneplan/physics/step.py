@@ -13,6 +13,7 @@ from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.codes import MethodCode, ShardingCode, lora_family
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
+from tuneplan.physics.fsdp import flat_parameter_gradients, gradient_reductions
 from tuneplan.physics.moe_lora import stacked_lora_seconds
 from tuneplan.physics.ops import (
     EAGER_FORWARD_SHARE,
@@ -254,25 +255,28 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> np.ndarray:
     dp, ga, shard = a["dp"], a["grad_accum"], a["sharding"]
     grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, c.ddp_grad_bytes)
     train_bytes_ddp = a["params_trainable"] / split * grad_bytes
-    train_bytes_sh = a["params_trainable"] / split * c.sharded_grad_bytes
+    # adapters in FSDP1 block units reduce the whole flat parameter's gradient
+    reduced = a["params_trainable"] + np.where(flat_parameter_gradients(a), a["params_frozen_linear"], 0.0)
+    train_bytes_sh = reduced / split * c.sharded_grad_bytes
     all_bytes = a["params_total"] / split * a["weight_bytes_compute"]
     t_comm = np.zeros(np.broadcast(a["micro_batch"], shard).shape)
+    reduces = gradient_reductions(a)  # FSDP under no_sync: once, at the last micro-batch
     kinds = {k for k in ShardingCode if np.any(shard == k)}
     if kinds & {ShardingCode.NONE, ShardingCode.ZERO1}:  # DDP / ZeRO-1 / distributed optimizer: one all-reduce (RS + AG) of the gradients
         t_comm = np.where(shard <= ShardingCode.ZERO1, _dp_collective(a, train_bytes_ddp, 2.0, c), t_comm)
     if ShardingCode.ZERO2 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
-        zero2 = _dp_collective(a, train_bytes_sh, 1.0, c) * ga + _dp_collective(
+        zero2 = _dp_collective(a, train_bytes_sh, 1.0, c) * reduces + _dp_collective(
             a, a["params_trainable"] / split * a["weight_bytes_compute"], 1.0, c)
         t_comm = np.where(shard == ShardingCode.ZERO2, zero2, t_comm)
     if kinds & {ShardingCode.ZERO3, ShardingCode.OFFLOAD}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
-        zero3 = ga * (2.0 * _dp_collective(a, all_bytes, 1.0, c) + _dp_collective(a, train_bytes_sh, 1.0, c))
+        zero3 = ga * 2.0 * _dp_collective(a, all_bytes, 1.0, c) + reduces * _dp_collective(a, train_bytes_sh, 1.0, c)
         offload_xfer = ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9)
         t_comm = np.where(shard == ShardingCode.ZERO3, zero3,
                           np.where(shard == ShardingCode.OFFLOAD, zero3 + offload_xfer, t_comm))
     if ShardingCode.HYBRID in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
         gpn = a["gpus"] / a["nodes"]
-        hybrid = ga * (2.0 * ring_time(all_bytes, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)
-                       + ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
+        hybrid = (ga * 2.0 * ring_time(all_bytes, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)
+                  + reduces * ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
             train_bytes_sh / np.minimum(dp, gpn), a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
         t_comm = np.where(shard == ShardingCode.HYBRID, hybrid, t_comm)
     return t_comm

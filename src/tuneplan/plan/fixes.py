@@ -71,6 +71,13 @@ def _candidates(job: JobSpec) -> list[Fix]:
     if job.optimizer == "adamw" and job.method in FULL_WEIGHT_METHODS and job.optimizer_impl == "foreach":
         out.append(Fix("a fused AdamW step (no foreach temporary)", "--optimizer-impl fused", {"optimizer_impl": "fused"},
                        frozenset({"optimizer_impl"})))
+    if job.sharding.startswith("fsdp") and job.grad_accum > 1 and job.grad_accum_sync == "no-sync":
+        out.append(Fix("FSDP gradients reduced every micro-batch (accelerate's sync_each_batch)",
+                       "--grad-accum-sync every-micro-batch", {"grad_accum_sync": "every-micro-batch"},
+                       frozenset({"grad_accum_sync"})))
+    if job.sharding.startswith("fsdp") and job.method not in FULL_WEIGHT_METHODS and job.fsdp_adapter_wrap == "with-block":
+        out.append(Fix("adapters in their own FSDP units (peft's fsdp_auto_wrap_policy, or FSDP2)",
+                       "--fsdp-adapter-wrap separate", {"fsdp_adapter_wrap": "separate"}, frozenset({"fsdp_adapter_wrap"})))
     if job.optimizer == "adamw" and job.method in FULL_WEIGHT_METHODS:
         out.append(Fix("8-bit AdamW", "--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, frozenset({"optimizer"})))
     if job.method in FULL_WEIGHT_METHODS:

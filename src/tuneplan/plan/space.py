@@ -212,6 +212,7 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     master = np.array([[1.0 if job.model_copy(update={"sharding": s}).fp32_master() else 0.0 for s in labels]
                        for job in jobs])
     a["fp32_master"] = master[grid.method_idx, grid.sharding_idx]
+    a["fsdp"] = np.array([1.0 if s.startswith("fsdp") else 0.0 for s in labels])[grid.sharding_idx]
     a["flash_attn"] = np.broadcast_to(np.float64(1.0 if base.flash_attn else 0.0), (n,))
     a["variable_shapes"] = np.broadcast_to(np.float64(1.0 if base.variable_shapes() else 0.0), (n,))
     a["adapter_fp32"] = np.broadcast_to(np.float64(1.0 if base.adapter_dtype == "fp32" else 0.0), (n,))

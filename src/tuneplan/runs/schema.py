@@ -46,7 +46,7 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 """Columns whose values must be > 0 when given."""
 
 SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params",
-                                    "optimizer_impl")
+                                    "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap")
 """Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
 `padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
 sample, so batch shapes vary; a per-source default for sources that say so); `adapter_dtype` = fp32
@@ -58,7 +58,11 @@ rloo: `tuneplan profile --stage` writes it); the learners train on SFT rows only
 `trainable_params` = a generic adapter's trainable parameter count (both filled from the notes of a
 row of method `other`: runs/methods.py); `optimizer_impl` = how the AdamW step ran: foreach (torch's
 default multi-tensor path: one second-moment-sized temporary at the step), fused or for-loop (empty: the
-framework's default, data/frameworks.yaml)."""
+framework's default, data/frameworks.yaml); `grad_accum_sync` = how FSDP reduced the gradients under
+gradient accumulation: every-micro-batch (each GPU keeps its shard) or no-sync (no_sync until the last
+micro-batch: every GPU holds the unsharded gradients; empty: the framework's default); `fsdp_adapter_wrap` =
+where FSDP put a PEFT method's adapters: separate (their own units, or FSDP2) or with-block (inside each
+block's FSDP1 flat parameter: the frozen weights' gradient allocated too; empty: the framework's default)."""
 
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",

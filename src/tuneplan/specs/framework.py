@@ -13,13 +13,26 @@ from tuneplan.errors import InputError
 ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "te", "sdpa", "eager")
 CROSS_ENTROPY_KINDS = ("none", "chunked", "fused")
 MOE_EXPERT_LAYOUTS = ("modules", "stacked")
+"""How the model code holds a MoE layer's experts (physics/moe_lora.py): an nn.Linear per expert
+(transformers 4, most frameworks) or stacked 3-D tensors (transformers >= 5), which peft adapts as a whole."""
 OPTIMIZER_IMPLS = ("foreach", "fused", "for-loop")
 """How an AdamW step runs (torch's names): foreach (torch.optim.AdamW's default on CUDA: multi-tensor ops over
 all parameters at once, `torch._foreach_sqrt(exp_avg_sqs)` allocating one second-moment-sized temporary),
 fused (one kernel per group: torch `fused=True`, apex / Transformer Engine / DeepSpeed FusedAdam) or for-loop
 (one parameter at a time); physics/memory.py optimizer_step_bytes."""
-"""How the model code holds a MoE layer's experts (physics/moe_lora.py): an nn.Linear per expert
-(transformers 4, most frameworks) or stacked 3-D tensors (transformers >= 5), which peft adapts as a whole."""
+GRAD_ACCUM_SYNCS = ("every-micro-batch", "no-sync")
+"""How FSDP gradients are reduced under gradient accumulation: every-micro-batch (FSDP's own behaviour: each
+backward reduce-scatters its gradients, every rank keeps only its shard) or no-sync (torch FSDP.no_sync /
+FSDP2 set_requires_gradient_sync(False) on all but the last micro-batch, as accelerate, transformers'
+Trainer and Lightning Fabric do: "FSDP will accumulate the full model gradients (instead of gradient
+shards) until the eventual sync", torch/distributed/fsdp/fully_sharded_data_parallel.py no_sync);
+physics/fsdp.py."""
+FSDP_ADAPTER_WRAPS = ("separate", "with-block")
+"""Where FSDP puts a PEFT method's trained weights: separate (their own units: peft's fsdp_auto_wrap_policy,
+which transformers' Trainer applies to a peft model, or FSDP2's per-parameter sharding: frozen weights
+carry no gradient) or with-block (inside each block's FSDP1 flat parameter beside the frozen weights,
+use_orig_params=True: the flat parameter's gradient is allocated whole, "higher than expected gradient
+memory usage" in torch FSDP's docstring); physics/fsdp.py."""
 BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
                "tp_comm_overlap", "adapter_fp32", "packing")
 
@@ -52,6 +65,11 @@ class FrameworkSpec:
     (stacked: transformers >= 5); physics/moe_lora.py."""
     optimizer_impl: str = "foreach"
     """How its default AdamW step runs (OPTIMIZER_IMPLS; foreach, torch's default, when left out)."""
+    grad_accum_sync: str = "every-micro-batch"
+    """How its training loop reduces FSDP gradients under accumulation (GRAD_ACCUM_SYNCS; FSDP's own
+    every-micro-batch when left out)."""
+    fsdp_adapter_wrap: str = "separate"
+    """Where its FSDP wrapping puts PEFT adapters (FSDP_ADAPTER_WRAPS; separate when left out)."""
 
     def job_defaults(self) -> dict:
         """JobSpec fields this framework decides when the job leaves them out (data/frameworks.yaml)."""
@@ -110,18 +128,21 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
         grad_buffers=_optional_bool(name, d, "grad_buffers"),
         grad_ckpt=_optional(name, d, "grad_ckpt", bool), micro_batch=_optional(name, d, "micro_batch", int),
-        moe_experts=_moe_experts(name, d), optimizer_impl=_optimizer_impl(name, d),
+        moe_experts=_moe_experts(name, d), optimizer_impl=_choice(name, d, "optimizer_impl", OPTIMIZER_IMPLS),
+        grad_accum_sync=_choice(name, d, "grad_accum_sync", GRAD_ACCUM_SYNCS),
+        fsdp_adapter_wrap=_choice(name, d, "fsdp_adapter_wrap", FSDP_ADAPTER_WRAPS),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
     )
 
 
-def _optimizer_impl(name: str, d: dict) -> str:
-    """The entry's `optimizer_impl` (foreach, torch's default, when left out); another value needs its source."""
-    v = d.get("optimizer_impl", "foreach")
-    if v not in OPTIMIZER_IMPLS:
-        raise ValueError(f"frameworks.yaml: {name}.optimizer_impl = {v!r} (allowed: {', '.join(OPTIMIZER_IMPLS)})")
-    if "optimizer_impl" in d and not (d.get("sources") or {}).get("optimizer_impl"):
-        raise ValueError(f"frameworks.yaml: {name}.optimizer_impl needs its source (sources: optimizer_impl: ...)")
+def _choice(name: str, d: dict, key: str, allowed: tuple[str, ...]) -> str:
+    """The entry's `key`, one of `allowed` (the first, torch's own behaviour, when left out); a value
+    given needs its source."""
+    v = d.get(key, allowed[0])
+    if v not in allowed:
+        raise ValueError(f"frameworks.yaml: {name}.{key} = {v!r} (allowed: {', '.join(allowed)})")
+    if key in d and not (d.get("sources") or {}).get(key):
+        raise ValueError(f"frameworks.yaml: {name}.{key} needs its source (sources: {key}: ...)")
     return v
 
 

@@ -11,7 +11,7 @@ import math
 from typing import Any, Literal
 
 from tuneplan.errors import InputError
-from tuneplan.specs.framework import MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
+from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
 from tuneplan.specs.limits import JOB_BOUNDS
 from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
 from tuneplan.specs.record import (
@@ -156,6 +156,16 @@ class JobSpec(Record):
     ep: int = option(1, "EP degree (default 1)", "parallelism")
     micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "parallelism")
     grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "parallelism")
+    grad_accum_sync: Literal["every-micro-batch", "no-sync"] = option(
+        "every-micro-batch", "FSDP under gradient accumulation: every-micro-batch (each backward reduce-scatters, a GPU "
+                             "keeps its gradient shard) or no-sync (FSDP no_sync until the last micro-batch, as HF "
+                             "Trainer / accelerate and Lightning Fabric run it: every GPU holds the unsharded gradients; "
+                             "default: the framework's)", "parallelism")
+    fsdp_adapter_wrap: Literal["separate", "with-block"] = option(
+        "separate", "FSDP and a PEFT method: separate (adapters in their own units: peft's fsdp_auto_wrap_policy, "
+                    "HF Trainer; FSDP2) or with-block (inside each block's FSDP1 flat parameter, as litgpt's "
+                    "FSDPStrategy before 0.5.11: the gradient of the frozen weights is allocated too; default: "
+                    "the framework's)", "parallelism")
     seq_len: int | None = option(None, "padded/packed length (default: the mean tokens per example)", "work")
     examples: float | None = option(None, "training examples", "work")
     tokens_per_example: float | None = option(None, "mean tokens per example, after templating", "work")
@@ -455,6 +465,8 @@ def _framework_defaults(clean: dict) -> dict:
     out.setdefault("adapter_dtype", "fp32" if fw.adapter_fp32 else "compute")
     out.setdefault("moe_experts", fw.moe_experts)
     out.setdefault("optimizer_impl", fw.optimizer_impl)
+    out.setdefault("grad_accum_sync", fw.grad_accum_sync)
+    out.setdefault("fsdp_adapter_wrap", fw.fsdp_adapter_wrap)
     if not out.get("packing"):
         out.setdefault("padding", fw.padding)
     return out
@@ -481,7 +493,8 @@ def make_job(**kwargs) -> JobSpec:
             allowed = {
                 "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
                 "sharding": SHARDINGS, "moe_mode": MOE_MODES, "moe_experts": MOE_EXPERT_LAYOUTS, "padding": PADDINGS,
-                "optimizer_impl": OPTIMIZER_IMPLS,
+                "optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,
+                "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS,
                 "adapter_dtype": ADAPTER_DTYPES, "ckpt_mode": ("auto",) + CKPT_MODES, "cp_mode": CP_MODES,
                 "offload": ("none", "optimizer", "all"), "stage": STAGES, "rollout_engine": ROLLOUT_ENGINES,
             }.get(loc)

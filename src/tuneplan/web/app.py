@@ -41,6 +41,8 @@ from tuneplan.errors import InputError, TuneplanError, UnknownNameError
 from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs.job import (
     ADAPTER_DTYPES,
+    FSDP_ADAPTER_WRAPS,
+    GRAD_ACCUM_SYNCS,
     LORA_FAMILY,
     MASTER_WEIGHTS,
     METHODS,
@@ -315,7 +317,7 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
         return {
             "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
             "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
-            "moe_modes": list(MOE_MODES), "moe_experts": list(MOE_EXPERT_LAYOUTS), "optimizer_impls": list(OPTIMIZER_IMPLS), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
+            "moe_modes": list(MOE_MODES), "moe_experts": list(MOE_EXPERT_LAYOUTS), "optimizer_impls": list(OPTIMIZER_IMPLS), "grad_accum_syncs": list(GRAD_ACCUM_SYNCS), "fsdp_adapter_wraps": list(FSDP_ADAPTER_WRAPS), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
             "stages": list(STAGES), "rollout_engines": list(ROLLOUT_ENGINES),
             "frameworks": list(framework_names()), "ckpt_modes": ["none", "selective", "full", "offload"],
             "providers": providers(), "defaults": jsonable(JOB_DEFAULTS),

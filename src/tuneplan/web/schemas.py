@@ -36,7 +36,7 @@ WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", 
                "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
 JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
               "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
-              "micro_batch", "grad_accum", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
+              "micro_batch", "grad_accum", "grad_accum_sync", "fsdp_adapter_wrap", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
               "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
               "grid_gco2_kwh", "framework", "ckpt_mode")
 """Request fields passed to JobSpec under the same name (`rate` goes as `rate`, the API's keyword)."""
@@ -162,6 +162,14 @@ class JobFields(MethodOptions, WorkFields):
         None, description="samples per GPU per micro-step (default 4)")
     grad_accum: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
         None, description="gradient-accumulation steps (default 1)")
+    grad_accum_sync: Literal["every-micro-batch", "no-sync"] | None = Field(
+        None, description="FSDP under gradient accumulation: every-micro-batch (a GPU keeps its gradient shard) or "
+                          "no-sync (no_sync until the last micro-batch: every GPU holds the unsharded gradients); "
+                          "default: the framework's")
+    fsdp_adapter_wrap: Literal["separate", "with-block"] | None = Field(
+        None, description="FSDP and a PEFT method: adapters in their own units (separate) or inside each block's "
+                          "FSDP1 flat parameter (with-block: the frozen weights' gradient allocated too); "
+                          "default: the framework's")
 
 
 class PriceFields(BaseModel):

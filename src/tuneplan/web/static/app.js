@@ -12,7 +12,7 @@
   const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers",
     "precision", "quant", "optimizer", "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "framework", "ckpt_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
-    "grad_accum", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
+    "grad_accum", "grad_accum_sync", "fsdp_adapter_wrap", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
     "max_gpus", "objective", "deadline_h", "budget_usd", "stage", "precompute_ref", "group_size", "completion_len",
     "rollout_engine", "rollout_gpus"];
   const NUMBER_FIELDS = new Set(["lora_rank", "trainable_layers", "peak_tflops", "memory_gib",
@@ -26,7 +26,7 @@
   const PAGE_DEFAULTS = {
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
     precision: "bf16", quant: "", optimizer: "adamw", optimizer_impl: "", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse", moe_experts: "", framework: "", ckpt_mode: "",
-    gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1,
+    gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1, grad_accum_sync: "", fsdp_adapter_wrap: "",
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
     objective: "cheapest", stage: "sft", precompute_ref: false, rollout_engine: "hf", rollout_gpus: 0,
   };
@@ -208,6 +208,8 @@
     if (!isMoe()) { delete body.moe_mode; delete body.moe_experts; }
     if (body.moe_experts === "") delete body.moe_experts;
     if (body.optimizer_impl === "") delete body.optimizer_impl;
+    if (body.grad_accum_sync === "") delete body.grad_accum_sync;
+    if (body.fsdp_adapter_wrap === "" || st.method === "full" || st.method === "freeze") delete body.fsdp_adapter_wrap;
     if (body.packing) delete body.padding;
     if (!RL_STAGES.includes(st.stage)) {
       for (const f of ["group_size", "completion_len", "rollout_engine", "rollout_gpus"]) delete body[f];
@@ -910,6 +912,12 @@
     fillSelect("#optimizer_impl", ["", ...options.optimizer_impls], ["default: the framework's",
       ...options.optimizer_impls.map((m) => ({ foreach: "foreach (torch's default)", fused: "fused kernel",
         "for-loop": "one tensor at a time" }[m] || m))]);
+    fillSelect("#grad_accum_sync", ["", ...options.grad_accum_syncs], ["default: the framework's",
+      ...options.grad_accum_syncs.map((m) => ({ "every-micro-batch": "reduce every micro-batch (sharded)",
+        "no-sync": "no_sync until the last (unsharded)" }[m] || m))]);
+    fillSelect("#fsdp_adapter_wrap", ["", ...options.fsdp_adapter_wraps], ["default: the framework's",
+      ...options.fsdp_adapter_wraps.map((m) => ({ separate: "in their own units (peft, FSDP2)",
+        "with-block": "inside each block's flat parameter (FSDP1)" }[m] || m))]);
     fillSelect("#moe_mode", options.moe_modes, options.moe_modes.map((m) => (m === "sparse" ? "sparse (top-k)" : "dense (all experts)")));
     fillSelect("#sharding", options.shardings);
     fillSelect("#framework", ["", ...(options.frameworks || [])], ["generic (not given)", ...(options.frameworks || [])]);
