@@ -23,7 +23,13 @@ from tuneplan.physics.memory import memory
 from tuneplan.physics.step import step_time
 from tuneplan.physics.terms import build_arrays, model_terms
 from tuneplan.specs.catalog import resolve_model
-from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, _parse, get_framework, load_frameworks
+from tuneplan.specs.framework import (
+    FSDP_ADAPTER_WRAPS,
+    GRAD_ACCUM_SYNCS,
+    _parse,
+    get_framework,
+    load_frameworks,
+)
 from tuneplan.specs.gpu import gpu_catalog
 from tuneplan.specs.job import make_job
 
@@ -169,6 +175,11 @@ def test_cli_web_and_config(capsys, tmp_path) -> None:
     cfg.write_text("model_name_or_path: meta-llama/Llama-2-7b-hf\nbf16: true\ngradient_accumulation_steps: 4\n"
                    "accelerator_config:\n  gradient_accumulation_kwargs:\n    sync_each_batch: true\n")
     assert read_configs([cfg]).job_kwargs()["grad_accum_sync"] == "every-micro-batch"
+    from conftest import SHARED
+
+    # axolotl's FSDP QLoRA recipe (gradient_accumulation_steps 4): transformers' Trainer accumulates under no_sync
+    fsdp = read_configs([SHARED / "fixtures" / "training-configs" / "axolotl" / "llama3-70b-qlora-fsdp.yaml"])
+    assert fsdp.job_kwargs()["grad_accum_sync"] == "no-sync" and any("no_sync" in x for x in fsdp.assumed())
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 

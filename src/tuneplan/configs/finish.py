@@ -76,9 +76,30 @@ def _global_batch(out: ConfigRead) -> None:
             out.set("grad_accum", gb // (mb * gpus), v.file, v.key, f"global batch {gb} / ({mb} x {gpus} GPUs)")
 
 
+NO_SYNC_TRAINERS = {
+    "trl": "transformers' Trainer runs every micro-batch but the last under accelerate's no_sync",
+    "llamafactory": "transformers' Trainer runs every micro-batch but the last under accelerate's no_sync",
+    "axolotl": "transformers' Trainer runs every micro-batch but the last under accelerate's no_sync",
+    "litgpt": "litgpt runs every accumulating micro-batch under fabric.no_backward_sync (FSDP no_sync)",
+}
+"""Config formats whose trainer accumulates FSDP gradients under no_sync (data/frameworks.yaml grad_accum_sync)."""
+
+
+def _fsdp_accumulation(out: ConfigRead) -> None:
+    """Under FSDP with gradient accumulation, how the config's trainer reduces the gradients: no_sync
+    (every GPU holds the unsharded gradients until the last micro-batch) unless a file says otherwise
+    (accelerate's sync_each_batch)."""
+    if not str(out.value("sharding", "")).startswith("fsdp") or (out.value("grad_accum") or 1) <= 1:
+        return
+    fmt = next((f for f in out.formats if f in NO_SYNC_TRAINERS), None)
+    if fmt is not None:
+        out.assume("grad_accum_sync", "no-sync", out.files[0] if out.files else "", NO_SYNC_TRAINERS[fmt])
+
+
 def finish(out: ConfigRead) -> None:
     _unfrozen_layers(out)
     _global_batch(out)
+    _fsdp_accumulation(out)
 
 
 def fill_work(job: dict, out: ConfigRead | None = None) -> list[str]:

@@ -261,8 +261,8 @@ def _row_moe_experts(row: dict, fw) -> str:
 
 def _row_choice(row: dict, fw, key: str) -> str:
     """A stack setting of the row (`optimizer_impl`: how its AdamW step ran; `grad_accum_sync`: how FSDP
-    reduced its gradients under accumulation; `fsdp_adapter_wrap`: where FSDP put the adapters): its cell (a source's stated default fills it:
-    data/source_defaults.yaml), else the framework's default."""
+    reduced its gradients under accumulation; `fsdp_adapter_wrap`: where FSDP put the adapters): its
+    cell (a source's stated default fills it: data/source_defaults.yaml), else the framework's default."""
     from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, OPTIMIZER_IMPLS
 
     allowed = {"optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,

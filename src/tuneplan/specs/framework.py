@@ -136,7 +136,7 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
 
 
 def _choice(name: str, d: dict, key: str, allowed: tuple[str, ...]) -> str:
-    """The entry's `key`, one of `allowed` (the first, torch's own behaviour, when left out); a value
+    """The entry's `key`, one of `allowed` (the first when left out: torch's own behaviour); a value
     given needs its source."""
     v = d.get(key, allowed[0])
     if v not in allowed:
