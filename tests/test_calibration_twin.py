@@ -91,7 +91,9 @@ def test_shipped_forest_tables_are_the_compiled_ones():
     from tuneplan.plan import fastforest as ff
 
     forests = ff.estimator_forests(get_estimator("tuneplan", None))
-    assert len(forests) == 3 and all(f.key in ff.shipped_tables() for f in forests), (
+    # the throughput residual's near and far forests; the shipped default has no memory residual
+    # (fitted on several sources: learners.residual_fit.MEMORY_RESIDUAL_MAX_SOURCES)
+    assert len(forests) == 2 and all(f.key in ff.shipped_tables() for f in forests), (
         "default.tables is stale: run python scripts/build_data_twins.py")
     for f in forests:
         shipped = [ff._unpack(t) for t in ff.shipped_tables()[f.key]]

@@ -49,6 +49,12 @@ LOOSE_PRIOR = 0.01
 """Relative pull toward the prior of the constants that vary by an order of magnitude between devices."""
 MIN_RESIDUAL_ROWS = 30
 """Rows needed before a residual model is fitted on top of the constants."""
+MEMORY_RESIDUAL_MAX_SOURCES = 2
+"""The memory residual is fitted for a user's own stack only: rows of at most this many sources. Fitted
+on several sources (the shipped calibration, meant for a stack none of them is), it made peak memory
+worse than the uncalibrated physics on held-out sources in the nested by-source validation, in two
+rounds (8.3% against 8.0% at 1b98ac2, 7.6% against 7.3% at 9ec916d: docs/learning.md); issue 16's rule:
+a component that does not beat the physics is left out of the shipped default."""
 
 THROUGHPUT_CONSTANTS = {
     "mfu_max": (0.05, 2.0), "tokens_half": (16.0, 65536.0), "hidden_half": (16.0, 65536.0),

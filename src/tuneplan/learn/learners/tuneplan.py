@@ -23,6 +23,7 @@ from tuneplan.learn.learners.residual_fit import (
     MEMORY_CONSTANTS,
     MEMORY_PRIOR_GRID,
     MEMORY_PRIOR_WEIGHT,
+    MEMORY_RESIDUAL_MAX_SOURCES,
     MIN_RESIDUAL_ROWS,
     MIN_ROWS,
     THROUGHPUT_CONSTANTS,
@@ -218,7 +219,11 @@ class TuneplanLearner:
             self.thr_residual = fit_residual(X, _log(ts.tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES,
                                              ts.source[thr_mask], self.fixed_shrink[0] if self.fixed_shrink else None,
                                              THROUGHPUT_FAR_FEATURES)
-        if mem_mask.sum() >= MIN_RESIDUAL_ROWS:
+        mem_sources = len(set(np.asarray(ts.source[mem_mask]).astype(str).tolist()))
+        if mem_mask.sum() >= MIN_RESIDUAL_ROWS and mem_sources > MEMORY_RESIDUAL_MAX_SOURCES:
+            self.notes.append(f"memory residual not fitted: rows of {mem_sources} sources (a calibration for a new "
+                              "stack keeps the physics' memory; fitted across sources it did worse on held-out ones)")
+        elif mem_mask.sum() >= MIN_RESIDUAL_ROWS:
             X = feature_matrix(a_all, out, MEMORY_FEATURES)[mem_mask]
             kinds = [k for k, m in zip(ts.mem_kind, mem_mask, strict=True) if m]
             pred = self._mem_for_kind({k: v[mem_mask] for k, v in out.items()}, kinds)
