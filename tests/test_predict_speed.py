@@ -467,7 +467,8 @@ def test_forest_tables_by_boxes_equal_the_walk_over_every_code():
     from tuneplan.plan.fastforest import accelerated
 
     est = accelerated(get_estimator("tuneplan"))
-    forests = [f for r in (est.residual.thr, est.residual.mem) for f in (r.forest, r.far_forest) if f is not None]
+    forests = [f for r in (est.residual.thr, est.residual.mem) if r is not None for f in (r.forest, r.far_forest)
+               if f is not None]
     checked = 0
     for ff in forests:
         for root, internal in ff.trees:
@@ -483,4 +484,4 @@ def test_forest_tables_by_boxes_equal_the_walk_over_every_code():
             walk = {j: rep[(codes // stride) % len(rep)] for j, (stride, rep) in cols.items()}
             np.testing.assert_array_equal(table[1], ff.value[ff._walk(walk, {}, root, internal, size)])
             checked += 1
-    assert checked > 300
+    assert checked >= 300  # the shipped throughput residual: 150 near and 150 far trees
