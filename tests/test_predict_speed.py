@@ -484,3 +484,27 @@ def test_forest_tables_by_boxes_equal_the_walk_over_every_code():
             np.testing.assert_array_equal(table[1], ff.value[ff._walk(walk, {}, root, internal, size)])
             checked += 1
     assert checked > 300
+
+
+@pytest.mark.parametrize("case", ["some", "all", "existing", "repeated index", "other index"])
+def test_new_column_set_at_once_is_the_loc_column(case):
+    from tuneplan.learn.predict_table import _set_new_column
+
+    df = pd.DataFrame({"a": ["x", "y", "z", "w"], "b": [1.0, 2.0, 3.0, 4.0]})
+    ok = [0, 1, 2, 3] if case == "all" else [0, 2, 3]
+    if case == "existing":
+        df["c"] = ["old", "older", "", "kept"]
+    if case == "repeated index":
+        df.index = [0, 1, 1, 2]
+    if case == "other index":
+        df.index = [10, 7, 3, 5]
+    values = ["seq_len; gpus", "", 'a "quoted", text', "x"][:len(ok)]
+    ref = df.copy()
+    with contextlib.suppress(ValueError, KeyError):  # the repeated index: whatever loc does, the helper does
+        ref.loc[ref.index[ok], "c"] = values
+    out = df.copy()
+    with contextlib.suppress(ValueError, KeyError):
+        _set_new_column(out, out.index[ok], "c", values)
+    pd.testing.assert_frame_equal(out, ref, check_exact=True)
+    assert list(out.dtypes) == list(ref.dtypes)
+    assert out.to_csv(index=False) == ref.to_csv(index=False)
