@@ -485,3 +485,54 @@ def test_forest_tables_by_boxes_equal_the_walk_over_every_code():
             np.testing.assert_array_equal(table[1], ff.value[ff._walk(walk, {}, root, internal, size)])
             checked += 1
     assert checked >= 300  # the shipped throughput residual: 150 near and 150 far trees
+
+
+@pytest.mark.parametrize("case", ["some", "all", "existing", "repeated index", "other index"])
+def test_new_column_set_at_once_is_the_loc_column(case):
+    from tuneplan.learn.predict_table import _set_new_column
+
+    df = pd.DataFrame({"a": ["x", "y", "z", "w"], "b": [1.0, 2.0, 3.0, 4.0]})
+    ok = [0, 1, 2, 3] if case == "all" else [0, 2, 3]
+    if case == "existing":
+        df["c"] = ["old", "older", "", "kept"]
+    if case == "repeated index":
+        df.index = [0, 1, 1, 2]
+    if case == "other index":
+        df.index = [10, 7, 3, 5]
+    values = ["seq_len; gpus", "", 'a "quoted", text', "x"][:len(ok)]
+    ref = df.copy()
+    with contextlib.suppress(ValueError, KeyError):  # the repeated index: whatever loc does, the helper does
+        ref.loc[ref.index[ok], "c"] = values
+    out = df.copy()
+    with contextlib.suppress(ValueError, KeyError):
+        _set_new_column(out, out.index[ok], "c", values)
+    pd.testing.assert_frame_equal(out, ref, check_exact=True)
+    assert list(out.dtypes) == list(ref.dtypes)
+    assert out.to_csv(index=False) == ref.to_csv(index=False)
+
+
+@pytest.mark.parametrize("share", [1, 2, 8, 1000])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_frame_csv_with_constant_and_plain_text_columns_writes_what_pandas_writes(share, seed, monkeypatch):
+    """Columns of one text between varied ones (joined on without a factorize), text columns with and
+    without anything to quote (written as they are), as pandas writes them."""
+    from tuneplan.runs import frame_csv
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    cols: dict[str, object] = {}
+    for j in range(14):
+        kind = rng.integers(0, 5)
+        if kind == 0:
+            cols[f"c{j}"] = ["same"] * n if j % 2 else [np.nan] * n
+        elif kind == 1:
+            cols[f"c{j}"] = [f"id-{k}" for k in rng.permutation(n)]
+        elif kind == 2:
+            cols[f"c{j}"] = rng.choice(["a,b", 'q"', "x", "", "y"], size=n).tolist()
+        elif kind == 3:
+            cols[f"c{j}"] = rng.choice([0.5, 1.0, np.nan, 3.25], size=n)
+        else:
+            cols[f"c{j}"] = rng.integers(0, 4, size=n)
+    df = pd.DataFrame(cols)
+    monkeypatch.setattr(frame_csv, "SEGMENT_SHARE", share)
+    assert frame_csv._text(df) == df.to_csv(index=False)

@@ -27,6 +27,33 @@ def test_kd_tree_distances_are_exact(nan_share):
                                rtol=1e-12, atol=1e-12)
 
 
+def test_kd_tree_module_loaded_alone_is_scipys():
+    """The KD-tree's extension module loaded without the rest of scipy.spatial is the module a later
+    `import scipy.spatial` uses, and its distances are those of scipy.spatial's cKDTree."""
+    pytest.importorskip("scipy")
+    code = (
+        "import sys, numpy as np\n"
+        "from tuneplan.estimators.residual import _kd_tree_class\n"
+        "T = _kd_tree_class()\n"
+        "assert 'scipy.spatial' not in sys.modules and 'scipy.constants' not in sys.modules\n"
+        "rng = np.random.default_rng(1); P = rng.normal(size=(200, 6)); X = rng.normal(size=(500, 6))\n"
+        "d = T(P).query(X, k=1, p=1)[0]\n"
+        "import scipy.spatial\n"
+        "assert scipy.spatial.cKDTree is T and _kd_tree_class() is T\n"
+        "assert np.array_equal(scipy.spatial.KDTree(P).query(X, k=1, p=1)[0], d)\n"
+        "assert scipy.spatial.distance.cityblock(P[0], X[0]) > 0\n"
+        "print('ok')\n"
+    )
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
 def _stepwise_max_micro_batch(est, a):
     """The search one halving per call (before the look-ahead)."""
     n = len(a["micro_batch"])

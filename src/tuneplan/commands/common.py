@@ -5,8 +5,23 @@ that takes a job, with its help, default and choices (docs/architecture.md)."""
 from __future__ import annotations
 
 import argparse
+import sys
 import types
 import typing
+
+BLAS_THREADS_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+"""numpy's BLAS thread pool (OpenBLAS starts one thread per core when numpy is imported, ~0.07-0.1 s of
+CPU here) is pure start-up cost for a command that calls no BLAS routine (no matrix product, no linear
+algebra: an estimate's one configuration, predict's element-wise arrays), so such a command asks for
+one thread unless the user's environment says otherwise."""
+
+
+def single_threaded_blas() -> None:
+    """Before numpy is imported: one BLAS thread, unless the environment sets its own count."""
+    import os
+
+    if "numpy" not in sys.modules and not any(os.environ.get(name) for name in BLAS_THREADS_VARS):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def _int_from(text: str, lowest: int, what: str) -> int:

@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
-from tuneplan.commands.common import add_gpu_args, add_job_args, job_kwargs, positive_float
+from tuneplan.commands.common import (
+    add_gpu_args,
+    add_job_args,
+    job_kwargs,
+    positive_float,
+    single_threaded_blas,
+)
 from tuneplan.commands.from_config import add_from_args, apply_from, print_provenance
 
 
@@ -102,20 +108,6 @@ def _planner_seed(args: argparse.Namespace) -> int:
     ] + [f"  - {a}" for a in out["assumptions"]]
     print("\n".join(lines))
     return 0
-
-
-BLAS_THREADS_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
-"""An estimate computes one configuration: numpy's BLAS thread pool (OpenBLAS starts one thread per
-core when numpy is imported, ~0.1 s of CPU here) is pure start-up cost, so the estimate asks for one
-thread unless the user's environment says otherwise (no operation on one row is threaded anyway)."""
-
-
-def single_threaded_blas() -> None:
-    """Before numpy is imported: one BLAS thread, unless the environment sets its own count."""
-    import os
-
-    if "numpy" not in sys.modules and not any(os.environ.get(name) for name in BLAS_THREADS_VARS):
-        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -48,6 +48,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tuneplan.commands.common import single_threaded_blas
+
+    single_threaded_blas()  # before numpy's import: predict's arrays call no BLAS routine
     import pandas as pd
 
     from tuneplan.commands.learn import report_problems, require_rows

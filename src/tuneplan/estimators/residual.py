@@ -3,6 +3,9 @@ log-residuals, shrunk back toward the physics outside the range it was trained o
 
 from __future__ import annotations
 
+import _thread
+import sys
+
 import numpy as np
 
 from tuneplan.estimators.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
@@ -49,10 +52,56 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return c[first], np.asarray(inv).reshape(-1)
 
 
+_KD_TREE_LOCK = _thread.allocate_lock()  # _thread: builtin, already loaded (threading is not, on estimate's path)
+
+
+def _kd_tree_class() -> type:
+    """scipy's cKDTree. `import scipy.spatial` also loads its Delaunay / Voronoi, distance and rotation
+    modules (scipy.constants among them): ~0.35 s of CPU here, against ~0.12 s for the KD-tree's own
+    extension module, which is loaded alone (registered under its own name, as the import system
+    does, so a later `import scipy.spatial` takes the same module) while scipy.spatial is not imported
+    yet; one thread at a time (`_KD_TREE_LOCK`). Any surprise (another layout of scipy, a loader error)
+    falls back to `from scipy.spatial import cKDTree`: the same class either way."""
+    name = "scipy.spatial._ckdtree"
+    with _KD_TREE_LOCK:
+        mod = sys.modules.get(name)
+        if mod is None and "scipy.spatial" not in sys.modules:
+            mod = _load_alone(name)
+    tree = getattr(mod, "cKDTree", None)
+    if tree is None:
+        from scipy.spatial import cKDTree as tree
+    return tree
+
+
+def _load_alone(name: str):
+    """The extension module `name` of scipy.spatial, loaded without its package's `__init__` (None when
+    it cannot be; ImportError when scipy is not installed)."""
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    import scipy  # no scipy: ImportError, as `from scipy.spatial import cKDTree` gives
+
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(name, [os.path.join(scipy.__path__[0], "spatial")])
+        if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+            return None
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[name] = loaded
+        try:
+            spec.loader.exec_module(loaded)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return loaded
+    except Exception:  # noqa: BLE001 - any surprise: scipy's own import (the caller)
+        return None
+
+
 def _tree_nearest(Xs: np.ndarray, Ps: np.ndarray) -> np.ndarray:
     """Exact L1 nearest distances with KD-trees: rows and points grouped by which features they lack,
     each pair of groups searched over the features both have (a missing feature counts 0)."""
-    from scipy.spatial import cKDTree
+    cKDTree = _kd_tree_class()  # noqa: N806 - scipy's class name
 
     Xu, back = _distinct_rows(Xs)
     out = np.full(len(Xu), np.inf)

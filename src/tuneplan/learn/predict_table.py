@@ -79,8 +79,18 @@ def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True) -> p
         out.loc[idx, "pred_fits"] = pred["fits"]
         if "max_micro_batch" in pred:
             out.loc[idx, "pred_max_micro_batch"] = pred["max_micro_batch"]
-        out.loc[idx, "pred_defaults_used"] = [fc.defaults_used[i] for i in ok]
+        _set_new_column(out, idx, "pred_defaults_used", [fc.defaults_used[i] for i in ok])
     return out
+
+
+def _set_new_column(out: pd.DataFrame, idx: pd.Index, col: str, values: list) -> None:
+    """`out.loc[idx, col] = values`: a column not yet in `out` built at once from the values aligned on
+    the index (the same column: dtype, values, missing rows), not filled and then set row by row
+    (~0.15 s for 175,000 texts under pandas 3's string dtype)."""
+    if col in out.columns or not out.index.is_unique:
+        out.loc[idx, col] = values
+        return
+    out[col] = pd.Series(values, index=idx)
 
 
 def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> dict[str, np.ndarray]:

@@ -534,10 +534,11 @@ class _Reader:
         slow = self.frame(rows)
         pieces, prev = [], 0
         for pos, blk in blocks:
-            blk = blk.copy()
-            for col in slow.columns:
-                if col not in blk.columns:  # an extra column of another file: empty here
-                    blk[col] = np.nan if not len(rows) or slow[col].dtype.kind == "f" else ""
+            missing = [col for col in slow.columns if col not in blk.columns]
+            if missing:  # the file's own table is left as it is (a copy of 200,000 rows: ~0.15 s)
+                blk = blk.copy()
+            for col in missing:  # an extra column of another file: empty here
+                blk[col] = np.nan if not len(rows) or slow[col].dtype.kind == "f" else ""
             pieces += [slow.iloc[prev:pos], blk[list(slow.columns)]]
             prev = pos
         pieces.append(slow.iloc[prev:])
