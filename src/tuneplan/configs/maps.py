@@ -22,11 +22,17 @@ OPTIMIZERS: dict[str, str] = {
     "bitsandbytes.optim.pagedadamw32bit": "adamw", "torchao.optim.adamw8bit": "adamw-8bit",
     "torchao.prototype.low_bit_optim.adamw8bit": "adamw-8bit", "torchao.optim.adamw4bit": "adamw-8bit",
     "adamw8bit": "adamw-8bit", "pagedadamw8bit": "paged-adamw-8bit", "onebitadam": "adamw",
+    # transformers' GaLore optims (galore_torch): the block linears' moments at rank r
+    "galore_adamw": "galore-adamw", "galore_adamw_layerwise": "galore-adamw", "galore_adamw_8bit": "galore-adamw",
+    "galore_adamw_8bit_layerwise": "galore-adamw",
 }
 """Optimizer name (lower case) -> tuneplan optimizer. Paged 32-bit AdamW keeps fp32 moments (same
 memory as AdamW, paged to CPU only under pressure); 4-bit states are counted as 8-bit (the closest)."""
 
 OPTIMIZER_NOTES = {
+    "galore_adamw_layerwise": "layer-wise GaLore steps free each gradient early: counted with all of them held",
+    "galore_adamw_8bit": "GaLore's 8-bit moments counted as 16/32-bit (the projected moments are small)",
+    "galore_adamw_8bit_layerwise": "GaLore's 8-bit moments counted as 16/32-bit; every gradient counted as held",
     "paged_adamw_32bit": "paged 32-bit AdamW: fp32 moments as AdamW (paged out only under memory pressure)",
     "paged_adamw": "paged 32-bit AdamW: fp32 moments as AdamW (paged out only under memory pressure)",
     "adamw_torch_4bit": "4-bit optimizer states counted as 8-bit (tuneplan's smallest)",
@@ -90,6 +96,13 @@ def set_optimizer(out, f: str, key: str, name, fused=None) -> None:
         out.set("optimizer_impl", "fused", f, key.rsplit(".", 1)[0] + ".fused", "torch.optim fused=True: one kernel")
     elif impl:
         out.set("optimizer_impl", impl, f, key, f"{name}: {impl} AdamW step")
+
+
+def galore_rank(optim_args) -> int | None:
+    """GaLore's `rank` from transformers' `optim_args` ("rank=64, update_proj_gap=100, ..."; None when
+    not there: transformers' default 128 applies)."""
+    m = re.search(r"(?:^|[,\s])rank\s*=\s*(\d+)", str(optim_args or ""))
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
 
 
 def precision(name) -> str | None:

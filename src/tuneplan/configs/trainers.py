@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tuneplan.configs.base import ConfigRead, Doc
 from tuneplan.configs.launchers import read_deepspeed, read_fsdp
-from tuneplan.configs.maps import attention, precision, set_optimizer, targets, truthy
+from tuneplan.configs.maps import attention, galore_rank, precision, set_optimizer, targets, truthy
 
 HF_BATCH_DEFAULT = 8
 """transformers TrainingArguments.per_device_train_batch_size default (samples per GPU)."""
@@ -18,6 +18,8 @@ LLAMAFACTORY_CUTOFF_DEFAULT = 2048
 """LLaMA-Factory `cutoff_len` default (tokens), hparams/data_args.py."""
 LLAMAFACTORY_RANK_DEFAULT = 8
 """LLaMA-Factory `lora_rank` default, hparams/finetuning_args.py."""
+LLAMAFACTORY_GALORE_RANK_DEFAULT = 16
+"""LLaMA-Factory `galore_rank` default, hparams/finetuning_args.py (0.9.5)."""
 TRL_MAX_LENGTH_DEFAULT = 1024
 """TRL SFTConfig `max_length` default (tokens), trl/trainer/sft_config.py."""
 TRL_LORA_R_DEFAULT = 16
@@ -124,6 +126,9 @@ def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) ->
     opt = doc.get("optim")
     if opt is not None:
         set_optimizer(out, f, "optim", opt)
+        rank = galore_rank(doc.get("optim_args"))
+        if rank and out.value("optimizer") == "galore-adamw":
+            out.set("galore_rank", rank, f, "optim_args", "GaLore's rank")
     out.assume("optimizer", "adamw", f, f"optim not set: {flavour} default adamw_torch_fused")
     out.assume("optimizer_impl", "fused", f, f"optim not set: {flavour} default adamw_torch_fused (transformers >= "
                                             "4.55 with torch >= 2.8; adamw_torch, foreach, before)")
@@ -371,6 +376,8 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("method", "full", f, "finetuning_type")
         if truthy(doc.get("pure_bf16", False)):
             out.set("master_weights", "none", f, "pure_bf16", "bf16 weights trained in place")
+        if truthy(doc.get("use_galore", False)):
+            _llamafactory_galore(doc, out)
     cut = doc.int("cutoff_len")
     if isinstance(cut, int) and cut > 0:
         out.set("seq_len", cut, f, "cutoff_len")
@@ -418,6 +425,25 @@ LLAMAFACTORY_PREF_LOSSES = {"orpo": "orpo", "simpo": "simpo"}
 AXOLOTL_RL = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo", "grpo": "grpo",
               "gdpo": "grpo"}
 """axolotl `rl` values -> tuneplan stages (IPO is DPO with another loss; GDPO a GRPO variant)."""
+
+
+def _llamafactory_galore(doc: Doc, out: ConfigRead) -> None:
+    """LLaMA-Factory's `use_galore` (hparams/finetuning_args.py, 0.9.5): GaLore-AdamW with its own rank
+    default 16; `galore_layerwise` steps each weight in its gradient hook (counted with every gradient
+    held: an upper bound); `galore_target` other than all is counted as all the block linears."""
+    f = doc.path
+    out.set("optimizer", "galore-adamw", f, "use_galore")
+    r = doc.int("galore_rank")
+    if isinstance(r, int):
+        out.set("galore_rank", r, f, "galore_rank")
+    else:
+        out.assume("galore_rank", LLAMAFACTORY_GALORE_RANK_DEFAULT, f, "galore_rank not set: LLaMA-Factory default")
+    if truthy(doc.get("galore_layerwise", False)):
+        out.ignore(f, "galore_layerwise", "layer-wise steps free each gradient early: counted with all of them held")
+    tgt = doc.get("galore_target")
+    if tgt not in (None, "all"):
+        out.ignore(f, "galore_target", f"'{tgt}': counted as all the block linears")
+    doc.touch("galore_update_interval", "galore_scale", "galore_proj_type")
 
 
 def _llamafactory_stage(doc: Doc, out: ConfigRead, stage: str) -> None:

@@ -29,7 +29,7 @@ PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16":
 QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "int8",
              "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4", "fp8": "fp8",
              "aqlm-2bit-1x16": "aqlm-2bit", "aqlm-2bit": "aqlm-2bit"}
-OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "adamw",
+OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "galore-adamw",
                  "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
                  "paged-adamw-8bit": "paged-adamw-8bit", "sgd": "sgd", "adafactor": "adafactor",
                  "lion": "sgd-momentum"}
@@ -259,6 +259,17 @@ def _row_moe_experts(row: dict, fw) -> str:
     return fw.moe_experts
 
 
+def _positive_int(v: Any, column: str) -> int:
+    """A cell that must be a positive whole number (InputError naming the column otherwise)."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise InputError(column, f"'{v}' is not a number") from None
+    if not (x >= 1 and x.is_integer()):
+        raise InputError(column, f"'{v}' is not a positive integer")
+    return int(x)
+
+
 def _row_choice(row: dict, fw, key: str) -> str:
     """A stack setting of the row (`optimizer_impl`: how its AdamW step ran; `grad_accum_sync`: how FSDP
     reduced its gradients under accumulation; `fsdp_adapter_wrap`: where FSDP put the adapters): its
@@ -318,7 +329,7 @@ BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
                 "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version",
-                "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap")
+                "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -379,6 +390,9 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     }
     if quant is not None and method != "full":
         kw["quant"] = quant
+    rank = _get(row, "galore_rank")
+    if rank is not None and optimizer == "galore-adamw":
+        kw["galore_rank"] = _positive_int(rank, "galore_rank")
     kw.update(_row_adapter_fields(row, method, model, used))
     return RowBase(model=model, gpu=gpu, dp=dp, seq_len=int(round(float(seq))), kw=kw, used_tail=list(used[n_head:]),
                    mem_kind=str(_get(row, "mem_kind") or "").strip().lower())

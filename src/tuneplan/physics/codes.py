@@ -37,6 +37,7 @@ class OptimizerCode(IntEnum):
     SGD = 3
     SGD_MOMENTUM = 4
     ADAFACTOR = 5
+    GALORE_ADAMW = 6
 
 
 METHOD_CODES = {"full": MethodCode.FULL, "lora": MethodCode.LORA, "qlora": MethodCode.QLORA,
@@ -53,7 +54,8 @@ SHARDING_CODES = {"none": ShardingCode.NONE, "ddp": ShardingCode.NONE, "zero1": 
                   "zero3-offload": ShardingCode.OFFLOAD, "fsdp-offload": ShardingCode.OFFLOAD}
 OPTIMIZER_CODES = {"adamw": OptimizerCode.ADAMW, "adamw-8bit": OptimizerCode.ADAMW_8BIT,
                    "paged-adamw-8bit": OptimizerCode.PAGED_ADAMW_8BIT, "sgd": OptimizerCode.SGD,
-                   "sgd-momentum": OptimizerCode.SGD_MOMENTUM, "adafactor": OptimizerCode.ADAFACTOR}
+                   "sgd-momentum": OptimizerCode.SGD_MOMENTUM, "adafactor": OptimizerCode.ADAFACTOR,
+                   "galore-adamw": OptimizerCode.GALORE_ADAMW}
 
 
 def lora_family(method_code: np.ndarray) -> np.ndarray:

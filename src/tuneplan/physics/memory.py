@@ -34,11 +34,12 @@ from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
 
-OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0}
+OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0, 6: 8.0}
 """Optimizer state bytes per trainable parameter: AdamW two fp32 moments; 8-bit AdamW (plain or
 paged) two 1-byte moments; SGD none; SGD with momentum one fp32 buffer; Adafactor's factored second
 moment (row + column statistics, taken here as ~1 fp32 per parameter upper bound for non-matrix
-parameters and the first moment when beta1 is set)."""
+parameters and the first moment when beta1 is set); GaLore-AdamW as AdamW for the weights it does not
+project (`galore_state_elements` for those it does)."""
 
 
 _STATE_TABLE = np.array([OPTIMIZER_STATE_BYTES[k] for k in range(len(OPTIMIZER_STATE_BYTES))])
@@ -57,6 +58,40 @@ def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
     8-bit, paged, SGD and Adafactor steps are counted without one."""
     adamw = np.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
     return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
+
+
+def galore_state_elements(a: Arrays) -> np.ndarray:
+    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0
+    GaLoreAdamW + GaLoreProjector, which transformers' `galore_adamw` optim and ms-swift run): each
+    m x n weight's gradient is projected to rank r on its smaller side, so the projector holds r x min(m, n)
+    and the two moments r x max(m, n) each: r x (min + 2 max) per matrix, in the weights' dtype, against
+    AdamW's 2 m n. The full gradient is still allocated by autograd; the step projects it, updates the
+    moments and projects the update back one matrix at a time (no multi-tensor temporary)."""
+    return a["galore_rank"] * (a["galore_min_dims"] + 2.0 * a["galore_max_dims"])
+
+
+def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole: np.ndarray,
+                      share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding. The master copy and fp32
+    moments where the job keeps one (JobSpec.fp32_master: AMP over fp32 weights, DeepSpeed ZeRO,
+    Megatron); otherwise 16-bit weights are trained in place and AdamW's moments, allocated like the
+    parameter (torch zeros_like), are 16-bit too (8-bit optimizers' 1-byte states do not change).
+    GaLore (full fine-tuning) keeps the block linears' states in their rank-r projections
+    (`galore_state_elements`), AdamW's elsewhere. `whole`: rows training whole weights (full, freeze);
+    `share`: the part of the model's matrices on this GPU (expert and tensor / pipeline parallel)."""
+    pbytes = a["weight_bytes_compute"]
+    trained16 = whole & (pbytes == 2)
+    keep32 = a["fp32_master"] > 0
+    master = np.where(whole & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0)
+    code = np.asarray(a["optimizer_code"])
+    state = _state_bytes(code)
+    state16 = np.where(np.isin(code, (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT)), state, state * pbytes / 4.0)
+    state = np.where(trained16 & ~keep32, state16, state)
+    galore = full & (code == OptimizerCode.GALORE_ADAMW)
+    projected = a["params_block_linear"] * share
+    opt = np.where(galore, (trainable - projected) * state + galore_state_elements(a) * share * state / 2.0,
+                   trainable * state)
+    return master, opt
 
 
 def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, grad_bytes: np.ndarray,
@@ -182,16 +217,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # gradients in the compute dtype, or in an fp32 buffer (Megatron's main_grad, FSDP2 fp32 reduce)
     grad_bytes = np.where(full | freeze, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
     grads, step_grads = gradient_bytes(a, trainable, frozen_lin, grad_bytes, np.where(offload, sdeg, g_div))
-    # fp32 master copy and fp32 moments (JobSpec.fp32_master: AMP over fp32 weights, DeepSpeed ZeRO,
-    # Megatron); otherwise 16-bit weights are trained in place and AdamW's moments are 16-bit too
-    trained16 = (full | freeze) & (pbytes == 2)
-    keep32 = a["fp32_master"] > 0
-    master = np.where((full | freeze) & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0) / o_div
-    state = _state_bytes(a["optimizer_code"])
-    # moments allocated like the parameter (torch zeros_like); 8-bit optimizers' 1-byte states do not change
-    state16 = np.where(np.isin(a["optimizer_code"], (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT)), state, state * pbytes / 4.0)
-    state = np.where(trained16 & ~keep32, state16, state)
-    opt = trainable * state / o_div
+    master, opt = master_and_states(a, trainable, full, full | freeze, ep_factor / split)
+    master, opt = master / o_div, opt / o_div
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
     master = np.where(host_states, 0.0, master)
     opt = np.where(host_states, 0.0, opt)

@@ -319,7 +319,10 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     opt_code = a["optimizer_code"]
     opt_bytes = np.array([c.optimizer_bytes_adamw, c.optimizer_bytes_8bit, c.optimizer_bytes_8bit,
                           c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
-                          c.optimizer_bytes_adafactor])[opt_code.astype(np.intp)]
+                          c.optimizer_bytes_adafactor,
+                          # GaLore-AdamW: costed as AdamW's traffic (its projections are 4 r m n FLOPs per
+                          # matrix per step; the SVD every update_proj_gap steps is not costed)
+                          c.optimizer_bytes_adamw])[opt_code.astype(np.intp)]
     shard = a["sharding"]
     opt_div = np.where(shard >= ShardingCode.ZERO1, dp * cp, 1.0) * split
     offload = (shard == ShardingCode.OFFLOAD) | (get(a, "offload_code") > 0)

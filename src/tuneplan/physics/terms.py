@@ -99,6 +99,10 @@ class ModelTerms:
     frozen_other_bytes: float
     dequant_bytes: float  # dequantisation kind per pass: 0 none, 1 NF4 (bitsandbytes), 2 GPTQ/AWQ/int8 kernels
     optimizer_code: int
+    galore_rank: float  # GaLore's projection rank r (physics/memory.py galore_state_elements)
+    galore_min_dims: float  # block linears: sum of min(in, out) over every matrix (GaLore's projector, per rank)
+    galore_max_dims: float  # block linears: sum of max(in, out) over every matrix (GaLore's moments, per rank)
+    params_block_linear: float  # block linear weights (GaLore projects their gradients)
     method_code: int
     n_layers: int
     attn_layers: int
@@ -366,6 +370,12 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         frozen_other_bytes=pbytes,
         dequant_bytes=float(sp.dequant),
         optimizer_code=OPTIMIZER_CODES[job.optimizer],
+        galore_rank=float(job.galore_rank),
+        galore_min_dims=float(sum(min(lin.in_features, lin.out_features) * lin.count_per_layer * lin.n_layers
+                                  for lin in linears)),
+        galore_max_dims=float(sum(max(lin.in_features, lin.out_features) * lin.count_per_layer * lin.n_layers
+                                  for lin in linears)),
+        params_block_linear=block_linear_params,
         method_code=METHOD_CODES[method],
         n_layers=L,
         attn_layers=model.attention_layers,

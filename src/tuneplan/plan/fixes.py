@@ -80,6 +80,9 @@ def _candidates(job: JobSpec) -> list[Fix]:
                        "--fsdp-adapter-wrap separate", {"fsdp_adapter_wrap": "separate"}, frozenset({"fsdp_adapter_wrap"})))
     if job.optimizer == "adamw" and job.method in FULL_WEIGHT_METHODS:
         out.append(Fix("8-bit AdamW", "--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, frozenset({"optimizer"})))
+    if job.optimizer == "adamw" and job.method == "full":
+        out.append(Fix("GaLore-AdamW: the block linears' moments at rank 128", "--optimizer galore-adamw",
+                       {"optimizer": "galore-adamw"}, frozenset({"optimizer"})))
     if job.method in FULL_WEIGHT_METHODS:
         out.append(Fix("LoRA instead of full fine-tuning", "--method lora", {"method": "lora"}, frozenset({"method"})))
     if job.method in LORA_METHODS:

@@ -98,7 +98,10 @@ def memory_table(model: Any, *, methods: list[str] | None = None, precisions: li
     variants = _variants(methods, precisions)
     if not variants:
         raise InputError("precisions", "no method runs at these precisions (4-bit bases compute in bf16 or fp16)")
-    jobs = [make_job(method=m, precision=p, micro_batch=mb, seq_len=seq, **{**fixed, **extra})
+    def fields(m: str) -> dict:
+        return {**fixed, "optimizer": "adamw"} if fixed.get("optimizer") == "galore-adamw" and m != "full" else fixed
+
+    jobs = [make_job(method=m, precision=p, micro_batch=mb, seq_len=seq, **{**fields(m), **extra})
             for m, p, extra, _ in variants]
     cols = [ref, *gspecs]
     a = build_arrays([(mspec, g, j, seq) for j in jobs for g in cols], est.constants)
@@ -122,6 +125,9 @@ def memory_table(model: Any, *, methods: list[str] | None = None, precisions: li
              "each GPU itself.",
              "Longer sequences and larger micro-batches add activations and logits: `tuneplan estimate --model M "
              "--gpu G --seq-len S --micro-batch B` for one case, `tuneplan curve` for the whole range."]
+    if fixed.get("optimizer") == "galore-adamw" and any(m != "full" for m in methods):
+        notes.append("GaLore-AdamW projects the full weights' gradients: the full rows use it "
+                     f"(rank {jobs[0].galore_rank}), the other methods AdamW.")
     notes += [g.resolved_as + "." for g in gspecs if g.resolved_as]
     return MemoryTable(model=mspec.name, seq_len=seq, micro_batch=mb, gpus_per_run=j0.gpus, reference_gpu=ref.name,
                        gpus=[(g.name, usable_memory_gib(g)) for g in gspecs], rows=rows, notes=notes)

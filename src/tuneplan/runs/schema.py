@@ -46,7 +46,8 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 """Columns whose values must be > 0 when given."""
 
 SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params",
-                                    "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap")
+                                    "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap",
+                                    "galore_rank")
 """Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
 `padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
 sample, so batch shapes vary; a per-source default for sources that say so); `adapter_dtype` = fp32
@@ -62,7 +63,8 @@ framework's default, data/frameworks.yaml); `grad_accum_sync` = how FSDP reduced
 gradient accumulation: every-micro-batch (each GPU keeps its shard) or no-sync (no_sync until the last
 micro-batch: every GPU holds the unsharded gradients; empty: the framework's default); `fsdp_adapter_wrap` =
 where FSDP put a PEFT method's adapters: separate (their own units, or FSDP2) or with-block (inside each
-block's FSDP1 flat parameter: the frozen weights' gradient allocated too; empty: the framework's default)."""
+block's FSDP1 flat parameter: the frozen weights' gradient allocated too; empty: the framework's default);
+`galore_rank` = GaLore's projection rank for optimizer `galore-adamw` (empty: 128, transformers' default)."""
 
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",

@@ -40,7 +40,7 @@ DEFAULT_MASTER_WEIGHTS = "fp32"
 """A full fine-tuning in 16 bits keeps an fp32 master copy unless told otherwise (--master-weights) or the
 framework says (data/frameworks.yaml): mixed precision over fp32 weights (HF Trainer's bf16=True on a
 model loaded in fp32, PyTorch AMP, DeepSpeed, Megatron) is what most recipes run; 16 bytes/param with AdamW."""
-OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor")
+OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor", "galore-adamw")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
 QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit", "fp8")
@@ -68,7 +68,10 @@ Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"
                  "boft", "vera", "fourierft", "hra", "bone", "prefix-tuning", "prompt-tuning", "p-tuning",
                  "ln-tuning", "adapter"]
 Precision = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "mxfp4"]
-Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor"]
+Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor", "galore-adamw"]
+DEFAULT_GALORE_RANK = 128
+"""GaLore's projection rank when not given: transformers' `galore_adamw` default (trainer_optimizer.py
+`_get_galore_optimizer`: optim_args rank 128)."""
 Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
                    "zero3-offload", "fsdp-offload"]
@@ -119,7 +122,10 @@ class JobSpec(Record):
                                                     "precision", "method")
     quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4, aqlm-2bit, fp8 (default: as the "
                                      "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "method")
-    optimizer: Optimizer = option("adamw", "optimizer (default adamw)", "method")
+    optimizer: Optimizer = option("adamw", "optimizer (default adamw; galore-adamw: full fine-tuning with GaLore's "
+                                           "low-rank moments of the block linears)", "method")
+    galore_rank: int = option(DEFAULT_GALORE_RANK, "GaLore: projection rank r of the block linears' moments "
+                                                   f"(default {DEFAULT_GALORE_RANK}, transformers' default)", "method")
     optimizer_impl: Literal["foreach", "fused", "for-loop"] = option(
         "foreach", "how the AdamW step runs: foreach (torch's default: one second-moment-sized temporary for all "
                    "trained weights at the step), fused (torch fused=True, apex / DeepSpeed FusedAdam) or for-loop "
@@ -260,7 +266,7 @@ class JobSpec(Record):
             raise ValueError(f"unknown framework '{v}' (allowed: {', '.join(framework_names())})")
         return v
 
-    @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank",
+    @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank", "galore_rank",
                      "trainable_layers", "ckpt_every", "vpp")
     @classmethod
     def _positive(cls, v: int, info: ValidationInfo) -> int:
@@ -334,6 +340,9 @@ class JobSpec(Record):
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
         if self.vpp > 1 and self.pp == 1:
             raise ValueError(f"vpp ({self.vpp}) needs pipeline parallelism (pp > 1)")
+        if self.optimizer == "galore-adamw" and self.method != "full":
+            raise ValueError(f"optimizer galore-adamw is full fine-tuning (GaLore projects the full weights' "
+                             f"gradients), not {self.method}")
         if self.method == "full" and self.quant not in (None, "none"):
             raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
         method_options(self.method, self.peft_options)  # unknown options: InputError naming the allowed ones

@@ -13,7 +13,7 @@ MAX_CONFIG_FILES = 8
 MAX_CONFIG_CHARS = 500_000
 """Characters per file (the largest published example is ~14 kB)."""
 FORM_FIELDS = ("model", "method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision",
-               "quant", "optimizer", "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "gpus", "nodes",
+               "quant", "optimizer", "galore_rank", "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "gpus", "nodes",
                "sharding", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "grad_accum_sync", "fsdp_adapter_wrap", "examples", "tokens_per_example",
                "tokens", "epochs", "seq_len", "packing", "padding")
 """Form fields a config can fill (the estimate request's names)."""

@@ -30,11 +30,12 @@ NonNegInt = Annotated[int, Field(ge=0, le=10**12)]
 Name = Annotated[str, Field(min_length=1, max_length=300)]
 Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
 
-METHOD_FIELDS = ("lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
+METHOD_FIELDS = ("lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer", "galore_rank",
                  "optimizer_impl", "master_weights", "flash_attn", "moe_mode", "moe_experts", "framework")
 WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "padding", "eval_every",
                "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
 JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
+              "galore_rank",
               "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
               "micro_batch", "grad_accum", "grad_accum_sync", "fsdp_adapter_wrap", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
               "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
@@ -81,7 +82,10 @@ class MethodOptions(BaseModel):
         None, description="freeze: last N blocks trained (default 2)")
     precision: Precision | None = Field(None, description="compute precision (default bf16)")
     quant: Quant | None = Field(None, description="base weight storage (default: as the method implies)")
-    optimizer: Optimizer | None = Field(None, description="default adamw")
+    optimizer: Optimizer | None = Field(None, description="default adamw; galore-adamw: full fine-tuning with "
+                                                          "GaLore's low-rank moments")
+    galore_rank: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
+        None, description="GaLore: projection rank of the block linears' moments (default 128)")
     master_weights: Literal["auto", "fp32", "none"] | None = Field(
         None, description="16-bit full fine-tuning: fp32 master copy, weights trained in place, or auto "
                           "(fp32 under DeepSpeed ZeRO, tensor parallelism and fp8); default: the framework's, "

@@ -10,12 +10,12 @@
 
   // Inputs kept in the URL; the page's own starting values (PAGE_DEFAULTS) are left out of it.
   const FIELDS = ["model", "config_name", "estimator", "method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers",
-    "precision", "quant", "optimizer", "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "framework", "ckpt_mode", "gpu", "peak_tflops",
+    "precision", "quant", "optimizer", "galore_rank", "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "framework", "ckpt_mode", "gpu", "peak_tflops",
     "memory_gib", "bandwidth_gbs", "gpus", "nodes", "sharding", "tp", "pp", "cp", "micro_batch",
     "grad_accum", "grad_accum_sync", "fsdp_adapter_wrap", "seq_len", "examples", "tokens_per_example", "epochs", "packing", "padding", "provider", "rate",
     "max_gpus", "objective", "deadline_h", "budget_usd", "stage", "precompute_ref", "group_size", "completion_len",
     "rollout_engine", "rollout_gpus"];
-  const NUMBER_FIELDS = new Set(["lora_rank", "trainable_layers", "peak_tflops", "memory_gib",
+  const NUMBER_FIELDS = new Set(["lora_rank", "galore_rank", "trainable_layers", "peak_tflops", "memory_gib",
     "bandwidth_gbs", "gpus", "nodes", "tp", "pp", "cp", "micro_batch", "grad_accum", "seq_len", "examples",
     "tokens_per_example", "epochs", "rate", "max_gpus", "deadline_h", "budget_usd", "group_size", "completion_len",
     "rollout_gpus"]);
@@ -208,6 +208,7 @@
     if (!isMoe()) { delete body.moe_mode; delete body.moe_experts; }
     if (body.moe_experts === "") delete body.moe_experts;
     if (body.optimizer_impl === "") delete body.optimizer_impl;
+    if (st.optimizer !== "galore-adamw") delete body.galore_rank;
     if (body.grad_accum_sync === "") delete body.grad_accum_sync;
     if (body.fsdp_adapter_wrap === "" || st.method === "full" || st.method === "freeze") delete body.fsdp_adapter_wrap;
     if (body.packing) delete body.padding;
@@ -772,6 +773,7 @@
     b.toggle("no-freeze", st.method !== "freeze");
     b.toggle("no-full", st.method !== "full" && st.method !== "freeze");
     b.toggle("no-moe", !isMoe());
+    b.toggle("no-galore", st.optimizer !== "galore-adamw");
     b.toggle("no-custom", !!st.gpu);
     b.toggle("no-rl", !RL_STAGES.includes(st.stage));
     b.toggle("no-refstage", !REF_STAGES.includes(st.stage));
