@@ -70,6 +70,15 @@ def galore_state_elements(a: Arrays) -> np.ndarray:
     return a["galore_rank"] * (a["galore_min_dims"] + 2.0 * a["galore_max_dims"])
 
 
+def expert_sharding(div: np.ndarray, ep: np.ndarray, expert_here: np.ndarray) -> np.ndarray:
+    """The effective shard count of a GPU's weights, gradients or states when `expert_here` of them are
+    expert weights: dense ones are sharded over the `div` data x context parallel ranks, expert ones over
+    the expert-data-parallel ranks only, div / ep (Megatron-Core's distributed optimizer keeps separate
+    buffers on `expert_data_parallel_group`; DeepSpeed-MoE partitions expert weights within their
+    expert-data-parallel group). Unsharded (div 1) stays 1."""
+    return 1.0 / ((1.0 - expert_here) / div + expert_here / np.maximum(div / ep, 1.0))
+
+
 def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole: np.ndarray,
                       share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding. The master copy and fp32
@@ -202,6 +211,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # expert weights are spread over the expert-parallel ranks
     expert_share = np.where(a["params_total"] > 0, a["params_expert"] / a["params_total"], 0.0)
     ep_factor = 1.0 - expert_share + expert_share / ep
+    w_div, g_div, o_div = (expert_sharding(d, ep, expert_share / ep / ep_factor) for d in (w_div, g_div, o_div))
 
     trainable = a["params_trainable"] * ep_factor / split
     frozen_lin = a["params_frozen_linear"] * ep_factor / split
