@@ -35,3 +35,12 @@ def tiny_llama_config(**over) -> dict:
     }
     cfg.update(over)
     return cfg
+
+
+def framework_entry(**over) -> dict:
+    """The smallest valid data/frameworks.yaml entry (every required key), with `over` on top: for tests
+    of one optional key's parsing (specs.framework._parse)."""
+    base = {k: False for k in ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads",
+                               "sequence_parallel", "tp_comm_overlap", "adapter_fp32", "packing")}
+    base.update(attention="sdpa", cross_entropy="none", master_weights="auto", padding="max")
+    return {**base, **over}

@@ -104,13 +104,12 @@ def test_frameworks_say_how_they_accumulate_with_a_source() -> None:
     for name in ("torchtune", "torchtitan", "llm-foundry", "generic", "megatron", "deepspeed"):
         assert get_framework(name).grad_accum_sync == "every-micro-batch", name
     assert get_framework("litgpt").fsdp_adapter_wrap == "separate"  # FSDP2 for LoRA since litgpt 0.5.11
-    base = {k: False for k in ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads",
-                               "sequence_parallel", "tp_comm_overlap", "adapter_fp32", "packing")}
-    base.update(attention="sdpa", cross_entropy="none", master_weights="auto", padding="max")
+    from conftest import framework_entry
+
     with pytest.raises(ValueError, match="grad_accum_sync"):
-        _parse("x", {**base, "grad_accum_sync": "sometimes", "sources": {"grad_accum_sync": "s"}})
+        _parse("x", framework_entry(grad_accum_sync="sometimes", sources={"grad_accum_sync": "s"}))
     with pytest.raises(ValueError, match="needs its source"):
-        _parse("x", {**base, "fsdp_adapter_wrap": "with-block"})
+        _parse("x", framework_entry(fsdp_adapter_wrap="with-block"))
 
 
 def test_job_and_runs_rows_take_the_settings() -> None:

@@ -89,13 +89,12 @@ def test_every_framework_says_its_step_with_a_source() -> None:
     assert get_framework("litgpt").optimizer_impl == "foreach"
     assert get_framework("llm-foundry").optimizer_impl == "for-loop"  # composer's DecoupledAdamW loop
     assert get_framework("generic").optimizer_impl == "foreach"  # torch's default
-    base = {k: False for k in ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads",
-                               "sequence_parallel", "tp_comm_overlap", "adapter_fp32", "packing")}
-    base.update(attention="sdpa", cross_entropy="none", master_weights="auto", padding="max")
+    from conftest import framework_entry
+
     with pytest.raises(ValueError, match="optimizer_impl"):
-        _parse("x", {**base, "optimizer_impl": "magic", "sources": {"optimizer_impl": "s"}})
+        _parse("x", framework_entry(optimizer_impl="magic", sources={"optimizer_impl": "s"}))
     with pytest.raises(ValueError, match="needs its source"):
-        _parse("x", {**base, "optimizer_impl": "fused"})
+        _parse("x", framework_entry(optimizer_impl="fused"))
 
 
 def test_job_takes_the_frameworks_step() -> None:
