@@ -76,24 +76,24 @@ def _global_batch(out: ConfigRead) -> None:
             out.set("grad_accum", gb // (mb * gpus), v.file, v.key, f"global batch {gb} / ({mb} x {gpus} GPUs)")
 
 
-NO_SYNC_TRAINERS = {
-    "trl": "transformers' Trainer runs every micro-batch but the last under accelerate's no_sync",
-    "llamafactory": "transformers' Trainer runs every micro-batch but the last under accelerate's no_sync",
-    "axolotl": "transformers' Trainer runs every micro-batch but the last under accelerate's no_sync",
-    "litgpt": "litgpt runs every accumulating micro-batch under fabric.no_backward_sync (FSDP no_sync)",
-}
-"""Config formats whose trainer accumulates FSDP gradients under no_sync (data/frameworks.yaml grad_accum_sync)."""
+FORMAT_FRAMEWORKS = {"trl": "trl", "llamafactory": "llama-factory", "axolotl": "axolotl", "litgpt": "litgpt",
+                     "torchtune": "torchtune"}
+"""The data/frameworks.yaml entry of each config format whose trainer it names."""
 
 
 def _fsdp_accumulation(out: ConfigRead) -> None:
-    """Under FSDP with gradient accumulation, how the config's trainer reduces the gradients: no_sync
+    """Under FSDP with gradient accumulation, how the config's trainer reduces the gradients: its
+    framework's `grad_accum_sync` (data/frameworks.yaml, with its source), stated where it is no_sync
     (every GPU holds the unsharded gradients until the last micro-batch) unless a file says otherwise
     (accelerate's sync_each_batch)."""
+    from tuneplan.specs.framework import get_framework
+
     if not str(out.value("sharding", "")).startswith("fsdp") or (out.value("grad_accum") or 1) <= 1:
         return
-    fmt = next((f for f in out.formats if f in NO_SYNC_TRAINERS), None)
-    if fmt is not None:
-        out.assume("grad_accum_sync", "no-sync", out.files[0] if out.files else "", NO_SYNC_TRAINERS[fmt])
+    name = next((FORMAT_FRAMEWORKS[f] for f in out.formats if f in FORMAT_FRAMEWORKS), None)
+    if name is not None and get_framework(name).grad_accum_sync == "no-sync":
+        out.assume("grad_accum_sync", "no-sync", out.files[0] if out.files else "",
+                   f"{name} runs every micro-batch but the last under FSDP's no_sync (data/frameworks.yaml)")
 
 
 def finish(out: ConfigRead) -> None:
