@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from tuneplan.errors import InputError
 from tuneplan.estimators.base import STEP_PARTS
+from tuneplan.physics import xp
 from tuneplan.physics.job_assumptions import job_assumptions
 from tuneplan.physics.peft_methods import peft_assumptions
 from tuneplan.physics.run import (
@@ -25,6 +24,11 @@ from tuneplan.specs.gpu import GPUSpec, gpu_assumptions
 from tuneplan.specs.job import JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg, resolve_rate
+
+
+ARRAYS = "python"
+"""The arrays one estimate's pipeline runs on: `physics.xp`'s pure-Python vectors (a single
+configuration is quicker so, and `tuneplan estimate` never imports numpy); "numpy" gives the same figures."""
 
 
 @dataclass
@@ -185,7 +189,7 @@ def step_workload(job: JobSpec) -> Workload:
 
 def _scalar(out: dict, key: str, default: float = 0.0) -> float:
     v = out.get(key)
-    return default if v is None else float(np.asarray(v)[0])
+    return default if v is None else float(xp.first(v))
 
 
 def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estimator: str = "tuneplan",
@@ -218,7 +222,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
 
         stage, a, out, _ = stage_for_estimate(est, est.memory_model, estimator, mspec, gspec, jspec, wl)
     else:
-        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants)
+        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants, backend=ARRAYS)
         out = est.predict_arrays(a)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
@@ -300,7 +304,7 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
 
     mem_total = _scalar(out, "memory_gib")
     cap = float(usable_memory_gib(gspec))  # less inline ECC on GDDR parts (physics/terms.py)
-    fits = bool(np.asarray(out["fits"])[0])
+    fits = bool(xp.first(out["fits"]))
     memory_model = est.memory_model
     max_mb = (stage.max_micro_batch if stage else None if memory_model is None
               else int(memory_model.max_micro_batch(a)[0]))
@@ -381,7 +385,7 @@ def no_fit_at_one(memory_model, a: dict, capacity_gib: float) -> str | None:
     if memory_model is None:
         return None
     one = dict(a)
-    one["micro_batch"] = np.ones_like(np.asarray(a["micro_batch"], dtype=float))
+    one["micro_batch"] = xp.ones_like(a["micro_batch"])
     m = memory_model.predict_arrays(one)
     static = sum(_scalar(m, k + "_gib") for k in STATIC_MEMORY_PARTS[:-1] if k + "_gib" in m)
     return (f"does not fit even at micro-batch 1: {_scalar(m, 'memory_gib'):.1f} GiB per GPU needed, "

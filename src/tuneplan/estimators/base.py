@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import numpy as np
-
+from tuneplan.physics import xp
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 
-Arrays = dict[str, np.ndarray]
+Arrays = dict[str, xp.Array]
 
 STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
               "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")

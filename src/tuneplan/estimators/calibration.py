@@ -14,13 +14,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from tuneplan.errors import DataFileError, InputError, read_user_text
 
@@ -75,9 +74,10 @@ def _round(x):
         return {str(k): _round(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_round(v) for v in x]
-    if isinstance(x, (np.floating,)):
+    np = sys.modules.get("numpy")  # a numpy scalar (only if numpy is loaded): its Python value
+    if np is not None and isinstance(x, np.floating):
         return _round(float(x))
-    if isinstance(x, (np.integer,)):
+    if np is not None and isinstance(x, np.integer):
         return int(x)
     return x
 

@@ -1,15 +1,21 @@
-"""Applying a fitted residual model (numpy only, no scikit-learn): the boosted correction on
-log-residuals, shrunk back toward the physics outside the range it was trained on."""
+"""Applying a fitted residual model (no scikit-learn): the boosted correction on log-residuals,
+shrunk back toward the physics outside the range it was trained on. Written against `physics.xp`:
+numpy feature matrices (predict, plan) or the pure-Python `Mat` of one estimate (numpy not imported)."""
 
 from __future__ import annotations
 
 import _thread
+import math
 import sys
-
-import numpy as np
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from tuneplan.estimators.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
 from tuneplan.estimators.trees import Forest
+from tuneplan.physics import xp
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EXTRAPOLATION_DECAY = 4.0
 """How fast the correction fades outside the training range: weight = exp(-4 x summed excess,
@@ -27,6 +33,8 @@ building the tree cost more than they save."""
 
 def _numpy_nearest(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> np.ndarray:
     """Exact, by brute force in blocks (NaN counts 0)."""
+    import numpy as np
+
     out = np.empty(len(X))
     for i in range(0, len(X), NEAREST_CHUNK):
         diff = np.abs(X[i:i + NEAREST_CHUNK, None, :] - points[None, :, :]) / span
@@ -34,8 +42,23 @@ def _numpy_nearest(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> np.nd
     return out
 
 
+def _python_nearest(X: xp.Mat, points: list[list[float]], span: xp.Vec) -> xp.Vec:
+    """`_numpy_nearest` on the pure-Python backend: the same sums, in numpy's order (NaN counts 0)."""
+    s = span.v
+    out = []
+    for x in X.rows:
+        best = math.inf
+        for p in points:
+            d = [abs(u - w) / z for u, w, z in zip(x, p, s)]
+            best = min(best, xp.pairwise_sum([0.0 if e != e else e for e in d]))
+        out.append(best)
+    return xp.Vec(out)
+
+
 def _patterns(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which features each row lacks: the distinct NaN masks and each row's index into them."""
+    import numpy as np
+
     nan = np.isnan(a)
     codes = np.zeros(len(a), dtype=object if a.shape[1] > 62 else np.int64)
     for j in range(a.shape[1]):
@@ -46,6 +69,8 @@ def _patterns(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of `a` and each row's index into them (a plan's grid repeats many)."""
+    import numpy as np
+
     c = np.ascontiguousarray(a)
     rows = c.view(np.dtype((np.void, c.dtype.itemsize * c.shape[1]))).ravel()
     _, first, inv = np.unique(rows, return_index=True, return_inverse=True)
@@ -101,6 +126,8 @@ def _load_alone(name: str):
 def _tree_nearest(Xs: np.ndarray, Ps: np.ndarray) -> np.ndarray:
     """Exact L1 nearest distances with KD-trees: rows and points grouped by which features they lack,
     each pair of groups searched over the features both have (a missing feature counts 0)."""
+    import numpy as np
+
     cKDTree = _kd_tree_class()  # noqa: N806 - scipy's class name
 
     Xu, back = _distinct_rows(Xs)
@@ -124,9 +151,14 @@ def nearest_distance(X: np.ndarray, points: np.ndarray, span: np.ndarray, rows: 
     """Each row's distance to the nearest of `points`: summed absolute feature differences, each in
     units of its training span (features missing on either side count 0). Exact either way: numpy
     for small problems, KD-trees for large ones (a plan over 100k candidates). `rows`: the rows `X`
-    stands for (its distinct configurations' table), which the choice follows (default len(X))."""
+    stands for (its distinct configurations' table), which the choice follows (default len(X)). A
+    pure-Python `Mat` X (one estimate) is measured by brute force on that backend."""
     if len(points) == 0:
-        return np.full(len(X), np.inf)
+        return xp.full(len(X), math.inf, like=X)
+    if xp.is_vec(X):
+        return _python_nearest(X, points.tolist() if hasattr(points, "tolist") else points, span)
+    import numpy as np
+
     if (len(X) if rows is None else rows) * len(points) >= TREE_MIN_WORK:
         Xs = np.asarray(X, dtype=float) / span
         Ps = np.asarray(points, dtype=float) / span
@@ -158,29 +190,70 @@ class Residual:
         self.far_forest = Forest(far_model) if far_model else None
         names = list(model.get("features") or [])
         self.far_columns = ([names.index(n) for n in far_model["features"]] if far_model else None)
-        self.lo = np.asarray(lo, dtype=float)
-        self.hi = np.asarray(hi, dtype=float)
+        self.lo_list = [float(v) for v in lo]
+        self.hi_list = [float(v) for v in hi]
         self.shrink = float(shrink)  # share kept far from every measured configuration
         self.near = float(shrink if near is None else near)  # share kept next to measured configurations
         self.tau = float(tau)
         # earlier calibration files stored one feature box per source instead of the training rows
-        self.boxes = [(np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=float)) for b in (boxes or [])]
+        self.box_lists = [([float(v) for v in b[0]], [float(v) for v in b[1]]) for b in (boxes or [])]
         self.capacity = dict(capacity or {})  # the boosting rounds and smallest leaf chosen for it
-        self.points = (np.asarray(points, dtype=float).reshape(-1, len(self.lo)) if points is not None
-                       else np.empty((0, len(self.lo))))
+        self._points = points  # the training rows (rows x features; numpy's or lists), read lazily
 
-    def distance(self, X: np.ndarray, rows: int | None = None) -> np.ndarray:
+    # numpy views of the bounds and training rows (predict, plan, fitting); one estimate reads the lists
+    @cached_property
+    def lo(self) -> np.ndarray:
+        import numpy as np
+
+        return np.asarray(self.lo_list, dtype=float)
+
+    @cached_property
+    def hi(self) -> np.ndarray:
+        import numpy as np
+
+        return np.asarray(self.hi_list, dtype=float)
+
+    @cached_property
+    def boxes(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        import numpy as np
+
+        return [(np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=float)) for b in self.box_lists]
+
+    @cached_property
+    def points(self) -> np.ndarray:
+        import numpy as np
+
+        if self._points is None:
+            return np.empty((0, len(self.lo_list)))
+        return np.asarray(self._points, dtype=float).reshape(-1, len(self.lo_list))
+
+    @cached_property
+    def point_rows(self) -> list[list[float]]:
+        """The training rows as lists of floats (the pure-Python backend's)."""
+        if self._points is None:
+            return []
+        if hasattr(self._points, "tolist"):
+            return self.points.tolist()
+        return [[float(v) for v in p] for p in self._points]
+
+    def _bounds(self, X) -> tuple:
+        """(lo, hi, span) on X's backend."""
+        lo, hi = (xp.Vec(self.lo_list), xp.Vec(self.hi_list)) if xp.is_vec(X) else (self.lo, self.hi)
+        return lo, hi, xp.maximum(hi - lo, 1e-9)
+
+    def distance(self, X: xp.Array, rows: int | None = None) -> xp.Array:
         """Distance to the nearest training row (older files: to the nearest source box), summed over
         the features in units of each one's training span."""
-        span = np.maximum(self.hi - self.lo, 1e-9)
-        if len(self.points):
-            return nearest_distance(X, self.points, span, rows)
-        if not self.boxes:
-            return np.full(len(X), np.inf)
-        d = np.full(len(X), np.inf)
-        for lo, hi in self.boxes:
-            ex = (np.maximum(lo - X, 0.0) + np.maximum(X - hi, 0.0)) / span
-            d = np.minimum(d, np.nansum(ex, axis=1))
+        _, _, span = self._bounds(X)
+        pure = xp.is_vec(X)
+        if (self._points is not None) and len(self.point_rows if pure else self.points):
+            return nearest_distance(X, self.point_rows if pure else self.points, span, rows)
+        if not self.box_lists:
+            return xp.full(len(X), math.inf, like=X)
+        d = xp.full(len(X), math.inf, like=X)
+        for lo, hi in ([(xp.Vec(a), xp.Vec(b)) for a, b in self.box_lists] if pure else self.boxes):
+            ex = (xp.maximum(lo - X, 0.0) + xp.maximum(X - hi, 0.0)) / span
+            d = xp.minimum(d, xp.nansum(ex, axis=1))
         return d
 
     def features(self, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -188,28 +261,30 @@ class Residual:
         its own list)."""
         return tuple(self.model.get("features") or default)
 
-    def gate(self, X: np.ndarray, rows: int | None = None) -> np.ndarray:
+    def gate(self, X: xp.Array, rows: int | None = None) -> xp.Array:
         """1 on a measured configuration, fading to 0 with the distance to the nearest one."""
-        return np.exp(-self.distance(X, rows) / max(self.tau, 1e-9))
+        return xp.exp(-self.distance(X, rows) / max(self.tau, 1e-9))
 
-    def share(self, X: np.ndarray) -> np.ndarray:
+    def share(self, X: xp.Array) -> xp.Array:
         return self.shrink + (self.near - self.shrink) * self.gate(X)
 
-    def __call__(self, X: np.ndarray, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, X: xp.Array, rows: int | None = None) -> tuple[xp.Array, xp.Array]:
         if self.shrink == 0.0 and self.near == 0.0:  # the correction does not transfer: nothing to do
-            return np.zeros(len(X)), np.zeros(len(X))
-        span = np.maximum(self.hi - self.lo, 1e-9)
-        excess = (np.maximum(self.lo - X, 0.0) + np.maximum(X - self.hi, 0.0)) / span
-        inside = np.exp(-np.nansum(excess, axis=1) * EXTRAPOLATION_DECAY)
+            return xp.zeros(len(X), like=X), xp.zeros(len(X), like=X)
+        lo, hi, span = self._bounds(X)
+        excess = (xp.maximum(lo - X, 0.0) + xp.maximum(X - hi, 0.0)) / span
+        inside = xp.exp(-xp.nansum(excess, axis=1) * EXTRAPOLATION_DECAY)
         g = self.gate(X, rows)
         weight = inside * (self.shrink + (self.near - self.shrink) * g)
-        if not np.any(weight > 0):
-            return np.zeros(len(X)), weight
+        if not xp.any(weight > 0):
+            return xp.zeros(len(X), like=X), weight
         near_corr = self.forest.predict(X)
         far_corr = near_corr if self.far_forest is None else self.far_forest.predict(X[:, self.far_columns])
         return inside * (g * self.near * near_corr + (1.0 - g) * self.shrink * far_corr), weight
 
     def to_dict(self) -> dict:
+        import numpy as np
+
         return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist(), "shrink": self.shrink,
                 "near": self.near, "tau": self.tau, "boxes": [[b[0].tolist(), b[1].tolist()] for b in self.boxes],
                 "capacity": self.capacity, "far_model": self.far_model,
@@ -219,7 +294,8 @@ class Residual:
     def from_dict(cls, d: dict) -> Residual:
         return cls(d["model"], d["lo"], d["hi"], d.get("shrink", 1.0), d.get("near"), d.get("tau", 1.0),
                    d.get("boxes"), d.get("capacity"),
-                   None if d.get("points") is None else [[np.nan if v is None else v for v in p] for p in d["points"]],
+                   None if d.get("points") is None else [[math.nan if v is None else v for v in p]
+                                                          for p in d["points"]],
                    d.get("far_model"))
 
 
@@ -233,23 +309,23 @@ class TuneplanCorrection:
     def correct(self, a: dict, out: dict, rows: int | None = None):
         """(throughput factor, memory factor, info); `rows`: the rows `a` stands for (`nearest_distance`)."""
         n = len(out["step_s"])
-        thr_f = np.ones(n)
-        mem_f = np.ones(n)
+        thr_f = xp.ones(n, like=out["step_s"])
+        mem_f = xp.ones(n, like=out["step_s"])
         info: dict = {}
         if self.thr is not None:
             r, w = self.thr(feature_matrix(a, out, self.thr.features(THROUGHPUT_FEATURES)), rows)
-            thr_f = np.exp(r)
+            thr_f = xp.exp(r)
             info["residual_weight"] = w
             info["extrapolated"] = w < 0.5
         if self.mem is not None:
             r, w = self.mem(feature_matrix(a, out, self.mem.features(MEMORY_FEATURES)), rows)
-            mem_f = np.exp(r)
+            mem_f = xp.exp(r)
             info["memory_residual_weight"] = w
         return thr_f, mem_f, info
 
-    def memory_factor(self, a: dict, out: dict, rows: int | None = None) -> np.ndarray:
+    def memory_factor(self, a: dict, out: dict, rows: int | None = None) -> xp.Array:
         """`correct`'s memory factor alone (what the largest-micro-batch search needs); `rows`: the
         rows `a` stands for (`nearest_distance`)."""
         if self.mem is None:
-            return np.ones(len(out["step_s"]))
-        return np.exp(self.mem(feature_matrix(a, out, self.mem.features(MEMORY_FEATURES)), rows)[0])
+            return xp.ones(len(out["step_s"]), like=out["step_s"])
+        return xp.exp(self.mem(feature_matrix(a, out, self.mem.features(MEMORY_FEATURES)), rows)[0])

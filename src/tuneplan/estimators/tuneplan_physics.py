@@ -5,14 +5,14 @@ gradient-boosted correction on the log-residuals."""
 
 from __future__ import annotations
 
-import numpy as np
+from tuneplan.physics import xp
 
 from tuneplan.estimators.base import MEMORY_PARTS, STEP_PARTS
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.memory import max_micro_batch, memory, settle_peaks
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
 
-Arrays = dict[str, np.ndarray]
+Arrays = dict[str, xp.Array]
 
 MFU_CEILING = 0.80
 """No configuration is predicted above this model-FLOPs utilisation, whatever a learned correction
@@ -28,11 +28,8 @@ LOOKAHEAD_MAX_ROWS = 64
 """Rows up to which the look-ahead pays (each call's fixed cost dominates); more rows: one halving a call."""
 
 def _tiled(a: Arrays, n: int, reps: int) -> Arrays:
-    """`a` with each per-row array repeated `reps` times end to end (`np.tile(v, reps)`: a 1-D array
-    taken at the repeated row numbers, the same values with less overhead per array)."""
-    rows = np.tile(np.arange(n), reps)
-    return {key: ((v[rows] if v.ndim == 1 else np.tile(v, reps)) if isinstance(v, np.ndarray) and v.shape[:1] == (n,)
-                  else v) for key, v in a.items()}
+    """`a` with each per-row array repeated `reps` times end to end (`xp.tile`)."""
+    return {key: (xp.tile(v, reps) if getattr(v, "shape", ())[:1] == (n,) else v) for key, v in a.items()}
 
 
 class TuneplanEstimator:
@@ -103,7 +100,7 @@ class TuneplanEstimator:
             n = len(out["step_s"])
             thr_factor, mem_factor, info = ((self.residual.correct(a, out) if represents is None
                                              else self.residual.correct(a, out, represents))
-                                            if self.residual is not None else (np.ones(n), np.ones(n), {}))
+                                            if self.residual is not None else (xp.ones(n, like=out["step_s"]), xp.ones(n, like=out["step_s"]), {}))
             offset = 0.0
             if self.stack is not None:
                 thr_factor = thr_factor * self.stack.throughput_factor(a, n)
@@ -114,21 +111,21 @@ class TuneplanEstimator:
             out["max_micro_batch"] = self.max_micro_batch(a)
         return out
 
-    def _apply_correction(self, a: Arrays, out: Arrays, thr_factor: np.ndarray, mem_factor: np.ndarray,
+    def _apply_correction(self, a: Arrays, out: Arrays, thr_factor: xp.Array, mem_factor: xp.Array,
                           mem_offset_gib: float) -> None:
         """Learned throughput factors and memory factors / offset applied to the physics' parts."""
         # never faster than the model FLOPs at MFU_CEILING of dense peak: a learned correction
         # must not promise what no GPU delivers
         floor = out["model_flops_per_step"] / (a["gpus"] * a["peak_flops"] * MFU_CEILING)
-        thr_factor = np.minimum(thr_factor, out["step_s"] / np.maximum(floor, 1e-30))
-        thr_factor = np.maximum(thr_factor, 1e-6)
+        thr_factor = xp.minimum(thr_factor, out["step_s"] / xp.maximum(floor, 1e-30))
+        thr_factor = xp.maximum(thr_factor, 1e-6)
         # time: every part scales with the learned factor, so the parts still add up to the step
         for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s"):
             if k in out:
                 out[k] = out[k] / thr_factor
         self._apply_memory_correction(a, out, mem_factor, mem_offset_gib)
 
-    def _apply_memory_correction(self, a: Arrays, out: Arrays, mem_factor: np.ndarray, mem_offset_gib: float) -> None:
+    def _apply_memory_correction(self, a: Arrays, out: Arrays, mem_factor: xp.Array, mem_offset_gib: float) -> None:
         """The memory half of `_apply_correction` (all `fits` depends on)."""
         # memory: the byte-counted states (weights, gradients, master, optimizer) are a floor the
         # learned factor never goes below; the difference is reported as its own part
@@ -136,13 +133,13 @@ class TuneplanEstimator:
                   + out["gathered_params_gib"])
         # the backward's peak is corrected; the optimizer step's (byte-counted states and temporaries) is not
         backward = out["allocated_gib"] - out["optimizer_step_gib"]
-        corrected = np.maximum(backward * mem_factor + mem_offset_gib, static + out["workspace_gib"])
+        corrected = xp.maximum(backward * mem_factor + mem_offset_gib, static + out["workspace_gib"])
         out["calibration_gib"] = corrected - backward
         # the cached blocks of other batch shapes (memory()'s variable_shape_gib) are not rescaled
         settle_peaks(out, corrected, self.constants)
         out["memory_gib"] = out["nvidia_smi_gib"]
 
-    def max_micro_batch(self, a: Arrays, represents: int | None = None) -> np.ndarray:
+    def max_micro_batch(self, a: Arrays, represents: int | None = None) -> xp.Array:
         """The largest micro-batch that fits, per row. `represents`: the rows these stand for (a
         table's rows with each distinct configuration searched once): the search runs as it would
         over them all (its steps per call, and the residual gate's exact method, follow that count)."""
@@ -151,8 +148,8 @@ class TuneplanEstimator:
         # search with the corrected memory: 14 halvings of [0, 4097)
         n = len(a["micro_batch"])
         rows = n if represents is None else represents
-        lo = np.zeros(n)
-        hi = np.full(n, 4097.0)
+        lo = xp.zeros(n, like=a["micro_batch"])
+        hi = xp.full(n, 4097.0, like=a["micro_batch"])
         done = 0
         while done < BISECTION_STEPS:
             # few rows (an estimate): LOOKAHEAD halvings per call, every micro-batch they may try at once
@@ -161,22 +158,22 @@ class TuneplanEstimator:
             done += k
         return lo.astype(int)
 
-    def _fits(self, a: Arrays, rows: int | None = None) -> np.ndarray:
+    def _fits(self, a: Arrays, rows: int | None = None) -> xp.Array:
         """`predict_arrays(a)["fits"]`, without the throughput correction (fits does not read it)."""
         if (type(self).predict_arrays is not TuneplanEstimator.predict_arrays
                 or not hasattr(self.residual or self, "memory_factor")):
-            return np.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
+            return xp.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
         out = self.physics(a)
         n = len(out["step_s"])
-        mem_factor = np.ones(n)
+        mem_factor = xp.ones(n, like=out["step_s"])
         if self.residual is not None:
             mem_factor = self.residual.memory_factor(a, out, rows)
         offset = self.stack.memory_offset_gib if self.stack is not None else 0.0
         self._apply_memory_correction(a, out, mem_factor, offset)
-        return np.asarray(out["fits"], dtype=bool)
+        return xp.asarray(out["fits"], dtype=bool)
 
-    def _halvings(self, a: Arrays, lo: np.ndarray, hi: np.ndarray, k: int,
-                  rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def _halvings(self, a: Arrays, lo: xp.Array, hi: xp.Array, k: int,
+                  rows: int | None = None) -> tuple[xp.Array, xp.Array]:
         """k steps of the bisection on `fits` in one predict_arrays call: the 2^k - 1 micro-batches the
         next k steps may try (node i's children: 2i+1 when it fits, 2i+2 when not), then the walk.
         `rows`: the rows `a` stands for (`max_micro_batch`)."""
@@ -185,22 +182,23 @@ class TuneplanEstimator:
         mids = []
         for i in range(2**k - 1):
             n_lo, n_hi = nodes[i]
-            mid = np.maximum(np.floor((n_lo + n_hi) / 2.0), 1.0)
+            mid = xp.maximum(xp.floor((n_lo + n_hi) / 2.0), 1.0)
             mids.append(mid)
-            nodes.append((np.where(mid > n_lo, mid, n_lo), n_hi))  # fits: lo moves up
+            nodes.append((xp.where(mid > n_lo, mid, n_lo), n_hi))  # fits: lo moves up
             nodes.append((n_lo, mid))  # does not fit: hi comes down
         reps = len(mids)
         trial = _tiled(a, n, reps) if reps > 1 else dict(a)
-        trial["micro_batch"] = np.concatenate(mids)
-        ok = self._fits(trial, None if rows is None else reps * rows).reshape(reps, n)
-        mid_at = np.stack(mids)
-        node = np.zeros(n, dtype=int)
-        cols = np.arange(n)
+        mid_at = xp.concatenate(mids)  # node i's micro-batches at [i n, (i + 1) n)
+        trial["micro_batch"] = mid_at
+        ok = self._fits(trial, None if rows is None else reps * rows)
+        node = xp.zeros(n, like=lo).astype(int)
+        cols = xp.arange(n, like=lo)
         for _ in range(k):
-            fits, mid = ok[node, cols], mid_at[node, cols]
-            lo = np.where(fits & (mid > lo), mid, lo)
-            hi = np.where(~fits, mid, hi)
-            node = 2 * node + np.where(fits, 1, 2)
+            at = node * n + cols
+            fits, mid = ok[at], mid_at[at]
+            lo = xp.where(fits & (mid > lo), mid, lo)
+            hi = xp.where(~fits, mid, hi)
+            node = 2 * node + xp.where(fits, 1, 2)
         return lo, hi
 
     def assumptions(self, job=None) -> list[str]:

@@ -5,23 +5,22 @@ coverage (`--interval 0.8` by default)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
-import numpy as np
 
-
-def conformal_bounds(log_ratios: np.ndarray, coverage: float) -> tuple[float, float]:
+def conformal_bounds(log_ratios: Iterable[float], coverage: float) -> tuple[float, float]:
     """Split-conformal (low, high) multipliers for a new prediction from held-out log-ratios
-    log(measured / predicted): the finite-sample-corrected (1-a)/2 and (1+a)/2 quantiles."""
-    r = np.sort(np.asarray(log_ratios, dtype=float))
-    r = r[np.isfinite(r)]
+    log(measured / predicted): the finite-sample-corrected (1-a)/2 and (1+a)/2 quantiles (numpy's
+    "lower" and "higher" quantiles: the sorted values at floor / ceil of q (n - 1))."""
+    r = sorted(v for v in map(float, log_ratios) if math.isfinite(v))
     n = len(r)
     if n == 0:
         raise ValueError("no residuals")
     alpha = 1.0 - coverage
     lo_q = max(0.0, math.floor((alpha / 2.0) * (n + 1)) / n - 1.0 / n)
     hi_q = min(1.0, math.ceil((1.0 - alpha / 2.0) * (n + 1)) / n)
-    lo = float(np.quantile(r, lo_q, method="lower"))
-    hi = float(np.quantile(r, min(hi_q, 1.0), method="higher"))
+    lo = r[math.floor((n - 1) * lo_q)]
+    hi = r[math.ceil((n - 1) * min(hi_q, 1.0))]
     return math.exp(lo), math.exp(hi)
 
 
@@ -57,7 +56,7 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None) -
         return
     job = getattr(result, "job", None)
     pool, what = residual_pool(res, getattr(job, "framework", None))
-    lo_t, hi_t = conformal_bounds(np.asarray(pool), coverage)
+    lo_t, hi_t = conformal_bounds(pool, coverage)
     # throughput measured/predicted in [lo, hi] -> time in [1/hi, 1/lo]
     t = result.totals
     train_lo, train_hi = t.train_s / hi_t, t.train_s / lo_t
@@ -76,7 +75,7 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None) -
         interval["cost_usd_high"] = t.cost_usd * interval["wall_clock_s_high"] / t.wall_clock_s
     mem = res.get("memory")
     if mem is not None and len(mem) >= 5:
-        lo_m, hi_m = conformal_bounds(np.asarray(mem), coverage)
+        lo_m, hi_m = conformal_bounds(mem, coverage)
         interval["memory_per_gpu_gib_low"] = result.memory_per_gpu_gib * lo_m
         interval["memory_per_gpu_gib_high"] = result.memory_per_gpu_gib * hi_m
     result.interval = interval
@@ -89,11 +88,11 @@ def add_interval_columns(df, estimator: str, coverage: float, calibration=None) 
     res = interval_residuals(estimator, calibration)
     if res is None or len(res.get("throughput", [])) < 5:
         return
-    lo, hi = conformal_bounds(np.asarray(res["throughput"]), coverage)
+    lo, hi = conformal_bounds(res["throughput"], coverage)
     df["pred_tokens_per_s_low"] = df["pred_tokens_per_s"] * lo
     df["pred_tokens_per_s_high"] = df["pred_tokens_per_s"] * hi
     mem = res.get("memory")
     if mem is not None and len(mem) >= 5:
-        lo_m, hi_m = conformal_bounds(np.asarray(mem), coverage)
+        lo_m, hi_m = conformal_bounds(mem, coverage)
         df["pred_peak_mem_gib_low"] = df["pred_peak_mem_gib"] * lo_m
         df["pred_peak_mem_gib_high"] = df["pred_peak_mem_gib"] * hi_m

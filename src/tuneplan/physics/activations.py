@@ -6,7 +6,7 @@ host transfers.
 
 from __future__ import annotations
 
-import numpy as np
+from tuneplan.physics import xp
 
 from tuneplan.physics.precision import SAVED_LINEAR_INPUT_BYTES
 from tuneplan.physics.stack import get
@@ -20,9 +20,9 @@ def linear_input_saving(a, el_bytes):
     """Bytes per token per layer a low-precision recipe saves by keeping its linears' inputs at 8 bits
     (the inputs of q/k/v (h), o (q), gate/up (h), down (I; MoE: top-k experts' widths))."""
     lowp = get(a, "lowp")
-    saved = np.where(lowp == 1, SAVED_LINEAR_INPUT_BYTES[1], np.where(lowp == 2, SAVED_LINEAR_INPUT_BYTES[2], el_bytes))
+    saved = xp.where(lowp == 1, SAVED_LINEAR_INPUT_BYTES[1], xp.where(lowp == 2, SAVED_LINEAR_INPUT_BYTES[2], el_bytes))
     inter_dense = a["intermediate"]
-    inter_moe = np.maximum(a["top_k"], 1.0) * a["moe_intermediate"]
+    inter_moe = xp.maximum(a["top_k"], 1.0) * a["moe_intermediate"]
     width = 2.0 * a["hidden"] + a["q_dim"]
     return {"dense": (width + inter_dense) * (el_bytes - saved), "moe": (width + inter_moe) * (el_bytes - saved)}
 
@@ -31,8 +31,8 @@ def fused_swiglu_saving(a, el_bytes):
     """Bytes per token per layer a fused SwiGLU saves (dense, MoE): the SiLU output it recomputes in
     the backward instead of keeping (I elements; MoE: top-k experts' widths). Gated MLPs only."""
     on = (get(a, "fused_elementwise") > 0) & (a["gated"] > 0)
-    dense = np.where(on, a["intermediate"] * el_bytes, 0.0)
-    moe = np.where(on, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)
+    dense = xp.where(on, a["intermediate"] * el_bytes, 0.0)
+    moe = xp.where(on, xp.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)
     return {"dense": dense, "moe": moe}
 
 
@@ -40,7 +40,7 @@ def replicated_bytes(a, el_bytes):
     """Bytes per token per layer that tensor parallelism does not split unless sequence parallel is on:
     the norms' inputs and outputs of attention and MLP (4h elements; Korthikanti et al. 2022, Sec. 4.2.2)."""
     on = (get(a, "seq_par") > 0) | (a["tp"] <= 1)
-    return np.where(on, 0.0, 4.0 * a["hidden"] * el_bytes)
+    return xp.where(on, 0.0, 4.0 * a["hidden"] * el_bytes)
 
 
 def checkpointed_activations(a, tokens, per_layer, layer_input, eager_scores, layers):
@@ -52,24 +52,24 @@ def checkpointed_activations(a, tokens, per_layer, layer_input, eager_scores, la
     memory, two stay; activation offload (any mode): only OFFLOAD_RESIDENT_LAYERS layers' saved tensors
     stay on the GPU."""
     mode = get(a, "ckpt_code")
-    share = np.clip(get(a, "ckpt_share"), 0.0, 1.0)
+    share = xp.clip(get(a, "ckpt_share"), 0.0, 1.0)
     full = tokens * layers * per_layer
     selective = tokens * layers * (per_layer - eager_scores)
     ckpt = tokens * (layers * share * layer_input + layers * (1.0 - share) * per_layer) + tokens * per_layer
-    offload = tokens * (np.minimum(layers * share, OFFLOAD_RESIDENT_LAYERS) * layer_input
+    offload = tokens * (xp.minimum(layers * share, OFFLOAD_RESIDENT_LAYERS) * layer_input
                         + layers * (1.0 - share) * per_layer) + tokens * per_layer
-    acts = np.select([mode == 1, mode == 2, mode == 3], [selective, ckpt, offload], default=full)
-    resident = tokens * np.minimum(layers, OFFLOAD_RESIDENT_LAYERS) * per_layer
-    return np.where(get(a, "act_offload") > 0, np.minimum(acts, resident), acts)
+    acts = xp.select([mode == 1, mode == 2, mode == 3], [selective, ckpt, offload], default=full)
+    resident = tokens * xp.minimum(layers, OFFLOAD_RESIDENT_LAYERS) * per_layer
+    return xp.where(get(a, "act_offload") > 0, xp.minimum(acts, resident), acts)
 
 
 def offloaded_bytes(a, tokens, per_layer, layer_input, layers):
     """Bytes copied to host memory and back per micro-step (each way): activation offload copies every
     layer's saved tensors, checkpoint offload the checkpointed layers' inputs."""
     mode = get(a, "ckpt_code")
-    share = np.clip(get(a, "ckpt_share"), 0.0, 1.0)
-    ck = np.where(mode == 3, tokens * layers * share * layer_input, 0.0)
-    return np.where(get(a, "act_offload") > 0, tokens * layers * per_layer, ck)
+    share = xp.clip(get(a, "ckpt_share"), 0.0, 1.0)
+    ck = xp.where(mode == 3, tokens * layers * share * layer_input, 0.0)
+    return xp.where(get(a, "act_offload") > 0, tokens * layers * per_layer, ck)
 
 
 def activation_offload_seconds(a, c, tokens, host_bw, overlap_s):
@@ -77,14 +77,14 @@ def activation_offload_seconds(a, c, tokens, host_bw, overlap_s):
     forward and back during the backward over the host link, overlapped with compute (copies on their
     own CUDA stream): max(copy - compute, 0)."""
     mode = get(a, "ckpt_code")
-    if not (np.any(mode == 3) or np.any(get(a, "act_offload") > 0)):
-        return np.zeros_like(np.asarray(tokens, dtype=float))
+    if not (xp.any(mode == 3) or xp.any(get(a, "act_offload") > 0)):
+        return xp.zeros_like(xp.asarray(tokens, dtype=float))
     from tuneplan.physics.memory import activation_bytes_per_token_layer
 
     per = activation_bytes_per_token_layer(a, c)
     layers = a["n_layers"] / a["pp"] * a["bwd_layer_fraction"]
     nbytes = offloaded_bytes(a, tokens, per["dense"] / a["tp"], per["layer_input"], layers)
-    return np.maximum(2.0 * nbytes / host_bw - overlap_s, 0.0)
+    return xp.maximum(2.0 * nbytes / host_bw - overlap_s, 0.0)
 
 
 def backward_peak_bytes(grads, acts, logits, a):
@@ -100,7 +100,7 @@ def backward_peak_bytes(grads, acts, logits, a):
     memory.py reports as gradients at the peak this less the activations and loss buffers: 0 where
     the activations make the peak, the gradients beyond them where the gradients do."""
     on_demand = (a["grad_accum"] <= 1) & (get(a, "grad_buffers") == 0) & (a["sharding"] == 0)
-    return np.where(on_demand, np.maximum(acts + logits, grads), grads + acts + logits)
+    return xp.where(on_demand, xp.maximum(acts + logits, grads), grads + acts + logits)
 
 
 def frozen_product_saving(a, el_bytes):
@@ -113,10 +113,10 @@ def frozen_product_saving(a, el_bytes):
     from tuneplan.physics.codes import lora_family
 
     own_copy = (a.get("adapter_fp32", 0.0) > 0) & (a["weight_bytes_compute"] < 4)
-    down_adapted = a["adapter_in_elements"] / np.maximum(a["n_layers"], 1.0) >= np.maximum(
+    down_adapted = a["adapter_in_elements"] / xp.maximum(a["n_layers"], 1.0) >= xp.maximum(
         a["intermediate"], a["moe_intermediate"])
     on = lora_family(a["method_code"]) & (a["dequant_bytes"] == 0) & (own_copy | ~down_adapted) & (
         a["gated"] > 0)
-    dense = np.where(on, a["intermediate"] * el_bytes, 0.0)
-    moe = np.where(on, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)
+    dense = xp.where(on, a["intermediate"] * el_bytes, 0.0)
+    moe = xp.where(on, xp.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)
     return {"dense": dense, "moe": moe}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+from tuneplan.physics import xp
 
 from tuneplan.errors import InputError
 from tuneplan.specs.job import JobSpec
@@ -368,13 +368,13 @@ def method_terms(model: ModelSpec, job: JobSpec) -> dict[str, float]:
     return t
 
 
-def peft_step_times(a: dict, c, tokens: np.ndarray, split: np.ndarray, pp: np.ndarray) -> tuple:
+def peft_step_times(a: dict, c, tokens: xp.Array, split: xp.Array, pp: xp.Array) -> tuple:
     """(forward, backward, recompute, launch) seconds per micro-step of the PEFT methods' own work:
     fp32 matmuls with built weights (per token), the weight products built every forward (per
     micro-step, at the curve's ceiling: large square products), and their small kernels. Backward
     is twice the forward (input and weight gradients)."""
     if "peft_fp32_flops" not in a:
-        z = np.zeros_like(np.asarray(tokens, dtype=float))
+        z = xp.zeros_like(xp.asarray(tokens, dtype=float))
         return z, z, z, z
     ceiling = c.mfu_max * a["matmul_rel"]
     from tuneplan.physics.step import efficiency
@@ -389,15 +389,15 @@ def peft_step_times(a: dict, c, tokens: np.ndarray, split: np.ndarray, pp: np.nd
     return fwd, 2.0 * fwd, a["grad_ckpt"] * fwd, launch
 
 
-def peft_memory_bytes(a: dict, tokens: np.ndarray, split: np.ndarray) -> tuple:
+def peft_memory_bytes(a: dict, tokens: xp.Array, split: xp.Array) -> tuple:
     """(weights, optimizer, activations) bytes per GPU the PEFT methods add: buffers (VeRA's shared
     projections, BOFT's permutations), AdaLoRA's importance statistics, and what autograd keeps: the
     per-token operands (one layer's worth under gradient checkpointing), the prefix per sample, and
     the weights built every forward (held until backward)."""
     if "peft_saved_bytes" not in a:
-        z = np.zeros_like(np.asarray(tokens, dtype=float))
+        z = xp.zeros_like(xp.asarray(tokens, dtype=float))
         return z, z, z
-    per_token = a["peft_saved_bytes"] * np.where(a["grad_ckpt"] > 0, 1.0 / np.maximum(a["n_layers"], 1.0), 1.0)
+    per_token = a["peft_saved_bytes"] * xp.where(a["grad_ckpt"] > 0, 1.0 / xp.maximum(a["n_layers"], 1.0), 1.0)
     acts = tokens * per_token + a["micro_batch"] * a["peft_sample_bytes"] + a["peft_fixed_act_bytes"]
     return a["peft_buffer_bytes"] / split, a["peft_state_bytes"] / split, acts / split
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
+from tuneplan.physics import xp
 
 from tuneplan.errors import InputError
 from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
@@ -502,8 +502,10 @@ def terms_key(job: JobSpec) -> tuple:
             frozenset(job.model_fields_set & {"lora_rank", "lora_targets"}), job.ckpt_mode)
 
 
-def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None) -> dict[str, np.ndarray]:
-    """Flat dict of arrays for many (model, gpu, job, seq_len) configurations."""
+def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None,
+                 backend: str = "numpy") -> dict[str, xp.Array]:
+    """Flat dict of arrays for many (model, gpu, job, seq_len) configurations: numpy arrays, or with
+    `backend="python"` the pure-Python vectors of `physics.xp` (one estimate, numpy not imported)."""
     cols: dict[str, list[float]] = {}
     names: dict[str, list[str]] = {}
     cache: dict[tuple, ModelTerms] = {}
@@ -522,8 +524,8 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
         names.setdefault("_model_names", []).append(model.name)
         names.setdefault("_gpu_names", []).append(gpu.name)
         names.setdefault("_methods", []).append(job.method)
-    out: dict[str, np.ndarray] = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+    out: dict[str, xp.Array] = {k: xp.vector(v, float, backend) for k, v in cols.items()}
     for k, v in names.items():
-        out[k] = np.asarray(v, dtype=object)
+        out[k] = xp.vector(v, object, backend)
     return out
 
