@@ -3,7 +3,6 @@ figures `tuneplan estimate` prints."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from tuneplan.errors import InputError
@@ -24,11 +23,12 @@ from tuneplan.specs.gpu import GPUSpec, gpu_assumptions
 from tuneplan.specs.job import JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg, resolve_rate
-
+from tuneplan.specs.struct import dataclass, field
 
 ARRAYS = "python"
-"""The arrays one estimate's pipeline runs on: `physics.xp`'s pure-Python vectors (a single
-configuration is quicker so, and `tuneplan estimate` never imports numpy); "numpy" gives the same figures."""
+"""The arrays one estimate's pipeline runs on where the estimator takes them (`python_arrays`: tuneplan's
+own): `physics.xp`'s pure-Python vectors (a single configuration is quicker so, and `tuneplan estimate`
+never imports numpy); "numpy" gives the same figures."""
 
 
 @dataclass
@@ -222,7 +222,8 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
 
         stage, a, out, _ = stage_for_estimate(est, est.memory_model, estimator, mspec, gspec, jspec, wl)
     else:
-        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants, backend=ARRAYS)
+        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants,
+                         backend=ARRAYS if getattr(est, "python_arrays", False) else "numpy")
         out = est.predict_arrays(a)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)

@@ -16,12 +16,12 @@ import math
 import os
 import sys
 import zlib
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from tuneplan.errors import DataFileError, InputError, read_user_text
+from tuneplan.specs.struct import dataclass, field
 
 FORMAT = "tuneplan-calibration"
 VERSION = 1

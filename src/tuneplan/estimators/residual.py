@@ -49,8 +49,11 @@ def _python_nearest(X: xp.Mat, points: list[list[float]], span: xp.Vec) -> xp.Ve
     for x in X.rows:
         best = math.inf
         for p in points:
-            d = [abs(u - w) / z for u, w, z in zip(x, p, s)]
-            best = min(best, xp.pairwise_sum([0.0 if e != e else e for e in d]))
+            d = xp.pairwise_sum([abs(u - w) / z for u, w, z in zip(x, p, s)])
+            if d != d:  # a feature missing on either side: counted 0
+                d = xp.pairwise_sum([0.0 if e != e else e for e in (abs(u - w) / z for u, w, z in zip(x, p, s))])
+            if d < best:
+                best = d
         out.append(best)
     return xp.Vec(out)
 
@@ -234,7 +237,7 @@ class Residual:
             return []
         if hasattr(self._points, "tolist"):
             return self.points.tolist()
-        return [[float(v) for v in p] for p in self._points]
+        return self._points if isinstance(self._points, list) else [list(p) for p in self._points]
 
     def _bounds(self, X) -> tuple:
         """(lo, hi, span) on X's backend."""
@@ -323,9 +326,15 @@ class TuneplanCorrection:
             info["memory_residual_weight"] = w
         return thr_f, mem_f, info
 
+    @property
+    def memory_reads_step(self) -> bool:
+        """Whether `memory_factor` reads the physics' step-time outputs (its features do, when there is
+        a memory correction); without one the largest-micro-batch search evaluates memory alone."""
+        return self.mem is not None
+
     def memory_factor(self, a: dict, out: dict, rows: int | None = None) -> xp.Array:
         """`correct`'s memory factor alone (what the largest-micro-batch search needs); `rows`: the
         rows `a` stands for (`nearest_distance`)."""
         if self.mem is None:
-            return xp.ones(len(out["step_s"]), like=out["step_s"])
+            return xp.ones(len(out["fits"]), like=out["fits"])
         return xp.exp(self.mem(feature_matrix(a, out, self.mem.features(MEMORY_FEATURES)), rows)[0])

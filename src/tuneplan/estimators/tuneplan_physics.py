@@ -5,9 +5,8 @@ gradient-boosted correction on the log-residuals."""
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
-
 from tuneplan.estimators.base import MEMORY_PARTS, STEP_PARTS
+from tuneplan.physics import xp
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.memory import max_micro_batch, memory, settle_peaks
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
@@ -35,6 +34,8 @@ def _tiled(a: Arrays, n: int, reps: int) -> Arrays:
 class TuneplanEstimator:
     name = "tuneplan"
     memory_parts = MEMORY_PARTS
+    python_arrays = True
+    """Runs on `physics.xp`'s pure-Python vectors as on numpy arrays (api.estimate: one configuration)."""
 
     def __init__(self, constants: PhysicsConstants = DEFAULT_CONSTANTS, residual=None,
                  calibration_name: str | None = None, stack=None) -> None:
@@ -163,9 +164,10 @@ class TuneplanEstimator:
         if (type(self).predict_arrays is not TuneplanEstimator.predict_arrays
                 or not hasattr(self.residual or self, "memory_factor")):
             return xp.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
-        out = self.physics(a)
-        n = len(out["step_s"])
-        mem_factor = xp.ones(n, like=out["step_s"])
+        # the memory correction's features may read the step's parts; without one, memory alone decides
+        out = self.physics(a) if getattr(self.residual, "memory_reads_step", True) else memory(a, self.constants)
+        n = len(out["fits"])
+        mem_factor = xp.ones(n, like=out["fits"])
         if self.residual is not None:
             mem_factor = self.residual.memory_factor(a, out, rows)
         offset = self.stack.memory_offset_gib if self.stack is not None else 0.0

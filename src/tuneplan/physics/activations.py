@@ -7,7 +7,6 @@ host transfers.
 from __future__ import annotations
 
 from tuneplan.physics import xp
-
 from tuneplan.physics.precision import SAVED_LINEAR_INPUT_BYTES
 from tuneplan.physics.stack import get
 

@@ -8,12 +8,10 @@ configurations like the rest of the physics.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from tuneplan.physics import xp
-
 from tuneplan.errors import InputError
+from tuneplan.physics import xp
 from tuneplan.specs.model import ModelSpec, SSMShape, VisionTower
+from tuneplan.specs.struct import dataclass
 
 Arrays = dict[str, xp.Array]
 

@@ -6,7 +6,6 @@ over the physics arrays; bool masks and counts, used by memory.py (bytes) and st
 from __future__ import annotations
 
 from tuneplan.physics import xp
-
 from tuneplan.physics.codes import MethodCode, ShardingCode
 from tuneplan.physics.stack import get
 

@@ -12,7 +12,6 @@ fragmentation and `nvidia-smi` adds the CUDA context on top.
 from __future__ import annotations
 
 from tuneplan.physics import xp
-
 from tuneplan.physics.activations import (
     backward_peak_bytes,
     checkpointed_activations,

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 
-from tuneplan.physics import xp
-
 from tuneplan.errors import InputError
+from tuneplan.physics import xp
 from tuneplan.specs.job import JobSpec
 from tuneplan.specs.model import LinearShape, ModelSpec
 from tuneplan.specs.peft import CATALOGUE, DEFAULT_VIRTUAL_TOKENS, LORA_EQUIVALENT, method_options

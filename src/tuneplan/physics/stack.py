@@ -11,7 +11,6 @@ elsewhere (the planner's grid) without them still evaluate.
 from __future__ import annotations
 
 from tuneplan.physics import xp
-
 from tuneplan.physics.ops import ATTENTION_KERNEL_CODES, GPU_GENERATION_CODES
 from tuneplan.physics.precision import linear_tflops, low_precision_code
 

@@ -8,7 +8,6 @@ Times are seconds per optimizer step on one GPU (all GPUs run in lockstep).
 from __future__ import annotations
 
 from tuneplan.physics import xp
-
 from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.codes import MethodCode, ShardingCode, lora_family

@@ -123,6 +123,9 @@ def _bcast(x: list, y: list) -> tuple[list, list]:
     raise ValueError(f"operands could not be broadcast together with shapes ({len(x)},) ({len(y)},)")
 
 
+_NUMBERS = frozenset((float, int, bool))
+
+
 class Vec:
     """A 1-D array of Python numbers (or objects) with numpy's elementwise operators."""
 
@@ -139,17 +142,34 @@ class Vec:
             return Vec(list(map(op, x, y)))
         if type(other) is Mat:
             return Mat([Vec(r)._op(Vec(self.v), _swap(op)).v for r in other.rows])
+        if getattr(other, "ndim", 0):
+            raise TypeError("a Vec does not mix with numpy arrays: build both from one backend")
         return Vec([op(e, other) for e in self.v])
 
     def _rop(self, other: Any, op: Callable[[Any, Any], Any]) -> Vec:
+        if getattr(other, "ndim", 0):
+            raise TypeError("a Vec does not mix with numpy arrays: build both from one backend")
         return Vec([op(other, e) for e in self.v])
 
-    def __add__(self, o: Any) -> Any: return self._op(o, operator.add)
-    def __radd__(self, o: Any) -> Any: return self._rop(o, operator.add)
-    def __sub__(self, o: Any) -> Any: return self._op(o, operator.sub)
-    def __rsub__(self, o: Any) -> Any: return self._rop(o, operator.sub)
-    def __mul__(self, o: Any) -> Any: return self._op(o, operator.mul)
-    def __rmul__(self, o: Any) -> Any: return self._rop(o, operator.mul)
+    # the commonest operations with a Python number, written out (no call per element)
+    def __add__(self, o: Any) -> Any:
+        return Vec([e + o for e in self.v]) if type(o) in _NUMBERS else self._op(o, operator.add)
+
+    def __radd__(self, o: Any) -> Any:
+        return Vec([o + e for e in self.v]) if type(o) in _NUMBERS else self._rop(o, operator.add)
+
+    def __sub__(self, o: Any) -> Any:
+        return Vec([e - o for e in self.v]) if type(o) in _NUMBERS else self._op(o, operator.sub)
+
+    def __rsub__(self, o: Any) -> Any:
+        return Vec([o - e for e in self.v]) if type(o) in _NUMBERS else self._rop(o, operator.sub)
+
+    def __mul__(self, o: Any) -> Any:
+        return Vec([e * o for e in self.v]) if type(o) in _NUMBERS else self._op(o, operator.mul)
+
+    def __rmul__(self, o: Any) -> Any:
+        return Vec([o * e for e in self.v]) if type(o) in _NUMBERS else self._rop(o, operator.mul)
+
     def __truediv__(self, o: Any) -> Any: return self._op(o, _div)
     def __rtruediv__(self, o: Any) -> Any: return self._rop(o, _div)
     def __floordiv__(self, o: Any) -> Any: return self._op(o, _floordiv)
@@ -296,20 +316,18 @@ def pairwise_sum(x: Sequence[float]) -> float:
     128, halves above), so a sum over a row gives numpy's `sum(axis=-1)` bits."""
     n = len(x)
     if n < 8:
-        res = 0.0
+        res = -0.0
         for e in x:
             res += e
         return res
     if n <= 128:
-        r = list(x[:8])
-        i = 8
-        while i < n - n % 8:
-            for j in range(8):
-                r[j] += x[i + j]
-            i += 8
+        m = n - n % 8
+        r = x[:8]
+        for i in range(8, m, 8):
+            r = list(map(operator.add, r, x[i:i + 8]))
         res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
-        for k in range(i, n):
-            res += x[k]
+        for e in x[m:]:
+            res += e
         return res
     n2 = n // 2
     n2 -= n2 % 8
@@ -391,6 +409,13 @@ def _elements(x: Any, n: int) -> list:
 
 def where(cond: Any, x: Any, y: Any) -> Array:
     """numpy.where(cond, x, y)."""
+    if type(cond) is Vec and len(cond.v) == 1:  # one configuration: one of the two, when neither is longer
+        pick, other = (x, y) if cond.v[0] else (y, x)
+        if type(other) is not Vec or len(other.v) == 1:
+            if type(pick) is not Vec:
+                return Vec([pick])
+            if len(pick.v) == 1:
+                return pick
     np = numpy_or_none(cond, x, y)
     if np is not None:
         return np.where(cond, x, y)
@@ -460,9 +485,9 @@ def asarray(x: Any, dtype: Any = None) -> Array:
     return _cast(dtype)(x) if dtype is not None else x
 
 
-def vector(values: Sequence[Any], dtype: Any = float, backend: str = "numpy") -> Array:
-    """A new 1-D array of `values`: numpy's (backend "numpy") or a Vec ("python")."""
-    if backend == "python":
+def vector(values: Sequence[Any], dtype: Any = float, backend: str = "numpy", like: Any = None) -> Array:
+    """A new 1-D array of `values`: numpy's (backend "numpy") or a Vec ("python", or `like` a Vec)."""
+    if backend == "python" or type(like) is Vec or type(like) is Mat:
         cast = _cast(dtype)
         return Vec([cast(e) for e in values])
     import numpy as np

@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+
+from tuneplan.specs.struct import dataclass, field
 
 ONE_CELL = frozenset("·×—–±§…°µ≤≥≈→←é")
 """Non-ASCII characters rich counts one cell wide that the estimate prints (others: rich prints)."""

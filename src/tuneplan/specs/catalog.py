@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from tuneplan.specs.architectures import (
 )
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
+from tuneplan.specs.struct import dataclass, replace
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 ALIASES_FILE = MODELS_DIR / "ALIASES.md"

@@ -14,12 +14,12 @@ import csv
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError, read_user_text
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_gpu_figures
+from tuneplan.specs.struct import asdict, dataclass, field, replace
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """The catalog's dense peak columns (`<p>_tflops`)."""
