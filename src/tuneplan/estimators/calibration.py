@@ -120,15 +120,16 @@ def render_twin(text: str) -> bytes:
             + marshal.dumps(json.loads(text), TWIN_MARSHAL_VERSION))
 
 
-def read_twin(twin: bytes, text: str) -> dict | None:
-    """The document a twin holds, when it was made from this very JSON text (CRC-32 and length), else None
-    (a stale or damaged twin is ignored: the JSON is parsed, slower, with the same result)."""
+def read_twin(twin: bytes, text: str | bytes) -> dict | None:
+    """The document a twin holds, when it was made from this very JSON text (CRC-32 and length; `text`
+    may be given as the file's UTF-8 bytes), else None (a stale or damaged twin is ignored: the JSON is
+    parsed, slower, with the same result)."""
     import marshal
 
     head = len(TWIN_MAGIC)
     if len(twin) < head + 12 or not twin.startswith(TWIN_MAGIC):
         return None
-    raw = text.encode("utf-8")
+    raw = text.encode("utf-8") if isinstance(text, str) else text
     if (int.from_bytes(twin[head:head + 4], "little") != zlib.crc32(raw)
             or int.from_bytes(twin[head + 4:head + 12], "little") != len(raw)):
         return None
@@ -155,8 +156,9 @@ def refresh_twin(path: str | Path, text: str) -> None:
         return
 
 
-def _default_document(text: str) -> dict:
-    """The shipped default's JSON document: from its twin when that matches the text, else parsed."""
+def _default_document(text: str | bytes) -> dict:
+    """The shipped default's JSON document: from its twin when that matches the text (or the file's
+    bytes), else parsed."""
     from tuneplan.data import DIR
 
     try:
@@ -164,19 +166,21 @@ def _default_document(text: str) -> dict:
             d = read_twin(f.read(), text)
     except OSError:
         d = None
-    return json.loads(text) if d is None else d
+    if d is None:
+        return json.loads(text if isinstance(text, str) else text.decode("utf-8"))
+    return d
 
 
 @lru_cache(maxsize=1)
 def default_calibration() -> Calibration | None:
     """The shipped default, or None when the package has none."""
-    from tuneplan.data import read_text
+    from tuneplan.data import read_bytes
 
     try:
-        text = read_text("calibration", "default.json")
+        raw = read_bytes("calibration", "default.json")  # its CRC-32 checks the twin: no need to decode it
     except (FileNotFoundError, OSError):
         return None
-    return _from_dict(_default_document(text), DEFAULT_NAME)
+    return _from_dict(_default_document(raw), DEFAULT_NAME)
 
 
 @lru_cache(maxsize=16)

@@ -39,9 +39,15 @@ class Forest:
 
     def __init__(self, model: dict) -> None:
         self.baseline = float(model["baseline"])
+        self.trees: list[dict] = model["trees"]
+        """The trees as exported (per tree: node lists, children numbered within the tree)."""
+
+    @cached_property
+    def nodes(self) -> dict[str, list]:
+        """The trees' node lists end to end, children renumbered (the numpy arrays below are built from them)."""
         value, feature, thr, miss, left, right, leaf, roots = [], [], [], [], [], [], [], []
         off = 0
-        for t in model["trees"]:
+        for t in self.trees:
             n = len(t["value"])
             roots.append(off)
             value += t["value"]
@@ -52,9 +58,8 @@ class Forest:
             left += [x + off for x in t["left"]]
             right += [x + off for x in t["right"]]
             off += n
-        self.nodes = {"value": value, "feature": feature, "threshold": thr, "missing_left": miss, "left": left,
-                      "right": right, "leaf": leaf, "roots": roots}
-        """The flat node lists; the numpy arrays below are built from them when first used."""
+        return {"value": value, "feature": feature, "threshold": thr, "missing_left": miss, "left": left,
+                "right": right, "leaf": leaf, "roots": roots}
 
     def _array(self, key: str, dtype: type) -> np.ndarray:
         import numpy as np
@@ -116,19 +121,19 @@ class Forest:
     def _predict_rows(self, X: xp.Mat) -> xp.Vec:
         """`predict` of a pure-Python matrix: each row down each tree, the leaves summed in numpy's
         order (`xp.pairwise_sum`, as `value[node].sum(axis=1)`)."""
-        nd = self.nodes
-        value, feature, thr, miss = nd["value"], nd["feature"], nd["threshold"], nd["missing_left"]
-        left, right, leaf = nd["left"], nd["right"], nd["leaf"]
         out = []
         for row in X.rows:
             leaves = []
-            for node in nd["roots"]:
+            for t in self.trees:
+                feature, thr, miss, left, right, leaf = (t["feature"], t["threshold"], t["missing_left"], t["left"],
+                                                         t["right"], t["leaf"])
+                node = 0
                 for _ in range(64):
                     if leaf[node]:
                         break
                     x = row[feature[node]]
                     node = left[node] if (miss[node] if x != x else x <= thr[node]) else right[node]
-                leaves.append(value[node])
+                leaves.append(t["value"][node])
             out.append(self.baseline + xp.pairwise_sum(leaves))
         return xp.Vec(out)
 

@@ -138,7 +138,9 @@ class Vec:
 
     def _op(self, other: Any, op: Callable[[Any, Any], Any]) -> Vec | Mat:
         if type(other) is Vec:
-            x, y = _bcast(self.v, other.v)
+            x, y = self.v, other.v
+            if len(x) != len(y):
+                x, y = _bcast(x, y)
             return Vec(list(map(op, x, y)))
         if type(other) is Mat:
             return Mat([Vec(r)._op(Vec(self.v), _swap(op)).v for r in other.rows])

@@ -64,10 +64,11 @@ _QUANT_WORDS = {"gptq": "gptq-int4", "awq": "awq-int4", "aqlm": "aqlm-2bit", "in
 def model_catalog() -> dict[str, Path]:
     """Canonical Hub id (the file's `_hf_id`, e.g. "meta-llama/Llama-3.1-8B") -> config file."""
     out: dict[str, Path] = {}
-    for p in sorted(MODELS_DIR.glob("*.json")):
-        stem = p.name[: -len(".json")]
+    # names sorted as strings (as the paths of one folder sort), without globbing Path objects
+    for name in sorted(n for n in os.listdir(MODELS_DIR) if n.endswith(".json")):
+        stem = name[: -len(".json")]
         hub_id = stem.replace("__", "/", 1) if "__" in stem else stem
-        out[hub_id] = p
+        out[hub_id] = MODELS_DIR / name
     return out
 
 

@@ -167,13 +167,19 @@ def parse_generated_prices(text: str, path: str) -> tuple[Price, ...] | None:
     if lines[:len(header)] != header:
         return None
     records: list[tuple[dict, int]] = []
+    match = GENERATED_LINE.fullmatch
+    rec: dict = {}
     for no, line in enumerate(lines[len(header):], start=len(header) + 1):
-        m = GENERATED_LINE.fullmatch(line)
-        if m is None or (m.group(1) == "    " and not records):
+        m = match(line)
+        if m is None:
             return None
-        if m.group(1) == "  - ":
-            records.append(({}, no))
-        records[-1][0][m.group(2)] = _generated_value(m.group(3))
+        lead, key, value = m.groups()
+        if lead == "  - ":
+            rec = {}
+            records.append((rec, no))
+        elif not records:
+            return None
+        rec[key] = _generated_value(value)
     out = [_record(rec, path, line) for rec, line in records]
     return tuple(p for p in out if p is not None)
 
