@@ -80,11 +80,34 @@ def add_examples(sub: argparse._SubParsersAction) -> None:
             p.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
+def terminal_columns() -> int:
+    """shutil.get_terminal_size().columns (COLUMNS, else the terminal's, else 80), without importing
+    shutil and the compression modules it loads."""
+    import os
+
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or 80
+    return columns
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line (`tuneplan: error: ...`) with exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse's own, at the width it would take (the terminal's less 2); measured here since argparse
+        # imports shutil for it, and add_argument makes a formatter to check every flag
+        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
