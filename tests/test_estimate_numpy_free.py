@@ -93,7 +93,7 @@ def test_vec_follows_numpy_elementwise():
         np.testing.assert_array_equal(np.asarray(got.v, dtype=float), np.asarray(want, dtype=float))
 
 
-@pytest.mark.parametrize("n", [1, 5, 8, 16, 31, 128, 150, 300])
+@pytest.mark.parametrize("n", [1, 5, 8, 15, 16, 23, 24, 31, 128, 150, 300])
 def test_pairwise_sum_is_numpys_summation_order(n):
     rows = np.random.default_rng(n).lognormal(0.0, 3.0, size=(3, n)) * np.where(np.arange(n) % 3, 1.0, -1.0)
     for r, want in zip(rows, rows.sum(axis=1)):

@@ -322,6 +322,13 @@ def pairwise_sum(x: Sequence[float]) -> float:
         for e in x:
             res += e
         return res
+    if n < 24:  # one or two blocks of eight (the residual correction's 15 or 16 features): written out
+        r = x[:8] if n < 16 else [x[0] + x[8], x[1] + x[9], x[2] + x[10], x[3] + x[11], x[4] + x[12],
+                                  x[5] + x[13], x[6] + x[14], x[7] + x[15]]
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for k in range(16 if n >= 16 else 8, n):
+            res += x[k]
+        return res
     if n <= 128:
         m = n - n % 8
         r = x[:8]
