@@ -1,11 +1,11 @@
-"""Regenerate the twins of shipped data files: the JSON twins of the YAML files (tuneplan.specs.datafiles),
-byte for byte, the default calibration's (data/calibration/default.marshal, estimators.calibration) and its
+"""Regenerate the twins of shipped data files: the JSON twins of the YAML files and of the GPU catalog's CSV
+(tuneplan.specs.datafiles), byte for byte, the default calibration's (data/calibration/default.marshal, estimators.calibration) and its
 forests' lookup tables (data/calibration/default.tables, plan.fastforest).
 
     python scripts/build_data_twins.py           # write src/tuneplan/data/<stem>.json for each twin
     python scripts/build_data_twins.py --check   # exit 1 when a twin is out of date
 
-Run it after editing data/frameworks.yaml or regenerating data/calibration/default.json (a stale twin
+Run it after editing data/frameworks.yaml, data/gpus.csv or regenerating data/calibration/default.json (a stale twin
 is ignored at run time: the source file is parsed, slower, with the same result).
 """
 
@@ -21,14 +21,15 @@ DATA = ROOT / "src" / "tuneplan" / "data"
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "src"))
-    from tuneplan.specs.datafiles import TWINS, render_twin, twin_name
+    from tuneplan.specs.datafiles import CSV_TWINS, TWINS, render_csv_twin, render_twin, twin_name
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when a twin is out of date")
     args = ap.parse_args(argv)
     stale = []
-    for name in TWINS:
-        want = render_twin(name, (DATA / name).read_text(encoding="utf-8"))
+    for name in TWINS + CSV_TWINS:
+        render = render_csv_twin if name in CSV_TWINS else render_twin
+        want = render(name, (DATA / name).read_text(encoding="utf-8"))
         out = DATA / twin_name(name)
         if out.exists() and out.read_text(encoding="utf-8") == want:
             continue

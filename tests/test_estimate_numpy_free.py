@@ -55,7 +55,7 @@ def _same(a, b, where: str = "") -> None:
             _same(a[k], b[k], f"{where}.{k}")
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
             _same(x, y, f"{where}[{i}]")
     else:
         assert type(a) is type(b) and a == b, where
@@ -96,7 +96,7 @@ def test_vec_follows_numpy_elementwise():
 @pytest.mark.parametrize("n", [1, 5, 8, 15, 16, 23, 24, 31, 128, 150, 300])
 def test_pairwise_sum_is_numpys_summation_order(n):
     rows = np.random.default_rng(n).lognormal(0.0, 3.0, size=(3, n)) * np.where(np.arange(n) % 3, 1.0, -1.0)
-    for r, want in zip(rows, rows.sum(axis=1)):
+    for r, want in zip(rows, rows.sum(axis=1), strict=False):
         assert xp.pairwise_sum(r.tolist()) == want  # bit for bit
 
 

@@ -49,9 +49,9 @@ def _python_nearest(X: xp.Mat, points: list[list[float]], span: xp.Vec) -> xp.Ve
     for x in X.rows:
         best = math.inf
         for p in points:
-            d = xp.pairwise_sum([abs(u - w) / z for u, w, z in zip(x, p, s)])
+            d = xp.pairwise_sum([abs(u - w) / z for u, w, z in zip(x, p, s, strict=False)])
             if d != d:  # a feature missing on either side: counted 0
-                d = xp.pairwise_sum([0.0 if e != e else e for e in (abs(u - w) / z for u, w, z in zip(x, p, s))])
+                d = xp.pairwise_sum([0.0 if e != e else e for e in (abs(u - w) / z for u, w, z in zip(x, p, s, strict=False))])
             if d < best:
                 best = d
         out.append(best)

@@ -202,7 +202,7 @@ class Vec:
     def __getitem__(self, i: Any) -> Any:
         if type(i) is Vec:  # a gather (integer vector) or a mask (boolean vector)
             if i.v and i.v[0].__class__ is bool:
-                return Vec([e for e, keep in zip(self.v, i.v) if keep])
+                return Vec([e for e, keep in zip(self.v, i.v, strict=False) if keep])
             return Vec([self.v[j] for j in i.v])
         if isinstance(i, slice):
             return Vec(self.v[i])
@@ -271,7 +271,7 @@ class Mat:
 
     def _op(self, other: Any, op: Callable[[Any, Any], Any]) -> Mat:
         if type(other) is Mat:
-            return Mat([list(map(op, r, s)) for r, s in zip(self.rows, other.rows)])
+            return Mat([list(map(op, r, s)) for r, s in zip(self.rows, other.rows, strict=False)])
         if type(other) is Vec:
             return Mat([Vec(r)._op(other, op).v for r in self.rows])
         return Mat([[op(e, other) for e in r] for r in self.rows])
@@ -431,7 +431,7 @@ def where(cond: Any, x: Any, y: Any) -> Array:
     n = _length((cond, x, y))
     if n is None:
         return x if cond else y
-    return Vec([a if c else b for c, a, b in zip(_elements(cond, n), _elements(x, n), _elements(y, n))])
+    return Vec([a if c else b for c, a, b in zip(_elements(cond, n), _elements(x, n), _elements(y, n), strict=False)])
 
 
 def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0) -> Array:
@@ -440,7 +440,7 @@ def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0)
     if np is not None:
         return np.select(condlist, choicelist, default=default)
     out = default
-    for cond, choice in zip(reversed(condlist), reversed(choicelist)):
+    for cond, choice in zip(reversed(condlist), reversed(choicelist), strict=False):
         out = where(cond, choice, out)
     return out
 
@@ -607,7 +607,7 @@ def column_stack(columns: Sequence[Array]) -> Array:
     """numpy.column_stack of 1-D arrays: rows x columns (a Mat for Vec columns)."""
     if builtins.any(type(c) is Vec for c in columns):
         n = builtins.max(len(c) for c in columns if type(c) is Vec)
-        return Mat([list(r) for r in zip(*(_elements(c, n) for c in columns))])
+        return Mat([list(r) for r in zip(*(_elements(c, n) for c in columns), strict=False)])
     import numpy as np
 
     return np.column_stack(columns)

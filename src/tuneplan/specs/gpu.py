@@ -10,7 +10,6 @@ A user's own GPU is a YAML/JSON file (`--gpu-file`, or saved by `tuneplan probe`
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -203,10 +202,9 @@ def _fill(spec: GPUSpec, row: dict[str, str], sibling: GPUSpec, sibling_row: dic
 @lru_cache(maxsize=1)
 def _load_catalog() -> _Catalog:
     path = "tuneplan/data/gpus.csv"
-    from tuneplan.data import read_text
+    from tuneplan.specs.datafiles import load_csv_rows
 
-    text = read_text("gpus.csv")
-    rows = {r["name"].strip(): r for r in csv.DictReader(text.splitlines())}
+    rows = {r["name"].strip(): r for r in load_csv_rows("gpus.csv")}  # its JSON twin when in sync
     gpus = {name: _row_spec(r) for name, r in rows.items()}
     families: dict[str, Family] = {}
     aliases: dict[str, str] = {}

@@ -12,7 +12,6 @@ source, notes; optionally gpus_per_instance and usd_per_instance_hour.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -100,6 +99,8 @@ def _record(r: dict, path: str, line: int | None) -> Price | None:
 
 def parse_csv_prices(text: str, path: str) -> tuple[Price, ...]:
     """Prices from CSV text in the reference columns (line numbers count the header as 1)."""
+    import csv
+
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames or "gpu" not in reader.fieldnames:
         raise DataFileError(path, 1, "a price CSV needs a header with at least provider, gpu and "
@@ -280,6 +281,8 @@ def _yaml_scalar(key: str, value: str) -> str:
 def render_prices_yaml(csv_text: str) -> str:
     """The shipped prices.yaml for the reference CSV text: deterministic, so that
     `scripts/build_prices.py` regenerates it byte for byte."""
+    import csv
+
     out = [YAML_HEADER, "schema: 1\n", "currency: USD\n", "prices:\n"]
     for rec in csv.DictReader(io.StringIO(csv_text)):
         r = {_CSV_KEYS.get(k, k): _text(v) for k, v in rec.items() if k is not None}

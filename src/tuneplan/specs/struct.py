@@ -61,7 +61,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
         raise TypeError(f"{cls.__name__}.__init__() takes {len(fields_) + 1} positional arguments but "
                         f"{len(args) + 1} were given")
     d = self.__dict__
-    for f, v in zip(fields_, args):
+    for f, v in zip(fields_, args, strict=False):
         d[f.name] = v
     for f in fields_[len(args):]:
         name = f.name
