@@ -21,8 +21,10 @@ says (the best published large-model training MFUs are ~0.5-0.6 of dense peak; 0
 
 BISECTION_STEPS = 14
 """Halvings of [0, 4097) in the search for the largest micro-batch that fits (at least log2 4097)."""
-LOOKAHEAD = 3
-"""Halvings evaluated per predict_arrays call when few rows are searched (7 micro-batches per row)."""
+LOOKAHEAD = 5
+"""Halvings evaluated per predict_arrays call when few rows are searched (31 micro-batches per row: the
+14 halvings in 3 calls; one estimate's search is quickest so on either backend, 64 rows' as quick as
+with 4 halvings a call)."""
 LOOKAHEAD_MAX_ROWS = 64
 """Rows up to which the look-ahead pays (each call's fixed cost dominates); more rows: one halving a call."""
 
@@ -189,10 +191,15 @@ class TuneplanEstimator:
             nodes.append((xp.where(mid > n_lo, mid, n_lo), n_hi))  # fits: lo moves up
             nodes.append((n_lo, mid))  # does not fit: hi comes down
         reps = len(mids)
-        trial = _tiled(a, n, reps) if reps > 1 else dict(a)
+        # one configuration's pure-Python vectors broadcast as they are (length 1) against the trial
+        # micro-batches: only what depends on the micro-batch is computed per trial
+        one = n == 1 and xp.is_vec(lo)
+        trial = _tiled(a, n, reps) if reps > 1 and not one else dict(a)
         mid_at = xp.concatenate(mids)  # node i's micro-batches at [i n, (i + 1) n)
         trial["micro_batch"] = mid_at
         ok = self._fits(trial, None if rows is None else reps * rows)
+        if len(ok) != reps * n:  # a fit that did not depend on the micro-batch
+            ok = ok & xp.full(reps * n, True, like=lo)
         node = xp.zeros(n, like=lo).astype(int)
         cols = xp.arange(n, like=lo)
         for _ in range(k):
