@@ -17,10 +17,12 @@ import os
 import sys
 import zlib
 from functools import lru_cache
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneplan.errors import DataFileError, InputError, read_user_text
+
+if TYPE_CHECKING:
+    from pathlib import Path
 from tuneplan.specs.struct import dataclass, field
 
 FORMAT = "tuneplan-calibration"
@@ -60,6 +62,8 @@ class Calibration:
         }
 
     def save(self, path: str | Path) -> None:
+        from pathlib import Path
+
         text = dumps(self.to_dict())
         Path(path).write_text(text, encoding="utf-8")
         refresh_twin(path, text)
@@ -98,7 +102,13 @@ def _from_dict(d: dict, where: str) -> Calibration:
     return Calibration(learner=d["learner"], payload=d["payload"], fingerprint=d.get("training_fingerprint", ""),
                        n_rows=d.get("n_rows", {}), sources=d.get("sources", []), intervals=d.get("intervals", {}),
                        tuneplan_version=d.get("tuneplan_version", ""), notes=d.get("notes", []),
-                       name=Path(where).stem if where != DEFAULT_NAME else DEFAULT_NAME)
+                       name=_stem(where) if where != DEFAULT_NAME else DEFAULT_NAME)
+
+
+def _stem(where: str) -> str:
+    from pathlib import Path
+
+    return Path(where).stem
 
 
 TWIN_MAGIC = b"tuneplan-calibration-twin 1\n"
@@ -185,6 +195,8 @@ def default_calibration() -> Calibration | None:
 
 @lru_cache(maxsize=16)
 def _load_path(path: str) -> Calibration:
+    from pathlib import Path
+
     p = Path(path)
     text = read_user_text(p, "calibration", "calibration file (.json)")
     try:
@@ -205,6 +217,8 @@ def load_calibration(calibration, expected: str | None = None) -> Calibration:
         if cal is None:
             raise InputError("calibration", "no shipped default calibration in this installation")
     else:
+        from pathlib import Path
+
         p = Path(str(calibration))
         if not str(calibration).strip():
             raise InputError("calibration", "empty path (a calibration file, 'default', or 'none')")

@@ -19,10 +19,11 @@ Resolution order for a name (case-insensitive throughout):
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from functools import lru_cache
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuneplan.errors import (
     AmbiguousNameError,
@@ -44,8 +45,12 @@ from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.struct import dataclass, replace
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
-ALIASES_FILE = MODELS_DIR / "ALIASES.md"
+if TYPE_CHECKING:
+    from pathlib import Path
+
+MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "data", "models")
+"""The catalog's folder (a path string: resolving a catalog name imports no pathlib)."""
+ALIASES_FILE = os.path.join(MODELS_DIR, "ALIASES.md")
 FIELD = "model"
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
@@ -61,15 +66,23 @@ _QUANT_WORDS = {"gptq": "gptq-int4", "awq": "awq-int4", "aqlm": "aqlm-2bit", "in
 
 
 @lru_cache(maxsize=1)
-def model_catalog() -> dict[str, Path]:
-    """Canonical Hub id (the file's `_hf_id`, e.g. "meta-llama/Llama-3.1-8B") -> config file."""
-    out: dict[str, Path] = {}
-    # names sorted as strings (as the paths of one folder sort), without globbing Path objects
+def catalog_files() -> dict[str, str]:
+    """Canonical Hub id (the file's `_hf_id`, e.g. "meta-llama/Llama-3.1-8B") -> the config file's name
+    in MODELS_DIR, sorted by name."""
+    out: dict[str, str] = {}
     for name in sorted(n for n in os.listdir(MODELS_DIR) if n.endswith(".json")):
         stem = name[: -len(".json")]
-        hub_id = stem.replace("__", "/", 1) if "__" in stem else stem
-        out[hub_id] = MODELS_DIR / name
+        out[stem.replace("__", "/", 1) if "__" in stem else stem] = name
     return out
+
+
+@lru_cache(maxsize=1)
+def model_catalog() -> dict[str, Path]:
+    """Canonical Hub id (the file's `_hf_id`, e.g. "meta-llama/Llama-3.1-8B") -> config file."""
+    from pathlib import Path
+
+    folder = Path(MODELS_DIR)
+    return {hub_id: folder / name for hub_id, name in catalog_files().items()}
 
 
 @dataclass(frozen=True)
@@ -141,14 +154,16 @@ def _quant_from_text(text: str) -> str:
 @lru_cache(maxsize=1)
 def model_aliases() -> dict[str, Alias]:
     """Lower-cased alias id -> Alias, parsed from ALIASES.md (cached)."""
-    catalog = model_catalog()
-    by_file = {p.name: hub_id for hub_id, p in catalog.items()}
+    catalog = catalog_files()
+    by_file = {name: hub_id for hub_id, name in catalog.items()}
     out: dict[str, Alias] = {}
-    if not ALIASES_FILE.exists():
+    if not os.path.exists(ALIASES_FILE):
         return out
     section = ""
     catalog_lower = {c.lower() for c in catalog}
-    for lineno, line in enumerate(ALIASES_FILE.read_text(encoding="utf-8").splitlines(), start=1):
+    with open(ALIASES_FILE, encoding="utf-8") as f:
+        alias_text = f.read()
+    for lineno, line in enumerate(alias_text.splitlines(), start=1):
         s = line.strip()
         if s.startswith("#"):
             low = s.lower()
@@ -166,7 +181,7 @@ def model_aliases() -> dict[str, Alias]:
             continue
         target = by_file.get(fm.group(1))
         if target is None:
-            raise DataFileError(str(ALIASES_FILE), lineno, f"unknown model file '{fm.group(1)}'")
+            raise DataFileError(ALIASES_FILE, lineno, f"unknown model file '{fm.group(1)}'")
         quant = _quant_from_text(cells[2]) if section == "quantized" else "none"
         note = cells[2] if section == "look-alike" else ""
         overrides: list[tuple[str, int]] = []
@@ -190,7 +205,7 @@ def model_aliases() -> dict[str, Alias]:
 def _full_index() -> dict[str, str]:
     """Lower full id -> canonical id, of the catalog files alone (a catalog id is found without
     parsing ALIASES.md)."""
-    return {hub_id.lower(): hub_id for hub_id in model_catalog()}
+    return {hub_id.lower(): hub_id for hub_id in catalog_files()}
 
 
 @lru_cache(maxsize=1)
@@ -198,7 +213,7 @@ def _index() -> tuple[dict[str, str], dict[str, list[tuple[str, str]]]]:
     """(lower full id -> canonical id, lower short name -> [(full id as written, canonical id)])."""
     full: dict[str, str] = dict(_full_index())
     short: dict[str, list[tuple[str, str]]] = {}
-    for hub_id in model_catalog():
+    for hub_id in catalog_files():
         short.setdefault(hub_id.split("/")[-1].lower(), []).append((hub_id, hub_id))
     for key, al in model_aliases().items():
         short.setdefault(key.split("/")[-1], []).append((al.alias, al.alias))
@@ -260,9 +275,14 @@ def _spec_of(r: _Resolved) -> ModelSpec:
 # resolution
 
 
+def _catalog_file(canonical: str) -> tuple[str, str]:
+    """(path, source label) of a catalog id's config file."""
+    name = catalog_files()[canonical]
+    return os.path.join(MODELS_DIR, name), f"catalog:{name}"
+
+
 def _catalog_resolved(canonical: str, quant: str, requested: str, via: str) -> _Resolved:
-    return _Resolved(canonical, str(model_catalog()[canonical]), f"catalog:{model_catalog()[canonical].name}",
-                     quant, requested, via)
+    return _Resolved(canonical, *_catalog_file(canonical), quant, requested, via)
 
 
 def _lookup_exact(name: str, quant: str, requested: str, via: str) -> _Resolved | None:
@@ -277,8 +297,7 @@ def _lookup_exact(name: str, quant: str, requested: str, via: str) -> _Resolved 
     al = model_aliases().get(low)
     if al is not None:
         q = al.quant if al.quant != "none" else quant
-        return _Resolved(al.target, str(model_catalog()[al.target]),
-                         f"catalog:{model_catalog()[al.target].name}", q, requested,
+        return _Resolved(al.target, *_catalog_file(al.target), q, requested,
                          via or f"alias ({al.kind})", al.note, al.overrides)
     short_name = low.split("/")[-1]
     hits = short.get(short_name, [])
@@ -388,15 +407,41 @@ def _as_path(name: str) -> Path | None:
                                 f"{exc.strerror or exc}") from None
 
 
+_STAT_IGNORED = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+"""The stat errors pathlib's is_file / is_dir read as "no" (others are raised)."""
+
+
+def _nothing_there(path: str) -> bool:
+    """Whether pathlib would find neither a file nor a folder at `path`, asked without pathlib where the
+    string is one pathlib keeps as written (POSIX, no empty, '.' or trailing parts); a catalog name is
+    resolved so without importing pathlib."""
+    parts = path.split("/")
+    if os.sep != "/" or os.altsep or not path or parts[0] == "." or any(p in ("", ".") for p in parts[1:]):
+        return False  # let pathlib decide
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno in _STAT_IGNORED:
+            return True
+        raise
+    except ValueError:
+        return True
+    return False
+
+
 def _as_existing_path(name: str) -> Path | None:
-    p = Path(os.path.expanduser(name))
-    if p.is_file():
-        return p
-    if p.is_dir():
-        cfg = p / "config.json"
-        if cfg.is_file():
-            return cfg
-        raise InputError(FIELD, f"folder '{name}' holds no config.json")
+    expanded = os.path.expanduser(name)
+    if not _nothing_there(expanded):
+        from pathlib import Path
+
+        p = Path(expanded)
+        if p.is_file():
+            return p
+        if p.is_dir():
+            cfg = p / "config.json"
+            if cfg.is_file():
+                return cfg
+            raise InputError(FIELD, f"folder '{name}' holds no config.json")
     if name.lower().endswith(".json") or name.startswith((".", "/", "~", "\\")) or (
             os.sep != "/" and os.sep in name) or name.count("/") > 1:
         raise InputError(FIELD, f"no such config file or folder: '{name}'")
@@ -424,6 +469,8 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 def hub_cache_dir() -> Path:
     """Where fetched config.json files are kept: `$TUNEPLAN_HOME/hub` (default `~/.tuneplan/hub`)."""
+    from pathlib import Path
+
     return Path(os.environ.get("TUNEPLAN_HOME") or str(Path.home() / ".tuneplan")) / "hub"
 
 

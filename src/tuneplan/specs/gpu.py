@@ -14,11 +14,14 @@ import json
 import os
 import re
 from functools import lru_cache
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError, read_user_text
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_gpu_figures
 from tuneplan.specs.struct import asdict, dataclass, field, replace
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """The catalog's dense peak columns (`<p>_tflops`)."""
@@ -238,10 +241,16 @@ def gpu_families() -> dict[str, Family]:
     return {f.name: f for f in _load_catalog().families.values()}
 
 
+def _user_gpu_folder() -> str:
+    home = os.environ.get("TUNEPLAN_HOME") or os.path.join(os.path.expanduser("~"), ".tuneplan")
+    return os.path.join(home, "gpus")
+
+
 def user_gpu_dir() -> Path:
     """Where `tuneplan probe` saves the user's own GPU entries."""
-    home = os.environ.get("TUNEPLAN_HOME") or str(Path.home() / ".tuneplan")
-    return Path(home) / "gpus"
+    from pathlib import Path
+
+    return Path(_user_gpu_folder())
 
 
 def _str_tuple(v) -> tuple[str, ...]:
@@ -309,6 +318,8 @@ def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
 
 def load_gpu_file(path: str | Path) -> GPUSpec:
     """Read a user's GPU from YAML or JSON."""
+    from pathlib import Path
+
     p = Path(path)
     if not p.exists():
         raise InputError("gpu-file", f"no such file: {p}")
@@ -328,6 +339,8 @@ def load_gpu_file(path: str | Path) -> GPUSpec:
 
 def user_gpus() -> dict[str, GPUSpec]:
     out: dict[str, GPUSpec] = {}
+    if not os.path.isdir(_user_gpu_folder()):  # the usual case: no pathlib needed
+        return out
     d = user_gpu_dir()
     if d.is_dir():
         for p in sorted(d.glob("*.y*ml")) + sorted(d.glob("*.json")):

@@ -18,7 +18,6 @@ import math
 import re
 from datetime import date
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from tuneplan.errors import DataFileError, UnknownNameError, read_user_text, shown
@@ -202,6 +201,8 @@ def load_prices(path: str | None = None) -> tuple[Price, ...]:
 
         text = read_text(SHIPPED_YAML)
         return parse_generated_prices(text, SHIPPED_YAML) or parse_yaml_prices(text, SHIPPED_YAML)
+    from pathlib import Path
+
     p = Path(path)
     if str(path).strip() and not p.exists():
         raise DataFileError(shown(path), None, "no such price file")
