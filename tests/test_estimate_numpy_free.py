@@ -110,3 +110,17 @@ def test_the_estimate_command_does_not_import_numpy():
             "print('NUMPY', 'numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "NUMPY False" in out
+
+
+def test_a_memory_correction_keeps_the_estimate_on_numpy():
+    """With a memory correction the largest-micro-batch search measures each trial's distance to the
+    training rows: numpy's work, so such a calibration's estimate runs on numpy arrays."""
+    from tuneplan.estimators.calibration import default_calibration
+    from tuneplan.estimators.residual import Residual, TuneplanCorrection
+    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+
+    shipped = default_calibration().estimator()
+    assert shipped.python_arrays and TuneplanEstimator().python_arrays
+    thr = Residual.from_dict(default_calibration().payload["throughput_residual"])
+    with_memory = TuneplanEstimator(shipped.constants, TuneplanCorrection(thr, thr))
+    assert not with_memory.python_arrays

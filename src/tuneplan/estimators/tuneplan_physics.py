@@ -36,8 +36,6 @@ def _tiled(a: Arrays, n: int, reps: int) -> Arrays:
 class TuneplanEstimator:
     name = "tuneplan"
     memory_parts = MEMORY_PARTS
-    python_arrays = True
-    """Runs on `physics.xp`'s pure-Python vectors as on numpy arrays (api.estimate: one configuration)."""
 
     def __init__(self, constants: PhysicsConstants = DEFAULT_CONSTANTS, residual=None,
                  calibration_name: str | None = None, stack=None) -> None:
@@ -49,6 +47,13 @@ class TuneplanEstimator:
     @property
     def memory_model(self) -> TuneplanEstimator:
         return self
+
+    @property
+    def python_arrays(self) -> bool:
+        """Whether one configuration is quicker on `physics.xp`'s pure-Python vectors than on numpy
+        (api.estimate): yes, unless a memory correction makes the largest-micro-batch search measure
+        every trial micro-batch's distance to the training rows (numpy's work)."""
+        return not getattr(self.residual, "memory_reads_step", False)
 
     @classmethod
     def from_calibration(cls, calibration=None) -> TuneplanEstimator:
