@@ -497,6 +497,8 @@ def asarray(x: Any, dtype: Any = None) -> Array:
 def vector(values: Sequence[Any], dtype: Any = float, backend: str = "numpy", like: Any = None) -> Array:
     """A new 1-D array of `values`: numpy's (backend "numpy") or a Vec ("python", or `like` a Vec)."""
     if backend == "python" or type(like) is Vec or type(like) is Mat:
+        if dtype is float:
+            return Vec([float(e) for e in values])
         cast = _cast(dtype)
         return Vec([cast(e) for e in values])
     import numpy as np
