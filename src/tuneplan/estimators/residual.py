@@ -282,7 +282,9 @@ class Residual:
         if not xp.any(weight > 0):
             return xp.zeros(len(X), like=X), weight
         near_corr = self.forest.predict(X)
-        far_corr = near_corr if self.far_forest is None else self.far_forest.predict(X[:, self.far_columns])
+        # a far share of 0 keeps nothing of the far trees (finite sums): they are not evaluated
+        far_corr = (near_corr if self.far_forest is None or self.shrink == 0.0
+                    else self.far_forest.predict(X[:, self.far_columns]))
         return inside * (g * self.near * near_corr + (1.0 - g) * self.shrink * far_corr), weight
 
     def to_dict(self) -> dict:
