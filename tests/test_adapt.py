@@ -79,6 +79,15 @@ def test_shrinkage_is_the_normal_posterior_share():
     assert between > within > 0
 
 
+def test_the_median_of_an_even_count_is_the_mean_of_the_middle_two():
+    from tuneplan.learn.adapt import median_or_mean
+
+    assert median_or_mean(np.array([0.86, 1.07, 0.86, 1.02]), np.ones(4)) == pytest.approx(0.94)
+    assert median_or_mean(np.array([3.0, 1.0, 2.0]), np.ones(3)) == 2.0
+    assert median_or_mean(np.array([1.0, 2.0]), np.array([1.0, 3.0])) == pytest.approx(1.75)  # two: weighted mean
+    assert median_or_mean(np.array([0.0, 1.0, 5.0, 9.0]), np.array([1.0, 1.0, 3.0, 1.0])) == 5.0
+
+
 def test_an_own_row_missed_by_more_than_its_spread_is_warned():
     df = _rows(4, "lora").copy()
     df.loc[df.index[-1], "tokens_per_s"] *= 3.0  # one run far from what the other three say
@@ -165,3 +174,10 @@ def test_runs_predicted_not_to_fit_do_not_set_the_throughput_scale():
     only_edge = fit_adapter(base, ts_edge)  # nothing else to go by: it is used, and said so
     assert only_edge.adapter.throughput_log_scale != 0.0
     assert any("all of them predicted not to fit" in x for x in only_edge.adapter.fitted)
+    # ... as a noisy run: with a prior on how far stacks sit, less of its offset is kept than of a run that fits
+    prior = (0.02, 0.02)
+    kept_edge = fit_adapter(base, ts_edge, prior).adapter.throughput_log_scale / only_edge.adapter.throughput_log_scale
+    one = training_set(two.iloc[[0]].assign(tokens_per_s=two["tokens_per_s"].iloc[0] / 3))
+    kept_fit = fit_adapter(base, one, prior).adapter.throughput_log_scale / fit_adapter(base, one).adapter.throughput_log_scale
+    assert kept_edge == pytest.approx(shrinkage(0.25, *prior)) and kept_fit == pytest.approx(shrinkage(1.0, *prior))
+    assert kept_edge < kept_fit

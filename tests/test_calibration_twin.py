@@ -86,17 +86,20 @@ def test_saving_over_the_shipped_default_writes_its_twin(tmp_path, monkeypatch):
     assert read_twin((folder / TWIN_NAME).read_bytes(), text) == json.loads(text)
 
 
-def test_shipped_forest_tables_are_the_compiled_ones():
+def test_shipped_forest_tables_are_the_compiled_ones(calibrated_estimator):
     from tuneplan.estimators.base import get_estimator
     from tuneplan.plan import fastforest as ff
 
-    forests = ff.estimator_forests(get_estimator("tuneplan", None))
-    # the throughput residual's near and far forests; the shipped default has no memory residual
-    # (fitted on several sources: learners.residual_fit.MEMORY_RESIDUAL_MAX_SOURCES)
-    assert len(forests) == 2 and all(f.key in ff.shipped_tables() for f in forests), (
+    # the shipped default's forests (none: fitted on several sources it keeps no residual trees,
+    # learners.residual_fit.RESIDUAL_MAX_SOURCES) are the ones default.tables holds
+    assert set(ff.shipped_tables()) == {f.key for f in ff.estimator_forests(get_estimator("tuneplan", None))}, (
         "default.tables is stale: run python scripts/build_data_twins.py")
+    # a calibration with trees (a user's own stack): its rendered tables read back as the compiled ones
+    forests = ff.estimator_forests(calibrated_estimator)
+    tables = ff.read_tables(ff.render_tables(calibrated_estimator))
+    assert forests and set(tables) == {f.key for f in forests}
     for f in forests:
-        shipped = [ff._unpack(t) for t in ff.shipped_tables()[f.key]]
+        shipped = [ff._unpack(t) for t in tables[f.key]]
         compiled = [f._compile(root, internal) for root, internal in f.trees]
         assert len(shipped) == len(compiled)
         for a, b in zip(shipped, compiled, strict=True):
@@ -109,14 +112,13 @@ def test_shipped_forest_tables_are_the_compiled_ones():
             assert a[1].dtype == b[1].dtype and np.array_equal(a[1], b[1], equal_nan=True)
 
 
-def test_tables_of_another_forest_or_a_damaged_file_are_not_used(tmp_path, monkeypatch):
+def test_tables_of_another_forest_or_a_damaged_file_are_not_used(tmp_path, monkeypatch, calibrated_estimator):
     from tuneplan import data
-    from tuneplan.estimators.base import get_estimator
     from tuneplan.plan import fastforest as ff
 
     assert ff.read_tables(b"") == {} and ff.read_tables(b"junk") == {}
     assert ff.read_tables(ff.TABLES_MAGIC + b"not zlib") == {}
-    est = get_estimator("tuneplan", None)
+    est = calibrated_estimator
     blob = ff.render_tables(est)
     assert set(ff.read_tables(blob)) == {f.key for f in ff.estimator_forests(est)}
     (tmp_path / "calibration").mkdir()

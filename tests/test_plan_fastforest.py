@@ -81,17 +81,27 @@ def test_random_forests(seed):
     assert np.allclose(ff.predict(finite), reference_predict(f, finite), rtol=0, atol=1e-12)  # tables
 
 
-def test_shipped_calibration_forests():
-    from tuneplan.estimators.base import get_estimator
+def _with_far_trees(est):
+    """`est` with a throughput residual that has far trees too (fitted on several sources, as a calibration
+    file of an earlier release has them): one on the work's shape, five sources of synthetic rows."""
+    from tuneplan.estimators.residual import TuneplanCorrection
+    from tuneplan.learn.learners import CAPACITY_GRID, fit_residual
 
-    est = get_estimator("tuneplan")
-    corr = getattr(est, "residual", None)
-    if corr is None or getattr(getattr(corr, "thr", None), "forest", None) is None:
-        pytest.skip("no residual trees in the shipped calibration")
+    names = est.residual.thr.features(())
+    rng = np.random.default_rng(5)
+    X = rng.uniform(0.0, 1.0, size=(200, len(names)))
+    y = 0.3 * np.sin(3.0 * X[:, 0]) + rng.normal(0.0, 0.02, 200)
+    groups = np.repeat([f"s{k}" for k in range(5)], 40)
+    res = fit_residual(X, y, names, groups, fixed=(0.5, 1.0, 0.3, dict(CAPACITY_GRID[0])), far_names=names[:3])
+    return est.__class__(est.constants, TuneplanCorrection(res, None), "far")
+
+
+def test_calibration_forests(calibrated_estimator):
+    est = _with_far_trees(calibrated_estimator)
+    corr = est.residual
     rng = np.random.default_rng(0)
-    forests = [f for res in (corr.thr, corr.mem) if res is not None
-               for f in (res.forest, getattr(res, "far_forest", None)) if f is not None]
-    assert corr.thr.far_forest is not None  # the throughput correction's far trees (work shape only)
+    forests = [calibrated_estimator.residual.thr.forest, corr.thr.forest, corr.thr.far_forest]
+    assert all(f is not None for f in forests)
     for f in forests:
         n_feat = int(f.feature.max()) + 1
         thr = f.threshold[~f.leaf]

@@ -460,13 +460,12 @@ def test_object_ids_are_ids():
         np.testing.assert_array_equal(object_ids(v), np.asarray([id(x) for x in v], dtype=np.int64))
 
 
-def test_forest_tables_by_boxes_equal_the_walk_over_every_code():
+def test_forest_tables_by_boxes_equal_the_walk_over_every_code(calibrated_estimator):
     """Each lookup table (the tree descended once, a leaf's value set on its box of ranks) equals the
-    node-by-node walk over every code of the table, for every tree of the shipped calibration."""
-    from tuneplan.estimators.base import get_estimator
+    node-by-node walk over every code of the table, for every tree of a calibration's residual."""
     from tuneplan.plan.fastforest import accelerated
 
-    est = accelerated(get_estimator("tuneplan"))
+    est = accelerated(calibrated_estimator)
     forests = [f for r in (est.residual.thr, est.residual.mem) if r is not None for f in (r.forest, r.far_forest)
                if f is not None]
     checked = 0
@@ -484,7 +483,7 @@ def test_forest_tables_by_boxes_equal_the_walk_over_every_code():
             walk = {j: rep[(codes // stride) % len(rep)] for j, (stride, rep) in cols.items()}
             np.testing.assert_array_equal(table[1], ff.value[ff._walk(walk, {}, root, internal, size)])
             checked += 1
-    assert checked >= 300  # the shipped throughput residual: 150 near and 150 far trees
+    assert checked >= 100  # the throughput residual's trees (150 or 300 rounds; a few are single leaves)
 
 
 @pytest.mark.parametrize("case", ["some", "all", "existing", "repeated index", "other index"])

@@ -150,6 +150,45 @@ def test_fixes_cheapest_first_name_grad_ckpt_no_duplicates():
     assert len(gpu_fixes) <= 1  # one GPU-count suggestion, the cheapest, not 8, 16 and 32 alike
 
 
+def test_fixes_break_near_ties_toward_the_smaller_change():
+    """FSDP over 64 GPUs costs the same GPU-seconds per sample as over 2 (within 1%): the 2 are said;
+    and a combination is not said when a part of it alone fits as cheaply."""
+    import tuneplan
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.plan.fixes import NEAR_TIE, _candidates, _combinations, _evaluate
+    from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg
+
+    gpu = resolve_gpu_arg(H100, None, None, None, None)
+    said_gpus = []
+    for name, kw in ((LLAMA8, dict(method="lora", micro_batch=4)), ("meta-llama/Llama-3.1-70B", dict(method="full"))):
+        r = tuneplan.estimate(name, H100, seq_len=2048, **kw)
+        singles = _candidates(r.job)
+        fits = _evaluate(resolve_model_arg(name), gpu, r.job, 2048, get_estimator("tuneplan", None),
+                         singles + _combinations(r.job, singles))
+        said_gpus += _check_fixes(r.suggestions, fits, NEAR_TIE)
+    assert said_gpus  # the 70B full fine-tuning needs more GPUs: the check above saw a GPU count
+    r = tuneplan.estimate(LLAMA8, H100, method="lora", seq_len=2048, micro_batch=4)
+    assert not any("GPUs (" in x and "--grad-ckpt" in x for x in r.suggestions)  # checkpointing alone does it
+
+
+def _check_fixes(suggestions: list[str], fits: list, near_tie: float) -> list[int]:
+    """Each said fix is the fewest-GPU one of its kind among those as cheap, and no part of it alone fits as
+    cheaply; the GPU counts said."""
+    import re
+
+    gpus = []
+    for said in suggestions:
+        flags = re.search(r"\((--[^)]*)\)", said).group(1)
+        cost = float(re.search(r"([\d.]+) GPU-ms per sample", said).group(1)) / 1000
+        mine = next(t for t in fits if t[2].flags == flags)
+        same_kind = [t for t in fits if t[2].kinds == mine[2].kinds and t[0] <= cost * (1 + near_tie) + 1e-9]
+        assert mine[2].change.get("gpus", 1) == min(t[2].change.get("gpus", 1) for t in same_kind)
+        assert not any(t[2].kinds < mine[2].kinds and t[0] <= mine[0] * (1 + near_tie) for t in fits)
+        if "gpus" in mine[2].change:
+            gpus.append(mine[2].change["gpus"])
+    return gpus
+
+
 # ---- 4. words -----------------------------------------------------------------------------------------
 
 def test_no_fit_at_micro_batch_one_is_said_not_zero(capsys):
@@ -357,7 +396,7 @@ def test_assumptions_say_calibrated_or_uncalibrated_never_both():
     kw = dict(method="lora", examples=1000, tokens_per_example=512)
     calibrated = tuneplan.estimate("meta-llama/Llama-3.1-8B", "H100-SXM5-80GB", **kw).assumptions
     raw = tuneplan.estimate("meta-llama/Llama-3.1-8B", "H100-SXM5-80GB", calibration="none", **kw).assumptions
-    assert any("from calibration 'default'" in a for a in calibrated)
+    assert any(a.startswith("Calibration 'default': ") for a in calibrated)
     assert not any(a.startswith("Uncalibrated physics") for a in calibrated)
     assert any(a.startswith("Uncalibrated physics") for a in raw)
-    assert not any("from calibration" in a for a in raw)
+    assert not any(a.startswith("Calibration ") for a in raw)

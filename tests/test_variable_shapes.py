@@ -127,3 +127,16 @@ def test_runs_rows_say_what_their_memory_measures():
             "micro_batch_size": 1, "gpus": 1}
     cfgs = [row_to_config({**base, "mem_kind": k}) for k in ("allocated", "reserved", "nvidia-smi", "")]
     assert arrays_for(cfgs)["reports_reserved"].tolist() == [0.0, 1.0, 1.0, 1.0]
+
+
+def test_the_assumption_says_which_bound_the_length_is():
+    """Padded to its batch's longest example: --seq-len is the upper bound of what a batch runs at; a mean
+    tokens per example is a lower one, and the assumption says so (not "the upper bound")."""
+    from tuneplan.physics.run import workload, workload_assumptions
+
+    given = make_job(method="lora", padding="longest", examples=100, tokens_per_example=300, seq_len=2048)
+    mean = make_job(method="lora", padding="longest", examples=100, tokens_per_example=300)
+    text_given = workload_assumptions(given, workload(given))[0]
+    text_mean = workload_assumptions(mean, workload(mean))[0]
+    assert "compute assumes seq_len, the upper bound" in text_given
+    assert "the mean length, a lower bound" in text_mean and "upper bound" not in text_mean.split("--seq-len")[0]

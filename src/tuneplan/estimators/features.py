@@ -11,17 +11,6 @@ THROUGHPUT_FEATURES = (
     "log_intensity", "comm_share", "optimizer_share", "dequant_share", "grad_ckpt", "is_lora_family",
     "log_gpus", "log_peak_tflops", "log_bandwidth_gbs", "log_seq_len", "attn_share", "log_grad_accum",
 )
-THROUGHPUT_FAR_FEATURES = (
-    "log_tokens_per_micro", "log_hidden_per_tp", "trainable_fraction", "log_intensity", "comm_share",
-    "optimizer_share", "dequant_share", "grad_ckpt", "is_lora_family", "log_seq_len", "attn_share",
-    "log_grad_accum",
-)
-"""The features of the throughput correction applied away from every measured configuration: the
-shape of the work, not what it ran on. The machine (peak FLOP/s, bandwidth, GPU count) and the model's
-size enter through the physics; as features they name the source more than the work (each source
-measured its own GPUs and models), so trees fitted on them learn each source's offset, which does
-not carry to a new source. Next to measured configurations (a sibling of a training row) the trees on
-all of THROUGHPUT_FEATURES apply: there the machine's own offset is what is wanted."""
 MEMORY_FEATURES = (
     "log_tokens_per_micro", "log_hidden_per_tp", "log_params_total", "trainable_fraction", "weights_share",
     "activations_share", "logits_share", "grad_ckpt", "is_lora_family", "quantised", "log_seq_len",

@@ -232,7 +232,9 @@ class TuneplanEstimator:
             f"CUDA context {c.cuda_context_gib:.2f} GiB and {c.allocator_overhead:.0%} allocator overhead.",
         ]
         if self.calibration_name:
-            base.append(f"Constants and a residual correction from calibration '{self.calibration_name}'.")
+            consts = "fitted constants" if self.constants != DEFAULT_CONSTANTS else "the physics' prior constants"
+            corr = "a residual correction" if self.residual is not None else "no residual correction"
+            base.append(f"Calibration '{self.calibration_name}': {consts} and {corr}.")
         if self.stack is not None:
             base.append(f"Adapted to your own runs ({self.stack.describe()}).")
         if not self.calibration_name and self.stack is None:

@@ -67,12 +67,18 @@ def _wmean(x: np.ndarray, w: np.ndarray) -> float:
 
 
 def median_or_mean(x: np.ndarray, w: np.ndarray) -> float:
-    """Weighted mean for one or two rows, weighted median from three (robust to one far-off run)."""
+    """Weighted mean for one or two rows, weighted median from three (robust to one far-off run): the
+    value where the cumulative weight reaches half, the mean of the two values around it when it falls
+    exactly between them (the usual median of an even count of equal weights)."""
     if len(x) < 3:
         return _wmean(x, w)
     order = np.argsort(x)
-    cw = np.cumsum(w[order])
-    return float(x[order][np.searchsorted(cw, 0.5 * cw[-1])])
+    xs, cw = np.asarray(x, dtype=float)[order], np.cumsum(np.asarray(w, dtype=float)[order])
+    half = 0.5 * cw[-1]
+    i = int(np.searchsorted(cw, half))
+    if i + 1 < len(xs) and np.isclose(cw[i], half, rtol=1e-12, atol=0.0):
+        return float(0.5 * (xs[i] + xs[i + 1]))
+    return float(xs[i])
 
 
 @dataclass
@@ -147,6 +153,8 @@ def fit_adapter(base, ts: TrainingSet, prior: tuple[float | None, float | None] 
     if (t & ~fits).any() and (t & fits).any():
         not_fitted.append(f"{int((t & ~fits).sum())} run(s) {EDGE_NOTE}")
         t = t & fits
+    elif edge_only:  # nothing else to go by: they count as noisy runs (less of their offset is kept)
+        w_all = np.where(fits, w_all, np.minimum(w_all, NOISY_WEIGHT))
     adapter = StackAdapter(n_rows={"throughput": int(t.sum()), "memory": int(m.sum())})
     if t.any():
         r = np.log(ts.tokens_per_s[t] / pred_t[t])
@@ -156,8 +164,8 @@ def fit_adapter(base, ts: TrainingSet, prior: tuple[float | None, float | None] 
         adapter.throughput_log_scale = overall
         fitted.append(f"throughput x{np.exp(overall):.3g} from {int(t.sum())} run(s)"
                       + (f" ({keep:.0%} of their offset: the rest is run-to-run noise)" if keep < 0.995 else "")
-                      + (": all of them predicted not to fit, so the scale may carry the allocator's slowdown at "
-                         "the memory limit; check what the runs file says of checkpointing, sharding and precision, "
+                      + (": all of them predicted not to fit, so each counts as a noisy run (the scale may carry "
+                         "the allocator's slowdown at the memory limit); check what the runs file says of checkpointing, sharding and precision, "
                          "or add a run that fits" if edge_only else ""))
         methods = np.array([c.job.method for c in (ts.configs[i] for i in np.flatnonzero(t))])
         adapter.method_log_scales = _method_scales(r, w, methods, overall)

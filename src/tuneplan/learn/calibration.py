@@ -106,10 +106,12 @@ ADAPT_DRAWS = 20
 
 def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int = 0) -> list[float]:
     """The log-ratios an adapter fitted on k runs of a new stack leaves, simulated on the held-out
-    sources' own residuals: in each source, k residuals revealed, their (median or mean) offset removed
-    from the others (as the adapter's overall scale removes it), every source weighing the same."""
-    from tuneplan.learn.adapt import median_or_mean
+    sources' own residuals: in each source, k residuals revealed, the share of their (median or mean) offset
+    an adapter keeps (adapt.shrinkage) removed from the others (as the adapter's overall scale removes it),
+    every source weighing the same."""
+    from tuneplan.learn.adapt import median_or_mean, offset_variances, shrinkage
 
+    keep = shrinkage(float(k), *offset_variances(by_source))  # the share of the offset an adapter keeps
     rng = np.random.default_rng(seed)
     groups: dict[str, list[float]] = {}
     for src, v in sorted(by_source.items()):
@@ -120,7 +122,7 @@ def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int 
         for _ in range(ADAPT_DRAWS):
             sel = np.zeros(len(g), dtype=bool)
             sel[rng.choice(len(g), size=k, replace=False)] = True
-            off = median_or_mean(g[sel], np.ones(k))
+            off = keep * median_or_mean(g[sel], np.ones(k))
             out.extend((g[~sel] - off).tolist())
         groups[src] = out
     return balanced_residuals(groups, True)

@@ -63,11 +63,15 @@ def seq_len_warning(max_position_embeddings: int | None, model_name: str, wl: Wo
 
 def workload_assumptions(job: JobSpec, wl: Workload, c: PhysicsConstants = DEFAULT_CONSTANTS) -> list[str]:
     """How each sample is shaped: packed, padded to the sequence length, or to its batch's longest."""
+    bound = ("seq_len, the upper bound" if wl.seq_len_source == "--seq-len" else
+             "the mean length, a lower bound: a batch runs at its longest example's length, which for a "
+             "batch of several examples of varying length can be a few times the mean (give --seq-len "
+             "your longest example for the upper bound, or pack)")
     return [
         f"Sequence length {wl.seq_len} tokens per sample ({wl.seq_len_source}); "
         + ("samples packed to it." if job.packing else
            "each example padded to it." if job.padding == "max" else
-           "each batch padded to its longest example: compute assumes seq_len, the upper bound; batch "
+           f"each batch padded to its longest example: compute assumes {bound}; batch "
            "shapes vary, so reserved memory (the allocator part) holds "
            f"{c.variable_shape_reserve:.2f}x the per-token "
            "activations and loss buffers more (freed blocks of shorter batches stay cached); torch frees "

@@ -128,6 +128,11 @@ def _evaluate(model: ModelSpec, gpu: GPUSpec, job: JobSpec, seq_len: int, estima
     return fits
 
 
+NEAR_TIE = 0.01
+"""GPU-seconds per sample within this share of the cheapest of a kind of change are a tie, which the change
+with fewer GPUs wins (the physics' per-sample cost of FSDP over 8 or 64 GPUs differs by less)."""
+
+
 def suggest_fixes(model: ModelSpec, gpu: GPUSpec, job: JobSpec, seq_len: int, estimator,
                   limit: int = 3) -> list[str]:
     """Up to `limit` changes that make the run fit, cheapest (GPU-seconds per sample) first, each
@@ -138,10 +143,15 @@ def suggest_fixes(model: ModelSpec, gpu: GPUSpec, job: JobSpec, seq_len: int, es
     fits = sorted(_evaluate(model, gpu, job, seq_len, estimator, singles + _combinations(job, singles)),
                   key=lambda t: t[0])
     chosen: list[tuple[float, float, Fix]] = []
-    for cost, gib, fix in fits:
+    for cost, _, fix in fits:
         if any(c[2].kinds <= fix.kinds for c in chosen):
             continue  # the same kind of change (or a part of this one) already fits, more cheaply
-        chosen.append((cost, gib, fix))
+        if any(t[2].kinds < fix.kinds and t[0] <= cost * (1.0 + NEAR_TIE) for t in fits):
+            continue  # a part of this combination alone fits as cheaply
+        # of this kind, the smallest job among those as cheap (within NEAR_TIE): 8 GPUs, not 64, at
+        # the same GPU-seconds per sample
+        ties = [t for t in fits if t[2].kinds == fix.kinds and t[0] <= cost * (1.0 + NEAR_TIE)]
+        chosen.append(min(ties, key=lambda t: (t[2].change.get("gpus", job.gpus), t[0])))
     if not chosen:
         return ["even the frozen weights do not fit; use a GPU with more memory, or more GPUs with tensor "
                 "parallelism (--tp)"]

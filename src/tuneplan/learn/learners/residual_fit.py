@@ -49,12 +49,15 @@ LOOSE_PRIOR = 0.01
 """Relative pull toward the prior of the constants that vary by an order of magnitude between devices."""
 MIN_RESIDUAL_ROWS = 30
 """Rows needed before a residual model is fitted on top of the constants."""
-MEMORY_RESIDUAL_MAX_SOURCES = 2
-"""The memory residual is fitted for a user's own stack only: rows of at most this many sources. Fitted
-on several sources (the shipped calibration, meant for a stack none of them is), it made peak memory
-worse than the uncalibrated physics on held-out sources in the nested by-source validation, in two
-rounds (8.3% against 8.0% at 1b98ac2, 7.6% against 7.3% at 9ec916d: docs/learning.md); issue 16's rule:
-a component that does not beat the physics is left out of the shipped default."""
+RESIDUAL_MAX_SOURCES = 2
+"""The residual trees (throughput and memory) are fitted for a user's own stack only: rows of at most
+this many sources, where they help in distribution (docs/learning.md). Fitted on several sources (the
+shipped calibration, meant for a stack none of them is), neither beat the uncalibrated physics on most
+held-out sources in the nested by-source validation (benchmarks/learning_by_source.py): memory was
+worse overall in two rounds (8.3% against 8.0% at 1b98ac2, 7.6% against 7.3% at 9ec916d), throughput
+better overall by 0.2 point but on 4 of 10 sources, worse on 4, in every variant tried of how its
+shares are chosen (issue 16: on 2 to 5 of 10). Issue 16's rule: a component that does not beat the
+physics overall and on most held-out sources is left out of the shipped default."""
 
 THROUGHPUT_CONSTANTS = {
     "mfu_max": (0.05, 2.0), "tokens_half": (16.0, 65536.0), "hidden_half": (16.0, 65536.0),
@@ -161,14 +164,14 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
     with the distance to the nearest training row over `tau`) are chosen together on held-out sources:
     rows predicted by trees fitted without their whole source, sources held out in
     RESIDUAL_SOURCE_GROUPS groups (a new framework or machine), each row's share computed from its
-    distance to the rows that fit had. Rows of several sources are fitted for stacks they do not
-    contain (the shipped calibration is used on a new user's stack), so that is what they are scored
-    on: median absolute log error, every source weighing the same (a large source must not decide how a
+    distance to the rows that fit had. Rows of several sources (the slst learner's; the tuneplan learner
+    fits its trees on a user's own stack only, RESIDUAL_MAX_SOURCES) are fitted for stacks they do not
+    contain, so that is what they are scored on: median absolute log error, every source weighing the same (a large source must not decide how a
     correction transfers to a new one). Rows of one or two sources (a user's own stack) are scored on
     random folds and only the size is chosen: the correction applies in full. `fixed` (far, near, tau[, capacity]) skips the choices
     (cross-fits reuse the full fit's). With `far_names` (a subset of `names`), the far share applies
-    trees fitted on those features only (see features.THROUGHPUT_FAR_FEATURES); the near share, trees on
-    all of them."""
+    trees fitted on those features only (the shape of the work, not what it ran on); the near share,
+    trees on all of them."""
     lo, hi = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
     span = np.maximum(hi - lo, 1e-9)
     n_groups = 0 if groups is None else len(set(np.asarray(groups).tolist()))

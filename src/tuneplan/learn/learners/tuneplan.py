@@ -10,7 +10,6 @@ import numpy as np
 
 from tuneplan.estimators.features import (
     MEMORY_FEATURES,
-    THROUGHPUT_FAR_FEATURES,
     THROUGHPUT_FEATURES,
     feature_matrix,
 )
@@ -23,9 +22,9 @@ from tuneplan.learn.learners.residual_fit import (
     MEMORY_CONSTANTS,
     MEMORY_PRIOR_GRID,
     MEMORY_PRIOR_WEIGHT,
-    MEMORY_RESIDUAL_MAX_SOURCES,
     MIN_RESIDUAL_ROWS,
     MIN_ROWS,
+    RESIDUAL_MAX_SOURCES,
     THROUGHPUT_CONSTANTS,
     THROUGHPUT_PRIOR_GRID,
     NotEnoughData,
@@ -213,14 +212,18 @@ class TuneplanLearner:
         else:
             self.notes.append("memory constants not fitted (too few rows)")
         out = self._phys(a_all, self.constants)
-        if thr_mask.sum() >= MIN_RESIDUAL_ROWS:
+        thr_sources = len(set(np.asarray(ts.source[thr_mask]).astype(str).tolist()))
+        if thr_mask.sum() >= MIN_RESIDUAL_ROWS and thr_sources > RESIDUAL_MAX_SOURCES:
+            self.notes.append(f"throughput residual not fitted: rows of {thr_sources} sources (a calibration for "
+                              "a new stack keeps the physics' shape; fitted across sources it beat the physics on "
+                              "fewer than half of the held-out ones)")
+        elif thr_mask.sum() >= MIN_RESIDUAL_ROWS:
             X = feature_matrix(a_all, out, THROUGHPUT_FEATURES)[thr_mask]
             pred = (out["tokens_per_step"] / out["step_s"])[thr_mask]
             self.thr_residual = fit_residual(X, _log(ts.tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES,
-                                             ts.source[thr_mask], self.fixed_shrink[0] if self.fixed_shrink else None,
-                                             THROUGHPUT_FAR_FEATURES)
+                                             ts.source[thr_mask], self.fixed_shrink[0] if self.fixed_shrink else None)
         mem_sources = len(set(np.asarray(ts.source[mem_mask]).astype(str).tolist()))
-        if mem_mask.sum() >= MIN_RESIDUAL_ROWS and mem_sources > MEMORY_RESIDUAL_MAX_SOURCES:
+        if mem_mask.sum() >= MIN_RESIDUAL_ROWS and mem_sources > RESIDUAL_MAX_SOURCES:
             self.notes.append(f"memory residual not fitted: rows of {mem_sources} sources (a calibration for a new "
                               "stack keeps the physics' memory; fitted across sources it did worse on held-out ones)")
         elif mem_mask.sum() >= MIN_RESIDUAL_ROWS:
