@@ -38,10 +38,26 @@ JOBS = [
 ]
 
 
-def _estimate(backend: str, monkeypatch, job: dict):
+def _estimate(backend: str, monkeypatch, job: dict, estimator=None):
+    """api.estimate on one backend; `estimator`: the one get_estimator gives (a calibration with trees)."""
     monkeypatch.setattr(api, "ARRAYS", backend)
+    if estimator is not None:
+        monkeypatch.setattr("tuneplan.estimators.base.get_estimator", lambda name, calibration=None: estimator)
     kw = dict(job)
     return api.estimate(kw.pop("model"), kw.pop("gpu"), **kw)
+
+
+@pytest.fixture(scope="module")
+def with_trees(calibrated_estimator):
+    """A calibration's estimator with throughput trees (a user's own stack; the shipped default has none)
+    and no memory correction, so the estimate runs on the pure-Python vectors, trees included."""
+    from tuneplan.estimators.residual import TuneplanCorrection
+    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+
+    est = TuneplanEstimator(calibrated_estimator.constants, TuneplanCorrection(calibrated_estimator.residual.thr, None),
+                            calibration_name="h200")
+    assert est.python_arrays
+    return est
 
 
 def _same(a, b, where: str = "") -> None:
@@ -69,11 +85,39 @@ def test_pure_python_and_numpy_arrays_give_the_same_estimate(job, monkeypatch):
     assert plain_text(estimate_items(py), 100) == plain_text(estimate_items(ref), 100)  # what the table prints
 
 
+NEAR_H200_RUNS = [  # next to the fixture's training rows (reference/runs/tuneplan-h200.csv): its trees apply
+    dict(model="meta-llama/Llama-3.1-8B", gpu="H200-SXM-141GB", method="lora", examples=2000, seq_len=2048,
+         micro_batch=1),
+    dict(model="meta-llama/Llama-3.2-1B", gpu="H200-SXM-141GB", method="full", examples=2000, seq_len=2048,
+         micro_batch=4, grad_accum=4),
+    dict(model="Qwen/Qwen1.5-MoE-A2.7B", gpu="H200-SXM-141GB", method="lora", examples=500, seq_len=1024,
+         micro_batch=4),
+    dict(model="Qwen/Qwen2.5-14B", gpu="H200-SXM-141GB", method="lora", examples=500, seq_len=2048, micro_batch=8,
+         grad_ckpt=True),
+    dict(model="meta-llama/Llama-3.1-8B", gpu="A100-SXM4-80GB", method="qlora", examples=500, seq_len=512),
+]
+
+
+@pytest.mark.parametrize("job", NEAR_H200_RUNS, ids=lambda j: f"{j['model'].split('/')[-1]}-{j['method']}-{j['gpu']}")
+def test_the_same_estimate_with_residual_trees(job, monkeypatch, with_trees):
+    """The residual correction (features, distance gate, trees) on both backends."""
+    py = _estimate("python", monkeypatch, job, with_trees)
+    ref = _estimate("numpy", monkeypatch, job, with_trees)
+    _same(py.to_dict(), ref.to_dict())
+    assert plain_text(estimate_items(py), 100) == plain_text(estimate_items(ref), 100)
+    assert any(a.startswith("Calibration 'h200'") and "a residual correction" in a for a in py.assumptions)
+    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+
+    physics = _estimate("python", monkeypatch, job, TuneplanEstimator(with_trees.constants))
+    if job["gpu"].startswith("H200"):
+        assert physics.step_time_s != py.step_time_s  # the trees' correction is in the figures
+
+
 def test_the_spread_covers_a_job_that_does_not_fit_and_one_at_its_largest_micro_batch(monkeypatch):
     fits = [_estimate("python", monkeypatch, j) for j in JOBS]
     assert any(not r.fits for r in fits) and any(r.fits for r in fits)
     assert any(r.max_micro_batch == 0 for r in fits) and any((r.max_micro_batch or 0) > 4 for r in fits)
-    assert any(r.extra.get("residual_weight") is not None or r.interval for r in fits)
+    assert any(r.interval for r in fits)
 
 
 def test_vec_follows_numpy_elementwise():
@@ -112,15 +156,12 @@ def test_the_estimate_command_does_not_import_numpy():
     assert "NUMPY False" in out
 
 
-def test_a_memory_correction_keeps_the_estimate_on_numpy():
+def test_a_memory_correction_keeps_the_estimate_on_numpy(calibrated_estimator, with_trees):
     """With a memory correction the largest-micro-batch search measures each trial's distance to the
     training rows: numpy's work, so such a calibration's estimate runs on numpy arrays."""
     from tuneplan.estimators.calibration import default_calibration
-    from tuneplan.estimators.residual import Residual, TuneplanCorrection
     from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
 
-    shipped = default_calibration().estimator()
-    assert shipped.python_arrays and TuneplanEstimator().python_arrays
-    thr = Residual.from_dict(default_calibration().payload["throughput_residual"])
-    with_memory = TuneplanEstimator(shipped.constants, TuneplanCorrection(thr, thr))
-    assert not with_memory.python_arrays
+    assert default_calibration().estimator().python_arrays and TuneplanEstimator().python_arrays
+    assert with_trees.python_arrays  # throughput trees only
+    assert calibrated_estimator.residual.mem is not None and not calibrated_estimator.python_arrays
