@@ -8,7 +8,7 @@ from __future__ import annotations
 from tuneplan.estimators.base import MEMORY_PARTS, STEP_PARTS
 from tuneplan.physics import xp
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
-from tuneplan.physics.memory import max_micro_batch, memory, settle_peaks
+from tuneplan.physics.memory import memory, settle_peaks
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
 
 Arrays = dict[str, xp.Array]
@@ -150,10 +150,9 @@ class TuneplanEstimator:
     def max_micro_batch(self, a: Arrays, represents: int | None = None) -> xp.Array:
         """The largest micro-batch that fits, per row. `represents`: the rows these stand for (a
         table's rows with each distinct configuration searched once): the search runs as it would
-        over them all (its steps per call, and the residual gate's exact method, follow that count)."""
-        if self.residual is None and self.stack is None:
-            return max_micro_batch(a, self.constants)
-        # search with the corrected memory: 14 halvings of [0, 4097)
+        over them all (its steps per call, and the residual gate's exact method, follow that count).
+        The halvings of `physics.memory.max_micro_batch`, several per call when few rows are searched."""
+        # search with the (corrected) memory: 14 halvings of [0, 4097)
         n = len(a["micro_batch"])
         rows = n if represents is None else represents
         lo = xp.zeros(n, like=a["micro_batch"])
@@ -168,6 +167,8 @@ class TuneplanEstimator:
 
     def _fits(self, a: Arrays, rows: int | None = None) -> xp.Array:
         """`predict_arrays(a)["fits"]`, without the throughput correction (fits does not read it)."""
+        if type(self).predict_arrays is TuneplanEstimator.predict_arrays and self.residual is None and self.stack is None:
+            return xp.asarray(memory(a, self.constants)["fits"], dtype=bool)  # no correction: the physics' fit
         if (type(self).predict_arrays is not TuneplanEstimator.predict_arrays
                 or not hasattr(self.residual or self, "memory_factor")):
             return xp.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
