@@ -43,7 +43,7 @@ class Calibration:
     notes: list[str] = field(default_factory=list)
 
     def estimator(self):
-        """The estimator this file describes (numpy only: no fitting code is imported)."""
+        """The estimator this file describes (no fitting code is imported)."""
         from tuneplan.estimators.base import estimator_class
 
         try:

@@ -73,7 +73,7 @@ class TuneplanEstimator:
     @classmethod
     def from_payload(cls, d: dict, name: str | None = None) -> TuneplanEstimator:
         """The estimator a calibration payload describes (`TuneplanLearner.payload()`): fitted
-        constants and the residual correction (numpy only, no fitting code imported)."""
+        constants and the residual correction (no fitting code imported)."""
         from tuneplan.estimators.residual import Residual, TuneplanCorrection
 
         thr = Residual.from_dict(d["throughput_residual"]) if d.get("throughput_residual") else None
