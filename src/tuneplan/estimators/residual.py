@@ -58,6 +58,30 @@ def _python_nearest(X: xp.Mat, points: list[list[float]], span: xp.Vec) -> xp.Ve
     return xp.Vec(out)
 
 
+def nearest_values(X: xp.Array, points, values: list[float], span: xp.Array) -> xp.Array:
+    """Each row's `values` entry of its nearest point (the distance of `nearest_distance`, by brute force:
+    the first of equally near points, the same on both backends)."""
+    if xp.is_vec(X):
+        s = span.v
+        out = []
+        for x in X.rows:
+            best, value = math.inf, 0.0
+            for p, v in zip(points, values, strict=True):
+                d = xp.pairwise_sum([0.0 if e != e else e for e in (abs(u - w) / z for u, w, z in zip(x, p, s, strict=False))])
+                if d < best:
+                    best, value = d, v
+            out.append(value)
+        return xp.Vec(out)
+    import numpy as np
+
+    vals = np.asarray(values, dtype=float)
+    out = np.empty(len(X))
+    for i in range(0, len(X), NEAREST_CHUNK):
+        diff = np.abs(X[i:i + NEAREST_CHUNK, None, :] - points[None, :, :]) / span
+        out[i:i + NEAREST_CHUNK] = vals[np.nansum(diff, axis=2).argmin(axis=1)]
+    return out
+
+
 def _patterns(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which features each row lacks: the distinct NaN masks and each row's index into them."""
     import numpy as np
@@ -185,7 +209,8 @@ class Residual:
 
     def __init__(self, model: dict, lo: list[float], hi: list[float], shrink: float = 1.0,
                  near: float | None = None, tau: float = 1.0, boxes: list | None = None,
-                 capacity: dict | None = None, points: list | None = None, far_model: dict | None = None) -> None:
+                 capacity: dict | None = None, points: list | None = None, far_model: dict | None = None,
+                 values: list | None = None, value_share: float = 0.0) -> None:
         self.model = model
         self.forest = Forest(model)
         # trees on a subset of the features for the far share (None: the same trees near and far)
@@ -202,6 +227,10 @@ class Residual:
         self.box_lists = [([float(v) for v in b[0]], [float(v) for v in b[1]]) for b in (boxes or [])]
         self.capacity = dict(capacity or {})  # the boosting rounds and smallest leaf chosen for it
         self._points = points  # the training rows (rows x features; numpy's or lists), read lazily
+        # the training rows' residuals, and the share of the correction that is the nearest row's one
+        # (the rest: the trees); a user's own stack only (`fit_residual`'s neighbour_share)
+        self.values = None if values is None else [float(v) for v in values]
+        self.value_share = float(value_share) if self.values else 0.0
 
     # numpy views of the bounds and training rows (predict, plan, fitting); one estimate reads the lists
     @cached_property
@@ -282,6 +311,10 @@ class Residual:
         if not xp.any(weight > 0):
             return xp.zeros(len(X), like=X), weight
         near_corr = self.forest.predict(X)
+        if self.value_share > 0.0:
+            _, _, span = self._bounds(X)
+            nearest = nearest_values(X, self.point_rows if xp.is_vec(X) else self.points, self.values, span)
+            near_corr = near_corr * (1.0 - self.value_share) + nearest * self.value_share
         # a far share of 0 keeps nothing of the far trees (finite sums): they are not evaluated
         far_corr = (near_corr if self.far_forest is None or self.shrink == 0.0
                     else self.far_forest.predict(X[:, self.far_columns]))
@@ -293,6 +326,8 @@ class Residual:
         return {"model": self.model, "lo": self.lo.tolist(), "hi": self.hi.tolist(), "shrink": self.shrink,
                 "near": self.near, "tau": self.tau, "boxes": [[b[0].tolist(), b[1].tolist()] for b in self.boxes],
                 "capacity": self.capacity, "far_model": self.far_model,
+                **({"values": [round(v, 6) for v in self.values], "value_share": self.value_share}
+                   if self.value_share > 0.0 else {}),
                 "points": [[None if not np.isfinite(v) else round(float(v), 6) for v in p] for p in self.points]}
 
     @classmethod
@@ -301,7 +336,7 @@ class Residual:
                    d.get("boxes"), d.get("capacity"),
                    None if d.get("points") is None else [[math.nan if v is None else v for v in p]
                                                           for p in d["points"]],
-                   d.get("far_model"))
+                   d.get("far_model"), d.get("values"), d.get("value_share", 0.0))
 
 
 class TuneplanCorrection:

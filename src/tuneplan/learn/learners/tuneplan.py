@@ -24,6 +24,7 @@ from tuneplan.learn.learners.residual_fit import (
     MEMORY_PRIOR_WEIGHT,
     MIN_RESIDUAL_ROWS,
     MIN_ROWS,
+    NEIGHBOUR_SHARE,
     RESIDUAL_MAX_SOURCES,
     THROUGHPUT_CONSTANTS,
     THROUGHPUT_PRIOR_GRID,
@@ -223,7 +224,8 @@ class TuneplanLearner:
             X = feature_matrix(a_all, out, THROUGHPUT_FEATURES)[thr_mask]
             pred = (out["tokens_per_step"] / out["step_s"])[thr_mask]
             self.thr_residual = fit_residual(X, _log(ts.tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES,
-                                             ts.source[thr_mask], self.fixed_shrink[0] if self.fixed_shrink else None)
+                                             ts.source[thr_mask], self.fixed_shrink[0] if self.fixed_shrink else None,
+                                             neighbour_share=NEIGHBOUR_SHARE)
         mem_sources = len(set(np.asarray(ts.source[mem_mask]).astype(str).tolist()))
         if mem_mask.sum() >= MIN_RESIDUAL_ROWS and mem_sources > RESIDUAL_MAX_SOURCES:
             self.notes.append(f"memory residual not fitted: rows of {mem_sources} sources (a calibration for a new "
