@@ -55,10 +55,12 @@ configuration (the rest: the boosted trees'). Trees need rows to split on; a sou
 rows is better told by its nearest sibling (the same model and method, one setting changed). Chosen on
 the in-distribution 70/30 splits (seeds 0-4) of six sources — llm-foundry, megatron-bridge, tuneplan-h200,
 nemo, ms-swift, xtuner — among trees alone, the nearest row alone, a choice between them inside each fit,
-and the mean of both with the nearest 1 or 3 rows: mean of the sources' MdAPE 9.3% (trees), 9.0%
-(chosen in the fit), 8.1% (this), 8.8% (3 rows). It is worse by 0.0-0.6 point on four of the six
-(llm-foundry, megatron-bridge, tuneplan-h200, nemo) and better on the two smallest and hardest (ms-swift
-13.3% -> 9.8%, xtuner 22.2% -> 16.5%). llmftbench, the issue's figure, was not among them (docs/learning.md)."""
+and the mean of both with the nearest 1 or 3 rows (benchmarks/own_stack_residual.py): mean of the
+sources' MdAPE 9.3% (trees), 8.0% (the nearest row), 9.0% (chosen in the fit), 8.1% (this), 8.8% (3
+rows). This and the nearest row alone are worse than the trees on four of the six (llm-foundry,
+megatron-bridge, tuneplan-h200, nemo) and better on the two hardest (ms-swift 13.3% -> 9.8%, xtuner
+22.2% -> 16.5%); this loses at most 0.9 point where the trees are right, the nearest row alone 3.7.
+llmftbench, the issue's figure, was not among them (docs/learning.md)."""
 RESIDUAL_MAX_SOURCES = 2
 """The residual trees (throughput and memory) are fitted for a user's own stack only: rows of at most
 this many sources, where they help in distribution (docs/learning.md). Fitted on several sources (the
