@@ -104,6 +104,11 @@ def compare(source: str, seeds=range(5)) -> dict[str, list[float]]:
 
 def main(argv: list[str]) -> None:
     warnings.filterwarnings("ignore")
+    missing = [s for s in argv if not _path(s).exists()]
+    if missing:
+        known = sorted({p.stem for d in (SHARED, REPO / "reference" / "runs") for p in d.glob("*.csv")})
+        print(f"error: source: no runs file for {', '.join(missing)}; known: {', '.join(known)}", file=sys.stderr)
+        sys.exit(2)
     for source in argv or ["llm-foundry", "megatron-bridge", "tuneplan-h200", "nemo", "ms-swift", "xtuner"]:
         for name, v in compare(source).items():
             print(f"{source:16s} {name:28s} {' '.join(f'{x:5.1f}' for x in v)}  mean {np.mean(v):5.2f}", flush=True)

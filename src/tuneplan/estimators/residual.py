@@ -31,54 +31,54 @@ exact L1 nearest neighbours) instead of brute force: below it, importing scipy a
 building the tree cost more than they save."""
 
 
+def _block_distances(X: np.ndarray, points: np.ndarray, span: np.ndarray):
+    """(first row, distances of a block of rows to every point), by brute force in blocks of
+    NEAREST_CHUNK rows (NaN counts 0)."""
+    import numpy as np
+
+    for i in range(0, len(X), NEAREST_CHUNK):
+        yield i, np.nansum(np.abs(X[i:i + NEAREST_CHUNK, None, :] - points[None, :, :]) / span, axis=2)
+
+
 def _numpy_nearest(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> np.ndarray:
     """Exact, by brute force in blocks (NaN counts 0)."""
     import numpy as np
 
     out = np.empty(len(X))
-    for i in range(0, len(X), NEAREST_CHUNK):
-        diff = np.abs(X[i:i + NEAREST_CHUNK, None, :] - points[None, :, :]) / span
-        out[i:i + NEAREST_CHUNK] = np.nansum(diff, axis=2).min(axis=1)
+    for i, d in _block_distances(X, points, span):
+        out[i:i + len(d)] = d.min(axis=1)
     return out
 
 
+def _python_nearest_point(x: list[float], points: list[list[float]], s: list[float]) -> tuple[float, int]:
+    """(distance, index) of the nearest of `points` to `x` on the pure-Python backend: the sums of
+    `_block_distances`, in numpy's order (NaN counts 0); the first of equally near points."""
+    best, index = math.inf, 0
+    for j, p in enumerate(points):
+        d = xp.pairwise_sum([abs(u - w) / z for u, w, z in zip(x, p, s, strict=False)])
+        if d != d:  # a feature missing on either side: counted 0
+            d = xp.pairwise_sum([0.0 if e != e else e for e in (abs(u - w) / z for u, w, z in zip(x, p, s, strict=False))])
+        if d < best:
+            best, index = d, j
+    return best, index
+
+
 def _python_nearest(X: xp.Mat, points: list[list[float]], span: xp.Vec) -> xp.Vec:
-    """`_numpy_nearest` on the pure-Python backend: the same sums, in numpy's order (NaN counts 0)."""
-    s = span.v
-    out = []
-    for x in X.rows:
-        best = math.inf
-        for p in points:
-            d = xp.pairwise_sum([abs(u - w) / z for u, w, z in zip(x, p, s, strict=False)])
-            if d != d:  # a feature missing on either side: counted 0
-                d = xp.pairwise_sum([0.0 if e != e else e for e in (abs(u - w) / z for u, w, z in zip(x, p, s, strict=False))])
-            if d < best:
-                best = d
-        out.append(best)
-    return xp.Vec(out)
+    """`_numpy_nearest` on the pure-Python backend."""
+    return xp.Vec([_python_nearest_point(x, points, span.v)[0] for x in X.rows])
 
 
 def nearest_values(X: xp.Array, points, values: list[float], span: xp.Array) -> xp.Array:
     """Each row's `values` entry of its nearest point (the distance of `nearest_distance`, by brute force:
     the first of equally near points, the same on both backends)."""
     if xp.is_vec(X):
-        s = span.v
-        out = []
-        for x in X.rows:
-            best, value = math.inf, 0.0
-            for p, v in zip(points, values, strict=True):
-                d = xp.pairwise_sum([0.0 if e != e else e for e in (abs(u - w) / z for u, w, z in zip(x, p, s, strict=False))])
-                if d < best:
-                    best, value = d, v
-            out.append(value)
-        return xp.Vec(out)
+        return xp.Vec([values[_python_nearest_point(x, points, span.v)[1]] for x in X.rows])
     import numpy as np
 
     vals = np.asarray(values, dtype=float)
     out = np.empty(len(X))
-    for i in range(0, len(X), NEAREST_CHUNK):
-        diff = np.abs(X[i:i + NEAREST_CHUNK, None, :] - points[None, :, :]) / span
-        out[i:i + NEAREST_CHUNK] = vals[np.nansum(diff, axis=2).argmin(axis=1)]
+    for i, d in _block_distances(X, points, span):
+        out[i:i + len(d)] = vals[d.argmin(axis=1)]
     return out
 
 
