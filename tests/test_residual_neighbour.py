@@ -69,3 +69,12 @@ def test_the_learner_gives_the_share_to_throughput_only(calibrated_estimator):
     corr = calibrated_estimator.residual
     assert corr.thr.value_share == NEIGHBOUR_SHARE
     assert corr.mem is None or corr.mem.value_share == 0.0
+
+
+def test_the_estimate_says_how_its_correction_is_made(calibrated_estimator, monkeypatch):
+    from tuneplan import api
+
+    monkeypatch.setattr("tuneplan.estimators.base.get_estimator", lambda name, calibration=None: calibrated_estimator)
+    r = api.estimate("meta-llama/Llama-3.1-8B", "H200-SXM-141GB", method="lora", examples=2000, seq_len=2048)
+    said = [a for a in r.assumptions if a.startswith("Calibration 'h200'")]
+    assert said and "50% of it the nearest measured run's error" in said[0]

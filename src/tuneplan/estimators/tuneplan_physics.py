@@ -235,6 +235,9 @@ class TuneplanEstimator:
         if self.calibration_name:
             consts = "fitted constants" if self.constants != DEFAULT_CONSTANTS else "the physics' prior constants"
             corr = "a residual correction" if self.residual is not None else "no residual correction"
+            if getattr(getattr(self.residual, "thr", None), "value_share", 0.0) > 0.0:
+                share = self.residual.thr.value_share
+                corr += f" (throughput: {share:.0%} of it the nearest measured run's error, the rest boosted trees')"
             base.append(f"Calibration '{self.calibration_name}': {consts} and {corr}.")
         if self.stack is not None:
             base.append(f"Adapted to your own runs ({self.stack.describe()}).")
