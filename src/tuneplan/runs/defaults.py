@@ -235,6 +235,8 @@ def load_defaults(path: str | Path | None = None) -> Defaults:
 
 @lru_cache(maxsize=1)
 def _shipped_defaults() -> Defaults:
-    from tuneplan.specs.datafiles import load_yaml_data  # its JSON twin when in sync (no YAML parser)
+    import yaml
 
-    return parse_defaults(load_yaml_data("source_defaults.yaml"), "tuneplan/data/source_defaults.yaml")
+    from tuneplan.data import read_text
+
+    return parse_defaults(yaml.safe_load(read_text("source_defaults.yaml")), "tuneplan/data/source_defaults.yaml")
