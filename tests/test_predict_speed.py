@@ -134,9 +134,8 @@ def test_float_cells_are_pandas_float_texts(xs):
 
 def test_search_over_distinct_configurations_finds_the_same_micro_batch():
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.plan.fastforest import accelerated
 
-    est = accelerated(get_estimator("tuneplan"))
+    est = get_estimator("tuneplan")
     df = read_runs([f"{REF}/litgpt.csv", f"{REF}/xtuner.csv"]).df
     configs = [c for c in configs_from_rows(df.to_dict("records"))[0] if c is not None]
     a = arrays_for(configs, est.constants)
@@ -238,16 +237,19 @@ def test_derive_reads_only_its_columns():
     assert seen <= set(DERIVE_COLUMNS), seen - set(DERIVE_COLUMNS)
 
 
-def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures(varied, monkeypatch):
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures(varied, monkeypatch, calibrated,
+                                                                                 calibrated_estimator):
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn import predict_table
-    from tuneplan.plan.fastforest import accelerated
 
-    est = accelerated(get_estimator("tuneplan"))
-    twice = pd.concat([varied, varied.assign(id=varied["id"] + "-again")], ignore_index=True)
-    once = predict_table.predict_frame(twice, est)
-    monkeypatch.setattr(predict_table, "_distinct_pays", lambda *a: False)
-    pd.testing.assert_frame_equal(once, predict_table.predict_frame(twice, est), check_exact=True)
+    est = calibrated_estimator if calibrated else get_estimator("tuneplan")  # with residual trees, or none
+    for rows in (varied, varied.iloc[:40]):  # many distinct configurations, and a few
+        twice = pd.concat([rows, rows.assign(id=rows["id"] + "-again")], ignore_index=True)
+        once = predict_table.predict_frame(twice, est)
+        with monkeypatch.context() as m:
+            m.setattr(predict_table, "_distinct_pays", lambda *a: False)
+            pd.testing.assert_frame_equal(once, predict_table.predict_frame(twice, est), check_exact=True)
 
 
 # -- fast paths against the plain, slower code they replace ----------------------------------------
@@ -458,32 +460,6 @@ def test_object_ids_are_ids():
     frame = pd.DataFrame({"a": a, "b": a[::-1].copy()})
     for v in (a, a[::2], a[:0], frame["a"].to_numpy(), frame["b"].to_numpy(), frame.to_numpy()[:, 1]):
         np.testing.assert_array_equal(object_ids(v), np.asarray([id(x) for x in v], dtype=np.int64))
-
-
-def test_forest_tables_by_boxes_equal_the_walk_over_every_code(calibrated_estimator):
-    """Each lookup table (the tree descended once, a leaf's value set on its box of ranks) equals the
-    node-by-node walk over every code of the table, for every tree of a calibration's residual."""
-    from tuneplan.plan.fastforest import accelerated
-
-    est = accelerated(calibrated_estimator)
-    forests = [f for r in (est.residual.thr, est.residual.mem) if r is not None for f in (r.forest, r.far_forest)
-               if f is not None]
-    checked = 0
-    for ff in forests:
-        for root, internal in ff.trees:
-            table = ff._compile(root, internal)
-            if table is None or not internal:
-                continue
-            feats = sorted({int(ff.feature[i]) for i in internal})
-            cols, size = {}, 1
-            for j in feats:
-                rep = np.concatenate([np.unique(ff.threshold[[i for i in internal if ff.feature[i] == j]]), [np.inf]])
-                cols[j], size = (size, rep), size * len(rep)
-            codes = np.arange(size)
-            walk = {j: rep[(codes // stride) % len(rep)] for j, (stride, rep) in cols.items()}
-            np.testing.assert_array_equal(table[1], ff.value[ff._walk(walk, {}, root, internal, size)])
-            checked += 1
-    assert checked >= 100  # the throughput residual's trees (150 or 300 rounds; a few are single leaves)
 
 
 @pytest.mark.parametrize("case", ["some", "all", "existing", "repeated index", "other index"])

@@ -74,9 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if rest is not None and len(rest):
         df = pd.concat([df, rest], ignore_index=True).sort_values(["file", "line"], kind="stable")
         df = df.reset_index(drop=True)
-    from tuneplan.plan.fastforest import accelerated
-
-    est = accelerated(get_estimator(args.estimator, args.calibration))  # the planner's exact fast trees
+    est = get_estimator(args.estimator, args.calibration)
     out = predict_frame(df, est)
     out = with_unreadable_rows(out, table.problems)
     if args.interval:

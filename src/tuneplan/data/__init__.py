@@ -24,15 +24,3 @@ def read_text(*parts: str) -> str:
 
     return resources.files("tuneplan.data").joinpath(*parts).read_text(encoding="utf-8")
 
-
-def read_bytes(*parts: str) -> bytes:
-    """The bytes of the shipped file data/<parts...>; FileNotFoundError when there is none."""
-    try:
-        with open(os.path.join(DIR, *parts), "rb") as f:
-            return f.read()
-    except (FileNotFoundError, NotADirectoryError):
-        if os.path.isdir(DIR):
-            raise
-    from importlib import resources
-
-    return resources.files("tuneplan.data").joinpath(*parts).read_bytes()
