@@ -235,8 +235,6 @@ def load_defaults(path: str | Path | None = None) -> Defaults:
 
 @lru_cache(maxsize=1)
 def _shipped_defaults() -> Defaults:
-    import yaml
+    from tuneplan.data import load_yaml
 
-    from tuneplan.data import read_text
-
-    return parse_defaults(yaml.safe_load(read_text("source_defaults.yaml")), "tuneplan/data/source_defaults.yaml")
+    return parse_defaults(load_yaml("source_defaults.yaml"), "tuneplan/data/source_defaults.yaml")

@@ -166,11 +166,9 @@ def _optional_bool(name: str, d: dict, key: str) -> bool:
 
 @lru_cache(maxsize=1)
 def load_frameworks() -> dict[str, FrameworkSpec]:
-    import yaml
+    from tuneplan.data import load_yaml
 
-    from tuneplan.data import read_text
-
-    raw = yaml.safe_load(read_text("frameworks.yaml"))["frameworks"]
+    raw = load_yaml("frameworks.yaml")["frameworks"]
     return {name: _parse(name, d) for name, d in raw.items()}
 
 
