@@ -1,4 +1,4 @@
-"""Issue 19 point 7, predict rows/s: the per-distinct-setting paths give the row-by-row answers."""
+"""predict over many rows: the per-distinct-setting paths give the row-by-row answers."""
 
 from __future__ import annotations
 
@@ -69,24 +69,6 @@ def test_frame_configs_equal_row_by_row(varied):
         np.testing.assert_array_equal(got[k], v, err_msg=k)
 
 
-def test_frame_csv_writes_what_pandas_writes():
-    from tuneplan.runs.frame_csv import _text, frame_csv_text
-
-    df = pd.DataFrame({
-        "f": [1.0, -0.0, 0.0, np.nan, 1e20, 0.1 + 0.2, 3.0, 1.0],
-        "s": ['a,b', 'say "hi"', "two\nlines", "", None, " lead", "a,b", "x"],
-        "o": pd.Series([1, 1.0, True, None, "1", np.nan, False, 0], dtype=object),
-        "b": [True, False, True, True, False, False, True, False],
-        "nb": pd.array([True, None, False, True, None, False, True, True], dtype="boolean"),
-        "i": [1, 2, 3, 4, 5, 6, 7, 8],
-        "e": ["", "", "", "", "", "", "", ""],
-    })
-    big = pd.concat([df] * 20, ignore_index=True)
-    for frame in (df, big, df[["f", "s"]]):
-        assert frame_csv_text(frame) == frame.to_csv(index=False)
-        assert _text(frame) == frame.to_csv(index=False)  # the distinct-cell writer itself, not its fallback
-
-
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.floats(), st.integers(), st.text(max_size=4), st.booleans()), max_size=30))
 def test_frame_columns_read_cells_as_dataset_get(cells):
@@ -100,43 +82,10 @@ def test_frame_columns_read_cells_as_dataset_get(cells):
     assert _column(df, "absent") == [None] * len(df)
 
 
-def _pandas_float_cells(values: np.ndarray) -> list[str]:
-    import csv
-
-    from pandas.core.indexes.base import get_values_for_csv
-
-    return get_values_for_csv(values, date_format=None, na_rep="", quoting=csv.QUOTE_MINIMAL, float_format=None,
-                              decimal=".").tolist()
-
-
-def test_float_cells_are_pandas_float_texts_at_every_exponent():
-    from tuneplan.runs.frame_csv import float_cells
-
-    rng = np.random.default_rng(0)
-    mantissas = rng.random(40) * 9 + 1
-    with np.errstate(over="ignore", invalid="ignore"):
-        v = np.concatenate([np.outer(mantissas, 10.0 ** np.arange(-323, 309)).ravel(),
-                            rng.integers(0, 2**63, 20_000, dtype=np.uint64).view(np.float64),
-                            [0.0, -0.0, 5e-324, 1.7976931348623157e308, np.inf, -np.inf, np.nan, 1e16, 1e15,
-                             9999999999999998.0, 1e-4, 1e-5, 0.1 + 0.2, 123456789.0]])
-        v = np.concatenate([v, -v, np.round(v, 3)])
-    assert float_cells(v) == _pandas_float_cells(v)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=50))
-def test_float_cells_are_pandas_float_texts(xs):
-    from tuneplan.runs.frame_csv import float_cells
-
-    v = np.asarray(xs, dtype=np.float64)
-    assert float_cells(v) == _pandas_float_cells(v)
-
-
 def test_search_over_distinct_configurations_finds_the_same_micro_batch():
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.plan.fastforest import accelerated
 
-    est = accelerated(get_estimator("tuneplan"))
+    est = get_estimator("tuneplan")
     df = read_runs([f"{REF}/litgpt.csv", f"{REF}/xtuner.csv"]).df
     configs = [c for c in configs_from_rows(df.to_dict("records"))[0] if c is not None]
     a = arrays_for(configs, est.constants)
@@ -148,10 +97,10 @@ def test_search_over_distinct_configurations_finds_the_same_micro_batch():
 # -- reading by columns (runs/columnar.py) gives what reading row by row gives --------------------
 
 def _read_both(paths, monkeypatch, **kw):
-    from tuneplan.runs import fast_csv
+    from tuneplan.runs import columnar
     from tuneplan.runs import io as runs_io
 
-    monkeypatch.setattr(fast_csv, "PLAIN_MIN_BYTES", 0)
+    monkeypatch.setattr(columnar, "PLAIN_MIN_BYTES", 0)
     plain = runs_io._Reader.read_plain
     by_columns = []
     with monkeypatch.context() as m:
@@ -238,90 +187,19 @@ def test_derive_reads_only_its_columns():
     assert seen <= set(DERIVE_COLUMNS), seen - set(DERIVE_COLUMNS)
 
 
-def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures(varied, monkeypatch):
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures(varied, monkeypatch, calibrated,
+                                                                                 calibrated_estimator):
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn import predict_table
-    from tuneplan.plan.fastforest import accelerated
 
-    est = accelerated(get_estimator("tuneplan"))
-    twice = pd.concat([varied, varied.assign(id=varied["id"] + "-again")], ignore_index=True)
-    once = predict_table.predict_frame(twice, est)
-    monkeypatch.setattr(predict_table, "_distinct_pays", lambda *a: False)
-    pd.testing.assert_frame_equal(once, predict_table.predict_frame(twice, est), check_exact=True)
-
-
-# -- fast paths against the plain, slower code they replace ----------------------------------------
-
-def _plain_by_bytes_methods(data: bytes):
-    """`fast_csv._plain` as it was written with bytes.count / `in` scans and a regular expression."""
-    import re
-
-    from tuneplan.runs.fast_csv import COMMA, CR, NEWLINE
-
-    if not data or data.count(b"\r") != data.count(b"\r\n"):
-        return None
-    if data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data:
-        return None
-    lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-    if b'"' in data:
-        arr = np.frombuffer(data, dtype=np.uint8)
-        q = np.fromiter((m.start() for m in re.finditer(b'"', data)), dtype=np.int64)
-        if len(q) % 2:
-            return None
-        o, c = q[0::2], q[1::2]
-        prev = np.where(o > 0, arr[np.maximum(o - 1, 0)], NEWLINE)
-        nxt = np.where(c + 1 < len(arr), arr[np.minimum(c + 1, len(arr) - 1)], NEWLINE)
-        escaped_before = np.concatenate([[False], o[1:] - 1 == c[:-1]])
-        escaped_after = np.concatenate([c[:-1] + 1 == o[1:], [False]])
-        if not np.all((prev == COMMA) | (prev == NEWLINE) | escaped_before):
-            return None
-        if not np.all((nxt == COMMA) | (nxt == NEWLINE) | (nxt == CR) | escaped_after):
-            return None
-    return lines - 1
-
-
-_CSV_BYTES = [b"a", b"1", b",", b'"', b'""', b"\n", b"\r", b"\r\n", b" ", b"\xc3\xa9"]
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.lists(st.sampled_from(_CSV_BYTES), max_size=40), st.integers(0, 3))
-def test_plain_scan_by_positions_equals_the_bytes_scans(parts, block_shift):
-    from tuneplan.runs import fast_csv
-
-    data = b"".join(parts)
-    old = fast_csv.SCAN_BYTES
-    try:
-        fast_csv.SCAN_BYTES = 1 << block_shift  # blocks of 1 to 8 bytes: every boundary case
-        assert fast_csv._plain(data) == _plain_by_bytes_methods(data)
-    finally:
-        fast_csv.SCAN_BYTES = old
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.binary(max_size=200).map(lambda b: b.replace(b"x", b"\n").replace(b"y", b'"')), st.integers(0, 3))
-def test_two_bytes_located_in_one_pass_as_each_alone(data, block_shift):
-    from tuneplan.runs import fast_csv
-
-    arr = np.frombuffer(data, dtype=np.uint8)
-    old = fast_csv.SCAN_BYTES
-    try:
-        fast_csv.SCAN_BYTES = 1 << block_shift
-        got = fast_csv._positions2(arr, fast_csv.NEWLINE, fast_csv.QUOTE)
-        want = fast_csv._positions(arr, fast_csv.NEWLINE), fast_csv._positions(arr, fast_csv.QUOTE)
-    finally:
-        fast_csv.SCAN_BYTES = old
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and np.array_equal(g, w)
-
-
-def test_plain_scan_on_whole_files():
-    from tuneplan.runs import fast_csv
-
-    with open(f"{REF}/litgpt.csv", "rb") as f:
-        data = f.read()
-    for d in (data, data.replace(b"\n", b"\r\n"), data + b"\n", b"\n" + data, data.replace(b"\n", b"\n\n", 1),
-              data.replace(b",", b'","', 1), data.replace(b"\n", b"\r", 1), data.rstrip(b"\n")):
-        assert fast_csv._plain(d) == _plain_by_bytes_methods(d)
+    est = calibrated_estimator if calibrated else get_estimator("tuneplan")  # with residual trees, or none
+    for rows in (varied, varied.iloc[:40]):  # many distinct configurations, and a few
+        twice = pd.concat([rows, rows.assign(id=rows["id"] + "-again")], ignore_index=True)
+        once = predict_table.predict_frame(twice, est)
+        with monkeypatch.context() as m:
+            m.setattr(predict_table, "_distinct_pays", lambda *a: False)
+            pd.testing.assert_frame_equal(once, predict_table.predict_frame(twice, est), check_exact=True)
 
 
 @settings(max_examples=200, deadline=None)
@@ -347,85 +225,47 @@ def test_distinct_rows_is_uniques_along_rows(rows):
         np.testing.assert_array_equal(inverse, np.asarray(want[2]).ravel())
 
 
-def _columns_as_texts(data: bytes, n_fields: int):
-    """`read_columns`' codes and values from pyarrow's texts encoded afterwards (the earlier reading)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
-
-    names = [f"c{i}" for i in range(n_fields)]
-    table = pacsv.read_csv(
-        pa.py_buffer(data), read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False,
-                                                           block_size=64),
-        parse_options=pacsv.ParseOptions(newlines_in_values=False, ignore_empty_lines=False, escape_char=False),
-        convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in names}, null_values=[],
-                                             strings_can_be_null=False, quoted_strings_can_be_null=False))
-    out = []
-    for name in names:
-        enc = pc.dictionary_encode(table[name]).combine_chunks()
-        uniq: dict[str, int] = {}
-        remap = np.asarray([uniq.setdefault(v.strip(), len(uniq)) for v in enc.dictionary.to_pylist()], dtype=np.int64)
-        out.append((remap[enc.indices.to_numpy(zero_copy_only=False)], list(uniq)))
-    return out
+_CELLS = ["a", " a", "b ", "", "x,y", 'say "hi"', "é", "1.5", '"', 'x"y', '"q"z', "\n", "\r"]
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(["a", " a", "b ", "", "x,y", 'say "hi"', "é", "1.5"]), min_size=3,
-                         max_size=3), min_size=1, max_size=30))
-def test_columns_read_as_dictionaries_equal_texts_encoded(tmp_path_factory, rows):
-    """pyarrow's dictionary columns (merged from blocks of 64 bytes here) give the codes and values
-    the texts encoded afterwards give, in the same order."""
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_CELLS), min_size=3, max_size=3), min_size=1, max_size=12),
+       st.booleans(), st.sampled_from(["\n", "\r\n"]))
+def test_columns_are_the_record_readers_cells_and_lines_or_none(tmp_path_factory, rows, quote_all, end):
+    """A file read by columns gives each record's cells (stripped) as the record reader reads them, record
+    i on line i + 2; a file where that would not hold (a line end in a cell, a stray quote pyarrow
+    refuses, a record of empty cells) is left to the record reader (None)."""
     import csv
     import io
 
-    from tuneplan.runs import fast_csv
+    from tuneplan.runs import columnar
+    from tuneplan.runs.io import _csv_records
 
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows([["p", "q", "r"], *rows, ["z", "z", "z"]])
+    csv.writer(buf, lineterminator=end, quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL).writerows(
+        [["p", "q", "r"], *rows])
+    text = buf.getvalue().replace('"""', '"') if not quote_all else buf.getvalue()  # stray quotes too
     path = tmp_path_factory.mktemp("cols") / "f.csv"
-    path.write_text(buf.getvalue(), encoding="utf-8")
-    import pyarrow.csv as pacsv
-
-    real = pacsv.ReadOptions
-
-    def small_blocks(**kw):
-        return real(**{**kw, "block_size": 64})
-
-    pacsv.ReadOptions = small_blocks
-    try:
-        cols = fast_csv.read_columns(path, 3, 1000, min_bytes=0)
-    finally:
-        pacsv.ReadOptions = real
-    if any(not "".join(r) for r in rows):  # a record of empty cells: left to the record reader
-        assert cols is None
+    path.write_bytes(text.encode("utf-8"))
+    cols = columnar.read_columns(path, 3, 1000, min_bytes=0)
+    if cols is None:
         return
-    assert cols is not None
-    want = _columns_as_texts(path.read_bytes(), 3)
-    for j, (codes, values) in enumerate(want):
-        assert cols.values[j] == values
-        np.testing.assert_array_equal(cols.codes[j], codes)
+    _, records = _csv_records(path)
+    want = [(line, [c.strip() for c in cells]) for line, cells in records]
+    got = [(i + 2, [cols.values[j][cols.codes[j][i]] for j in range(3)]) for i in range(cols.n)]
+    assert got == want
 
 
 def test_in_order_encodes_a_dictionary_out_of_order_anew():
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from tuneplan.runs.fast_csv import _in_order
+    from tuneplan.runs.columnar import _in_order
 
     enc = pa.DictionaryArray.from_arrays(pa.array([2, 0, 2, 1], type=pa.int32()), pa.array(["a", "b", "c", "d"]))
     got = _in_order(enc, pc)
     assert got.dictionary.to_pylist() == ["c", "a", "b"]
     assert got.indices.to_pylist() == [0, 1, 0, 2]
-
-
-def test_frame_csv_in_small_chunks_writes_what_pandas_writes(tmp_path, monkeypatch):
-    from tuneplan.runs import frame_csv
-
-    df = pd.DataFrame({"f": [0.1 * k for k in range(50)], "s": [f"r{k % 7}," for k in range(50)],
-                       "b": [k % 3 == 0 for k in range(50)]})
-    monkeypatch.setattr(frame_csv, "CHUNK_ROWS", 7)
-    frame_csv.write_frame_csv(df, str(tmp_path / "a.csv"))
-    assert (tmp_path / "a.csv").read_text(encoding="utf-8") == df.to_csv(index=False)
 
 
 def test_columns_admit_ids_and_duplicates_as_rows_do(tmp_path, monkeypatch):
@@ -460,32 +300,6 @@ def test_object_ids_are_ids():
         np.testing.assert_array_equal(object_ids(v), np.asarray([id(x) for x in v], dtype=np.int64))
 
 
-def test_forest_tables_by_boxes_equal_the_walk_over_every_code(calibrated_estimator):
-    """Each lookup table (the tree descended once, a leaf's value set on its box of ranks) equals the
-    node-by-node walk over every code of the table, for every tree of a calibration's residual."""
-    from tuneplan.plan.fastforest import accelerated
-
-    est = accelerated(calibrated_estimator)
-    forests = [f for r in (est.residual.thr, est.residual.mem) if r is not None for f in (r.forest, r.far_forest)
-               if f is not None]
-    checked = 0
-    for ff in forests:
-        for root, internal in ff.trees:
-            table = ff._compile(root, internal)
-            if table is None or not internal:
-                continue
-            feats = sorted({int(ff.feature[i]) for i in internal})
-            cols, size = {}, 1
-            for j in feats:
-                rep = np.concatenate([np.unique(ff.threshold[[i for i in internal if ff.feature[i] == j]]), [np.inf]])
-                cols[j], size = (size, rep), size * len(rep)
-            codes = np.arange(size)
-            walk = {j: rep[(codes // stride) % len(rep)] for j, (stride, rep) in cols.items()}
-            np.testing.assert_array_equal(table[1], ff.value[ff._walk(walk, {}, root, internal, size)])
-            checked += 1
-    assert checked >= 100  # the throughput residual's trees (150 or 300 rounds; a few are single leaves)
-
-
 @pytest.mark.parametrize("case", ["some", "all", "existing", "repeated index", "other index"])
 def test_new_column_set_at_once_is_the_loc_column(case):
     from tuneplan.learn.predict_table import _set_new_column
@@ -510,28 +324,14 @@ def test_new_column_set_at_once_is_the_loc_column(case):
     assert out.to_csv(index=False) == ref.to_csv(index=False)
 
 
-@pytest.mark.parametrize("share", [1, 2, 8, 1000])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_frame_csv_with_constant_and_plain_text_columns_writes_what_pandas_writes(share, seed, monkeypatch):
-    """Columns of one text between varied ones (joined on without a factorize), text columns with and
-    without anything to quote (written as they are), as pandas writes them."""
-    from tuneplan.runs import frame_csv
+def test_a_plain_file_is_read_by_columns_and_a_quoted_line_end_is_not(tmp_path):
+    from tuneplan.runs.columnar import read_columns
 
-    rng = np.random.default_rng(seed)
-    n = 300
-    cols: dict[str, object] = {}
-    for j in range(14):
-        kind = rng.integers(0, 5)
-        if kind == 0:
-            cols[f"c{j}"] = ["same"] * n if j % 2 else [np.nan] * n
-        elif kind == 1:
-            cols[f"c{j}"] = [f"id-{k}" for k in rng.permutation(n)]
-        elif kind == 2:
-            cols[f"c{j}"] = rng.choice(["a,b", 'q"', "x", "", "y"], size=n).tolist()
-        elif kind == 3:
-            cols[f"c{j}"] = rng.choice([0.5, 1.0, np.nan, 3.25], size=n)
-        else:
-            cols[f"c{j}"] = rng.integers(0, 4, size=n)
-    df = pd.DataFrame(cols)
-    monkeypatch.setattr(frame_csv, "SEGMENT_SHARE", share)
-    assert frame_csv._text(df) == df.to_csv(index=False)
+    p = tmp_path / "f.csv"
+    p.write_bytes(b'p,q\r\n a ,"x,y"\r\nb,\r\n')
+    cols = read_columns(p, 2, 1000, min_bytes=0)
+    assert cols is not None and cols.n == 2
+    assert [[cols.values[j][cols.codes[j][i]] for j in range(2)] for i in range(2)] == [["a", "x,y"], ["b", ""]]
+    for text in (b'p,q\na,"x\ny"\n', b"p,q\na,b\n\nc,d\n", b"p,q\na\rb,c\n", b"p,q\n,\n", b'p,q\n"a,b\n'):
+        p.write_bytes(text)
+        assert read_columns(p, 2, 1000, min_bytes=0) is None, text

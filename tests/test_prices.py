@@ -1,10 +1,7 @@
-"""The price file: its schema, its generation from the reference CSV, user overrides, bad files."""
+"""The price file: the shipped CSV's records, user overrides, bad files."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 
@@ -15,60 +12,43 @@ from tuneplan.specs.gpu import resolve_gpu
 from tuneplan.specs.prices import (
     DATE_RE,
     load_prices,
-    parse_yaml_prices,
     price_for,
     providers,
-    render_prices_yaml,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 KINDS = {"on-demand", "spot", "reserved-1y", "capacity-block", "community"}
 
 
-def test_schema_of_the_shipped_file():
-    import yaml
+def test_every_shipped_price_is_dated_sourced_and_names_a_catalog_gpu():
+    import csv
 
-    text = resources.files("tuneplan.data").joinpath("prices.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
-    assert data["schema"] == 1 and data["currency"] == "USD"
-    recs = data["prices"]
-    assert len(recs) >= 100
-    for r in recs:
-        assert {"provider", "gpu", "usd_per_gpu_hour", "pricing_kind", "offer", "region", "date_seen", "source",
-                "notes"} <= set(r)
-        assert isinstance(r["usd_per_gpu_hour"], float) and r["usd_per_gpu_hour"] > 0
-        assert DATE_RE.match(r["date_seen"]), r
-        assert r["source"].strip() and r["provider"].strip()
-        assert r["pricing_kind"] in KINDS
+    text = resources.files("tuneplan.data").joinpath("gpu_prices.csv").read_text(encoding="utf-8")
+    rows = [r for r in csv.DictReader(text.splitlines(keepends=True)) if r["gpu"]]
+    assert len(rows) >= 100
     prices = load_prices()
-    assert len(prices) == len(recs)
+    assert len(prices) == len(rows)
+    for p, r in zip(prices, rows, strict=True):
+        assert p.usd_per_gpu_hour == float(r["price_usd_per_gpu_hour"]) > 0
+        assert (p.provider, p.gpu, p.offer, p.source) == (r["provider"], r["gpu"], r["instance_or_offer"],
+                                                          r["source"])
+        assert DATE_RE.match(p.date_seen), p
+        assert p.source.strip() and p.provider.strip()
+        assert p.pricing_kind in KINDS
     # every GPU priced is a catalog GPU, by its exact catalog name
     for name in {p.gpu for p in prices}:
         assert resolve_gpu(name).name == name
-
-
-def test_yaml_is_generated_from_the_csv_byte_for_byte():
-    data = resources.files("tuneplan.data")
-    csv_text = data.joinpath("gpu_prices.csv").read_text(encoding="utf-8")
-    assert render_prices_yaml(csv_text) == data.joinpath("prices.yaml").read_text(encoding="utf-8")
     shared = REPO.parent / "shared" / "reference" / "gpu_prices.csv"
     if shared.exists():  # the package's copy is the shared reference's
-        assert shared.read_text(encoding="utf-8") == csv_text
-    script = REPO / "scripts" / "build_prices.py"
-    r = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+        assert shared.read_text(encoding="utf-8") == text
 
 
-def test_csv_and_yaml_agree():
-    from tuneplan.specs.prices import parse_csv_prices
-
-    data = resources.files("tuneplan.data")
-    from_csv = parse_csv_prices(data.joinpath("gpu_prices.csv").read_text(encoding="utf-8"), "gpu_prices.csv")
-    from_yaml = load_prices()
-    strip = [(p.provider, p.gpu, p.usd_per_gpu_hour, p.pricing_kind, p.offer, p.date_seen, p.source)
-             for p in from_csv]
-    assert strip == [(p.provider, p.gpu, p.usd_per_gpu_hour, p.pricing_kind, p.offer, p.date_seen, p.source)
-                     for p in from_yaml]
+def test_a_price_record_spanning_lines_and_a_blank_row(tmp_path):
+    p = tmp_path / "p.csv"
+    p.write_text('provider,gpu,price_usd_per_gpu_hour,source\nA,H100-SXM5-80GB,2,"two\nlines"\n,,,\n'
+                 "B,L4-24GB,0.5,x\n", encoding="utf-8")
+    got = load_prices(str(p))  # a record's line is the one it starts on
+    assert [(q.provider, q.source, q.line) for q in got] == [("A", "two\nlines", 2), ("B", "x", 5)]
 
 
 def test_default_is_cheapest_on_demand():
@@ -135,12 +115,6 @@ def test_bad_csv_has_file_and_line(tmp_path):
         load_prices(str(tmp_path / "missing.yaml"))
 
 
-def test_line_numbers_point_at_records():
-    text = resources.files("tuneplan.data").joinpath("prices.yaml").read_text(encoding="utf-8").splitlines()
-    for p in parse_yaml_prices("\n".join(text), "prices.yaml")[:5]:
-        assert re.match(r"\s*- provider: ", text[p.line - 1])
-
-
 def test_plan_cli_with_a_price_file(tmp_path, capsys):
     import json
 
@@ -179,20 +153,3 @@ def test_estimate_warns_of_an_old_default_price() -> None:
     assert any("years old" in w and "2023-02-01" in w for w in r.warnings)
     r = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", rate=2.0, **kw)
     assert not any("years old" in w for w in r.warnings)
-
-
-def test_shipped_file_read_without_yaml_as_yaml_reads_it():
-    """The shipped file is read by a line parser of its generated shape (start-up: no YAML parser);
-    it gives exactly what the YAML parser gives, and declines any text not in that shape."""
-    from tuneplan.specs.prices import parse_generated_prices
-
-    text = resources.files("tuneplan.data").joinpath("prices.yaml").read_text(encoding="utf-8")
-    fast = parse_generated_prices(text, "prices.yaml")
-    assert fast is not None and fast == parse_yaml_prices(text, "prices.yaml")
-    assert [p.line for p in fast] == [p.line for p in parse_yaml_prices(text, "prices.yaml")]
-    escaped = text + '  - provider: "Caf\\u00e9 \\"GPU\\""\n    gpu: "H100-SXM5-80GB"\n    usd_per_gpu_hour: 2\n'
-    assert parse_generated_prices(escaped, "p") == parse_yaml_prices(escaped, "p")
-    for changed in (text.replace("usd_per_gpu_hour: 6.88", "usd_per_gpu_hour: 6.88  # list price", 1),
-                    text.replace("schema: 1", "schema: 2"), text.replace('    gpu: "', "    gpu: '", 1),
-                    text + "extra: 1\n", text.replace("usd_per_gpu_hour: 6.88", "usd_per_gpu_hour: 1e3", 1)):
-        assert parse_generated_prices(changed, "p") is None

@@ -157,12 +157,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
         cal.save(args.out)
     except OSError as exc:
         raise InputError("out", f"cannot write '{args.out}': {exc.strerror or exc}") from None
-    if cal.learner == "tuneplan":  # over the shipped default: its forests' lookup tables beside it
-        from tuneplan.estimators.calibration import load_calibration
-        from tuneplan.plan.fastforest import refresh_shipped_tables
-
-        # the forests as estimates will read them: from the file written (its numbers rounded as saved)
-        refresh_shipped_tables(args.out, load_calibration(args.out).estimator())
     n = cal.n_rows
     print(f"wrote {args.out}: learner {cal.learner}, {n['throughput']} throughput rows, {n['memory']} memory rows, "
           f"{n['oom']} OOM rows from {len(cal.sources)} sources; fingerprint {cal.fingerprint[:12]}")

@@ -59,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
-    from tuneplan.runs.frame_csv import write_frame_csv
 
     check_predict_paths(args)
     keep_heap_pages()
@@ -74,16 +73,14 @@ def run(args: argparse.Namespace) -> int:
     if rest is not None and len(rest):
         df = pd.concat([df, rest], ignore_index=True).sort_values(["file", "line"], kind="stable")
         df = df.reset_index(drop=True)
-    from tuneplan.plan.fastforest import accelerated
-
-    est = accelerated(get_estimator(args.estimator, args.calibration))  # the planner's exact fast trees
+    est = get_estimator(args.estimator, args.calibration)
     out = predict_frame(df, est)
     out = with_unreadable_rows(out, table.problems)
     if args.interval:
         add_interval_columns(out, args.estimator, args.interval, args.calibration)
     drop = [c for c in ("file", "line") if c in out.columns]
     try:
-        write_frame_csv(out.drop(columns=drop), args.out)
+        out.drop(columns=drop).to_csv(args.out, index=False)
     except OSError as exc:
         raise InputError("out", f"cannot write '{shown(args.out)}': {exc.strerror or exc}") from None
     n_err = int(out["error"].notna().sum())

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import zlib
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -64,9 +62,7 @@ class Calibration:
     def save(self, path: str | Path) -> None:
         from pathlib import Path
 
-        text = dumps(self.to_dict())
-        Path(path).write_text(text, encoding="utf-8")
-        refresh_twin(path, text)
+        Path(path).write_text(dumps(self.to_dict()), encoding="utf-8")
 
 
 def _round(x):
@@ -111,86 +107,16 @@ def _stem(where: str) -> str:
     return Path(where).stem
 
 
-TWIN_MAGIC = b"tuneplan-calibration-twin 1\n"
-"""The first bytes of the default calibration's twin (`data/calibration/default.marshal`): then the
-CRC-32 and the length of the JSON text it was made from (4 + 8 bytes, little-endian), then the parsed
-JSON in the `marshal` format (`TWIN_MARSHAL_VERSION`)."""
-TWIN_NAME = "default.marshal"
-TWIN_MARSHAL_VERSION = 4
-"""The marshal format version the twin is written in (Python 3.4 and later read it)."""
-
-
-def render_twin(text: str) -> bytes:
-    """The twin of the default calibration's JSON text: the same document, read ~3x faster than the
-    JSON (json.loads of the 2 MB file was ~40 ms of every `tuneplan estimate`)."""
-    import marshal
-
-    raw = text.encode("utf-8")
-    return (TWIN_MAGIC + zlib.crc32(raw).to_bytes(4, "little") + len(raw).to_bytes(8, "little")
-            + marshal.dumps(json.loads(text), TWIN_MARSHAL_VERSION))
-
-
-def read_twin(twin: bytes, text: str | bytes) -> dict | None:
-    """The document a twin holds, when it was made from this very JSON text (CRC-32 and length; `text`
-    may be given as the file's UTF-8 bytes), else None (a stale or damaged twin is ignored: the JSON is
-    parsed, slower, with the same result)."""
-    import marshal
-
-    head = len(TWIN_MAGIC)
-    if len(twin) < head + 12 or not twin.startswith(TWIN_MAGIC):
-        return None
-    raw = text.encode("utf-8") if isinstance(text, str) else text
-    if (int.from_bytes(twin[head:head + 4], "little") != zlib.crc32(raw)
-            or int.from_bytes(twin[head + 4:head + 12], "little") != len(raw)):
-        return None
-    try:
-        d = marshal.loads(twin[head + 12:])
-    except (EOFError, ValueError, TypeError):
-        return None
-    return d if isinstance(d, dict) else None
-
-
-def refresh_twin(path: str | Path, text: str) -> None:
-    """A calibration saved over the shipped `default.json` (docs/learning.md regenerates it so) gets its
-    twin written beside it: `estimate` keeps reading the fast copy (`scripts/build_data_twins.py` does
-    the same for a default.json written otherwise)."""
-    from tuneplan.data import DIR
-
-    folder = os.path.join(DIR, "calibration")
-    try:
-        if not os.path.samefile(path, os.path.join(folder, "default.json")):
-            return
-        with open(os.path.join(folder, TWIN_NAME), "wb") as f:
-            f.write(render_twin(text))
-    except OSError:
-        return
-
-
-def _default_document(text: str | bytes) -> dict:
-    """The shipped default's JSON document: from its twin when that matches the text (or the file's
-    bytes), else parsed."""
-    from tuneplan.data import DIR
-
-    try:
-        with open(os.path.join(DIR, "calibration", TWIN_NAME), "rb") as f:
-            d = read_twin(f.read(), text)
-    except OSError:
-        d = None
-    if d is None:
-        return json.loads(text if isinstance(text, str) else text.decode("utf-8"))
-    return d
-
-
 @lru_cache(maxsize=1)
 def default_calibration() -> Calibration | None:
     """The shipped default, or None when the package has none."""
-    from tuneplan.data import read_bytes
+    from tuneplan.data import read_text
 
     try:
-        raw = read_bytes("calibration", "default.json")  # its CRC-32 checks the twin: no need to decode it
+        text = read_text("calibration", "default.json")
     except (FileNotFoundError, OSError):
         return None
-    return _from_dict(_default_document(raw), DEFAULT_NAME)
+    return _from_dict(json.loads(text), DEFAULT_NAME)
 
 
 @lru_cache(maxsize=16)

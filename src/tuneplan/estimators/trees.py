@@ -1,6 +1,7 @@
 """Gradient-boosted trees as plain data: export a fitted scikit-learn HistGradientBoostingRegressor
 to JSON-able lists and predict with numpy alone (or, for one estimate's few rows, plain Python), so a
-calibration file is one versioned JSON and `tuneplan estimate` never imports scikit-learn."""
+calibration file is one versioned JSON and `tuneplan estimate` never imports scikit-learn. One
+evaluator serves every caller (estimate, predict, the planner's grids)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,14 @@ def export_hgb(model, feature_names: list[str]) -> dict:
 
 
 class Forest:
-    """All trees stacked into flat node arrays, traversed together: one pass of depth steps (numpy),
-    or tree by tree for the rows of a pure-Python `xp.Mat` (one estimate)."""
+    """All trees stacked into flat node arrays (children numbered after their parent, as scikit-learn
+    writes them). `predict` of a numpy matrix evaluates each distinct row once, as the trees see it
+    (the same rank among every feature's thresholds), and walks each tree node by node with whole-column
+    comparisons; a pure-Python `xp.Mat` (one estimate) goes down each tree row by row. Both sum a row's
+    leaves in numpy's pairwise order, so one row's figure is the same in any batch."""
+
+    CHUNK = 1 << 14
+    """Distinct rows evaluated at a time (bounds the rows x trees matrix of leaf values)."""
 
     def __init__(self, model: dict) -> None:
         self.baseline = float(model["baseline"])
@@ -98,6 +105,74 @@ class Forest:
     def roots(self) -> np.ndarray:
         return self._array("roots", int)
 
+    @cached_property
+    def internal(self) -> list[tuple[int, np.ndarray]]:
+        """Per tree: its root and its internal nodes in ascending order (a parent before its children,
+        so one ascending pass takes every row to its leaf)."""
+        import numpy as np
+
+        bounds = [*self.roots.tolist(), len(self.value)]
+        out = []
+        for t in range(len(self.roots)):
+            lo, hi = bounds[t], bounds[t + 1]
+            nodes = lo + np.flatnonzero(~self.leaf[lo:hi])
+            if ((self.left[nodes] <= nodes) | (self.right[nodes] <= nodes) | (self.left[nodes] >= hi)
+                    | (self.right[nodes] >= hi)).any():
+                raise ValueError("tree nodes are not in parent-before-child order")
+            out.append((lo, nodes))
+        return out
+
+    @cached_property
+    def split_thresholds(self) -> dict[int, np.ndarray]:
+        """Every threshold the trees split each feature on, sorted and distinct."""
+        import numpy as np
+
+        inner = ~self.leaf
+        return {int(j): np.unique(self.threshold[inner & (self.feature == j)]) for j in np.unique(self.feature[inner])}
+
+    def _distinct(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first row of each distinct row as the trees see it, each row's index among them): rows whose
+        every feature has the same rank among that feature's thresholds (NaN a rank of its own) reach the
+        same leaves."""
+        import numpy as np
+
+        n = X.shape[0]
+        key = np.zeros(n, dtype=np.int64)
+        span = 1
+        for j, thr in self.split_thresholds.items():
+            col = X[:, j]
+            rank = np.searchsorted(thr, col, side="left")
+            rank[np.isnan(col)] = len(thr) + 1
+            radix = len(thr) + 2
+            if span * radix >= 1 << 62:  # the mixed-radix key would overflow: renumber it densely first
+                _, key = np.unique(key, return_inverse=True)
+                key = key.reshape(-1).astype(np.int64)
+                span = int(key.max()) + 1
+            key = key * radix + rank
+            span *= radix
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return first, np.asarray(inverse).reshape(-1)
+
+    def _leaf_values(self, X: np.ndarray) -> np.ndarray:
+        """rows x trees: the value of the leaf each row reaches in each tree (node by node, whole columns)."""
+        import numpy as np
+
+        X = np.asfortranarray(X)  # whole columns are read
+        n = X.shape[0]
+        out = np.empty((n, len(self.roots)))
+        nan = np.isnan(X)
+        for t, (root, nodes) in enumerate(self.internal):
+            cur = np.full(n, root, dtype=np.int64)
+            for i in nodes.tolist():
+                f = int(self.feature[i])
+                go_left = X[:, f] <= self.threshold[i]
+                if self.missing_left[i]:
+                    go_left |= nan[:, f]
+                nxt = np.where(go_left, self.left[i], self.right[i])
+                cur = nxt if i == root else np.where(cur == i, nxt, cur)
+            out[:, t] = self.value[cur]
+        return out
+
     def predict(self, X: xp.Array) -> xp.Array:
         if xp.is_vec(X):
             return self._predict_rows(X)
@@ -105,18 +180,15 @@ class Forest:
 
         X = np.asarray(X, dtype=float)
         n = X.shape[0]
-        if len(self.roots) == 0:
+        if len(self.roots) == 0 or n == 0:
             return np.full(n, self.baseline)
-        node = np.broadcast_to(self.roots, (n, len(self.roots))).copy()
-        rows = np.arange(n)[:, None]
-        for _ in range(64):
-            active = ~self.leaf[node]
-            if not active.any():
-                break
-            x = X[rows, self.feature[node]]
-            go_left = np.where(np.isnan(x), self.missing_left[node], x <= self.threshold[node])
-            node = np.where(active, np.where(go_left, self.left[node], self.right[node]), node)
-        return self.baseline + self.value[node].sum(axis=1)
+        first, inverse = self._distinct(X)
+        U = X[first]
+        total = np.empty(len(U))
+        for lo in range(0, len(U), self.CHUNK):
+            # numpy's pairwise sum over a row of the C-ordered matrix: the order `_predict_rows` follows
+            total[lo:lo + self.CHUNK] = self._leaf_values(U[lo:lo + self.CHUNK]).sum(axis=1)
+        return (self.baseline + total)[inverse]
 
     def _predict_rows(self, X: xp.Mat) -> xp.Vec:
         """`predict` of a pure-Python matrix: each row down each tree, the leaves summed in numpy's

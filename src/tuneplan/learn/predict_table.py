@@ -95,8 +95,8 @@ def _set_new_column(out: pd.DataFrame, idx: pd.Index, col: str, values: list) ->
 
 def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> dict[str, np.ndarray]:
     """`predict_configs` of the rows' configurations: the predictions on all rows at once (as one
-    call over the rows gives them: the residual's fast paths depend on how many rows a call has), the
-    largest micro-batch searched once per distinct configuration but its micro-batch."""
+    call over the rows gives them), the largest micro-batch searched once per distinct configuration
+    but its micro-batch."""
     from tuneplan.learn.frame_configs import frame_arrays, group_arrays
 
     groups = np.unique(fc.group[rows])
@@ -142,16 +142,10 @@ def _search(model, a: dict[str, np.ndarray], rows: int) -> np.ndarray:
     return model.max_micro_batch(a)
 
 
-SMALL_CALL = 64
-"""Rows up to which the residual's forests take their plain evaluation (`plan.fastforest.FastForest.SMALL`),
-whose sums round apart from the fast one's."""
-
-
 def _distinct_pays(estimator, distinct: int, rows: int) -> bool:
-    """Whether to predict each distinct configuration once (for the same figures as all rows at once:
-    an estimator that takes `represents`, and as many rows as the forests' fast evaluation needs)."""
+    """Whether to predict each distinct configuration once: when some repeat, and the estimator takes
+    `represents` (so that its choices follow the rows the distinct ones stand for, and the figures are
+    those of all rows at once)."""
     import inspect
 
-    if distinct == rows or "represents" not in inspect.signature(estimator.predict_arrays).parameters:
-        return False
-    return distinct > SMALL_CALL or rows <= SMALL_CALL
+    return distinct < rows and "represents" in inspect.signature(estimator.predict_arrays).parameters

@@ -74,9 +74,7 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
         fields["tokens"] = 1.0e6  # the work does not change a step; any amount will do
     job = make_job(**fields)
     seq = workload(job).seq_len
-    from tuneplan.plan.fastforest import accelerated
-
-    est = accelerated(get_estimator("tuneplan", calibration))
+    est = get_estimator("tuneplan", calibration)
     one = build_arrays([(mspec, gspec, job, seq)], est.constants)
     largest = int(est.max_micro_batch(one)[0])
     if max_micro_batch is not None:

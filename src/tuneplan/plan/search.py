@@ -337,9 +337,8 @@ def _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2
     """The whole grid through one estimator call, and its run totals (vectorised: the same function
     `estimate` applies to its one row)."""
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.plan.fastforest import accelerated
 
-    est = accelerated(get_estimator("tuneplan", calibration))  # same figures, faster residual trees
+    est = get_estimator("tuneplan", calibration)
     a = build_arrays(mspec, gpu_specs, jobs, grid, wl.seq_len, est.constants)
     out = est.predict_arrays(a)
     rate_row = rate_tab[grid.gpu_idx]

@@ -235,6 +235,6 @@ def load_defaults(path: str | Path | None = None) -> Defaults:
 
 @lru_cache(maxsize=1)
 def _shipped_defaults() -> Defaults:
-    from tuneplan.specs.datafiles import load_yaml_data  # its JSON twin when in sync (no YAML parser)
+    from tuneplan.data import load_yaml
 
-    return parse_defaults(load_yaml_data("source_defaults.yaml"), "tuneplan/data/source_defaults.yaml")
+    return parse_defaults(load_yaml("source_defaults.yaml"), "tuneplan/data/source_defaults.yaml")

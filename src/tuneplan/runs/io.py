@@ -464,8 +464,7 @@ class _Reader:
 
     def read_plain(self, path: Path, header: list[str], schema: str) -> bool:
         """Read a plain CSV file by columns (runs/columnar.py); False when it does not qualify."""
-        from tuneplan.runs.columnar import PlainFile
-        from tuneplan.runs.fast_csv import read_columns
+        from tuneplan.runs.columnar import PlainFile, read_columns
 
         known = set(REFERENCE_COLUMNS) | set(SETTING_COLUMNS) | set(ADDED_COLUMNS)
         if (self.strict or schema != "reference" or path.suffix.lower() != ".csv" or not set(header) <= known

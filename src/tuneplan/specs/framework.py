@@ -166,9 +166,9 @@ def _optional_bool(name: str, d: dict, key: str) -> bool:
 
 @lru_cache(maxsize=1)
 def load_frameworks() -> dict[str, FrameworkSpec]:
-    from tuneplan.specs.datafiles import load_yaml_data
+    from tuneplan.data import load_yaml
 
-    raw = load_yaml_data("frameworks.yaml")["frameworks"]  # its JSON twin when in sync (no YAML parser)
+    raw = load_yaml("frameworks.yaml")["frameworks"]
     return {name: _parse(name, d) for name, d in raw.items()}
 
 

@@ -205,9 +205,11 @@ def _fill(spec: GPUSpec, row: dict[str, str], sibling: GPUSpec, sibling_row: dic
 @lru_cache(maxsize=1)
 def _load_catalog() -> _Catalog:
     path = "tuneplan/data/gpus.csv"
-    from tuneplan.specs.datafiles import load_csv_rows
+    import csv
 
-    rows = {r["name"].strip(): r for r in load_csv_rows("gpus.csv")}  # its JSON twin when in sync
+    from tuneplan.data import read_text
+
+    rows = {r["name"].strip(): r for r in csv.DictReader(read_text("gpus.csv").splitlines())}
     gpus = {name: _row_spec(r) for name, r in rows.items()}
     families: dict[str, Family] = {}
     aliases: dict[str, str] = {}
