@@ -1,0 +1,193 @@
+"""An estimate on the user's own dataset (`--data`): the examples and their token counts replace
+--examples / --tokens-per-example, the collator's batches give the time and the peak memory.
+
+Time: packed or padded-to-max batches all have one length; batches padded to their longest vary, so
+the step time is evaluated at the batch lengths of each share of the distribution (quantile bins of
+the sampler's micro-batch lengths) and weighed by how many batches fall there; the estimate then runs
+at the length whose step time is that mean (interpolated between the bins), so its wall clock, cost
+and energy are the distribution's, not the mean length's. Memory: the peak at the longest micro-batch
+the sampler can form (every example padded to the longest example when it is drawn), at the p99 and
+at the median batch; when the longest does not fit, the longest batch length that does (bisection on
+the memory model), the share of batches above it, the step where the first is expected, and the
+cheapest fixes that make the longest batch fit."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tuneplan.api import EstimateResult, estimate
+from tuneplan.corpus.collate import Collation, collate, length_bins, pack_bfd, truncate
+from tuneplan.corpus.summary import DataSummary
+from tuneplan.errors import InputError
+from tuneplan.specs.job import JobSpec, make_job
+
+SIZE_FIELDS = ("examples", "tokens", "tokens_per_example")
+"""Job fields the data replaces."""
+
+
+def data_collation(summary: DataSummary, job: JobSpec, *, group_by_length: bool = False,
+                   packing_strategy: str | None = None) -> tuple[Collation, bool, str]:
+    """The collator of this job over the data: (collation, packing, how it was chosen). Packing and
+    padding: the job's flags, else the framework's data path (data/frameworks.yaml)."""
+    from tuneplan.specs.framework import get_framework
+
+    fw = get_framework(job.framework)
+    packing = bool(job.packing or getattr(fw, "packing", False))
+    strategy = packing_strategy or getattr(fw, "packing_strategy", None) or "bfd"
+    padding = "group-by-length" if group_by_length else job.padding
+    c = collate(summary.length, micro_batch=job.micro_batch, seq_len=job.seq_len, padding=padding,
+                packing=packing, packing_strategy=strategy)
+    why = ("--packing" if job.packing else f"framework {job.framework}'s default" if packing
+           else "--group-by-length" if group_by_length else f"padding {job.padding}")
+    return c, packing, why
+
+
+def _bisect_fit(fits, lo: int, hi: int) -> int | None:
+    """The largest length in [lo, hi] for which `fits(length)` (monotone: longer never fits better)."""
+    if hi < lo or not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def estimate_with_data(model: Any, gpu: Any = None, *, summary: DataSummary, group_by_length: bool = False,
+                       packing_strategy: str | None = None, interval: float | None = 0.8,
+                       estimate_kwargs: dict | None = None, **job_kwargs: Any) -> EstimateResult:
+    """`estimate` with the data's examples and token distribution; the result's `extra["data"]` holds the
+    counts, the collator, the time bins and the worst-batch verdict with its fixes."""
+    import numpy as np
+
+    given = [k for k in SIZE_FIELDS if job_kwargs.get(k) is not None]
+    if given:
+        raise InputError("data", f"replaces --{given[0].replace('_', '-')}: give the data or the sizes, not both")
+    ekw = dict(estimate_kwargs or {})
+    job0 = make_job(**job_kwargs)
+    col, packing, why = data_collation(summary, job0, group_by_length=group_by_length,
+                                       packing_strategy=packing_strategy)
+    n = summary.examples
+    base = {k: v for k, v in job_kwargs.items() if k not in ("seq_len", "packing", "padding")}
+    base["packing"] = packing or None
+    if not packing:
+        base["padding"] = "max" if col.mode == "padded to max" else "longest"
+    memo: dict[tuple, EstimateResult] = {}
+
+    def at(length: int, **over) -> EstimateResult:
+        """One step's figures at one batch length (no data size: memory, fit, step time): a batch of one
+        shape, so without the allocator's cache of freed blocks of other shapes (torch frees it before it
+        runs out of memory; the main estimate's memory includes it)."""
+        key = (int(length), tuple(sorted(over.items())))
+        if key not in memo:
+            one_shape = {} if packing else {"padding": "max"}
+            memo[key] = estimate(model, gpu, interval=None, **ekw,
+                                 **(base | one_shape | {"seq_len": int(length)} | over))
+        return memo[key]
+
+    bins: list[dict] = []
+    if col.seq_len is not None and (packing or col.mode == "padded to max"):
+        run_len = col.seq_len
+        tpe = (col.padded_tokens if packing else col.real_tokens) / n  # packed: samples = these tokens / length
+        time_line = f"every micro-batch {run_len:,} tokens long ({col.mode})"
+    else:
+        shares = length_bins(col.batch_lengths)
+        steps = [at(L).step_time_s for L, _ in shares]
+        mean_step = float(sum(s * w for s, (_, w) in zip(steps, shares, strict=True)))
+        lens = [L for L, _ in shares]
+        run_len = int(round(float(np.interp(mean_step, np.maximum.accumulate(steps), lens)))) if len(lens) > 1 else lens[0]
+        tpe = col.real_tokens / n
+        bins = [{"batch_len": L, "share": w, "step_time_s": s} for (L, w), s in zip(shares, steps, strict=True)]
+        time_line = (f"step time weighed over the micro-batch lengths ({len(bins)} quantile bins from "
+                     f"{lens[0]:,} to {lens[-1]:,} tokens): {mean_step:.3g} s per step on average, the step "
+                     f"time at {run_len:,} tokens, which the run totals use (the mean length, "
+                     f"{col.real_tokens / n:,.0f} tokens, would give {at(max(1, round(col.real_tokens / n))).step_time_s:.3g} s)")
+    res = estimate(model, gpu, interval=interval, **ekw,
+                   **(base | {"seq_len": int(run_len), "examples": float(n), "tokens_per_example": float(tpe)}))
+    worst = _worst_batch(res, col, summary, job0, at)
+    res.assumptions += [summary.assumption(),
+                        f"Collator: {col.mode} ({why}); {col.real_tokens:,} real tokens, {col.padded_tokens:,} "
+                        f"computed, padding waste {col.padding_waste:.1%}"
+                        + (f"; {col.examples_cut:,} example(s) truncated at {col.seq_len:,} tokens" if col.examples_cut else "")
+                        + f"; time: {time_line}."]
+    if not worst["fits_longest"]:
+        res.warnings.append(worst["verdict"])
+    res.extra["data"] = {"summary": summary.to_dict(), "collator": col.to_dict(), "time_bins": bins,
+                         "run_seq_len": int(run_len), "worst_batch": worst}
+    return res
+
+
+def _worst_batch(res: EstimateResult, col: Collation, summary: DataSummary, job: JobSpec, at) -> dict:
+    """Memory at the median, p99 and longest micro-batch; the verdict and the fixes."""
+    cap = res.memory_capacity_gib
+    lengths = {"median": math.ceil(col.batch_len_p50), "p99": math.ceil(col.batch_len_p99),
+               "longest": col.batch_len_max}
+    rows = {k: at(L) for k, L in lengths.items()}
+    out: dict[str, Any] = {k: {"batch_len": lengths[k], "memory_per_gpu_gib": r.memory_per_gpu_gib, "fits": r.fits}
+                           for k, r in rows.items()}
+    out["memory_capacity_gib"] = cap
+    out["fits_longest"] = rows["longest"].fits
+    mb = job.micro_batch
+    longest = lengths["longest"]
+    if rows["longest"].fits:
+        out["verdict"] = (f"fits at the longest batch the sampler can form ({mb} x {longest:,} tokens: "
+                          f"{rows['longest'].memory_per_gpu_gib:.1f} of {cap:g} GiB per GPU)")
+        out["fixes"] = []
+        return out
+    fit_len = _bisect_fit(lambda L: at(L).fits, 1, longest - 1)
+    out["longest_fitting_batch_len"] = fit_len
+    over = col.batch_lengths > (fit_len or 0)
+    share = float(over.mean())
+    per_step = job.grad_accum * job.dp
+    # the expected first over-long micro-batch in a random order; group-by-length puts the longest first
+    first = 1 if "group-by-length" in col.mode or share <= 0 else math.ceil(1.0 / share)
+    oom_step = math.ceil(first / per_step)
+    out["share_over"] = share
+    out["oom_step"] = oom_step
+    fixes = _fixes(col, summary, job, fit_len, longest, at)
+    out["fixes"] = fixes
+    unless = "; ".join(f["change"] for f in fixes[:3]) or "a larger GPU or more sharding"
+    if rows["median"].fits:
+        out["verdict"] = (f"fits on the median batch ({mb} x {lengths['median']:,} tokens: "
+                          f"{rows['median'].memory_per_gpu_gib:.1f} GiB of {cap:g}); the longest {share:.1%} of "
+                          f"batches (over {fit_len:,} tokens) need up to {rows['longest'].memory_per_gpu_gib:.1f} GiB: "
+                          f"expect an OOM around step {oom_step:,} unless {unless}")
+    else:
+        out["verdict"] = (f"does not fit even on the median batch ({mb} x {lengths['median']:,} tokens: "
+                          f"{rows['median'].memory_per_gpu_gib:.1f} GiB of {cap:g}); the longest batch needs "
+                          f"{rows['longest'].memory_per_gpu_gib:.1f} GiB: an OOM at the first step unless {unless}")
+    return out
+
+
+def _fixes(col: Collation, summary: DataSummary, job: JobSpec, fit_len: int | None, longest: int, at) -> list[dict]:
+    """The cheapest changes that make the longest batch fit, each with what it costs."""
+    fixes: list[dict] = []
+    if fit_len:
+        _, n_cut, t_cut = truncate(summary.length, fit_len)
+        total = max(1, int(summary.length.sum()))
+        fixes.append({"change": f"truncate to --seq-len {fit_len:,}",
+                      "effect": f"cuts {n_cut:,} example(s), {t_cut:,} tokens ({t_cut / total:.2%} of the data)"})
+        if "packed" not in col.mode:
+            cut, _, _ = truncate(summary.length, fit_len)
+            samples = pack_bfd(cut, fit_len)
+            waste = 1.0 - float(cut.sum()) / (samples * fit_len)
+            fixes.append({"change": f"--packing --seq-len {fit_len:,}",
+                          "effect": f"{samples:,} packed sequences, padding waste {waste:.1%}, every batch one shape"})
+    mb = job.micro_batch
+    for m in range(mb - 1, 0, -1):
+        r = at(longest, micro_batch=m)
+        if r.fits:
+            ga = job.grad_accum * math.ceil(mb / m)
+            fixes.append({"change": f"--micro-batch {m} --grad-accum {ga}",
+                          "effect": f"the longest batch needs {r.memory_per_gpu_gib:.1f} GiB; the global batch kept "
+                                    "(or a token-budget sampler: a smaller micro-batch for long samples only)"})
+            break
+    if job.checkpointing == "none":
+        r = at(longest, grad_ckpt=True)
+        if r.fits:
+            fixes.append({"change": "--grad-ckpt",
+                          "effect": f"the longest batch needs {r.memory_per_gpu_gib:.1f} GiB (about a third more compute)"})
+    return fixes
