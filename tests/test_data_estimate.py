@@ -1,0 +1,179 @@
+"""`--data` on estimate, plan and memory, `tuneplan data`, and the web upload: the data's counts replace
+--examples/--tokens-per-example, the time is weighed over the batch lengths, and the worst-batch verdict
+(the longest batch that fits, the share over it, the step of the first OOM) checks against the memory
+model itself."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from sample_data import write_all, write_jsonl
+from tuneplan.api import estimate
+from tuneplan.cli import main
+from tuneplan.corpus.summary import DataSummary
+from tuneplan.integrations.dataset import estimate_with_data
+
+MODEL, GPU = "meta-llama/Llama-3.1-8B", "H100-SXM5-80GB"
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    return write_all(tmp_path_factory.mktemp("data"))
+
+
+def summary_of(lengths) -> DataSummary:
+    L = np.asarray(lengths, dtype=np.int64)
+    return DataSummary(path="made.jsonl", kind="jsonl", shape="text", tokens_source="given", exact=True,
+                       prompt=np.zeros_like(L), length=L, real=L.copy(), rows=len(L), bad_rows=0)
+
+
+@pytest.fixture(scope="module")
+def long_tail():
+    """2,000 examples of 300-700 tokens and 4 of 12,000: a LoRA run of an 8B model without checkpointing
+    at micro-batch 4 fits the typical batch on an 80 GiB GPU, not the batches holding a long one."""
+    rng = np.random.default_rng(3)
+    L = rng.integers(300, 700, 2000)
+    L[[10, 500, 1200, 1900]] = 12_000
+    return summary_of(L)
+
+
+def test_worst_batch_verdict_against_the_memory_model(long_tail):
+    r = estimate_with_data(MODEL, GPU, summary=long_tail, interval=None, method="lora", micro_batch=4,
+                           padding="longest")
+    w = r.extra["data"]["worst_batch"]
+    assert w["median"]["fits"] and not w["longest"]["fits"] and not w["fits_longest"]
+    fit = w["longest_fitting_batch_len"]
+    one = dict(method="lora", micro_batch=4, padding="max", interval=None)
+    assert estimate(MODEL, GPU, seq_len=fit, **one).fits
+    assert not estimate(MODEL, GPU, seq_len=fit + 1, **one).fits
+    batches = r.extra["data"]["collator"]["micro_batches"]
+    assert batches == 500
+    over = w["share_over"] * batches
+    assert over == pytest.approx(4, abs=0.01)  # the four batches holding a 12,000-token example
+    assert w["oom_step"] == math.ceil(math.ceil(1 / w["share_over"]) / 1)  # grad-accum 1, one GPU
+    assert "expect an OOM around step" in w["verdict"] and w["verdict"] in r.warnings
+    changes = [f["change"] for f in w["fixes"]]
+    assert changes[0] == f"truncate to --seq-len {fit:,}"
+    assert any(c.startswith("--packing --seq-len") for c in changes)
+    # checkpointing and a smaller micro-batch are offered exactly when they make the 12,000-token batch fit
+    assert ("--grad-ckpt" in changes) == estimate(MODEL, GPU, seq_len=12_000, grad_ckpt=True, **one).fits
+    smaller = [m for m in (3, 2, 1) if estimate(MODEL, GPU, **(one | {"seq_len": 12_000, "micro_batch": m})).fits]
+    assert [c for c in changes if c.startswith("--micro-batch")] == (
+        [f"--micro-batch {smaller[0]} --grad-accum {math.ceil(4 / smaller[0])}"] if smaller else [])
+
+
+def test_group_by_length_ooms_at_step_one(long_tail):
+    r = estimate_with_data(MODEL, GPU, summary=long_tail, interval=None, method="lora", micro_batch=4,
+                           group_by_length=True)
+    w = r.extra["data"]["worst_batch"]
+    assert w["oom_step"] == 1
+    from tuneplan.corpus.collate import collate
+
+    random_order = collate(long_tail.length, micro_batch=4, padding="longest")
+    assert r.extra["data"]["collator"]["padding_waste"] < random_order.padding_waste  # similar lengths together
+
+
+def test_fits_longest_and_counts_replace_sizes(long_tail):
+    r = estimate_with_data(MODEL, GPU, summary=long_tail, interval=None, method="qlora", micro_batch=1,
+                           grad_ckpt=True, padding="longest")
+    d = r.to_dict()
+    assert d["data"]["worst_batch"]["fits_longest"] and d["data"]["worst_batch"]["fixes"] == []
+    assert d["workload"]["samples_per_epoch"] == 2000
+    assert d["workload"]["real_tokens_per_epoch"] == pytest.approx(long_tail.length.sum())
+
+
+def test_time_weighed_over_the_batch_lengths(long_tail):
+    r = estimate_with_data(MODEL, GPU, summary=long_tail, interval=None, method="qlora", micro_batch=2,
+                           grad_ckpt=True, padding="longest")
+    bins = r.extra["data"]["time_bins"]
+    mean_step = sum(b["share"] * b["step_time_s"] for b in bins)
+    assert r.step_time_s == pytest.approx(mean_step, rel=0.02)
+    mean_len = estimate(MODEL, GPU, method="qlora", micro_batch=2, grad_ckpt=True, interval=None,
+                        seq_len=round(long_tail.length.mean()))
+    assert r.step_time_s > mean_len.step_time_s  # a batch runs at its longest example, not the mean
+
+
+def test_packed_data_samples_are_the_packed_sequences():
+    s = summary_of([6, 5, 4, 3, 2])
+    r = estimate_with_data(MODEL, GPU, summary=s, interval=None, method="lora", micro_batch=1, seq_len=8,
+                           packing=True)
+    assert r.workload.samples_per_epoch == pytest.approx(3)  # best-fit decreasing: 3 sequences of 8
+    assert r.workload.seq_len == 8
+
+
+def test_data_replaces_sizes_not_both(long_tail):
+    from tuneplan.errors import InputError
+
+    with pytest.raises(InputError, match="replaces --examples"):
+        estimate_with_data(MODEL, GPU, summary=long_tail, examples=100, method="lora")
+
+
+# ---- the commands ----------------------------------------------------------------------------------------------
+
+def test_estimate_data_cli(sample, capsys):
+    assert main(["estimate", "--model", MODEL, "--gpu", GPU, "--method", "lora", "--data", str(sample["chat"]),
+                 "--tokenizer", str(sample["tokenizer_dir"]), "--micro-batch", "2", "--interval", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Your data: 8 examples" in out and "Verdict: fits at the longest batch" in out
+    assert main(["estimate", "--model", MODEL, "--gpu", GPU, "--data", str(sample["chat"]), "--json",
+                 "--interval", "0", "--padding", "longest"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["data"]["summary"]["examples"] == 8 and d["workload"]["samples_per_epoch"] == 8
+    assert any("approximated from characters" in a for a in d["assumptions"])
+
+
+def test_bad_data_is_one_line_exit_2(tmp_path, capsys):
+    p = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "a", "completion": "b"}, {"prompt": "a"}])
+    assert main(["estimate", "--model", MODEL, "--gpu", GPU, "--data", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "row 2: field 'completion' is missing" in err
+    assert main(["estimate", "--model", MODEL, "--gpu", GPU, "--tokenizer", "x.json", "--seq-len", "512"]) == 2
+    assert "tokenizer: applies with --data" in capsys.readouterr().err
+
+
+def test_data_command(sample, tmp_path, capsys):
+    png = tmp_path / "h.png"
+    assert main(["data", str(sample["text_csv"]), "--tokenizer", str(sample["tokenizer"]), "--seq-len", "8",
+                 "--micro-batch", "2", "--padding", "max", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "10 examples" in out and "length histogram" in out and "truncated: 3 example(s)" in out
+    assert png.stat().st_size > 1000
+    assert main(["data", str(sample["text_csv"]), "--tokenizer", str(sample["tokenizer"]), "--packing",
+                 "--seq-len", "11", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # lengths 2..11 (65 tokens), best-fit decreasing into 11: 11 | 10 | 9+2 | 8+3 | 7+4 | 6+5 -> 6 sequences
+    assert d["tokens"] == 65 and d["collator"]["samples"] == 6 and d["collator"]["padded_tokens"] == 66
+
+
+def test_plan_and_memory_take_data(sample, capsys):
+    assert main(["plan", "--model", MODEL, "--gpus", GPU, "--methods", "lora", "--data", str(sample["chat"]),
+                 "--json", "--interval", "0"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["data"]["examples"] == 8 and d["workload"]["samples_per_epoch"] == 8
+    assert d["workload"]["seq_len"] == d["data"]["max_length"]
+    assert main(["memory", MODEL, "--methods", "lora", "--data", str(sample["chat"]), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["seq_len"] == m["data"]["max_length"]
+
+
+def test_web_upload(sample):
+    from fastapi.testclient import TestClient
+
+    from tuneplan.web.app import create_app
+
+    c = TestClient(create_app(warm_up=False))
+    with open(sample["prompt_completion"], "rb") as f, open(sample["tokenizer"], "rb") as t:
+        r = c.post("/api/data", files={"file": ("pc.jsonl", f), "tokenizer": ("tokenizer.json", t)},
+                   data={"micro_batch": "1"})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["fields"] == {"examples": 3, "tokens_per_example": round(20 / 3, 1), "seq_len": 8}
+    assert d["path"] == "pc.jsonl" and "tuneplan-upload" not in d["tokens_source"]
+    bad = c.post("/api/data", files={"file": ("x.jsonl", b'{"text": "a"}\n{"text": 1}\n')})
+    assert bad.status_code == 422 and "x.jsonl row 2" in bad.json()["detail"][0]["msg"]
+    assert "tuneplan-upload" not in bad.json()["detail"][0]["msg"]
+    assert c.post("/api/data", files={"file": ("x.txt", b"a")}).status_code == 422
