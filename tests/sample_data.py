@@ -56,6 +56,20 @@ def chat_rows() -> list[dict]:
                           {"role": "assistant", "content": sentence(a, i + 1)}]} for i, (u, a) in enumerate(CHAT_ROWS)]
 
 
+def long_tail_rows(n: int = 600, seed: int = 0) -> list[dict]:
+    """Prompt/completion rows of log-normal length (median ~450 words) and a long tail: one row in 150
+    has 12,000 words or so, the "OOM at step N" example of the README."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        words = 12_000 + rng.randrange(2000) if i % 150 == 77 else max(8, int(rng.lognormvariate(6.1, 0.5)))
+        p = max(2, words // 8)
+        rows.append({"prompt": sentence(p, i), "completion": " " + sentence(words - p, i + 1)})
+    return rows
+
+
 def write_jsonl(path: Path, rows: list) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -69,6 +83,7 @@ def write_all(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     out = {"tokenizer": train_tokenizer(folder), "tokenizer_dir": folder / "tok"}
     out["chat"] = write_jsonl(folder / "chat.jsonl", chat_rows())
+    out["long_tail"] = write_jsonl(folder / "long_tail.jsonl", long_tail_rows())
     pc = [{"prompt": sentence(p), "completion": " " + sentence(c, 3)} for p, c in ((2, 3), (4, 1), (1, 6))]
     out["prompt_completion"] = write_jsonl(folder / "pc.jsonl", pc)
     text = [{"text": sentence(n)} for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)]

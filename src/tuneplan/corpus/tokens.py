@@ -21,12 +21,12 @@ from tuneplan.errors import InputError
 
 CHARS_PER_TOKEN = 4.0
 """Without a tokenizer: tokens = ceil(characters / 4), the common rule of thumb for English BPE
-vocabularies. Measured by `benchmarks/chars_per_token.py` (a 16k byte-level BPE trained on the
-project's own English docs, scored on held-out paragraphs): see APPROX_ERROR and docs/data.md."""
+vocabularies, checked by `benchmarks/chars_per_token.py` against byte-level BPEs trained offline on
+English prose (docs/data.md has the figures)."""
 APPROX_ERROR = 0.25
-"""The approximation's expected error per example (the median absolute relative error, rounded up,
-of chars / 4 against a real BPE's counts on English prose: benchmarks/chars_per_token.py); code, other
-languages and numbers differ more. Said with every approximate count."""
+"""The approximation's expected error per example, said with every approximate count: the median
+absolute relative error per held-out paragraph of chars / 4 against the trained BPEs' counts, rounded
+up (docs/data.md); a dataset's total is closer, code, numbers and other languages differ more."""
 
 
 def _plain(messages: list[dict]) -> str:
