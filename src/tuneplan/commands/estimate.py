@@ -173,7 +173,9 @@ def data_lines(d: dict) -> list[str]:
              f"p99 {s['p99_length']:,.0f}, max {s['max_length']:,}); tokens {s['tokens_source']}",
              f"Collator: {c['mode']}, padding waste {c['padding_waste']:.1%} ({c['padded_tokens']:,} tokens computed "
              f"for {c['real_tokens']:,} real)"
-             + (f"; {c['examples_cut']:,} example(s) truncated at {c['seq_len']:,}" if c["examples_cut"] else ""),
+             + (f"; {c['examples_cut']:,} example(s) truncated at {c['seq_len']:,}" if c["examples_cut"] else "")
+             + f"; per optimizer step {d['per_optimizer_step']['real_tokens']:,.0f} real, "
+               f"{d['per_optimizer_step']['padded_tokens']:,.0f} computed tokens",
              "Memory per GPU by batch length: " + ", ".join(
                  f"{k} {w[k]['batch_len']:,} tokens {w[k]['memory_per_gpu_gib']:.1f} GiB" for k in ("median", "p99", "longest"))
              + f" (of {w['memory_capacity_gib']:g})",

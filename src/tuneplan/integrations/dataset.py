@@ -115,8 +115,10 @@ def estimate_with_data(model: Any, gpu: Any = None, *, summary: DataSummary, gro
                         + f"; time: {time_line}."]
     if not worst["fits_longest"]:
         res.warnings.append(worst["verdict"])
+    steps = max(1, math.ceil(col.samples / (job0.micro_batch * job0.grad_accum * job0.dp)))
+    per_step = {"real_tokens": col.real_tokens / steps, "padded_tokens": col.padded_tokens / steps}
     res.extra["data"] = {"summary": summary.to_dict(), "collator": col.to_dict(), "time_bins": bins,
-                         "run_seq_len": int(run_len), "worst_batch": worst}
+                         "run_seq_len": int(run_len), "per_optimizer_step": per_step, "worst_batch": worst}
     return res
 
 
@@ -150,7 +152,11 @@ def _worst_batch(res: EstimateResult, col: Collation, summary: DataSummary, job:
     fixes = _fixes(col, summary, job, fit_len, longest, at)
     out["fixes"] = fixes
     unless = "; ".join(f["change"] for f in fixes[:3]) or "a larger GPU or more sharding"
-    if rows["median"].fits:
+    if lengths["median"] == longest:  # one shape: packed, padded to max, or every batch as long
+        out["verdict"] = (f"does not fit: every micro-batch is {mb} x {longest:,} tokens "
+                          f"({rows['longest'].memory_per_gpu_gib:.1f} GiB of {cap:g}): an OOM at the first step "
+                          f"unless {unless}")
+    elif rows["median"].fits:
         out["verdict"] = (f"fits on the median batch ({mb} x {lengths['median']:,} tokens: "
                           f"{rows['median'].memory_per_gpu_gib:.1f} GiB of {cap:g}); the longest {share:.1%} of "
                           f"batches (over {fit_len:,} tokens) need up to {rows['longest'].memory_per_gpu_gib:.1f} GiB: "
@@ -168,9 +174,17 @@ def _fixes(col: Collation, summary: DataSummary, job: JobSpec, fit_len: int | No
     if fit_len:
         _, n_cut, t_cut = truncate(summary.length, fit_len)
         total = max(1, int(summary.length.sum()))
-        fixes.append({"change": f"truncate to --seq-len {fit_len:,}",
-                      "effect": f"cuts {n_cut:,} example(s), {t_cut:,} tokens ({t_cut / total:.2%} of the data)"})
-        if "packed" not in col.mode:
+        cut_text = f"cuts {n_cut:,} example(s), {t_cut:,} tokens ({t_cut / total:.2%} of the data)"
+        if "wrapped" in col.mode:  # shorter sequences cut from the concatenated tokens: nothing lost
+            fixes.append({"change": f"pack to --seq-len {fit_len:,}",
+                          "effect": f"{-(-col.real_tokens // fit_len):,} packed sequences, no example cut"})
+        elif "packed" in col.mode:  # shorter packed sequences; bfd truncates the examples longer than them
+            cut, _, _ = truncate(summary.length, fit_len)
+            fixes.append({"change": f"pack to --seq-len {fit_len:,}",
+                          "effect": f"{pack_bfd(cut, fit_len):,} packed sequences; best-fit decreasing "
+                                    + (cut_text if n_cut else "cuts no example")})
+        else:
+            fixes.append({"change": f"truncate to --seq-len {fit_len:,}", "effect": cut_text})
             cut, _, _ = truncate(summary.length, fit_len)
             samples = pack_bfd(cut, fit_len)
             waste = 1.0 - float(cut.sum()) / (samples * fit_len)
