@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tuneplan.errors import InputError
 from tuneplan.specs.struct import dataclass, field
@@ -39,13 +39,13 @@ ROLE_NAMES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": 
 """ShareGPT's `from` names to chat roles."""
 
 
-@dataclass
-class Example:
+class Example(NamedTuple):
     """One row as sequences: `prompt` (a string, a message list, or None when all is trained on) and one
-    `completion` per sequence (two for a preference pair, none for an RL prompt)."""
+    `completion` per sequence (two for a preference pair, none for an RL prompt). A named tuple: one is
+    made per row, millions for a large file."""
 
     prompt: Any
-    completions: list = field(default_factory=list)
+    completions: list
 
 
 @dataclass
@@ -124,6 +124,9 @@ def _messages(v: Any, name: str) -> list[dict]:
     for i, m in enumerate(v):
         if not isinstance(m, dict):
             raise BadRow(f"field '{name}' message {i + 1} is {type(m).__name__}, not an object")
+        if type(m.get("role")) is str and type(m.get("content")) is str:  # the usual shape, as it is
+            out.append(m)
+            continue
         role = m.get("role") if m.get("role") is not None else ROLE_NAMES.get(str(m.get("from", "")).lower())
         content = m.get("content") if "content" in m and m.get("content") is not None else m.get("value")
         if not isinstance(role, str):
