@@ -177,3 +177,32 @@ def test_web_upload(sample):
     assert bad.status_code == 422 and "x.jsonl row 2" in bad.json()["detail"][0]["msg"]
     assert "tuneplan-upload" not in bad.json()["detail"][0]["msg"]
     assert c.post("/api/data", files={"file": ("x.txt", b"a")}).status_code == 422
+
+
+def test_packed_batches_are_one_shape_and_the_fix_shrinks_the_pack(long_tail):
+    r = estimate_with_data(MODEL, GPU, summary=long_tail, interval=None, method="lora", micro_batch=4,
+                           seq_len=4096, packing=True)
+    d = r.extra["data"]
+    w = d["worst_batch"]
+    assert d["collator"]["mode"] == "packed (bfd)" and d["collator"]["examples_cut"] == 4
+    assert w["verdict"].startswith("does not fit: every micro-batch is 4 x 4,096 tokens")
+    fit = w["longest_fitting_batch_len"]
+    assert w["fixes"][0]["change"] == f"pack to --seq-len {fit:,}"
+    assert "packed sequences" in w["fixes"][0]["effect"]
+    steps = math.ceil(d["collator"]["samples"] / 4)
+    assert d["per_optimizer_step"]["padded_tokens"] == pytest.approx(d["collator"]["padded_tokens"] / steps)
+
+
+def test_framework_data_path_decides_packing(sample, capsys):
+    # axolotl's recipes pack (data/frameworks.yaml packing: true); hf-trainer pads to the batch's longest
+    assert main(["data", str(sample["chat"]), "--framework", "axolotl", "--seq-len", "64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["collator"]["mode"] == "packed (bfd)"
+    assert main(["data", str(sample["chat"]), "--framework", "hf-trainer", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["collator"]["mode"] == "padded to the longest in each batch"
+
+
+def test_progress_bar_only_on_a_terminal_for_long_reads():
+    from tuneplan.corpus.summary import PROGRESS_MIN_BYTES, _progress
+
+    assert _progress(PROGRESS_MIN_BYTES - 1) is None
+    assert _progress(10 * PROGRESS_MIN_BYTES) is None  # pytest's stderr is no terminal
