@@ -228,3 +228,39 @@ def test_length_bins_weights():
     assert sum(w for _, w in bins) == pytest.approx(1.0)
     assert bins[-1] == (100, pytest.approx(0.01))  # the top 1%
     assert bins[0] == (13, pytest.approx(0.25))  # mean of 1..25, rounded up
+
+
+ROW_VALUES = st.one_of(st.none(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20),
+                       st.lists(st.text(max_size=5), max_size=3),
+                       st.lists(st.dictionaries(st.sampled_from(["role", "content", "from", "value"]),
+                                                st.one_of(st.text(max_size=8), st.integers(), st.none()),
+                                                max_size=3), max_size=3))
+ROWS = st.lists(st.dictionaries(st.sampled_from(["text", "messages", "prompt", "completion", "chosen", "rejected",
+                                                 "instruction", "output", "input", "conversations", "x"]),
+                                ROW_VALUES, max_size=4), max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ROWS, st.binary(max_size=60), st.sampled_from([".jsonl", ".json", ".csv", ".parquet"]), st.booleans())
+def test_fuzzed_files_are_read_or_refused_in_one_line(tmp_path_factory, rows, junk, suffix, skip):
+    """Random rows (wrong types, missing fields, nulls) and random bytes in every file type: `tuneplan data`
+    answers with the counts (exit 0) or one line (exit 2), never a traceback."""
+    import contextlib
+    import io
+
+    from tuneplan.cli import main
+
+    folder = tmp_path_factory.mktemp("fuzz")
+    path = folder / f"d{suffix}"
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if suffix == ".json" and rows:
+        text = json.dumps(rows)
+    path.write_bytes(text.encode() + junk if suffix != ".parquet" else junk)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["data", str(path), "--json"] + (["--skip-bad-rows"] if skip else []))
+    assert rc in (0, 2), err.getvalue()
+    if rc == 2:
+        assert len(err.getvalue().strip().splitlines()) == 1 and "internal error" not in err.getvalue()
+    else:
+        assert json.loads(out.getvalue())["examples"] >= 1
