@@ -204,9 +204,8 @@ def _batches_jsonl(path: Path) -> Iterator[tuple[int, list, int]]:
         with path.open("rb") as f:
             reader = pj.open_json(f, read_options=pj.ReadOptions(block_size=JSON_BLOCK_BYTES, use_threads=True))
             for batch in reader:
-                rows = batch.to_pylist()
-                yield done + 1, rows, f.tell()
-                done += len(rows)
+                yield done + 1, batch, f.tell()
+                done += batch.num_rows
         return
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
@@ -233,9 +232,8 @@ def _batches_csv(path: Path) -> Iterator[tuple[int, list, int]]:
         with path.open("rb") as f:
             reader = pc.open_csv(f, convert_options=pc.ConvertOptions(strings_can_be_null=False))
             for batch in reader:
-                rows = batch.to_pylist()
-                yield done + 1, rows, f.tell()
-                done += len(rows)
+                yield done + 1, batch, f.tell()
+                done += batch.num_rows
         return
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
@@ -268,9 +266,8 @@ def _batches_parquet(path: Path) -> Iterator[tuple[int, list, int]]:
     size = os.path.getsize(path)
     done = 0
     for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-        rows = batch.to_pylist()
-        yield done + 1, rows, int(size * (done + len(rows)) / total)
-        done += len(rows)
+        yield done + 1, batch, int(size * (done + batch.num_rows) / total)
+        done += batch.num_rows
 
 
 def _batches_json(path: Path) -> Iterator[tuple[int, list, int]]:
@@ -315,9 +312,8 @@ def _batches_arrow(path: Path, state: ReadState) -> Iterator[tuple[int, list, in
     total = max(1, len(ds))
     done = 0
     for table in ds.with_format("arrow").iter(batch_size=BATCH_ROWS):
-        rows = table.to_pylist()
-        yield done + 1, rows, int(total and (done + len(rows)) * 1_000_000 / total)
-        done += len(rows)
+        yield done + 1, table, int(total and (done + table.num_rows) * 1_000_000 / total)
+        done += table.num_rows
 
 
 def total_units(path: Path, kind: str) -> int:
@@ -325,8 +321,9 @@ def total_units(path: Path, kind: str) -> int:
     return 1_000_000 if kind == "arrow" else os.path.getsize(path)
 
 
-def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, list, int]]:
-    """(first row number, rows, progress units read) per batch; a row is a dict or a BadRow."""
+def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
+    """(first row number, rows, progress units read) per batch: a pyarrow batch, or a list whose rows are
+    dicts or BadRows."""
     kind = state.kind
     if kind == "jsonl":
         return _batches_jsonl(path)
@@ -340,10 +337,12 @@ def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, list, int]]
 
 
 def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows: bool = False,
-             state: ReadState | None = None) -> Iterator[tuple[list[Example], int]]:
+             state: ReadState | None = None, columnar=None) -> Iterator[tuple[Any, int]]:
     """The file's rows as batches of Examples (with the progress units read so far). A bad row (not valid
     JSON, a missing field, a non-text value) is an InputError naming the file, the row and the field,
-    unless `skip_bad_rows`: then it is counted in `state` and left out. An empty file is an InputError."""
+    unless `skip_bad_rows`: then it is counted in `state` and left out. An empty file is an InputError.
+    `columnar(batch, shape)`: counts of a whole pyarrow batch, or None; where it gives them, they are
+    yielded (a tuple of arrays) in place of the batch's Examples."""
     p = Path(path)
     if not p.exists():
         raise InputError("data", f"{p}: no such file or folder")
@@ -354,22 +353,37 @@ def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows
         raise InputError("data-format", f"unknown shape '{shape}'", SHAPES)
     st.shape = shape or ""
     for first, rows, read in row_batches(p, st):
-        out: list[Example] = []
-        for i, row in enumerate(rows):
-            n = first + i
-            try:
-                if isinstance(row, BadRow):
-                    raise row
-                if not st.shape:
-                    st.shape = detect_shape([k for k, v in row.items() if v is not None], str(p))
-                out.append(to_example(row, st.shape))
-            except BadRow as exc:
-                if not skip_bad_rows:
-                    raise InputError("data", f"{p} row {n}: {exc} (--skip-bad-rows leaves such rows out)") from None
-                st.bad_rows += 1
-                if len(st.bad_examples) < 5:
-                    st.bad_examples.append(f"row {n}: {exc}")
-        st.rows += len(rows)
-        yield out, read
+        if not isinstance(rows, list):  # a pyarrow batch: counted whole where it can be
+            if not st.shape and rows.num_rows:
+                st.shape = detect_shape([k for k, v in rows.slice(0, 1).to_pylist()[0].items() if v is not None],
+                                        str(p))
+            counts = columnar(rows, st.shape) if columnar is not None and st.shape else None
+            if counts is not None:
+                st.rows += rows.num_rows
+                yield counts, read
+                continue
+            rows = rows.to_pylist()
+        yield _examples_of(p, st, first, rows, skip_bad_rows), read
     if st.rows - st.bad_rows == 0:
         raise InputError("data", f"{p}: no rows" + (f" that could be read ({st.bad_rows} bad)" if st.bad_rows else ""))
+
+
+def _examples_of(p: Path, st: ReadState, first: int, rows: list, skip_bad_rows: bool) -> list[Example]:
+    """The Examples of one batch of rows (dicts or BadRows numbered from `first`)."""
+    out: list[Example] = []
+    for i, row in enumerate(rows):
+        n = first + i
+        try:
+            if isinstance(row, BadRow):
+                raise row
+            if not st.shape:
+                st.shape = detect_shape([k for k, v in row.items() if v is not None], str(p))
+            out.append(to_example(row, st.shape))
+        except BadRow as exc:
+            if not skip_bad_rows:
+                raise InputError("data", f"{p} row {n}: {exc} (--skip-bad-rows leaves such rows out)") from None
+            st.bad_rows += 1
+            if len(st.bad_examples) < 5:
+                st.bad_examples.append(f"row {n}: {exc}")
+    st.rows += len(rows)
+    return out

@@ -9,7 +9,7 @@ from typing import Any
 
 from tuneplan.corpus.collate import Collation
 from tuneplan.corpus.read import ReadState, examples, file_kind
-from tuneplan.corpus.tokens import TokenCounter, token_counter
+from tuneplan.corpus.tokens import CHARS_PER_TOKEN, CharCounter, TokenCounter, token_counter
 from tuneplan.specs.struct import dataclass, field
 
 PROGRESS_MIN_BYTES = 32 << 20
@@ -98,7 +98,14 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
     counter = counter or token_counter(tokenizer)
     state = ReadState(str(p), file_kind(p) if p.exists() else "")
     prompts, lengths, reals = [], [], []
-    gen = examples(p, shape, skip_bad_rows=skip_bad_rows, state=state)
+    columnar = None
+    if isinstance(counter, CharCounter):  # whole Arrow batches, no Python row objects
+        from tuneplan.corpus.columnar import char_counts
+
+        def columnar(batch, shape):
+            return char_counts(batch, shape, CHARS_PER_TOKEN)
+
+    gen = examples(p, shape, skip_bad_rows=skip_bad_rows, state=state, columnar=columnar)
     bar = _progress(total_units(p, state.kind)) if p.exists() else None
     task = None
     if bar is not None:
@@ -106,7 +113,12 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
         task = bar.add_task("read", total=total_units(p, state.kind))
     try:
         for batch, read in gen:
-            if batch:
+            if isinstance(batch, tuple):  # counted whole (tuneplan.corpus.columnar)
+                a, b, c = batch
+                prompts.append(a)
+                lengths.append(b)
+                reals.append(c)
+            elif batch:
                 a, b, c = counter.count(batch)
                 prompts.append(a)
                 lengths.append(b)
