@@ -206,3 +206,19 @@ def test_progress_bar_only_on_a_terminal_for_long_reads():
 
     assert _progress(PROGRESS_MIN_BYTES - 1) is None
     assert _progress(10 * PROGRESS_MIN_BYTES) is None  # pytest's stderr is no terminal
+
+
+def test_from_config_with_data_takes_the_data_sizes(sample, capsys):
+    """A training config's packing and sequence length apply; the examples are the data's, not the ones
+    `--from` would otherwise assume."""
+    from conftest import SHARED
+
+    cfg = SHARED / "fixtures" / "training-configs" / "axolotl" / "llama3-8b-lora.yml"
+    if not cfg.exists():
+        pytest.skip("shared training-config fixtures not present")
+    assert main(["estimate", "--from", str(cfg), "--gpu", GPU, "--data", str(sample["long_tail"]), "--json",
+                 "--interval", "0"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["data"]["summary"]["examples"] == 600
+    assert d["data"]["collator"]["mode"] == "packed (bfd)"  # axolotl's sample_packing: true
+    assert d["data"]["collator"]["seq_len"] == d["job"]["seq_len"]  # the config's sequence_len

@@ -116,7 +116,11 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
     single_threaded_blas()
+    sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from(args)
+    if getattr(args, "data", None):  # the data's sizes replace those a --from config filled in
+        for k, v in sizes.items():
+            setattr(args, k, v)
     if args.estimator == "planner" and args.params is not None:
         return _planner_seed(args)
     if args.params is not None:

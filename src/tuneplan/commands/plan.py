@@ -154,7 +154,11 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def run_plan(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
+    sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from_plan(args)
+    if getattr(args, "data", None):  # the data's sizes replace those a --from config filled in
+        for k, v in sizes.items():
+            setattr(args, k, v)
     kw = plan_kwargs(args)
     data_note = _apply_data(args, kw)
     if args.runs:
