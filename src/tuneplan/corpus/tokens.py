@@ -134,7 +134,9 @@ class FileTokenizer(TokenCounter):
         self.source = f"exact, {path} (tokenizers); no chat template: messages joined as 'role: content' lines"
 
     def _encode(self, texts: list[str], special: bool) -> list[int]:
-        return [len(e.ids) for e in self.tok.encode_batch(texts, add_special_tokens=special)]
+        # encode_batch_fast (tokenizers >= 0.20) leaves out the offsets: a third less time, the same ids
+        encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
+        return [len(e.ids) for e in encode(texts, add_special_tokens=special)]
 
 
 class HFTokenizer(TokenCounter):
