@@ -115,6 +115,7 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
         for batch, read in gen:
             if isinstance(batch, tuple):  # counted whole (tuneplan.corpus.columnar)
                 a, b, c = batch
+                counter.plain_chat = counter.plain_chat or state.shape == "chat"
                 prompts.append(a)
                 lengths.append(b)
                 reals.append(c)
@@ -132,7 +133,7 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
     def cat(xs: list) -> Any:
         return np.concatenate(xs) if xs else np.zeros(0, np.int64)
 
-    return DataSummary(path=str(p), kind=state.kind, shape=state.shape, tokens_source=counter.source,
+    return DataSummary(path=str(p), kind=state.kind, shape=state.shape, tokens_source=counter.describe(),
                        exact=counter.exact, prompt=cat(prompts), length=cat(lengths), real=cat(reals),
                        rows=state.rows, bad_rows=state.bad_rows, bad_examples=list(state.bad_examples),
                        split=state.split)

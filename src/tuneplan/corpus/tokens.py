@@ -45,6 +45,12 @@ class TokenCounter:
     exact = False
     template = False
     source = ""
+    plain_chat = False  # message lists met and joined as "role: content" lines (no chat template)
+
+    def describe(self) -> str:
+        """`source`, and how message lists were rendered when they were met without a chat template."""
+        return self.source + ("; no chat template: message lists joined as 'role: content' lines"
+                              if self.plain_chat and not self.template else "")
 
     def _encode(self, texts: list[str], special: bool) -> list[int]:
         raise NotImplementedError
@@ -95,6 +101,7 @@ class TokenCounter:
                     s_texts.append(p + c)
                     s_where.append(i)
         if chat:
+            self.plain_chat = True
             p_counts = self._encode(self._render_chat(p_texts, True), not self.template) if p_texts else []
             s_counts = self._encode(self._render_chat(s_texts, False), not self.template) if s_texts else []
         else:
@@ -131,7 +138,7 @@ class FileTokenizer(TokenCounter):
             self.tok = Tokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises its own Exception for a bad file
             raise InputError("tokenizer", f"{path}: not a readable tokenizer.json ({str(exc).splitlines()[0]})") from None
-        self.source = f"exact, {path} (tokenizers); no chat template: messages joined as 'role: content' lines"
+        self.source = f"exact, {path} (tokenizers)"
 
     def _encode(self, texts: list[str], special: bool) -> list[int]:
         # encode_batch_fast (tokenizers >= 0.20) leaves out the offsets: a third less time, the same ids
@@ -156,8 +163,7 @@ class HFTokenizer(TokenCounter):
             raise InputError("tokenizer", f"{path}: not a readable tokenizer folder ({str(exc).splitlines()[0]})") from None
         self.template = bool(getattr(self.tok, "chat_template", None))
         self.source = (f"exact, {path} (transformers AutoTokenizer)"
-                       + ("; its chat template applied to message lists" if self.template else
-                          "; no chat template: messages joined as 'role: content' lines"))
+                       + ("; its chat template applied to message lists" if self.template else ""))
 
     def _render_chat(self, convs: list[list[dict]], generation_prompt: bool) -> list[str]:
         if not self.template:

@@ -108,6 +108,12 @@ def estimate_with_data(model: Any, gpu: Any = None, *, summary: DataSummary, gro
     res = estimate(model, gpu, interval=interval, **ekw,
                    **(base | {"seq_len": int(run_len), "examples": float(n), "tokens_per_example": float(tpe)}))
     worst = _worst_batch(res, col, summary, job0, at)
+    if bins:  # the sequence length is the data's time-equivalent batch length, not a --seq-len bound
+        head = f"Sequence length {res.workload.seq_len} tokens per sample (--seq-len)"
+        res.assumptions = [a.replace(head, f"Sequence length {res.workload.seq_len} tokens per sample (the "
+                                           "length whose step time is the mean over the data's batch lengths)")
+                            .replace("compute assumes seq_len, the upper bound", "compute assumes that length")
+                           if a.startswith(head) else a for a in res.assumptions]
     res.assumptions += [summary.assumption(),
                         f"Collator: {col.mode} ({why}); {col.real_tokens:,} real tokens, {col.padded_tokens:,} "
                         f"computed, padding waste {col.padding_waste:.1%}"
