@@ -87,14 +87,27 @@ def test_fits_longest_and_counts_replace_sizes(long_tail):
 
 
 def test_time_weighed_over_the_batch_lengths(long_tail):
-    r = estimate_with_data(MODEL, GPU, summary=long_tail, interval=None, method="qlora", micro_batch=2,
-                           grad_ckpt=True, padding="longest")
+    kw = dict(summary=long_tail, interval=None, method="qlora", micro_batch=2, grad_ckpt=True, padding="longest")
+    r = estimate_with_data(MODEL, GPU, **kw)
     bins = r.extra["data"]["time_bins"]
-    mean_step = sum(b["share"] * b["step_time_s"] for b in bins)
-    assert r.step_time_s == pytest.approx(mean_step, rel=0.02)
+    assert sum(b["share"] for b in bins) == pytest.approx(1.0)
+    assert min(b["step_time_s"] for b in bins) < r.step_time_s < max(b["step_time_s"] for b in bins)
     mean_len = estimate(MODEL, GPU, method="qlora", micro_batch=2, grad_ckpt=True, interval=None,
                         seq_len=round(long_tail.length.mean()))
     assert r.step_time_s > mean_len.step_time_s  # a batch runs at its longest example, not the mean
+    four = estimate_with_data(MODEL, GPU, gpus=4, **kw)  # each step waits for the slowest of 4 ranks
+    assert four.extra["data"]["run_seq_len"] > r.extra["data"]["run_seq_len"]
+
+
+def test_synced_step_time_by_hand():
+    from tuneplan.integrations.dataset import synced_step_time
+
+    lens, times = [10, 20], [1.0, 2.0]  # a whole step at 10 tokens: 1 s, at 20: 2 s
+    assert synced_step_time([10, 20, 10, 20], lens, times, 1, 1) == pytest.approx(1.5)
+    assert synced_step_time([10, 20, 10, 20], lens, times, 1, 2) == pytest.approx(2.0)  # the slower rank
+    assert synced_step_time([10, 20, 10, 20], lens, times, 2, 1) == pytest.approx(1.5)  # (1 + 2) / 2 each
+    assert synced_step_time([15], lens, times, 1, 1) == pytest.approx(1.5)  # interpolated
+    assert synced_step_time([10, 20, 20], lens, times, 1, 2) == pytest.approx(2.0)  # the last step: one rank
 
 
 def test_packed_data_samples_are_the_packed_sequences():

@@ -2,10 +2,10 @@
 --examples / --tokens-per-example, the collator's batches give the time and the peak memory.
 
 Time: packed or padded-to-max batches all have one length; batches padded to their longest vary, so
-the step time is evaluated at the batch lengths of each share of the distribution (quantile bins of
-the sampler's micro-batch lengths) and weighed by how many batches fall there; the estimate then runs
-at the length whose step time is that mean (interpolated between the bins), so its wall clock, cost
-and energy are the distribution's, not the mean length's. Memory: the peak at the longest micro-batch
+the step time is evaluated at a few batch lengths (quantile bins of the sampler's micro-batch lengths,
+the shortest and the longest), interpolated for every micro-batch, and each optimizer step waits for
+its slowest data-parallel rank (`synced_step_time`); the estimate then runs at the length whose step
+time is that mean, so its wall clock, cost and energy are the distribution's, not the mean length's. Memory: the peak at the longest micro-batch
 the sampler can form (every example padded to the longest example when it is drawn), at the p99 and
 at the median batch; when the longest does not fit, the longest batch length that does (bisection on
 the memory model), the share of batches above it, the step where the first is expected, and the
@@ -41,6 +41,23 @@ def data_collation(summary: DataSummary, job: JobSpec, *, group_by_length: bool 
     why = ("--packing" if job.packing else f"framework {job.framework}'s default" if packing
            else "--group-by-length" if group_by_length else f"padding {job.padding}")
     return c, packing, why
+
+
+def synced_step_time(batch_lengths, lengths: list[int], step_times, grad_accum: int, dp: int) -> float:
+    """The mean optimizer-step time over the sampler's micro-batches: a micro-batch of length L takes
+    step_time(L) / grad_accum (interpolated between the evaluated `lengths`); each data-parallel rank runs
+    grad_accum micro-batches, and the step waits for the slowest rank (the gradients are reduced
+    together). Consecutive micro-batches go to the ranks in turn, as DistributedSampler deals them."""
+    import numpy as np
+
+    per_micro = np.interp(np.asarray(batch_lengths, dtype=float), lengths, step_times) / grad_accum
+    k = grad_accum * dp
+    full = len(per_micro) // k * k
+    steps = list(per_micro[:full].reshape(-1, grad_accum, dp).sum(axis=1).max(axis=1)) if full else []
+    if len(per_micro) > full:  # the last, short step: its ranks' share of what is left
+        rest = per_micro[full:]
+        steps.append(max(rest[r::dp].sum() for r in range(dp)))
+    return float(np.mean(steps))
 
 
 def _bisect_fit(fits, lo: int, hi: int) -> int | None:
@@ -95,15 +112,17 @@ def estimate_with_data(model: Any, gpu: Any = None, *, summary: DataSummary, gro
         time_line = f"every micro-batch {run_len:,} tokens long ({col.mode})"
     else:
         shares = length_bins(col.batch_lengths)
-        steps = [at(L).step_time_s for L, _ in shares]
-        mean_step = float(sum(s * w for s, (_, w) in zip(steps, shares, strict=True)))
-        lens = [L for L, _ in shares]
-        run_len = int(round(float(np.interp(mean_step, np.maximum.accumulate(steps), lens)))) if len(lens) > 1 else lens[0]
+        lens = sorted({L for L, _ in shares} | {int(col.batch_lengths.min()), int(col.batch_lengths.max())})
+        at_len = np.maximum.accumulate([at(L).step_time_s for L in lens])  # a longer batch is never quicker
+        mean_step = synced_step_time(col.batch_lengths, lens, at_len, job0.grad_accum, job0.dp)
+        run_len = int(round(float(np.interp(mean_step, at_len, lens)))) if len(lens) > 1 else lens[0]
         tpe = col.real_tokens / n
-        bins = [{"batch_len": L, "share": w, "step_time_s": s} for (L, w), s in zip(shares, steps, strict=True)]
-        time_line = (f"step time weighed over the micro-batch lengths ({len(bins)} quantile bins from "
-                     f"{lens[0]:,} to {lens[-1]:,} tokens): {mean_step:.3g} s per step on average, the step "
-                     f"time at {run_len:,} tokens, which the run totals use (the mean length, "
+        bins = [{"batch_len": L, "share": w, "step_time_s": at(L).step_time_s} for L, w in shares]
+        sync = (f"each optimizer step as long as its slowest of {job0.dp} data-parallel ranks, "
+                if job0.dp > 1 else "")
+        time_line = (f"step time over the data's micro-batch lengths ({sync}evaluated at {len(lens)} lengths "
+                     f"from {lens[0]:,} to {lens[-1]:,} tokens, interpolated between): {mean_step:.3g} s per step "
+                     f"on average, the step time at {run_len:,} tokens, which the run totals use (the mean length, "
                      f"{col.real_tokens / n:,.0f} tokens, would give {at(max(1, round(col.real_tokens / n))).step_time_s:.3g} s)")
     res = estimate(model, gpu, interval=interval, **ekw,
                    **(base | {"seq_len": int(run_len), "examples": float(n), "tokens_per_example": float(tpe)}))
