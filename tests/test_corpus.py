@@ -304,3 +304,12 @@ def test_columnar_counts_equal_the_row_by_row_counts(tmp_path, monkeypatch):
         assert a.prompt.tolist() == b.prompt.tolist()
         assert a.length.tolist() == b.length.tolist()
         assert a.real.tolist() == b.real.tolist()
+
+
+def test_long_csv_with_a_bad_row_far_in(tmp_path):
+    """The csv module's fallback over more rows than one batch (row numbers kept across batches)."""
+    p = tmp_path / "long.csv"
+    p.write_text("text\n" + "".join(f'"row {i}"\n' for i in range(9000)) + '"a",extra\n' + '"b"\n')
+    assert "row 9001: 2 fields, the header has 1" in _error(p)
+    s = summarise(p, skip_bad_rows=True)
+    assert (s.examples, s.bad_rows, s.rows) == (9001, 1, 9002)

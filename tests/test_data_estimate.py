@@ -61,9 +61,14 @@ def test_worst_batch_verdict_against_the_memory_model(long_tail):
     assert any(c.startswith("--packing --seq-len") for c in changes)
     # checkpointing and a smaller micro-batch are offered exactly when they make the 12,000-token batch fit
     assert ("--grad-ckpt" in changes) == estimate(MODEL, GPU, seq_len=12_000, grad_ckpt=True, **one).fits
-    smaller = [m for m in (3, 2, 1) if estimate(MODEL, GPU, **(one | {"seq_len": 12_000, "micro_batch": m})).fits]
-    assert [c for c in changes if c.startswith("--micro-batch")] == (
-        [f"--micro-batch {smaller[0]} --grad-accum {math.ceil(4 / smaller[0])}"] if smaller else [])
+    def fitting(**over):
+        return [m for m in (3, 2, 1) if estimate(MODEL, GPU, **(one | {"seq_len": 12_000, "micro_batch": m} | over)).fits]
+
+    smaller, both = fitting(), fitting(grad_ckpt=True)
+    expected = ([f"--micro-batch {smaller[0]} --grad-accum {math.ceil(4 / smaller[0])}"] if smaller else
+                [] if "--grad-ckpt" in changes else
+                [f"--micro-batch {both[0]} --grad-accum {math.ceil(4 / both[0])} --grad-ckpt"] if both else [])
+    assert [c for c in changes if c.startswith("--micro-batch")] == expected
 
 
 def test_group_by_length_ooms_at_step_one(long_tail):

@@ -249,7 +249,7 @@ def _batches_csv(path: Path) -> Iterator[tuple[int, list, int]]:
             buf.append(dict(zip(header, rec, strict=True)) if len(rec) == len(header) else
                        BadRow(f"{len(rec)} fields, the header has {len(header)}"))
             if len(buf) >= BATCH_ROWS:
-                yield first, buf, f.tell()
+                yield first, buf, 0  # a text file read by lines cannot tell its position: no progress
                 first, buf = i + 1, []
         if buf:
             yield first, buf, os.path.getsize(path)

@@ -216,17 +216,33 @@ def _fixes(col: Collation, summary: DataSummary, job: JobSpec, fit_len: int | No
             fixes.append({"change": f"--packing --seq-len {fit_len:,}",
                           "effect": f"{samples:,} packed sequences, padding waste {waste:.1%}, every batch one shape"})
     mb = job.micro_batch
-    for m in range(mb - 1, 0, -1):
-        r = at(longest, micro_batch=m)
-        if r.fits:
-            ga = job.grad_accum * math.ceil(mb / m)
-            fixes.append({"change": f"--micro-batch {m} --grad-accum {ga}",
-                          "effect": f"the longest batch needs {r.memory_per_gpu_gib:.1f} GiB; the global batch kept "
-                                    "(or a token-budget sampler: a smaller micro-batch for long samples only)"})
-            break
+    smaller = _smaller_micro_batch(job, longest, at)
+    if smaller:
+        fixes.append(smaller)
+    ckpt = None
     if job.checkpointing == "none":
         r = at(longest, grad_ckpt=True)
         if r.fits:
-            fixes.append({"change": "--grad-ckpt",
-                          "effect": f"the longest batch needs {r.memory_per_gpu_gib:.1f} GiB (about a third more compute)"})
+            ckpt = {"change": "--grad-ckpt",
+                    "effect": f"the longest batch needs {r.memory_per_gpu_gib:.1f} GiB (about a third more compute)"}
+            fixes.append(ckpt)
+        elif not smaller and mb > 1:  # neither alone: both together
+            both = _smaller_micro_batch(job, longest, at, grad_ckpt=True)
+            if both:
+                fixes.append(both)
     return fixes
+
+
+def _smaller_micro_batch(job: JobSpec, longest: int, at, **over) -> dict | None:
+    """The largest micro-batch below the job's at which the longest batch fits (with `over`, e.g.
+    checkpointing), the global batch kept by accumulation; None when not even 1 fits."""
+    mb = job.micro_batch
+    for m in range(mb - 1, 0, -1):
+        r = at(longest, micro_batch=m, **over)
+        if r.fits:
+            ga = job.grad_accum * math.ceil(mb / m)
+            flags = f"--micro-batch {m} --grad-accum {ga}" + (" --grad-ckpt" if over.get("grad_ckpt") else "")
+            return {"change": flags,
+                    "effect": f"the longest batch needs {r.memory_per_gpu_gib:.1f} GiB; the global batch kept "
+                              "(or a token-budget sampler: a smaller micro-batch for long samples only)"}
+    return None
