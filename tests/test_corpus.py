@@ -313,3 +313,22 @@ def test_long_csv_with_a_bad_row_far_in(tmp_path):
     assert "row 9001: 2 fields, the header has 1" in _error(p)
     s = summarise(p, skip_bad_rows=True)
     assert (s.examples, s.bad_rows, s.rows) == (9001, 1, 9002)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=200), st.integers(1, 9),
+       st.sampled_from(["max", "longest", "group-by-length", "bfd", "wrapped"]), st.one_of(st.none(), st.integers(1, 400)))
+def test_collator_invariants(lengths, micro_batch, mode, seq_len):
+    """Computed tokens hold every real token; the longest batch is the longest (truncated) example for the
+    samplers that pad to it; every example is in exactly one micro-batch."""
+    packing = mode in ("bfd", "wrapped")
+    c = collate(lengths, micro_batch=micro_batch, seq_len=seq_len, padding="max" if packing else mode,
+                packing=packing, packing_strategy=mode if packing else "bfd")
+    cut, _, _ = truncate(lengths, None if mode == "wrapped" else seq_len)
+    assert c.real_tokens == int(cut.sum())
+    assert c.padded_tokens >= c.real_tokens and 0 <= c.padding_waste < 1
+    if mode in ("longest", "group-by-length"):
+        assert c.batch_len_max == cut.max()
+        assert c.micro_batches == math.ceil(len(lengths) / micro_batch)
+    if mode == "max":
+        assert c.padded_tokens == len(lengths) * (seq_len or max(lengths))

@@ -24,8 +24,9 @@ def register(sub) -> None:
     c.add_argument("--seq-len", type=positive_int, help="truncation length (padding length with --padding max, packed "
                    "length with --packing; default: no truncation)")
     c.add_argument("--micro-batch", type=positive_int, help="samples per micro-batch (default 4)")
-    c.add_argument("--padding", choices=("max", "longest"), help="pad to --seq-len (max) or to each batch's longest "
-                   "(default: the framework's)")
+    c.add_argument("--padding", choices=("max", "longest", "group-by-length"), help="pad to --seq-len (max), to each "
+                   "batch's longest, or to each batch's longest with HF's group_by_length sampler (default: the "
+                   "framework's)")
     c.add_argument("--group-by-length", action="store_true", help="HF's group_by_length sampler")
     c.add_argument("--packing", action="store_true", help="pack examples into --seq-len sequences")
     c.add_argument("--packing-strategy", choices=("bfd", "wrapped"), help="bfd (default) or wrapped")
@@ -43,9 +44,11 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.specs.job import make_job
 
     s = summarise(args.path, shape=args.data_format, tokenizer=args.tokenizer, skip_bad_rows=args.skip_bad_rows)
-    job = make_job(seq_len=args.seq_len, micro_batch=args.micro_batch, padding=args.padding,
+    grouped = args.group_by_length or args.padding == "group-by-length"
+    job = make_job(seq_len=args.seq_len, micro_batch=args.micro_batch,
+                   padding="longest" if args.padding == "group-by-length" else args.padding,
                    packing=args.packing or None, framework=args.framework)
-    col, _, _ = data_collation(s, job, group_by_length=args.group_by_length, packing_strategy=args.packing_strategy)
+    col, _, _ = data_collation(s, job, group_by_length=grouped, packing_strategy=args.packing_strategy)
     if args.plot:
         plot_lengths(s, col, args.plot, bins=max(args.bins, 30))
     if args.json:
