@@ -240,3 +240,14 @@ def test_from_config_with_data_takes_the_data_sizes(sample, capsys):
     assert d["data"]["summary"]["examples"] == 600
     assert d["data"]["collator"]["mode"] == "packed (bfd)"  # axolotl's sample_packing: true
     assert d["data"]["collator"]["seq_len"] == d["job"]["seq_len"]  # the config's sequence_len
+
+
+def test_web_upload_without_multipart_says_what_to_install(monkeypatch):
+    from fastapi.testclient import TestClient
+
+    import tuneplan.web.data_upload as du
+    from tuneplan.web.app import create_app
+
+    monkeypatch.setattr(du, "multipart_installed", lambda: False)
+    r = TestClient(create_app(warm_up=False)).post("/api/data")
+    assert r.status_code == 422 and "python-multipart" in r.json()["detail"][0]["msg"]

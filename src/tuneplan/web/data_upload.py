@@ -56,8 +56,25 @@ def data_response(path: Path, tokenizer: Path | None, *, data_format: str | None
     return out
 
 
+def multipart_installed() -> bool:
+    """Whether FastAPI can parse a multipart form (the python-multipart package, the `web` extra)."""
+    import importlib.util
+
+    return any(importlib.util.find_spec(m) is not None for m in ("python_multipart", "multipart"))
+
+
 def register(app) -> None:
-    """Add the route to the app (called by `tuneplan.web.app.create_app`)."""
+    """Add the route to the app (called by `tuneplan.web.app.create_app`). Without python-multipart the
+    route answers 422 saying what to install (FastAPI refuses to declare a form route without it)."""
+    if not multipart_installed():
+        from tuneplan.web.app import RequestError
+
+        @app.post("/api/data", tags=["data"], summary="an uploaded dataset (needs python-multipart)")
+        def data_unavailable() -> dict[str, Any]:
+            raise RequestError([], "uploads need the python-multipart package: pip install 'tuneplan[web]'",
+                               kind="unavailable")
+
+        return
 
     @app.post("/api/data", tags=["data"], summary="an uploaded dataset: token counts, lengths, collator")
     def data_endpoint(file: Annotated[UploadFile, File(description="JSONL, JSON, CSV or Parquet")],
