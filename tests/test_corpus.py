@@ -332,3 +332,10 @@ def test_collator_invariants(lengths, micro_batch, mode, seq_len):
         assert c.micro_batches == math.ceil(len(lengths) / micro_batch)
     if mode == "max":
         assert c.padded_tokens == len(lengths) * (seq_len or max(lengths))
+
+
+def test_the_cli_lists_the_readers_shapes():
+    from tuneplan.commands.common import DATA_SHAPES
+    from tuneplan.corpus.read import SHAPES
+
+    assert DATA_SHAPES == SHAPES
