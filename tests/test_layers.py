@@ -19,7 +19,7 @@ LAYERS = {
     "errors": 0, "data": 0,
     "specs": 1,
     "physics": 2,
-    "estimators": 3, "runs": 3, "configs": 3,
+    "estimators": 3, "runs": 3, "configs": 3, "corpus": 3,
     "learn": 4, "profile": 4,
     "plan": 5, "report": 5,
     "integrations": 6, "api": 6,

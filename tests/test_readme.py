@@ -58,12 +58,26 @@ def tuneplan_commands() -> list[list[str]]:
 
 def test_readme_has_its_examples():
     cmds = tuneplan_commands()
-    assert {c[0] for c in cmds} >= {"estimate", "plan"}
+    assert {c[0] for c in cmds} >= {"estimate", "plan", "data"}
+    assert any("--data" in c for c in cmds)
+    assert "python tests/sample_data.py demo-data" in bash_blocks()  # what writes the `--data` example
+
+
+@pytest.fixture(scope="module")
+def readme_data(tmp_path_factory):
+    """The folder the README's `--data` example runs in: `python tests/sample_data.py demo-data` there."""
+    from sample_data import write_all
+
+    folder = tmp_path_factory.mktemp("readme")
+    write_all(folder / "demo-data")
+    return folder
 
 
 @pytest.mark.parametrize("argv", tuneplan_commands(), ids=lambda a: " ".join(a[:3]))
-def test_every_readme_command_runs(argv, capsys):
+def test_every_readme_command_runs(argv, capsys, readme_data, monkeypatch):
     from tuneplan.cli import main
+
+    monkeypatch.chdir(readme_data)
 
     assert main(argv) == 0
     out = capsys.readouterr().out

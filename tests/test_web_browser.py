@@ -355,3 +355,22 @@ def test_adapter_dtype_option_for_lora(page, server):
     page.select_option("#method", "full")
     idle(page)
     assert not page.is_visible("#adapter_dtype")  # full fine-tuning has no adapters
+
+
+def test_dataset_upload_fills_the_form(page, server, tmp_path):
+    """Your dataset in the Data box: uploaded to /api/data, its examples, tokens per example and longest
+    batch fill the fields, and the estimate follows."""
+    from sample_data import write_all
+
+    files = write_all(tmp_path / "data")
+    page.goto(server + "/")
+    idle(page)
+    page.set_input_files("#data-tokenizer", str(files["tokenizer"]))
+    page.set_input_files("#data-file", str(files["prompt_completion"]))
+    page.wait_for_function("() => document.querySelector('#data-report').textContent.includes('examples')")
+    idle(page)
+    assert page.input_value("#examples") == "3"
+    assert float(page.input_value("#tokens_per_example")) == pytest.approx(20 / 3, abs=0.05)
+    assert page.input_value("#seq_len") == "8"  # the longest example: prompt + completion + BOS
+    assert "padding waste" in page.inner_text("#data-report")
+    assert "--examples 3" in page.inner_text("#command")

@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("tuneplan.commands.estimate", "time, throughput, memory, cost and energy of a fine-tuning run"),
     "memory": ("tuneplan.commands.memory", "memory per GPU of a model by method and precision; the GPUs it fits on"),
+    "data": ("tuneplan.commands.data", "your dataset: token counts, length histogram, what the collator does"),
     "models": ("tuneplan.commands.catalogs", "list the model catalog"),
     "gpus": ("tuneplan.commands.catalogs", "list the GPU catalog"),
     "predict": ("tuneplan.commands.predict", "predict every row of a runs file"),
@@ -44,6 +45,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "tuneplan memory Qwen/Qwen2.5-7B --seq-len 4096 --micro-batch 2 --grad-ckpt",
         "tuneplan memory meta-llama/Llama-3.1-70B --methods lora,qlora --gpus 8 --sharding fsdp --json",
     ),
+    "data": ("tuneplan data train.jsonl --tokenizer ./tokenizer.json --seq-len 2048",
+             "tuneplan data train.parquet --packing --seq-len 4096 --json",
+             "tuneplan data train.jsonl --plot lengths.png"),
     "models": ("tuneplan models --search llama", "tuneplan models --json > models.json"),
     "gpus": ("tuneplan gpus", "tuneplan gpus --json"),
     "predict": ("tuneplan predict --runs my_runs.csv --out predicted.csv",

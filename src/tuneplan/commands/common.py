@@ -154,3 +154,42 @@ def job_kwargs(args: argparse.Namespace) -> dict:
         if v is not None:
             out[fld] = v
     return out
+
+
+DATA_SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
+"""`--data-format` values (tuneplan.corpus.read.SHAPES; listed here so --help needs no import)."""
+
+
+def add_data_args(p: argparse.ArgumentParser, *, collator: bool = True) -> argparse._ArgumentGroup:
+    """`--data PATH` and its options: the user's own dataset in place of --examples/--tokens-per-example
+    (docs/data.md)."""
+    g = p.add_argument_group("your dataset (docs/data.md)")
+    g.add_argument("--data", metavar="PATH", help="your training data: JSONL, JSON, CSV, Parquet or a "
+                   "datasets.save_to_disk folder; its examples and token counts replace --examples and "
+                   "--tokens-per-example")
+    g.add_argument("--data-format", choices=DATA_SHAPES, help="the rows' shape (default: detected from the columns)")
+    g.add_argument("--tokenizer", metavar="PATH", help="a tokenizer.json or a tokenizer folder (local files; "
+                   "its chat template applied) for exact token counts; without it, an approximation from "
+                   "characters with its expected error")
+    g.add_argument("--skip-bad-rows", action="store_true", help="leave out rows that cannot be read (counted "
+                   "in the output) instead of stopping at the first")
+    if collator:
+        g.add_argument("--group-by-length", action="store_true", help="HF's group_by_length sampler: batches "
+                       "of similar lengths, the longest first")
+        g.add_argument("--packing-strategy", choices=("bfd", "wrapped"), help="with --packing: best-fit "
+                       "decreasing (bfd, TRL's default) or wrapped (concatenate and cut)")
+    return g
+
+
+def read_data(args: argparse.Namespace):
+    """The DataSummary of `--data` (None without it)."""
+    if not getattr(args, "data", None):
+        for flag in ("tokenizer", "data_format"):
+            if getattr(args, flag, None):
+                from tuneplan.errors import InputError
+
+                raise InputError(flag.replace("_", "-"), "applies with --data PATH")
+        return None
+    from tuneplan.corpus.summary import summarise
+
+    return summarise(args.data, shape=args.data_format, tokenizer=args.tokenizer, skip_bad_rows=args.skip_bad_rows)

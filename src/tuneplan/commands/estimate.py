@@ -7,6 +7,7 @@ import json
 import sys
 
 from tuneplan.commands.common import (
+    add_data_args,
     add_gpu_args,
     add_job_args,
     job_kwargs,
@@ -28,6 +29,7 @@ def register(sub) -> None:
     p.add_argument("--plot", help="write the step-time and memory breakdown plot (PNG or SVG)")
     add_gpu_args(p)
     add_job_args(p)
+    add_data_args(p)
     add_from_args(p)
     s = p.add_argument_group("Run Planner seed inputs (with --estimator planner)")
     s.add_argument("--params", type=positive_float, help="model parameters (total; MoE: active)")
@@ -114,7 +116,11 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
     single_threaded_blas()
+    sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from(args)
+    if getattr(args, "data", None):  # the data's sizes replace those a --from config filled in
+        for k, v in sizes.items():
+            setattr(args, k, v)
     if args.estimator == "planner" and args.params is not None:
         return _planner_seed(args)
     if args.params is not None:
@@ -126,11 +132,20 @@ def run(args: argparse.Namespace) -> int:
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     from tuneplan.api import estimate
+    from tuneplan.commands.common import read_data
 
-    r = estimate(args.model, args.gpu, estimator=args.estimator, calibration=args.calibration,
-                 gpu_file=args.gpu_file, peak_tflops=args.peak_tflops, memory_gib=args.memory_gib,
-                 bandwidth_gbs=args.bandwidth_gbs, provider=args.provider, prices=args.prices,
-                 interval=args.interval or None, strict=args.strict_names, **job_kwargs(args))
+    ekw = dict(estimator=args.estimator, calibration=args.calibration, gpu_file=args.gpu_file,
+               peak_tflops=args.peak_tflops, memory_gib=args.memory_gib, bandwidth_gbs=args.bandwidth_gbs,
+               provider=args.provider, prices=args.prices, strict=args.strict_names)
+    data = read_data(args)
+    if data is not None:
+        from tuneplan.integrations.dataset import estimate_with_data
+
+        r = estimate_with_data(args.model, args.gpu, summary=data, group_by_length=args.group_by_length,
+                               packing_strategy=args.packing_strategy, interval=args.interval or None,
+                               estimate_kwargs=ekw, **job_kwargs(args))
+    else:
+        r = estimate(args.model, args.gpu, interval=args.interval or None, **ekw, **job_kwargs(args))
     from tuneplan.specs.limits import check_finite_figures
 
     d = r.to_dict()
@@ -146,8 +161,28 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.report.tables import print_estimate
 
     print_estimate(r)
+    if data is not None:
+        print("\n".join(["", *data_lines(r.extra["data"])]))
     if cfg is not None:
         print_provenance(cfg)
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0
+
+
+def data_lines(d: dict) -> list[str]:
+    """The estimate's dataset section: counts, collator, the worst batch's verdict and its fixes."""
+    s, c, w = d["summary"], d["collator"], d["worst_batch"]
+    lines = [f"Your data: {s['examples']:,} examples, {s['tokens']:,} tokens (mean {s['mean_length']:,.0f}, "
+             f"p99 {s['p99_length']:,.0f}, max {s['max_length']:,}); tokens {s['tokens_source']}",
+             f"Collator: {c['mode']}, padding waste {c['padding_waste']:.1%} ({c['padded_tokens']:,} tokens computed "
+             f"for {c['real_tokens']:,} real)"
+             + (f"; {c['examples_cut']:,} example(s) truncated at {c['seq_len']:,}" if c["examples_cut"] else "")
+             + f"; per optimizer step {d['per_optimizer_step']['real_tokens']:,.0f} real, "
+               f"{d['per_optimizer_step']['padded_tokens']:,.0f} computed tokens",
+             "Memory per GPU by batch length: " + ", ".join(
+                 f"{k} {w[k]['batch_len']:,} tokens {w[k]['memory_per_gpu_gib']:.1f} GiB" for k in ("median", "p99", "longest"))
+             + f" (of {w['memory_capacity_gib']:g})",
+             f"Verdict: {w['verdict']}"]
+    lines += [f"  fix: {f['change']}: {f['effect']}" for f in w.get("fixes", [])]
+    return lines

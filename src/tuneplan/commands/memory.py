@@ -7,12 +7,13 @@ import argparse
 import json
 import sys
 
-from tuneplan.commands.common import positive_int
+from tuneplan.commands.common import add_data_args, positive_int
 
 EXAMPLES = """examples:
   tuneplan memory meta-llama/Llama-3.1-8B
   tuneplan memory Qwen/Qwen2.5-7B --seq-len 4096 --micro-batch 2 --grad-ckpt
-  tuneplan memory meta-llama/Llama-3.1-70B --methods lora,qlora --gpus 8 --sharding fsdp --json"""
+  tuneplan memory meta-llama/Llama-3.1-70B --methods lora,qlora --gpus 8 --sharding fsdp --json
+  tuneplan memory Qwen/Qwen2.5-7B --data train.jsonl --tokenizer ./tokenizer.json --seq-len 4096"""
 
 
 def _list(text: str) -> list[str]:
@@ -48,12 +49,14 @@ def register(sub) -> None:
     p.add_argument("--on", type=_list, help="GPUs to check instead of the common ones (catalog names)")
     p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_data_args(p, collator=False)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from tuneplan.plan.memory_table import memory_table
 
+    data_note = _data_seq_len(args)
     nodes = None
     if args.gpus and args.gpus > 8:
         nodes = args.gpus // 8
@@ -62,12 +65,35 @@ def run(args: argparse.Namespace) -> int:
                      grad_ckpt=args.grad_ckpt, optimizer=args.optimizer, optimizer_impl=args.optimizer_impl,
                      sharding=args.sharding,
                      lora_rank=args.lora_rank, **({"gpus": args.gpus, "nodes": nodes} if args.gpus else {}))
+    if data_note is not None:
+        t.notes.append(data_note[0])
     if args.json:
-        json.dump(t.to_dict(), sys.stdout, indent=2)
+        json.dump(t.to_dict() | ({"data": data_note[1]} if data_note else {}), sys.stdout, indent=2)
         print()
         return 0
     print(render(t))
     return 0
+
+
+def _data_seq_len(args: argparse.Namespace) -> tuple[str, dict] | None:
+    """`--data`: the table at the longest batch the data makes (its longest example, truncated at --seq-len
+    when given): every micro-batch holding that example is padded to it. (note, data summary) or None."""
+    from tuneplan.commands.common import read_data
+
+    data = read_data(args)
+    if data is None:
+        return None
+    import numpy as np
+
+    from tuneplan.corpus.collate import truncate
+
+    cut, n_cut, _ = truncate(data.length, args.seq_len)
+    longest = int(cut.max())
+    note = (data.assumption().removesuffix(".") + f"; memory at the longest batch: every sample {longest:,} tokens "
+            f"(the longest example{', truncated at --seq-len' if n_cut else ''}; median "
+            f"{float(np.median(cut)):,.0f}).")
+    args.seq_len = longest
+    return note, data.to_dict()
 
 
 def _fits_text(row: dict, gpus: list[tuple[str, float]]) -> str:

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from tuneplan.commands.common import (
+    add_data_args,
     add_gpu_args,
     add_job_args,
     add_strict_names,
@@ -88,6 +89,7 @@ def register(sub) -> None:
     q.add_argument("--objective", choices=OBJECTIVES, default="cheapest",
                    help="cheapest (default), fastest, energy, or balanced (smallest time x cost)")
     add_job_args(p, skip=PLAN_AXES)  # the job's other options, as estimate has them
+    add_data_args(p, collator=False)
     o = p.add_argument_group("output")
     o.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     o.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
@@ -152,8 +154,13 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def run_plan(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
+    sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from_plan(args)
+    if getattr(args, "data", None):  # the data's sizes replace those a --from config filled in
+        for k, v in sizes.items():
+            setattr(args, k, v)
     kw = plan_kwargs(args)
+    data_note = _apply_data(args, kw)
     if args.runs:
         return _run_workload(args, kw)
     if not args.model:
@@ -162,6 +169,8 @@ def run_plan(args: argparse.Namespace) -> int:
     from tuneplan.plan.search import plan_run
 
     res = plan_run(args.model, **kw)
+    if data_note is not None:
+        res.notes.append(data_note[0])
     if args.plot:
         from tuneplan.report.plots import plot_plan
 
@@ -169,8 +178,8 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.out:
         _write_candidates(res, args.out)
     if args.json:
-        json.dump(res.to_dict(max_candidates=args.top) | ({"from_config": cfg.to_dict()} if cfg else {}),
-                  sys.stdout, indent=2, default=str)
+        json.dump(res.to_dict(max_candidates=args.top) | ({"from_config": cfg.to_dict()} if cfg else {})
+                  | ({"data": data_note[1]} if data_note else {}), sys.stdout, indent=2, default=str)
         print()
     else:
         print_plan(res, top=args.top or 10)
@@ -185,6 +194,34 @@ def run_plan(args: argparse.Namespace) -> int:
             print(f"tuneplan plan: {res.message}", file=sys.stderr)
         return 1
     return 0
+
+
+def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict] | None:
+    """`--data`: the dataset's examples and mean tokens (after truncation at --seq-len) replace --examples and
+    --tokens-per-example; without --seq-len the sequence length is the longest example, so a configuration
+    that fits holds the longest batch (time: an upper bound when batches are padded to their longest).
+    Returns (the note the plan prints, the data summary) or None without --data."""
+    from tuneplan.commands.common import read_data
+    from tuneplan.errors import InputError
+
+    data = read_data(args)
+    if data is None:
+        return None
+    if args.runs:
+        raise InputError("data", "applies to one plan, not to --runs (give each job's sizes in the workload file)")
+    given = [k for k in ("examples", "tokens", "tokens_per_example") if kw.get(k) is not None]
+    if given:
+        raise InputError("data", f"replaces --{given[0].replace('_', '-')}: give the data or the sizes, not both")
+    from tuneplan.corpus.collate import truncate
+
+    cut, n_cut, _ = truncate(data.length, kw.get("seq_len"))
+    kw["examples"] = float(data.examples)
+    kw["tokens_per_example"] = float(cut.mean())
+    seq_src = f"--seq-len {kw['seq_len']:,}" if kw.get("seq_len") else "the longest example"
+    kw.setdefault("seq_len", int(cut.max()))
+    note = (data.assumption().removesuffix(".") + f"; mean {cut.mean():,.0f} tokens per example, sequence length "
+            f"{kw['seq_len']:,} ({seq_src}" + (f", {n_cut:,} example(s) truncated" if n_cut else "") + ").")
+    return note, data.to_dict()
 
 
 def _write_candidates(res, path: str) -> None:

@@ -9,6 +9,8 @@ Endpoints (all documented by FastAPI at `/docs` and `/openapi.json`):
 - `POST /api/model-config` — read a pasted config.json: parameter counts, shapes.
 - `POST /api/estimate` — one run: `tuneplan.estimate(...).to_dict()` plus the equivalent command line.
 - `POST /api/plan` — the planner's search: `tuneplan.plan_run(...).to_dict()` plus the command line.
+- `POST /api/data` — an uploaded dataset file (multipart, at most 64 MiB): its token counts, length
+  histogram and collator, and the form fields it fills (web/data_upload.py).
 
 Every bad input answers 422 with `{"detail": [{"loc": [...], "msg": ..., "type": ...}]}`: pydantic's own
 checks on the request bodies, tuneplan's `InputError` (field, reason, allowed values) from deeper down,
@@ -235,9 +237,10 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(GZipMiddleware, minimum_size=2048)
+    from tuneplan.web.data_upload import UPLOAD_LIMITS
     from tuneplan.web.pool import BodyLimit
 
-    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)  # chunked bodies too
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, paths=UPLOAD_LIMITS)  # chunked bodies too
 
     _add_error_handlers(app)
     _add_catalog_routes(app, configs)
@@ -251,15 +254,18 @@ def _add_error_handlers(app: FastAPI) -> None:
     # -- errors -------------------------------------------------------------------------------------
     @app.middleware("http")
     async def limit_body(request: Request, call_next: Callable):
+        from tuneplan.web.data_upload import UPLOAD_LIMITS
+
         length = request.headers.get("content-length")
+        limit = UPLOAD_LIMITS.get(request.url.path, MAX_BODY_BYTES)
         if length is not None:
             try:
-                too_big = int(length) > MAX_BODY_BYTES
+                too_big = int(length) > limit
             except ValueError:
                 too_big = True
             if too_big:
                 return JSONResponse(status_code=413, content={"detail": [{
-                    "loc": ["body"], "msg": f"request body over {MAX_BODY_BYTES // (1024 * 1024)} MiB",
+                    "loc": ["body"], "msg": f"request body over {limit // (1024 * 1024)} MiB",
                     "type": "too_large"}]})
         return await call_next(request)
 
@@ -360,6 +366,9 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
     from tuneplan.web.from_config import register as register_from_config
 
     register_from_config(app)
+    from tuneplan.web.data_upload import register as register_data
+
+    register_data(app)
 
 
 def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> None:

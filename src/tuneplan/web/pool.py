@@ -47,26 +47,28 @@ class BodyLimit:
     """ASGI middleware: a request body over `max_bytes` is refused with 413 as it arrives, with or
     without a Content-Length (a chunked body is counted chunk by chunk, never buffered past the limit)."""
 
-    def __init__(self, app, max_bytes: int) -> None:
+    def __init__(self, app, max_bytes: int, paths: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.paths = paths or {}  # a larger limit for the upload routes
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         seen = 0
+        limit = self.paths.get(scope.get("path", ""), self.max_bytes)
 
         async def limited():
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > limit:
                     from starlette.exceptions import HTTPException
 
                     raise HTTPException(status_code=413, detail=[{
-                        "loc": ["body"], "msg": f"request body over {self.max_bytes // (1024 * 1024)} MiB",
+                        "loc": ["body"], "msg": f"request body over {limit // (1024 * 1024)} MiB",
                         "type": "too_large"}])
             return message
 

@@ -864,6 +864,32 @@
     schedule(0);
   }
 
+  // Your dataset: uploaded to /api/data; its examples, tokens per example and longest batch fill the form.
+  async function readData() {
+    const file = $("#data-file").files[0];
+    const box = $("#data-report");
+    if (!file) { box.textContent = ""; return; }
+    box.textContent = "reading…";
+    const body = new FormData();
+    body.append("file", file);
+    const tok = $("#data-tokenizer").files[0];
+    if (tok) body.append("tokenizer", tok);
+    const v = collect();
+    for (const k of ["micro_batch", "padding", "framework"]) if (v[k] !== undefined && v[k] !== "") body.append(k, v[k]);
+    if (v.packing) { body.append("packing", "true"); if (v.seq_len) body.append("seq_len", v.seq_len); }
+    const res = await fetch("/api/data", { method: "POST", body });
+    const d = await res.json();
+    if (!res.ok) { box.textContent = (d.detail || []).map((x) => x.msg).join("; "); return; }
+    for (const [k, val] of Object.entries(d.fields)) setField(k, val);
+    const c = d.collator;
+    box.textContent = `${d.path}: ${d.examples.toLocaleString()} examples (${d.shape}), ${d.tokens.toLocaleString()} tokens, `
+      + `mean ${Math.round(d.mean_length)}, p99 ${Math.round(d.p99_length)}, longest ${d.max_length}; ${c.mode}: padding waste `
+      + `${(100 * c.padding_waste).toFixed(1)}%. Tokens ${d.tokens_source}. The sequence length is the longest batch's, `
+      + "so the memory is the worst batch's (`tuneplan estimate --data` weighs the time over the batch lengths).";
+    syncVisibility(collect());
+    schedule(0);
+  }
+
   async function filesOf(list) {
     return Promise.all(Array.from(list).map(async (f) => ({ name: f.name, text: await f.text() })));
   }
@@ -878,6 +904,8 @@
       readFromConfig(await filesOf(e.dataTransfer.files));
     });
     $("#from-files").addEventListener("change", async (e) => readFromConfig(await filesOf(e.target.files)));
+    $("#data-file").addEventListener("change", readData);
+    $("#data-tokenizer").addEventListener("change", readData);
     $("#from-read").addEventListener("click", () => {
       const text = $("#from_text").value;
       if (text.trim()) readFromConfig([{ name: text.trim().startsWith("{") ? "pasted.json" : "pasted.yaml", text }]);
@@ -937,11 +965,13 @@
 
     setupFromConfig();
     form.addEventListener("input", (e) => {
-      if (e.target.id === "model-search" || e.target.id.startsWith("from")) return;
+      if (e.target.id === "model-search" || e.target.id.startsWith("from") || e.target.id.startsWith("data-")) return;
       if (e.target.id === "config_json" || e.target.id === "config_name") { checkConfig(); }
       schedule();
     });
-    form.addEventListener("change", (e) => { if (e.target.id !== "model-search" && !e.target.id.startsWith("from")) schedule(); });
+    form.addEventListener("change", (e) => {
+      if (e.target.id !== "model-search" && !e.target.id.startsWith("from") && !e.target.id.startsWith("data-")) schedule();
+    });
     form.addEventListener("submit", (e) => e.preventDefault());
     $("#config-box").addEventListener("toggle", () => { if ($("#config_json").value.trim()) { checkConfig(); schedule(0); } });
     for (const t of $$(".tabs button")) t.addEventListener("click", () => setView(t.dataset.view));

@@ -1,0 +1,389 @@
+"""Reading a dataset file in batches of rows, and each row's shape: what is prompt (not trained on) and
+what is completion (trained on).
+
+Files: JSONL (pyarrow's streaming JSON reader; a row pyarrow cannot parse is found again line by line,
+so its row number is exact), CSV (pyarrow's streaming CSV reader), Parquet (row groups in batches), a
+JSON file holding one list of rows (read whole: a JSON list cannot be streamed), and a folder written by
+`datasets.Dataset.save_to_disk` (memory-mapped Arrow; a DatasetDict's `train` split). Rows are numbered
+from 1, the first data row of a CSV file being row 1 (the header is not a row).
+
+Shapes (`--data-format`, else detected from the columns of the first rows):
+  text               {"text": ...}: all trained on
+  chat               {"messages": [{"role", "content"}...]} (or ShareGPT {"conversations": [{"from", "value"}]}):
+                     the last assistant turn is the completion, the turns before it the prompt
+  prompt-completion  {"prompt": ..., "completion": ...} (strings or TRL's conversational message lists)
+  alpaca             {"instruction", "input" (optional), "output"}: a user turn and an assistant turn
+  preference         {"prompt" (optional), "chosen", "rejected"}: two sequences per example
+  rl-prompt          {"prompt": ...} alone: the prompts of an RL run (completions are generated)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from tuneplan.errors import InputError
+from tuneplan.specs.struct import dataclass, field
+
+SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
+FILE_KINDS = ("jsonl", "json", "csv", "parquet", "arrow")
+BATCH_ROWS = 4096
+"""Rows handed on per batch (pyarrow's readers choose their own block sizes; this bounds a JSON list's)."""
+JSON_BLOCK_BYTES = 8 << 20
+"""pyarrow's JSONL block: 8 MiB of text per parsed batch (bounded memory whatever the file size)."""
+ROLE_NAMES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
+              "bot": "assistant", "system": "system", "tool": "tool", "function": "tool", "observation": "tool"}
+"""ShareGPT's `from` names to chat roles."""
+
+
+class Example(NamedTuple):
+    """One row as sequences: `prompt` (a string, a message list, or None when all is trained on) and one
+    `completion` per sequence (two for a preference pair, none for an RL prompt). A named tuple: one is
+    made per row, millions for a large file."""
+
+    prompt: Any
+    completions: list
+
+
+@dataclass
+class ReadState:
+    """What a read found besides the rows: skipped bad rows (row number and reason, the first few kept)."""
+
+    path: str
+    kind: str
+    shape: str = ""
+    rows: int = 0
+    bad_rows: int = 0
+    bad_examples: list = field(default_factory=list)
+    split: str | None = None
+
+
+def file_kind(path: Path) -> str:
+    """jsonl, json, csv, parquet, or arrow (a save_to_disk folder), from the name (or the folder's files)."""
+    if path.is_dir():
+        if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+            return "arrow"
+        raise InputError("data", f"{path}: a folder that is not a datasets.save_to_disk folder (no dataset_info.json "
+                                 "or dataset_dict.json)")
+    suffix = path.suffix.lower()
+    kind = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
+            ".pq": "parquet"}.get(suffix)
+    if kind is None:
+        raise InputError("data", f"{path}: unknown file type '{suffix or '(none)'}'",
+                         [".jsonl", ".json", ".csv", ".parquet", "a save_to_disk folder"])
+    if kind == "json":  # a .json file of one object per line is JSONL
+        with path.open("rb") as f:
+            head = f.read(4096).lstrip()
+        if head.startswith(b"{"):
+            return "jsonl"
+    return kind
+
+
+def detect_shape(columns: list[str], path: str) -> str:
+    """The row shape from the column names."""
+    cols = set(columns)
+    if "messages" in cols or "conversations" in cols:
+        return "chat"
+    if {"chosen", "rejected"} <= cols:
+        return "preference"
+    if {"prompt", "completion"} <= cols:
+        return "prompt-completion"
+    if {"instruction", "output"} <= cols:
+        return "alpaca"
+    if "text" in cols:
+        return "text"
+    if "prompt" in cols:
+        return "rl-prompt"
+    raise InputError("data-format", f"{path}: no known row shape in the columns ({', '.join(sorted(cols)) or 'none'}); "
+                                    "name it", SHAPES)
+
+
+class BadRow(Exception):
+    """A row that cannot be read: its reason (the field and what is wrong)."""
+
+
+def _text(row: dict, name: str, *, optional: bool = False) -> str | None:
+    v = row.get(name)
+    if v is None:
+        if optional:
+            return None
+        raise BadRow(f"field '{name}' is missing")
+    if not isinstance(v, str):
+        raise BadRow(f"field '{name}' is {type(v).__name__}, not text")
+    return v
+
+
+def _messages(v: Any, name: str) -> list[dict]:
+    """A chat message list as [{"role", "content"}] (ShareGPT's from/value read too)."""
+    if not isinstance(v, list) or not v:
+        raise BadRow(f"field '{name}' is {'empty' if isinstance(v, list) else type(v).__name__}, not a message list")
+    out = []
+    for i, m in enumerate(v):
+        if not isinstance(m, dict):
+            raise BadRow(f"field '{name}' message {i + 1} is {type(m).__name__}, not an object")
+        if type(m.get("role")) is str and type(m.get("content")) is str:  # the usual shape, as it is
+            out.append(m)
+            continue
+        role = m.get("role") if m.get("role") is not None else ROLE_NAMES.get(str(m.get("from", "")).lower())
+        content = m.get("content") if "content" in m and m.get("content") is not None else m.get("value")
+        if not isinstance(role, str):
+            raise BadRow(f"field '{name}' message {i + 1} has no role")
+        if not isinstance(content, str):
+            raise BadRow(f"field '{name}' message {i + 1} content is "
+                         f"{'missing' if content is None else type(content).__name__ + ', not text'}")
+        out.append({"role": role, "content": content})
+    return out
+
+
+def _text_or_messages(row: dict, name: str, *, optional: bool = False) -> Any:
+    v = row.get(name)
+    if isinstance(v, list):
+        return _messages(v, name)
+    return _text(row, name, optional=optional)
+
+
+def to_example(row: dict, shape: str) -> Example:
+    """One row in `shape` as an Example; BadRow naming the field when it does not hold that shape."""
+    if shape == "text":
+        return Example(None, [_text(row, "text")])
+    if shape == "chat":
+        name = "messages" if "messages" in row and row["messages"] is not None else "conversations"
+        msgs = _messages(row.get(name), name)
+        last = max((i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=None)
+        if last is None:
+            raise BadRow(f"field '{name}' has no assistant turn")
+        return Example(msgs[:last], [msgs[last:last + 1]])
+    if shape == "prompt-completion":
+        return Example(_text_or_messages(row, "prompt"), [_text_or_messages(row, "completion")])
+    if shape == "alpaca":
+        instruction = _text(row, "instruction")
+        extra = _text(row, "input", optional=True)
+        user = instruction + ("\n" + extra if extra else "")
+        return Example([{"role": "user", "content": user}],
+                       [[{"role": "assistant", "content": _text(row, "output")}]])
+    if shape == "preference":
+        prompt = _text_or_messages(row, "prompt", optional=True)
+        return Example(prompt, [_text_or_messages(row, "chosen"), _text_or_messages(row, "rejected")])
+    if shape == "rl-prompt":
+        return Example(_text_or_messages(row, "prompt"), [])
+    raise InputError("data-format", f"unknown shape '{shape}'", SHAPES)
+
+
+# ---- files as batches of row dicts --------------------------------------------------------------------------
+
+def _jsonl_lines(path: Path, start_row: int) -> Iterator[tuple[int, Any, int]]:
+    """(row number, parsed object or the JSON error, bytes read) of each non-blank line from `start_row` on."""
+    row = 0
+    with path.open("rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row += 1
+            if row < start_row:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                obj = BadRow(f"not valid JSON ({str(exc).split(':')[0]})")
+            if not isinstance(obj, (dict, BadRow)):
+                obj = BadRow(f"a JSON {type(obj).__name__}, not an object")
+            yield row, obj, f.tell()
+
+
+def _batches_jsonl(path: Path) -> Iterator[tuple[int, list, int]]:
+    """pyarrow's streaming JSON reader; where it fails (a bad line, a field changing type) the rest of the
+    file is read line by line with the json module, which finds the exact row."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    done = 0
+    try:
+        with path.open("rb") as f:
+            reader = pj.open_json(f, read_options=pj.ReadOptions(block_size=JSON_BLOCK_BYTES, use_threads=True))
+            for batch in reader:
+                yield done + 1, batch, f.tell()
+                done += batch.num_rows
+        return
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    buf: list = []
+    first = done + 1
+    read = 0
+    for row, obj, read in _jsonl_lines(path, done + 1):
+        buf.append(obj)
+        if len(buf) >= BATCH_ROWS:
+            yield first, buf, read
+            first, buf = row + 1, []
+    if buf:
+        yield first, buf, read
+
+
+def _batches_csv(path: Path) -> Iterator[tuple[int, list, int]]:
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.csv as pc
+
+    done = 0
+    try:
+        with path.open("rb") as f:
+            reader = pc.open_csv(f, convert_options=pc.ConvertOptions(strings_can_be_null=False))
+            for batch in reader:
+                yield done + 1, batch, f.tell()
+                done += batch.num_rows
+        return
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    # the row pyarrow could not parse, found with the csv module (a row of the wrong width is a bad row)
+    with path.open(newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        header = next(reader, None) or []
+        buf: list = []
+        first = done + 1
+        for i, rec in enumerate(reader, start=1):
+            if i <= done:
+                continue
+            buf.append(dict(zip(header, rec, strict=True)) if len(rec) == len(header) else
+                       BadRow(f"{len(rec)} fields, the header has {len(header)}"))
+            if len(buf) >= BATCH_ROWS:
+                yield first, buf, 0  # a text file read by lines cannot tell its position: no progress
+                first, buf = i + 1, []
+        if buf:
+            yield first, buf, os.path.getsize(path)
+
+
+def _batches_parquet(path: Path) -> Iterator[tuple[int, list, int]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow's errors for a damaged file vary (ArrowInvalid, OSError)
+        raise InputError("data", f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    total = max(1, pf.metadata.num_rows)
+    size = os.path.getsize(path)
+    done = 0
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+        yield done + 1, batch, int(size * (done + batch.num_rows) / total)
+        done += batch.num_rows
+
+
+def _batches_json(path: Path) -> Iterator[tuple[int, list, int]]:
+    try:
+        with path.open("rb") as f:
+            data = json.load(f)
+    except ValueError as exc:
+        raise InputError("data", f"{path}: not valid JSON ({str(exc).split(':')[0]})") from None
+    if isinstance(data, dict):  # {"train": [...]} or {"data": [...]}: the one list inside
+        lists = [v for v in data.values() if isinstance(v, list)]
+        if len(lists) != 1:
+            raise InputError("data", f"{path}: a JSON object; expected a list of rows (or one object per line: JSONL)")
+        data = lists[0]
+    if not isinstance(data, list):
+        raise InputError("data", f"{path}: a JSON {type(data).__name__}; expected a list of rows")
+    size = os.path.getsize(path)
+    for start in range(0, len(data), BATCH_ROWS):
+        rows = [r if isinstance(r, dict) else BadRow(f"a JSON {type(r).__name__}, not an object")
+                for r in data[start:start + BATCH_ROWS]]
+        yield start + 1, rows, int(size * min(len(data), start + BATCH_ROWS) / max(1, len(data)))
+
+
+def _open_saved(path: Path, state: ReadState):
+    """A save_to_disk folder's Dataset (a DatasetDict's train split, or its only one)."""
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as exc:  # datasets raises FileNotFoundError / ValueError for folders it cannot read
+        raise InputError("data", f"{path}: not a readable datasets folder ({str(exc).splitlines()[0]})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        split = "train" if "train" in ds else next(iter(ds), None)
+        if split is None:
+            raise InputError("data", f"{path}: a DatasetDict with no splits")
+        state.split = split
+        ds = ds[split]
+    return ds
+
+
+def _batches_arrow(path: Path, state: ReadState) -> Iterator[tuple[int, list, int]]:
+    ds = _open_saved(path, state)
+    total = max(1, len(ds))
+    done = 0
+    for table in ds.with_format("arrow").iter(batch_size=BATCH_ROWS):
+        yield done + 1, table, int(total and (done + table.num_rows) * 1_000_000 / total)
+        done += table.num_rows
+
+
+def total_units(path: Path, kind: str) -> int:
+    """The progress bar's total: the file's bytes (a save_to_disk folder: a million parts of its rows)."""
+    return 1_000_000 if kind == "arrow" else os.path.getsize(path)
+
+
+def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
+    """(first row number, rows, progress units read) per batch: a pyarrow batch, or a list whose rows are
+    dicts or BadRows."""
+    kind = state.kind
+    if kind == "jsonl":
+        return _batches_jsonl(path)
+    if kind == "csv":
+        return _batches_csv(path)
+    if kind == "parquet":
+        return _batches_parquet(path)
+    if kind == "json":
+        return _batches_json(path)
+    return _batches_arrow(path, state)
+
+
+def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows: bool = False,
+             state: ReadState | None = None, columnar=None) -> Iterator[tuple[Any, int]]:
+    """The file's rows as batches of Examples (with the progress units read so far). A bad row (not valid
+    JSON, a missing field, a non-text value) is an InputError naming the file, the row and the field,
+    unless `skip_bad_rows`: then it is counted in `state` and left out. An empty file is an InputError.
+    `columnar(batch, shape)`: counts of a whole pyarrow batch, or None; where it gives them, they are
+    yielded (a tuple of arrays) in place of the batch's Examples."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("data", f"{p}: no such file or folder")
+    st = state if state is not None else ReadState(str(p), file_kind(p))
+    if not st.kind:
+        st.kind = file_kind(p)
+    if shape is not None and shape not in SHAPES:
+        raise InputError("data-format", f"unknown shape '{shape}'", SHAPES)
+    st.shape = shape or ""
+    for first, rows, read in row_batches(p, st):
+        if not isinstance(rows, list):  # a pyarrow batch: counted whole where it can be
+            if not st.shape and rows.num_rows:
+                st.shape = detect_shape([k for k, v in rows.slice(0, 1).to_pylist()[0].items() if v is not None],
+                                        str(p))
+            counts = columnar(rows, st.shape) if columnar is not None and st.shape else None
+            if counts is not None:
+                st.rows += rows.num_rows
+                yield counts, read
+                continue
+            rows = rows.to_pylist()
+        yield _examples_of(p, st, first, rows, skip_bad_rows), read
+    if st.rows - st.bad_rows == 0:
+        raise InputError("data", f"{p}: no rows" + (f" that could be read ({st.bad_rows} bad)" if st.bad_rows else ""))
+
+
+def _examples_of(p: Path, st: ReadState, first: int, rows: list, skip_bad_rows: bool) -> list[Example]:
+    """The Examples of one batch of rows (dicts or BadRows numbered from `first`)."""
+    out: list[Example] = []
+    for i, row in enumerate(rows):
+        n = first + i
+        try:
+            if isinstance(row, BadRow):
+                raise row
+            if not st.shape:
+                st.shape = detect_shape([k for k, v in row.items() if v is not None], str(p))
+            out.append(to_example(row, st.shape))
+        except BadRow as exc:
+            if not skip_bad_rows:
+                raise InputError("data", f"{p} row {n}: {exc} (--skip-bad-rows leaves such rows out)") from None
+            st.bad_rows += 1
+            if len(st.bad_examples) < 5:
+                st.bad_examples.append(f"row {n}: {exc}")
+    st.rows += len(rows)
+    return out
