@@ -1,16 +1,12 @@
 """Gradient-boosted trees as plain data: export a fitted scikit-learn HistGradientBoostingRegressor
-to JSON-able lists and predict with numpy alone (or, for one estimate's few rows, plain Python), so a
-calibration file is one versioned JSON and `tuneplan estimate` never imports scikit-learn."""
+to JSON-able lists and predict with numpy alone, so a calibration file is one versioned JSON and
+`tuneplan estimate` never imports scikit-learn."""
 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING
 
-from tuneplan.physics import xp
-
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
 
 
 def export_hgb(model, feature_names: list[str]) -> dict:
@@ -27,15 +23,12 @@ def export_hgb(model, feature_names: list[str]) -> dict:
             "right": [int(v) for v in nodes["right"]],
             "leaf": [int(v) for v in nodes["is_leaf"]],
         })
-    import numpy as np
-
     return {"kind": "hgb-regressor", "baseline": float(np.asarray(model._baseline_prediction).ravel()[0]),
             "features": list(feature_names), "trees": trees}
 
 
 class Forest:
-    """All trees stacked into flat node arrays, traversed together: one pass of depth steps (numpy),
-    or tree by tree for the rows of a pure-Python `xp.Mat` (one estimate)."""
+    """All trees stacked into flat node arrays, traversed together: one pass of depth steps."""
 
     def __init__(self, model: dict) -> None:
         self.baseline = float(model["baseline"])
@@ -62,8 +55,6 @@ class Forest:
                 "right": right, "leaf": leaf, "roots": roots}
 
     def _array(self, key: str, dtype: type) -> np.ndarray:
-        import numpy as np
-
         return np.asarray(self.nodes[key], dtype=dtype)
 
     @cached_property
@@ -98,11 +89,7 @@ class Forest:
     def roots(self) -> np.ndarray:
         return self._array("roots", int)
 
-    def predict(self, X: xp.Array) -> xp.Array:
-        if xp.is_vec(X):
-            return self._predict_rows(X)
-        import numpy as np
-
+    def predict(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=float)
         n = X.shape[0]
         if len(self.roots) == 0:
@@ -117,25 +104,6 @@ class Forest:
             go_left = np.where(np.isnan(x), self.missing_left[node], x <= self.threshold[node])
             node = np.where(active, np.where(go_left, self.left[node], self.right[node]), node)
         return self.baseline + self.value[node].sum(axis=1)
-
-    def _predict_rows(self, X: xp.Mat) -> xp.Vec:
-        """`predict` of a pure-Python matrix: each row down each tree, the leaves summed in numpy's
-        order (`xp.pairwise_sum`, as `value[node].sum(axis=1)`)."""
-        out = []
-        for row in X.rows:
-            leaves = []
-            for t in self.trees:
-                feature, thr, miss, left, right, leaf = (t["feature"], t["threshold"], t["missing_left"], t["left"],
-                                                         t["right"], t["leaf"])
-                node = 0
-                for _ in range(64):
-                    if leaf[node]:
-                        break
-                    x = row[feature[node]]
-                    node = left[node] if (miss[node] if x != x else x <= thr[node]) else right[node]
-                leaves.append(t["value"][node])
-            out.append(self.baseline + xp.pairwise_sum(leaves))
-        return xp.Vec(out)
 
 
 def predict_trees(model: dict, X: np.ndarray) -> np.ndarray:
