@@ -40,6 +40,13 @@ def test_nearest_takes_the_first_of_equally_near_rows():
     assert nearest_distance(X, np.empty((0, 2)), span).tolist() == [np.inf] * 4
 
 
+def test_an_infinite_feature_is_near_only_the_same_infinity():
+    points = np.array([[np.inf, 0.0], [0.0, 0.0], [np.inf, 3.0]])
+    X = np.array([[np.inf, 3.0], [1.0, 0.0], [-np.inf, 0.0]])
+    d, i = nearest(X, points, np.ones(2))
+    assert d.tolist() == [0.0, 1.0, np.inf] and i.tolist() == [2, 1, 0]
+
+
 def test_nearest_index_is_brute_forces_on_a_grid_of_ties():
     rng = np.random.default_rng(3)
     points = rng.integers(0, 3, size=(200, 3)).astype(float)  # many rows at equal distances

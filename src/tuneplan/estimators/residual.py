@@ -18,16 +18,23 @@ each feature's excess measured in units of its training span)."""
 NEAREST_CANDIDATES = 16
 """Neighbours asked of the KD-tree per row: among those at the nearest distance, the first training row
 is taken (a training set repeats configurations; exact copies are merged before the search)."""
+TIE_TOLERANCE = 1e-12
+"""Relative difference under which two distances are a tie (the same sum, rounded in another order)."""
+
+
+FINITE, MISSING, PLUS_INF, MINUS_INF = 0, 1, 2, 3
+"""Each feature's state in a row (`_patterns`)."""
 
 
 def _patterns(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Which features each row lacks: the distinct NaN masks and each row's index into them."""
-    nan = np.isnan(a)
-    codes = np.zeros(len(a), dtype=object if a.shape[1] > 62 else np.int64)
+    """Which features each row has finite, lacks (NaN) or has infinite: the distinct state rows and each
+    row's index into them."""
+    state = np.select([np.isnan(a), a == np.inf, a == -np.inf], [MISSING, PLUS_INF, MINUS_INF], FINITE)
+    codes = np.zeros(len(a), dtype=object if a.shape[1] > 31 else np.int64)
     for j in range(a.shape[1]):
-        codes = codes * 2 + nan[:, j]
+        codes = codes * 4 + state[:, j]
     _, first, inv = np.unique(codes, return_index=True, return_inverse=True)
-    return nan[first], np.asarray(inv).reshape(-1)
+    return state[first], np.asarray(inv).reshape(-1)
 
 
 def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,9 +51,10 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def nearest(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's nearest training point: (distance, index). The distance is L1 over the features in
-    units of each one's training span, a feature missing on either side counting 0; of equally near
-    points the first. scipy's cKDTree (p=1), exact: rows and points are grouped by which features
-    they lack, each pair of groups searched over the features both have."""
+    units of each one's training span, a feature missing (NaN) on either side counting 0 and an
+    infinite one 0 against the same infinity, else making the distance infinite; of equally near points
+    the first. scipy's cKDTree (p=1), exact: rows and points are grouped by which features they have
+    finite, each pair of groups searched over the features finite in both."""
     from scipy.spatial import cKDTree
 
     span = np.asarray(span, dtype=float)
@@ -63,20 +71,24 @@ def nearest(X: np.ndarray, points: np.ndarray, span: np.ndarray) -> tuple[np.nda
     for pi, pk in enumerate(p_keys):
         in_group = np.flatnonzero(p_inv == pi)  # ascending: the group's points in training order
         for xi, xk in enumerate(x_keys):
-            dims = ~(pk | xk)
+            dims = (pk == FINITE) & (xk == FINITE)
             rows = np.flatnonzero(x_inv == xi)
-            if not dims.any():  # nothing to compare: every point at distance 0, the group's first taken
+            compared = (pk != MISSING) & (xk != MISSING)
+            if (compared & ~dims & (pk != xk)).any():  # an infinity against anything else: infinitely far
+                d, j = np.full(len(rows), np.inf), np.zeros(len(rows), dtype=np.intp)
+            elif not dims.any():  # nothing to compare: every point at distance 0, the group's first taken
                 d, j = np.zeros(len(rows)), np.zeros(len(rows), dtype=np.intp)
             else:
                 k = min(NEAREST_CANDIDATES, len(in_group))
                 d, j = cKDTree(Pu[in_group][:, dims]).query(Xu[rows][:, dims], k=k, p=1)
                 d, j = d.reshape(len(rows), k), j.reshape(len(rows), k)
                 # of the candidates at the nearest distance, the first point (points are in training order)
-                j = np.where(d == d[:, :1], j, len(in_group)).min(axis=1)
+                j = np.where(d <= d[:, :1] * (1.0 + TIE_TOLERANCE), j, len(in_group)).min(axis=1)
                 d = d[:, 0]
             i = p_first[in_group[j]]
-            better = (d < dist[rows]) | ((d == dist[rows]) & (i < index[rows]))
-            dist[rows] = np.where(better, d, dist[rows])
+            best = dist[rows]
+            better = (d < best * (1.0 - TIE_TOLERANCE)) | ((d <= best * (1.0 + TIE_TOLERANCE)) & (i < index[rows]))
+            dist[rows] = np.minimum(best, d)
             index[rows] = np.where(better, i, index[rows])
     return dist[back], index[back]
 
