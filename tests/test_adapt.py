@@ -64,7 +64,7 @@ def test_memory_offset_moves_the_predictions_onto_the_measured_peaks_from_eight_
     p = predict_configs(ts.configs, base.with_stack(fit.adapter), with_max_batch=False)
     assert memory_for_kind(p, ts.mem_kind)[0] == pytest.approx(ts.peak_mem_gib[0], rel=1e-3)
     # the parts still add up to the total
-    from tuneplan.estimators.base import MEMORY_PARTS
+    from tuneplan.estimators.contract import MEMORY_PARTS
     from tuneplan.learn.dataset import arrays_for
 
     out = base.with_stack(fit.adapter).predict_arrays(arrays_for(ts.configs))

@@ -17,6 +17,7 @@ from tuneplan.physics.ops import (
     attention_efficiency,
     causal_share,
     expert_gemm_rows,
+    gemm_width,
     logits_memory_bytes,
 )
 from tuneplan.physics.parallel import (
@@ -26,7 +27,7 @@ from tuneplan.physics.parallel import (
     ring_attention_exposed,
 )
 from tuneplan.physics.precision import CAST_BYTES_PER_IO_ELEMENT, cast_seconds, linear_tflops
-from tuneplan.physics.step import gemm_width, ring_time, step_time
+from tuneplan.physics.step import ring_time, step_time
 from tuneplan.physics.terms import build_arrays, model_terms
 from tuneplan.specs.catalog import resolve_model
 from tuneplan.specs.framework import framework_for_text, load_frameworks

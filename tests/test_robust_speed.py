@@ -5,12 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuneplan.estimators.residual import TREE_MIN_WORK, _numpy_nearest, _tree_nearest, nearest_distance
+from tuneplan.estimators.residual import nearest, nearest_distance, nearest_values
+
+
+def _brute_nearest(X, points, span):
+    """(distance, index) by brute force: every row against every point, NaN counting 0, the first of
+    equally near points."""
+    d = np.nansum(np.abs(X[:, None, :] - points[None, :, :]) / span, axis=2)
+    return d.min(axis=1), d.argmin(axis=1)
 
 
 @pytest.mark.parametrize("nan_share", [0.0, 0.05])
 def test_kd_tree_distances_are_exact(nan_share):
-    pytest.importorskip("scipy")
     rng = np.random.default_rng(0)
     points = rng.normal(size=(300, 8))
     X = rng.normal(size=(2000, 8))
@@ -19,39 +25,37 @@ def test_kd_tree_distances_are_exact(nan_share):
         points[rng.random(points.shape) < nan_share] = np.nan
         X[rng.random(X.shape) < nan_share] = np.nan
     span = rng.uniform(0.5, 2.0, size=8)
-    brute = _numpy_nearest(X, points, span)
-    tree = _tree_nearest(X / span, points / span)
-    np.testing.assert_allclose(tree, brute, rtol=1e-12, atol=1e-12)
-    big = np.repeat(X, TREE_MIN_WORK // (len(X) * len(points)) + 1, axis=0)
-    np.testing.assert_allclose(nearest_distance(big, points, span), _numpy_nearest(big, points, span),
-                               rtol=1e-12, atol=1e-12)
+    brute, _ = _brute_nearest(X, points, span)
+    np.testing.assert_allclose(nearest_distance(X, points, span), brute, rtol=1e-12, atol=1e-12)
 
 
-def test_kd_tree_module_loaded_alone_is_scipys():
-    """The KD-tree's extension module loaded without the rest of scipy.spatial is the module a later
-    `import scipy.spatial` uses, and its distances are those of scipy.spatial's cKDTree."""
-    pytest.importorskip("scipy")
-    code = (
-        "import sys, numpy as np\n"
-        "from tuneplan.estimators.residual import _kd_tree_class\n"
-        "T = _kd_tree_class()\n"
-        "assert 'scipy.spatial' not in sys.modules and 'scipy.constants' not in sys.modules\n"
-        "rng = np.random.default_rng(1); P = rng.normal(size=(200, 6)); X = rng.normal(size=(500, 6))\n"
-        "d = T(P).query(X, k=1, p=1)[0]\n"
-        "import scipy.spatial\n"
-        "assert scipy.spatial.cKDTree is T and _kd_tree_class() is T\n"
-        "assert np.array_equal(scipy.spatial.KDTree(P).query(X, k=1, p=1)[0], d)\n"
-        "assert scipy.spatial.distance.cityblock(P[0], X[0]) > 0\n"
-        "print('ok')\n"
-    )
-    import os
-    import subprocess
-    import sys
+def test_nearest_takes_the_first_of_equally_near_rows():
+    # rows 1 and 3 repeat row 0's configuration; rows 2 and 4 are each at distance 1 from (1, 0)
+    points = np.array([[5.0, 5.0], [5.0, 5.0], [0.0, 0.0], [5.0, 5.0], [2.0, 0.0], [np.nan, 9.0]])
+    span = np.array([1.0, 1.0])
+    X = np.array([[5.0, 5.0], [1.0, 0.0], [4.0, 4.0], [np.nan, 0.0]])
+    d, i = nearest(X, points, span)
+    assert d.tolist() == [0.0, 1.0, 2.0, 0.0] and i.tolist() == [0, 2, 0, 2]
+    assert nearest_values(X, points, [10, 11, 12, 13, 14, 15], span).tolist() == [10.0, 12.0, 10.0, 12.0]
+    assert nearest_distance(X, np.empty((0, 2)), span).tolist() == [np.inf] * 4
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+
+def test_an_infinite_feature_is_near_only_the_same_infinity():
+    points = np.array([[np.inf, 0.0], [0.0, 0.0], [np.inf, 3.0]])
+    X = np.array([[np.inf, 3.0], [1.0, 0.0], [-np.inf, 0.0]])
+    d, i = nearest(X, points, np.ones(2))
+    assert d.tolist() == [0.0, 1.0, np.inf] and i.tolist() == [2, 1, 0]
+
+
+def test_nearest_index_is_brute_forces_on_a_grid_of_ties():
+    rng = np.random.default_rng(3)
+    points = rng.integers(0, 3, size=(200, 3)).astype(float)  # many rows at equal distances
+    X = rng.integers(0, 3, size=(300, 3)).astype(float) + 0.5
+    span = np.ones(3)
+    d, i = nearest(X, points, span)
+    bd, bi = _brute_nearest(X, points, span)
+    np.testing.assert_array_equal(d, bd)
+    np.testing.assert_array_equal(i, bi)
 
 
 def _stepwise_max_micro_batch(est, a):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tuneplan.errors import InputError
-from tuneplan.estimators.base import STEP_PARTS
-from tuneplan.physics import xp
+from tuneplan.estimators.contract import STEP_PARTS
 from tuneplan.physics.job_assumptions import job_assumptions
 from tuneplan.physics.peft_methods import peft_assumptions
 from tuneplan.physics.run import (
@@ -24,11 +25,6 @@ from tuneplan.specs.job import JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg, resolve_rate
 from tuneplan.specs.struct import dataclass, field
-
-ARRAYS = "python"
-"""The arrays one estimate's pipeline runs on where the estimator takes them (`python_arrays`: tuneplan's
-own): `physics.xp`'s pure-Python vectors (a single configuration is quicker so, and `tuneplan estimate`
-never imports numpy); "numpy" gives the same figures."""
 
 
 @dataclass
@@ -189,7 +185,7 @@ def step_workload(job: JobSpec) -> Workload:
 
 def _scalar(out: dict, key: str, default: float = 0.0) -> float:
     v = out.get(key)
-    return default if v is None else float(xp.first(v))
+    return default if v is None else float(np.ravel(v)[0])
 
 
 def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estimator: str = "tuneplan",
@@ -220,10 +216,10 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     if jspec.stage != "sft":  # preference / RL stages: tuneplan.estimators.stages, docs/stages.md
         from tuneplan.estimators.stages import stage_for_estimate
 
-        stage, a, out, _ = stage_for_estimate(est, est.memory_model, estimator, mspec, gspec, jspec, wl)
+        stage = stage_for_estimate(est, estimator, mspec, gspec, jspec, wl)
+        a, out = stage.arrays, stage.out
     else:
-        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants,
-                         backend=ARRAYS if getattr(est, "python_arrays", False) else "numpy")
+        a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants)
         out = est.predict_arrays(a)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
@@ -271,7 +267,7 @@ def _totals(stage, jspec: JobSpec, wl: Workload, a: dict, out: dict, rate_v: flo
 def job_model_warnings(mspec: ModelSpec, jspec: JobSpec, wl: Workload) -> list[str]:
     """InputError for a job the model cannot run (tp over its heads, pp over its layers, cp over the
     sequence, unknown LoRA targets, --tokens with --examples); warnings for legal but odd ones."""
-    from tuneplan.physics.terms import TARGET_ALIASES, TARGET_GROUPS
+    from tuneplan.physics.targets import TARGET_ALIASES, TARGET_GROUPS
     from tuneplan.specs.job import ALL_LINEAR
     from tuneplan.specs.limits import check_grad_accum_vs_data, check_job_for_model
 
@@ -305,7 +301,7 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
 
     mem_total = _scalar(out, "memory_gib")
     cap = float(usable_memory_gib(gspec))  # less inline ECC on GDDR parts (physics/terms.py)
-    fits = bool(xp.first(out["fits"]))
+    fits = bool(np.ravel(out["fits"])[0])
     memory_model = est.memory_model
     max_mb = (stage.max_micro_batch if stage else None if memory_model is None
               else int(memory_model.max_micro_batch(a)[0]))
@@ -386,7 +382,7 @@ def no_fit_at_one(memory_model, a: dict, capacity_gib: float) -> str | None:
     if memory_model is None:
         return None
     one = dict(a)
-    one["micro_batch"] = xp.ones_like(a["micro_batch"])
+    one["micro_batch"] = np.ones_like(a["micro_batch"])
     m = memory_model.predict_arrays(one)
     static = sum(_scalar(m, k + "_gib") for k in STATIC_MEMORY_PARTS[:-1] if k + "_gib" in m)
     return (f"does not fit even at micro-batch 1: {_scalar(m, 'memory_gib'):.1f} GiB per GPU needed, "

@@ -42,7 +42,7 @@ class Calibration:
 
     def estimator(self):
         """The estimator this file describes (no fitting code is imported)."""
-        from tuneplan.estimators.base import estimator_class
+        from tuneplan.estimators.registry import estimator_class
 
         try:
             return estimator_class(self.learner).from_payload(self.payload, self.name or self.learner)

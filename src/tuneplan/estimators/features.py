@@ -3,7 +3,8 @@ names, so a correction learned on some models and GPUs transfers to others."""
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
 from tuneplan.physics.codes import ShardingCode, lora_family
 
 THROUGHPUT_FEATURES = (
@@ -18,21 +19,21 @@ MEMORY_FEATURES = (
 )
 
 
-def _log(x) -> xp.Array:
-    return xp.log(xp.maximum(xp.asarray(x, dtype=float), 1e-12))
+def _log(x) -> np.ndarray:
+    return np.log(np.maximum(np.asarray(x, dtype=float), 1e-12))
 
 
-def feature_matrix(a: dict, phys: dict, names: tuple[str, ...]) -> xp.Array:
+def feature_matrix(a: dict, phys: dict, names: tuple[str, ...]) -> np.ndarray:
     """Rows x features from the arrays and the physics outputs of the same configurations."""
     step = phys["step_s"]
     tokens_micro = a["micro_batch"] * a["seq_len"] / a["cp"]
-    alloc = xp.maximum(phys["allocated_gib"], 1e-9)
+    alloc = np.maximum(phys["allocated_gib"], 1e-9)
     f = {
         "log_tokens_per_micro": _log(tokens_micro),
         "log_hidden_per_tp": _log(a["hidden"] / a["tp"]),
         "log_params_active": _log(a["params_active"]),
         "log_params_total": _log(a["params_total"]),
-        "trainable_fraction": a["params_trainable"] / xp.maximum(a["params_total"], 1.0),
+        "trainable_fraction": a["params_trainable"] / np.maximum(a["params_total"], 1.0),
         "log_intensity": _log(tokens_micro * a["weight_bytes_compute"]),
         "comm_share": phys["communication_s"] / step,
         "optimizer_share": phys["optimizer_s"] / step,
@@ -43,7 +44,7 @@ def feature_matrix(a: dict, phys: dict, names: tuple[str, ...]) -> xp.Array:
         "log_peak_tflops": _log(a["peak_flops"] / 1e12),
         "log_bandwidth_gbs": _log(a["mem_bw"] / 1e9),
         "log_seq_len": _log(a["seq_len"]),
-        "attn_share": a["attn_flops_per_seq"] * a["seq_len"] / xp.maximum(
+        "attn_share": a["attn_flops_per_seq"] * a["seq_len"] / np.maximum(
             a["fwd_block_flops"] + a["attn_flops_per_seq"] * a["seq_len"], 1.0),
         "log_grad_accum": _log(a["grad_accum"]),
         "weights_share": phys["weights_gib"] / alloc,
@@ -51,9 +52,9 @@ def feature_matrix(a: dict, phys: dict, names: tuple[str, ...]) -> xp.Array:
         "logits_share": phys["logits_gib"] / alloc,
         "quantised": (a["dequant_bytes"] > 0).astype(float),
         "sharded": (a["sharding"] >= ShardingCode.ZERO1).astype(float),
-        "variable_shapes": xp.asarray(a["variable_shapes"], dtype=float),
+        "variable_shapes": np.asarray(a["variable_shapes"], dtype=float),
         # 1 for a peak as reserved / nvidia-smi report it (what an estimate shows), 0 for torch's allocated
-        "reports_reserved": xp.asarray(a["reports_reserved"] if "reports_reserved" in a
-                                       else xp.ones(len(step), like=step), dtype=float),
+        "reports_reserved": np.asarray(a["reports_reserved"] if "reports_reserved" in a
+                                       else np.ones(len(step)), dtype=float),
     }
-    return xp.column_stack([xp.asarray(f[n], dtype=float) for n in names])
+    return np.column_stack([np.asarray(f[n], dtype=float) for n in names])

@@ -20,7 +20,7 @@ from importlib import resources
 
 import numpy as np
 
-from tuneplan.estimators.base import BorrowsMemory
+from tuneplan.estimators.tuneplan_physics import BorrowsMemory
 from tuneplan.physics.codes import OTHER_PEFT_CODES, lora_family
 
 Arrays = dict[str, np.ndarray]
@@ -74,14 +74,6 @@ class KavierEstimator(BorrowsMemory):
     def __init__(self, scales: KavierScales | None = None, calibration_name: str | None = None) -> None:
         self.scales = scales or KavierScales()
         self.calibration_name = calibration_name
-
-    @classmethod
-    def from_calibration(cls, calibration=None) -> KavierEstimator:
-        if calibration is None:
-            return cls()
-        from tuneplan.estimators.calibration import load_calibration
-
-        return load_calibration(calibration, expected="kavier").estimator()
 
     @classmethod
     def from_payload(cls, d: dict, name: str | None = None) -> KavierEstimator:

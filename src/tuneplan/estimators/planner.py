@@ -65,11 +65,6 @@ class PlannerEstimator:
         self.flops_per_param_token = flops_per_param_token
         self.bytes_per_param = bytes_per_param
 
-    @classmethod
-    def from_calibration(cls, calibration=None) -> PlannerEstimator:
-        """The seed has nothing to calibrate: the calibration is ignored."""
-        return cls()
-
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
         full = full_weights(a["method_code"])
         factor = (np.full_like(a["seq_len"], self.flops_per_param_token) if self.flops_per_param_token

@@ -9,19 +9,19 @@ import math
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.estimators.stages import (
+from tuneplan.estimators.stage_run import (
     POLICY_PARTS,
     StageRun,
-    _forward_only,
-    _reference_bytes,
-    _search_micro_batch,
-    _v,
     add_memory,
+    first_value,
+    forward_only,
+    reference_bytes,
+    search_micro_batch,
     shard_degree,
 )
 from tuneplan.physics import stages as ps
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
-from tuneplan.physics.step import efficiency
+from tuneplan.physics.ops import efficiency
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import JobSpec
 from tuneplan.specs.model import ModelSpec
@@ -70,16 +70,16 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
     """Prefill, decode, weight sync and memory of one step's rollouts."""
     vllm = jspec.rollout_engine == "vllm"
     server = vllm and jspec.rollout_gpus > 0
-    generators = jspec.rollout_gpus if server else _v(a["dp"])
-    split = 1.0 if server else _v(a["tp"] * a["pp"])
-    pbytes = _v(a["weight_bytes_compute"])
+    generators = jspec.rollout_gpus if server else first_value(a["dp"])
+    split = 1.0 if server else first_value(a["tp"] * a["pp"])
+    pbytes = first_value(a["weight_bytes_compute"])
     if vllm:  # merged weights at the compute precision
-        wbytes = _v(a["params_total"]) * pbytes / split
+        wbytes = first_value(a["params_total"]) * pbytes / split
     else:  # the training model as it is stored (quantised base, fp32 adapters)
-        wbytes = _v(a["params_frozen_linear"] * a["frozen_linear_bytes"] + a["params_frozen_other"]
+        wbytes = first_value(a["params_frozen_linear"] * a["frozen_linear_bytes"] + a["params_frozen_other"]
                     * a["frozen_other_bytes"] + a["params_trainable"] * np.where(a["method_code"] == 0, pbytes, 4.0)
                     ) / split
-    kv_tok = _v(ps.kv_bytes_per_token(a["attn_layers"], a["kv_dim"], pbytes)) / split
+    kv_tok = first_value(ps.kv_bytes_per_token(a["attn_layers"], a["kv_dim"], pbytes)) / split
     batch = n / generators
     waves, kv_room = 1, None
     cap = gspec.memory_gib * BYTES_PER_GIB
@@ -91,22 +91,22 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
     bw = gspec.memory_bandwidth_gbs * 1e9 * c.bandwidth_efficiency
     wave_batch = batch / max(waves, 1)
     causal = c.causal_fraction_flash
-    t_prefill = _v(ps.prefill_s(_forward_flops_per_token(a, prompt * causal), batch * prompt,
+    t_prefill = first_value(ps.prefill_s(_forward_flops_per_token(a, prompt * causal), batch * prompt,
                                 _rate(a, wave_batch * prompt) / split))
     overhead = 0.0
     if not vllm:
-        overhead = ps.hf_decode_overhead_s(_v(a["n_layers"]), c.kernel_launch_s) + _v(
+        overhead = ps.hf_decode_overhead_s(first_value(a["n_layers"]), c.kernel_launch_s) + first_value(
             a["adapted_modules"]) * c.lora_kernels_per_module * c.kernel_launch_s
     traffic = ps.VLLM_KV_CACHE_TRAFFIC if vllm else ps.HF_KV_CACHE_TRAFFIC
     mean_ctx = prompt + (completion + 1.0) / 2.0
-    t_decode = max(waves, 1) * _v(ps.decode_s(completion, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
+    t_decode = max(waves, 1) * first_value(ps.decode_s(completion, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
                                               _forward_flops_per_token(a, mean_ctx) / split,
                                               _rate(a, DECODE_CEILING_TOKENS) / split, overhead))
     t_sync = 0.0
     if vllm:
-        full = _v(a["params_total"]) * pbytes
+        full = first_value(a["params_total"]) * pbytes
         link = (gspec.intra_node_gbs or 16.0) * 1e9 * c.comm_efficiency if server else bw
-        t_sync = _v(ps.weight_sync_s(full, link))
+        t_sync = first_value(ps.weight_sync_s(full, link))
     kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + completion, kv_tok)
     return {"prefill_s": t_prefill, "decode_s": t_decode, "sync_s": t_sync, "waves": waves,
             "kv_room": kv_room, "kv_hf_bytes": kv_hf, "batch": batch, "server": server, "vllm": vllm,
@@ -146,7 +146,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     seq = prompt_len + completion
     a = build_arrays([(mspec, gspec, train_job, seq)], c)
     out = dict(est.predict_arrays(a))
-    fwd = _forward_only(out, a)  # a no-grad pass of the policy's shapes over all completions
+    fwd = forward_only(out, a)  # a no-grad pass of the policy's shapes over all completions
     for k in POLICY_PARTS + ("step_s", "compute_s", "communication_total_s"):
         if k in out:
             out[k] = out[k] * epochs
@@ -154,13 +154,13 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     if gen["vllm"] and gen["waves"] == 0:
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
                          "weights: give more --rollout-gpus memory, a larger GPU, or --rollout-engine hf")
-    dp = _v(a["dp"])
+    dp = first_value(a["dp"])
     rm = _reward_model(jspec, gspec, seq, c)
     t_reward = 0.0
     if rm is not None:
         ra = rm[1]
-        t_reward = _v(ps.scoring_forward_s(_forward_flops_per_token(ra, seq * c.causal_fraction_flash, False),
-                                           n * seq / dp, _rate(ra, jspec.micro_batch * seq)))
+        t_reward = first_value(ps.scoring_forward_s(_forward_flops_per_token(ra, seq * c.causal_fraction_flash, False),
+                                                    n * seq / dp, _rate(ra, jspec.micro_batch * seq)))
     ref = beta > 0
     ref_weights = ref and not jspec.is_lora_family
     t_ref = fwd if ref else 0.0
@@ -172,7 +172,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         vjob = train_job.model_copy(update={"method": "full", "quant": None})
         va = build_arrays([(vspec, gspec, vjob, seq)], c)
         vout = dict(est.predict_arrays(va))
-        t_value = _forward_only(vout, va) + epochs * vout["step_s"]
+        t_value = forward_only(vout, va) + epochs * vout["step_s"]
         value = vout
     parts = {"rollout_prefill_s": gen["prefill_s"], "rollout_decode_s": gen["decode_s"],
              "rollout_weight_sync_s": gen["sync_s"], "reward_s": t_reward, "reference_forward_s": t_ref,
@@ -183,14 +183,14 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     for k in keep:
         out[k] = np.asarray(parts[k], dtype=float) * np.ones_like(out["step_s"])
     out["step_s"] = out["step_s"] + sum(np.asarray(parts[k]) for k in keep)
-    rm_bytes = 0.0 if rm is None else _v(rm[1]["params_total"] * rm[1]["weight_bytes_compute"]
-                                          / (rm[1]["tp"] * rm[1]["pp"]) / shard_degree(rm[1]))
+    rm_bytes = 0.0 if rm is None else first_value(rm[1]["params_total"] * rm[1]["weight_bytes_compute"]
+                                                  / (rm[1]["tp"] * rm[1]["pp"]) / shard_degree(rm[1]))
 
     def extras(arr, o):
         tokens = arr["micro_batch"] * arr["seq_len"] / arr["cp"]
         b = {"loss_buffers_gib": ps.logp_buffer_bytes(tokens)}
         if ref_weights:
-            b["reference_model_gib"] = _reference_bytes(arr)
+            b["reference_model_gib"] = reference_bytes(arr)
         if rm is not None:
             b["reward_model_gib"] = rm_bytes + 0.0 * tokens
         if value is not None:
@@ -204,7 +204,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     if "allocated_gib" in out:
         b, e = extras(a, out)
         add_memory(out, b, e, c)
-    max_mb = _search_micro_batch(est, a, 1.0, extras) if search_max_mb and "allocated_gib" in out else 0
+    max_mb = search_micro_batch(est, a, 1.0, extras) if search_max_mb and "allocated_gib" in out else 0
     res = StageRun(arrays=a, out=out, totals_job=train_job, samples_scale=float(group), samples_per_step=prompts,
                    gpu_factor=jspec.gpus / train_gpus, one_time_s=0.0, max_micro_batch=max_mb)
     res.extra["stage"] = {"stage": jspec.stage, "prompts_per_step": prompts, "completions_per_step": n,
@@ -213,7 +213,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
                           "rollout_gpus": jspec.rollout_gpus, "rollout_engine": jspec.rollout_engine,
                           "rollout_waves": gen["waves"], "ppo_epochs": epochs if jspec.stage == "ppo" else None}
     if gen["server"]:
-        used = gen["server_weights"] + ps.kv_cache_bytes(gen["batch"], seq, _v(ps.kv_bytes_per_token(
+        used = gen["server_weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
             a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])))
         res.extra["stage"]["rollout_memory_per_gpu_gib"] = (ps.VLLM_SERVER_MEMORY_SHARE * gen["cap"]
                                                             + c.cuda_context_gib * BYTES_PER_GIB) / BYTES_PER_GIB

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.estimators.base import BorrowsMemory
 from tuneplan.estimators.residual import Residual
+from tuneplan.estimators.tuneplan_physics import BorrowsMemory
 from tuneplan.physics.codes import lora_family
 
 
@@ -45,18 +45,6 @@ class SLSTEstimator(BorrowsMemory):
         self.coef = np.asarray(coef, dtype=float)
         self.residual = residual
         self.calibration_name = calibration_name
-
-    @classmethod
-    def from_calibration(cls, calibration=None) -> SLSTEstimator:
-        """SLST is learned from runs: a calibration file fitted by its learner is required."""
-        from tuneplan.errors import InputError
-
-        if calibration is None:
-            raise InputError("estimator", "slst is learned from runs: pass --calibration FILE "
-                             "fitted with `tuneplan calibrate --learner slst`")
-        from tuneplan.estimators.calibration import load_calibration
-
-        return load_calibration(calibration, expected="slst").estimator()
 
     def time_arrays(self, a: dict) -> dict:
         """The scaling law and its correction, in step time (memory from `BorrowsMemory`)."""

@@ -1,11 +1,12 @@
 """A stack adapter: what a user's first few runs on a new stack (machine, framework, data) teach on top
 of a calibration fitted elsewhere. An overall throughput scale, per-method scales relative to it, and a
 memory offset — as many of them as the runs support (`tuneplan.learn.adapt` fits them). Applying one
-needs no fitting code (`physics.xp` arrays); it is stored in a calibration file's payload under "stack"."""
+needs no fitting code (numpy arrays); it is stored in a calibration file's payload under "stack"."""
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
 from tuneplan.specs.struct import dataclass, field
 
 
@@ -21,14 +22,13 @@ class StackAdapter:
     """What the runs supported, in words (said in the estimate's assumptions)."""
     n_rows: dict[str, int] = field(default_factory=dict)
 
-    def throughput_factor(self, a: dict, n: int) -> xp.Array:
+    def throughput_factor(self, a: dict, n: int) -> np.ndarray:
         """Multiplier on throughput for each configuration of the arrays."""
-        like = a["micro_batch"]
-        log_f = xp.full(n, self.throughput_log_scale, like=like)
+        log_f = np.full(n, self.throughput_log_scale)
         methods = a.get("_methods")
         if self.method_log_scales and methods is not None and len(methods) == n:
-            log_f = log_f + xp.vector([self.method_log_scales.get(str(m), 0.0) for m in methods], like=like)
-        return xp.exp(log_f)
+            log_f = log_f + np.asarray([self.method_log_scales.get(str(m), 0.0) for m in methods], dtype=float)
+        return np.exp(log_f)
 
     def describe(self) -> str:
         return "; ".join(self.fitted) if self.fitted else "nothing fitted"

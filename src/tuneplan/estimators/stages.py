@@ -6,124 +6,30 @@ rollout generation, scoring, value model, and their memory."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.estimators.rl_stages import rl_stage
+from tuneplan.estimators.stage_run import (
+    POLICY_PARTS,
+    StageRun,
+    add_memory,
+    first_value,
+    forward_only,
+    reference_bytes,
+    search_micro_batch,
+)
 from tuneplan.physics import stages as ps
-from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
-from tuneplan.physics.memory import settle_peaks
+from tuneplan.physics.constants import DEFAULT_CONSTANTS
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import PREFERENCE_STAGES, JobSpec
 from tuneplan.specs.model import ModelSpec
 
-POLICY_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s",
-                "tensor_parallel_s", "pipeline_bubble_s", "optimizer_s", "communication_s")
-STAGE_STEP_PARTS = ("rollout_prefill_s", "rollout_decode_s", "rollout_weight_sync_s", "reward_s",
-                    "reference_forward_s", "policy_nograd_s", "value_model_s")
-"""Step parts a stage adds to the policy's (each appears in a breakdown only when the stage has it)."""
-STAGE_MEMORY_PARTS = ("reference_model_gib", "reward_model_gib", "value_model_gib", "rollout_kv_cache_gib",
-                      "loss_buffers_gib", "rollout_engine_gib")
-"""Memory parts a stage adds per training GPU."""
 
-
-@dataclass
-class StageRun:
-    """A stage's step and memory, and what the run-level totals need to count it."""
-
-    arrays: dict[str, np.ndarray]  # the policy's trained pass (effective SFT job)
-    out: dict[str, Any]  # estimator output: policy parts + stage parts; step_s is the stage's step
-    totals_job: JobSpec  # the job whose steps, evaluation and saves the run totals count
-    samples_scale: float  # samples per epoch x this = what totals_job's global batch consumes
-    samples_per_step: float
-    gpu_factor: float  # all GPUs / training GPUs (device-hours, cost and energy count the rollout GPUs)
-    one_time_s: float  # reference log-probs precomputed before training
-    max_micro_batch: int
-    assumptions: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def workload(self, wl):
-        """The workload the run totals count: samples scaled to what one step's global batch consumes
-        (RL: completions = prompts x group size)."""
-        from dataclasses import replace
-
-        return wl if self.samples_scale == 1.0 else replace(wl, samples_per_epoch=wl.samples_per_epoch
-                                                             * self.samples_scale)
-
-    def step_parts(self) -> tuple[str, ...]:
-        return tuple(k for k in STAGE_STEP_PARTS if k in self.out)
-
-    def memory_parts(self) -> tuple[str, ...]:
-        return tuple(k for k in STAGE_MEMORY_PARTS if k in self.out)
-
-
-def _v(x) -> float:
-    return float(np.asarray(x).reshape(-1)[0])
-
-
-def shard_degree(a: dict[str, np.ndarray]) -> np.ndarray:
-    """Ranks a ZeRO-3 / FSDP (or hybrid, within a node) job shards its weights over; 1 otherwise."""
-    shard, dp = a["sharding"], a["dp"]
-    sdeg = np.where(shard == 4, np.minimum(dp, a["gpus"] / a["nodes"]), dp)
-    return np.where((shard == 3) | (shard == 4), sdeg, 1.0)
-
-
-def add_memory(out: dict, extra_bytes: dict[str, np.ndarray], engine_bytes, c=DEFAULT_CONSTANTS) -> None:
-    """Add the stage's tensors to the allocated peak (they pass through torch's caching allocator) and
-    an inference engine's own pool after it; recompute reserved, nvidia-smi and the fit."""
-    g = BYTES_PER_GIB
-    ones = np.ones_like(np.asarray(out["allocated_gib"], dtype=float))
-    add = sum(extra_bytes.values())
-    for k, v in extra_bytes.items():
-        out[k] = np.asarray(v, dtype=float) * ones / g
-    if np.any(np.asarray(engine_bytes) > 0):
-        out["rollout_engine_gib"] = np.asarray(engine_bytes, dtype=float) * ones / g
-    # the stage's tensors (reference / reward / value models, buffers) are held through the step too
-    backward = out["allocated_gib"] - out.get("optimizer_step_gib", 0.0) + add / g
-    out["step_peak_gib"] = out.get("step_peak_gib", backward - add / g) + add / g
-    settle_peaks(out, backward, c, np.asarray(engine_bytes) / g)
-    out["memory_gib"] = out["nvidia_smi_gib"]
-
-
-def _search_micro_batch(est, a: dict, per_sample: float, extras) -> int:
-    """Largest micro-batch (samples) whose stage peak fits, by binary search; 0 when 1 does not."""
-    c = getattr(est, "constants", DEFAULT_CONSTANTS)
-    lo, hi = 0, 4097
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        trial = dict(a)
-        trial["micro_batch"] = np.asarray(a["micro_batch"]) * 0 + mid * per_sample
-        out = dict(est.predict_arrays(trial))
-        if "allocated_gib" not in out:
-            return 0
-        b, e = extras(trial, out)
-        add_memory(out, b, e, c)
-        if bool(np.asarray(out["fits"]).reshape(-1)[0]):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _forward_only(out: dict, a: dict) -> np.ndarray:
-    if "forward_s" not in out:  # an estimator with no step parts (xia): the forward's third of the step
-        return np.asarray(out["step_s"], dtype=float) * ps.FORWARD_SHARE
-    z = np.zeros_like(np.asarray(out["step_s"], dtype=float))
-    return ps.forward_only_s(out.get("forward_s", z), out.get("elementwise_s", z), out.get("overhead_s", z),
-                             out.get("dequant_s", z), a["grad_ckpt"])
-
-
-def _reference_bytes(a: dict) -> np.ndarray:
-    return ps.reference_weight_bytes(a["params_total"], a["weight_bytes_compute"], a["tp"] * a["pp"],
-                                      shard_degree(a))
-
-
-def stage_for_estimate(est, phys, estimator: str, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl):
-    """(stage run, arrays, time output, memory output) for `api.estimate`: the memory from tuneplan's
-    physics when the chosen estimator has no memory model."""
+def stage_for_estimate(est, estimator: str, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl) -> StageRun:
+    """The stage run of `api.estimate`: its arrays, built once, and the estimator's output on them
+    (step and memory: the estimators that take a stage all report memory)."""
     if estimator == "planner":
         raise InputError("stage", "the Run Planner seed has no stage model: use --estimator tuneplan (default), "
                          "kavier, xia or slst with --stage")
@@ -131,14 +37,7 @@ def stage_for_estimate(est, phys, estimator: str, mspec: ModelSpec, gspec: GPUSp
     if "forward_s" not in run.out:
         run.assumptions.append(f"{estimator} has no forward part: each no-grad forward (reference, KL, old "
                                f"log-probs) is taken as {ps.FORWARD_SHARE:.2f} of its training step.")
-    if "weights_gib" in run.out:
-        return run, run.arrays, run.out, run.out
-    mrun = run_stage(phys, mspec, gspec, jspec, wl.seq_len, wl.samples_per_epoch)
-    run.max_micro_batch = mrun.max_micro_batch
-    for k in STAGE_MEMORY_PARTS:  # the memory parts the breakdown lists come from the physics' run
-        if k in mrun.out:
-            run.out[k] = mrun.out[k]
-    return run, run.arrays, run.out, mrun.out
+    return run
 
 
 def run_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len: int,
@@ -146,8 +45,6 @@ def run_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len: in
     """The stage's step and memory; `search_max_mb` False skips the largest-micro-batch search (plan)."""
     if jspec.stage in PREFERENCE_STAGES:
         return preference_stage(est, mspec, gspec, jspec, seq_len, samples_per_epoch, search_max_mb)
-    from tuneplan.estimators.rl_stages import rl_stage
-
     return rl_stage(est, mspec, gspec, jspec, seq_len, search_max_mb)
 
 
@@ -165,7 +62,7 @@ def preference_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_
     pol_job = jspec.model_copy(update={"micro_batch": int(jspec.micro_batch * shape.trained)})
     a = build_arrays([(mspec, gspec, pol_job, seq_len)], c)
     out = dict(est.predict_arrays(a))
-    fwd = _forward_only(out, a) / shape.trained  # one sequence per sample, all micro-steps
+    fwd = forward_only(out, a) / shape.trained  # one sequence per sample, all micro-steps
     t_ref = fwd * shape.reference if ref_pass else np.zeros_like(fwd)
     t_nograd = fwd * shape.policy_nograd
     if ref_pass:
@@ -183,17 +80,17 @@ def preference_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_
             b["loss_buffers_gib"] = b["loss_buffers_gib"] + ps.reference_logits_bytes(
                 tokens / shape.trained * shape.reference, arr["vocab"], arr["tp"])
         if ref_weights:
-            b["reference_model_gib"] = _reference_bytes(arr)
+            b["reference_model_gib"] = reference_bytes(arr)
         return b, 0.0
 
     if "allocated_gib" in out:
         b, e = extras(a, out)
         add_memory(out, b, e, c)
-    max_mb = _search_micro_batch(est, a, shape.trained, extras) if search_max_mb and "allocated_gib" in out else 0
+    max_mb = search_micro_batch(est, a, shape.trained, extras) if search_max_mb and "allocated_gib" in out else 0
     one_time = 0.0
     if jspec.precompute_ref and shape.reference > 0:
         micro_steps = math.ceil(samples_per_epoch / (jspec.micro_batch * jspec.dp))
-        one_time = _v(fwd) * shape.reference / jspec.grad_accum * micro_steps
+        one_time = first_value(fwd) * shape.reference / jspec.grad_accum * micro_steps
     assumptions = preference_assumptions(jspec, shape, ref_pass, ref_weights, one_time)
     return StageRun(arrays=a, out=out, totals_job=jspec, samples_scale=1.0, samples_per_step=jspec.global_batch,
                     gpu_factor=1.0, one_time_s=one_time, max_micro_batch=max_mb, assumptions=assumptions)
@@ -262,8 +159,8 @@ def stage_totals(run: StageRun, totals):
                                                                                               1e-30),
                   energy_kwh=(totals.energy_kwh + busy) * f, co2_kg=totals.co2_kg * f * (
                       1.0 + busy / max(totals.energy_kwh, 1e-30)))
-    step = _v(run.out["step_s"])
-    parts = {g: sum(_v(run.out[k]) for k in ks if k in run.out) for g, ks in TRAIN_GROUPS.items()}
+    step = first_value(run.out["step_s"])
+    parts = {g: sum(first_value(run.out[k]) for k in ks if k in run.out) for g, ks in TRAIN_GROUPS.items()}
     train_parts = {g: totals.train_s * v / step for g, v in parts.items() if v or g == "policy_update"}
     wcb = {"load": totals.load_s, "train": totals.train_s, "eval": totals.eval_s,
            "checkpoint": totals.checkpoint_s}
@@ -271,6 +168,6 @@ def stage_totals(run: StageRun, totals):
         wcb["reference_precompute"] = pre
     extra = {"stage": run.extra.get("stage", {"stage": run.totals_job.stage}), "wall_clock_breakdown_s": wcb,
              # what the GPUs compute on: both sequences of a pair, prompt + completion of every completion
-             "tokens_total": _v(run.out["tokens_per_step"]) * totals.steps}
+             "tokens_total": first_value(run.out["tokens_per_step"]) * totals.steps}
     extra["stage"] = {**extra["stage"], "train_parts_s": train_parts}
     return out, extra

@@ -1,17 +1,13 @@
 """Gradient-boosted trees as plain data: export a fitted scikit-learn HistGradientBoostingRegressor
-to JSON-able lists and predict with numpy alone (or, for one estimate's few rows, plain Python), so a
-calibration file is one versioned JSON and `tuneplan estimate` never imports scikit-learn. One
-evaluator serves every caller (estimate, predict, the planner's grids)."""
+to JSON-able lists and predict with numpy alone, so a calibration file is one versioned JSON and
+`tuneplan estimate` never imports scikit-learn. One evaluator serves every caller (estimate, predict,
+the planner's grids)."""
 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING
 
-from tuneplan.physics import xp
-
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
 
 
 def export_hgb(model, feature_names: list[str]) -> dict:
@@ -28,8 +24,6 @@ def export_hgb(model, feature_names: list[str]) -> dict:
             "right": [int(v) for v in nodes["right"]],
             "leaf": [int(v) for v in nodes["is_leaf"]],
         })
-    import numpy as np
-
     return {"kind": "hgb-regressor", "baseline": float(np.asarray(model._baseline_prediction).ravel()[0]),
             "features": list(feature_names), "trees": trees}
 
@@ -38,8 +32,8 @@ class Forest:
     """All trees stacked into flat node arrays (children numbered after their parent, as scikit-learn
     writes them). `predict` of a numpy matrix evaluates each distinct row once, as the trees see it
     (the same rank among every feature's thresholds), and walks each tree node by node with whole-column
-    comparisons; a pure-Python `xp.Mat` (one estimate) goes down each tree row by row. Both sum a row's
-    leaves in numpy's pairwise order, so one row's figure is the same in any batch."""
+    comparisons, summing a row's leaves in numpy's pairwise order, so one row's figure is the same in any
+    batch."""
 
     CHUNK = 1 << 14
     """Distinct rows evaluated at a time (bounds the rows x trees matrix of leaf values)."""
@@ -69,8 +63,6 @@ class Forest:
                 "right": right, "leaf": leaf, "roots": roots}
 
     def _array(self, key: str, dtype: type) -> np.ndarray:
-        import numpy as np
-
         return np.asarray(self.nodes[key], dtype=dtype)
 
     @cached_property
@@ -109,8 +101,6 @@ class Forest:
     def internal(self) -> list[tuple[int, np.ndarray]]:
         """Per tree: its root and its internal nodes in ascending order (a parent before its children,
         so one ascending pass takes every row to its leaf)."""
-        import numpy as np
-
         bounds = [*self.roots.tolist(), len(self.value)]
         out = []
         for t in range(len(self.roots)):
@@ -125,8 +115,6 @@ class Forest:
     @cached_property
     def split_thresholds(self) -> dict[int, np.ndarray]:
         """Every threshold the trees split each feature on, sorted and distinct."""
-        import numpy as np
-
         inner = ~self.leaf
         return {int(j): np.unique(self.threshold[inner & (self.feature == j)]) for j in np.unique(self.feature[inner])}
 
@@ -134,8 +122,6 @@ class Forest:
         """(first row of each distinct row as the trees see it, each row's index among them): rows whose
         every feature has the same rank among that feature's thresholds (NaN a rank of its own) reach the
         same leaves."""
-        import numpy as np
-
         n = X.shape[0]
         key = np.zeros(n, dtype=np.int64)
         span = 1
@@ -155,8 +141,6 @@ class Forest:
 
     def _leaf_values(self, X: np.ndarray) -> np.ndarray:
         """rows x trees: the value of the leaf each row reaches in each tree (node by node, whole columns)."""
-        import numpy as np
-
         X = np.asfortranarray(X)  # whole columns are read
         n = X.shape[0]
         out = np.empty((n, len(self.roots)))
@@ -173,11 +157,7 @@ class Forest:
             out[:, t] = self.value[cur]
         return out
 
-    def predict(self, X: xp.Array) -> xp.Array:
-        if xp.is_vec(X):
-            return self._predict_rows(X)
-        import numpy as np
-
+    def predict(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=float)
         n = X.shape[0]
         if len(self.roots) == 0 or n == 0:
@@ -186,28 +166,9 @@ class Forest:
         U = X[first]
         total = np.empty(len(U))
         for lo in range(0, len(U), self.CHUNK):
-            # numpy's pairwise sum over a row of the C-ordered matrix: the order `_predict_rows` follows
+            # numpy's pairwise sum over a row of the C-ordered matrix: one row's sum in any batch
             total[lo:lo + self.CHUNK] = self._leaf_values(U[lo:lo + self.CHUNK]).sum(axis=1)
         return (self.baseline + total)[inverse]
-
-    def _predict_rows(self, X: xp.Mat) -> xp.Vec:
-        """`predict` of a pure-Python matrix: each row down each tree, the leaves summed in numpy's
-        order (`xp.pairwise_sum`, as `value[node].sum(axis=1)`)."""
-        out = []
-        for row in X.rows:
-            leaves = []
-            for t in self.trees:
-                feature, thr, miss, left, right, leaf = (t["feature"], t["threshold"], t["missing_left"], t["left"],
-                                                         t["right"], t["leaf"])
-                node = 0
-                for _ in range(64):
-                    if leaf[node]:
-                        break
-                    x = row[feature[node]]
-                    node = left[node] if (miss[node] if x != x else x <= thr[node]) else right[node]
-                leaves.append(t["value"][node])
-            out.append(self.baseline + xp.pairwise_sum(leaves))
-        return xp.Vec(out)
 
 
 def predict_trees(model: dict, X: np.ndarray) -> np.ndarray:

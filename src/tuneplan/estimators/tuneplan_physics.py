@@ -5,13 +5,14 @@ gradient-boosted correction on the log-residuals."""
 
 from __future__ import annotations
 
-from tuneplan.estimators.base import MEMORY_PARTS, STEP_PARTS
-from tuneplan.physics import xp
+import numpy as np
+
+from tuneplan.estimators.contract import MEMORY_PARTS, STEP_PARTS
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.memory import memory, settle_peaks
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
 
-Arrays = dict[str, xp.Array]
+Arrays = dict[str, np.ndarray]
 
 MFU_CEILING = 0.80
 """No configuration is predicted above this model-FLOPs utilisation, whatever a learned correction
@@ -23,14 +24,13 @@ BISECTION_STEPS = 14
 """Halvings of [0, 4097) in the search for the largest micro-batch that fits (at least log2 4097)."""
 LOOKAHEAD = 5
 """Halvings evaluated per predict_arrays call when few rows are searched (31 micro-batches per row: the
-14 halvings in 3 calls; one estimate's search is quickest so on either backend, 64 rows' as quick as
-with 4 halvings a call)."""
+14 halvings in 3 calls; one estimate's search is quickest so, 64 rows' as quick as with 4 halvings a call)."""
 LOOKAHEAD_MAX_ROWS = 64
 """Rows up to which the look-ahead pays (each call's fixed cost dominates); more rows: one halving a call."""
 
 def _tiled(a: Arrays, n: int, reps: int) -> Arrays:
-    """`a` with each per-row array repeated `reps` times end to end (`xp.tile`)."""
-    return {key: (xp.tile(v, reps) if getattr(v, "shape", ())[:1] == (n,) else v) for key, v in a.items()}
+    """`a` with each per-row array repeated `reps` times end to end."""
+    return {key: (np.tile(v, reps) if getattr(v, "shape", ())[:1] == (n,) else v) for key, v in a.items()}
 
 
 class TuneplanEstimator:
@@ -47,28 +47,6 @@ class TuneplanEstimator:
     @property
     def memory_model(self) -> TuneplanEstimator:
         return self
-
-    @property
-    def python_arrays(self) -> bool:
-        """Whether one configuration is quicker on `physics.xp`'s pure-Python vectors than on numpy
-        (api.estimate): yes, unless a memory correction makes the largest-micro-batch search measure
-        every trial micro-batch's distance to the training rows (numpy's work)."""
-        return not getattr(self.residual, "memory_reads_step", False)
-
-    @classmethod
-    def from_calibration(cls, calibration=None) -> TuneplanEstimator:
-        """None: the shipped default calibration (uncalibrated physics if none ships);
-        'none': the uncalibrated physics; else a calibration path or name."""
-        if isinstance(calibration, str) and calibration.lower() in ("none", "physics", "uncalibrated"):
-            return cls()
-        from tuneplan.estimators.calibration import default_calibration, load_calibration
-
-        if calibration is None:
-            cal = default_calibration()
-            if cal is None or cal.learner != "tuneplan":
-                return cls()
-            return cal.estimator()
-        return load_calibration(calibration, expected="tuneplan").estimator()
 
     @classmethod
     def from_payload(cls, d: dict, name: str | None = None) -> TuneplanEstimator:
@@ -101,14 +79,14 @@ class TuneplanEstimator:
         return out
 
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False, represents: int | None = None) -> Arrays:
-        """`represents`: the rows these distinct configurations stand for (the residual gate's exact
-        method follows that count, as when predicting them all)."""
+        """The physics' figures with the calibration's corrections. `represents`: the rows these distinct
+        configurations stand for (a table predicts its repeated configurations once; the figures do not
+        depend on it)."""
         out = self.physics(a)
         if self.residual is not None or self.stack is not None:
             n = len(out["step_s"])
-            thr_factor, mem_factor, info = ((self.residual.correct(a, out) if represents is None
-                                             else self.residual.correct(a, out, represents))
-                                            if self.residual is not None else (xp.ones(n, like=out["step_s"]), xp.ones(n, like=out["step_s"]), {}))
+            thr_factor, mem_factor, info = (self.residual.correct(a, out) if self.residual is not None
+                                            else (np.ones(n), np.ones(n), {}))
             offset = 0.0
             if self.stack is not None:
                 thr_factor = thr_factor * self.stack.throughput_factor(a, n)
@@ -119,21 +97,21 @@ class TuneplanEstimator:
             out["max_micro_batch"] = self.max_micro_batch(a)
         return out
 
-    def _apply_correction(self, a: Arrays, out: Arrays, thr_factor: xp.Array, mem_factor: xp.Array,
+    def _apply_correction(self, a: Arrays, out: Arrays, thr_factor: np.ndarray, mem_factor: np.ndarray,
                           mem_offset_gib: float) -> None:
         """Learned throughput factors and memory factors / offset applied to the physics' parts."""
         # never faster than the model FLOPs at MFU_CEILING of dense peak: a learned correction
         # must not promise what no GPU delivers
         floor = out["model_flops_per_step"] / (a["gpus"] * a["peak_flops"] * MFU_CEILING)
-        thr_factor = xp.minimum(thr_factor, out["step_s"] / xp.maximum(floor, 1e-30))
-        thr_factor = xp.maximum(thr_factor, 1e-6)
+        thr_factor = np.minimum(thr_factor, out["step_s"] / np.maximum(floor, 1e-30))
+        thr_factor = np.maximum(thr_factor, 1e-6)
         # time: every part scales with the learned factor, so the parts still add up to the step
         for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s"):
             if k in out:
                 out[k] = out[k] / thr_factor
         self._apply_memory_correction(a, out, mem_factor, mem_offset_gib)
 
-    def _apply_memory_correction(self, a: Arrays, out: Arrays, mem_factor: xp.Array, mem_offset_gib: float) -> None:
+    def _apply_memory_correction(self, a: Arrays, out: Arrays, mem_factor: np.ndarray, mem_offset_gib: float) -> None:
         """The memory half of `_apply_correction` (all `fits` depends on)."""
         # memory: the byte-counted states (weights, gradients, master, optimizer) are a floor the
         # learned factor never goes below; the difference is reported as its own part
@@ -141,79 +119,74 @@ class TuneplanEstimator:
                   + out["gathered_params_gib"])
         # the backward's peak is corrected; the optimizer step's (byte-counted states and temporaries) is not
         backward = out["allocated_gib"] - out["optimizer_step_gib"]
-        corrected = xp.maximum(backward * mem_factor + mem_offset_gib, static + out["workspace_gib"])
+        corrected = np.maximum(backward * mem_factor + mem_offset_gib, static + out["workspace_gib"])
         out["calibration_gib"] = corrected - backward
         # the cached blocks of other batch shapes (memory()'s variable_shape_gib) are not rescaled
         settle_peaks(out, corrected, self.constants)
         out["memory_gib"] = out["nvidia_smi_gib"]
 
-    def max_micro_batch(self, a: Arrays, represents: int | None = None) -> xp.Array:
+    def max_micro_batch(self, a: Arrays, represents: int | None = None) -> np.ndarray:
         """The largest micro-batch that fits, per row. `represents`: the rows these stand for (a
         table's rows with each distinct configuration searched once): the search runs as it would
-        over them all (its steps per call, and the residual gate's exact method, follow that count).
+        over them all (its steps per call follow that count).
         The halvings of `physics.memory.max_micro_batch`, several per call when few rows are searched."""
         # search with the (corrected) memory: 14 halvings of [0, 4097)
         n = len(a["micro_batch"])
         rows = n if represents is None else represents
-        lo = xp.zeros(n, like=a["micro_batch"])
-        hi = xp.full(n, 4097.0, like=a["micro_batch"])
+        lo = np.zeros(n)
+        hi = np.full(n, 4097.0)
         done = 0
         while done < BISECTION_STEPS:
             # few rows (an estimate): LOOKAHEAD halvings per call, every micro-batch they may try at once
             k = min(LOOKAHEAD if rows <= LOOKAHEAD_MAX_ROWS else 1, BISECTION_STEPS - done)
-            lo, hi = self._halvings(a, lo, hi, k, rows)
+            lo, hi = self._halvings(a, lo, hi, k)
             done += k
         return lo.astype(int)
 
-    def _fits(self, a: Arrays, rows: int | None = None) -> xp.Array:
+    def _fits(self, a: Arrays) -> np.ndarray:
         """`predict_arrays(a)["fits"]`, without the throughput correction (fits does not read it)."""
         if type(self).predict_arrays is TuneplanEstimator.predict_arrays and self.residual is None and self.stack is None:
-            return xp.asarray(memory(a, self.constants)["fits"], dtype=bool)  # no correction: the physics' fit
+            return np.asarray(memory(a, self.constants)["fits"], dtype=bool)  # no correction: the physics' fit
         if (type(self).predict_arrays is not TuneplanEstimator.predict_arrays
                 or not hasattr(self.residual or self, "memory_factor")):
-            return xp.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
+            return np.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
         # the memory correction's features may read the step's parts; without one, memory alone decides
         out = self.physics(a) if getattr(self.residual, "memory_reads_step", True) else memory(a, self.constants)
         n = len(out["fits"])
-        mem_factor = xp.ones(n, like=out["fits"])
+        mem_factor = np.ones(n)
         if self.residual is not None:
-            mem_factor = self.residual.memory_factor(a, out, rows)
+            mem_factor = self.residual.memory_factor(a, out)
         offset = self.stack.memory_offset_gib if self.stack is not None else 0.0
         self._apply_memory_correction(a, out, mem_factor, offset)
-        return xp.asarray(out["fits"], dtype=bool)
+        return np.asarray(out["fits"], dtype=bool)
 
-    def _halvings(self, a: Arrays, lo: xp.Array, hi: xp.Array, k: int,
-                  rows: int | None = None) -> tuple[xp.Array, xp.Array]:
+    def _halvings(self, a: Arrays, lo: np.ndarray, hi: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """k steps of the bisection on `fits` in one predict_arrays call: the 2^k - 1 micro-batches the
-        next k steps may try (node i's children: 2i+1 when it fits, 2i+2 when not), then the walk.
-        `rows`: the rows `a` stands for (`max_micro_batch`)."""
+        next k steps may try (node i's children: 2i+1 when it fits, 2i+2 when not), then the walk."""
         n = len(lo)
         nodes = [(lo, hi)]
         mids = []
         for i in range(2**k - 1):
             n_lo, n_hi = nodes[i]
-            mid = xp.maximum(xp.floor((n_lo + n_hi) / 2.0), 1.0)
+            mid = np.maximum(np.floor((n_lo + n_hi) / 2.0), 1.0)
             mids.append(mid)
-            nodes.append((xp.where(mid > n_lo, mid, n_lo), n_hi))  # fits: lo moves up
+            nodes.append((np.where(mid > n_lo, mid, n_lo), n_hi))  # fits: lo moves up
             nodes.append((n_lo, mid))  # does not fit: hi comes down
         reps = len(mids)
-        # one configuration's pure-Python vectors broadcast as they are (length 1) against the trial
-        # micro-batches: only what depends on the micro-batch is computed per trial
-        one = n == 1 and xp.is_vec(lo)
-        trial = _tiled(a, n, reps) if reps > 1 and not one else dict(a)
-        mid_at = xp.concatenate(mids)  # node i's micro-batches at [i n, (i + 1) n)
+        trial = _tiled(a, n, reps) if reps > 1 else dict(a)
+        mid_at = np.concatenate(mids)  # node i's micro-batches at [i n, (i + 1) n)
         trial["micro_batch"] = mid_at
-        ok = self._fits(trial, None if rows is None else reps * rows)
+        ok = self._fits(trial)
         if len(ok) != reps * n:  # a fit that did not depend on the micro-batch
-            ok = ok & xp.full(reps * n, True, like=lo)
-        node = xp.zeros(n, like=lo).astype(int)
-        cols = xp.arange(n, like=lo)
+            ok = ok & np.full(reps * n, True)
+        node = np.zeros(n).astype(int)
+        cols = np.arange(n)
         for _ in range(k):
             at = node * n + cols
             fits, mid = ok[at], mid_at[at]
-            lo = xp.where(fits & (mid > lo), mid, lo)
-            hi = xp.where(~fits, mid, hi)
-            node = 2 * node + xp.where(fits, 1, 2)
+            lo = np.where(fits & (mid > lo), mid, lo)
+            hi = np.where(~fits, mid, hi)
+            node = 2 * node + np.where(fits, 1, 2)
         return lo, hi
 
     def assumptions(self, job=None) -> list[str]:
@@ -250,3 +223,23 @@ class TuneplanEstimator:
                 f"{c.kernel_launch_s * 1e6:.1f} us each, and {c.adapter_passes:.1f} element-wise passes "
                 "over each adapted module's input and output per token.")
         return base
+
+
+class BorrowsMemory:
+    """For estimators that predict step time only (`time_arrays`, their own model): `predict_arrays`
+    adds tuneplan's uncalibrated memory model's figures to it."""
+
+    constants: PhysicsConstants = DEFAULT_CONSTANTS
+    memory_parts = MEMORY_PARTS
+    MEMORY_ASSUMPTION = "Memory figures from tuneplan's uncalibrated memory model (this estimator has none)."
+
+    @property
+    def memory_model(self) -> TuneplanEstimator:
+        return TuneplanEstimator()
+
+    def time_arrays(self, a: Arrays) -> Arrays:
+        raise NotImplementedError
+
+    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+        m = memory(a, self.constants)
+        return {**m, "memory_gib": m["nvidia_smi_gib"], **self.time_arrays(a)}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuneplan.estimators.base import BorrowsMemory
+from tuneplan.estimators.tuneplan_physics import BorrowsMemory
 
 Arrays = dict[str, np.ndarray]
 
@@ -101,14 +101,6 @@ class XiaEstimator(BorrowsMemory):
     def __init__(self, coefficients: XiaCoefficients | None = None, calibration_name: str | None = None) -> None:
         self.coefficients = coefficients or XiaCoefficients()
         self.calibration_name = calibration_name
-
-    @classmethod
-    def from_calibration(cls, calibration=None) -> XiaEstimator:
-        if calibration is None:
-            return cls()
-        from tuneplan.estimators.calibration import load_calibration
-
-        return load_calibration(calibration, expected="xia").estimator()
 
     @classmethod
     def from_payload(cls, d: dict, name: str | None = None) -> XiaEstimator:

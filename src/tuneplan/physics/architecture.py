@@ -8,12 +8,13 @@ configurations like the rest of the physics.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tuneplan.errors import InputError
-from tuneplan.physics import xp
 from tuneplan.specs.model import ModelSpec, SSMShape, VisionTower
 from tuneplan.specs.struct import dataclass
 
-Arrays = dict[str, xp.Array]
+Arrays = dict[str, np.ndarray]
 
 MAMBA1_SCAN_FLOPS_PER_STATE = 9.0
 """FLOPs per token, channel and state of Mamba-1's selective scan (discretise A and B, update the
@@ -29,7 +30,7 @@ inner tensors are added from its width (the same bookkeeping as the LM layers' i
 # attention span
 
 
-def attention_span(seq_len: xp.Array, window: xp.Array | float, causal: xp.Array | float) -> xp.Array:
+def attention_span(seq_len: np.ndarray, window: np.ndarray | float, causal: np.ndarray | float) -> np.ndarray:
     """Mean keys per query a layer computes scores for.
 
     A full causal layer: `causal` x S (FlashAttention skips the masked half: 0.5; eager computes the
@@ -37,11 +38,11 @@ def attention_span(seq_len: xp.Array, window: xp.Array | float, causal: xp.Array
     that skips blocks outside it (causal < 1): the exact causal mean, w (1 - (w - 1) / (2 S)) for S > w,
     the full-layer span below it; eager attention masks after computing the square (S).
     """
-    S = xp.asarray(seq_len, dtype=float)
-    w = xp.maximum(xp.asarray(window, dtype=float), 1.0)
+    S = np.asarray(seq_len, dtype=float)
+    w = np.maximum(np.asarray(window, dtype=float), 1.0)
     full = causal * S
-    limited = xp.where(w < S, w * (1.0 - (w - 1.0) / (2.0 * S)), full)
-    return xp.where(xp.asarray(causal) < 1.0, xp.minimum(full, limited), S)
+    limited = np.where(w < S, w * (1.0 - (w - 1.0) / (2.0 * S)), full)
+    return np.where(np.asarray(causal) < 1.0, np.minimum(full, limited), S)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def mixer_terms(model: ModelSpec) -> MixerTerms:
     )
 
 
-def sequence_mixing_flops(a: Arrays, seq_len: xp.Array, causal: xp.Array | float) -> xp.Array:
+def sequence_mixing_flops(a: Arrays, seq_len: np.ndarray, causal: np.ndarray | float) -> np.ndarray:
     """Forward FLOPs per token of the sequence mixers: full attention layers over `causal` x S keys,
     local layers over their span (`attention_span`), Mamba scans (independent of S)."""
     local = a.get("attn_local_flops_per_key")
@@ -138,16 +139,16 @@ def sequence_mixing_flops(a: Arrays, seq_len: xp.Array, causal: xp.Array | float
     return out
 
 
-def layer_shares(a: Arrays) -> tuple[xp.Array, xp.Array, xp.Array]:
+def layer_shares(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(attention layers / layers, dense-MLP layers / non-MoE layers, Mamba elements per token per
     layer): 1, 1, 0 for a plain transformer; hybrid stacks (Nemotron-H, Jamba, Granite-4.0-H) have
     layers without attention and, in Nemotron-H, layers without an MLP."""
-    L = xp.maximum(a["n_layers"], 1.0)
+    L = np.maximum(a["n_layers"], 1.0)
     attn_share = a["attn_layers"] / L
     if "dense_mlp_layers" not in a:
-        return attn_share, xp.ones_like(attn_share), xp.zeros_like(attn_share)
-    non_moe = xp.maximum(a["n_layers"] - a["moe_layers"], 1.0)
-    mlp_share = xp.where(a["dense_mlp_layers"] >= 0, xp.minimum(a["dense_mlp_layers"] / non_moe, 1.0), 1.0)
+        return attn_share, np.ones_like(attn_share), np.zeros_like(attn_share)
+    non_moe = np.maximum(a["n_layers"] - a["moe_layers"], 1.0)
+    mlp_share = np.where(a["dense_mlp_layers"] >= 0, np.minimum(a["dense_mlp_layers"] / non_moe, 1.0), 1.0)
     return attn_share, mlp_share, a["ssm_act_elements"] / L
 
 
@@ -240,7 +241,7 @@ def vision_trainable_split(model: ModelSpec, job, trainable: float, frozen_other
     return trainable, frozen_other
 
 
-def vision_tower_flops_per_micro(a: Arrays) -> xp.Array:
+def vision_tower_flops_per_micro(a: Arrays) -> np.ndarray:
     """Tower FLOPs per GPU per micro-step, forward and backward: the micro-batch's images through the
     tower (split by tensor and pipeline parallel like the LM), backward 2x forward only when trained
     (a frozen tower at the input needs no gradient at all)."""
@@ -248,9 +249,9 @@ def vision_tower_flops_per_micro(a: Arrays) -> xp.Array:
     return fwd * (1.0 + 2.0 * a["vision_trainable"] + a["grad_ckpt"] * a["vision_trainable"])
 
 
-def vision_activation_bytes(a: Arrays) -> xp.Array:
+def vision_activation_bytes(a: Arrays) -> np.ndarray:
     """Saved tower activations per GPU (a trained tower; a frozen one runs without saving any)."""
-    per = xp.where(a["grad_ckpt"] > 0, a["vision_ckpt_bytes_per_sample"], a["vision_act_bytes_per_sample"])
+    per = np.where(a["grad_ckpt"] > 0, a["vision_ckpt_bytes_per_sample"], a["vision_act_bytes_per_sample"])
     return a["micro_batch"] * per / a["tp"]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from tuneplan.physics import xp
+import numpy as np
 
 
 class MethodCode(IntEnum):
@@ -58,11 +58,11 @@ OPTIMIZER_CODES = {"adamw": OptimizerCode.ADAMW, "adamw-8bit": OptimizerCode.ADA
                    "galore-adamw": OptimizerCode.GALORE_ADAMW}
 
 
-def lora_family(method_code: xp.Array) -> xp.Array:
+def lora_family(method_code: np.ndarray) -> np.ndarray:
     """Rows whose method trains adapters over frozen weights (LoRA, QLoRA, GPTQ-LoRA, aLoRA, DoRA)."""
     return (method_code >= MethodCode.LORA) & (method_code <= MethodCode.DORA)
 
 
-def full_weights(method_code: xp.Array) -> xp.Array:
+def full_weights(method_code: np.ndarray) -> np.ndarray:
     """Rows whose method trains the model's own weights (full fine-tuning, freeze-tuning)."""
     return (method_code == MethodCode.FULL) | (method_code == MethodCode.FREEZE)

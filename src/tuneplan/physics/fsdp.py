@@ -5,14 +5,15 @@ over the physics arrays; bool masks and counts, used by memory.py (bytes) and st
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
 from tuneplan.physics.codes import MethodCode, ShardingCode
 from tuneplan.physics.stack import get
 
-Arrays = dict[str, xp.Array]
+Arrays = dict[str, np.ndarray]
 
 
-def accumulated_unsharded(a: Arrays, g_div: xp.Array) -> xp.Array:
+def accumulated_unsharded(a: Arrays, g_div: np.ndarray) -> np.ndarray:
     """Where each GPU holds the unsharded gradients through the backward (bool): FSDP (`--sharding fsdp*`,
     gradients sharded: `g_div` > 1) under gradient accumulation with no_sync on all but the last
     micro-batch (`grad_accum_sync` no-sync: HF Trainer / accelerate, Lightning Fabric). torch's FSDP.no_sync:
@@ -20,17 +21,17 @@ def accumulated_unsharded(a: Arrays, g_div: xp.Array) -> xp.Array:
     FSDP2's set_requires_gradient_sync(False) alike. The last micro-batch reduce-scatters them and frees
     each unit's unsharded gradient, so the optimizer step sees the shards only. DeepSpeed ZeRO reduces
     every micro-batch into its partitions (accelerate's no_sync skips DeepSpeed): `--sharding zero*` never."""
-    return (get(a, "accum_no_sync") > 0) & (get(a, "fsdp") > 0) & (xp.asarray(a["grad_accum"]) > 1) & (g_div > 1)
+    return (get(a, "accum_no_sync") > 0) & (get(a, "fsdp") > 0) & (np.asarray(a["grad_accum"]) > 1) & (g_div > 1)
 
 
-def gradient_reductions(a: Arrays) -> xp.Array:
+def gradient_reductions(a: Arrays) -> np.ndarray:
     """Reduce-scatters of the gradients per optimizer step (count): one per micro-batch, or one at the
     last micro-batch where FSDP accumulates under no_sync."""
-    ga = xp.asarray(a["grad_accum"], dtype=float)
-    return xp.where((get(a, "accum_no_sync") > 0) & (get(a, "fsdp") > 0), 1.0, ga)
+    ga = np.asarray(a["grad_accum"], dtype=float)
+    return np.where((get(a, "accum_no_sync") > 0) & (get(a, "fsdp") > 0), 1.0, ga)
 
 
-def flat_parameter_gradients(a: Arrays) -> xp.Array:
+def flat_parameter_gradients(a: Arrays) -> np.ndarray:
     """Where a PEFT method's gradients cover the frozen block weights too (bool): adapters inside each
     block's FSDP1 flat parameter (`fsdp_adapter_wrap` with-block, use_orig_params=True). Autograd
     produces the gradient of the whole flat parameter (the frozen weights' share zero-filled), so
@@ -38,8 +39,8 @@ def flat_parameter_gradients(a: Arrays) -> xp.Array:
     non-frozen parameters in one unit gives "higher than expected gradient memory usage"). The blocks'
     frozen weights are `params_frozen_linear`; embeddings and head sit in the root unit, all frozen, whose
     flat parameter needs no gradient. Full fine-tuning and freeze train whole blocks: nothing changes."""
-    method = xp.asarray(a["method_code"])
+    method = np.asarray(a["method_code"])
     peft = (method != MethodCode.FULL) & (method != MethodCode.FREEZE)
-    sharded = xp.asarray(a["sharding"]) >= ShardingCode.ZERO2
+    sharded = np.asarray(a["sharding"]) >= ShardingCode.ZERO2
     return (peft & sharded & (get(a, "fsdp") > 0) & (get(a, "adapters_in_blocks") > 0)
-            & (xp.asarray(a["params_frozen_linear"]) > 0) & (xp.asarray(a["params_trainable"]) > 0))
+            & (np.asarray(a["params_frozen_linear"]) > 0) & (np.asarray(a["params_trainable"]) > 0))

@@ -11,8 +11,10 @@ fragmentation and `nvidia-smi` adds the CUDA context on top.
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
 from tuneplan.physics.activations import (
+    activation_bytes_per_token_layer,
     backward_peak_bytes,
     checkpointed_activations,
     frozen_product_saving,
@@ -20,18 +22,18 @@ from tuneplan.physics.activations import (
     linear_input_saving,
     replicated_bytes,
 )
-from tuneplan.physics.architecture import layer_shares, vision_activation_bytes
-from tuneplan.physics.codes import MethodCode, OptimizerCode, ShardingCode
+from tuneplan.physics.architecture import vision_activation_bytes
+from tuneplan.physics.codes import OptimizerCode, ShardingCode
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.fsdp import accumulated_unsharded, flat_parameter_gradients
 from tuneplan.physics.moe_lora import stacked_lora_held_bytes
-from tuneplan.physics.ops import dora_saved_bytes_per_layer, logits_memory_bytes
+from tuneplan.physics.ops import logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
 from tuneplan.physics.peft_methods import peft_memory_bytes
 from tuneplan.physics.precision import WEIGHT_COPY_BYTES
 from tuneplan.physics.stack import get
 
-Arrays = dict[str, xp.Array]
+Arrays = dict[str, np.ndarray]
 
 OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0, 6: 8.0}
 """Optimizer state bytes per trainable parameter: AdamW two fp32 moments; 8-bit AdamW (plain or
@@ -41,25 +43,25 @@ parameters and the first moment when beta1 is set); GaLore-AdamW as AdamW for th
 project (`galore_state_elements` for those it does)."""
 
 
-_STATE_TABLE = tuple(OPTIMIZER_STATE_BYTES[k] for k in range(len(OPTIMIZER_STATE_BYTES)))
+_STATE_TABLE = np.asarray([OPTIMIZER_STATE_BYTES[k] for k in range(len(OPTIMIZER_STATE_BYTES))], dtype=float)
 
 
-def _state_bytes(code: xp.Array) -> xp.Array:
-    return xp.take(_STATE_TABLE, code)
+def _state_bytes(code: np.ndarray) -> np.ndarray:
+    return _STATE_TABLE[np.asarray(code).astype(np.intp)]
 
 
-def optimizer_step_bytes(opt: xp.Array, a: Arrays) -> xp.Array:
+def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
     """Temporaries of the optimizer step (bytes): torch.optim.AdamW's default multi-tensor path
     (`_multi_tensor_adam`, torch/optim/adam.py) computes `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`
     for every parameter of a group at once: one second moment's bytes (half of AdamW's states) held next
     to the states and gradients until the update is applied. A fused step (torch `fused=True`, apex /
     Transformer Engine / DeepSpeed FusedAdam) and a per-parameter loop hold none (at most one tensor's);
     8-bit, paged, SGD and Adafactor steps are counted without one."""
-    adamw = xp.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
-    return xp.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
+    adamw = np.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
+    return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
 
 
-def galore_state_elements(a: Arrays) -> xp.Array:
+def galore_state_elements(a: Arrays) -> np.ndarray:
     """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0
     GaLoreAdamW + GaLoreProjector, which transformers' `galore_adamw` optim and ms-swift run): each
     m x n weight's gradient is projected to rank r on its smaller side, so the projector holds r x min(m, n)
@@ -69,17 +71,17 @@ def galore_state_elements(a: Arrays) -> xp.Array:
     return a["galore_rank"] * (a["galore_min_dims"] + 2.0 * a["galore_max_dims"])
 
 
-def expert_sharding(div: xp.Array, ep: xp.Array, expert_here: xp.Array) -> xp.Array:
+def expert_sharding(div: np.ndarray, ep: np.ndarray, expert_here: np.ndarray) -> np.ndarray:
     """The effective shard count of a GPU's weights, gradients or states when `expert_here` of them are
     expert weights: dense ones are sharded over the `div` data x context parallel ranks, expert ones over
     the expert-data-parallel ranks only, div / ep (Megatron-Core's distributed optimizer keeps separate
     buffers on `expert_data_parallel_group`; DeepSpeed-MoE partitions expert weights within their
     expert-data-parallel group). Unsharded (div 1) stays 1."""
-    return 1.0 / ((1.0 - expert_here) / div + expert_here / xp.maximum(div / ep, 1.0))
+    return 1.0 / ((1.0 - expert_here) / div + expert_here / np.maximum(div / ep, 1.0))
 
 
-def master_and_states(a: Arrays, trainable: xp.Array, full: xp.Array, whole: xp.Array,
-                      share: xp.Array) -> tuple[xp.Array, xp.Array]:
+def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole: np.ndarray,
+                      share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding. The master copy and fp32
     moments where the job keeps one (JobSpec.fp32_master: AMP over fp32 weights, DeepSpeed ZeRO,
     Megatron); otherwise 16-bit weights are trained in place and AdamW's moments, allocated like the
@@ -90,72 +92,32 @@ def master_and_states(a: Arrays, trainable: xp.Array, full: xp.Array, whole: xp.
     pbytes = a["weight_bytes_compute"]
     trained16 = whole & (pbytes == 2)
     keep32 = a["fp32_master"] > 0
-    master = xp.where(whole & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0)
-    code = xp.asarray(a["optimizer_code"])
+    master = np.where(whole & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0)
+    code = np.asarray(a["optimizer_code"])
     state = _state_bytes(code)
-    state16 = xp.where(xp.isin(code, (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT)), state, state * pbytes / 4.0)
-    state = xp.where(trained16 & ~keep32, state16, state)
+    state16 = np.where(np.isin(code, (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT)), state, state * pbytes / 4.0)
+    state = np.where(trained16 & ~keep32, state16, state)
     galore = full & (code == OptimizerCode.GALORE_ADAMW)
     projected = a["params_block_linear"] * share
-    opt = xp.where(galore, (trainable - projected) * state + galore_state_elements(a) * share * state / 2.0,
+    opt = np.where(galore, (trainable - projected) * state + galore_state_elements(a) * share * state / 2.0,
                    trainable * state)
     return master, opt
 
 
-def gradient_bytes(a: Arrays, trainable: xp.Array, frozen_lin: xp.Array, grad_bytes: xp.Array,
-                   shards: xp.Array) -> tuple[xp.Array, xp.Array]:
+def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, grad_bytes: np.ndarray,
+                   shards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(through the backward, at the optimizer step) gradient bytes per GPU: every trained weight's
     gradient over `shards` GPUs. Adapters inside FSDP1 block units: the whole flat parameter's gradient,
     in its storage dtype (one dtype per flat parameter, the adapters' the compute dtype; physics/fsdp.py
     flat_parameter_gradients). FSDP accumulating under no_sync holds them unsharded through the backward,
     on the GPU even when offloaded (physics/fsdp.py accumulated_unsharded); the step sees the shards."""
-    whole = xp.where(flat_parameter_gradients(a), trainable * a["weight_bytes_compute"]
+    whole = np.where(flat_parameter_gradients(a), trainable * a["weight_bytes_compute"]
                      + frozen_lin * a["frozen_linear_bytes"], trainable * grad_bytes)
-    sharded = whole / xp.maximum(shards, 1.0)
-    return xp.where(accumulated_unsharded(a, shards), whole, sharded), sharded
+    sharded = whole / np.maximum(shards, 1.0)
+    return np.where(accumulated_unsharded(a, shards), whole, sharded), sharded
 
 
-def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
-    """Saved-for-backward bytes per token per layer (dense layers and MoE layers), at 2 bytes per
-    element for 16-bit training (4 for fp32)."""
-    h, q, kv = a["hidden"], a["q_dim"], a["kv_dim"]
-    gated = a["gated"] > 0
-    inter = a["intermediate"]
-    # hybrid stacks: attention and dense MLPs only in the layers that have them, plus the Mamba mixers
-    attn_share, mlp_share, ssm_per_layer = layer_shares(a)
-    mlp_dense = (xp.where(gated, 4.0 * inter, 2.0 * inter) + 2.0 * h) * mlp_share  # norm in/out + MLP internals
-    attn = 2.0 * h + 2.0 * q + 3.0 * kv  # norm in/out, q (pre/post rope), k (pre/post), v, attn out
-    attn = attn + a.get("attn_latent_elements", 0.0)  # MLA: the compressed q and kv (and their norms)
-    eager_scores = xp.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / a["cp"])
-    flash_stats = xp.where(a["flash_attn"] > 0, 2.0 * a["n_heads"] / xp.maximum(h, 1.0), 0.0)
-    mixers = (attn + eager_scores + flash_stats) * attn_share + ssm_per_layer
-    moe_inner = xp.where(gated, 4.0 * a["moe_intermediate"], 2.0 * a["moe_intermediate"])
-    mlp_moe = 2.0 * h + xp.maximum(a["top_k"], 1.0) * (h + moe_inner) + 2.0 * a["n_experts"]
-    lora_extra = (a["lora_rank"] * 2.0 * a["adapted_inputs_per_layer"]
-                  + c.lora_dropout_copies * a["adapted_inputs_per_layer"] * h)
-    el_bytes = xp.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
-    # NF4 (bitsandbytes Linear4bit): each quantized linear's input cast to the 4-bit layer's compute dtype
-    # (float32 unless set) and kept for its backward, on top of the 16-bit copy
-    nf4 = a["dequant_bytes"] == 1
-    quant_inputs = xp.where(nf4, c.nf4_input_bytes * (2.0 * h + q + inter), 0.0)
-    quant_inputs_moe = xp.where(nf4, c.nf4_input_bytes * (2.0 * h + q + xp.maximum(a["top_k"], 1.0)
-                                                          * a["moe_intermediate"]), 0.0)
-    # fp32 adapters over 16-bit weights (peft >= 0.12 default, JobSpec.adapter_dtype): every adapted module
-    # casts its input to fp32 for lora_A, which keeps that copy for backward: 4 bytes per input element,
-    # per module (q, k and v each keep their own); NF4 layers' own fp32 input copy is quant_inputs
-    cast = (a["adapter_fp32"] > 0) & (a["weight_bytes_compute"] < 4) & (a["dequant_bytes"] != 1)
-    adapter_cast = xp.where(cast, 4.0 * a["adapter_in_elements"] / xp.maximum(a["n_layers"], 1.0), 0.0)
-    adapter_cast = adapter_cast + dora_saved_bytes_per_layer(  # DoRA keeps its frozen and low-rank outputs
-        a["adapter_io_elements"], a["adapter_in_elements"], a["n_layers"], xp.where(cast, 4.0, el_bytes),
-        a["method_code"] == MethodCode.DORA)
-    dense = ((mixers + mlp_dense + lora_extra) * el_bytes + quant_inputs
-             + adapter_cast) * c.activation_scale
-    moe = ((mixers + mlp_moe + lora_extra) * el_bytes + quant_inputs_moe
-           + adapter_cast) * c.activation_scale
-    return {"dense": dense, "moe": moe, "layer_input": h * el_bytes}
-
-
-def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> tuple[xp.Array, xp.Array]:
+def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> tuple[np.ndarray, np.ndarray]:
     """Saved activations and loss buffers per GPU (bytes) at the peak stage.
 
     Per layer from the shapes, as the checkpointing mode, offload, the low-precision recipe and
@@ -163,21 +125,21 @@ def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -
     in-flight micro-batches, the last one the loss."""
     tp, pp, cp = a["tp"], a["pp"], a["cp"]
     per = activation_bytes_per_token_layer(a, c)
-    el_bytes = xp.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
+    el_bytes = np.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
     saving = linear_input_saving(a, el_bytes)
     repl = replicated_bytes(a, el_bytes) * c.activation_scale
     tokens = a["micro_batch"] * a["seq_len"] / cp
     L = a["n_layers"]
-    moe_layers = xp.minimum(a["moe_layers"], L)
+    moe_layers = np.minimum(a["moe_layers"], L)
     layers = L / pp * a["bwd_layer_fraction"]
-    moe_share = xp.where(L > 0, moe_layers / xp.maximum(L, 1.0), 0.0)
+    moe_share = np.where(L > 0, moe_layers / np.maximum(L, 1.0), 0.0)
     fused = fused_swiglu_saving(a, el_bytes)
     frozen = frozen_product_saving(a, el_bytes)  # a frozen down projection keeps no input
     fused = {k: fused[k] + frozen[k] for k in fused}
     per_dense = (per["dense"] - (saving["dense"] + fused["dense"]) * c.activation_scale - repl) / tp + repl
     per_moe = (per["moe"] - (saving["moe"] + fused["moe"]) * c.activation_scale - repl) / tp + repl
     per_layer = (1.0 - moe_share) * per_dense + moe_share * per_moe
-    eager = xp.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / cp) * el_bytes * c.activation_scale / tp
+    eager = np.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / cp) * el_bytes * c.activation_scale / tp
     acts_stage = checkpointed_activations(a, tokens, per_layer, per["layer_input"], eager, layers)
     in_flight = pipeline_inflight_factor(pp, get(a, "vpp"), a["grad_accum"])
     logits = logits_memory_bytes(tokens, a["vocab"], tp, get(a, "ce_code"), c.logits_bytes_per_element)
@@ -185,8 +147,8 @@ def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -
     # and the loss buffers; the peak is the larger (one stage alone without a pipeline)
     first = acts_stage * in_flight
     first_wins = (pp > 1) & (first >= acts_stage + logits)
-    acts = xp.where(first_wins, first, xp.where(pp > 1, acts_stage, first))
-    logits = xp.where(first_wins, 0.0, logits)
+    acts = np.where(first_wins, first, np.where(pp > 1, acts_stage, first))
+    logits = np.where(first_wins, 0.0, logits)
     return acts, logits
 
 
@@ -198,17 +160,17 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     gpn = a["gpus"] / a["nodes"]
     # ZeRO / FSDP / distributed-optimizer shards span data x context parallel: context-parallel ranks hold
     # the same weights (DeepSpeed-Ulysses and Megatron-Core's CP shard over both); hybrid shards within a node
-    sdeg = xp.where(shard == ShardingCode.HYBRID, xp.minimum(dp * a["cp"], gpn), dp * a["cp"])
-    w_div = xp.where((shard == ShardingCode.ZERO3) | (shard == ShardingCode.HYBRID), sdeg, 1.0)
-    g_div = xp.where(shard >= ShardingCode.ZERO2, sdeg, 1.0)
-    o_div = xp.where(shard >= ShardingCode.ZERO1, sdeg, 1.0)
+    sdeg = np.where(shard == ShardingCode.HYBRID, np.minimum(dp * a["cp"], gpn), dp * a["cp"])
+    w_div = np.where((shard == ShardingCode.ZERO3) | (shard == ShardingCode.HYBRID), sdeg, 1.0)
+    g_div = np.where(shard >= ShardingCode.ZERO2, sdeg, 1.0)
+    o_div = np.where(shard >= ShardingCode.ZERO1, sdeg, 1.0)
     offload = shard == ShardingCode.OFFLOAD
     method = a["method_code"]
     full = method == 0
     freeze = method == 6
     pbytes = a["weight_bytes_compute"]
     # expert weights are spread over the expert-parallel ranks
-    expert_share = xp.where(a["params_total"] > 0, a["params_expert"] / a["params_total"], 0.0)
+    expert_share = np.where(a["params_total"] > 0, a["params_expert"] / a["params_total"], 0.0)
     ep_factor = 1.0 - expert_share + expert_share / ep
     w_div, g_div, o_div = (expert_sharding(d, ep, expert_share / ep / ep_factor) for d in (w_div, g_div, o_div))
 
@@ -216,39 +178,39 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     frozen_lin = a["params_frozen_linear"] * ep_factor / split
     frozen_other = a["params_frozen_other"] / split
     # weights: trainable ones at compute precision (LoRA adapters are kept in fp32 by peft)
-    train_w_bytes = xp.where(full | freeze, pbytes, 4.0)
+    train_w_bytes = np.where(full | freeze, pbytes, 4.0)
     weights = (trainable * train_w_bytes + frozen_lin * a["frozen_linear_bytes"]
                + frozen_other * a["frozen_other_bytes"])
     # low-precision training: the cast linear weights (and their transposes) next to the bf16 ones
-    lowp_copies = xp.select([get(a, "lowp") == 1, get(a, "lowp") == 2], [WEIGHT_COPY_BYTES[1], WEIGHT_COPY_BYTES[2]], 0.0)
-    weights = weights + lowp_copies * (frozen_lin + xp.where(full | freeze, trainable, 0.0))
-    weights = xp.where(offload, 0.0, weights / w_div)
+    lowp_copies = np.select([get(a, "lowp") == 1, get(a, "lowp") == 2], [WEIGHT_COPY_BYTES[1], WEIGHT_COPY_BYTES[2]], 0.0)
+    weights = weights + lowp_copies * (frozen_lin + np.where(full | freeze, trainable, 0.0))
+    weights = np.where(offload, 0.0, weights / w_div)
     # gradients in the compute dtype, or in an fp32 buffer (Megatron's main_grad, FSDP2 fp32 reduce)
-    grad_bytes = xp.where(full | freeze, xp.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
-    grads, step_grads = gradient_bytes(a, trainable, frozen_lin, grad_bytes, xp.where(offload, sdeg, g_div))
+    grad_bytes = np.where(full | freeze, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
+    grads, step_grads = gradient_bytes(a, trainable, frozen_lin, grad_bytes, np.where(offload, sdeg, g_div))
     master, opt = master_and_states(a, trainable, full, full | freeze, ep_factor / split)
     master, opt = master / o_div, opt / o_div
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
-    master = xp.where(host_states, 0.0, master)
-    opt = xp.where(host_states, 0.0, opt)
+    master = np.where(host_states, 0.0, master)
+    opt = np.where(host_states, 0.0, opt)
     # sharded weights are gathered a layer (unit) at a time, with one unit prefetched
-    layer_w = a["params_total"] / xp.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
-    gathered = xp.where((shard >= ShardingCode.ZERO3) & (sdeg > 1), 2.0 * layer_w, 0.0)
+    layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
+    gathered = np.where((shard >= ShardingCode.ZERO3) & (sdeg > 1), 2.0 * layer_w, 0.0)
     # DDP gradient buckets: a second copy of the gradients while they are all-reduced
-    ddp_buckets = xp.where((shard == ShardingCode.NONE) & (dp > 1), trainable * grad_bytes, 0.0)
+    ddp_buckets = np.where((shard == ShardingCode.NONE) & (dp > 1), trainable * grad_bytes, 0.0)
 
     acts, logits = activations_and_logits(a, c)
     # PEFT methods' buffers, extra states and saved operands (physics/peft_methods.py)
     tokens = a["micro_batch"] * a["seq_len"] / a["cp"]
     p_w, p_opt, p_act = peft_memory_bytes(a, tokens, split)
-    weights, opt, acts = weights + xp.where(offload, 0.0, p_w), opt + xp.where(offload, 0.0, p_opt), acts + p_act
+    weights, opt, acts = weights + np.where(offload, 0.0, p_w), opt + np.where(offload, 0.0, p_opt), acts + p_act
     if "vision_act_bytes_per_sample" in a:  # a trained vision tower's saved activations
         acts = acts + vision_activation_bytes(a)
     stacked = stacked_lora_held_bytes(a)  # LoRA over stacked MoE experts: W + BA held (physics/moe_lora.py)
     acts = acts + stacked
     # transient dequantised weight (QLoRA/GPTQ): one large projection at a time, in and out
-    dequant_buf = xp.where(a["dequant_bytes"] > 0,
-                           2.0 * a["hidden"] * xp.maximum(a["intermediate"], a["moe_intermediate"]) * 2.0 / tp,
+    dequant_buf = np.where(a["dequant_bytes"] > 0,
+                           2.0 * a["hidden"] * np.maximum(a["intermediate"], a["moe_intermediate"]) * 2.0 / tp,
                            0.0)
     workspace = c.workspace_gib * BYTES_PER_GIB + dequant_buf
 
@@ -260,7 +222,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # the optimizer step, after the backward freed the activations: every gradient, the states and the
     # step's own temporaries; its blocks come from those the backward freed (new segments only beyond them)
     step = weights + step_grads + master + opt + ddp_buckets + workspace
-    step = step + xp.where(host_states, 0.0, optimizer_step_bytes(opt, a))
+    step = step + np.where(host_states, 0.0, optimizer_step_bytes(opt, a))
     g = BYTES_PER_GIB
     out = {
         "weights_gib": weights / g,
@@ -271,8 +233,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "activations_gib": acts / g,
         "logits_gib": logits / g,
         "workspace_gib": workspace / g,
-        "calibration_gib": xp.zeros_like(backward),
-        "cuda_context_gib": xp.full_like(backward, c.cuda_context_gib),
+        "calibration_gib": np.zeros_like(backward),
+        "cuda_context_gib": np.full_like(backward, c.cuda_context_gib),
         "capacity_gib": a["memory_bytes"] / g,
         "variable_shape_gib": variable / g,
         "step_peak_gib": step / g,
@@ -281,8 +243,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     return out
 
 
-def settle_peaks(out: Arrays, backward_gib: xp.Array, c: PhysicsConstants = DEFAULT_CONSTANTS,
-                 outside_gib: xp.Array | float = 0.0) -> None:
+def settle_peaks(out: Arrays, backward_gib: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS,
+                 outside_gib: np.ndarray | float = 0.0) -> None:
     """The peaks from the backward's allocated peak and the optimizer step's (`out["step_peak_gib"]`):
     allocated, the step's share above the backward (`optimizer_step_gib`), reserved, nvidia-smi and the fit.
 
@@ -293,10 +255,10 @@ def settle_peaks(out: Arrays, backward_gib: xp.Array, c: PhysicsConstants = DEFA
     retried before an allocation fails: they show in reserved / nvidia-smi but do not decide the fit.
     `outside_gib`: memory outside torch's allocator (an inference engine's pool) on top of the CUDA context."""
     step = out["step_peak_gib"]
-    allocated = xp.maximum(backward_gib, step)
+    allocated = np.maximum(backward_gib, step)
     backward_held = backward_gib * (1.0 + c.allocator_overhead)
-    held = xp.maximum(backward_held, step)
-    reserved = xp.maximum(backward_held + out["variable_shape_gib"], step)
+    held = np.maximum(backward_held, step)
+    reserved = np.maximum(backward_held + out["variable_shape_gib"], step)
     out["allocated_gib"] = allocated
     out["optimizer_step_gib"] = allocated - backward_gib
     out["reserved_gib"] = reserved
@@ -305,20 +267,20 @@ def settle_peaks(out: Arrays, backward_gib: xp.Array, c: PhysicsConstants = DEFA
     out["fits"] = held + c.cuda_context_gib + outside_gib <= out["capacity_gib"]
 
 
-def max_micro_batch(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, upper: int = 4096) -> xp.Array:
+def max_micro_batch(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, upper: int = 4096) -> np.ndarray:
     """Largest micro-batch whose peak (as nvidia-smi would see it) fits the GPU, by binary search
     over the vectorised memory model at the configured sequence length; 0 when even 1 does not fit."""
     n = len(next(iter(a.values())))
-    lo = xp.zeros(n, like=a["micro_batch"])
-    hi = xp.full(n, float(upper) + 1, like=a["micro_batch"])
-    for _ in range(int(xp.ceil(xp.log2(upper + 1))) + 1):
-        mid = xp.floor((lo + hi) / 2.0)
-        mid = xp.maximum(mid, 1.0)
+    lo = np.zeros(n)
+    hi = np.full(n, float(upper) + 1)
+    for _ in range(int(np.ceil(np.log2(upper + 1))) + 1):
+        mid = np.floor((lo + hi) / 2.0)
+        mid = np.maximum(mid, 1.0)
         trial = dict(a)
         trial["micro_batch"] = mid
         ok = memory(trial, c)["fits"]
-        lo = xp.where(ok & (mid > lo), mid, lo)
-        hi = xp.where(~ok, mid, hi)
-        if xp.all(hi - lo <= 1):
+        lo = np.where(ok & (mid > lo), mid, lo)
+        hi = np.where(~ok, mid, hi)
+        if np.all(hi - lo <= 1):
             break
     return lo.astype(int)

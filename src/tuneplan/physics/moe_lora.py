@@ -25,7 +25,8 @@ weights' dtype, `_LoraFactorsProxy`), so that:
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
 from tuneplan.physics.stack import get
 from tuneplan.specs.struct import dataclass
 
@@ -106,24 +107,24 @@ def stacked_adapters(experts: list, rank: float, dense_moe: bool) -> StackedAdap
     return StackedAdapters(**out)
 
 
-def _terms(a: dict, key: str) -> xp.Array:
+def _terms(a: dict, key: str) -> np.ndarray:
     v = a.get(key)
-    return xp.zeros_like(xp.asarray(a["micro_batch"], dtype=float)) if v is None else xp.asarray(v, dtype=float)
+    return np.zeros_like(np.asarray(a["micro_batch"], dtype=float)) if v is None else np.asarray(v, dtype=float)
 
 
-def stacked_lora_held_bytes(a: dict) -> xp.Array:
+def stacked_lora_held_bytes(a: dict) -> np.ndarray:
     """Bytes per GPU autograd holds for the stacks (activations): every adapted layer's W' until the
     backward (one layer's under activation checkpointing, which rebuilds it there), and the dW' of
     the layer the backward is in. Stacks are spread like the expert weights (expert, tensor and
     pipeline parallel)."""
     params = _terms(a, "stacked_lora_params")
-    per_layer = params / xp.maximum(a["moe_layers"], 1.0)
-    held = xp.where(a["grad_ckpt"] > 0, per_layer, params) + per_layer
+    per_layer = params / np.maximum(a["moe_layers"], 1.0)
+    held = np.where(a["grad_ckpt"] > 0, per_layer, params) + per_layer
     return held * a["weight_bytes_compute"] / (a["ep"] * a["tp"] * a["pp"])
 
 
-def stacked_lora_seconds(a: dict, c, tokens: xp.Array, bw: xp.Array, expert_rate: xp.Array,
-                         rec_share: xp.Array) -> tuple:
+def stacked_lora_seconds(a: dict, c, tokens: np.ndarray, bw: np.ndarray, expert_rate: np.ndarray,
+                         rec_share: np.ndarray) -> tuple:
     """(forward, backward, recompute, launch) seconds per micro-step of LoRA over stacked experts:
     building W' (memory-bound, or the baddbmm's FLOPs at the GEMM ceiling if larger), the full weight
     gradient of the stacks at the experts' GEMM rate, and the stacks' kernels."""
@@ -132,8 +133,8 @@ def stacked_lora_seconds(a: dict, c, tokens: xp.Array, bw: xp.Array, expert_rate
     nbytes = params * a["weight_bytes_compute"] / split
     flops = _terms(a, "stacked_lora_flops") / split
     ceiling = get(a, "bf16_peak_flops") * c.mfu_max * a["matmul_rel"]
-    build = xp.maximum(STACK_PASSES_FORWARD * nbytes / bw, flops / ceiling)
-    factors = xp.maximum(STACK_PASSES_BACKWARD * nbytes / bw, 2.0 * flops / ceiling)
+    build = np.maximum(STACK_PASSES_FORWARD * nbytes / bw, flops / ceiling)
+    factors = np.maximum(STACK_PASSES_BACKWARD * nbytes / bw, 2.0 * flops / ceiling)
     wgrad = tokens * _terms(a, "stacked_wgrad_flops") / (a["tp"] * a["pp"]) / expert_rate
     launch = (1.0 + 0.5 * rec_share) * _terms(a, "stacked_lora_stacks") * STACK_KERNELS * c.kernel_launch_s / a["pp"]
     return build, factors + wgrad, rec_share * build, launch

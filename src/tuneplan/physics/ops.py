@@ -6,7 +6,9 @@ traffic by the kernels the framework runs. Each function is small and vectorised
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
+from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 
 ATTENTION_KERNEL_CODES = {"flash2": 0, "sdpa": 0, "flash3": 1, "te": 1, "eager": 2, "flash1": 3}
 """0: FlashAttention-2 (PyTorch SDPA's flash backend is FA2); 1: Hopper/Blackwell-native kernels
@@ -85,17 +87,17 @@ def expert_gemm_rows(tokens, top_k, n_experts, ep):
     """Rows of each expert's GEMM (tokens): an expert-parallel group of `ep` ranks sends each local
     expert its share of the group's tokens, tokens x ep x top_k / n_experts (grouped GEMM over the local
     experts); at least 1."""
-    return xp.maximum(tokens * ep * xp.maximum(top_k, 1.0) / xp.maximum(n_experts, 1.0), 1.0)
+    return np.maximum(tokens * ep * np.maximum(top_k, 1.0) / np.maximum(n_experts, 1.0), 1.0)
 
 
 def attention_efficiency(span, head_dim, kernel_code, gen_code):
     """FlashAttention's achieved share of the bf16 peak at an attended span (tokens each query attends:
     the sequence, or the window for sliding-window layers) and head dimension."""
-    k = xp.where(kernel_code == 3, 0, kernel_code)
-    emax = xp.select(
+    k = np.where(kernel_code == 3, 0, kernel_code)
+    emax = np.select(
         [(k == kk) & (gen_code == g) for kk, g in FLASH_MAX_EFFICIENCY],
         list(FLASH_MAX_EFFICIENCY.values()), default=FLASH_MAX_EFFICIENCY[(0, 0)])
-    emax = xp.where(kernel_code == 3, FLASH1_RELATIVE * emax, emax)
+    emax = np.where(kernel_code == 3, FLASH1_RELATIVE * emax, emax)
     return emax * span / (span + FLASH_SPAN_HALF) * head_dim / (head_dim + FLASH_HEAD_DIM_HALF)
 
 
@@ -104,7 +106,7 @@ def causal_share(span, seq, causal_kernel):
     blocks (1/2 of a full sequence); a sliding window of w < S computes about w of S keys per query
     (no further halving); eager attention computes every element (1)."""
     window = span < seq
-    return xp.where(causal_kernel > 0, xp.where(window, 1.0, 0.5), 1.0)
+    return np.where(causal_kernel > 0, np.where(window, 1.0, 0.5), 1.0)
 
 
 def attention_flops_per_token(attn_flops_per_seq, span, share):
@@ -114,17 +116,17 @@ def attention_flops_per_token(attn_flops_per_seq, span, share):
 
 def lm_loss_bytes(ce_code, default_bytes):
     """Loss traffic per (token x vocab) element by cross-entropy kind (LOSS_BYTES_PER_LOGIT)."""
-    return xp.where(ce_code == 1, LOSS_BYTES_PER_LOGIT[1], xp.where(ce_code == 2, LOSS_BYTES_PER_LOGIT[2],
+    return np.where(ce_code == 1, LOSS_BYTES_PER_LOGIT[1], np.where(ce_code == 2, LOSS_BYTES_PER_LOGIT[2],
                                                                       default_bytes))
 
 
 def logits_memory_bytes(tokens, vocab, tp, ce_code, default_bytes):
     """Bytes held at the loss per GPU: tokens x vocab / tp x bytes per element by cross-entropy kind;
     a fused loss holds one chunk instead."""
-    per = xp.where(ce_code == 1, LOGITS_BYTES_PER_ELEMENT[1], default_bytes)
+    per = np.where(ce_code == 1, LOGITS_BYTES_PER_ELEMENT[1], default_bytes)
     full = tokens * vocab / tp * per
-    chunk = xp.minimum(tokens, FUSED_CE_CHUNK_TOKENS) * vocab / tp * 6.0
-    return xp.where(ce_code == 2, chunk, full)
+    chunk = np.minimum(tokens, FUSED_CE_CHUNK_TOKENS) * vocab / tp * 6.0
+    return np.where(ce_code == 2, chunk, full)
 
 
 EAGER_RMSNORM_BYTES = 100.0
@@ -176,8 +178,8 @@ def fp32_adapter_bytes(adapter_in, adapter_io, adapter_fp32):
     """Extra traffic per token of fp32 LoRA weights over a 16-bit model, all adapted modules (bytes):
     FP32_ADAPTER_IN_BYTES x inputs + FP32_ADAPTER_OUT_BYTES x outputs (outputs = io - inputs); zero
     with adapters in the compute dtype. A Llama-8B q_proj (4,096 in, 4,096 out): 196 kB per token."""
-    out = xp.maximum(adapter_io - adapter_in, 0.0)
-    return xp.where(adapter_fp32 > 0, FP32_ADAPTER_IN_BYTES * adapter_in + FP32_ADAPTER_OUT_BYTES * out, 0.0)
+    out = np.maximum(adapter_io - adapter_in, 0.0)
+    return np.where(adapter_fp32 > 0, FP32_ADAPTER_IN_BYTES * adapter_in + FP32_ADAPTER_OUT_BYTES * out, 0.0)
 
 
 DORA_SAVED_BASE_BYTES = 2.0
@@ -192,5 +194,22 @@ def dora_saved_bytes_per_layer(adapter_io, adapter_in, n_layers, adapter_bytes, 
     element, the frozen output (DORA_SAVED_BASE_BYTES) and the low-rank output `lora_result` that
     `mag_norm_scale * lora_result` saves, at the adapters' dtype (4 bytes for fp32 adapters). Llama-8B
     with all linears adapted: 43,008 output elements per layer x (2 + 4) = 258 kB per token per layer."""
-    out = xp.maximum(adapter_io - adapter_in, 0.0) / xp.maximum(n_layers, 1.0)
-    return xp.where(is_dora, out * (DORA_SAVED_BASE_BYTES + adapter_bytes), 0.0)
+    out = np.maximum(adapter_io - adapter_in, 0.0) / np.maximum(n_layers, 1.0)
+    return np.where(is_dora, out * (DORA_SAVED_BASE_BYTES + adapter_bytes), 0.0)
+
+
+def efficiency(a: dict[str, np.ndarray], c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
+    """Achieved share of dense peak for the block matmuls: saturating in the tokens each GPU
+    processes per micro-step and in the matmul width per tensor-parallel rank."""
+    tokens = a["micro_batch"] * a["seq_len"] / a["cp"]
+    return gemm_efficiency(tokens, gemm_width(a), c)
+
+
+def gemm_width(a: dict[str, np.ndarray]) -> np.ndarray:
+    """The block GEMMs' narrow dimension per tensor-parallel rank (elements): the FLOP-weighted split
+    dimension / tp or the unsplit one, whichever is narrower (hidden / tp where the terms lack them)."""
+    split = a.get("gemm_split_width")
+    full = a.get("gemm_full_width")
+    if split is None or full is None:
+        return a["hidden"] / a["tp"]
+    return np.where((split > 0) & (full > 0), np.minimum(split / a["tp"], full), a["hidden"] / a["tp"])

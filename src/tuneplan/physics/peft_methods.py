@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tuneplan.errors import InputError
-from tuneplan.physics import xp
+from tuneplan.physics.ops import efficiency
+from tuneplan.physics.targets import normalise_targets
 from tuneplan.specs.job import JobSpec
 from tuneplan.specs.model import LinearShape, ModelSpec
 from tuneplan.specs.peft import CATALOGUE, DEFAULT_VIRTUAL_TOKENS, LORA_EQUIVALENT, method_options
@@ -92,8 +95,6 @@ def default_targets(model: ModelSpec, kind: str) -> tuple[str, ...]:
 def select_modules(model: ModelSpec, job: JobSpec, kind: str) -> tuple[list[LinearShape], bool]:
     """The linear modules a module-targeting method adapts, and whether they are peft's defaults
     (kind 'lora': AdaLoRA and LoRA-FA take --lora-targets and its default, all-linear, as LoRA does)."""
-    from tuneplan.physics.terms import normalise_targets
-
     explicit = "lora_targets" in job.model_fields_set or kind == "lora"
     targets = normalise_targets(job.lora_targets) if explicit else default_targets(model, kind)
     names = {lin.name for lin in model.linears}
@@ -367,17 +368,15 @@ def method_terms(model: ModelSpec, job: JobSpec) -> dict[str, float]:
     return t
 
 
-def peft_step_times(a: dict, c, tokens: xp.Array, split: xp.Array, pp: xp.Array) -> tuple:
+def peft_step_times(a: dict, c, tokens: np.ndarray, split: np.ndarray, pp: np.ndarray) -> tuple:
     """(forward, backward, recompute, launch) seconds per micro-step of the PEFT methods' own work:
     fp32 matmuls with built weights (per token), the weight products built every forward (per
     micro-step, at the curve's ceiling: large square products), and their small kernels. Backward
     is twice the forward (input and weight gradients)."""
     if "peft_fp32_flops" not in a:
-        z = xp.zeros_like(xp.asarray(tokens, dtype=float))
+        z = np.zeros_like(np.asarray(tokens, dtype=float))
         return z, z, z, z
     ceiling = c.mfu_max * a["matmul_rel"]
-    from tuneplan.physics.step import efficiency
-
     eff = efficiency(a, c) * a["matmul_rel"]
     p16 = a["peak_flops"]
     p32 = a.get("peak_flops_fp32", p16)
@@ -388,15 +387,15 @@ def peft_step_times(a: dict, c, tokens: xp.Array, split: xp.Array, pp: xp.Array)
     return fwd, 2.0 * fwd, a["grad_ckpt"] * fwd, launch
 
 
-def peft_memory_bytes(a: dict, tokens: xp.Array, split: xp.Array) -> tuple:
+def peft_memory_bytes(a: dict, tokens: np.ndarray, split: np.ndarray) -> tuple:
     """(weights, optimizer, activations) bytes per GPU the PEFT methods add: buffers (VeRA's shared
     projections, BOFT's permutations), AdaLoRA's importance statistics, and what autograd keeps: the
     per-token operands (one layer's worth under gradient checkpointing), the prefix per sample, and
     the weights built every forward (held until backward)."""
     if "peft_saved_bytes" not in a:
-        z = xp.zeros_like(xp.asarray(tokens, dtype=float))
+        z = np.zeros_like(np.asarray(tokens, dtype=float))
         return z, z, z
-    per_token = a["peft_saved_bytes"] * xp.where(a["grad_ckpt"] > 0, 1.0 / xp.maximum(a["n_layers"], 1.0), 1.0)
+    per_token = a["peft_saved_bytes"] * np.where(a["grad_ckpt"] > 0, 1.0 / np.maximum(a["n_layers"], 1.0), 1.0)
     acts = tokens * per_token + a["micro_batch"] * a["peft_sample_bytes"] + a["peft_fixed_act_bytes"]
     return a["peft_buffer_bytes"] / split, a["peft_state_bytes"] / split, acts / split
 

@@ -12,8 +12,9 @@ read, and casting the weights once per optimizer step (cached across micro-batch
 
 from __future__ import annotations
 
+import numpy as np
+
 from tuneplan.errors import InputError
-from tuneplan.physics import xp
 
 LOW_PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp32": 0, "fp8": 1, "nvfp4": 2, "mxfp4": 2}
 """0: no low-precision GEMMs; 1: fp8 (E4M3/E5M2, per-tensor delayed/current or MXFP8 block scales);
@@ -92,13 +93,13 @@ def linear_tflops(gpu, precision: str) -> tuple[float, str | None]:
 def cast_seconds(io_elements_per_token, tokens, code, bandwidth):
     """Time of the low-precision casts and transposes of one micro-step (s): bytes per io element
     (CAST_BYTES_PER_IO_ELEMENT) x the linears' input + output elements per token x tokens / bandwidth."""
-    per = xp.where(code == 1, CAST_BYTES_PER_IO_ELEMENT[1], xp.where(code == 2, CAST_BYTES_PER_IO_ELEMENT[2], 0.0))
+    per = np.where(code == 1, CAST_BYTES_PER_IO_ELEMENT[1], np.where(code == 2, CAST_BYTES_PER_IO_ELEMENT[2], 0.0))
     return per * io_elements_per_token * tokens / bandwidth
 
 
 def weight_cast_seconds(linear_params, code, bandwidth):
     """Time of casting the low-precision weights once per optimizer step (s)."""
-    per = xp.where(code == 1, WEIGHT_CAST_BYTES[1], xp.where(code == 2, WEIGHT_CAST_BYTES[2], 0.0))
+    per = np.where(code == 1, WEIGHT_CAST_BYTES[1], np.where(code == 2, WEIGHT_CAST_BYTES[2], 0.0))
     return per * linear_params / bandwidth
 
 

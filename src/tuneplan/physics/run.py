@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tuneplan.errors import InputError
-from tuneplan.physics import xp
 from tuneplan.physics.codes import full_weights
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, DEFAULT_GRID_GCO2_KWH, PhysicsConstants
 from tuneplan.specs.job import JobSpec
@@ -79,19 +80,19 @@ def workload_assumptions(job: JobSpec, wl: Workload, c: PhysicsConstants = DEFAU
     ]
 
 
-def weight_bytes(a: dict) -> xp.Array:
+def weight_bytes(a: dict) -> np.ndarray:
     """Bytes loaded from disk at the start: the frozen weights as stored plus the trained ones."""
     return (a["params_frozen_linear"] * a["frozen_linear_bytes"] + a["params_frozen_other"] * a["frozen_other_bytes"]
             + a["params_trainable"] * a["weight_bytes_compute"])
 
 
-def checkpoint_bytes(a: dict) -> xp.Array:
+def checkpoint_bytes(a: dict) -> np.ndarray:
     """Bytes a checkpoint save writes: the trained parameters, 16-bit for full weights, fp32 adapters."""
-    return a["params_trainable"] * xp.where(full_weights(a["method_code"]), 2.0, 4.0)
+    return a["params_trainable"] * np.where(full_weights(a["method_code"]), 2.0, 4.0)
 
 
 def run_totals(job: JobSpec, wl: Workload, a: dict, out: dict, rate=None, grid_gco2_kwh: float | None = None,
-               c: PhysicsConstants = DEFAULT_CONSTANTS) -> dict[str, xp.Array]:
+               c: PhysicsConstants = DEFAULT_CONSTANTS) -> dict[str, np.ndarray]:
     """The run-level totals of every configuration, vectorised: a step time (`out`, an estimator's
     output over the arrays `a`) becomes the wall clock with its overheads (model load, evaluation
     passes, checkpoint saves), device-hours, cost, energy and CO2.
@@ -100,36 +101,36 @@ def run_totals(job: JobSpec, wl: Workload, a: dict, out: dict, rate=None, grid_g
     per-row job numbers (GPUs, micro-batch, accumulation, data parallel) come from `a`. `rate`:
     $/GPU-hour per row or one for all (None or NaN: no cost). `grid_gco2_kwh`: g/kWh (default: the
     job's, else DEFAULT_GRID_GCO2_KWH)."""
-    step_s = xp.asarray(out["step_s"], dtype=float)
+    step_s = np.asarray(out["step_s"], dtype=float)
     n = len(step_s)
-    mb, ga, dp = (xp.asarray(a[k], dtype=float) for k in ("micro_batch", "grad_accum", "dp"))
-    gpus = xp.asarray(a["gpus"], dtype=float)
-    steps = xp.maximum(1.0, xp.ceil(xp.ceil(wl.samples_per_epoch / (mb * ga * dp)) * wl.epochs))
+    mb, ga, dp = (np.asarray(a[k], dtype=float) for k in ("micro_batch", "grad_accum", "dp"))
+    gpus = np.asarray(a["gpus"], dtype=float)
+    steps = np.maximum(1.0, np.ceil(np.ceil(wl.samples_per_epoch / (mb * ga * dp)) * wl.epochs))
     train_s = steps * step_s
     disk = job.disk_gbs * 1e9
-    load_s = (xp.full(n, float(job.load_time_s), like=step_s) if job.load_time_s is not None
-              else xp.asarray(weight_bytes(a), dtype=float) / disk)
+    load_s = (np.full(n, float(job.load_time_s)) if job.load_time_s is not None
+              else np.asarray(weight_bytes(a), dtype=float) / disk)
     if job.eval_every and job.eval_examples:
-        forward_micro_s = xp.asarray(out["forward_s"] if "forward_s" in out else xp.zeros(n, like=step_s), dtype=float) / ga
-        eval_s = xp.floor(steps / job.eval_every) * xp.ceil(job.eval_examples / (mb * dp)) * forward_micro_s
+        forward_micro_s = np.asarray(out["forward_s"] if "forward_s" in out else np.zeros(n), dtype=float) / ga
+        eval_s = np.floor(steps / job.eval_every) * np.ceil(job.eval_examples / (mb * dp)) * forward_micro_s
     else:
-        eval_s = xp.zeros(n, like=step_s)
-    saves = (xp.floor(steps / job.save_every) if job.save_every else 0.0) + (1.0 if job.save_final else 0.0)
-    checkpoint_s = saves * xp.asarray(checkpoint_bytes(a), dtype=float) / disk
+        eval_s = np.zeros(n)
+    saves = (np.floor(steps / job.save_every) if job.save_every else 0.0) + (1.0 if job.save_final else 0.0)
+    checkpoint_s = saves * np.asarray(checkpoint_bytes(a), dtype=float) / disk
     wall = load_s + train_s + eval_s + checkpoint_s
     device_hours = wall * gpus / 3600.0
-    util = xp.clip(xp.asarray(out.get("compute_s", step_s), dtype=float) / step_s, 0.0, 1.0)
-    tdp = xp.asarray(a["tdp_w"], dtype=float)
+    util = np.clip(np.asarray(out.get("compute_s", step_s), dtype=float) / step_s, 0.0, 1.0)
+    tdp = np.asarray(a["tdp_w"], dtype=float)
     idle = c.idle_power_fraction
     energy_j = gpus * (tdp * (idle + (1.0 - idle) * util) * (train_s + eval_s) + tdp * idle * (load_s + checkpoint_s))
     energy_kwh = energy_j / 3.6e6
     grid = grid_gco2_kwh if grid_gco2_kwh is not None else job.grid_gco2_kwh
     grid = DEFAULT_GRID_GCO2_KWH if grid is None else float(grid)
-    cost = device_hours * (xp.nan if rate is None else xp.asarray(rate, dtype=float))
+    cost = device_hours * (np.nan if rate is None else np.asarray(rate, dtype=float))
     return {"steps": steps, "train_s": train_s, "load_s": load_s, "eval_s": eval_s, "checkpoint_s": checkpoint_s,
             "wall_clock_s": wall, "device_hours": device_hours, "cost_usd": cost, "energy_kwh": energy_kwh,
             "co2_kg": energy_kwh * grid / 1000.0,
-            "avg_power_w": xp.where(wall > 0, energy_j / xp.where(wall > 0, wall, 1.0) / gpus, 0.0)}
+            "avg_power_w": np.where(wall > 0, energy_j / np.where(wall > 0, wall, 1.0) / gpus, 0.0)}
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class RunTotals:
     avg_power_w: float
 
     @classmethod
-    def row(cls, totals: dict[str, xp.Array], i: int = 0) -> RunTotals:
+    def row(cls, totals: dict[str, np.ndarray], i: int = 0) -> RunTotals:
         v = {k: float(x[i]) for k, x in totals.items()}
         v["steps"] = int(v["steps"])
         v["cost_usd"] = None if math.isnan(v["cost_usd"]) else v["cost_usd"]

@@ -10,7 +10,8 @@ elsewhere (the planner's grid) without them still evaluate.
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
 from tuneplan.physics.ops import ATTENTION_KERNEL_CODES, GPU_GENERATION_CODES
 from tuneplan.physics.precision import linear_tflops, low_precision_code
 
@@ -19,33 +20,33 @@ CE_CODES = {"none": 0, "chunked": 1, "fused": 2}
 OFFLOAD_CODES = {"none": 0, "optimizer": 1, "all": 2}
 
 STACK_DEFAULTS = {
-    "lowp": 0.0, "lin_peak_flops": xp.nan, "bf16_peak_flops": xp.nan, "ckpt_code": xp.nan, "ckpt_share": 1.0,
+    "lowp": 0.0, "lin_peak_flops": np.nan, "bf16_peak_flops": np.nan, "ckpt_code": np.nan, "ckpt_share": 1.0,
     "act_offload": 0.0, "ce_code": 0.0, "fused_lora": 0.0, "fused_elementwise": 0.0, "dist_opt": 0.0,
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
-    "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": xp.nan, "attn_span": xp.nan, "host_bw": xp.nan,
+    "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
     "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0,
 }
 """Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
 
 
-def get(a: dict, key: str) -> xp.Array:
+def get(a: dict, key: str) -> np.ndarray:
     """a[key], or its default broadcast to the arrays' length; NaN defaults resolved from older keys:
     lin/bf16 peaks = peak_flops, ckpt_code = full where grad_ckpt, attention span = seq_len."""
     if key in a:
-        return xp.asarray(a[key], dtype=float)
+        return np.asarray(a[key], dtype=float)
     mb = a["micro_batch"]
-    n = xp.length(mb)
+    n = np.size(mb)
     if key in ("lin_peak_flops", "bf16_peak_flops"):
-        return xp.asarray(a["peak_flops"], dtype=float) * xp.ones(n, like=mb)
+        return np.asarray(a["peak_flops"], dtype=float) * np.ones(n)
     if key == "ckpt_code":
-        return xp.where(xp.asarray(a["grad_ckpt"], dtype=float) > 0, 2.0, 0.0) * xp.ones(n, like=mb)
+        return np.where(np.asarray(a["grad_ckpt"], dtype=float) > 0, 2.0, 0.0) * np.ones(n)
     if key == "attn_span":
-        return xp.asarray(a["seq_len"], dtype=float) * xp.ones(n, like=mb)
+        return np.asarray(a["seq_len"], dtype=float) * np.ones(n)
     if key == "attn_keys":
-        return xp.asarray(a["seq_len"], dtype=float) * 0.5 * xp.ones(n, like=mb)
+        return np.asarray(a["seq_len"], dtype=float) * 0.5 * np.ones(n)
     if key == "host_bw":
-        return xp.full(n, xp.nan, like=mb)
-    return xp.full(n, STACK_DEFAULTS[key], like=mb)
+        return np.full(n, np.nan)
+    return np.full(n, float(STACK_DEFAULTS[key]))
 
 
 def gpu_generation(gpu) -> int:
@@ -70,8 +71,8 @@ def attention_spans(model, seq_len: int) -> tuple[float, float]:
     spans = list(fn(seq_len)) if callable(fn) else []
     if not spans:
         return 0.5 * seq_len, float(seq_len)
-    s = xp.minimum(xp.asarray(spans, dtype=float), seq_len)
-    keys = xp.where(s < seq_len, s, 0.5 * seq_len)
+    s = np.minimum(np.asarray(spans, dtype=float), seq_len)
+    keys = np.where(s < seq_len, s, 0.5 * seq_len)
     return float(keys.mean()), float(s.mean())
 
 
@@ -102,7 +103,7 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         "vpp": float(job.vpp), "offload_code": float(OFFLOAD_CODES[job.offload]),
         "attn_kernel": float(ATTENTION_KERNEL_CODES[kernel]), "gpu_gen": float(gpu_generation(gpu)),
         "attn_keys": keys, "attn_span": span,
-        "host_bw": float(getattr(gpu, "host_gbs", 0.0) or 0.0) * 1e9 or xp.nan,
+        "host_bw": float(getattr(gpu, "host_gbs", 0.0) or 0.0) * 1e9 or np.nan,
         "opt_foreach": float(job.optimizer_impl == "foreach"),
         # FSDP under accumulation with no_sync (physics/fsdp.py accumulated_unsharded); the planner's grid
         # sets `fsdp` per sharding it tries

@@ -7,7 +7,8 @@ are TRL's (trl 1.16 config dataclasses) unless said otherwise; docs/stages.md st
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
 from tuneplan.specs.struct import dataclass
 
 # ---- TRL defaults (trl 1.16.0: trl/trainer/*_config.py) ------------------------------------------
@@ -104,7 +105,7 @@ def forward_only_s(forward_s, elementwise_s, overhead_s, dequant_s, grad_ckpt):
     """A no-grad forward of the same shapes as a training step (s): the step's forward matmuls, the
     forward's share of the element-wise work and launch overhead, and one of the dequantisation passes
     (2 per step, 3 with gradient checkpointing)."""
-    passes = 2.0 + xp.asarray(grad_ckpt, dtype=float)
+    passes = 2.0 + np.asarray(grad_ckpt, dtype=float)
     return forward_s + FORWARD_SHARE * (elementwise_s + overhead_s) + dequant_s / passes
 
 
@@ -155,7 +156,7 @@ def decode_s(completion_len, prompt_len, batch, weight_bytes, kv_per_token, kv_t
     mean_context = prompt_len + (completion_len + 1.0) / 2.0
     t_mem = decode_step_bytes(weight_bytes, batch, kv_per_token, mean_context, kv_traffic) / bandwidth
     t_flops = batch * flops_per_token / rate
-    return completion_len * (xp.maximum(t_mem, t_flops) + per_token_overhead_s)
+    return completion_len * (np.maximum(t_mem, t_flops) + per_token_overhead_s)
 
 
 def hf_decode_overhead_s(n_layers, kernel_launch_s):

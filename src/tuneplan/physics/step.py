@@ -7,7 +7,8 @@ Times are seconds per optimizer step on one GPU (all GPUs run in lockstep).
 
 from __future__ import annotations
 
-from tuneplan.physics import xp
+import numpy as np
+
 from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.codes import MethodCode, ShardingCode, lora_family
@@ -21,9 +22,11 @@ from tuneplan.physics.ops import (
     FUSED_LORA_KERNELS,
     attention_efficiency,
     eager_norm_rope_bytes,
+    efficiency,
     expert_gemm_rows,
     fp32_adapter_bytes,
     gemm_efficiency,
+    gemm_width,
     lm_loss_bytes,
 )
 from tuneplan.physics.parallel import (
@@ -43,7 +46,7 @@ from tuneplan.physics.precision import (
 )
 from tuneplan.physics.stack import get
 
-Arrays = dict[str, xp.Array]
+Arrays = dict[str, np.ndarray]
 
 PEFT_ADAPTER_PASSES = 4.0
 """Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
@@ -52,53 +55,36 @@ elements): a multiply each way and its gradient, the prior of PhysicsConstants.a
 LoRA's path was counted (their fp32 copies are peft_methods' own terms)."""
 
 
-def efficiency(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> xp.Array:
-    """Achieved share of dense peak for the block matmuls: saturating in the tokens each GPU
-    processes per micro-step and in the matmul width per tensor-parallel rank."""
-    tokens = a["micro_batch"] * a["seq_len"] / a["cp"]
-    return gemm_efficiency(tokens, gemm_width(a), c)
-
-
-def gemm_width(a: Arrays) -> xp.Array:
-    """The block GEMMs' narrow dimension per tensor-parallel rank (elements): the FLOP-weighted split
-    dimension / tp or the unsplit one, whichever is narrower (hidden / tp where the terms lack them)."""
-    split = a.get("gemm_split_width")
-    full = a.get("gemm_full_width")
-    if split is None or full is None:
-        return a["hidden"] / a["tp"]
-    return xp.where((split > 0) & (full > 0), xp.minimum(split / a["tp"], full), a["hidden"] / a["tp"])
-
-
-def ring_time(nbytes: xp.Array, p: xp.Array, bw: xp.Array, factor: float,
-              c: PhysicsConstants) -> xp.Array:
+def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
+              c: PhysicsConstants) -> np.ndarray:
     """Ring collective over p ranks: factor x (p-1)/p x bytes over the bus bandwidth, plus latency.
     factor 2 = all-reduce, 1 = all-gather or reduce-scatter."""
-    p = xp.maximum(p, 1.0)
+    p = np.maximum(p, 1.0)
     hops = p - 1.0  # zero on one rank: no time
     return factor * hops * (nbytes / (p * bw * c.comm_efficiency) + c.comm_latency_s)
 
 
-def activation_elements_per_token_layer(a: Arrays) -> xp.Array:
+def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
     """Element-wise work per token per layer (elements): the hidden state through norms and residuals
     (4h), attention's q/k/v/output (2q + 2kv), and the MLP's intermediate tensors (3I gated, 2I plain;
     MoE: top-k experts' widths); hybrid stacks weigh attention and MLP by the layers that have them and
     add the Mamba mixers' tensors (`architecture.layer_shares`)."""
     attn_share, mlp_share, ssm_per_layer = layer_shares(a)
-    inter = xp.where(a["moe_layers"] > 0, xp.maximum(a["top_k"], 1.0) * a["moe_intermediate"],
+    inter = np.where(a["moe_layers"] > 0, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"],
                      a["intermediate"] * mlp_share)
     return (4.0 * a["hidden"] + attn_share * (2.0 * a["q_dim"] + 2.0 * a["kv_dim"])
-            + xp.where(a["gated"] > 0, 3.0, 2.0) * inter + ssm_per_layer)
+            + np.where(a["gated"] > 0, 3.0, 2.0) * inter + ssm_per_layer)
 
 
-def dp_bandwidth(a: Arrays) -> xp.Array:
+def dp_bandwidth(a: Arrays) -> np.ndarray:
     """Bus bandwidth of the data-parallel group: intra-node when it fits in a node, else the
     slower of the intra-node link and the per-GPU network share."""
     model_par = a["tp"] * a["pp"] * a["cp"]
     spans_nodes = a["dp"] * model_par > a["gpus"] / a["nodes"]
-    return xp.where(spans_nodes, xp.minimum(a["intra_bw"], a["inter_bw"]), a["intra_bw"])
+    return np.where(spans_nodes, np.minimum(a["intra_bw"], a["inter_bw"]), a["intra_bw"])
 
 
-def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array) -> Arrays:
+def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arrays:
     """Forward, backward and recompute seconds of one micro-step, operation by operation: the blocks'
     dense GEMMs at the precision's rate (physics/precision.py), MoE experts' GEMMs at the rows each
     expert receives, the LM head and adapters in bf16, attention at FlashAttention's efficiency for its
@@ -109,7 +95,7 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array) -> Arrays
     lowp = get(a, "lowp")
     eff = efficiency(a, c)
     rel = a["matmul_rel"]
-    lowp_eff = xp.where(lowp > 0, LOW_PRECISION_GEMM_EFFICIENCY, 1.0)
+    lowp_eff = np.where(lowp > 0, LOW_PRECISION_GEMM_EFFICIENCY, 1.0)
     block_rate = get(a, "lin_peak_flops") * eff * rel * lowp_eff
     m_exp = expert_gemm_rows(tokens, a["top_k"], a["n_experts"], a["ep"])
     expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a), c) * rel * lowp_eff
@@ -117,13 +103,13 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array) -> Arrays
     flash = a["flash_attn"] > 0
     # attention over full and local layers (+ Mamba scans, architecture.sequence_mixing_flops); eager
     # attention computes the full square
-    attn_tok = sequence_mixing_flops(a, S, xp.where(flash, get(a, "attn_keys") / S, 1.0))
-    attn_rate = xp.where(flash & (get(a, "attn_kernel") != 2),
+    attn_tok = sequence_mixing_flops(a, S, np.where(flash, get(a, "attn_keys") / S, 1.0))
+    attn_rate = np.where(flash & (get(a, "attn_kernel") != 2),
                          get(a, "bf16_peak_flops") * attention_efficiency(
                              get(a, "attn_span"), a.get("head_dim", 128.0), get(a, "attn_kernel"), get(a, "gpu_gen")),
                          bf16_rate)
-    attn_rate = xp.where(attn_rate > 0, attn_rate, bf16_rate)  # no attention layers (Mamba): any rate
-    expert = a.get("expert_fwd_flops", xp.zeros_like(a["fwd_block_flops"]))
+    attn_rate = np.where(attn_rate > 0, attn_rate, bf16_rate)  # no attention layers (Mamba): any rate
+    expert = a.get("expert_fwd_flops", np.zeros_like(a["fwd_block_flops"]))
     dense = a["fwd_block_flops"] - expert
     frac = a["bwd_layer_fraction"]
     per_tok_fwd = (dense / block_rate + expert / expert_rate + (a["head_flops"] + a["adapter_flops"]) / bf16_rate
@@ -137,20 +123,21 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array) -> Arrays
                                    + attn_tok / attn_rate) + (mode == 1) * attn_tok / attn_rate)
     scale = tokens / split
     return {"t_fwd": per_tok_fwd * scale, "t_bwd": per_tok_bwd * scale, "t_rec": per_tok_rec * scale,
-            "t_attn_fwd_layer": attn_tok / attn_rate * tokens / tp / xp.maximum(a["attn_layers"], 1.0),
+            "t_attn_fwd_layer": attn_tok / attn_rate * tokens / tp / np.maximum(a["attn_layers"], 1.0),
             "t_gemm": (dense / block_rate + expert / expert_rate) * scale * (1.0 + frac * a["bwd_block_factor"]),
             "eff": eff, "rec_share": share, "attn_rate": attn_rate, "expert_rate": expert_rate}
 
 
-def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array, bw: xp.Array,
-                            rec_share: xp.Array) -> Arrays:
+def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, bw: np.ndarray,
+                            rec_share: np.ndarray) -> Arrays:
     """Memory-bound work of one micro-step (s): dequantisation, DoRA's norm, adapter element-wise
     passes and kernel launches, per-layer overhead, the loss, the activations' element-wise kernels,
     and the low-precision casts; each by the kernels the framework runs (physics/ops.py)."""
     split = a["tp"] * a["pp"]
     L = a["n_layers"]
     passes = 2.0 + rec_share
-    dq_bytes = xp.take((0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, FP8_DEQUANT_BYTES), a["dequant_bytes"])
+    dq_table = np.asarray((0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, FP8_DEQUANT_BYTES), dtype=float)
+    dq_bytes = dq_table[np.asarray(a["dequant_bytes"]).astype(np.intp)]
     t_dequant = passes * dq_bytes * a["params_frozen_linear"] / split / bw
     is_dora = (a["method_code"] == MethodCode.DORA).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
@@ -161,13 +148,13 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array, bw
     # peft's LoRA path as counted (PhysicsConstants.adapter_passes); the other PEFT methods' element-wise
     # scalings (IA3's one multiply, ...) at PEFT_ADAPTER_PASSES
     lora = lora_family(a["method_code"])
-    adapter_passes = xp.where(fused_lora & (is_dora == 0), FUSED_ADAPTER_PASSES,
-                              xp.where(lora, c.adapter_passes, PEFT_ADAPTER_PASSES))
+    adapter_passes = np.where(fused_lora & (is_dora == 0), FUSED_ADAPTER_PASSES,
+                              np.where(lora, c.adapter_passes, PEFT_ADAPTER_PASSES))
     t_adapter = adapter_passes * recompute * tokens * a["adapter_io_elements"] * a["weight_bytes_compute"] / (
         split * bw)
     t_adapter = t_adapter + fp32_adapter_seconds(a, tokens, bw, recompute, (fused_lora & (is_dora == 0)) | ~lora)
-    kernels = xp.where(is_dora > 0, c.dora_kernels_per_module,
-                       xp.where(fused_lora, FUSED_LORA_KERNELS, c.lora_kernels_per_module))
+    kernels = np.where(is_dora > 0, c.dora_kernels_per_module,
+                       np.where(fused_lora, FUSED_LORA_KERNELS, c.lora_kernels_per_module))
     # every tensor-parallel rank launches the same kernels; pipeline stages split the modules
     t_adapter_launch = recompute * a["adapted_modules"] * kernels * c.kernel_launch_s / a["pp"]
     t_overhead = c.overhead_s_per_layer * L / a["pp"] * recompute + t_adapter_launch
@@ -175,26 +162,26 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array, bw
     # functions and residual adds, as the framework's kernels stream them
     t_loss = tokens * a["vocab"] * lm_loss_bytes(get(a, "ce_code"), c.loss_bytes_per_logit) / a["tp"] / bw
     act_el = activation_elements_per_token_layer(a)
-    el_passes = xp.where(get(a, "fused_elementwise") > 0, FUSED_ELEMENTWISE_PASSES, c.elementwise_passes)
+    el_passes = np.where(get(a, "fused_elementwise") > 0, FUSED_ELEMENTWISE_PASSES, c.elementwise_passes)
     t_elem = el_passes * tokens * act_el * a["weight_bytes_compute"] * L * a["bwd_layer_fraction"] / split / bw
     lowp = get(a, "lowp")
-    io = a.get("linear_io_elements", xp.zeros_like(tokens))
+    io = a.get("linear_io_elements", np.zeros_like(tokens))
     t_cast = cast_seconds(io / split, tokens, lowp, bw) * recompute
     t_elem = t_elem + eager_norm_rope_seconds(a, tokens, bw, rec_share)
     return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast}
 
 
-def fp32_adapter_seconds(a: Arrays, tokens: xp.Array, bw: xp.Array, recompute: xp.Array,
-                         fused: xp.Array) -> xp.Array:
+def fp32_adapter_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, recompute: np.ndarray,
+                         fused: np.ndarray) -> np.ndarray:
     """fp32 LoRA weights' extra casts and fp32 streams per micro-step (s), peft's unfused path
     (ops.fp32_adapter_bytes); 16-bit models only (an fp32 model has nothing to cast)."""
     lowp_model = a["weight_bytes_compute"] < 4
-    on = xp.where(lowp_model & ~fused, a.get("adapter_fp32", xp.zeros_like(tokens)), 0.0)
+    on = np.where(lowp_model & ~fused, a.get("adapter_fp32", np.zeros_like(tokens)), 0.0)
     per = fp32_adapter_bytes(a["adapter_in_elements"], a["adapter_io_elements"], on)
     return recompute * tokens * per / (a["tp"] * a["pp"]) / bw
 
 
-def eager_norm_rope_seconds(a: Arrays, tokens: xp.Array, bw: xp.Array, rec_share: xp.Array) -> xp.Array:
+def eager_norm_rope_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, rec_share: np.ndarray) -> np.ndarray:
     """Extra memory traffic of norms and RoPE run as eager fp32 op chains (frameworks.yaml
     `eager_norm_rope`), per micro-step (s): ops.eager_norm_rope_bytes per token per layer over the
     layers the backward runs through, the recomputed forward share again under checkpointing."""
@@ -204,7 +191,7 @@ def eager_norm_rope_seconds(a: Arrays, tokens: xp.Array, bw: xp.Array, rec_share
     return get(a, "eager_norm_rope") * tokens * per * layers / (a["tp"] * a["pp"]) / bw
 
 
-def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array, ct: Arrays) -> Arrays:
+def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, ct: Arrays) -> Arrays:
     """Tensor, context, expert and pipeline-parallel communication of one micro-step (s)."""
     tp, pp, cp, ep = a["tp"], a["pp"], a["cp"], a["ep"]
     L = a["n_layers"]
@@ -224,17 +211,17 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: xp.Array, ct
             + ring_attention_exposed(2.0 * kv_local, cp, a["bwd_attn_factor"] * t_attn, cp_bw, c))
     uly = (3.0 + rec_full) * ulysses_seconds(tokens, a["q_dim"] / tp, a["kv_dim"] / tp, a["weight_bytes_compute"],
                                              cp, cp_bw, c)
-    t_cp = xp.where(cp > 1, a["attn_layers"] / pp * xp.where(get(a, "cp_ulysses") > 0, uly, ring), 0.0)
+    t_cp = np.where(cp > 1, a["attn_layers"] / pp * np.where(get(a, "cp_ulysses") > 0, uly, ring), 0.0)
     # expert parallel: all-to-all dispatch and combine, forward and backward, per MoE layer
     ep_bw = link_bandwidth(ep, gpn, a["intra_bw"], a["inter_bw"])
-    a2a_bytes = tokens * a["hidden"] * xp.maximum(a["top_k"], 1.0) * a["weight_bytes_compute"]
+    a2a_bytes = tokens * a["hidden"] * np.maximum(a["top_k"], 1.0) * a["weight_bytes_compute"]
     t_ep = 4.0 * a["moe_layers"] / pp * ring_time(a2a_bytes, ep, ep_bw, 1.0, c)
     # pipeline: activations to the next stage, forward and backward, once per virtual stage
-    t_pp_p2p = xp.where(pp > 1, 2.0 * get(a, "vpp") * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
+    t_pp_p2p = np.where(pp > 1, 2.0 * get(a, "vpp") * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
     return {"t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "t_pp_p2p": t_pp_p2p}
 
 
-def _dp_collective(a: Arrays, nbytes: xp.Array, factor: float, c: PhysicsConstants) -> xp.Array:
+def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants) -> np.ndarray:
     """A data-parallel collective (factor 2 all-reduce, 1 all-gather / reduce-scatter): a ring inside a
     node, hierarchical across nodes (physics/parallel.py)."""
     # gradients are reduced over data x context parallel ranks (context-parallel ranks hold the same weights)
@@ -242,41 +229,41 @@ def _dp_collective(a: Arrays, nbytes: xp.Array, factor: float, c: PhysicsConstan
     group = a["dp"] * a["cp"]
     gpn = a["gpus"] / a["nodes"]
     spans = group * model_par > gpn
-    per_node = xp.maximum(gpn / model_par, 1.0)
+    per_node = np.maximum(gpn / model_par, 1.0)
     hier = hierarchical_allreduce(nbytes, group, per_node, a["intra_bw"], a["inter_bw"], c) * factor / 2.0
-    return xp.where(spans, hier, ring_time(nbytes, group, a["intra_bw"], factor, c))
+    return np.where(spans, hier, ring_time(nbytes, group, a["intra_bw"], factor, c))
 
 
-def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> xp.Array:
+def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> np.ndarray:
     """Data-parallel communication of one step by sharding (s), before overlap."""
     split = a["tp"] * a["pp"]
     dp, ga, shard = a["dp"], a["grad_accum"], a["sharding"]
-    grad_bytes = xp.where(get(a, "fp32_grads") > 0, 4.0, c.ddp_grad_bytes)
+    grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, c.ddp_grad_bytes)
     train_bytes_ddp = a["params_trainable"] / split * grad_bytes
     # adapters in FSDP1 block units reduce the whole flat parameter's gradient
-    reduced = a["params_trainable"] + xp.where(flat_parameter_gradients(a), a["params_frozen_linear"], 0.0)
+    reduced = a["params_trainable"] + np.where(flat_parameter_gradients(a), a["params_frozen_linear"], 0.0)
     train_bytes_sh = reduced / split * c.sharded_grad_bytes
     all_bytes = a["params_total"] / split * a["weight_bytes_compute"]
-    t_comm = xp.zeros_like(a["micro_batch"] + shard)
+    t_comm = np.zeros_like(a["micro_batch"] + shard)
     reduces = gradient_reductions(a)  # FSDP under no_sync: once, at the last micro-batch
-    kinds = {k for k in ShardingCode if xp.any(shard == k)}
+    kinds = {k for k in ShardingCode if np.any(shard == k)}
     if kinds & {ShardingCode.NONE, ShardingCode.ZERO1}:  # DDP / ZeRO-1 / distributed optimizer: one all-reduce (RS + AG) of the gradients
-        t_comm = xp.where(shard <= ShardingCode.ZERO1, _dp_collective(a, train_bytes_ddp, 2.0, c), t_comm)
+        t_comm = np.where(shard <= ShardingCode.ZERO1, _dp_collective(a, train_bytes_ddp, 2.0, c), t_comm)
     if ShardingCode.ZERO2 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
         zero2 = _dp_collective(a, train_bytes_sh, 1.0, c) * reduces + _dp_collective(
             a, a["params_trainable"] / split * a["weight_bytes_compute"], 1.0, c)
-        t_comm = xp.where(shard == ShardingCode.ZERO2, zero2, t_comm)
+        t_comm = np.where(shard == ShardingCode.ZERO2, zero2, t_comm)
     if kinds & {ShardingCode.ZERO3, ShardingCode.OFFLOAD}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
         zero3 = ga * 2.0 * _dp_collective(a, all_bytes, 1.0, c) + reduces * _dp_collective(a, train_bytes_sh, 1.0, c)
         offload_xfer = ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9)
-        t_comm = xp.where(shard == ShardingCode.ZERO3, zero3,
-                          xp.where(shard == ShardingCode.OFFLOAD, zero3 + offload_xfer, t_comm))
+        t_comm = np.where(shard == ShardingCode.ZERO3, zero3,
+                          np.where(shard == ShardingCode.OFFLOAD, zero3 + offload_xfer, t_comm))
     if ShardingCode.HYBRID in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
         gpn = a["gpus"] / a["nodes"]
-        hybrid = (ga * 2.0 * ring_time(all_bytes, xp.minimum(dp, gpn), a["intra_bw"], 1.0, c)
-                  + reduces * ring_time(train_bytes_sh, xp.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
-            train_bytes_sh / xp.minimum(dp, gpn), a["nodes"], xp.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
-        t_comm = xp.where(shard == ShardingCode.HYBRID, hybrid, t_comm)
+        hybrid = (ga * 2.0 * ring_time(all_bytes, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)
+                  + reduces * ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
+            train_bytes_sh / np.minimum(dp, gpn), a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
+        t_comm = np.where(shard == ShardingCode.HYBRID, hybrid, t_comm)
     return t_comm
 
 
@@ -293,7 +280,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     t_fwd, t_bwd, t_rec = ct["t_fwd"], ct["t_bwd"], ct["t_rec"]
     mt = _memory_traffic_seconds(a, c, tokens, bw, ct["rec_share"])
     par = _model_parallel_seconds(a, c, tokens, ct)
-    host = xp.where(xp.isfinite(get(a, "host_bw")), get(a, "host_bw"), c.cpu_offload_gbs * 1e9)
+    host = np.where(np.isfinite(get(a, "host_bw")), get(a, "host_bw"), c.cpu_offload_gbs * 1e9)
     t_offload = activation_offload_seconds(a, c, tokens, host, t_fwd + t_bwd)
     # PEFT methods' own work (physics/peft_methods.py): fp32 matmuls with built weights, weight products
     p_fwd, p_bwd, p_rec, p_launch = peft_step_times(a, c, tokens, split, pp)
@@ -315,26 +302,26 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # optimizer: bytes per trainable parameter, divided by the ranks that own a shard; on the host when
     # offloaded (ZeRO-offload: gradients down, updated 16-bit weights up)
     opt_code = a["optimizer_code"]
-    opt_bytes = xp.take((c.optimizer_bytes_adamw, c.optimizer_bytes_8bit, c.optimizer_bytes_8bit,
-                          c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
-                          c.optimizer_bytes_adafactor,
-                          # GaLore-AdamW: costed as AdamW's traffic (its projections are 4 r m n FLOPs per
-                          # matrix per step; the SVD every update_proj_gap steps is not costed)
-                          c.optimizer_bytes_adamw), opt_code)
+    opt_bytes = np.asarray((c.optimizer_bytes_adamw, c.optimizer_bytes_8bit, c.optimizer_bytes_8bit,
+                            c.optimizer_bytes_sgd, c.optimizer_bytes_sgd_momentum,
+                            c.optimizer_bytes_adafactor,
+                            # GaLore-AdamW: costed as AdamW's traffic (its projections are 4 r m n FLOPs per
+                            # matrix per step; the SVD every update_proj_gap steps is not costed)
+                            c.optimizer_bytes_adamw), dtype=float)[np.asarray(opt_code).astype(np.intp)]
     shard = a["sharding"]
-    opt_div = xp.where(shard >= ShardingCode.ZERO1, dp * cp, 1.0) * split
+    opt_div = np.where(shard >= ShardingCode.ZERO1, dp * cp, 1.0) * split
     offload = (shard == ShardingCode.OFFLOAD) | (get(a, "offload_code") > 0)
     host_opt = a["params_trainable"] / opt_div * (opt_bytes + 2.0 * a["weight_bytes_compute"]) / (
         c.cpu_offload_gbs * 1e9)
-    t_opt = xp.where(offload, host_opt, a["params_trainable"] / opt_div * opt_bytes / bw)
+    t_opt = np.where(offload, host_opt, a["params_trainable"] / opt_div * opt_bytes / bw)
     t_opt = t_opt + weight_cast_seconds((a["params_trainable"] + a["params_frozen_linear"]) / split,
                                         get(a, "lowp"), bw)
 
     t_comm = _dp_seconds(a, c, ct)
     # overlap: DDP buckets hide behind the last micro-step's backward; sharded collectives behind
     # every micro-step's forward and backward
-    hide = xp.where(shard >= ShardingCode.ZERO3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
-    t_comm_exposed = xp.maximum(t_comm - hide, 0.0)
+    hide = np.where(shard >= ShardingCode.ZERO3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
+    t_comm_exposed = np.maximum(t_comm - hide, 0.0)
 
     total = t_pipeline + t_opt + t_comm_exposed
     return {
@@ -348,7 +335,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "pipeline_bubble_s": t_bubble,
         "optimizer_s": t_opt,
         "communication_s": t_comm_exposed,
-        "vision_tower_s": ga * t_vision * xp.ones_like(total),
+        "vision_tower_s": ga * t_vision * np.ones_like(total),
         "communication_total_s": t_comm,
         "step_s": total,
         "efficiency": ct["eff"],
@@ -356,17 +343,17 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     }
 
 
-def model_flops_per_step(a: Arrays) -> xp.Array:
+def model_flops_per_step(a: Arrays) -> np.ndarray:
     """The 6N-style model FLOPs of one optimizer step, all GPUs (for MFU): forward + backward,
     without recompute or dequantisation, counting the attention term."""
     S = a["seq_len"]
-    attn_tok = sequence_mixing_flops(a, S, xp.where(a["flash_attn"] > 0, get(a, "attn_keys") / S, 1.0))
+    attn_tok = sequence_mixing_flops(a, S, np.where(a["flash_attn"] > 0, get(a, "attn_keys") / S, 1.0))
     per_tok = (a["fwd_block_flops"] + a["head_flops"] + attn_tok + a["adapter_flops"]) + (
         a["bwd_layer_fraction"] * (a["bwd_block_factor"] * a["fwd_block_flops"] + 2.0 * attn_tok
                                    + 2.0 * a["adapter_flops"]) + a["bwd_head_factor"] * a["head_flops"])
     return per_tok * a["micro_batch"] * S * a["grad_accum"] * a["dp"]
 
 
-def tokens_per_step(a: Arrays) -> xp.Array:
+def tokens_per_step(a: Arrays) -> np.ndarray:
     """The run's own tokens per optimizer step (prompt tuning's virtual positions not counted)."""
     return a["micro_batch"] * (a["seq_len"] - a.get("virtual_tokens", 0.0)) * a["grad_accum"] * a["dp"]

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from tuneplan.errors import InputError
-from tuneplan.physics import xp
 from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
 from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
 from tuneplan.physics.moe_lora import StackedAdapters, is_routed_expert, peft_reaches_stacks, stacked_adapters
 from tuneplan.physics.peft_methods import MODULE_METHODS, lora_equivalent, method_terms
 from tuneplan.physics.precision import FP8_WEIGHT_BYTES
+from tuneplan.physics.targets import normalise_targets
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
@@ -44,34 +46,6 @@ codebook kernels taken as the same class); 3 fp8 base weights (physics/precision
 ROW_PARALLEL = frozenset({"o", "down", "fc2", "out_proj", "dense", "wo", "shared_down", "dense_4h_to_h"})
 """Linears tensor parallelism splits along their input (row-parallel: attention output, MLP down); the
 others split along their output (Shoeybi et al., 'Megatron-LM', 2019, Sec. 3)."""
-
-TARGET_ALIASES = {
-    "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "out_proj": "o", "query": "q",
-    "key": "k", "value": "v", "qkv_proj": "qkv", "query_key_value": "qkv", "c_attn": "qkv",
-    "wqkv": "qkv", "gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate",
-    "w3": "up", "w2": "down", "c_fc": "fc1", "c_proj": "fc2", "dense_h_to_4h": "fc1",
-    "dense_4h_to_h": "fc2", "fc_in": "fc1", "fc_out": "fc2", "gate_up_proj": "gate_up",
-    "router": "router", "attn": "attention", "mlp": "mlp",
-}
-TARGET_GROUPS = {
-    "attention": ("q", "k", "v", "o", "qkv", "q_a", "q_b", "kv_a", "kv_b", "dense"),
-    "mlp": ("gate", "up", "down", "fc1", "fc2", "shared_gate", "shared_up", "shared_down", "gate_up"),
-    "moe-experts": ("gate", "up", "down"),
-}
-
-
-def normalise_targets(targets: Sequence[str]) -> tuple[str, ...]:
-    out: list[str] = []
-    for t in targets:
-        t = t.strip().lower()
-        if not t:
-            continue
-        t = TARGET_ALIASES.get(t, t)
-        if t in TARGET_GROUPS:
-            out.extend(TARGET_GROUPS[t])
-        else:
-            out.append(t)
-    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -501,10 +475,8 @@ def terms_key(job: JobSpec) -> tuple:
             frozenset(job.model_fields_set & {"lora_rank", "lora_targets"}), job.ckpt_mode)
 
 
-def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None,
-                 backend: str = "numpy") -> dict[str, xp.Array]:
-    """Flat dict of arrays for many (model, gpu, job, seq_len) configurations: numpy arrays, or with
-    `backend="python"` the pure-Python vectors of `physics.xp` (one estimate, numpy not imported)."""
+def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None) -> dict[str, np.ndarray]:
+    """Flat dict of numpy arrays for many (model, gpu, job, seq_len) configurations, one row each."""
     cols: dict[str, list[float]] = {}
     names: dict[str, list[str]] = {}
     cache: dict[tuple, ModelTerms] = {}
@@ -523,8 +495,8 @@ def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], consta
         names.setdefault("_model_names", []).append(model.name)
         names.setdefault("_gpu_names", []).append(gpu.name)
         names.setdefault("_methods", []).append(job.method)
-    out: dict[str, xp.Array] = {k: xp.vector(v, float, backend) for k, v in cols.items()}
+    out: dict[str, np.ndarray] = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
     for k, v in names.items():
-        out[k] = xp.vector(v, object, backend)
+        out[k] = np.asarray(v, dtype=object)
     return out
 

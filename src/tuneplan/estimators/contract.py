@@ -1,0 +1,47 @@
+"""The estimator contract, one for every estimator: `predict_arrays(arrays) -> dict of arrays` over
+many configurations (the flat arrays of `tuneplan.physics.terms.build_arrays`).
+
+Every estimator returns `step_s` (seconds per optimizer step), `tokens_per_step`, `compute_s`,
+`memory_gib` (per GPU, as nvidia-smi shows it), `allocated_gib`, `reserved_gib`, `nvidia_smi_gib` and
+`fits`, and `model_flops_per_step` when it counts FLOPs (the MFU is 0 otherwise); the parts of the step it models (keys of STEP_PARTS) and of memory (its own `memory_parts`, which add
+up to `memory_gib`). It also says which `constants` the arrays are built with, which estimator's
+`memory_model` answers "what is the largest micro-batch" and "what would make it fit" (None: it has no
+model that depends on the batch), and `assumptions(job)`: what its figures assume for that job.
+Estimators that predict time only borrow tuneplan's uncalibrated memory model
+(`tuneplan_physics.BorrowsMemory`).
+Learned estimators are built from a calibration file's payload (`from_payload`); the learners that
+fit them live in `tuneplan.learn`; `estimators.base.get_estimator` gives one by name and calibration.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from tuneplan.physics.constants import PhysicsConstants
+
+Arrays = dict[str, np.ndarray]
+
+STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s", "tensor_parallel_s",
+              "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
+"""The parts of an optimizer step an estimator may report; those it reports add up to `step_s`."""
+MEMORY_PARTS = ("weights_gib", "gradients_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
+                "activations_gib", "logits_gib", "workspace_gib", "optimizer_step_gib", "calibration_gib", "allocator_gib",
+                "cuda_context_gib")
+"""The parts of tuneplan's memory model (they add up to `memory_gib`; gradients are those at the backward's peak:
+physics/activations.backward_peak_bytes; `optimizer_step_gib` is the optimizer step's peak above the
+backward's, where the step's is the higher: physics/memory.settle_peaks)."""
+
+
+class Estimator(Protocol):
+    name: str
+    constants: PhysicsConstants
+    memory_parts: tuple[str, ...]
+
+    @property
+    def memory_model(self) -> Estimator | None: ...
+
+    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays: ...
+
+    def assumptions(self, job=None) -> list[str]: ...
