@@ -66,16 +66,6 @@ def test_random_forests_predict_the_walk_of_each_tree(seed):
     assert np.array_equal(Forest(model).predict(X[::-1]), got[::-1])
 
 
-def test_one_estimate_path_matches_numpy():
-    from tuneplan.physics import xp
-
-    rng = np.random.default_rng(9)
-    model = random_model(rng, n_trees=150)
-    X = rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0, np.nan], size=(12, 5))
-    rows = Forest(model).predict(xp.Mat([list(map(float, r)) for r in X]))
-    assert list(rows) == Forest(model).predict(X).tolist()
-
-
 def test_parent_before_child_order_is_checked():
     model = random_model(np.random.default_rng(1), n_trees=1)
     t = model["trees"][0] = {"value": [0.0, 1.0, 2.0], "feature": [0, 0, 0], "threshold": [0.5, 0.0, 0.0],
