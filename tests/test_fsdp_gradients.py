@@ -116,7 +116,8 @@ def test_job_and_runs_rows_take_the_settings() -> None:
     from tuneplan.learn.dataset import row_to_config
 
     assert make_job(method="full", framework="hf-trainer").grad_accum_sync == "no-sync"
-    assert make_job(method="full").grad_accum_sync == "every-micro-batch"  # generic: FSDP's own
+    assert make_job(method="full", framework="generic").grad_accum_sync == "every-micro-batch"  # FSDP's own
+    assert make_job(method="full").grad_accum_sync == "no-sync"  # no framework given: hf-trainer's
     with pytest.raises(InputError, match="grad-accum-sync"):
         make_job(method="full", grad_accum_sync="sometimes")
     with pytest.raises(InputError, match="fsdp-adapter-wrap"):

@@ -374,6 +374,12 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     gc = _get(row, "grad_ckpt")
     fa = _get(row, "flash_attn")
     pad, fw, adapter_dtype = _row_stack(row)
+    cell = str(_get(row, "framework") or "").strip()
+    if cell and fw.name == "generic" and cell.lower() != "generic":
+        from tuneplan.specs.framework import framework_names
+
+        used.append(f"framework=generic (the cell '{cell}' names no framework profile, so the generic stack's "
+                    f"defaults apply: known are {', '.join(framework_names())}, their aliases and NAME@VERSION)")
     prec_raw = _get(row, "precision")
     kw: dict[str, Any] = {
         "method": method, "precision": precision, "optimizer": optimizer, "gpus": gpus, "nodes": nodes,
@@ -383,7 +389,8 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take_framework("grad_ckpt", fw)),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
-        "adapter_dtype": adapter_dtype, "framework": fw.name, "moe_experts": _row_moe_experts(row, fw),
+        "adapter_dtype": adapter_dtype, "framework": fw.name + (f"@{fw.version}" if fw.version else ""),
+        "moe_experts": _row_moe_experts(row, fw),
         "optimizer_impl": _row_choice(row, fw, "optimizer_impl"),
         "grad_accum_sync": _row_choice(row, fw, "grad_accum_sync"),
         "fsdp_adapter_wrap": _row_choice(row, fw, "fsdp_adapter_wrap"), **shard,

@@ -28,7 +28,7 @@ from tuneplan.physics.moe_lora import stacked_lora_held_bytes
 from tuneplan.physics.ops import dora_saved_bytes_per_layer, logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
 from tuneplan.physics.peft_methods import peft_memory_bytes
-from tuneplan.physics.precision import WEIGHT_COPY_BYTES
+from tuneplan.physics.precision import fp8_weight_bytes
 from tuneplan.physics.stack import get
 
 Arrays = dict[str, xp.Array]
@@ -220,7 +220,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     weights = (trainable * train_w_bytes + frozen_lin * a["frozen_linear_bytes"]
                + frozen_other * a["frozen_other_bytes"])
     # low-precision training: the cast linear weights (and their transposes) next to the bf16 ones
-    lowp_copies = xp.select([get(a, "lowp") == 1, get(a, "lowp") == 2], [WEIGHT_COPY_BYTES[1], WEIGHT_COPY_BYTES[2]], 0.0)
+    # (fp8: by recipe, what is held beside or instead of the 16-bit weight: physics/precision.py)
+    lowp_copies = fp8_weight_bytes(get(a, "lowp"), get(a, "fp8_recipe"))
     weights = weights + lowp_copies * (frozen_lin + xp.where(full | freeze, trainable, 0.0))
     weights = xp.where(offload, 0.0, weights / w_div)
     # gradients in the compute dtype, or in an fp32 buffer (Megatron's main_grad, FSDP2 fp32 reduce)

@@ -33,6 +33,11 @@ which transformers' Trainer applies to a peft model, or FSDP2's per-parameter sh
 carry no gradient) or with-block (inside each block's FSDP1 flat parameter beside the frozen weights,
 use_orig_params=True: the flat parameter's gradient is allocated whole, "higher than expected gradient
 memory usage" in torch FSDP's docstring); physics/fsdp.py."""
+FP8_RECIPES = ("te", "torchao", "fp8-params")
+"""What an fp8 recipe stores for each linear weight (physics/precision.py fp8_weight_bytes): te (Transformer
+Engine: the bf16 weight plus its cached fp8 copy and transpose), torchao (torchao float8: the bf16 weight,
+cast on the fly in each GEMM, no copy kept) or fp8-params (Megatron's fp8 primary weights, fp8_param_gather:
+the weight itself in fp8 plus its transpose, the fp32 master in the optimizer)."""
 BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
                "tp_comm_overlap", "adapter_fp32", "packing")
 
@@ -70,6 +75,8 @@ class FrameworkSpec:
     every-micro-batch when left out)."""
     fsdp_adapter_wrap: str = "separate"
     """Where its FSDP wrapping puts PEFT adapters (FSDP_ADAPTER_WRAPS; separate when left out)."""
+    fp8_recipe: str = "te"
+    """What its fp8 training stores per linear weight (FP8_RECIPES; te when left out)."""
     aliases: tuple[str, ...] = ()
     """Other names `--framework` and a runs file's `framework` cell accept for it (nemo-toolkit, xtuner...)."""
     version_of: str = ""
@@ -90,7 +97,8 @@ class FrameworkSpec:
         """The profile's name with the version it stands for (hf-trainer (transformers 5.25))."""
         if not self.version_of:
             return self.name
-        return f"{self.name} ({self.version_of} {self.version or self.current}{'' if self.version else ', current'})"
+        v = self.version or self.current
+        return f"{self.name} {v}" if self.version_of == self.name else f"{self.name} ({self.version_of} {v})"
 
     def summary(self) -> str:
         """One line of what the framework runs, for the assumptions."""
@@ -148,6 +156,7 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         moe_experts=_moe_experts(name, d), optimizer_impl=_choice(name, d, "optimizer_impl", OPTIMIZER_IMPLS),
         grad_accum_sync=_choice(name, d, "grad_accum_sync", GRAD_ACCUM_SYNCS),
         fsdp_adapter_wrap=_choice(name, d, "fsdp_adapter_wrap", FSDP_ADAPTER_WRAPS),
+        fp8_recipe=_choice(name, d, "fp8_recipe", FP8_RECIPES),
         aliases=tuple(str(a).lower() for a in d.get("aliases") or ()),
         version_of=str(d.get("version_of") or ""), current=str(d.get("current") or ""),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
@@ -237,6 +246,11 @@ def _check_rule(name: str, spec: FrameworkSpec, rule: dict) -> None:
             raise ValueError(f"frameworks.yaml: {name}.versions before {rule['before']}: {k} needs its source")
 
 
+def framework_version_rules(name: str) -> list[dict]:
+    """The `versions` rules of a profile as data/frameworks.yaml gives them (newest bound first)."""
+    return [dict(r) for r in _raw_frameworks()[name].get("versions") or ()]
+
+
 def split_framework(text: str) -> tuple[str, str]:
     """('NAME', 'VERSION') of `NAME[@VERSION]`, the name lower-cased and stripped."""
     name, _, version = str(text or "").strip().partition("@")
@@ -251,7 +265,8 @@ def resolve_framework(text: str | None) -> str:
     fw = load_frameworks()
     key = name if name in fw else framework_aliases().get(name)
     if key is None:
-        raise InputError("framework", f"unknown framework '{name}'", list(fw) + sorted(framework_aliases()))
+        raise InputError("framework", f"unknown framework '{name}' (NAME or NAME@VERSION; `tuneplan frameworks` "
+                                      "lists the aliases)", list(fw))
     if not version:
         return key
     spec = fw[key]
