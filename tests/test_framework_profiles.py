@@ -211,3 +211,37 @@ def test_api_and_web_take_aliases_and_versions():
     r = c.post("/api/estimate", json={**body, "framework": "hf-trainer@4.46"})
     assert r.status_code == 200 and any("hf-trainer (transformers 4.46)" in a for a in r.json()["assumptions"])
     assert c.post("/api/estimate", json={**body, "framework": "zz"}).status_code == 422
+
+
+def test_four_bit_adamw_states_by_hand():
+    """torchao's AdamW4bit: two 4-bit moments with an fp32 scale per 128 elements, 2 x (0.5 + 4/128) =
+    1.0625 bytes per trained parameter (8-bit: 2, AdamW over fp32 masters: 8)."""
+    from tuneplan.configs.maps import OPTIMIZERS
+    from tuneplan.physics.memory import memory
+    from tuneplan.physics.terms import build_arrays, model_terms
+    from tuneplan.specs.gpu import resolve_gpu
+    from tuneplan.specs.model_config import model_from_config
+
+    m = model_from_config(tiny_llama_config(), "tiny")
+    gpu = resolve_gpu("H100-SXM5-80GB")
+
+    def states(opt):
+        job = make_job(method="full", optimizer=opt, master_weights="fp32", micro_batch=1, seq_len=64)
+        return memory(build_arrays([(m, gpu, job, 64)]))["optimizer_gib"][0] * 2**30 / model_terms(
+            m, job).params_trainable
+
+    assert states("adamw-4bit") == pytest.approx(1.0625)
+    assert states("adamw-8bit") == pytest.approx(2.0) and states("adamw") == pytest.approx(8.0)
+    assert OPTIMIZERS["adamw_torch_4bit"] == OPTIMIZERS["torchao.optim.adamw4bit"] == "adamw-4bit"
+
+
+def test_a_rows_recorded_version_selects_the_profiles_values():
+    from tuneplan.learn.dataset import row_to_config
+
+    row = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "lora", "seq_len": "512",
+           "micro_batch_size": "1", "gpus": "1", "framework": "hf-trainer"}
+    assert row_to_config(row).job.optimizer_impl == "fused"
+    old = row_to_config({**row, "transformers_version": "4.46.3"}).job
+    assert (old.framework, old.optimizer_impl) == ("hf-trainer@4.46.3", "foreach")
+    trl = row_to_config({**row, "framework": "trl", "trl_version": "0.21.0"}).job
+    assert trl.framework == "trl@0.21.0" and not trl.grad_ckpt

@@ -33,9 +33,13 @@ from tuneplan.physics.stack import get
 
 Arrays = dict[str, xp.Array]
 
-OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0, 6: 8.0}
+ADAMW_4BIT_STATE_BYTES = 2 * (0.5 + 4.0 / 128)
+"""4-bit AdamW (torchao 0.18.0 torchao/optim/adam.py AdamW4bit, subclass_4bit.py OptimState4bit): two
+moments of 4-bit codes (0.5 byte each) with an fp32 scale per block of 128 (4/128 byte each): 1.0625 bytes
+per trainable parameter (tensors under 4,096 elements stay fp32: negligible)."""
+OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0, 6: 8.0, 7: ADAMW_4BIT_STATE_BYTES}
 """Optimizer state bytes per trainable parameter: AdamW two fp32 moments; 8-bit AdamW (plain or
-paged) two 1-byte moments; SGD none; SGD with momentum one fp32 buffer; Adafactor's factored second
+paged) two 1-byte moments; 4-bit AdamW `ADAMW_4BIT_STATE_BYTES`; SGD none; SGD with momentum one fp32 buffer; Adafactor's factored second
 moment (row + column statistics, taken here as ~1 fp32 per parameter upper bound for non-matrix
 parameters and the first moment when beta1 is set); GaLore-AdamW as AdamW for the weights it does not
 project (`galore_state_elements` for those it does)."""
@@ -93,7 +97,8 @@ def master_and_states(a: Arrays, trainable: xp.Array, full: xp.Array, whole: xp.
     master = xp.where(whole & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0)
     code = xp.asarray(a["optimizer_code"])
     state = _state_bytes(code)
-    state16 = xp.where(xp.isin(code, (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT)), state, state * pbytes / 4.0)
+    low_bit = (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT, OptimizerCode.ADAMW_4BIT)
+    state16 = xp.where(xp.isin(code, low_bit), state, state * pbytes / 4.0)
     state = xp.where(trained16 & ~keep32, state16, state)
     galore = full & (code == OptimizerCode.GALORE_ADAMW)
     projected = a["params_block_linear"] * share

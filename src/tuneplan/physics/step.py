@@ -320,7 +320,9 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                           c.optimizer_bytes_adafactor,
                           # GaLore-AdamW: costed as AdamW's traffic (its projections are 4 r m n FLOPs per
                           # matrix per step; the SVD every update_proj_gap steps is not costed)
-                          c.optimizer_bytes_adamw), opt_code)
+                          c.optimizer_bytes_adamw,
+                          # 4-bit AdamW: the 8-bit step's traffic (weights and gradients dominate it)
+                          c.optimizer_bytes_8bit), opt_code)
     shard = a["sharding"]
     opt_div = xp.where(shard >= ShardingCode.ZERO1, dp * cp, 1.0) * split
     offload = (shard == ShardingCode.OFFLOAD) | (get(a, "offload_code") > 0)

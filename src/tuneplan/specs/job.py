@@ -45,7 +45,8 @@ DEFAULT_MASTER_WEIGHTS = "fp32"
 """A full fine-tuning in 16 bits keeps an fp32 master copy unless told otherwise (--master-weights) or the
 framework says (data/frameworks.yaml): mixed precision over fp32 weights (HF Trainer's bf16=True on a
 model loaded in fp32, PyTorch AMP, DeepSpeed, Megatron) is what most recipes run; 16 bytes/param with AdamW."""
-OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor", "galore-adamw")
+OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
+              "galore-adamw")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
 QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit", "fp8")
@@ -73,7 +74,8 @@ Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"
                  "boft", "vera", "fourierft", "hra", "bone", "prefix-tuning", "prompt-tuning", "p-tuning",
                  "ln-tuning", "adapter"]
 Precision = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "mxfp4"]
-Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor", "galore-adamw"]
+Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
+                    "galore-adamw"]
 DEFAULT_GALORE_RANK = 128
 """GaLore's projection rank when not given: transformers' `galore_adamw` default (trainer_optimizer.py
 `_get_galore_optimizer`: optim_args rank 128)."""
