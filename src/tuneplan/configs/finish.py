@@ -4,6 +4,7 @@ GPU counts or accumulation from a stated global batch, and the work from max_ste
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from tuneplan.configs.base import ConfigRead
 
@@ -90,7 +91,7 @@ def _framework(out: ConfigRead) -> None:
     for table in (FORMAT_FRAMEWORKS, LAUNCHER_FRAMEWORKS):
         for f, file in zip(out.formats, out.files, strict=True):
             if f in table:
-                out.set("framework", table[f], file, "", f"the file is in {f}'s format: data/frameworks.yaml's {table[f]} profile")
+                out.set("framework", table[f], Path(file).name, "", f"the file is in {f}'s format: data/frameworks.yaml's {table[f]} profile")
                 return
 
 

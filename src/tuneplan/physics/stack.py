@@ -193,12 +193,16 @@ def stack_assumptions(model, gpu, job) -> list[str]:
                  if job.optimizer_impl == fw.optimizer_impl else "as set")
         out.append(f"AdamW step {job.optimizer_impl} ({whose}): " + OPTIMIZER_IMPL_WORDS[job.optimizer_impl] + ".")
     if job.sharding.startswith("fsdp") and job.grad_accum > 1 and job.sharding_kind() != "none":
-        whose = f"{fw.name}'s default" if job.grad_accum_sync == fw.grad_accum_sync else "as set"
+        whose = (f"{fw.label}'s default: {fw.sources['grad_accum_sync']}" if job.grad_accum_sync == fw.grad_accum_sync
+                 and fw.sources.get("grad_accum_sync") else f"{fw.label}'s default" if
+                 job.grad_accum_sync == fw.grad_accum_sync else "as set")
         out.append(f"FSDP gradient accumulation {job.grad_accum_sync} ({whose}): "
                    + GRAD_ACCUM_SYNC_WORDS[job.grad_accum_sync] + ".")
     if (job.sharding.startswith("fsdp") and job.sharding_kind() not in ("none", "zero1")
             and job.method not in ("full", "freeze")):
-        whose = f"{fw.name}'s default" if job.fsdp_adapter_wrap == fw.fsdp_adapter_wrap else "as set"
+        whose = (f"{fw.label}'s default: {fw.sources['fsdp_adapter_wrap']}" if job.fsdp_adapter_wrap ==
+                 fw.fsdp_adapter_wrap and fw.sources.get("fsdp_adapter_wrap") else f"{fw.label}'s default" if
+                 job.fsdp_adapter_wrap == fw.fsdp_adapter_wrap else "as set")
         out.append(f"FSDP adapter units {job.fsdp_adapter_wrap} ({whose}): " + FSDP_ADAPTER_WRAP_WORDS[job.fsdp_adapter_wrap] + ".")
     if low_precision_code(job.precision) == 1:
         recipe = job.fp8_recipe or fw.fp8_recipe
