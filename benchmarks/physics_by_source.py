@@ -7,7 +7,10 @@ Nothing is fitted, so holding a source out changes nothing: every row is judged 
 constants (`PhysicsConstants()`), which is what `tuneplan validate --split by-source` prints as its
 `tuneplan-physics` rows, in seconds instead of minutes.
 
-    python benchmarks/physics_by_source.py [--runs DIR_OR_FILE ...] [--worst 10] [--csv out.csv]
+    python benchmarks/physics_by_source.py [--runs DIR_OR_FILE ...] [--worst 10] [--csv out.csv] [--by framework]
+
+`--by framework` groups the same figures by the framework profile each row was costed with (its
+`framework` cell read through data/frameworks.yaml: names, aliases, NAME@VERSION; generic when unknown).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def evaluate(paths):
     out = pd.DataFrame({
         "id": ts.df["id"].astype(str), "source": ts.source,
         "framework": ts.df["framework"].astype(str) if "framework" in ts.df.columns else "",
+        "profile": [c.job.framework for c in ts.configs],
         "model": [c.model.name for c in ts.configs], "gpu": [c.gpu.name for c in ts.configs],
         "method": [c.job.method for c in ts.configs], "precision": [c.job.precision for c in ts.configs],
         "seq": [c.seq_len for c in ts.configs], "gpus": [c.job.gpus for c in ts.configs],
@@ -54,16 +58,16 @@ def evaluate(paths):
     return out
 
 
-def summary(out):
+def summary(out, by: str = "source"):
     import pandas as pd
 
     rows = []
-    for src, g in list(out.groupby("source")) + [("ALL", out)]:
+    for src, g in list(out.groupby(by)) + [("ALL", out)]:
         t = g["tps_ape"].dropna()
         m = g["mem_ape"].dropna()
         f = g.dropna(subset=["measured_fits"])
         v = f[f["verdict_row"]]
-        rows.append({"source": src, "n_tps": len(t), "tps_mdape": t.median() if len(t) else np.nan,
+        rows.append({by: src, "n_tps": len(t), "tps_mdape": t.median() if len(t) else np.nan,
                      "n_mem": len(m), "mem_mdape": m.median() if len(m) else np.nan,
                      "n_fit": len(v), "fit_acc": (v["measured_fits"] == v["pred_fits"]).mean() if len(v) else np.nan,
                      "n_ran": len(f), "ran_acc": (f["measured_fits"] == f["pred_fits"]).mean() if len(f) else np.nan})
@@ -75,10 +79,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", nargs="*", default=[str(p) for p in DEFAULT_RUNS])
     ap.add_argument("--worst", type=int, default=10)
     ap.add_argument("--csv")
+    ap.add_argument("--by", choices=("source", "profile", "framework"), default="source",
+                    help="group the figures by source (default) or by framework profile ('framework' = 'profile')")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     out = evaluate(args.runs)
-    s = summary(out)
+    s = summary(out, "profile" if args.by == "framework" else args.by)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 40):

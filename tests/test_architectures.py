@@ -268,8 +268,9 @@ def test_every_reader_is_registered_under_its_model_type():
 
 
 @pytest.mark.parametrize("model, kwargs, expect", [
-    ("deepseek-ai/DeepSeek-V3", {"gpu": "H200", "gpus": 32, "nodes": 4, "sharding": "zero3", "grad_ckpt": True},
-     "latent attention"),
+    # an nn.Linear per expert: LoRA over transformers 5's stacked experts rebuilds each W + BA (physics/moe_lora.py)
+    ("deepseek-ai/DeepSeek-V3", {"gpu": "H200", "gpus": 32, "nodes": 4, "sharding": "zero3", "grad_ckpt": True,
+                                 "moe_experts": "modules"}, "latent attention"),
     ("openai/gpt-oss-120b", {"gpu": "H100-SXM5-80GB", "gpus": 8, "sharding": "zero3", "grad_ckpt": True},
      "sliding-window"),
     ("nvidia/Nemotron-H-8B-Base-8K", {"gpu": "H100-SXM5-80GB"}, "Mamba-2"),

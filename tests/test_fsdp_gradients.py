@@ -116,7 +116,8 @@ def test_job_and_runs_rows_take_the_settings() -> None:
     from tuneplan.learn.dataset import row_to_config
 
     assert make_job(method="full", framework="hf-trainer").grad_accum_sync == "no-sync"
-    assert make_job(method="full").grad_accum_sync == "every-micro-batch"  # generic: FSDP's own
+    assert make_job(method="full", framework="generic").grad_accum_sync == "every-micro-batch"  # FSDP's own
+    assert make_job(method="full").grad_accum_sync == "no-sync"  # no framework given: hf-trainer's
     with pytest.raises(InputError, match="grad-accum-sync"):
         make_job(method="full", grad_accum_sync="sometimes")
     with pytest.raises(InputError, match="fsdp-adapter-wrap"):
@@ -164,7 +165,8 @@ def test_cli_web_and_config(capsys, tmp_path) -> None:
             "--calibration", "none", "--json", "--framework", "hf-trainer"]
     assert main(base) == 0
     out = json.loads(capsys.readouterr().out)
-    assert any("FSDP gradient accumulation no-sync (hf-trainer's default)" in x for x in out["assumptions"])
+    assert any("FSDP gradient accumulation no-sync (hf-trainer (transformers 5.25)'s default: transformers 5.24.0 "
+               "trainer.py" in x for x in out["assumptions"])
     assert main(base + ["--grad-accum-sync", "every-micro-batch"]) == 0
     assert json.loads(capsys.readouterr().out)["memory_per_gpu_gib"] < out["memory_per_gpu_gib"]
     with pytest.raises(SystemExit) as exc:

@@ -133,9 +133,11 @@ def test_dense_models_ignore_the_layout():
 def test_framework_default_and_assumption():
     assert make_job(method="lora", framework="hf-trainer").moe_experts == "stacked"
     assert make_job(method="lora", framework="axolotl").moe_experts == "modules"
-    assert make_job(method="lora").moe_experts == "modules"
+    assert make_job(method="lora", framework="generic").moe_experts == "modules"
+    assert make_job(method="lora").moe_experts == "stacked"  # no framework given: hf-trainer at transformers 5
+    assert make_job(method="lora", framework="hf-trainer@4.57").moe_experts == "modules"
     text = " ".join(moe_experts_assumptions(QWEN3, make_job(method="lora", framework="hf-trainer")))
-    assert "hf-trainer's default" in text and "W + BA" in text
+    assert "hf-trainer (transformers 5.25)'s default" in text and "W + BA" in text
     assert "does not reach" in " ".join(moe_experts_assumptions(QWEN15, stacked()))
     assert moe_experts_assumptions(QWEN3, make_job(method="full")) == []
 

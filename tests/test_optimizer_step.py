@@ -100,7 +100,8 @@ def test_every_framework_says_its_step_with_a_source() -> None:
 def test_job_takes_the_frameworks_step() -> None:
     assert make_job(method="full", framework="hf-trainer").optimizer_impl == "fused"
     assert make_job(method="full", framework="litgpt").optimizer_impl == "foreach"
-    assert make_job(method="full").optimizer_impl == "foreach"  # generic
+    assert make_job(method="full", framework="generic").optimizer_impl == "foreach"
+    assert make_job(method="full").optimizer_impl == "fused"  # no framework given: hf-trainer's
     assert make_job(method="full", framework="hf-trainer", optimizer_impl="foreach").optimizer_impl == "foreach"
     with pytest.raises(InputError, match="optimizer-impl"):
         make_job(method="full", optimizer_impl="magic")
@@ -149,7 +150,8 @@ def test_cli_option_assumption_and_bad_value(capsys) -> None:
     fu = json.loads(capsys.readouterr().out)
     assert fu["memory_per_gpu_gib"] < fe["memory_per_gpu_gib"]
     assert main(base + ["--framework", "hf-trainer"]) == 0
-    assert any("AdamW step fused (hf-trainer's default)" in x for x in json.loads(capsys.readouterr().out)["assumptions"])
+    assert any("AdamW step fused (hf-trainer (transformers 5.25)'s default: transformers 4.55.4 training_args.py"
+               in x for x in json.loads(capsys.readouterr().out)["assumptions"])
     with pytest.raises(SystemExit) as exc:
         main(base + ["--optimizer-impl", "magic"])
     assert exc.value.code == 2

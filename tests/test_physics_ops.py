@@ -138,7 +138,7 @@ def test_fp8_memory_keeps_bf16_weights_plus_cast_copies():
     m = resolve_model("meta-llama/Llama-3.1-8B")
     kw = {"method": "full", "micro_batch": 1, "seq_len": 2048, "examples": 1.0, "master_weights": "fp32"}
     bf = memory(_arrays(m, make_job(**kw), 2048))
-    f8 = memory(_arrays(m, make_job(precision="fp8", **kw), 2048))
+    f8 = memory(_arrays(m, make_job(precision="fp8", fp8_recipe="te", **kw), 2048))  # Transformer Engine's
     p = m.params_total
     assert bf["weights_gib"][0] == pytest.approx(2.0 * p / GIB, rel=1e-3)
     assert f8["weights_gib"][0] == pytest.approx(4.0 * p / GIB, rel=1e-3)  # bf16 + fp8 and its transpose

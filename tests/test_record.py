@@ -75,14 +75,18 @@ def test_scalars_coerce_as_pydantic(v):
 
 
 def test_model_api():
-    j = make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v")
-    assert j.model_fields_set == {"method", "examples", "seq_len", "lora_targets"}
+    j = make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v", framework="generic")
+    assert j.model_fields_set == {"method", "examples", "seq_len", "lora_targets", "framework"}
+    # no framework given: hf-trainer's profile fills the settings it decides (specs/job.py _framework_defaults)
+    hf = make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v")
+    assert {"framework", "padding", "optimizer_impl", "moe_experts"} <= hf.model_fields_set
+    assert hf.framework == "hf-trainer"
     assert j.lora_targets == ("q", "v") and j.examples == 1000.0 and isinstance(j.examples, float)
     d = j.model_dump()
     assert list(d) == list(JobSpec.model_fields) and JobSpec(**d) == j
     c = j.model_copy(update={"micro_batch": 8})
     assert c.micro_batch == 8 and j.micro_batch == 4 and "micro_batch" in c.model_fields_set
-    assert hash(make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v")) == hash(j)
+    assert hash(make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v", framework="generic")) == hash(j)
     assert pickle.loads(pickle.dumps(j)) == j and copy.deepcopy(j) == j
     assert pickle.loads(pickle.dumps(j)).model_fields_set == j.model_fields_set
     with pytest.raises(RecordError):
@@ -102,7 +106,7 @@ def test_model_api():
     ({"zz": 1}, "zz: Extra inputs are not permitted"),
     ({"seq_len": "abc"}, "seq-len: 'abc' is not a valid integer"),
     ({"packing": "maybe"}, "packing: Input should be a valid boolean, unable to interpret input"),
-    ({"framework": "zz"}, "framework: unknown framework 'zz' (allowed:"),
+    ({"framework": "zz"}, "framework: unknown framework 'zz' (NAME or NAME@VERSION"),
     ({"epochs": 1e308}, "epochs: 1e+308 is beyond any physical fine-tuning run"),
 ])
 def test_errors_name_the_field(kwargs, message):

@@ -98,7 +98,10 @@ def test_memory_command_table_and_json(capsys):
     caps = {g["name"]: g["memory_gib"] for g in d["gpus_checked"]}
     for r in d["rows"]:
         for g, gib in r["memory_by_gpu_gib"].items():
-            assert (g in r["fits_on"]) == (gib <= caps[g] + 1e-9)
+            # under the capacity always fits; above it can still fit when batches vary in length (the HF
+            # Trainer's padding to the longest, taken when no framework is given): the cached blocks of shorter
+            # batches in the reserved figure are freed before an allocation fails (physics/memory.py)
+            assert (g in r["fits_on"]) >= (gib <= caps[g] + 1e-9)
 
 
 def test_memory_command_bad_input(capsys):

@@ -25,7 +25,7 @@ def mem(job, c=DEFAULT_CONSTANTS, seq=256):
 
 
 def test_padding_to_longest_reserves_one_more_set_of_transients():
-    fixed = mem(make_job(method="lora", gpus=1))
+    fixed = mem(make_job(method="lora", gpus=1, padding="max"))
     varied = mem(make_job(method="lora", gpus=1, padding="longest"))
     # allocated (the longest batch's peak) is unchanged; reserved holds the transients once more
     assert varied["allocated_gib"] == pytest.approx(fixed["allocated_gib"])
@@ -40,11 +40,12 @@ def test_padding_to_longest_reserves_one_more_set_of_transients():
 
 
 def test_packing_or_max_padding_keeps_shapes_fixed():
-    assert not make_job(method="lora").variable_shapes()
+    assert not make_job(method="lora", padding="max").variable_shapes()
+    assert make_job(method="lora").variable_shapes()  # hf-trainer's default (no framework given): longest
     assert make_job(method="lora", padding="longest").variable_shapes()
     assert not make_job(method="lora", padding="longest", packing=True).variable_shapes()
     packed = mem(make_job(method="lora", gpus=1, padding="longest", packing=True))
-    fixed = mem(make_job(method="lora", gpus=1))
+    fixed = mem(make_job(method="lora", gpus=1, padding="max"))
     assert packed["reserved_gib"] == pytest.approx(fixed["reserved_gib"])
 
 
@@ -73,7 +74,7 @@ def test_cli_padding_flag(capsys):
             "--calibration", "none"]  # the term itself (a calibration's learned correction also sees the setting)
     import json
 
-    assert main(args) == 0
+    assert main(args + ["--padding", "max"]) == 0
     fixed = json.loads(capsys.readouterr().out)
     assert main(args + ["--padding", "longest"]) == 0
     varied = json.loads(capsys.readouterr().out)
@@ -113,7 +114,7 @@ def test_web_estimate_takes_padding():
     assert c.get("/api/options").json()["paddings"] == ["max", "longest"]
     body = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "lora", "examples": 1000,
             "tokens_per_example": 300, "seq_len": 1024}
-    fixed = c.post("/api/estimate", json=body).json()
+    fixed = c.post("/api/estimate", json={**body, "padding": "max"}).json()
     varied = c.post("/api/estimate", json={**body, "padding": "longest"}).json()
     assert varied["memory_per_gpu_gib"] > fixed["memory_per_gpu_gib"]
     assert "--padding longest" in varied["command"]

@@ -221,6 +221,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     else:
         a = build_arrays([(mspec, gspec, jspec, wl.seq_len)], est.constants)
         out = est.predict_arrays(a)
+    flip = [] if stage else checkpointing_flip(mspec, gspec, jspec, wl.seq_len, est, out)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
     totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
     run_lines = (totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src) if sized
@@ -228,7 +229,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     assumptions = (est.assumptions(jspec) + model_assumptions(mspec, jspec) + workload_assumptions(jspec, wl, est.constants)
                    + job_assumptions(jspec) + peft_assumptions(mspec, jspec) + run_lines
                    + gpu_assumptions(gspec, jspec.precision, jspec.nodes) + stack_assumptions(mspec, gspec, jspec)
-                   + (stage.assumptions if stage else []))
+                   + (stage.assumptions if stage else []) + flip)
     res = _result(est, stage, mspec, gspec, jspec, wl, a, out, totals, rate_v, rate_src, assumptions,
                   warnings + (price_warnings(gspec, jspec, rate_v, provider, prices) if sized else []))
     res.extra.update(extra)
@@ -238,6 +239,38 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
 
         attach_interval(res, estimator, interval, calibration)
     return res
+
+
+CKPT_DEFAULT_FRAMEWORKS = "TRL, LLaMA-Factory, ms-swift, unsloth and verl turn it on by default"
+"""Who checkpoints activations unless told otherwise (data/frameworks.yaml grad_ckpt), for the flip line."""
+
+
+def checkpointing_flip(mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len: int, est, out: dict) -> list[str]:
+    """When the job's checkpointing was not given as a mode and the other setting (on <-> off) would
+    change the fit verdict, one line saying so, with the other peak: the common setting a user leaves
+    unstated (the framework's default) must not hide a verdict that turns on it."""
+    from tuneplan.physics.terms import build_arrays, usable_memory_gib
+    from tuneplan.specs.framework import get_framework
+
+    if jspec.ckpt_mode != "auto" or getattr(est, "memory_model", None) is None:
+        return []
+    other = jspec.model_copy(update={"grad_ckpt": not jspec.grad_ckpt})
+    o2 = est.predict_arrays(build_arrays([(mspec, gspec, other, seq_len)], est.constants,
+                                         backend=ARRAYS if getattr(est, "python_arrays", False) else "numpy"))
+    fits, fits2 = bool(xp.first(out["fits"])), bool(xp.first(o2["fits"]))
+    if fits == fits2:
+        return []
+    fw = get_framework(jspec.framework)
+    whose = (f"{fw.label}'s default" if fw.grad_ckpt is not None and fw.grad_ckpt == jspec.grad_ckpt
+             else "as given" if fw.grad_ckpt is not None else "not set, off")
+    # the figure the fit is judged on: blocks cached for other batch shapes are freed before an OOM
+    other_gib = _scalar(o2, "memory_gib") - _scalar(o2, "variable_shape_gib", 0.0)
+    cap = float(usable_memory_gib(gspec))
+    if jspec.grad_ckpt:
+        return [f"Fits with activation checkpointing ({whose}); without it {other_gib:.1f} GiB per GPU, which "
+                f"does not fit in {cap:g} GiB."]
+    return [f"Does not fit without activation checkpointing ({whose}); with it (--grad-ckpt; "
+            f"{CKPT_DEFAULT_FRAMEWORKS}) {other_gib:.1f} GiB per GPU, which fits in {cap:g} GiB."]
 
 
 def model_assumptions(mspec: ModelSpec, jspec: JobSpec) -> list[str]:

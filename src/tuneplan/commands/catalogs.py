@@ -1,4 +1,4 @@
-"""`tuneplan models` and `tuneplan gpus`."""
+"""`tuneplan models`, `tuneplan gpus` and `tuneplan frameworks`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,12 @@ def register(sub) -> None:
     g = sub.add_parser("gpus", help="list the GPU catalog")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=run_gpus)
+    f = sub.add_parser("frameworks", help="list the framework profiles (data/frameworks.yaml)",
+                       description="The training frameworks' profiles: the defaults each sets that change time or "
+                                   "memory, its aliases and versioned rules; --json gives every value's source.")
+    f.add_argument("name", nargs="?", help="one profile (NAME, an alias or NAME@VERSION): every value with its source")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=run_frameworks)
 
 
 def run_models(args: argparse.Namespace) -> int:
@@ -103,3 +109,66 @@ def _fig(g, column: str, text: str) -> str:
     if text:
         return text
     return "?" if column in missing_columns(g) else "-"
+
+
+FRAMEWORK_COLUMNS = (("name", "left"), ("aliases", "left"), ("version", "left"), ("ckpt", "left"),
+                     ("master", "left"), ("optimizer", "left"), ("data", "left"), ("attention", "left"),
+                     ("loss", "left"), ("MoE experts", "left"), ("FSDP accumulation", "left"))
+
+
+def framework_dict(fw) -> dict:
+    """A profile's values, sources, aliases and version rules (`tuneplan frameworks --json`)."""
+    from tuneplan.specs.framework import framework_version_rules
+
+    skip = {"sources", "match", "changed", "aliases", "versions"}
+    d = {k: getattr(fw, k) for k in type(fw).__dataclass_fields__ if k not in skip}
+    d.update(aliases=list(fw.aliases), matches=list(fw.match), changed_by_version=list(fw.changed),
+             versions=framework_version_rules(fw.name), sources=dict(fw.sources))
+    return d
+
+
+def _framework_row(fw) -> tuple[str, ...]:
+    ckpt = {True: "on", False: "off", None: "-"}[fw.grad_ckpt]
+    return (fw.name, ", ".join(fw.aliases), (f"{fw.version_of} {fw.version or fw.current}" if fw.version_of else ""),
+            ckpt, fw.master_weights, fw.optimizer_impl + (", ZeRO-1" if fw.distributed_optimizer else ""),
+            "packed" if fw.packing else f"padded to {fw.padding}", fw.attention, fw.cross_entropy, fw.moe_experts,
+            fw.grad_accum_sync)
+
+
+def run_frameworks(args: argparse.Namespace) -> int:
+    from tuneplan.specs.framework import get_framework, load_frameworks
+
+    profiles = [get_framework(args.name)] if args.name else list(load_frameworks().values())
+    if args.json:
+        print(json.dumps([framework_dict(fw) for fw in profiles], indent=2))
+        return 0
+    if args.name:
+        fw = profiles[0]
+        print(fw.summary())
+        for k, v in framework_dict(fw).items():
+            if k not in ("sources", "versions", "name"):
+                print(f"  {k}: {v}")
+        for rule in framework_dict(fw)["versions"]:
+            print(f"  before {fw.version_of} {rule['before']}: " + ", ".join(
+                f"{k}={v}" for k, v in rule.items() if k not in ("before", "sources")))
+        print("sources:")
+        for k, v in fw.sources.items():
+            print(f"  {k}: {v}")
+        return 0
+    title = (f"{len(profiles)} framework profiles (--framework NAME[@VERSION]; every value's source: "
+             "tuneplan frameworks NAME or --json; ckpt -: the framework leaves it to the user, off)")
+    rows = [_framework_row(fw) for fw in profiles]
+    if not sys.stdout.isatty():
+        print(title)
+        print(plain_table(FRAMEWORK_COLUMNS, rows))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col, j in FRAMEWORK_COLUMNS:
+        t.add_column(col, justify=j, no_wrap=col == "name")
+    for r in rows:
+        t.add_row(*r)
+    Console().print(t)
+    return 0

@@ -112,9 +112,8 @@ def job_options() -> dict[str, tuple[str, str, dict]]:
         elif typing.get_origin(kind) is typing.Literal:
             kw["choices"] = typing.get_args(kind)
         elif extra.get("choices") == "frameworks":
-            from tuneplan.specs.framework import framework_names
-
-            kw["choices"] = framework_names()
+            # NAME, an alias or NAME@VERSION: checked by the job (one line naming the allowed profiles)
+            kw["metavar"] = "NAME[@VERSION]"
         elif kind in (int, float):
             kw["type"] = NUMBER_TYPES[kind, extra.get("number", "positive")]
         out[name] = ("--" + flag, extra["group"], kw)

@@ -4,6 +4,7 @@ GPU counts or accumulation from a stated global batch, and the work from max_ste
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from tuneplan.configs.base import ConfigRead
 
@@ -79,6 +80,19 @@ def _global_batch(out: ConfigRead) -> None:
 FORMAT_FRAMEWORKS = {"trl": "trl", "llamafactory": "llama-factory", "axolotl": "axolotl", "litgpt": "litgpt",
                      "torchtune": "torchtune"}
 """The data/frameworks.yaml entry of each config format whose trainer it names."""
+LAUNCHER_FRAMEWORKS = {"deepspeed": "deepspeed", "accelerate": "accelerate"}
+"""The profile of a launcher's file read without a trainer's (a DeepSpeed JSON: DeepSpeed's engine; an
+accelerate config: a training loop under accelerate)."""
+
+
+def _framework(out: ConfigRead) -> None:
+    """`framework`: the profile of the trainer the files are for (the first trainer format read), else of
+    the launcher (DeepSpeed before accelerate); its defaults then fill what the files leave out."""
+    for table in (FORMAT_FRAMEWORKS, LAUNCHER_FRAMEWORKS):
+        for f, file in zip(out.formats, out.files, strict=True):
+            if f in table:
+                out.set("framework", table[f], Path(file).name, "", f"the file is in {f}'s format: data/frameworks.yaml's {table[f]} profile")
+                return
 
 
 def _fsdp_accumulation(out: ConfigRead) -> None:
@@ -97,6 +111,7 @@ def _fsdp_accumulation(out: ConfigRead) -> None:
 
 
 def finish(out: ConfigRead) -> None:
+    _framework(out)
     _unfrozen_layers(out)
     _global_batch(out)
     _fsdp_accumulation(out)

@@ -14,20 +14,21 @@ OPTIMIZERS: dict[str, str] = {
     "adam8bit": "adamw-8bit", "ao_adamw_8bit": "adamw-8bit", "adamw_torch_8bit": "adamw-8bit",
     "paged_adamw_8bit": "paged-adamw-8bit", "paged_adam_8bit": "paged-adamw-8bit",
     "paged_adamw_32bit": "adamw", "paged_adamw": "adamw", "paged_adam_32bit": "adamw", "paged_adam": "adamw",
-    "adafactor": "adafactor", "sgd": "sgd", "optimi_adamw": "adamw", "adamw_torch_4bit": "adamw-8bit",
+    "adafactor": "adafactor", "sgd": "sgd", "optimi_adamw": "adamw", "adamw_torch_4bit": "adamw-4bit",
     # class paths (torchtune `_component_`, litgpt `class_path`, DeepSpeed `optimizer.type`)
     "torch.optim.adamw": "adamw", "torch.optim.adam": "adamw", "torch.optim.sgd": "sgd",
     "bitsandbytes.optim.adamw8bit": "adamw-8bit", "bitsandbytes.optim.adam8bit": "adamw-8bit",
     "bitsandbytes.optim.pagedadamw8bit": "paged-adamw-8bit", "bitsandbytes.optim.pagedadamw": "adamw",
     "bitsandbytes.optim.pagedadamw32bit": "adamw", "torchao.optim.adamw8bit": "adamw-8bit",
-    "torchao.prototype.low_bit_optim.adamw8bit": "adamw-8bit", "torchao.optim.adamw4bit": "adamw-8bit",
+    "torchao.prototype.low_bit_optim.adamw8bit": "adamw-8bit", "torchao.optim.adamw4bit": "adamw-4bit",
+    "torchao.prototype.low_bit_optim.adamw4bit": "adamw-4bit",
     "adamw8bit": "adamw-8bit", "pagedadamw8bit": "paged-adamw-8bit", "onebitadam": "adamw",
     # transformers' GaLore optims (galore_torch): the block linears' moments at rank r
     "galore_adamw": "galore-adamw", "galore_adamw_layerwise": "galore-adamw", "galore_adamw_8bit": "galore-adamw",
     "galore_adamw_8bit_layerwise": "galore-adamw",
 }
 """Optimizer name (lower case) -> tuneplan optimizer. Paged 32-bit AdamW keeps fp32 moments (same
-memory as AdamW, paged to CPU only under pressure); 4-bit states are counted as 8-bit (the closest)."""
+memory as AdamW, paged to CPU only under pressure); 4-bit AdamW (torchao's) is its own (physics/memory.py)."""
 
 OPTIMIZER_NOTES = {
     "galore_adamw_layerwise": "layer-wise GaLore steps free each gradient early: counted with all of them held",
@@ -35,8 +36,6 @@ OPTIMIZER_NOTES = {
     "galore_adamw_8bit_layerwise": "GaLore's 8-bit moments counted as 16/32-bit; every gradient counted as held",
     "paged_adamw_32bit": "paged 32-bit AdamW: fp32 moments as AdamW (paged out only under memory pressure)",
     "paged_adamw": "paged 32-bit AdamW: fp32 moments as AdamW (paged out only under memory pressure)",
-    "adamw_torch_4bit": "4-bit optimizer states counted as 8-bit (tuneplan's smallest)",
-    "torchao.optim.adamw4bit": "4-bit optimizer states counted as 8-bit (tuneplan's smallest)",
 }
 
 PRECISIONS: dict[str, str] = {

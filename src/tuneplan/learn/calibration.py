@@ -66,7 +66,8 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         r = _estimator_log_ratios(est, test)
         thr.setdefault(str(k), []).extend(r["throughput"].tolist())
         seen_fw = known_frameworks(train)
-        seen = np.array([c.job.framework in seen_fw for c in test.configs], dtype=bool)[test.has_throughput]
+        seen = np.array([c.job.framework.partition("@")[0] in seen_fw for c in test.configs],
+                        dtype=bool)[test.has_throughput]
         thr_seen.setdefault(str(k), []).extend(r["throughput"][seen].tolist())
         thr_unseen.setdefault(str(k), []).extend(r["throughput"][~seen].tolist())
         if "memory" in r:
@@ -89,8 +90,9 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
 
 
 def known_frameworks(ts) -> set[str]:
-    """The frameworks a training set's rows ran (the generic stack is no framework)."""
-    return {c.job.framework for c in ts.configs} - {"generic"}
+    """The frameworks a training set's rows ran, by profile name (hf-trainer@4.46 is hf-trainer; the
+    generic stack is no framework)."""
+    return {c.job.framework.partition("@")[0] for c in ts.configs} - {"generic"}
 
 
 def _spaced(v: list[float]) -> list[float]:

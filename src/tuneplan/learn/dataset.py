@@ -31,7 +31,7 @@ QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-i
              "aqlm-2bit-1x16": "aqlm-2bit", "aqlm-2bit": "aqlm-2bit"}
 OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "galore-adamw",
                  "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
-                 "paged-adamw-8bit": "paged-adamw-8bit", "sgd": "sgd", "adafactor": "adafactor",
+                 "paged-adamw-8bit": "paged-adamw-8bit", "adamw-4bit": "adamw-4bit", "sgd": "sgd", "adafactor": "adafactor",
                  "lion": "sgd-momentum"}
 DEFAULTS = {
     "precision": ("bf16", "bf16 mixed precision, the common fine-tuning default on these GPUs"),
@@ -295,6 +295,14 @@ def _row_stack(row: dict) -> tuple[str, Any, str]:
     if pad not in PADDINGS:
         raise InputError("padding", f"unknown padding '{pad}'", PADDINGS)
     fw = get_framework(framework_for_text(_get(row, "framework")))
+    # a row recorded with its package's version (the TrainerCallback's transformers_version / trl_version)
+    # takes that version's values (NAME@VERSION rules of data/frameworks.yaml)
+    recorded = _get(row, f"{fw.version_of}_version") if fw.version_of and not fw.version else None
+    if recorded is not None:
+        import contextlib
+
+        with contextlib.suppress(InputError):  # not a version number: the profile's current values
+            fw = get_framework(f"{fw.name}@{str(recorded).strip()}")
     adapter_dtype = str(_get(row, "adapter_dtype") or ("fp32" if fw.adapter_fp32 else "compute")).strip().lower()
     if adapter_dtype not in ADAPTER_DTYPES:
         raise InputError("adapter_dtype", f"unknown adapter dtype '{adapter_dtype}'", ADAPTER_DTYPES)
@@ -329,7 +337,7 @@ BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
                 "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version",
-                "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank")
+                "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank", "trl_version")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -374,6 +382,12 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     gc = _get(row, "grad_ckpt")
     fa = _get(row, "flash_attn")
     pad, fw, adapter_dtype = _row_stack(row)
+    cell = str(_get(row, "framework") or "").strip()
+    if cell and fw.name == "generic" and cell.lower() != "generic":
+        from tuneplan.specs.framework import framework_names
+
+        used.append(f"framework=generic (the cell '{cell}' names no framework profile, so the generic stack's "
+                    f"defaults apply: known are {', '.join(framework_names())}, their aliases and NAME@VERSION)")
     prec_raw = _get(row, "precision")
     kw: dict[str, Any] = {
         "method": method, "precision": precision, "optimizer": optimizer, "gpus": gpus, "nodes": nodes,
@@ -383,7 +397,8 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take_framework("grad_ckpt", fw)),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
-        "adapter_dtype": adapter_dtype, "framework": fw.name, "moe_experts": _row_moe_experts(row, fw),
+        "adapter_dtype": adapter_dtype, "framework": fw.name + (f"@{fw.version}" if fw.version else ""),
+        "moe_experts": _row_moe_experts(row, fw),
         "optimizer_impl": _row_choice(row, fw, "optimizer_impl"),
         "grad_accum_sync": _row_choice(row, fw, "grad_accum_sync"),
         "fsdp_adapter_wrap": _row_choice(row, fw, "fsdp_adapter_wrap"), **shard,

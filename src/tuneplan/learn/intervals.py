@@ -33,6 +33,7 @@ def residual_pool(res: dict, framework: str | None) -> tuple[list[float], str]:
     calibration's other sources ran when the estimate's framework is one of them, else the rows of
     frameworks no other source ran (a framework it never saw, or none said: wider), else all."""
     known = set(res.get("frameworks") or ())
+    framework = framework.partition("@")[0] if framework else framework  # a version is the same profile
     seen, unseen = res.get("throughput_framework_seen") or [], res.get("throughput_framework_unseen") or []
     if framework in known and len(seen) >= MIN_POOL:
         return seen, f"held-out rows of frameworks seen in other sources ({framework} is one)"

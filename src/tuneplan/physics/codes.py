@@ -38,6 +38,7 @@ class OptimizerCode(IntEnum):
     SGD_MOMENTUM = 4
     ADAFACTOR = 5
     GALORE_ADAMW = 6
+    ADAMW_4BIT = 7
 
 
 METHOD_CODES = {"full": MethodCode.FULL, "lora": MethodCode.LORA, "qlora": MethodCode.QLORA,
@@ -55,7 +56,7 @@ SHARDING_CODES = {"none": ShardingCode.NONE, "ddp": ShardingCode.NONE, "zero1": 
 OPTIMIZER_CODES = {"adamw": OptimizerCode.ADAMW, "adamw-8bit": OptimizerCode.ADAMW_8BIT,
                    "paged-adamw-8bit": OptimizerCode.PAGED_ADAMW_8BIT, "sgd": OptimizerCode.SGD,
                    "sgd-momentum": OptimizerCode.SGD_MOMENTUM, "adafactor": OptimizerCode.ADAFACTOR,
-                   "galore-adamw": OptimizerCode.GALORE_ADAMW}
+                   "galore-adamw": OptimizerCode.GALORE_ADAMW, "adamw-4bit": OptimizerCode.ADAMW_4BIT}
 
 
 def lora_family(method_code: np.ndarray) -> np.ndarray:

@@ -30,14 +30,18 @@ from tuneplan.physics.moe_lora import stacked_lora_held_bytes
 from tuneplan.physics.ops import logits_memory_bytes
 from tuneplan.physics.parallel import pipeline_inflight_factor
 from tuneplan.physics.peft_methods import peft_memory_bytes
-from tuneplan.physics.precision import WEIGHT_COPY_BYTES
+from tuneplan.physics.precision import fp8_weight_bytes
 from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
 
-OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0, 6: 8.0}
+ADAMW_4BIT_STATE_BYTES = 2 * (0.5 + 4.0 / 128)
+"""4-bit AdamW (torchao 0.18.0 torchao/optim/adam.py AdamW4bit, subclass_4bit.py OptimState4bit): two
+moments of 4-bit codes (0.5 byte each) with an fp32 scale per block of 128 (4/128 byte each): 1.0625 bytes
+per trainable parameter (tensors under 4,096 elements stay fp32: negligible)."""
+OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0, 6: 8.0, 7: ADAMW_4BIT_STATE_BYTES}
 """Optimizer state bytes per trainable parameter: AdamW two fp32 moments; 8-bit AdamW (plain or
-paged) two 1-byte moments; SGD none; SGD with momentum one fp32 buffer; Adafactor's factored second
+paged) two 1-byte moments; 4-bit AdamW `ADAMW_4BIT_STATE_BYTES`; SGD none; SGD with momentum one fp32 buffer; Adafactor's factored second
 moment (row + column statistics, taken here as ~1 fp32 per parameter upper bound for non-matrix
 parameters and the first moment when beta1 is set); GaLore-AdamW as AdamW for the weights it does not
 project (`galore_state_elements` for those it does)."""
@@ -95,7 +99,8 @@ def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole:
     master = np.where(whole & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0)
     code = np.asarray(a["optimizer_code"])
     state = _state_bytes(code)
-    state16 = np.where(np.isin(code, (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT)), state, state * pbytes / 4.0)
+    low_bit = (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT, OptimizerCode.ADAMW_4BIT)
+    state16 = np.where(np.isin(code, low_bit), state, state * pbytes / 4.0)
     state = np.where(trained16 & ~keep32, state16, state)
     galore = full & (code == OptimizerCode.GALORE_ADAMW)
     projected = a["params_block_linear"] * share
@@ -182,7 +187,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     weights = (trainable * train_w_bytes + frozen_lin * a["frozen_linear_bytes"]
                + frozen_other * a["frozen_other_bytes"])
     # low-precision training: the cast linear weights (and their transposes) next to the bf16 ones
-    lowp_copies = np.select([get(a, "lowp") == 1, get(a, "lowp") == 2], [WEIGHT_COPY_BYTES[1], WEIGHT_COPY_BYTES[2]], 0.0)
+    # (fp8: by recipe, what is held beside or instead of the 16-bit weight: physics/precision.py)
+    lowp_copies = fp8_weight_bytes(get(a, "lowp"), get(a, "fp8_recipe"))
     weights = weights + lowp_copies * (frozen_lin + np.where(full | freeze, trainable, 0.0))
     weights = np.where(offload, 0.0, weights / w_div)
     # gradients in the compute dtype, or in an fp32 buffer (Megatron's main_grad, FSDP2 fp32 reduce)

@@ -148,7 +148,8 @@ def moe_experts_assumptions(model, job) -> list[str]:
     from tuneplan.specs.framework import get_framework
 
     fw = get_framework(job.framework)
-    filled = f", {fw.name}'s default" if job.moe_experts == fw.moe_experts else ""
+    # the layout follows the transformers version the profile stands for (hf-trainer: what pip installs today)
+    filled = f", {fw.label}'s default" if job.moe_experts == fw.moe_experts else ""
     if job.moe_experts == "modules":
         return [f"MoE experts as one module per expert (--moe-experts modules{filled}: transformers 4): LoRA adapts "
                 "each expert's linears with its own small kernels (--moe-experts stacked for transformers >= 5)."]

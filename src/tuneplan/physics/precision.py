@@ -47,6 +47,26 @@ WEIGHT_COPY_BYTES = {0: 0.0, 1: 2.0, 2: 1.125}
 """Memory held per low-precision weight next to its bf16 copy (bytes): the cast weight and its
 transpose for the backward GEMM (fp8 1 + 1; fp4 0.5625 + 0.5625 with the block scales)."""
 
+FP8_RECIPE_CODES = {"te": 0, "torchao": 1, "fp8-params": 2}
+"""specs.framework.FP8_RECIPES as the arrays' `fp8_recipe` code."""
+FP8_RECIPE_WEIGHT_BYTES = {0: (0.0, 2.0), 1: (0.0, 0.0), 2: (1.0, 1.0)}
+"""fp8 recipe code -> (bytes the stored weight saves against its 16-bit copy, bytes held beside it) per
+linear weight. te: the bf16 weight stays, with its fp8 copy and transpose cached for the step's
+micro-batches (1 + 1; Transformer Engine's is_first_microbatch / fp8 weight caching). torchao float8:
+the bf16 weight stays and each GEMM casts it on the fly (torchao/float8/float8_linear.py), only one
+layer's transient copy, none held. fp8-params: the weight itself is fp8 (2 -> 1: Megatron's
+fp8_param_gather, Transformer Engine's fp8_model_init) with its transpose beside it (1)."""
+
+
+def fp8_weight_bytes(lowp, recipe):
+    """Bytes per low-precision linear weight on top of its 16-bit storage: fp8 by recipe
+    (FP8_RECIPE_WEIGHT_BYTES: held beside it less what fp8 primary weights save), fp4 its cast copies
+    (WEIGHT_COPY_BYTES)."""
+    fp8 = np.select([recipe == code for code in FP8_RECIPE_WEIGHT_BYTES],
+                    [held - saved for saved, held in FP8_RECIPE_WEIGHT_BYTES.values()], WEIGHT_COPY_BYTES[1])
+    return np.select([lowp == 1, lowp == 2], [fp8, WEIGHT_COPY_BYTES[2]], 0.0)
+
+
 SAVED_LINEAR_INPUT_BYTES = {0: 2.0, 1: 1.0, 2: 1.0}
 """Bytes per element of a linear's input kept for its backward (bytes): bf16 2; Transformer Engine
 saves the fp8 cast instead (1); the NVFP4 recipe keeps its wgrad operand at 8 bits too (1, taken

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tuneplan.physics.ops import ATTENTION_KERNEL_CODES, GPU_GENERATION_CODES
-from tuneplan.physics.precision import linear_tflops, low_precision_code
+from tuneplan.physics.precision import FP8_RECIPE_CODES, linear_tflops, low_precision_code
 
 CKPT_CODES = {"none": 0, "selective": 1, "full": 2, "offload": 3}
 CE_CODES = {"none": 0, "chunked": 1, "fused": 2}
@@ -24,7 +24,7 @@ STACK_DEFAULTS = {
     "act_offload": 0.0, "ce_code": 0.0, "fused_lora": 0.0, "fused_elementwise": 0.0, "dist_opt": 0.0,
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
     "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
-    "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0,
+    "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0, "fp8_recipe": 0.0,
 }
 """Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
 
@@ -109,6 +109,7 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         # sets `fsdp` per sharding it tries
         "accum_no_sync": float(job.grad_accum_sync == "no-sync"), "fsdp": float(job.sharding.startswith("fsdp")),
         "adapters_in_blocks": float(job.fsdp_adapter_wrap == "with-block"),
+        "fp8_recipe": float(FP8_RECIPE_CODES[job.fp8_recipe or fw.fp8_recipe]),
     }
     if not with_ckpt:
         out.pop("ckpt_code")
@@ -134,6 +135,46 @@ FSDP_ADAPTER_WRAP_WORDS = {
 """Where FSDP puts the adapters (physics/fsdp.py flat_parameter_gradients), for the assumptions."""
 
 
+PROFILE_SETTINGS = (
+    ("grad_ckpt", "grad_ckpt", "activation checkpointing"),
+    ("micro_batch", "micro_batch", "micro-batch"),
+    ("adapter_dtype", "adapter_fp32", "adapter dtype"),
+    ("padding", "padding", "padding of unpacked samples"),
+    ("master_weights", "master_weights", "fp32 master weights"),
+)
+"""(JobSpec field, frameworks.yaml key whose source says it, words) of the job settings a framework
+profile decides when the job leaves them out (specs/job.py _framework_defaults)."""
+
+
+def profile_defaults(fw, job) -> list[str]:
+    """One line per job setting that has the framework profile's value, with the profile's source: what an
+    unstated setting was taken as (a setting the user gave with the same value reads the same)."""
+    want = {"grad_ckpt": fw.grad_ckpt, "micro_batch": fw.micro_batch,
+            "adapter_dtype": "fp32" if fw.adapter_fp32 else "compute", "padding": fw.padding,
+            "master_weights": None if fw.master_weights == "auto" else fw.master_weights == "fp32"}
+    have = {"grad_ckpt": job.grad_ckpt, "micro_batch": job.micro_batch, "adapter_dtype": job.adapter_dtype,
+            "padding": job.padding,
+            "master_weights": job.fp32_master() if job.method in ("full", "freeze") else None}
+    relevant = {"adapter_dtype": job.is_lora_family, "padding": not job.packing}
+    out = []
+    for field, key, words in PROFILE_SETTINGS:
+        if want[field] is None or have[field] != want[field] or not relevant.get(field, True):
+            continue
+        shown = {True: "on", False: "off"}.get(have[field], have[field]) if isinstance(have[field], bool) else have[field]
+        src = fw.sources.get(key) or fw.sources.get("all", "data/frameworks.yaml")
+        out.append(f"{words[0].upper() + words[1:]}: {shown}, {fw.label}'s default ({src}).")
+    return out
+
+
+FP8_RECIPE_WORDS = {
+    "te": "each linear weight kept in bf16 with its fp8 copy and transpose cached for the step (4 bytes per weight, "
+          "frozen ones too)",
+    "torchao": "each linear weight kept in bf16 and cast to fp8 inside each GEMM, no copy held (2 bytes per weight)",
+    "fp8-params": "each linear weight held in fp8 with its fp8 transpose (2 bytes per weight), the fp32 master in "
+                  "the optimizer"}
+"""What each fp8 recipe stores (physics/precision.py FP8_RECIPE_WEIGHT_BYTES), for the assumptions."""
+
+
 def stack_assumptions(model, gpu, job) -> list[str]:
     """What the estimate assumed about the stack: the framework's kernels, which operations run at which
     precision (and any fallback), the checkpointing and offload modes, the parallel modes."""
@@ -142,19 +183,33 @@ def stack_assumptions(model, gpu, job) -> list[str]:
     from tuneplan.specs.framework import get_framework
 
     fw = get_framework(job.framework)
-    out = [fw.summary().capitalize() + (" (--framework: data/frameworks.yaml, each with its source)."
-                                         if job.framework != "generic" else " (--framework not given).")]
+    given = {"generic": " (the neutral stack: no framework's defaults).",
+             "hf-trainer": " (--framework hf-trainer, also taken when no framework is given: the HF Trainer's current "
+                           "defaults; data/frameworks.yaml, each with its source)."}
+    out = [fw.summary().capitalize() + given.get(fw.name, " (--framework: data/frameworks.yaml, each with its "
+                                                          "source).")]
+    out += profile_defaults(fw, job)
     if job.optimizer == "adamw":
-        whose = f"{fw.name}'s default" if job.optimizer_impl == fw.optimizer_impl else "as set"
+        whose = (f"{fw.label}'s default: {fw.sources.get('optimizer_impl', 'torch.optim.AdamW on CUDA')}"
+                 if job.optimizer_impl == fw.optimizer_impl else "as set")
         out.append(f"AdamW step {job.optimizer_impl} ({whose}): " + OPTIMIZER_IMPL_WORDS[job.optimizer_impl] + ".")
     if job.sharding.startswith("fsdp") and job.grad_accum > 1 and job.sharding_kind() != "none":
-        whose = f"{fw.name}'s default" if job.grad_accum_sync == fw.grad_accum_sync else "as set"
+        whose = (f"{fw.label}'s default: {fw.sources['grad_accum_sync']}" if job.grad_accum_sync == fw.grad_accum_sync
+                 and fw.sources.get("grad_accum_sync") else f"{fw.label}'s default" if
+                 job.grad_accum_sync == fw.grad_accum_sync else "as set")
         out.append(f"FSDP gradient accumulation {job.grad_accum_sync} ({whose}): "
                    + GRAD_ACCUM_SYNC_WORDS[job.grad_accum_sync] + ".")
     if (job.sharding.startswith("fsdp") and job.sharding_kind() not in ("none", "zero1")
             and job.method not in ("full", "freeze")):
-        whose = f"{fw.name}'s default" if job.fsdp_adapter_wrap == fw.fsdp_adapter_wrap else "as set"
+        whose = (f"{fw.label}'s default: {fw.sources['fsdp_adapter_wrap']}" if job.fsdp_adapter_wrap ==
+                 fw.fsdp_adapter_wrap and fw.sources.get("fsdp_adapter_wrap") else f"{fw.label}'s default" if
+                 job.fsdp_adapter_wrap == fw.fsdp_adapter_wrap else "as set")
         out.append(f"FSDP adapter units {job.fsdp_adapter_wrap} ({whose}): " + FSDP_ADAPTER_WRAP_WORDS[job.fsdp_adapter_wrap] + ".")
+    if low_precision_code(job.precision) == 1:
+        recipe = job.fp8_recipe or fw.fp8_recipe
+        whose = (f"{fw.label}'s default: {fw.sources.get('fp8_recipe', 'Transformer Engine, the common fp8 path')}"
+                 if recipe == fw.fp8_recipe else "as set")
+        out.append(f"fp8 recipe {recipe} ({whose}): {FP8_RECIPE_WORDS[recipe]}.")
     line = ops_by_precision(job.precision, job.base_quant(getattr(model, "quant", "none")))
     if line:
         out.append(line)

@@ -307,7 +307,9 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
                             c.optimizer_bytes_adafactor,
                             # GaLore-AdamW: costed as AdamW's traffic (its projections are 4 r m n FLOPs per
                             # matrix per step; the SVD every update_proj_gap steps is not costed)
-                            c.optimizer_bytes_adamw), dtype=float)[np.asarray(opt_code).astype(np.intp)]
+                            c.optimizer_bytes_adamw,
+                            # 4-bit AdamW: the 8-bit step's traffic (weights and gradients dominate it)
+                            c.optimizer_bytes_8bit), dtype=float)[np.asarray(opt_code).astype(np.intp)]
     shard = a["sharding"]
     opt_div = np.where(shard >= ShardingCode.ZERO1, dp * cp, 1.0) * split
     offload = (shard == ShardingCode.OFFLOAD) | (get(a, "offload_code") > 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from tuneplan.errors import InputError
-from tuneplan.specs.struct import dataclass, field
+from tuneplan.specs.struct import dataclass, field, replace
 
 ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "te", "sdpa", "eager")
 CROSS_ENTROPY_KINDS = ("none", "chunked", "fused")
@@ -33,6 +33,11 @@ which transformers' Trainer applies to a peft model, or FSDP2's per-parameter sh
 carry no gradient) or with-block (inside each block's FSDP1 flat parameter beside the frozen weights,
 use_orig_params=True: the flat parameter's gradient is allocated whole, "higher than expected gradient
 memory usage" in torch FSDP's docstring); physics/fsdp.py."""
+FP8_RECIPES = ("te", "torchao", "fp8-params")
+"""What an fp8 recipe stores for each linear weight (physics/precision.py fp8_weight_bytes): te (Transformer
+Engine: the bf16 weight plus its cached fp8 copy and transpose), torchao (torchao float8: the bf16 weight,
+cast on the fly in each GEMM, no copy kept) or fp8-params (Megatron's fp8 primary weights, fp8_param_gather:
+the weight itself in fp8 plus its transpose, the fp32 master in the optimizer)."""
 BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
                "tp_comm_overlap", "adapter_fp32", "packing")
 
@@ -70,16 +75,36 @@ class FrameworkSpec:
     every-micro-batch when left out)."""
     fsdp_adapter_wrap: str = "separate"
     """Where its FSDP wrapping puts PEFT adapters (FSDP_ADAPTER_WRAPS; separate when left out)."""
+    fp8_recipe: str = "te"
+    """What its fp8 training stores per linear weight (FP8_RECIPES; te when left out)."""
+    aliases: tuple[str, ...] = ()
+    """Other names `--framework` and a runs file's `framework` cell accept for it (nemo-toolkit, xtuner...)."""
+    version_of: str = ""
+    """The package whose version keys the entry's values (transformers for hf-trainer); empty: not versioned."""
+    current: str = ""
+    """The version of `version_of` the entry's own values describe (the one pip installs today)."""
+    version: str = ""
+    """The version asked for (`NAME@VERSION`); empty: `current`."""
+    changed: tuple[str, ...] = ()
+    """The settings a version rule changed from the entry's current values (`versions`)."""
 
     def job_defaults(self) -> dict:
         """JobSpec fields this framework decides when the job leaves them out (data/frameworks.yaml)."""
         return {k: v for k, v in (("grad_ckpt", self.grad_ckpt), ("micro_batch", self.micro_batch)) if v is not None}
 
+    @property
+    def label(self) -> str:
+        """The profile's name with the version it stands for (hf-trainer (transformers 5.25))."""
+        if not self.version_of:
+            return self.name
+        v = self.version or self.current
+        return f"{self.name} {v}" if self.version_of == self.name else f"{self.name} ({self.version_of} {v})"
+
     def summary(self) -> str:
         """One line of what the framework runs, for the assumptions."""
         on = [k.replace("_", " ") for k in BOOL_FIELDS if getattr(self, k) and k not in ("packing", "adapter_fp32")]
         ce = CROSS_ENTROPY_WORDS.get(self.cross_entropy, self.cross_entropy)
-        return (f"framework {self.name}: attention {self.attention}, cross-entropy {ce}"
+        return (f"framework {self.label}: attention {self.attention}, cross-entropy {ce}"
                 + (f", {', '.join(on)}" if on else "")
                 + (", eager fp32 RMSNorm and RoPE op chains" if self.eager_norm_rope else "")
                 + (", persistent gradient buffers" if self.grad_buffers else "")
@@ -131,6 +156,9 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         moe_experts=_moe_experts(name, d), optimizer_impl=_choice(name, d, "optimizer_impl", OPTIMIZER_IMPLS),
         grad_accum_sync=_choice(name, d, "grad_accum_sync", GRAD_ACCUM_SYNCS),
         fsdp_adapter_wrap=_choice(name, d, "fsdp_adapter_wrap", FSDP_ADAPTER_WRAPS),
+        fp8_recipe=_choice(name, d, "fp8_recipe", FP8_RECIPES),
+        aliases=tuple(str(a).lower() for a in d.get("aliases") or ()),
+        version_of=str(d.get("version_of") or ""), current=str(d.get("current") or ""),
         **{k: bool(d[k]) for k in BOOL_FIELDS},
     )
 
@@ -165,23 +193,117 @@ def _optional_bool(name: str, d: dict, key: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def load_frameworks() -> dict[str, FrameworkSpec]:
+def _raw_frameworks() -> dict[str, dict]:
     from tuneplan.data import load_yaml
 
-    raw = load_yaml("frameworks.yaml")["frameworks"]
-    return {name: _parse(name, d) for name, d in raw.items()}
+    return load_yaml("frameworks.yaml")["frameworks"]
+
+
+@lru_cache(maxsize=1)
+def load_frameworks() -> dict[str, FrameworkSpec]:
+    """The frameworks at their current versions, by name."""
+    out = {name: _parse(name, {k: v for k, v in d.items() if k != "versions"}) for name, d in _raw_frameworks().items()}
+    seen: dict[str, str] = {}
+    for name, spec in out.items():
+        for a in (name, *spec.aliases):
+            if a in seen and seen[a] != name:
+                raise ValueError(f"frameworks.yaml: '{a}' names both {seen[a]} and {name}")
+            seen[a] = name
+        for rule in _raw_frameworks()[name].get("versions") or ():
+            _check_rule(name, spec, rule)
+    return out
 
 
 def framework_names() -> tuple[str, ...]:
     return tuple(load_frameworks())
 
 
-def get_framework(name: str) -> FrameworkSpec:
+def framework_aliases() -> dict[str, str]:
+    """Every alias of data/frameworks.yaml -> the framework it names."""
+    return {a: name for name, spec in load_frameworks().items() for a in spec.aliases}
+
+
+def _version(text: str):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _check_rule(name: str, spec: FrameworkSpec, rule: dict) -> None:
+    """A `versions` rule: `before: VERSION` and the settings that differ below it, each with its source."""
+    if not spec.version_of or not spec.current:
+        raise ValueError(f"frameworks.yaml: {name} has versions but no version_of / current")
+    if not isinstance(rule, dict) or _version(str(rule.get("before", ""))) is None:
+        raise ValueError(f"frameworks.yaml: {name}.versions: each rule needs 'before: VERSION'")
+    keys = [k for k in rule if k not in ("before", "sources")]
+    if not keys:
+        raise ValueError(f"frameworks.yaml: {name}.versions before {rule['before']} changes nothing")
+    for k in keys:
+        if not (rule.get("sources") or {}).get(k):
+            raise ValueError(f"frameworks.yaml: {name}.versions before {rule['before']}: {k} needs its source")
+
+
+def framework_version_rules(name: str) -> list[dict]:
+    """The `versions` rules of a profile as data/frameworks.yaml gives them (newest bound first)."""
+    return [dict(r) for r in _raw_frameworks()[name].get("versions") or ()]
+
+
+def split_framework(text: str) -> tuple[str, str]:
+    """('NAME', 'VERSION') of `NAME[@VERSION]`, the name lower-cased and stripped."""
+    name, _, version = str(text or "").strip().partition("@")
+    return name.strip().lower(), version.strip()
+
+
+def resolve_framework(text: str | None) -> str:
+    """The canonical `NAME[@VERSION]` of a framework given by name, alias (nemo-toolkit, xtuner, ...) and
+    optionally version (`hf-trainer@4.46`); an unknown name or a bad version is an InputError naming the
+    allowed values."""
+    name, version = split_framework(text or "generic")
     fw = load_frameworks()
-    key = (name or "generic").strip().lower()
-    if key not in fw:
-        raise InputError("framework", f"unknown framework '{name}'", list(fw))
-    return fw[key]
+    key = name if name in fw else framework_aliases().get(name)
+    if key is None:
+        raise InputError("framework", f"unknown framework '{name}' (NAME or NAME@VERSION; `tuneplan frameworks` "
+                                      "lists the aliases)", list(fw))
+    if not version:
+        return key
+    spec = fw[key]
+    if not spec.version_of:
+        raise InputError("framework", f"{key} has no versioned defaults: give it without '@{version}'",
+                         [n for n, s in fw.items() if s.version_of])
+    if _version(version) is None:
+        raise InputError("framework", f"'{version}' is not a version number of {spec.version_of} (e.g. {key}@{spec.current})")
+    return f"{key}@{version}"
+
+
+def get_framework(name: str) -> FrameworkSpec:
+    """The profile of `NAME[@VERSION]` (aliases resolve): the entry's values, changed by every `versions` rule
+    whose `before` is above VERSION."""
+    return _framework(resolve_framework(name))
+
+
+@lru_cache(maxsize=64)
+def _framework(key: str) -> FrameworkSpec:
+    name, version = split_framework(key)
+    spec = load_frameworks()[name]
+    if not version:
+        return spec
+    d = {k: v for k, v in _raw_frameworks()[name].items() if k != "versions"}
+    sources = dict(d.get("sources") or {})
+    changed: list[str] = []
+    v = _version(version)
+    for rule in _raw_frameworks()[name].get("versions") or ():
+        if v < _version(str(rule["before"])):
+            for k, val in rule.items():
+                if k not in ("before", "sources"):
+                    d[k] = val
+                    sources[k] = rule["sources"][k]
+                    changed.append(k)
+    d["sources"] = sources
+    out = _parse(name, d)
+    return replace(out, version=version, changed=tuple(dict.fromkeys(changed)))
 
 
 def framework_for_text(text: str | None) -> str:
@@ -192,11 +314,15 @@ def framework_for_text(text: str | None) -> str:
     if not low:
         return "generic"
     fw = load_frameworks()
-    if low in fw:
-        return low
+    name, version = split_framework(low)
+    if name in fw or name in framework_aliases():
+        try:
+            return resolve_framework(low)
+        except InputError:
+            return resolve_framework(name)
     best, pos = "generic", len(low) + 1
     for name, spec in fw.items():
-        for m in spec.match:
+        for m in (*spec.match, *spec.aliases):
             i = low.find(m)
             if 0 <= i < pos:
                 best, pos = name, i

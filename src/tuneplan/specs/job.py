@@ -35,12 +35,18 @@ inputs); full (keep each checkpointed layer's input, recompute the layer); offlo
 input in host memory, recompute the layer)."""
 CP_MODES = ("ring", "ulysses")
 FRAMEWORK_DEFAULT = "generic"
+"""The JobSpec's own framework: the physics' neutral stack (what measured rows that name no framework ran)."""
+USER_FRAMEWORK_DEFAULT = "hf-trainer"
+"""The framework an estimate, plan or curve takes when the user names none (make_job): the HF Trainer's
+current defaults (data/frameworks.yaml hf-trainer, at the transformers version pip installs today),
+said in the assumptions."""
 MASTER_WEIGHTS = ("auto", "fp32", "none")
 DEFAULT_MASTER_WEIGHTS = "fp32"
 """A full fine-tuning in 16 bits keeps an fp32 master copy unless told otherwise (--master-weights) or the
 framework says (data/frameworks.yaml): mixed precision over fp32 weights (HF Trainer's bf16=True on a
 model loaded in fp32, PyTorch AMP, DeepSpeed, Megatron) is what most recipes run; 16 bytes/param with AdamW."""
-OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor", "galore-adamw")
+OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
+              "galore-adamw")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
 QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit", "fp8")
@@ -68,7 +74,8 @@ Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze"
                  "boft", "vera", "fourierft", "hra", "bone", "prefix-tuning", "prompt-tuning", "p-tuning",
                  "ln-tuning", "adapter"]
 Precision = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "mxfp4"]
-Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "sgd", "sgd-momentum", "adafactor", "galore-adamw"]
+Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
+                    "galore-adamw"]
 DEFAULT_GALORE_RANK = 128
 """GaLore's projection rank when not given: transformers' `galore_adamw` default (trainer_optimizer.py
 `_get_galore_optimizer`: optim_args rank 128)."""
@@ -141,8 +148,10 @@ class JobSpec(Record):
     ckpt_mode: Literal["auto", "none", "selective", "full", "offload"] = "auto"
     ckpt_every: int = option(1, "checkpoint one layer in every N (default 1: all)", "method")
     act_offload: bool = option(False, "offload saved activations to host memory (default off)", "method")
-    framework: str = option(FRAMEWORK_DEFAULT, "the training stack: its kernels and defaults (data/frameworks.yaml; "
-                                               "default generic)", "method", choices="frameworks")
+    framework: str = option(FRAMEWORK_DEFAULT, "the training stack, NAME or NAME@VERSION (hf-trainer@4.46): its "
+                                               "kernels and defaults (data/frameworks.yaml, `tuneplan frameworks`; "
+                                               "default hf-trainer, the HF Trainer's current defaults)", "method",
+                            choices="frameworks")
     fused_ce: bool | None = option(None, "fused linear + cross-entropy (Liger, Cut Cross-Entropy): no full logits "
                                          "(default: by framework)", "method")
     sequence_parallel: bool | None = option(None, "Megatron sequence parallel with --tp (default: by framework)",
@@ -195,6 +204,10 @@ class JobSpec(Record):
     trainable_params: float | None = option(
         None, "--method adapter: the adapter's trainable parameter count (any method tuneplan does not name)", "method")
     moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
+    fp8_recipe: Literal["te", "torchao", "fp8-params"] | None = option(
+        None, "what --precision fp8 stores per linear weight: te (bf16 weight + cached fp8 copy and transpose), "
+              "torchao (bf16 weight, cast on the fly) or fp8-params (Megatron's fp8 primary weights); default: the "
+              "framework's", "method")
     moe_experts: Literal["modules", "stacked"] = option(
         "modules", "MoE experts as one module per expert (modules: transformers 4, default) or stacked tensors (stacked: transformers >= 5, --framework hf-trainer's default; LoRA re-materialises each stack as W + BA and holds it for the backward)", "method")
     # vision-language models: images per training example (their tokens join each sample's sequence),
@@ -259,12 +272,11 @@ class JobSpec(Record):
     @field_validator("framework")
     @classmethod
     def _framework(cls, v: str) -> str:
-        from tuneplan.specs.framework import framework_names
+        from tuneplan.specs.framework import resolve_framework
 
-        v = (v or FRAMEWORK_DEFAULT).strip().lower()
-        if v not in framework_names():
-            raise ValueError(f"unknown framework '{v}' (allowed: {', '.join(framework_names())})")
-        return v
+        # an alias (nemo, xtuner...) is stored as the profile's name, a version kept (hf-trainer@4.46);
+        # an unknown one is an InputError naming the field and the allowed names
+        return resolve_framework(v or FRAMEWORK_DEFAULT)
 
     @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank", "galore_rank",
                      "trainable_layers", "ckpt_every", "vpp")
@@ -458,14 +470,18 @@ def _framework_defaults(clean: dict) -> dict:
     """Settings a named framework decides when the job leaves them out: the adapters' dtype, how
     unpacked samples are padded, and, where the entry says, activation checkpointing and the
     micro-batch of its recipes (data/frameworks.yaml); the estimate's assumptions say them."""
+    if clean.get("framework") is None:
+        clean = {**clean, "framework": USER_FRAMEWORK_DEFAULT}  # the HF Trainer's current defaults, said
     name = clean.get("framework")
     if not isinstance(name, str) or name.strip().lower() == FRAMEWORK_DEFAULT:
         return clean
-    from tuneplan.specs.framework import get_framework, load_frameworks
+    from tuneplan.errors import InputError
+    from tuneplan.specs.framework import get_framework
 
-    if name.strip().lower() not in load_frameworks():
+    try:
+        fw = get_framework(name)
+    except InputError:
         return clean  # the field validator names the allowed values
-    fw = get_framework(name)
     out = dict(clean)
     for k, v in fw.job_defaults().items():  # checkpointing / micro-batch of the framework's recipes
         if k == "grad_ckpt" and out.get("ckpt_mode") not in (None, "auto"):
@@ -476,6 +492,7 @@ def _framework_defaults(clean: dict) -> dict:
     out.setdefault("optimizer_impl", fw.optimizer_impl)
     out.setdefault("grad_accum_sync", fw.grad_accum_sync)
     out.setdefault("fsdp_adapter_wrap", fw.fsdp_adapter_wrap)
+    out.setdefault("fp8_recipe", fw.fp8_recipe)
     if not out.get("packing"):
         out.setdefault("padding", fw.padding)
     return out

@@ -99,8 +99,9 @@ class MethodOptions(BaseModel):
         None, description="MoE experts as one module per expert (transformers 4) or stacked tensors (transformers "
                           ">= 5: LoRA rebuilds W + BA per stack and holds it for the backward); default: the "
                           "framework's (hf-trainer stacked), else modules")
-    framework: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z0-9-]+$")] | None = Field(
-        None, description="training framework (data/frameworks.yaml; see /api/options; default generic)")
+    framework: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z0-9_.-]+(@[0-9][0-9a-z.+-]*)?$")] | None = Field(
+        None, description="training framework, NAME or NAME@VERSION; an alias resolves (data/frameworks.yaml; see "
+                          "/api/options; default hf-trainer, the HF Trainer's current defaults)")
 
 
 class WorkFields(BaseModel):

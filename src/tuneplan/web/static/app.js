@@ -950,7 +950,7 @@
         "with-block": "inside each block's flat parameter (FSDP1)" }[m] || m))]);
     fillSelect("#moe_mode", options.moe_modes, options.moe_modes.map((m) => (m === "sparse" ? "sparse (top-k)" : "dense (all experts)")));
     fillSelect("#sharding", options.shardings);
-    fillSelect("#framework", ["", ...(options.frameworks || [])], ["generic (not given)", ...(options.frameworks || [])]);
+    fillSelect("#framework", ["", ...(options.frameworks || [])], ["hf-trainer (not given: the HF Trainer's current defaults)", ...(options.frameworks || [])]);
     fillSelect("#ckpt_mode", ["", ...(options.ckpt_modes || [])], ["as the checkbox", ...(options.ckpt_modes || [])]);
     fillSelect("#objective", options.objectives);
     fillSelect("#provider", ["", ...options.providers], ["cheapest on-demand", ...options.providers]);
