@@ -255,9 +255,8 @@ def checkpointing_flip(mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len
     if jspec.ckpt_mode != "auto" or getattr(est, "memory_model", None) is None:
         return []
     other = jspec.model_copy(update={"grad_ckpt": not jspec.grad_ckpt})
-    o2 = est.predict_arrays(build_arrays([(mspec, gspec, other, seq_len)], est.constants,
-                                         backend=ARRAYS if getattr(est, "python_arrays", False) else "numpy"))
-    fits, fits2 = bool(xp.first(out["fits"])), bool(xp.first(o2["fits"]))
+    o2 = est.predict_arrays(build_arrays([(mspec, gspec, other, seq_len)], est.constants))
+    fits, fits2 = bool(_scalar(out, "fits")), bool(_scalar(o2, "fits"))
     if fits == fits2:
         return []
     fw = get_framework(jspec.framework)
