@@ -259,6 +259,21 @@ def _row_moe_experts(row: dict, fw) -> str:
     return fw.moe_experts
 
 
+def _row_peft_version(row: dict) -> str | None:
+    """The row's peft release (which MoE types' stacked experts its LoRA reached: physics/moe_lora.py);
+    None when the row names none (the newest tested release stands in)."""
+    from tuneplan.specs.peft import peft_version_key
+
+    v = _get(row, "peft_version")
+    if v is None:
+        return None
+    try:
+        peft_version_key(str(v))
+    except InputError:
+        raise InputError("peft_version", f"'{v}' is not a version (e.g. 0.22.0)") from None
+    return str(v).strip()
+
+
 def _positive_int(v: Any, column: str) -> int:
     """A cell that must be a positive whole number (InputError naming the column otherwise)."""
     try:
@@ -328,7 +343,7 @@ BATCH_COLUMNS = ("micro_batch_size", "grad_accum", "global_batch_size")
 BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "gpu_resolved", "gpu", "method",
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
-                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version",
+                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version", "peft_version",
                 "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
@@ -384,6 +399,7 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name, "moe_experts": _row_moe_experts(row, fw),
+        "peft_version": _row_peft_version(row),
         "optimizer_impl": _row_choice(row, fw, "optimizer_impl"),
         "grad_accum_sync": _row_choice(row, fw, "grad_accum_sync"),
         "fsdp_adapter_wrap": _row_choice(row, fw, "fsdp_adapter_wrap"), **shard,

@@ -13,7 +13,15 @@ from typing import Any, Literal
 from tuneplan.errors import InputError
 from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
 from tuneplan.specs.limits import JOB_BOUNDS
-from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
+from tuneplan.specs.peft import (
+    LORA_EQUIVALENT,
+    PEFT_METHOD_NAMES,
+    canonical,
+    default_peft_version,
+    method_options,
+    parse_options,
+    peft_version_key,
+)
 from tuneplan.specs.record import (
     ConfigDict,
     Field,
@@ -197,6 +205,10 @@ class JobSpec(Record):
     moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
     moe_experts: Literal["modules", "stacked"] = option(
         "modules", "MoE experts as one module per expert (modules: transformers 4, default) or stacked tensors (stacked: transformers >= 5, --framework hf-trainer's default; LoRA re-materialises each stack as W + BA and holds it for the backward)", "method")
+    # which MoE types' stacked experts peft's LoRA reaches depends on its release (physics/moe_lora.py)
+    peft_version: str | None = option(
+        None, "--moe-experts stacked: the peft release (e.g. 0.22) whose LoRA reach over the stacked experts the "
+              "estimate follows (default: the installed peft, else 0.22, the newest tested)", "method")
     # vision-language models: images per training example (their tokens join each sample's sequence),
     # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
     # and whether the vision tower is trained (default: frozen, as LLaMA-Factory / TRL VLM recipes do)
@@ -287,6 +299,14 @@ class JobSpec(Record):
         if v is not None and v < 1:
             raise ValueError("must be a positive integer")
         return _bounded(info, v)
+
+    @field_validator("peft_version")
+    @classmethod
+    def _peft_version(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        peft_version_key(v)
+        return v.strip()
 
     @field_validator("method", mode="before")
     @classmethod
@@ -485,6 +505,8 @@ def make_job(**kwargs) -> JobSpec:
     """Build a JobSpec, turning its validation errors into one-line InputErrors naming the field."""
     clean = {k: v for k, v in kwargs.items() if v is not None}
     clean = _framework_defaults(clean)
+    if clean.get("moe_experts") == "stacked" and "peft_version" not in clean:
+        clean["peft_version"] = default_peft_version()  # the installed peft, read when the job is made
     if "lora_targets" in clean and isinstance(clean["lora_targets"], str):
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
     try:
