@@ -180,11 +180,7 @@ def run_plan(args: argparse.Namespace) -> int:
             print(f"plot written to {args.plot}")
         if args.out:
             print(f"candidates written to {args.out}")
-    if not res.ok:
-        if args.json:
-            print(f"tuneplan plan: {res.message}", file=sys.stderr)
-        return 1
-    return 0
+    return 0  # "nothing fits" is an answer too (its why in the output, `status` in --json), not a failure
 
 
 def _write_candidates(res, path: str) -> None:
@@ -222,7 +218,7 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     elif args.out:
         print(f"{len(rows)} plan(s) written to {args.out}")
     statuses = {r["status"] for r in rows}
-    return 2 if "error" in statuses else 1 if "no-plan" in statuses else 0
+    return 2 if "error" in statuses else 0  # a no-plan row is an answer (its message says why)
 
 
 def _hours(s: float | None) -> str:
@@ -270,7 +266,8 @@ def print_plan(res, top: int = 10) -> None:
                   f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU")
         con.print(f"[bold]Why:[/bold] {res.why}")
     else:
-        con.print(f"\n[bold red]No plan:[/bold red] {res.message}")
+        head = "Nothing fits" if res.status == "nothing-fits" else "Nothing meets the constraints"
+        con.print(f"\n[bold red]{head}:[/bold red] {res.message}")
 
     def table(title: str, df) -> Table:
         t = Table(title=title, title_justify="left", header_style="bold")

@@ -15,7 +15,7 @@ import numpy as np
 
 from tuneplan.errors import InputError, TuneplanError
 from tuneplan.specs.gpu import GPUSpec
-from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec
+from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec, read_stage
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.peft import DEFAULT_GENERIC_ADAPTER_RANK, LORA_EQUIVALENT, PEFT_METHOD_NAMES
 
@@ -364,9 +364,11 @@ class RowBase:
 
 def _row_head(row: dict, cache: dict | None, used: _Defaults) -> tuple[Any, ...]:
     """Everything `row_to_config` reads before the batch shape."""
-    stage = str(_get(row, "stage") or "sft").strip().lower()
+    raw_stage = str(_get(row, "stage") or "sft").strip().lower()
+    stage, note = read_stage(raw_stage)  # a stage not modelled: InputError naming it
     if stage != "sft":  # a DPO / GRPO... step is not an SFT step: estimate it with --stage (docs/stages.md)
-        raise InputError("stage", f"'{stage}' rows are not learned from or predicted per row (the learners model "
+        named = f"'{raw_stage}' rows ({note})" if note else f"'{stage}' rows"
+        raise InputError("stage", f"{named} are not learned from or predicted per row (the learners model "
                          "SFT steps); use tuneplan estimate --stage " + stage)
     model, gpu = _row_model_gpu(row, cache, used)
     method = _row_method(row, used)

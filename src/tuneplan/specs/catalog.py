@@ -41,6 +41,7 @@ from tuneplan.specs.architectures import (
     model_from_config,
     split_quant_suffix,
 )
+from tuneplan.specs.architectures.base import inferred_value
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.struct import dataclass, replace
@@ -583,7 +584,7 @@ def load_model_config(name_or_path: str) -> dict:
     if isinstance(inferred, dict):
         for k, v in inferred.items():
             if k != "basis" and not k.endswith("_alternative") and out.get(k) is None:
-                out[k] = v
+                out[k] = inferred_value(v)
     mt = detect_model_type(out)
     if not out.get("model_type"):
         if looks_llama_like(raw):

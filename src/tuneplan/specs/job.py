@@ -61,6 +61,37 @@ generated rollouts (grpo, ppo, rloo). Their physics: `tuneplan.physics.stages`, 
 PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo")
 RL_STAGES = ("grpo", "ppo", "rloo")
 ROLLOUT_ENGINES = ("hf", "vllm")
+STAGE_ALIASES: dict[str, tuple[str, str]] = {
+    "dapo": ("grpo", "DAPO is GRPO's computation (a group of sampled completions per prompt, a clipped policy "
+                     "gradient on group-relative advantages, no value model) with dynamic sampling: groups whose "
+                     "rewards are all equal are dropped and more prompts are generated until the batch is full, "
+                     "so generation per step can exceed GRPO's (verl recipe/dapo, the DAPO paper, 2503.14476)"),
+}
+"""Stage names of runs files (reference/SCHEMA.md "Stage columns") that are a modelled stage's computation
+under another name: the modelled stage and why."""
+UNMODELLED_STAGES: dict[str, str] = {
+    "gkd": "generalised knowledge distillation: on-policy generation by the student and a teacher model's "
+           "forward every step",
+    "rm": "reward-model training: a sequence classifier with a scalar head over preference pairs",
+    "online-dpo": "TRL's online DPO: completions generated and judged each step, then a DPO update",
+    "xpo": "TRL's exploratory preference optimisation: online generation and judging, then a DPO-style update",
+    "nash-md": "TRL's Nash mirror descent: online generation against a mixture policy, judging, an update",
+}
+"""Stages runs files name that tuneplan does not model (yet): what their step runs."""
+
+
+def read_stage(value: str) -> tuple[str, str]:
+    """(modelled stage, note) of a stage name: a modelled stage as it is (note ''), an alias as the
+    stage it computes (note: why); InputError naming `stage` for a stage not modelled or unknown."""
+    v = str(value).strip().lower() or "sft"
+    if v in STAGES:
+        return v, ""
+    if v in STAGE_ALIASES:
+        stage, why = STAGE_ALIASES[v]
+        return stage, f"stage {v} read as {stage}: {why}"
+    if v in UNMODELLED_STAGES:
+        raise InputError("stage", f"'{v}' is not a modelled stage ({UNMODELLED_STAGES[v]})", STAGES)
+    raise InputError("stage", f"unknown stage '{v}'", STAGES + tuple(STAGE_ALIASES))
 ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
               "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
               "dense", "wo", "wi", "wi_0", "wi_1")
