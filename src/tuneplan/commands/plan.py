@@ -125,6 +125,10 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     if args.deadline is not None and args.deadline_h is not None:
         raise InputError("deadline", "give --deadline or --deadline-h, not both")
+    counts = [g for g in args.gpus or [] if g.strip().isdigit()]
+    if counts:  # `estimate --gpus 8` is a count; plan's --gpus names the GPU types to search
+        raise InputError("gpus", f"plan's --gpus takes GPU types (e.g. H100-SXM5-80GB,A100-SXM4-80GB), not a count "
+                         f"('{counts[0]}'): --max-gpus {counts[0]} searches up to that many GPUs")
     kw: dict[str, Any] = {
         "gpus": args.gpus, "methods": args.methods, "max_gpus": args.max_gpus, "objective": args.objective,
         "provider": args.provider, "prices": args.prices, "rate": args.rate, "calibration": args.calibration,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, UnknownNameError
 from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
 from tuneplan.specs.limits import JOB_BOUNDS
 from tuneplan.specs.peft import (
@@ -548,6 +548,8 @@ def make_job(**kwargs) -> JobSpec:
         if isinstance(orig, InputError):  # already names its field (peft options, ...)
             raise orig from None
         loc = ".".join(str(x) for x in err.get("loc", ())) or "job"
+        if err.get("type") == "extra_forbidden":  # a misspelt keyword (the API's micro_bach=): the closest names
+            raise UnknownNameError(loc, loc, list(JobSpec.model_fields), what="job option") from None
         field = loc.replace("_", "-")
         msg = err.get("msg", "invalid").removeprefix("Value error, ")
         allowed = None
