@@ -151,8 +151,13 @@ def _row_model_gpu(row: dict, cache: dict | None, used: _Defaults) -> tuple[Mode
     seq_cell = _get(row, "seq_len")
     m_args = (str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""), str(_get(row, "notes") or ""),
               float(seq_cell) if seq_cell is not None else None)
+    stored = str(_get(row, "model_config_json") or "")
     try:  # by its names (one ModelSpec per distinct name); the notes only when the catalog has none
-        model = _memo(cache, ("model", *m_args[:2]), resolve_run_model, *m_args[:2])
+        if stored:  # the config of the model that ran (TuneplanCallback, tuneplan profile), whatever its name
+            model = _memo(cache, ("model-config", m_args[0], stored), resolve_run_model, m_args[0], m_args[1],
+                          "", None, stored)
+        else:
+            model = _memo(cache, ("model", *m_args[:2]), resolve_run_model, *m_args[:2])
     except InputError:
         if not m_args[2]:
             raise
@@ -343,7 +348,7 @@ BATCH_COLUMNS = ("micro_batch_size", "grad_accum", "global_batch_size")
 BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "gpu_resolved", "gpu", "method",
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
-                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version", "peft_version",
+                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version", "peft_version", "model_config_json",
                 "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
