@@ -31,8 +31,8 @@ def peft_version_key(version: str) -> tuple[int, int]:
     --peft-version otherwise."""
     m = _VERSION.match(str(version))
     if not m:
-        raise InputError("peft-version", f"'{version}' is not a version (e.g. 0.22 or 0.22.0)",
-                         PEFT_TESTED_VERSIONS)
+        raise InputError("peft-version", f"'{version}' is not a version (e.g. 0.22 or 0.22.0; tested releases: "
+                         f"{', '.join(PEFT_TESTED_VERSIONS)})")
     return int(m.group(1)), int(m.group(2))
 
 
