@@ -151,6 +151,15 @@ def test_catalog_listings(capsys):
     assert main(["models", "--json"]) == 0
     models = json.loads(capsys.readouterr().out)
     assert len(models) >= 100
+    # real layer counts, never the internal "all layers" marker
+    assert all(m["n_attention_layers"] >= 0 and m["n_dense_mlp_layers"] >= 0 for m in models)
+    by = {m["name"]: m for m in models}
+    llama = by["meta-llama/Llama-3.1-8B"]
+    assert llama["n_attention_layers"] == llama["n_dense_mlp_layers"] == llama["n_layers"] == 32
+    nh = by["nvidia/Nemotron-H-8B-Base-8K"]  # hybrid: 4 attention layers of 52 (its layer pattern)
+    assert 0 < nh["n_attention_layers"] < nh["n_layers"]
+    moe = by["Qwen/Qwen3-30B-A3B"]
+    assert moe["n_dense_mlp_layers"] == 0 and moe["n_moe_layers"] == 48
     assert main(["gpus", "--json"]) == 0
     gpus = json.loads(capsys.readouterr().out)
     assert {"A100-SXM4-80GB", "H100-SXM5-80GB", "L40S-48GB"} <= {g["name"] for g in gpus}

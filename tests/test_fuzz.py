@@ -1,6 +1,6 @@
 """Fuzz (issue 19 "done when", issue 16 part 6): every subcommand's main() and the web API driven with
-random and extreme inputs. Asserted: no traceback, exit 0 or 2 (1 where a command documents it: `plan`
-when nothing meets the constraints, `calibrate` when the rows cannot support a fit), every number in
+random and extreme inputs. Asserted: no traceback, exit 0 or 2 (1 where a command documents it:
+`calibrate` when the rows cannot support a fit; `plan` answers "nothing fits" with 0), every number in
 JSON output finite; the web never answers 500. Bounded: few examples each, small search spaces."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_fuzz_planner_seed(extra, capsys):
 def test_fuzz_plan(extra, model, capsys):
     argv = ["plan", "--model", model, "--gpus", "H100-SXM5-80GB", "--methods", "lora", "--max-gpus", "2",
             "--micro-batches", "1,4", "--examples", "1000", "--tokens-per-example", "512", *extra, "--json"]
-    run(argv, capsys, allowed=(0, 1, 2))
+    run(argv, capsys, allowed=(0, 2))  # nothing fits is an answer (exit 0)
 
 
 @FUZZ

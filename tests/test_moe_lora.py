@@ -16,11 +16,13 @@ from tuneplan.errors import InputError
 from tuneplan.physics.constants import DEFAULT_CONSTANTS
 from tuneplan.physics.memory import memory
 from tuneplan.physics.moe_lora import (
-    PEFT_STACKED_MOE_TYPES,
+    PEFT_STACKED_MOE_TYPES_BY_VERSION,
     STACK_KERNELS,
     STACK_PASSES_BACKWARD,
     STACK_PASSES_FORWARD,
     moe_experts_assumptions,
+    peft_reach_release,
+    peft_reaches_stacks,
     stacked_lora_held_bytes,
     stacked_lora_seconds,
 )
@@ -33,12 +35,13 @@ from tuneplan.specs.job import make_job
 H200 = gpu_catalog()["H200-SXM-141GB"]
 QWEN3 = resolve_model("Qwen/Qwen3-30B-A3B")  # 48 layers, 128 experts (top 8), H 2048, I 768
 MIXTRAL = resolve_model("mistralai/Mixtral-8x7B-v0.1")  # 32 layers, 8 experts (top 2), H 4096, I 14336
-QWEN15 = resolve_model("Qwen/Qwen1.5-MoE-A2.7B")  # qwen2_moe: peft does not reach its stacks
+QWEN15 = resolve_model("Qwen/Qwen1.5-MoE-A2.7B")  # qwen2_moe: peft 0.21 does not reach its stacks, 0.22 does
 GIB = 1024.0**3
 
 
 def stacked(**kw):
-    return make_job(method="lora", lora_rank=16, moe_experts="stacked", **kw)
+    # the H200 runs used peft 0.21.0
+    return make_job(method="lora", lora_rank=16, moe_experts="stacked", **{"peft_version": "0.21.0", **kw})
 
 
 @pytest.mark.parametrize(("model", "per_layer", "layers"), [
@@ -120,7 +123,8 @@ def test_stacked_step_is_near_the_h200_run():
 def test_unreached_model_types_adapt_attention_and_shared_experts_only():
     t = model_terms(QWEN15, stacked())
     assert t.stacked_lora_params == 0.0
-    assert "qwen2_moe" not in PEFT_STACKED_MOE_TYPES and "qwen3_moe" in PEFT_STACKED_MOE_TYPES
+    assert "qwen2_moe" not in PEFT_STACKED_MOE_TYPES_BY_VERSION[(0, 21)]
+    assert "qwen3_moe" in PEFT_STACKED_MOE_TYPES_BY_VERSION[(0, 21)]
     with pytest.raises(InputError, match="does not reach"):
         model_terms(QWEN15, stacked(lora_targets=("gate", "up", "down")))
 
@@ -139,6 +143,7 @@ def test_framework_default_and_assumption():
     text = " ".join(moe_experts_assumptions(QWEN3, make_job(method="lora", framework="hf-trainer")))
     assert "hf-trainer (transformers 5.25)'s default" in text and "W + BA" in text
     assert "does not reach" in " ".join(moe_experts_assumptions(QWEN15, stacked()))
+    assert "peft 0.21.0 decides" in " ".join(moe_experts_assumptions(QWEN15, stacked()))
     assert moe_experts_assumptions(QWEN3, make_job(method="full")) == []
 
 
@@ -194,5 +199,56 @@ def test_trainable_count_is_peft_exact_on_transformers_5(model_type, extra):
         hf = transformers.AutoModelForCausalLM.from_config(conf)
     pm = peft.get_peft_model(hf, peft.LoraConfig(r=4, target_modules="all-linear"))
     want = sum(p.numel() for p in pm.parameters() if p.requires_grad)
-    ours = model_terms(model_from_config(cfg, "tiny"), make_job(method="lora", lora_rank=4, moe_experts="stacked"))
+    job = make_job(method="lora", lora_rank=4, moe_experts="stacked")  # the installed peft's reach
+    assert job.peft_version == peft.__version__
+    ours = model_terms(model_from_config(cfg, "tiny"), job)
     assert ours.params_trainable == want
+
+
+def test_peft_022_reaches_qwen2_moe_stacks():
+    # peft 0.22.0 utils/transformers_weight_conversion.py maps qwen2_moe onto its own pattern. By hand, per
+    # layer at r = 16 (H 2048, 60 experts of I 1408, shared expert of I 5632, 16 heads of 128):
+    # q, k, v, o 16 x 4096 each; shared gate, up 16 x (2048 + 5632) each, down 16 x (5632 + 2048);
+    # shared_expert_gate 16 x (2048 + 1); router 16 x (2048 + 60); gate_up stack 32 x 60 x (2048 + 2816);
+    # down stack 16 x 60 x (1408 + 2048)
+    per_layer = (4 * 16 * 4096 + 3 * 16 * 7680 + 16 * 2049 + 16 * 2108 + 32 * 60 * 4864 + 16 * 60 * 3456)
+    assert per_layer == 13_353_936
+    t22 = model_terms(QWEN15, stacked(peft_version="0.22.0"))
+    assert t22.params_trainable == 24 * per_layer
+    assert t22.stacked_lora_params == 60 * 3 * 1408 * 2048 * 24
+    assert model_terms(QWEN15, stacked()).params_trainable == 24 * 663_568  # 0.21: shared experts only
+    assert PEFT_STACKED_MOE_TYPES_BY_VERSION[(0, 22)] - PEFT_STACKED_MOE_TYPES_BY_VERSION[(0, 21)] == {"qwen2_moe"}
+
+
+def test_peft_version_keys_the_reach():
+    assert peft_reach_release("0.21.2") == (0, 21)
+    assert peft_reach_release("0.22.0rc1") == (0, 22)
+    assert peft_reach_release("0.25.1") == (0, 22)  # newer than tested: the newest tested
+    assert peft_reach_release("0.18.0") == (0, 21)  # older: the oldest tested
+    assert peft_reach_release(None) == (0, 22)  # a JobSpec built without one (a runs row naming none)
+    assert not peft_reaches_stacks(QWEN15, "0.21.0") and peft_reaches_stacks(QWEN15, "0.22.0")
+    text = " ".join(moe_experts_assumptions(QWEN15, stacked(peft_version="0.23.0")))
+    assert "peft 0.23.0 (its reach follows peft 0.22's) decides" in text
+    with pytest.raises(InputError, match="peft-version"):
+        stacked(peft_version="latest")
+
+
+def test_peft_version_default_is_read_from_metadata(monkeypatch):
+    from tuneplan.specs import peft as specs_peft
+
+    monkeypatch.setattr(specs_peft, "installed_peft_version", lambda: "0.21.2")
+    assert make_job(method="lora", moe_experts="stacked").peft_version == "0.21.2"
+    monkeypatch.setattr(specs_peft, "installed_peft_version", lambda: None)  # peft not installed
+    assert make_job(method="lora", moe_experts="stacked").peft_version == specs_peft.PEFT_TESTED_VERSIONS[-1]
+    assert make_job(method="lora").peft_version is None  # modules layout: the release does not matter
+
+
+def test_runs_rows_carry_their_peft_version():
+    from tuneplan.learn.dataset import row_to_config
+
+    row = {"model": "Qwen/Qwen1.5-MoE-A2.7B", "gpu": "H200-SXM-141GB", "method": "lora", "lora_rank": "16",
+           "seq_len": "256", "micro_batch_size": "1", "gpus": "1", "framework": "tuneplan-profile",
+           "transformers_version": "5.17.0", "peft_version": "0.21.0"}
+    assert row_to_config(row).job.peft_version == "0.21.0"
+    with pytest.raises(InputError, match="peft_version"):
+        row_to_config({**row, "peft_version": "new"})

@@ -40,17 +40,31 @@ def test_web_flag_spellings(capsys):
     assert d["constraints"]["deadline_s"] == 43200 and d["constraints"]["budget_usd"] == 400
 
 
-def test_no_plan_exits_1(capsys):
+def test_no_plan_is_an_answer_exit_0(capsys):
     rc = main(PLAN + ["--deadline", "1min"])
     captured = capsys.readouterr()
-    assert rc == 1
-    assert "no configuration meets the 1 min deadline: the fastest is" in captured.out
+    assert rc == 0
+    text = " ".join(captured.out.split())
+    assert "Nothing meets the constraints: no configuration meets the 1 min deadline: the fastest is" in text
     rc = main(PLAN + ["--budget", "0.5", "--json"])
     captured = capsys.readouterr()
-    assert rc == 1
+    assert rc == 0
     d = json.loads(captured.out)
-    assert d["ok"] is False and "budget" in d["message"] and d["closest"]
-    assert "budget" in captured.err
+    assert d["ok"] is False and d["status"] == "nothing-meets-constraints"
+    assert "budget" in d["message"] and d["closest"]
+    assert captured.err == ""
+
+
+def test_nothing_fits_exit_0_with_why(capsys):
+    args = ["plan", "--model", "meta-llama/Llama-3.1-405B", "--method", "full", "--gpus", "H100-SXM5-80GB",
+            "--max-gpus", "1", "--examples", "1000", "--tokens-per-example", "512"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "Nothing fits: no configuration fits in memory" in " ".join(out.split())
+    assert main(args + ["--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["ok"] is False and d["status"] == "nothing-fits" and d["recommended"] is None
+    assert "fits in memory" in d["message"] and "GiB per GPU" in d["message"]
 
 
 @pytest.mark.parametrize("args, field, close", [
@@ -106,9 +120,9 @@ def test_workload_file(capsys, tmp_path):
     assert rows["typo"]["status"] == "error" and "jobs.csv:5" in rows["typo"]["message"]
     assert "H100-SXM5-80GB" in rows["typo"]["message"]
     assert "typo" in captured.err
-    # all good -> 0; a no-plan row -> 1
+    # all good -> 0; a no-plan row is an answer -> 0 too
     jobs.write_text("model,examples,tokens_per_example,deadline\nmeta-llama/Llama-3.1-8B,50000,800,1min\n")
-    assert main(["plan", "--runs", str(jobs), "--gpus", "H100-SXM5-80GB", "--json"]) == 1
+    assert main(["plan", "--runs", str(jobs), "--gpus", "H100-SXM5-80GB", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d[0]["status"] == "no-plan"
 

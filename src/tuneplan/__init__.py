@@ -13,6 +13,14 @@ __version__ = "0.1.0"
 
 __all__ = ["__version__", "estimate", "plan_run"]
 
+_LAZY = ("estimate", "plan_run", "plan", "EstimateResult")
+"""Names `__getattr__` loads on first use."""
+
+
+def __dir__() -> list[str]:
+    # the lazy names too (a module-level __getattr__ hides them from the default dir())
+    return sorted(set(globals()) | set(_LAZY))
+
 
 def __getattr__(name: str):
     # lazy: `import tuneplan` stays cheap; heavy modules load on first use

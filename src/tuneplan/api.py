@@ -368,7 +368,7 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
     )
 
 
-STATIC_MEMORY_PARTS = ("weights", "gradients", "master_weights", "optimizer", "gathered_params", "optimizer_step",
+STATIC_MEMORY_PARTS = ("weights", "gradients", "gradient_buckets", "master_weights", "optimizer", "gathered_params", "optimizer_step",
                        "workspace")
 """Memory parts counted byte by byte (the learned correction never changes them)."""
 AFTER_ALLOCATION_PARTS = ("allocator", "cuda_context", "variable_shape")

@@ -59,7 +59,19 @@ def apply_from(args: argparse.Namespace):
             cfg.notes.append(note)
         args.examples = job["examples"]
         args.epochs = job.get("epochs", args.epochs)
+    _check_nulls(args, cfg)
     return cfg
+
+
+def _check_nulls(args: argparse.Namespace, cfg) -> None:
+    """A length the config sets to null (torchtune's `tokenizer.max_seq_len: null`) and no flag gives:
+    the error names the file's key."""
+    where = cfg.nulls.get("seq_len")
+    if where and getattr(args, "seq_len", None) is None and getattr(args, "tokens_per_example", None) is None:
+        from tuneplan.errors import InputError
+
+        raise InputError("seq-len", f"{where} is null (samples are not truncated, so the length is the data's): "
+                         "give --seq-len or --tokens-per-example")
 
 
 def apply_from_plan(args: argparse.Namespace):
@@ -91,6 +103,7 @@ def apply_from_plan(args: argparse.Namespace):
         for note in fill_work(work, cfg):
             cfg.notes.append(note)
         args.examples = work["examples"]
+    _check_nulls(args, cfg)
     return cfg
 
 

@@ -127,6 +127,10 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     if args.deadline is not None and args.deadline_h is not None:
         raise InputError("deadline", "give --deadline or --deadline-h, not both")
+    counts = [g for g in args.gpus or [] if g.strip().isdigit()]
+    if counts:  # `estimate --gpus 8` is a count; plan's --gpus names the GPU types to search
+        raise InputError("gpus", f"plan's --gpus takes GPU types (e.g. H100-SXM5-80GB,A100-SXM4-80GB), not a count "
+                         f"('{counts[0]}'): --max-gpus {counts[0]} searches up to that many GPUs")
     kw: dict[str, Any] = {
         "gpus": args.gpus, "methods": args.methods, "max_gpus": args.max_gpus, "objective": args.objective,
         "provider": args.provider, "prices": args.prices, "rate": args.rate, "calibration": args.calibration,
@@ -189,11 +193,7 @@ def run_plan(args: argparse.Namespace) -> int:
             print(f"plot written to {args.plot}")
         if args.out:
             print(f"candidates written to {args.out}")
-    if not res.ok:
-        if args.json:
-            print(f"tuneplan plan: {res.message}", file=sys.stderr)
-        return 1
-    return 0
+    return 0  # "nothing fits" is an answer too (its why in the output, `status` in --json), not a failure
 
 
 def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict] | None:
@@ -259,7 +259,7 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     elif args.out:
         print(f"{len(rows)} plan(s) written to {args.out}")
     statuses = {r["status"] for r in rows}
-    return 2 if "error" in statuses else 1 if "no-plan" in statuses else 0
+    return 2 if "error" in statuses else 0  # a no-plan row is an answer (its message says why)
 
 
 def _hours(s: float | None) -> str:
@@ -307,7 +307,8 @@ def print_plan(res, top: int = 10) -> None:
                   f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU")
         con.print(f"[bold]Why:[/bold] {res.why}")
     else:
-        con.print(f"\n[bold red]No plan:[/bold red] {res.message}")
+        head = "Nothing fits" if res.status == "nothing-fits" else "Nothing meets the constraints"
+        con.print(f"\n[bold red]{head}:[/bold red] {res.message}")
 
     def table(title: str, df) -> Table:
         t = Table(title=title, title_justify="left", header_style="bold")

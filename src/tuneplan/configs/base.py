@@ -143,6 +143,7 @@ class ConfigRead:
     values: list[Value] = field(default_factory=list)
     ignored: list[tuple[str, str, str]] = field(default_factory=list)  # (file, key, why)
     notes: list[str] = field(default_factory=list)  # assumptions that are not one field's value
+    nulls: dict[str, str] = field(default_factory=dict)  # job field -> "file: key" that sets it to null
 
     # ---- recording --------------------------------------------------------------------------
     def set(self, fld: str, value: Any, file: str, key: str, note: str = "") -> None:

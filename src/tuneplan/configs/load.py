@@ -68,6 +68,9 @@ def _script_refs(text: str) -> str:
 def detect_format(data: dict, name: str, text: str = "") -> str:
     """The format of a parsed config, from the keys only each framework uses."""
     keys = set(data)
+    if (keys & {"model_type", "architectures"}) and keys & {"hidden_size", "num_hidden_layers", "n_layer", "d_model",
+                                                           "n_embd", "text_config", "vocab_size"}:
+        raise ConfigError(name, "", "this is a model config (config.json), not a training config: use --model PATH")
     if keys & {"compute_environment", "distributed_type"}:
         return "accelerate"
     if keys & {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",

@@ -115,6 +115,7 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
     if isinstance(seq, int) and seq > 0:
         out.set("seq_len", seq, f, "tokenizer.max_seq_len")
     elif doc.has("tokenizer.max_seq_len"):
+        out.nulls.setdefault("seq_len", f"{f}: tokenizer.max_seq_len")
         out.notes.append(f"{f}: tokenizer.max_seq_len is null: samples are not truncated, so the length is the "
                          "data's (give --seq-len or --tokens-per-example)")
     ds = doc.get("dataset")

@@ -194,7 +194,8 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         if rm is not None:
             b["reward_model_gib"] = rm_bytes + 0.0 * tokens
         if value is not None:
-            b["value_model_gib"] = (value["weights_gib"] + value["gradients_gib"] + value["master_weights_gib"]
+            b["value_model_gib"] = (value["weights_gib"] + value["gradients_gib"] + value["gradient_buckets_gib"]
+                                    + value["master_weights_gib"]
                                     + value["optimizer_gib"] + value["activations_gib"]) * BYTES_PER_GIB
         if not gen["vllm"]:  # HF generate's cache (doubled while torch.cat grows it) instead of activations
             held = (o["activations_gib"] + o["logits_gib"]) * BYTES_PER_GIB

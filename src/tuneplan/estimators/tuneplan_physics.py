@@ -115,8 +115,8 @@ class TuneplanEstimator:
         """The memory half of `_apply_correction` (all `fits` depends on)."""
         # memory: the byte-counted states (weights, gradients, master, optimizer) are a floor the
         # learned factor never goes below; the difference is reported as its own part
-        static = (out["weights_gib"] + out["gradients_gib"] + out["master_weights_gib"] + out["optimizer_gib"]
-                  + out["gathered_params_gib"])
+        static = (out["weights_gib"] + out["gradients_gib"] + out["gradient_buckets_gib"] + out["master_weights_gib"]
+                  + out["optimizer_gib"] + out["gathered_params_gib"])
         # the backward's peak is corrected; the optimizer step's (byte-counted states and temporaries) is not
         backward = out["allocated_gib"] - out["optimizer_step_gib"]
         corrected = np.maximum(backward * mem_factor + mem_offset_gib, static + out["workspace_gib"])

@@ -15,7 +15,7 @@ import numpy as np
 
 from tuneplan.errors import InputError, TuneplanError
 from tuneplan.specs.gpu import GPUSpec
-from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec
+from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec, read_stage
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.peft import DEFAULT_GENERIC_ADAPTER_RANK, LORA_EQUIVALENT, PEFT_METHOD_NAMES
 
@@ -151,8 +151,13 @@ def _row_model_gpu(row: dict, cache: dict | None, used: _Defaults) -> tuple[Mode
     seq_cell = _get(row, "seq_len")
     m_args = (str(_get(row, "model") or ""), str(_get(row, "model_hf_id") or ""), str(_get(row, "notes") or ""),
               float(seq_cell) if seq_cell is not None else None)
+    stored = str(_get(row, "model_config_json") or "")
     try:  # by its names (one ModelSpec per distinct name); the notes only when the catalog has none
-        model = _memo(cache, ("model", *m_args[:2]), resolve_run_model, *m_args[:2])
+        if stored:  # the config of the model that ran (TuneplanCallback, tuneplan profile), whatever its name
+            model = _memo(cache, ("model-config", m_args[0], stored), resolve_run_model, m_args[0], m_args[1],
+                          "", None, stored)
+        else:
+            model = _memo(cache, ("model", *m_args[:2]), resolve_run_model, *m_args[:2])
     except InputError:
         if not m_args[2]:
             raise
@@ -259,6 +264,21 @@ def _row_moe_experts(row: dict, fw) -> str:
     return fw.moe_experts
 
 
+def _row_peft_version(row: dict) -> str | None:
+    """The row's peft release (which MoE types' stacked experts its LoRA reached: physics/moe_lora.py);
+    None when the row names none (the newest tested release stands in)."""
+    from tuneplan.specs.peft import peft_version_key
+
+    v = _get(row, "peft_version")
+    if v is None:
+        return None
+    try:
+        peft_version_key(str(v))
+    except InputError:
+        raise InputError("peft_version", f"'{v}' is not a version (e.g. 0.22.0)") from None
+    return str(v).strip()
+
+
 def _positive_int(v: Any, column: str) -> int:
     """A cell that must be a positive whole number (InputError naming the column otherwise)."""
     try:
@@ -336,8 +356,8 @@ BATCH_COLUMNS = ("micro_batch_size", "grad_accum", "global_batch_size")
 BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "gpu_resolved", "gpu", "method",
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
-                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version",
-                "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank", "trl_version")
+                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version", "peft_version",
+                "model_config_json", "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank", "trl_version")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -357,9 +377,11 @@ class RowBase:
 
 def _row_head(row: dict, cache: dict | None, used: _Defaults) -> tuple[Any, ...]:
     """Everything `row_to_config` reads before the batch shape."""
-    stage = str(_get(row, "stage") or "sft").strip().lower()
+    raw_stage = str(_get(row, "stage") or "sft").strip().lower()
+    stage, note = read_stage(raw_stage)  # a stage not modelled: InputError naming it
     if stage != "sft":  # a DPO / GRPO... step is not an SFT step: estimate it with --stage (docs/stages.md)
-        raise InputError("stage", f"'{stage}' rows are not learned from or predicted per row (the learners model "
+        named = f"'{raw_stage}' rows ({note})" if note else f"'{stage}' rows"
+        raise InputError("stage", f"{named} are not learned from or predicted per row (the learners model "
                          "SFT steps); use tuneplan estimate --stage " + stage)
     model, gpu = _row_model_gpu(row, cache, used)
     method = _row_method(row, used)
@@ -398,7 +420,7 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name + (f"@{fw.version}" if fw.version else ""),
-        "moe_experts": _row_moe_experts(row, fw),
+        "moe_experts": _row_moe_experts(row, fw), "peft_version": _row_peft_version(row),
         "optimizer_impl": _row_choice(row, fw, "optimizer_impl"),
         "grad_accum_sync": _row_choice(row, fw, "grad_accum_sync"),
         "fsdp_adapter_wrap": _row_choice(row, fw, "fsdp_adapter_wrap"), **shard,

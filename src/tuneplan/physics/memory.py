@@ -199,10 +199,12 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
     master = np.where(host_states, 0.0, master)
     opt = np.where(host_states, 0.0, opt)
-    # sharded weights are gathered a layer (unit) at a time, with one unit prefetched
+    # sharded weights are gathered a layer (unit) at a time, with one unit prefetched; weights offloaded
+    # to the host (ZeRO-3 offload_param, FSDP CPUOffload) are brought in the same way on one GPU too
     layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
-    gathered = np.where((shard >= ShardingCode.ZERO3) & (sdeg > 1), 2.0 * layer_w, 0.0)
-    # DDP gradient buckets: a second copy of the gradients while they are all-reduced
+    gathered = np.where(((shard >= ShardingCode.ZERO3) & (sdeg > 1)) | offload, 2.0 * layer_w, 0.0)
+    # DDP gradient buckets (torch DDP's Reducer, gradient_as_bucket_view off): a second copy of the
+    # gradients while they are all-reduced; one process without DDP has none
     ddp_buckets = np.where((shard == ShardingCode.NONE) & (dp > 1), trainable * grad_bytes, 0.0)
 
     acts, logits = activations_and_logits(a, c)
@@ -232,7 +234,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     g = BYTES_PER_GIB
     out = {
         "weights_gib": weights / g,
-        "gradients_gib": (grads + ddp_buckets) / g,
+        "gradients_gib": grads / g,
+        "gradient_buckets_gib": ddp_buckets / g,
         "master_weights_gib": master / g,
         "optimizer_gib": opt / g,
         "gathered_params_gib": gathered / g,

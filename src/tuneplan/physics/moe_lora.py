@@ -7,10 +7,13 @@ tensors"), where transformers 4 had an nn.Linear per expert. peft 0.21 adapts a 
 transformers converts with the mixtral or qwen2_moe pattern (`_convert_peft_config_moe`,
 peft/utils/transformers_weight_conversion.py): there `all-linear` and the v4 names (gate, up, down,
 router) reach the stacks, with the rank doubled on the fused gate_up stack (peft's rank_pattern).
-Other MoE types (qwen2_moe itself, granitemoe, gpt_oss, ...) keep their routed experts and router out:
-the adapters sit on attention and the shared experts only. Both counts are exact against peft: Qwen3-
-30B-A3B at r = 16 trains 20,760,576 parameters per layer (996.5M in all, as the H200 run recorded),
-Mixtral-8x7B 11,239,552 per layer (359.7M), Qwen1.5-MoE-A2.7B 663,568 (15.9M).
+Other MoE types (granitemoe, gpt_oss, ..., and under peft 0.21 qwen2_moe itself, which peft 0.22 adds)
+keep their routed experts and router out: the adapters sit on attention and the shared experts only.
+Which types are reached is keyed by the peft release (PEFT_STACKED_MOE_TYPES_BY_VERSION; the job's
+`peft_version`, filled from the installed peft). Both counts are exact against peft: Qwen3-30B-A3B at
+r = 16 trains 20,760,576 parameters per layer (996.5M in all, as the H200 run recorded with peft 0.21),
+Mixtral-8x7B 11,239,552 per layer (359.7M), Qwen1.5-MoE-A2.7B 663,568 under peft 0.21 (15.9M) and
+13,353,936 under peft 0.22 (320.5M).
 
 Each forward, ParamWrapper parametrizes the stack as W' = W + s B A (`torch.baddbmm` per stack in the
 weights' dtype, `_LoraFactorsProxy`), so that:
@@ -28,19 +31,43 @@ from __future__ import annotations
 import numpy as np
 
 from tuneplan.physics.stack import get
+from tuneplan.specs.peft import peft_version_key
 from tuneplan.specs.struct import dataclass
 
-PEFT_STACKED_MOE_TYPES = frozenset({
+PEFT_021_STACKED_MOE_TYPES = frozenset({
     "mixtral", "minimax", "minimax_m2",
     "afmoe", "beam", "cohere2_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
     "exaone_moe", "flex_olmo", "glm4_moe", "glm4_moe_lite", "glm4v_moe", "glm_moe_dsa", "hunyuan_v1_moe",
     "longcat_flash", "mellum", "olmoe", "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_omni_moe_text",
     "qwen3_omni_moe_thinker", "sarvam_mla", "solar_open",
 })
-"""MoE model types whose stacked experts peft's LoRA reaches: transformers 5.24's
+"""MoE model types whose stacked experts peft 0.21's LoRA reaches: transformers 5.24/5.25's
 `conversion_mapping._MODEL_TO_CONVERSION_PATTERN` entries whose pattern is mixtral or qwen2_moe, plus
 mixtral itself (peft 0.21.2 utils/transformers_weight_conversion.py adds it; qwen2_moe is a pattern
 there, not a key, so Qwen1.5-MoE's experts are not reached)."""
+
+PEFT_STACKED_MOE_TYPES_BY_VERSION: dict[tuple[int, int], frozenset[str]] = {
+    (0, 21): PEFT_021_STACKED_MOE_TYPES,
+    # peft 0.22.0 utils/transformers_weight_conversion.py adds `_MODEL_TO_CONVERSION_PATTERN["qwen2_moe"]
+    # = "qwen2_moe"`: Qwen1.5/Qwen2-MoE's routed experts (gate_up at twice the rank, down) are reached,
+    # next to the shared expert's linears
+    (0, 22): PEFT_021_STACKED_MOE_TYPES | {"qwen2_moe"},
+}
+"""Per peft release (major, minor; specs.peft.PEFT_TESTED_VERSIONS), the MoE model types whose stacked
+routed experts and router its LoRA reaches. A release between two keys follows the older one, a newer
+release the newest, an older one the oldest."""
+
+
+def peft_reach_release(version: str | None) -> tuple[int, int]:
+    """The tested peft release (major, minor) whose reach a job's `peft_version` follows (None: the
+    newest; make_job fills the installed version)."""
+    keys = sorted(PEFT_STACKED_MOE_TYPES_BY_VERSION)
+    if version is None:
+        return keys[-1]
+    v = peft_version_key(version)
+    older = [k for k in keys if k <= v]
+    return older[-1] if older else keys[0]
+
 
 STACK_PASSES_FORWARD = 2.0
 """Passes over a stack's bytes per forward (elements of the weights' dtype): baddbmm reads W and
@@ -76,9 +103,11 @@ def is_routed_expert(lin) -> bool:
     return lin.name in EXPERT_NAMES and lin.count_per_layer > 1
 
 
-def peft_reaches_stacks(model) -> bool:
-    """Whether peft's LoRA reaches this model's stacked routed experts and router (PEFT_STACKED_MOE_TYPES)."""
-    return str(getattr(model, "model_type", "")).lower() in PEFT_STACKED_MOE_TYPES
+def peft_reaches_stacks(model, peft_version: str | None = None) -> bool:
+    """Whether peft's LoRA (the release of `peft_version`) reaches this model's stacked routed experts
+    and router (PEFT_STACKED_MOE_TYPES_BY_VERSION)."""
+    types = PEFT_STACKED_MOE_TYPES_BY_VERSION[peft_reach_release(peft_version)]
+    return str(getattr(model, "model_type", "")).lower() in types
 
 
 def stacked_adapters(experts: list, rank: float, dense_moe: bool) -> StackedAdapters:
@@ -153,11 +182,17 @@ def moe_experts_assumptions(model, job) -> list[str]:
     if job.moe_experts == "modules":
         return [f"MoE experts as one module per expert (--moe-experts modules{filled}: transformers 4): LoRA adapts "
                 "each expert's linears with its own small kernels (--moe-experts stacked for transformers >= 5)."]
-    if not peft_reaches_stacks(model):
+    release = ".".join(map(str, peft_reach_release(job.peft_version)))
+    named = job.peft_version or f"{release}, the newest tested"
+    follows = "" if job.peft_version and release == ".".join(job.peft_version.split(".")[:2]) else \
+        f" (its reach follows peft {release}'s)"
+    which = (f"peft {named}{follows} decides which model types' stacks LoRA reaches (--peft-version; default: "
+             "the installed peft, else the newest tested)")
+    if not peft_reaches_stacks(model, job.peft_version):
         return [f"MoE experts as stacked tensors (--moe-experts stacked{filled}: transformers >= 5): peft does not "
                 f"reach the routed experts or the router of model type {model.model_type}; the adapters sit on "
-                "attention and shared experts only."]
+                f"attention and shared experts only. {which}."]
     return [f"MoE experts as stacked tensors (--moe-experts stacked{filled}: transformers >= 5): peft adapts each "
             "stack whole (gate_up at twice the rank, down at the rank) and rebuilds W + BA every forward; the "
             "rebuilt stacks are held for the backward, which computes their full weight gradient "
-            "(--moe-experts modules for transformers 4)."]
+            f"(--moe-experts modules for transformers 4). {which}."]

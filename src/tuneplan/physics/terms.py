@@ -267,7 +267,7 @@ def _stacked_expert_split(model: ModelSpec, job: JobSpec, chosen: list, r: float
     the routed experts and router are not adapted at all; an InputError when nothing is left."""
     experts = [lin for lin in chosen if is_routed_expert(lin)]
     rest = [lin for lin in chosen if not is_routed_expert(lin)]
-    if peft_reaches_stacks(model):
+    if peft_reaches_stacks(model, job.peft_version):
         return rest, stacked_adapters(experts, r, dense_moe)
     rest = [lin for lin in rest if lin.name != "router"]
     if not rest:

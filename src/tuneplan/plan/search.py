@@ -92,6 +92,14 @@ class PlanResult:
         return self.recommended is not None
 
     @property
+    def status(self) -> str:
+        """planned; nothing-fits (no configuration fits in memory); nothing-meets-constraints (some fit,
+        none within the deadline / budget). All three are answers: `message` says why."""
+        if self.ok:
+            return "planned"
+        return "nothing-fits" if self.n_fit == 0 else "nothing-meets-constraints"
+
+    @property
     def n_fit(self) -> int:
         return len(self.candidates)
 
@@ -111,6 +119,7 @@ class PlanResult:
                 "max_gpus": max(self.space["gpu_counts"]),
             },
             "ok": self.ok,
+            "status": self.status,
             "recommended": self.recommended,
             "runner_up": self.runner_up,
             "why": self.why,

@@ -367,7 +367,7 @@ class _Reader:
         gpu_record = None
         if resolve:
             model_spec = self.model(str(v.get("model") or ""), str(v.get("model_hf_id") or ""),
-                                    str(v.get("notes") or ""), v.get("seq_len"))
+                                    str(v.get("notes") or ""), v.get("seq_len"), str(v.get("model_config_json") or ""))
             gpu_spec, gpu_record = self.gpu(str(v.get("gpu") or ""), source)
         st = RowState(v=v, source=source, defaults_used=records)
         if gpu_record:
@@ -380,14 +380,14 @@ class _Reader:
         fill_from_catalog(st, model_spec)
         return st, model_spec, gpu_spec
 
-    def model(self, model: str, hf_id: str, notes: str = "", seq_len: Any = None) -> Any:
-        if not model and not hf_id:
+    def model(self, model: str, hf_id: str, notes: str = "", seq_len: Any = None, config_json: str = "") -> Any:
+        if not model and not hf_id and not config_json:
             raise RowError("no model named (model and model_hf_id are empty); row skipped")
         arch = "MPT arch" in (notes or "")
-        key = (model, hf_id, seq_len if arch else None, notes if arch else "")
+        key = (model, hf_id, seq_len if arch else None, notes if arch else "", config_json)
         if key not in self.model_cache:
             try:
-                self.model_cache[key] = _catalog_model(model, hf_id, notes if arch else "", seq_len)
+                self.model_cache[key] = _catalog_model(model, hf_id, notes if arch else "", seq_len, config_json)
             except (UnknownNameError, AmbiguousNameError, InputError) as exc:
                 self.model_cache[key] = exc
             except ImportError as exc:

@@ -283,12 +283,12 @@ def _catalog_gpu(name: str, strict: bool = False):
     return resolve_gpu(name, strict=strict)
 
 
-def _catalog_model(model: str, hf_id: str, notes: str = "", seq_len: Any = None):
+def _catalog_model(model: str, hf_id: str, notes: str = "", seq_len: Any = None, config_json: str = ""):
     from tuneplan.specs import catalog
 
     fn = getattr(catalog, "resolve_run_model", None)
     if fn is not None:
-        return fn(model, hf_id, notes, seq_len)
+        return fn(model, hf_id, notes, seq_len, config_json)
     return catalog.resolve_model(hf_id or model)
 
 

@@ -41,6 +41,7 @@ from tuneplan.specs.architectures import (
     model_from_config,
     split_quant_suffix,
 )
+from tuneplan.specs.architectures.base import inferred_value
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.struct import dataclass, replace
@@ -583,7 +584,7 @@ def load_model_config(name_or_path: str) -> dict:
     if isinstance(inferred, dict):
         for k, v in inferred.items():
             if k != "basis" and not k.endswith("_alternative") and out.get(k) is None:
-                out[k] = v
+                out[k] = inferred_value(v)
     mt = detect_model_type(out)
     if not out.get("model_type"):
         if looks_llama_like(raw):
@@ -628,9 +629,13 @@ def model_from_run_notes(model: str, notes: str, seq_len: float | None) -> Model
     return model_from_config(cfg, model, source="architecture stated in the run's notes")
 
 
-def resolve_run_model(model: str, model_hf_id: str, notes: str = "", seq_len: float | None = None) -> ModelSpec:
-    """The ModelSpec of a reference-run row: `model_hf_id` first, then `model` (no Hub look-up), then
-    an architecture stated in the row's notes."""
+def resolve_run_model(model: str, model_hf_id: str, notes: str = "", seq_len: float | None = None,
+                      config_json: str = "") -> ModelSpec:
+    """The ModelSpec of a reference-run row: its stored config.json (`model_config_json`, written by
+    TuneplanCallback and `tuneplan profile`: the model that ran, whatever its name) first, then
+    `model_hf_id`, then `model` (no Hub look-up), then an architecture stated in the row's notes."""
+    if config_json and str(config_json).strip():
+        return _row_config_model(str(config_json), model or model_hf_id)
     try:
         return _resolve_run_model(model, model_hf_id)
     except InputError:
@@ -638,6 +643,21 @@ def resolve_run_model(model: str, model_hf_id: str, notes: str = "", seq_len: fl
         if spec is None:
             raise
         return spec
+
+
+@lru_cache(maxsize=64)
+def _row_config_model(config_json: str, name: str) -> ModelSpec:
+    """A row's stored config.json -> its ModelSpec (InputError naming model_config_json when unreadable)."""
+    import json
+
+    try:
+        cfg = json.loads(config_json)
+    except (ValueError, RecursionError):
+        raise InputError("model_config_json", "is not valid JSON") from None
+    if not isinstance(cfg, dict):
+        raise InputError("model_config_json", f"must be a JSON object, got {type(cfg).__name__}")
+    return model_from_config(cfg, name.strip() or str(cfg.get("_name_or_path") or "") or "model",
+                             source="the row's model_config_json")
 
 
 def _resolve_run_model(model: str, model_hf_id: str) -> ModelSpec:

@@ -10,10 +10,18 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, UnknownNameError
 from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
 from tuneplan.specs.limits import JOB_BOUNDS
-from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
+from tuneplan.specs.peft import (
+    LORA_EQUIVALENT,
+    PEFT_METHOD_NAMES,
+    canonical,
+    default_peft_version,
+    method_options,
+    parse_options,
+    peft_version_key,
+)
 from tuneplan.specs.record import (
     ConfigDict,
     Field,
@@ -59,6 +67,37 @@ generated rollouts (grpo, ppo, rloo). Their physics: `tuneplan.physics.stages`, 
 PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo")
 RL_STAGES = ("grpo", "ppo", "rloo")
 ROLLOUT_ENGINES = ("hf", "vllm")
+STAGE_ALIASES: dict[str, tuple[str, str]] = {
+    "dapo": ("grpo", "DAPO is GRPO's computation (a group of sampled completions per prompt, a clipped policy "
+                     "gradient on group-relative advantages, no value model) with dynamic sampling: groups whose "
+                     "rewards are all equal are dropped and more prompts are generated until the batch is full, "
+                     "so generation per step can exceed GRPO's (verl recipe/dapo, the DAPO paper, 2503.14476)"),
+}
+"""Stage names of runs files (reference/SCHEMA.md "Stage columns") that are a modelled stage's computation
+under another name: the modelled stage and why."""
+UNMODELLED_STAGES: dict[str, str] = {
+    "gkd": "generalised knowledge distillation: on-policy generation by the student and a teacher model's "
+           "forward every step",
+    "rm": "reward-model training: a sequence classifier with a scalar head over preference pairs",
+    "online-dpo": "TRL's online DPO: completions generated and judged each step, then a DPO update",
+    "xpo": "TRL's exploratory preference optimisation: online generation and judging, then a DPO-style update",
+    "nash-md": "TRL's Nash mirror descent: online generation against a mixture policy, judging, an update",
+}
+"""Stages runs files name that tuneplan does not model (yet): what their step runs."""
+
+
+def read_stage(value: str) -> tuple[str, str]:
+    """(modelled stage, note) of a stage name: a modelled stage as it is (note ''), an alias as the
+    stage it computes (note: why); InputError naming `stage` for a stage not modelled or unknown."""
+    v = str(value).strip().lower() or "sft"
+    if v in STAGES:
+        return v, ""
+    if v in STAGE_ALIASES:
+        stage, why = STAGE_ALIASES[v]
+        return stage, f"stage {v} read as {stage}: {why}"
+    if v in UNMODELLED_STAGES:
+        raise InputError("stage", f"'{v}' is not a modelled stage ({UNMODELLED_STAGES[v]})", STAGES)
+    raise InputError("stage", f"unknown stage '{v}'", STAGES + tuple(STAGE_ALIASES))
 ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
               "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
               "dense", "wo", "wi", "wi_0", "wi_1")
@@ -210,6 +249,10 @@ class JobSpec(Record):
               "framework's", "method")
     moe_experts: Literal["modules", "stacked"] = option(
         "modules", "MoE experts as one module per expert (modules: transformers 4, default) or stacked tensors (stacked: transformers >= 5, --framework hf-trainer's default; LoRA re-materialises each stack as W + BA and holds it for the backward)", "method")
+    # which MoE types' stacked experts peft's LoRA reaches depends on its release (physics/moe_lora.py)
+    peft_version: str | None = option(
+        None, "--moe-experts stacked: the peft release (e.g. 0.22) whose LoRA reach over the stacked experts the "
+              "estimate follows (default: the installed peft, else 0.22, the newest tested)", "method")
     # vision-language models: images per training example (their tokens join each sample's sequence),
     # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
     # and whether the vision tower is trained (default: frozen, as LLaMA-Factory / TRL VLM recipes do)
@@ -299,6 +342,14 @@ class JobSpec(Record):
         if v is not None and v < 1:
             raise ValueError("must be a positive integer")
         return _bounded(info, v)
+
+    @field_validator("peft_version")
+    @classmethod
+    def _peft_version(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        peft_version_key(v)
+        return v.strip()
 
     @field_validator("method", mode="before")
     @classmethod
@@ -502,6 +553,8 @@ def make_job(**kwargs) -> JobSpec:
     """Build a JobSpec, turning its validation errors into one-line InputErrors naming the field."""
     clean = {k: v for k, v in kwargs.items() if v is not None}
     clean = _framework_defaults(clean)
+    if clean.get("moe_experts") == "stacked" and "peft_version" not in clean:
+        clean["peft_version"] = default_peft_version()  # the installed peft, read when the job is made
     if "lora_targets" in clean and isinstance(clean["lora_targets"], str):
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
     try:
@@ -512,6 +565,8 @@ def make_job(**kwargs) -> JobSpec:
         if isinstance(orig, InputError):  # already names its field (peft options, ...)
             raise orig from None
         loc = ".".join(str(x) for x in err.get("loc", ())) or "job"
+        if err.get("type") == "extra_forbidden":  # a misspelt keyword (the API's micro_bach=): the closest names
+            raise UnknownNameError(loc, loc, list(JobSpec.model_fields), what="job option") from None
         field = loc.replace("_", "-")
         msg = err.get("msg", "invalid").removeprefix("Value error, ")
         allowed = None

@@ -181,6 +181,9 @@ class ModelSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra", None)
+        # the real counts, not the internal "all layers" marker (-1)
+        d["n_attention_layers"] = self.attention_layers
+        d["n_dense_mlp_layers"] = self.dense_mlp_layers
         d["params_total_b"] = self.params_total / 1e9
         d["params_active_b"] = self.params_active / 1e9
         return d

@@ -9,11 +9,48 @@ below, and the estimate says so. The cost model of each method is `tuneplan.phys
 
 from __future__ import annotations
 
+import re
+from functools import cache
+
 from tuneplan.errors import InputError
 from tuneplan.specs.struct import dataclass, field
 
 PEFT_VERSION = "0.21"
 """The peft release whose defaults and layer code these entries follow (the tests build its models)."""
+
+PEFT_TESTED_VERSIONS = ("0.21", "0.22")
+"""peft releases (major.minor) whose LoRA over transformers 5's stacked MoE experts the physics knows
+(physics/moe_lora.py, read from each release's utils/transformers_weight_conversion.py). The newest
+stands in when peft is not installed; pyproject.toml pins peft below the next release."""
+
+_VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.\d+)?(?:[.+-]?[0-9A-Za-z.+-]*)?\s*$")
+
+
+def peft_version_key(version: str) -> tuple[int, int]:
+    """(major, minor) of a peft version string ('0.22.0', '0.21', '0.22.0rc1'); InputError naming
+    --peft-version otherwise."""
+    m = _VERSION.match(str(version))
+    if not m:
+        raise InputError("peft-version", f"'{version}' is not a version (e.g. 0.22 or 0.22.0; tested releases: "
+                         f"{', '.join(PEFT_TESTED_VERSIONS)})")
+    return int(m.group(1)), int(m.group(2))
+
+
+@cache
+def installed_peft_version() -> str | None:
+    """The installed peft's version from its distribution metadata (peft is not imported), or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("peft")
+    except PackageNotFoundError:
+        return None
+
+
+def default_peft_version() -> str:
+    """The peft version an estimate follows when the job names none: the installed one, else the
+    newest tested release."""
+    return installed_peft_version() or PEFT_TESTED_VERSIONS[-1]
 
 DEFAULT_VIRTUAL_TOKENS = 20
 """Virtual tokens of prompt, prefix and p-tuning when not given: peft has no default

@@ -94,16 +94,58 @@ def _executor():
 
             _EXECUTOR = ProcessPoolExecutor(max_workers=PLAN_PROCESSES,
                                             mp_context=multiprocessing.get_context("spawn"))
+            _register_exit()
         return _EXECUTOR
 
 
+WORKER_EXIT_S = 2.0
+"""How long a worker gets to leave on its own at shutdown before it is terminated, s."""
+
+_EXIT_REGISTERED = False
+
+
+def _register_exit() -> None:
+    """Shut the pool down however this process ends: the server's lifespan end, interpreter exit, or
+    SIGTERM (uvicorn handles it while serving; before and after, the default handler would exit without
+    running atexit, so SIGTERM becomes a normal exit where no handler is installed)."""
+    global _EXIT_REGISTERED
+    if _EXIT_REGISTERED:
+        return
+    import atexit
+    import signal
+
+    atexit.register(shutdown)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+            signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, lambda signum, frame: (shutdown(), _exit_on_signal(signum)))
+    _EXIT_REGISTERED = True
+
+
+def _exit_on_signal(signum: int) -> None:
+    raise SystemExit(128 + signum)
+
+
 def shutdown() -> None:
-    """Stop the plan worker (at the server's shutdown)."""
+    """Stop the plan worker and wait for it to leave (at the server's shutdown, and on every other exit
+    path: `_register_exit`): an idle worker takes the executor's sentinel and exits; one still computing
+    a plan is terminated after WORKER_EXIT_S. Once the workers are gone, multiprocessing's resource
+    tracker exits with this process (the workers held its pipe open)."""
     global _EXECUTOR
     with _EXECUTOR_LOCK:
-        if _EXECUTOR is not None:
-            _EXECUTOR.shutdown(wait=False, cancel_futures=True)
-            _EXECUTOR = None
+        ex, _EXECUTOR = _EXECUTOR, None
+    if ex is None:
+        return
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.join(timeout=WORKER_EXIT_S)
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=WORKER_EXIT_S)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=WORKER_EXIT_S)
+    ex.shutdown(wait=True)  # the workers are gone: the executor's thread closes its queues and leaves
 
 
 def _plan_job(spec, kwargs: dict):

@@ -17,7 +17,17 @@ from collections.abc import Mapping
 
 from tuneplan.errors import InputError
 from tuneplan.specs.architectures import gpt, linear, llama, moe, ssm, t5, vision  # noqa: F401 - readers
-from tuneplan.specs.architectures.base import HEADS, HIDDEN, INTER, LAYERS, READERS, VOCAB, has, with_extra
+from tuneplan.specs.architectures.base import (
+    HEADS,
+    HIDDEN,
+    INTER,
+    LAYERS,
+    READERS,
+    VOCAB,
+    has,
+    inferred_value,
+    with_extra,
+)
 from tuneplan.specs.architectures.quant import quant_from_config, quant_from_name, split_quant_suffix
 from tuneplan.specs.limits import check_config_sizes
 from tuneplan.specs.model import ModelSpec
@@ -46,6 +56,7 @@ _ARCH_TO_TYPE = {
     "jambaforcausallm": "jamba", "falconh1forcausallm": "falcon_h1", "starcoder2forcausallm": "starcoder2",
     "llavaforconditionalgeneration": "llava", "llavanextforconditionalgeneration": "llava_next",
     "qwen2_5_vlforconditionalgeneration": "qwen2_5_vl", "qwen2vlforconditionalgeneration": "qwen2_vl",
+    "internvlchatmodel": "internvl_chat",
 }
 
 
@@ -82,7 +93,7 @@ def fill_inferred(config: Mapping) -> dict:
             if k == "basis" or k.startswith("_") or k.endswith("_alternative"):
                 continue
             if cfg.get(k) is None:
-                cfg[k] = v
+                cfg[k] = inferred_value(v)
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and not has(cfg, *HIDDEN) and "vision_config" not in cfg:
         merged = dict(text)

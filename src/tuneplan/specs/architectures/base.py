@@ -12,6 +12,7 @@ describe a `Decoder` and let `decoder_spec` count it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 
 from tuneplan.errors import InputError
@@ -64,6 +65,25 @@ def get_int(cfg: Mapping, keys: Iterable[str], field_: str, default: object = MI
         looked = ", ".join(keys)
         raise InputError(field_, f"missing from the config (keys looked for: {looked})")
     return default  # type: ignore[return-value]
+
+
+_INFERRED_TEXT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|[A-Za-z_][\w.]*)(?:\s+(?:\(|per\b|-)|\s*$)")
+
+
+def inferred_value(v: object) -> object:
+    """A value of a catalog file's `_inferred_not_stated`: JSON values as they are; text that leads with
+    the value and then says why ("151552 (slime's args ...)", "8192 per the ... prose", "silu (Olmo2
+    class)") -> the leading value (a number as int or float); any other text unchanged."""
+    if not isinstance(v, str):
+        return v
+    m = _INFERRED_TEXT.match(v)
+    if not m:
+        return v
+    tok = m.group(1)
+    if tok[0].isdigit() or tok[0] in "+-":
+        x = float(tok)
+        return int(x) if x.is_integer() and not any(c in tok for c in ".eE") else x
+    return {"true": True, "false": False}.get(tok, tok)
 
 
 def get_bool(cfg: Mapping, keys: Iterable[str], default: bool) -> bool:

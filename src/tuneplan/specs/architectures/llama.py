@@ -32,7 +32,7 @@ LLAMA_LIKE = ("llama", "mistral", "mixtral", "yi", "internlm", "deepseek", "olmo
               "granite", "granitemoe", "granitemoeshared", "gemma", "gemma2", "gemma3", "gemma3_text",
               "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "baichuan", "deepseek_v2", "deepseek_v3",
               "kimi_k2", "minicpm3", "nemotron", "smollm3", "mistral3", "falcon3", "internlm2", "glm4_moe",
-              "ernie4_5", "ernie4_5_moe", "hunyuan_v1_dense")
+              "ernie4_5", "ernie4_5_moe", "hunyuan_v1_dense", "glm4")
 """Model types read by `read_llama_family`."""
 
 
@@ -133,6 +133,13 @@ def _glm4_moe(d: Decoder, cfg: Mapping) -> None:
         d.qk_norm = "head"
 
 
+def _glm4(d: Decoder, cfg: Mapping) -> None:
+    # GLM-4-0414 (transformers' Glm4): sandwich norms (input, post_self_attn, post_attention, post_mlp)
+    # and biases on q, k, v only; partial RoPE changes no shape
+    d.norms_per_layer = 4
+    d.o_bias = False
+
+
 def _ernie(d: Decoder, cfg: Mapping) -> None:
     d.qkv_bias = d.o_bias = d.mlp_bias = get_bool(cfg, ("use_bias",), False)
     d.tie = get_bool(cfg, ("tie_word_embeddings",), True)
@@ -158,7 +165,7 @@ _OPTIONS: dict[str, Callable[[Decoder, Mapping], None]] = {
     "gemma3_text": _gemma, "qwen3": _qk_head, "qwen3_moe": _qk_head, "olmo2": _olmo2, "olmoe": _olmo2,
     "phi3": _fused_qkv, "baichuan": _fused_qkv, "internlm2": _internlm2, "deepseek_v2": _mla,
     "deepseek_v3": _mla, "kimi_k2": _mla, "minicpm3": _mla, "nemotron": _nemotron, "glm4_moe": _glm4_moe,
-    "ernie4_5": _ernie, "ernie4_5_moe": _ernie,
+    "glm4": _glm4, "ernie4_5": _ernie, "ernie4_5_moe": _ernie,
 }
 
 

@@ -1,7 +1,9 @@
 """Vision-language models: a vision tower (ViT over image patches) + projector in front of a text decoder.
 
-Towers read here: SigLIP (Gemma 3), CLIP (LLaVA-1.5, LLaVA-NeXT), and the Qwen2-VL / Qwen2.5-VL
-vision transformer (dynamic resolution, 2x2 patch merger, windowed attention in Qwen2.5-VL). The text
+Towers read here: SigLIP (Gemma 3), CLIP (LLaVA-1.5, LLaVA-NeXT), the Qwen2-VL / Qwen2.5-VL
+vision transformer (dynamic resolution, 2x2 patch merger, windowed attention in Qwen2.5-VL) the
+Qwen3-VL / Qwen3.5 one (learned positions, GELU MLP, DeepStack mergers), and InternVL's InternViT (one
+448 px tile; pixel shuffle to 256 tokens). The text
 decoder is read by its own reader; the tower's parameters are added to the total (and kept apart in
 `params_vision`), its matmuls live in `ModelSpec.vision` (they run once per image patch, not per text
 token).
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, lin
+from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, inferred_value, lin
 from tuneplan.specs.model import LinearShape, ModelSpec, VisionTower
 from tuneplan.specs.struct import replace
 
@@ -22,7 +24,21 @@ DYNAMIC_IMAGE_SIDE_PX = 448
 common `max_pixels` cap in fine-tuning recipes (the processor's own cap, 12.8 MP, is a ceiling, not a
 typical size)."""
 
-VLM_TYPES = ("llava", "llava_next", "gemma3", "qwen2_vl", "qwen2_5_vl", "mistral3")
+VLM_TYPES = ("llava", "llava_next", "gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5",
+             "qwen3_5_moe", "internvl_chat", "mistral3")
+
+INTERNVL_TYPES = ("internvl_chat",)
+"""InternVL's own layout (InternVLChatModel: `llm_config` + an InternViT `vision_config`)."""
+
+QWEN3_TOWERS = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
+"""Model types with the Qwen3-VL vision transformer (also Qwen3.5's)."""
+
+TEXT_DECODER_READS = {"qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe", "qwen3_5_text": "qwen3_next",
+                      "qwen3_5_moe_text": "qwen3_next"}
+"""Text decoders of VLMs read by another model type's reader: Qwen3-VL's are Qwen3 / Qwen3-MoE decoders
+(interleaved multimodal RoPE and DeepStack's visual features added to early layers' hidden states change
+no shape); Qwen3.5's are Qwen3-Next stacks (3 Gated DeltaNet layers to 1 gated attention layer), dense
+or MoE (transformers' qwen3_5 / qwen3_5_moe modelling)."""
 
 
 def _vit_linears(hidden: int, inter: int, depth: int, gated: bool, fused_qkv: bool) -> list[LinearShape]:
@@ -138,6 +154,79 @@ def _qwen_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> Vision
                        dynamic=True, window=window, n_full_layers=n_full, window_px=window_px)
 
 
+def _qwen3_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> VisionTower:
+    """Qwen3-VL / Qwen3.5 vision transformer (transformers' Qwen3VLVisionModel): a Conv3d patch embedding
+    with bias, learned position embeddings (num_position_embeddings, interpolated to the grid), pre-norm
+    blocks with LayerNorms, a fused qkv and a GELU MLP (fc1/fc2, all with biases), the 2x2 patch merger,
+    and one more merger (with its LayerNorm after the 2x2 shuffle) per DeepStack layer, whose outputs are
+    added to the text decoder's first layers."""
+    hidden = get_int(vc, ("hidden_size",), "vision_config.hidden_size")
+    depth = get_int(vc, ("depth", "num_hidden_layers"), "vision_config.depth")
+    heads = get_int(vc, ("num_heads", "num_attention_heads"), "vision_config.num_heads")
+    inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
+    patch = get_int(vc, ("patch_size",), "vision_config.patch_size", 16)
+    merge = get_int(vc, ("spatial_merge_size",), "vision_config.spatial_merge_size", 2)
+    tp = get_int(vc, ("temporal_patch_size",), "vision_config.temporal_patch_size", 2)
+    out = get_int(vc, ("out_hidden_size",), "vision_config.out_hidden_size", text_hidden)
+    n_pos = get_int(vc, ("num_position_embeddings",), "vision_config.num_position_embeddings", 0, minimum=0)
+    deepstack = vc.get("deepstack_visual_indexes") or []
+    n_deep = len(deepstack) if isinstance(deepstack, list) else 0
+    unit = patch * merge
+    side = max(1, round(image_px / unit)) * merge
+    patches = side * side
+    lins = _vit_linears(hidden, inter, depth, gated=False, fused_qkv=True)
+    other = 3 * tp * patch * patch * hidden + hidden + n_pos * hidden + depth * 4 * hidden  # conv3d; positions; norms
+    m_in = hidden * merge * merge
+    proj: list[LinearShape] = []
+    for i in range(1 + n_deep):
+        proj += [x for x in (lin(f"merger{i}_fc1", m_in, m_in, 1, True), lin(f"merger{i}_fc2", m_in, out, 1, True))
+                 if x]
+    proj_other = 2 * hidden + n_deep * 2 * m_in  # the merger's LayerNorm; DeepStack mergers' post-shuffle norms
+    return VisionTower(kind=mt, image_size=side * patch, patch_size=patch, merge=merge, depth=depth, hidden=hidden,
+                       n_heads=heads, intermediate=inter, gated=False, out_hidden=out,
+                       tokens_per_image=patches // (merge * merge), patches_per_image=patches, linears=tuple(lins),
+                       projector=tuple(proj), params=_params(lins) + other + _params(proj) + proj_other,
+                       dynamic=True, window=0, n_full_layers=-1, window_px=0)
+
+
+def _intern_vit_tower(vc: Mapping, text_hidden: int, top: Mapping) -> VisionTower:
+    """InternViT (InternVL's InternVisionModel) on one 448 px tile: a class token and learned positions,
+    pre-norm blocks with a fused qkv, a GELU MLP and two layer-scale vectors; the projector (`mlp1`)
+    LayerNorms and maps the pixel-shuffled patches (downsample_ratio 0.5: 2x2 patches per token) to the
+    text width through two linears."""
+    hidden = get_int(vc, ("hidden_size",), "vision_config.hidden_size")
+    depth = get_int(vc, ("num_hidden_layers",), "vision_config.num_hidden_layers")
+    heads = get_int(vc, ("num_attention_heads",), "vision_config.num_attention_heads")
+    inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
+    size = get_int(vc, ("image_size",), "vision_config.image_size", 448)
+    patch = get_int(vc, ("patch_size",), "vision_config.patch_size", 14)
+    if size % patch:
+        raise InputError("vision_config.image_size", f"{size} px is not a multiple of patch_size {patch}")
+    ratio = top.get("downsample_ratio", 0.5)
+    if not isinstance(ratio, int | float) or not 0 < ratio <= 1 or round(1 / ratio) != 1 / ratio:
+        raise InputError("downsample_ratio", f"must be 1/n for a whole n, got {ratio!r}")
+    merge = int(round(1 / ratio))
+    side = size // patch
+    patches = side * side
+    qkv_bias = get_bool(vc, ("qkv_bias",), True)
+    lins = [x for x in (lin("qkv", hidden, 3 * hidden, depth, qkv_bias), lin("o", hidden, hidden, depth, True),
+                        lin("fc1", hidden, inter, depth, True), lin("fc2", inter, hidden, depth, True)) if x]
+    layer_norm = str(vc.get("norm_type") or "layer_norm") == "layer_norm"
+    norms = depth * 2 * hidden * (2 if layer_norm else 1)
+    qk_norm = depth * 2 * hidden if get_bool(vc, ("use_qk_norm", "qk_normalization"), False) else 0
+    # conv with bias, class token, positions (patches + class), norms, layer scales ls1 / ls2
+    other = 3 * patch * patch * hidden + hidden + hidden + (patches + 1) * hidden + norms + qk_norm + depth * 2 * hidden
+    m_in = hidden * merge * merge
+    proj = [x for x in (lin("mlp1_fc1", m_in, text_hidden, 1, True), lin("mlp1_fc2", text_hidden, text_hidden, 1, True))
+            if x]
+    proj_other = 2 * m_in  # mlp1's LayerNorm
+    return VisionTower(kind="internvit", image_size=size, patch_size=patch, merge=merge, depth=depth, hidden=hidden,
+                       n_heads=heads, intermediate=inter, gated=False, out_hidden=text_hidden,
+                       tokens_per_image=patches // (merge * merge), patches_per_image=patches + 1,
+                       linears=tuple(lins), projector=tuple(proj),
+                       params=_params(lins) + other + _params(proj) + proj_other, window=0, n_full_layers=-1)
+
+
 TEXT_CLASS_DEFAULTS: dict[str, dict[str, int]] = {
     "mistral": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                 "num_key_value_heads": 8, "intermediate_size": 14336},
@@ -149,7 +238,7 @@ nested `text_config` leaves out: the Hub files omit values equal to the class de
 
 
 def _text_config(cfg: Mapping, mt: str) -> tuple[dict, str]:
-    text = cfg.get("text_config")
+    text = cfg.get("text_config", cfg.get("llm_config"))  # llm_config: InternVL's own layout
     if isinstance(text, Mapping):
         t = dict(text)
         for k in ("tie_word_embeddings", "vocab_size"):
@@ -159,7 +248,7 @@ def _text_config(cfg: Mapping, mt: str) -> tuple[dict, str]:
         if isinstance(inferred, Mapping):
             for k, v in inferred.items():
                 if not k.startswith("_") and k != "basis" and t.get(k) is None:
-                    t[k] = v
+                    t[k] = inferred_value(v)
         tmt = str(t.get("model_type") or {"llava": "llama", "llava_next": "mistral", "gemma3": "gemma3_text",
                                           "mistral3": "mistral"}.get(mt, "llama"))
         defaulted = [k for k in TEXT_CLASS_DEFAULTS.get(tmt, {}) if t.get(k) is None]
@@ -178,18 +267,25 @@ def read_vlm(cfg: Mapping, mt: str, name: str, source: str, image_px: int = 0) -
     if not isinstance(vc, Mapping):
         raise InputError("vision_config", "must be an object describing the vision tower")
     text, tmt = _text_config(cfg, mt)
-    reader = READERS.get(tmt)
+    read_as = TEXT_DECODER_READS.get(tmt, tmt)
+    reader = READERS.get(read_as)
     if reader is None:
         raise InputError("text_config.model_type", f"unsupported text decoder '{tmt}'")
-    spec = reader(text, tmt, name, source)
+    spec = reader(text, read_as, name, source)
     if mt in ("qwen2_5_vl", "qwen2_vl"):
         tower = _qwen_tower(vc, mt, spec.hidden_size, image_px or DYNAMIC_IMAGE_SIDE_PX)
+    elif mt in QWEN3_TOWERS:
+        tower = _qwen3_tower(vc, mt, spec.hidden_size, image_px or DYNAMIC_IMAGE_SIDE_PX)
+    elif mt in INTERNVL_TYPES:
+        tower = _intern_vit_tower(vc, spec.hidden_size, cfg)
     elif mt in ("llava", "llava_next", "gemma3"):
         tower = _vit_tower(vc, mt, spec.hidden_size, cfg)
     else:
         raise InputError("model_type", f"vision tower of '{mt}' is not modelled", list(VLM_TYPES[:-1]))
     pub = cfg.get("_published_params")
     extra = {**spec.extra, "text_model_type": tmt, "params_other": spec.extra.get("params_other", 0)}
+    if read_as != tmt:
+        extra["text_read_as"] = read_as
     if text.get("_class_defaults"):
         extra["text_class_defaults"] = {k: text[k] for k in text["_class_defaults"]}
     return replace(spec, model_type=mt, params_total=spec.params_total + tower.params,
@@ -204,6 +300,10 @@ def with_image_size(spec: ModelSpec, image_px: int) -> ModelSpec:
         return spec
     vc = {"depth": v.depth, "num_heads": v.n_heads, "patch_size": v.patch_size, "spatial_merge_size": v.merge,
           "intermediate_size": v.intermediate, "mlp_ratio": v.intermediate / v.hidden}
+    if v.kind in QWEN3_TOWERS:
+        vc.update(hidden_size=v.hidden, out_hidden_size=v.out_hidden)
+        tower = _qwen3_tower(vc, v.kind, spec.hidden_size, image_px)
+        return replace(spec, vision=replace(tower, projector=v.projector, params=v.params))
     if v.kind == "qwen2_5_vl":
         vc.update(hidden_size=v.hidden, out_hidden_size=v.out_hidden)
     else:

@@ -35,7 +35,7 @@
   const COLORS = ["#2458c6", "#e07b22", "#2f9e6a", "#b8417a", "#7a5cc4", "#8c8c2a", "#3a9fb0", "#c23b3b",
     "#777777", "#4d7f17", "#b06a00", "#1b5e8c"];
   const PART_LABELS_ALL = {
-    weights: "weights", gradients: "gradients", master_weights: "fp32 master", optimizer: "optimizer state",
+    weights: "weights", gradients: "gradients", gradient_buckets: "DDP gradient buckets", master_weights: "fp32 master", optimizer: "optimizer state",
     gathered_params: "gathered params", activations: "activations", logits: "logits", workspace: "workspace",
     cuda_context: "CUDA context", overhead_alloc: "allocator overhead", forward: "forward", backward: "backward",
     recompute: "recompute", dequant: "dequantise", overhead: "overhead", tensor_parallel: "tensor parallel",
