@@ -240,7 +240,7 @@ def test_peft_version_default_is_read_from_metadata(monkeypatch):
     assert make_job(method="lora", moe_experts="stacked").peft_version == "0.21.2"
     monkeypatch.setattr(specs_peft, "installed_peft_version", lambda: None)  # peft not installed
     assert make_job(method="lora", moe_experts="stacked").peft_version == specs_peft.PEFT_TESTED_VERSIONS[-1]
-    assert make_job(method="lora").peft_version is None  # modules layout: the release does not matter
+    assert make_job(method="lora", moe_experts="modules").peft_version is None  # the release does not matter
 
 
 def test_runs_rows_carry_their_peft_version():
