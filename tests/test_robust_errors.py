@@ -90,7 +90,7 @@ CASES = [
     # predict
     ("predict --runs {runs} --out {adir}", "folder"),
     ("predict --runs {runs} --out ''", "empty path"),
-    ("predict --runs {runs} --out /dev/full", "No space left"),
+    ("predict --runs {runs} --out /dev/full", "not a regular file (a character device)"),
     ("predict --runs {runs} --out {tmp}/nope/p.csv", "does not exist"),
     ("predict --runs {runs} --out {tmp}/p.csv --interval nan", "interval"),
     ("predict --runs {runs} --out {runs}", "overwrite"),

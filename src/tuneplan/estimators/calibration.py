@@ -64,8 +64,11 @@ class Calibration:
     def save(self, path: str | Path) -> None:
         from pathlib import Path
 
+        from tuneplan.errors import atomic_output
+
         text = dumps(self.to_dict())
-        Path(path).write_text(text, encoding="utf-8")
+        with atomic_output(path, "out", "calibration file") as tmp:  # all at once: never a half-written file
+            Path(tmp).write_text(text, encoding="utf-8")
         refresh_twin(path, text)
 
 

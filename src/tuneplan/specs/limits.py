@@ -104,6 +104,19 @@ MAX_CONFIG_LIST = 100_000
 """Entries of a list in a config.json (layer_types and the like have one per layer)."""
 
 
+MAX_INT_DIGITS = 30
+"""Digits of an integer given on the command line or in a request: every bound here has at most 19;
+longer ones are refused before int() (which is quadratic in the digits) or a float conversion (which
+overflows beyond 309 digits)."""
+
+
+def shown_number(value: Any) -> str:
+    """A number for a message: `:g`, or an integer too large for a float as its digit count."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**300:
+        return f"an integer of {len(str(abs(value))):,} digits"
+    return f"{value:g}"
+
+
 def bound_number(field: str, value: Any, upper: float, lower: float = 0.0) -> Any:
     """`value` if it is a finite number in [lower, upper], else InputError naming the field and the bound."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -111,9 +124,10 @@ def bound_number(field: str, value: Any, upper: float, lower: float = 0.0) -> An
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(field, f"must be a finite number (got {value})")
     if value > upper:
-        raise InputError(field, f"{value:g} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+        raise InputError(field, f"{shown_number(value)} is beyond any physical fine-tuning run "
+                                f"(at most {upper:,.0f})")
     if value < lower:
-        raise InputError(field, f"must be >= {lower:g} (got {value:g})")
+        raise InputError(field, f"must be >= {lower:g} (got {shown_number(value)})")
     return value
 
 
