@@ -592,10 +592,15 @@ def test_curve_table_is_bounded():
 
 
 def test_curve_widest_sweep_answers(capsys):
-    rc, out, err = run_cli(["curve", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM5-80GB", "--seq-len", "8",
-                            "--max-micro-batch", "65536"], capsys)
+    """The widest sweep allowed prints a bounded table; one point more is refused naming the bound."""
+    from tuneplan.specs.limits import MAX_CURVE_POINTS
+
+    base = ["curve", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM5-80GB", "--seq-len", "8", "--max-micro-batch"]
+    rc, out, err = run_cli([*base, str(MAX_CURVE_POINTS)], capsys)
     assert rc == 0, err
-    assert "20 of the 65,536 micro-batches shown" in " ".join(out.split())
+    assert f"of the {MAX_CURVE_POINTS:,} micro-batches shown" in " ".join(out.split())
+    rc, _, err = run_cli([*base, str(MAX_CURVE_POINTS + 1)], capsys)
+    assert rc == 2 and f"at most {MAX_CURVE_POINTS:,}" in err
 
 
 def _append_rows(path: str, n: int) -> None:

@@ -253,8 +253,9 @@ def check_gpu_figures(d: Mapping[str, Any]) -> None:
         _gpu_number("peak_tflops", peaks, MAX_TFLOPS)
 
 
-MAX_CURVE_POINTS = 65_536
-"""Micro-batches one `curve` sweeps (1..N): more points than any plot shows, a few MB of arrays."""
+MAX_CURVE_POINTS = 8_192
+"""Micro-batches one `curve` sweeps (1..N): more points than any plot shows (the default sweep stops at
+1,024). Each point is a JSON record and a plotted marker: 65,536 of them took > 30 s to print."""
 MAX_GLOBAL_BATCH = 10**12
 """Samples per optimizer step: MAX_MICRO_BATCH x the largest data-parallel groups."""
 
