@@ -414,7 +414,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2, help="CLI worker processes (default 2)")
     ap.add_argument("--json", help="write the totals and the failures as JSON here")
+    ap.add_argument("--kill", type=float, default=KILL_S, help=f"seconds before a case is killed (default {KILL_S:g})")
     args = ap.parse_args()
+    global KILL_S
+    KILL_S = args.kill
     rng = random.Random(args.seed)
     report = {"cases": 0, "cli_cases": 0, "web_cases": 0, "internal_errors": 0, "http_500": 0, "hangs": 0,
               "examples": []}

@@ -448,6 +448,8 @@ CASES_34 = [
     ("predict --runs {runs} --out {fifo_csv}", "not a regular file (a FIFO)"),
     ("plan --model Llama-3.1-8B --runs {fifo_csv}", "not a regular file"),
     ("profile --model Qwen2.5-0.5B --budget 0 --out {tmp}/r.csv", "--auto"),
+    ("profile --model {deep_json} --out {tmp}/r.csv", "nests too deeply"),
+    ("profile --model Qwen2.5-0.5B --out {fifo_csv}", "not a regular file (a FIFO)"),
     # internal errors: integers too large for a float
     (f"estimate --model Llama-3.1-8B {GPU} --seq-len {HUGE}", "400 digits"),
     (LLAMA + f" --galore-rank {HUGE}", "400 digits"),
