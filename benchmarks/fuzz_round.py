@@ -408,6 +408,7 @@ def run_web(cases: list[tuple[str, str, bytes | None]], report: dict) -> None:
 
 
 def main() -> int:
+    global KILL_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cli", type=int, default=1600, help="CLI cases (default 1600)")
     ap.add_argument("--web", type=int, default=1600, help="web requests (default 1600)")
@@ -416,7 +417,6 @@ def main() -> int:
     ap.add_argument("--json", help="write the totals and the failures as JSON here")
     ap.add_argument("--kill", type=float, default=KILL_S, help=f"seconds before a case is killed (default {KILL_S:g})")
     args = ap.parse_args()
-    global KILL_S
     KILL_S = args.kill
     rng = random.Random(args.seed)
     report = {"cases": 0, "cli_cases": 0, "web_cases": 0, "internal_errors": 0, "http_500": 0, "hangs": 0,
