@@ -631,27 +631,38 @@ def test_concurrent_runs_appends_get_distinct_ids(tmp_path):
     assert sorted(int(i.rsplit("-", 1)[1]) for i in ids) == list(range(1, 81))
 
 
-def _plan_to(out: str) -> None:
+def _quiet_main(argv: list[str]) -> None:
     import contextlib
     import io
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        main(["plan", "--model", "Qwen2.5-0.5B", "--gpus", "H100-SXM5-80GB", "--methods", "lora", "--max-gpus", "2",
-              "--micro-batches", "1,2", "--examples", "1000", "--tokens-per-example", "256", "--out", out, "--force"])
+        main(argv)
 
 
-def test_concurrent_plan_writers_leave_one_whole_file(tmp_path):
-    """Four `plan --out F --force` at once: F is one whole output (atomic rename), no temporary left."""
+PLAN_TO = ["plan", "--model", "Qwen2.5-0.5B", "--gpus", "H100-SXM5-80GB", "--methods", "lora", "--max-gpus", "2",
+           "--micro-batches", "1,2", "--examples", "1000", "--tokens-per-example", "256", "--force", "--out"]
+
+
+@pytest.mark.parametrize("command", ["plan", "predict", "calibrate"])
+def test_concurrent_writers_leave_one_whole_file(command, tmp_path, small_runs):
+    """Three `COMMAND --out F --force` at once: F is one whole output, as one run alone writes it (each
+    writes a temporary file renamed over F), and no temporary file is left."""
     import multiprocessing
+    import shutil
 
-    out = str(tmp_path / "cands.csv")
-    _plan_to(out)
-    whole = Path(out).read_text()
+    runs = str(shutil.copy(small_runs, tmp_path / "runs.csv"))
+    name = {"plan": "cands.csv", "predict": "pred.csv", "calibrate": "cal.json"}[command]
+    out = str(tmp_path / name)
+    argv = {"plan": PLAN_TO + [out],
+            "predict": ["predict", "--runs", runs, "--interval", "0", "--force", "--out", out],
+            "calibrate": ["calibrate", "--runs", runs, "--force", "--out", out]}[command]
+    _quiet_main(argv)
+    whole = Path(out).read_bytes()
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_plan_to, args=(out,)) for _ in range(4)]
+    procs = [ctx.Process(target=_quiet_main, args=(argv,)) for _ in range(3)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(120)
-    assert Path(out).read_text() == whole
-    assert [x.name for x in tmp_path.iterdir()] == ["cands.csv"]
+        p.join(180)
+    assert Path(out).read_bytes() == whole
+    assert sorted(x.name for x in tmp_path.iterdir() if x.name not in ("runs.csv", "small.csv")) == [name]

@@ -748,6 +748,7 @@ def write_runs(rows_or_df: Any, path: str | Path, append: bool = True) -> int:
             if not exists:
                 w.writerow(header)
             w.writerows(lines)
+            f.flush()  # on disk before the lock is released: the next writer reads these ids
         finally:
             _unlock(f)
     return len(lines)
