@@ -459,6 +459,12 @@ CASES_34 = [
     (f"curve --model Llama-3.1-8B {GPU} --seq-len " + "9" * 25, "seq-len: 1e+25 is beyond"),
     (f"plan --model Llama-3.1-8B --seq-len 512 --tokens 1e6 --gpu-counts {HUGE}", "gpu-counts"),
     (f"memory Llama-3.1-8B --gpus {HUGE}", "400 digits"),
+    (f"validate --runs {{runs}} --split by-source --reveal {HUGE}", "reveal: an integer of 400 digits"),
+    (f"validate --runs {{runs}} --seed {HUGE}", "seed: must be an integer in [0, 2^32) (got an integer of 400"),
+    (f"profile --model Qwen2.5-0.5B --steps {HUGE} --out {{tmp}}/r.csv", "steps: an integer of 400 digits"),
+    (f"profile --model Qwen2.5-0.5B --seq-len {HUGE} --out {{tmp}}/r.csv", "seq-len: an integer of 400 digits"),
+    (f"profile --model Qwen2.5-0.5B --group-size {HUGE} --out {{tmp}}/r.csv", "at most 65,536"),
+    (f"profile --model Qwen2.5-0.5B --seed -{HUGE} --out {{tmp}}/r.csv", "a negative integer of 400 digits"),
     # writers over their inputs
     ("plan --model Llama-3.1-8B --runs {runs} --out {runs}", "also an input"),
     ("plan --model Llama-3.1-8B --runs {runs} --out {runs} --force", "also an input"),

@@ -189,11 +189,14 @@ def run_validate(args: argparse.Namespace) -> int:
             raise InputError("learners", f"unknown learner '{name}'", sorted(LEARNERS))
     if not 0 < args.interval < 1:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
+    from tuneplan.specs.limits import MAX_REVEAL_ROWS, bound_number, shown_number
+
+    bound_number("reveal", args.reveal, MAX_REVEAL_ROWS, lower=-(2**63))  # below 0: check_reveal's message
     check_reveal(args.split, args.reveal)
     if not 0 < args.test_fraction < 1:
         raise InputError("test-fraction", f"must be between 0 and 1 (got {args.test_fraction})")
     if args.seed < 0 or args.seed >= 2**32:
-        raise InputError("seed", f"must be an integer in [0, 2^32) (got {args.seed})")
+        raise InputError("seed", f"must be an integer in [0, 2^32) (got {shown_number(args.seed)})")
     check_plot_path(args.plot)
     table = _read(args.runs, args.strict) if args.runs else load_reference_runs()
     console = Console(stderr=True)

@@ -88,7 +88,9 @@ def _lists(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_threads(threads: int | None) -> None:
     if threads is not None and not 1 <= threads <= 4096:
-        raise InputError("threads", f"must be a positive number of CPU threads (got {threads})")
+        from tuneplan.specs.limits import shown_number
+
+        raise InputError("threads", f"must be a positive number of CPU threads (got {shown_number(threads)})")
 
 
 def _check_profile_args(args: argparse.Namespace, lists: dict[str, Any]) -> None:
@@ -115,7 +117,27 @@ def _check_profile_args(args: argparse.Namespace, lists: dict[str, Any]) -> None
         raise InputError("target-error", f"must be between 0 and 1 (got {args.target_error})")
     if args.lora_alpha is not None and args.lora_alpha < 1:
         raise InputError("lora-alpha", f"must be a positive integer (got {args.lora_alpha})")
+    _check_upper_bounds(args, lists)
     _check_overrides(args.model, args.config_override)
+
+
+def _check_upper_bounds(args: argparse.Namespace, lists: dict[str, Any]) -> None:
+    """Every count within tuneplan.specs.limits' bounds (a 400-digit --steps would profile forever)."""
+    from tuneplan.specs import limits as lim
+
+    for name, flag, upper in (("seq_lens", "seq-len", lim.MAX_SEQ_LEN), ("micro_batches", "micro-batch",
+                              lim.MAX_MICRO_BATCH), ("grad_accums", "grad-accum", lim.MAX_GRAD_ACCUM),
+                              ("lora_ranks", "lora-rank", lim.MAX_LORA_RANK), ("layers", "layers", lim.MAX_LAYERS),
+                              ("nprocs", "nproc", lim.MAX_PROFILE_PROCESSES)):
+        for v in lists.get(name) or ():
+            lim.bound_number(flag, v, upper)
+    for flag, value, upper in (("steps", args.steps, lim.MAX_PROFILE_STEPS),
+                               ("warmup", args.warmup, lim.MAX_PROFILE_STEPS),
+                               ("lora-alpha", args.lora_alpha, lim.MAX_LORA_RANK),
+                               ("group-size", args.group_size, lim.MAX_GROUP_SIZE),
+                               ("completion-len", args.completion_len, lim.MAX_SEQ_LEN),
+                               ("seed", args.seed, lim.MAX_SEED)):
+        lim.bound_number(flag, value, upper)
 
 
 def _check_overrides(model: str, text: str | None) -> None:

@@ -113,7 +113,7 @@ overflows beyond 309 digits)."""
 def shown_number(value: Any) -> str:
     """A number for a message: `:g`, or an integer too large for a float as its digit count."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**300:
-        return f"an integer of {len(str(abs(value))):,} digits"
+        return f"{'a negative' if value < 0 else 'an'} integer of {len(str(abs(value))):,} digits"
     return f"{value:g}"
 
 
@@ -252,6 +252,18 @@ def check_gpu_figures(d: Mapping[str, Any]) -> None:
     elif peaks is not None and not isinstance(peaks, (list, tuple)):
         _gpu_number("peak_tflops", peaks, MAX_TFLOPS)
 
+
+MAX_PROFILE_STEPS = 100_000
+"""Timed or warm-up optimizer steps per profiled configuration: 8 and 2 by default; 10^5 steps of a
+small model already take hours on a CPU."""
+MAX_PROFILE_PROCESSES = 4096
+"""Data-parallel processes (--nproc) of one profiled configuration on one machine."""
+MAX_GROUP_SIZE = 65_536
+"""GRPO completions per prompt (TRL's default 8)."""
+MAX_SEED = 2**32 - 1
+"""Random seeds: numpy's generators take 32-bit seeds."""
+MAX_REVEAL_ROWS = 10**9
+"""Rows of a held-out source revealed to a fit (`validate --reveal`)."""
 
 MAX_CURVE_POINTS = 8_192
 """Micro-batches one `curve` sweeps (1..N): more points than any plot shows (the default sweep stops at
