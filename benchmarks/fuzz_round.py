@@ -116,7 +116,7 @@ def cli_cases(n: int, rng: random.Random, files: dict[str, str]) -> list[dict]:
 
     deep = [k for k in files if k.startswith(("flow", "map", "deep", "block", "bomb")) or k in ("tag.yaml", "bin.json")]
     kinds = ["estimate"] * 30 + ["curve"] * 6 + ["memory"] * 8 + ["plan"] * 8 + ["path"] * 20 + ["huge"] * 12 + \
-        ["writer"] * 8 + ["catalog"] * 4 + ["runs"] * 4
+        ["writer"] * 8 + ["catalog"] * 4 + ["runs"] * 4 + ["profile"] * 4 + ["validate"] * 2
     out: list[dict] = []
     for _ in range(n):
         kind = rng.choice(kinds)
@@ -188,6 +188,18 @@ def cli_cases(n: int, rng: random.Random, files: dict[str, str]) -> list[dict]:
                         files["axolotl.yaml"], *force]
             keep = [files["runs.csv"], files["axolotl.yaml"], str(Path(files["runsdir"]) / "a.csv")]
             expect_refusal = True
+        elif kind == "profile":  # always one value refused up front, so no measurement starts
+            bad = rng.choice([["--steps", "9" * rng.choice([25, 400, 5000])], ["--steps", "0"], ["--warmup", "-1"],
+                              ["--seq-len", "9" * 400], ["--micro-batch", "0,1"], ["--layers", "9" * 30],
+                              ["--seed", "-" + "9" * 400], ["--group-size", "9" * 40], ["--budget", value(rng)],
+                              ["--auto", "--budget", rng.choice(["0", "0.5s", "9" * 400, "soon", ""])],
+                              ["--timeout", rng.choice(["nan", "-1", "0"])], ["--lora-alpha", "9" * 400],
+                              ["--model", fp(rng.choice(deep + PATH_VALUES))]])
+            argv = ["profile", "--model", "Qwen2.5-0.5B", "--out", "prof.csv", "--no-progress", *bad]
+        elif kind == "validate":
+            argv = ["validate", "--runs", files["runs.csv"], "--learners", "kavier", "--json",
+                    rng.choice(["--reveal", "--seed", "--test-fraction", "--interval"]), value(rng),
+                    "--split", rng.choice(["random", "by-source", "zz"])]
         elif kind == "catalog":
             argv = [rng.choice(["models", "gpus"]), *rng.choice([[], ["--json"], ["--search", value(rng)]])]
         else:  # runs-file commands on odd paths
