@@ -569,6 +569,11 @@ def test_atomic_output_keeps_the_old_file_on_a_crash(tmp_path):
         assert tmp.endswith(".csv") and Path(tmp).parent == tmp_path  # the suffix kept: writers read the format
         Path(tmp).write_text("new\n")
     assert p.read_text() == "new\n"
+    link = tmp_path / "link.csv"
+    link.symlink_to(p)
+    with atomic_output(link, "out") as tmp:
+        Path(tmp).write_text("through the link\n")
+    assert link.is_symlink() and p.read_text() == "through the link\n"
 
 
 def test_check_output_path_inputs(tmp_path):

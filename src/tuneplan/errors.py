@@ -253,6 +253,8 @@ def atomic_output(path: object, field: str, what: str = "file") -> Iterator[str]
     import tempfile
 
     target = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    if os.path.islink(target):  # written where the link points: the link stays a link
+        target = os.path.realpath(target)
     folder = os.path.dirname(os.path.abspath(target))
     base = os.path.basename(target)
     suffix = os.path.splitext(base)[1]
