@@ -677,3 +677,24 @@ def test_concurrent_writers_leave_one_whole_file(command, tmp_path, small_runs):
         p.join(180)
     assert Path(out).read_bytes() == whole
     assert sorted(x.name for x in tmp_path.iterdir() if x.name not in ("runs.csv", "small.csv")) == [name]
+
+
+@pytest.mark.parametrize(("name", "text", "needle"), [
+    ("a.yml", "a: " + "[" * 3000 + "]" * 3000, "nested more than 64 levels"),
+    ("a.json", '{"a": ' + "[" * 3000 + "]" * 3000 + "}", "nested more than 64 levels"),
+    ("a.yml", "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+     + "datasets: *i\n", "alias bomb"),
+    ("a.yml", "sequence_len: " + "9" * 400 + "\nbase_model: Qwen/Qwen2.5-0.5B\n", "an integer of 400 digits"),
+])
+def test_web_from_config_deep_or_aliased_is_422(web, name, text, needle):
+    """Issue 34: these were RecursionErrors answered with HTTP 500."""
+    r = web.post("/api/from-config", json={"files": [{"name": name, "text": text}]})
+    assert r.status_code == 422, r.text[:300]
+    assert needle in r.text
+
+
+def test_web_body_nested_deeply_is_400(web):
+    r = web.post("/api/estimate", content=b'{"model": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+                 headers={"content-type": "application/json"})
+    assert r.status_code == 400
