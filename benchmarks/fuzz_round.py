@@ -296,6 +296,8 @@ def run_cli(cases: list[dict], workers: int, cwd: str, report: dict) -> None:
 def count(report: dict, where: str, what, rc, seconds: float, err: str, changed=()) -> None:
     report["cases"] += 1
     report[f"{where}_cases"] += 1
+    tally = report.setdefault(f"{where}_{'exit_codes' if where == 'cli' else 'statuses'}", {})
+    tally[str(rc)] = tally.get(str(rc), 0) + 1
     shown = " ".join(map(str, what))[:200] if isinstance(what, list) else str(what)[:200]
     if where == "cli":
         bad = rc not in (0, 1, 2) or "internal error" in err or "Traceback" in err or changed
@@ -444,6 +446,7 @@ def main() -> int:
     print(f"cases {report['cases']} (CLI {report['cli_cases']}, web {report['web_cases']}): internal errors "
           f"{report['internal_errors']}, HTTP 500s {report['http_500']}, hangs (> {HANG_S:g} s) {report['hangs']}; "
           f"{report['seconds']} s")
+    print(f"CLI exit codes {report.get('cli_exit_codes', {})}; HTTP statuses {report.get('web_statuses', {})}")
     for line in report["examples"][:30]:
         print("  " + line)
     if args.json:
