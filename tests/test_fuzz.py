@@ -1,6 +1,7 @@
-"""Fuzz (issue 19 "done when", issue 16 part 6): every subcommand's main() and the web API driven with
-random and extreme inputs. Asserted: no traceback, exit 0 or 2 (1 where a command documents it:
-`calibrate` when the rows cannot support a fit; `plan` answers "nothing fits" with 0), every number in
+"""Fuzz (issue 19 "done when", issue 16 part 6, issue 34 point 7): every subcommand's main() and the web
+API driven with random and extreme inputs (and, issue 34: deep nesting, alias expansion, FIFOs and
+devices, huge integers, outputs named as inputs). Asserted: no traceback, exit 0 or 2 (1 where a command
+documents it: `calibrate` when the rows cannot support a fit; `plan` answers "nothing fits" with 0), every number in
 JSON output finite; the web never answers 500. Bounded: few examples each, small search spaces."""
 
 from __future__ import annotations
@@ -231,3 +232,116 @@ def test_fuzz_runs_files(ops, header_only, cmd, tmp_path_factory, capsys):
             "calibrate": ["calibrate", "--runs", str(p), "--out", str(d / "cal.json")],
             "validate": ["validate", "--runs", str(p), "--learners", "kavier", "--json"]}[cmd]
     run(argv, capsys, allowed=(0, 1, 2) if cmd == "calibrate" else (0, 2))
+
+
+# --- issue 34: depth, alias expansion, FIFOs, huge integers, writers over inputs ----------------------
+
+PATH_FLAGS = {"--from": "estimate --gpu H100-SXM5-80GB",
+              "--gpu-file": "estimate --model Qwen2.5-0.5B --seq-len 256 --examples 100",
+              "--prices": "estimate --model Qwen2.5-0.5B --gpu H100-SXM5-80GB --seq-len 256 --examples 100",
+              "--model": "estimate --gpu H100-SXM5-80GB --seq-len 256 --examples 100",
+              "--calibration": "estimate --model Qwen2.5-0.5B --gpu H100-SXM5-80GB --seq-len 256 --examples 100"}
+"""Flags that name a file a command reads, each with a command line that reads it."""
+SUFFIX = {"--from": ".yaml", "--gpu-file": ".yaml", "--prices": ".yaml", "--model": ".json", "--calibration": ".json"}
+
+
+def _deep_text(style: str, depth: int) -> str:
+    if style == "flow":
+        return "a: " + "[" * depth + "]" * depth + "\n"
+    if style == "flow-map":
+        return "a: " + "{b: " * depth + "1" + "}" * depth + "\n"
+    if style == "block":
+        return "".join(" " * i + "k:\n" for i in range(depth)) + " " * depth + "k: 1\n"
+    return '{"a": ' + "[" * depth + "]" * depth + "}"
+
+
+@FUZZ
+@given(flag=st.sampled_from(sorted(PATH_FLAGS)), style=st.sampled_from(["flow", "flow-map", "block", "json"]),
+       depth=st.one_of(st.integers(1, 80), st.integers(80, 5000)))
+def test_fuzz_depth(flag, style, depth, tmp_path_factory, capsys):
+    depth = min(depth, 400) if style == "block" else depth  # block text grows as depth^2
+    p = tmp_path_factory.mktemp("deep") / ("cfg" + (".json" if style == "json" else SUFFIX[flag]))
+    p.write_text(_deep_text(style, depth))
+    run([*PATH_FLAGS[flag].split(), flag, str(p)], capsys)
+
+
+@FUZZ
+@given(flag=st.sampled_from(["--from", "--gpu-file", "--prices"]), fan=st.integers(1, 12), levels=st.integers(1, 10),
+       key=st.sampled_from(["datasets", "base_model", "prices", "peak_tflops", "x"]))
+def test_fuzz_alias_expansion(flag, fan, levels, key, tmp_path_factory, capsys):
+    lines = ["l0: &l0 [" + ", ".join(['"x"'] * fan) + "]"]
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * fan) + "]")
+    lines += ["base_model: Qwen/Qwen2.5-0.5B", "name: mine", f"{key}: *l{levels - 1}"]
+    p = tmp_path_factory.mktemp("alias") / "cfg.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    run([*PATH_FLAGS[flag].split(), flag, str(p)], capsys)
+
+
+@FUZZ
+@given(flag=st.sampled_from(sorted(PATH_FLAGS)), kind=st.sampled_from(["fifo", "fifo-suffix", "/dev/null", "/dev/zero",
+                                                                      "/dev/full", "/proc/self/fd/0"]))
+def test_fuzz_fifo_and_devices(flag, kind, tmp_path_factory, capsys):
+    import os
+
+    if kind.startswith("fifo"):
+        path = str(tmp_path_factory.mktemp("fifo") / ("f" + (SUFFIX[flag] if kind == "fifo-suffix" else "")))
+        os.mkfifo(path)
+    else:
+        path = kind
+    run([*PATH_FLAGS[flag].split(), flag, path], capsys)
+
+
+INT_FLAGS = {"estimate --model Qwen2.5-0.5B --gpu H100-SXM5-80GB --examples 100": [
+    "--seq-len", "--micro-batch", "--grad-accum", "--gpus", "--nodes", "--tp", "--pp", "--cp", "--ep", "--lora-rank",
+    "--galore-rank", "--trainable-layers", "--eval-every", "--eval-examples", "--save-every"],
+    "curve --model Qwen2.5-0.5B --gpu H100-SXM5-80GB": ["--seq-len", "--max-micro-batch", "--gpus", "--lora-rank"],
+    "plan --model Qwen2.5-0.5B --gpus H100-SXM5-80GB --methods lora --max-gpus 1 --micro-batches 1 --examples 100 "
+    "--tokens-per-example 256": ["--max-gpus", "--gpu-counts", "--micro-batches", "--global-batch", "--top",
+                                 "--gpus-per-node", "--grad-accums"],
+    "memory Qwen2.5-0.5B": ["--seq-len", "--micro-batch", "--gpus"]}
+int_case = st.sampled_from(sorted(INT_FLAGS)).flatmap(lambda cmd: st.tuples(st.just(cmd), st.sampled_from(INT_FLAGS[cmd])))
+
+
+@FUZZ
+@given(case=int_case, digits=st.one_of(st.integers(19, 40), st.integers(300, 5000)), sign=st.sampled_from(["", "-"]))
+def test_fuzz_huge_integers(case, digits, sign, capsys):
+    cmd, flag = case
+    run([*cmd.split(), flag, sign + "9" * digits, "--json"], capsys, allowed=(0, 1, 2) if cmd.startswith("plan") else (0, 2))
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(cmd=st.sampled_from(["predict", "plan", "calibrate", "plan-runs"]),
+       target=st.sampled_from(["runs", "runs-folder", "calibration", "from", "prices"]), force=st.booleans())
+def test_fuzz_writer_over_its_input(cmd, target, force, tmp_path_factory, capsys):
+    """A command's output named as one of its inputs is refused (--force or not) and the input kept."""
+    lines = _reference_lines()[:4]
+    d = Path(tmp_path_factory.mktemp("over"))
+    runs = d / "runs.csv"
+    runs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cal, cfg, prices = d / "cal.json", d / "cfg.yaml", d / "prices.yaml"
+    cal.write_text("{}\n")
+    cfg.write_text("base_model: Qwen/Qwen2.5-0.5B\nsequence_len: 256\n")
+    prices.write_text("prices: []\n")
+    out = {"runs": runs, "runs-folder": d / "other.csv", "calibration": cal, "from": cfg, "prices": prices}[target]
+    argv = {"predict": ["predict", "--runs", str(runs if target != "runs-folder" else d)],
+            "calibrate": ["calibrate", "--runs", str(runs if target != "runs-folder" else d)],
+            "plan": ["plan", "--model", "Qwen2.5-0.5B", "--gpus", "H100-SXM5-80GB", "--methods", "lora"],
+            "plan-runs": ["plan", "--runs", str(runs)]}[cmd]
+    if target == "calibration":
+        argv += ["--base" if cmd == "calibrate" else "--calibration", str(cal)]
+    if target == "from" and cmd.startswith("plan"):
+        argv += ["--from", str(cfg)]
+    if target == "prices" and cmd.startswith("plan"):
+        argv += ["--prices", str(prices)]
+    is_input = target in ("runs", "calibration") or (target == "runs-folder" and cmd in ("predict", "calibrate")) or (
+        target in ("from", "prices") and cmd.startswith("plan"))
+    if target == "runs-folder" and cmd == "plan-runs":
+        is_input = False
+    before = {p: p.read_bytes() for p in (runs, cal, cfg, prices)}
+    rc, _, err = run([*argv, "--out", str(out), *(["--force"] if force else [])], capsys, allowed=(0, 1, 2))
+    if is_input:
+        assert rc == 2 and "also an input" in err, (argv, err)
+    if is_input:
+        assert {p: p.read_bytes() for p in before} == before

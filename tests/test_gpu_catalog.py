@@ -249,7 +249,7 @@ def test_cli_predict_strict_names_refuses_family_rows(tmp_path, capsys) -> None:
     out = tmp_path / "pred.csv"
     assert main(["predict", "--runs", str(p), "--out", str(out), "--interval", "0"]) == 0
     assert "catalog default for 'A100-80GB'" in out.read_text()
-    assert main(["predict", "--runs", str(p), "--out", str(out), "--interval", "0", "--strict", "--strict-names"]) == 2
+    assert main(["predict", "--runs", str(p), "--out", str(out), "--interval", "0", "--strict", "--strict-names", "--force"]) == 2
     err = capsys.readouterr().err
     assert "names a GPU family" in err
 

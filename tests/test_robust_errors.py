@@ -90,7 +90,7 @@ CASES = [
     # predict
     ("predict --runs {runs} --out {adir}", "folder"),
     ("predict --runs {runs} --out ''", "empty path"),
-    ("predict --runs {runs} --out /dev/full", "No space left"),
+    ("predict --runs {runs} --out /dev/full", "not a regular file (a character device)"),
     ("predict --runs {runs} --out {tmp}/nope/p.csv", "does not exist"),
     ("predict --runs {runs} --out {tmp}/p.csv --interval nan", "interval"),
     ("predict --runs {runs} --out {runs}", "overwrite"),
@@ -405,3 +405,296 @@ def test_profile_rewrite_keeps_the_file_mode(tmp_path):
     os.chmod(p, 0o644)
     RowWriter(p).write({"model": "m2", "gpu": "x"})  # new columns: the file is rewritten once
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o644
+
+
+# --- issue 34: nothing lost, nothing hangs, no internal error --------------------------------------
+
+HUGE = "9" * 400
+
+
+@pytest.fixture
+def bad34(tmp_path: Path) -> dict[str, str]:
+    """A FIFO (named .json/.yaml/.csv too), flow and block YAML 3,000 deep, JSON 3,000 deep, an alias bomb."""
+    import os
+
+    for name in ("fifo", "fifo.json", "fifo.yaml", "fifo.csv"):
+        os.mkfifo(tmp_path / name)
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 3000 + "]" * 3000 + "\n")
+    (tmp_path / "deepblock.yaml").write_text("a:\n" + "".join(" " * i + "b:\n" for i in range(1, 300)))
+    (tmp_path / "deep.json").write_text('{"a": ' + "[" * 3000 + "]" * 3000 + "}")
+    lines = ['a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for prev, cur in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines + ["base_model: Qwen/Qwen2.5-0.5B", "datasets: *i"]) + "\n")
+    return {k.replace(".", "_"): str(tmp_path / k) for k in os.listdir(tmp_path)} | {"tmp": str(tmp_path)}
+
+
+CASES_34 = [
+    # hangs: deep or aliased config files, FIFOs as user paths
+    (f"estimate --from {{deep_yaml}} {GPU}", "nested more than 64 levels"),
+    (f"estimate --from {{deepblock_yaml}} {GPU}", "nested more than 64 levels"),
+    (f"estimate --from {{deep_json}} {GPU}", "nested more than 64 levels"),
+    (f"estimate --from {{bomb_yaml}} {GPU}", "alias bomb"),
+    (f"estimate --model Llama-3.1-8B {WORK} --gpu-file {{bomb_yaml}}", "alias bomb"),
+    (LLAMA + " --prices {bomb_yaml}", "alias bomb"),
+    (LLAMA + " --prices {deep_yaml}", "nested more than 64 levels"),
+    (f"estimate --model Llama-3.1-8B {WORK} --gpu-file {{deep_yaml}}", "nested more than 64 levels"),
+    (f"estimate --model Llama-3.1-8B {WORK} --gpu-file {{fifo_yaml}}", "not a regular file (a FIFO)"),
+    (LLAMA + " --prices {fifo_yaml}", "not a regular file (a FIFO)"),
+    (LLAMA + " --calibration {fifo_json}", "not a regular file (a FIFO)"),
+    (f"estimate --model {{fifo_json}} {GPU} {WORK}", "not a regular file (a FIFO)"),
+    (f"estimate --from {{fifo_yaml}} {GPU}", "not a file"),
+    ("predict --runs {fifo_csv} --out {tmp}/p.csv", "not a regular file"),
+    ("predict --runs {runs} --out {fifo_csv}", "not a regular file (a FIFO)"),
+    ("plan --model Llama-3.1-8B --runs {fifo_csv}", "not a regular file"),
+    ("profile --model Qwen2.5-0.5B --budget 0 --out {tmp}/r.csv", "--auto"),
+    ("profile --model {deep_json} --out {tmp}/r.csv", "nests too deeply"),
+    ("profile --model Qwen2.5-0.5B --out {fifo_csv}", "not a regular file (a FIFO)"),
+    # internal errors: integers too large for a float
+    (f"estimate --model Llama-3.1-8B {GPU} --seq-len {HUGE}", "400 digits"),
+    (LLAMA + f" --galore-rank {HUGE}", "400 digits"),
+    (LLAMA + f" --ep {HUGE}", "400 digits"),
+    (LLAMA + " --ep " + "9" * 25, "ep: 1e+25 is beyond"),
+    (f"curve --model Llama-3.1-8B {GPU} --seq-len {HUGE}", "400 digits"),
+    (f"curve --model Llama-3.1-8B {GPU} --seq-len " + "9" * 25, "seq-len: 1e+25 is beyond"),
+    (f"plan --model Llama-3.1-8B --seq-len 512 --tokens 1e6 --gpu-counts {HUGE}", "gpu-counts"),
+    (f"memory Llama-3.1-8B --gpus {HUGE}", "400 digits"),
+    (f"validate --runs {{runs}} --split by-source --reveal {HUGE}", "reveal: an integer of 400 digits"),
+    (f"validate --runs {{runs}} --seed {HUGE}", "seed: must be an integer in [0, 2^32) (got an integer of 400"),
+    (f"profile --model Qwen2.5-0.5B --steps {HUGE} --out {{tmp}}/r.csv", "steps: an integer of 400 digits"),
+    (f"profile --model Qwen2.5-0.5B --seq-len {HUGE} --out {{tmp}}/r.csv", "seq-len: an integer of 400 digits"),
+    (f"profile --model Qwen2.5-0.5B --group-size {HUGE} --out {{tmp}}/r.csv", "at most 65,536"),
+    (f"profile --model Qwen2.5-0.5B --seed -{HUGE} --out {{tmp}}/r.csv", "a negative integer of 400 digits"),
+    # writers over their inputs
+    ("plan --model Llama-3.1-8B --runs {runs} --out {runs}", "also an input"),
+    ("plan --model Llama-3.1-8B --runs {runs} --out {runs} --force", "also an input"),
+    ("calibrate --runs {runs} --out {runs} --force", "also an input"),
+    ("predict --runs {runs} --out {runs} --force", "also an input"),
+    ("predict --runs {tmp} --out {tmp}/other.csv", "also an input"),
+]
+
+
+@pytest.mark.parametrize(("command", "needle"), CASES_34, ids=[c[0][:60] for c in CASES_34])
+def test_issue34_reproducer_is_one_line_exit_2(command, needle, bad34, small_runs, capsys):
+    import shutil
+
+    runs = shutil.copy(small_runs, Path(bad34["tmp"]) / "runs.csv")
+    before = Path(runs).read_bytes()
+    argv = [a.format(**bad34, runs=runs) for a in shlex.split(command)]
+    rc, _, err = run_cli(argv, capsys)
+    errors = [ln for ln in err.splitlines() if not ln.startswith("warning:")]
+    assert rc == 2, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert len(errors) == 1, err
+    assert needle in errors[0], errors[0]
+    assert Path(runs).read_bytes() == before  # nothing lost
+
+
+def test_yaml_alias_expansion_is_counted(monkeypatch):
+    """`b: [*a, *a]` where a holds 3 values: a counts 1 + 3 = 4 values, b 1 + 2 x 4 = 9, the root mapping
+    1 + 2 keys + 4 + 9 = 16. A bound of 16 passes, 15 is refused at b's line."""
+    import tuneplan.errors as errors
+
+    text = "a: &a [1, 2, 3]\nb: [*a, *a]\n"
+    monkeypatch.setattr(errors, "MAX_EXPANDED_NODES", 16)
+    assert errors.load_bounded_yaml(text) == {"a": [1, 2, 3], "b": [[1, 2, 3], [1, 2, 3]]}
+    monkeypatch.setattr(errors, "MAX_EXPANDED_NODES", 15)
+    with pytest.raises(errors.TooComplexError, match="alias bomb") as exc:
+        errors.load_bounded_yaml(text)
+    assert exc.value.line == 2
+
+
+def test_nesting_bound_is_exact(monkeypatch):
+    """64 levels are read, 65 refused: in YAML flow, YAML block and JSON."""
+    from tuneplan.errors import MAX_NESTING, TooComplexError, load_bounded_json, load_bounded_yaml
+
+    def flow(n: int) -> str:
+        return "[" * n + "]" * n
+
+    assert load_bounded_yaml(flow(MAX_NESTING)) is not None
+    assert load_bounded_json(flow(MAX_NESTING)) is not None
+    block = "".join(" " * i + "k:\n" for i in range(MAX_NESTING)) + " " * MAX_NESTING + "k: 1\n"
+    with pytest.raises(TooComplexError):
+        load_bounded_yaml(block)  # 65 mappings
+    assert load_bounded_yaml("".join(" " * i + "k:\n" for i in range(MAX_NESTING - 1)) + " " * 63 + "k: 1\n")
+    for load in (load_bounded_yaml, load_bounded_json):
+        with pytest.raises(TooComplexError, match="64 levels"):
+            load(flow(MAX_NESTING + 1))
+
+
+def test_yaml_tags_still_refused(tmp_path):
+    from tuneplan.configs import ConfigError, read_configs
+
+    p = tmp_path / "t.yaml"
+    p.write_text("base_model: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(ConfigError, match="tag"):
+        read_configs([p])
+
+
+def test_plan_out_refuses_an_existing_file_unless_force(tmp_path, capsys):
+    out = tmp_path / "cands.csv"
+    out.write_text("keep me\n")
+    base = ["plan", "--model", "Qwen2.5-0.5B", "--gpus", "H100-SXM5-80GB", "--methods", "lora", "--max-gpus", "1",
+            "--micro-batches", "1", "--examples", "1000", "--tokens-per-example", "256", "--out", str(out)]
+    rc, _, err = run_cli(base, capsys)
+    assert rc == 2 and "--force" in err and out.read_text() == "keep me\n"
+    rc, _, err = run_cli([*base, "--force"], capsys)
+    assert rc == 0, err
+    assert out.read_text().startswith("gpu") or "," in out.read_text().splitlines()[0]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_calibrate_and_probe_outs_refuse_an_existing_file(tmp_path, small_runs, capsys):
+    out = tmp_path / "c.json"
+    out.write_text("{}\n")
+    rc, _, err = run_cli(["calibrate", "--runs", small_runs, "--out", str(out)], capsys)
+    assert rc == 2 and "exists: give --force" in err and out.read_text() == "{}\n"
+    gpu = tmp_path / "g.yaml"
+    gpu.write_text("name: mine\n")
+    rc, _, err = run_cli(["probe", "--quick", "--out", str(gpu)], capsys)
+    assert rc == 2 and "exists: give --force" in err and gpu.read_text() == "name: mine\n"
+
+
+def test_atomic_output_keeps_the_old_file_on_a_crash(tmp_path):
+    from tuneplan.errors import atomic_output
+
+    p = tmp_path / "out.csv"
+    p.write_text("old\n")
+    with pytest.raises(RuntimeError), atomic_output(p, "out") as tmp:
+        Path(tmp).write_text("half")
+        raise RuntimeError("crash while writing")
+    assert p.read_text() == "old\n"
+    assert [x.name for x in tmp_path.iterdir()] == ["out.csv"]
+    with atomic_output(p, "out") as tmp:
+        assert tmp.endswith(".csv") and Path(tmp).parent == tmp_path  # the suffix kept: writers read the format
+        Path(tmp).write_text("new\n")
+    assert p.read_text() == "new\n"
+    link = tmp_path / "link.csv"
+    link.symlink_to(p)
+    with atomic_output(link, "out") as tmp:
+        Path(tmp).write_text("through the link\n")
+    assert link.is_symlink() and p.read_text() == "through the link\n"
+
+
+def test_check_output_path_inputs(tmp_path):
+    """The same file through a link, and a runs file inside a folder given as input, are inputs."""
+    import os
+
+    from tuneplan.errors import InputError, check_output_path
+
+    runs = tmp_path / "runs.csv"
+    runs.write_text("id\n")
+    os.symlink(runs, tmp_path / "link.csv")
+    with pytest.raises(InputError, match="also an input"):
+        check_output_path(tmp_path / "link.csv", "out", inputs=[str(runs)])
+    with pytest.raises(InputError, match="also an input"):
+        check_output_path(tmp_path / "new.csv", "out", inputs=[str(tmp_path)])
+    assert check_output_path(tmp_path / "new.json", "out", inputs=[str(tmp_path)]) == str(tmp_path / "new.json")
+    with pytest.raises(InputError, match="exists: give --force"):
+        check_output_path(runs, "out", force=False)
+    assert check_output_path(runs, "out", force=True) == str(runs)
+
+
+def test_curve_table_is_bounded():
+    from tuneplan.commands.plan import CURVE_TABLE_ROWS, shown_curve_rows
+
+    rows = [{"micro_batch": m} for m in range(1, 65_537)]
+    shown = [r["micro_batch"] for r in shown_curve_rows(rows, 686)]
+    assert shown == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 685, 686, 687, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
+    assert shown_curve_rows(rows[:CURVE_TABLE_ROWS], 3) == rows[:CURVE_TABLE_ROWS]
+
+
+def test_curve_widest_sweep_answers(capsys):
+    """The widest sweep allowed prints a bounded table; one point more is refused naming the bound."""
+    from tuneplan.specs.limits import MAX_CURVE_POINTS
+
+    base = ["curve", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM5-80GB", "--seq-len", "8", "--max-micro-batch"]
+    rc, out, err = run_cli([*base, str(MAX_CURVE_POINTS)], capsys)
+    assert rc == 0, err
+    assert f"of the {MAX_CURVE_POINTS:,} micro-batches shown" in " ".join(out.split())
+    rc, _, err = run_cli([*base, str(MAX_CURVE_POINTS + 1)], capsys)
+    assert rc == 2 and f"at most {MAX_CURVE_POINTS:,}" in err
+
+
+def _append_rows(path: str, n: int) -> None:
+    from tuneplan.runs import write_runs
+
+    for i in range(n):
+        write_runs({"source": "cb", "model": "m", "gpu": "local-cpu", "method": "lora", "notes": f"row {i}"}, path)
+
+
+def test_concurrent_runs_appends_get_distinct_ids(tmp_path):
+    """write_runs (the transformers callback's writer) reads the ids and appends under one lock."""
+    import csv
+    import multiprocessing
+
+    out = str(tmp_path / "runs.csv")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_rows, args=(out, 20)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    with open(out, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    ids = [r["id"] for r in rows]
+    assert len(rows) == 80 and len(set(ids)) == 80
+    assert sorted(int(i.rsplit("-", 1)[1]) for i in ids) == list(range(1, 81))
+
+
+def _quiet_main(argv: list[str]) -> None:
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        main(argv)
+
+
+PLAN_TO = ["plan", "--model", "Qwen2.5-0.5B", "--gpus", "H100-SXM5-80GB", "--methods", "lora", "--max-gpus", "2",
+           "--micro-batches", "1,2", "--examples", "1000", "--tokens-per-example", "256", "--force", "--out"]
+
+
+@pytest.mark.parametrize("command", ["plan", "predict", "calibrate"])
+def test_concurrent_writers_leave_one_whole_file(command, tmp_path, small_runs):
+    """Three `COMMAND --out F --force` at once: F is one whole output, as one run alone writes it (each
+    writes a temporary file renamed over F), and no temporary file is left."""
+    import multiprocessing
+    import shutil
+
+    runs = str(shutil.copy(small_runs, tmp_path / "runs.csv"))
+    name = {"plan": "cands.csv", "predict": "pred.csv", "calibrate": "cal.json"}[command]
+    out = str(tmp_path / name)
+    argv = {"plan": PLAN_TO + [out],
+            "predict": ["predict", "--runs", runs, "--interval", "0", "--force", "--out", out],
+            "calibrate": ["calibrate", "--runs", runs, "--force", "--out", out]}[command]
+    _quiet_main(argv)
+    whole = Path(out).read_bytes()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_quiet_main, args=(argv,)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+    assert Path(out).read_bytes() == whole
+    assert sorted(x.name for x in tmp_path.iterdir() if x.name not in ("runs.csv", "small.csv")) == [name]
+
+
+@pytest.mark.parametrize(("name", "text", "needle"), [
+    ("a.yml", "a: " + "[" * 3000 + "]" * 3000, "nested more than 64 levels"),
+    ("a.json", '{"a": ' + "[" * 3000 + "]" * 3000 + "}", "nested more than 64 levels"),
+    ("a.yml", "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [" + ", ".join([f"*{p}"] * 9) + "]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+     + "datasets: *i\n", "alias bomb"),
+    ("a.yml", "sequence_len: " + "9" * 400 + "\nbase_model: Qwen/Qwen2.5-0.5B\n", "an integer of 400 digits"),
+])
+def test_web_from_config_deep_or_aliased_is_422(web, name, text, needle):
+    """Issue 34: these were RecursionErrors answered with HTTP 500."""
+    r = web.post("/api/from-config", json={"files": [{"name": name, "text": text}]})
+    assert r.status_code == 422, r.text[:300]
+    assert needle in r.text
+
+
+def test_web_body_nested_deeply_is_400(web):
+    r = web.post("/api/estimate", content=b'{"model": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+                 headers={"content-type": "application/json"})
+    assert r.status_code == 400

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import stat
+from collections.abc import Iterable, Iterator
 
 
 class TuneplanError(Exception):
@@ -89,9 +91,37 @@ def shown(text: object) -> str:
     return s if len(s) <= SHOWN_NAME_CHARS else s[:SHOWN_NAME_CHARS] + "..."
 
 
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words, from its stat mode."""
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return word
+    return "not a plain file"
+
+
+def check_regular_file(path: object, field: str, what: str = "file") -> str:
+    """`path` as text when it names a regular file (after links); else one InputError: missing, a
+    folder, a FIFO or a device (reading those blocks or never ends)."""
+    import os
+
+    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    if not text.strip():
+        raise InputError(field, f"empty path: give a {what}")
+    try:
+        st = os.stat(text)
+    except FileNotFoundError:
+        raise InputError(field, f"no such file: '{shown(text)}'") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(field, f"cannot read '{shown(text)}': {getattr(exc, 'strerror', None) or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(field, f"'{shown(text)}' is not a regular file ({file_kind(st.st_mode)}): give a {what}")
+    return text
+
+
 def read_user_bytes(path: object, field: str, what: str = "file", max_bytes: int = MAX_USER_FILE_BYTES) -> bytes:
-    """A user's file as bytes; InputError (naming `field`) for an empty path, a folder, a missing or
-    unreadable file, a name too long, or a file over `max_bytes`."""
+    """A user's file as bytes; InputError (naming `field`) for an empty path, a folder, a FIFO or a
+    device, a missing or unreadable file, a name too long, or a file over `max_bytes`."""
     import os
 
     text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
@@ -100,11 +130,17 @@ def read_user_bytes(path: object, field: str, what: str = "file", max_bytes: int
     try:
         if os.path.isdir(text):
             raise InputError(field, f"'{shown(text)}' is a folder: give a {what}")
-        size = os.path.getsize(text)
-        if size > max_bytes:
-            raise InputError(field, f"'{shown(text)}' is {size:,} bytes: too large for a {what} "
-                                    f"(at most {max_bytes:,})")
-        with open(text, "rb") as fh:
+        # opened without blocking and checked to be a regular file before any read: a FIFO, a terminal
+        # or a device would block (or never end) on read
+        fd = os.open(text, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(field, f"'{shown(text)}' is not a regular file ({file_kind(st.st_mode)}): "
+                                        f"give a {what}")
+            if st.st_size > max_bytes:
+                raise InputError(field, f"'{shown(text)}' is {st.st_size:,} bytes: too large for a {what} "
+                                        f"(at most {max_bytes:,})")
             return fh.read(max_bytes + 1)
     except InputError:
         raise
@@ -132,18 +168,44 @@ def parse_user_json(text: str, field: str, where: str) -> object:
     import json
 
     try:
-        return json.loads(text)
+        return load_bounded_json(text)
     except json.JSONDecodeError as exc:
         raise InputError(field, f"'{shown(where)}' is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except RecursionError:
-        raise InputError(field, f"'{shown(where)}' nests too deeply to be a config") from None
+    except TooComplexError as exc:
+        raise InputError(field, f"'{shown(where)}' nests too deeply to be a config ({exc})") from None
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise InputError(field, f"'{shown(where)}' holds a value that cannot be read: {exc}") from None
 
 
-def check_output_path(path: object, field: str, what: str = "file") -> str:
-    """Refuse an output path that cannot be written (before any long work): empty, a folder, a missing
-    or read-only parent folder, a name too long. Returns the path as text."""
+RUNS_SUFFIXES = (".csv", ".parquet", ".pq")
+"""Suffixes of the runs files a folder given as input stands for."""
+
+
+def _is_input(out: str, src: object) -> bool:
+    """`out` is the input `src` (the same file, through links too) or, when `src` is a folder, a runs
+    file inside it (a folder of runs stands for its runs files)."""
+    import os
+
+    src_text = os.fspath(src) if isinstance(src, os.PathLike) else str(src)
+    try:
+        if os.path.exists(out) and os.path.exists(src_text) and os.path.samefile(src_text, out):
+            return True
+    except OSError:
+        pass
+    if os.path.realpath(src_text) == os.path.realpath(out):
+        return True
+    if os.path.isdir(src_text) and out.lower().endswith(RUNS_SUFFIXES):
+        folder = os.path.realpath(src_text)
+        return os.path.dirname(os.path.realpath(out)) in (folder, os.path.join(folder, "runs"))
+    return False
+
+
+def check_output_path(path: object, field: str, what: str = "file", inputs: Iterable[object] = (),
+                      force: bool | None = None) -> str:
+    """Refuse an output path that cannot be written (before any long work): empty, a folder, a FIFO
+    or device, a missing or read-only parent folder, a name too long; one of the command's `inputs`
+    (writing it would lose them, even with --force); with `force=False`, an existing file (the
+    command's --force replaces it). Returns the path as text."""
     import os
 
     text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
@@ -160,20 +222,175 @@ def check_output_path(path: object, field: str, what: str = "file") -> str:
         raise InputError(field, f"file name too long: '{shown(text)}'")
     if not os.path.isdir(parent):
         raise InputError(field, f"folder '{shown(parent)}' does not exist (create it first)")
-    if os.path.exists(text) and not os.access(text, os.W_OK):
-        raise InputError(field, f"'{shown(text)}' is not writable")
-    if not os.path.exists(text) and not os.access(parent, os.W_OK | os.X_OK):
+    for src in inputs:
+        if src is not None and _is_input(text, src):
+            raise InputError(field, f"'{shown(text)}' is also an input of this command: writing it would "
+                                    "overwrite what it reads; give another file")
+    if os.path.exists(text):
+        try:
+            st = os.stat(text)
+        except OSError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise InputError(field, f"'{shown(text)}' is not a regular file ({file_kind(st.st_mode)}): "
+                                    f"give a {what} to write")
+        if force is False:
+            raise InputError(field, f"'{shown(text)}' exists: give --force to replace it, or another file")
+        if not os.access(text, os.W_OK):
+            raise InputError(field, f"'{shown(text)}' is not writable")
+    elif not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(field, f"folder '{shown(parent)}' is not writable")
     return text
 
 
-def write_user_text(path: object, text: str, field: str, what: str = "file") -> None:
-    """Write a user's output file; an OSError (a full disk, a vanished folder) is one InputError."""
+@contextlib.contextmanager
+def atomic_output(path: object, field: str, what: str = "file") -> Iterator[str]:
+    """Write an output file all at once: yields a temporary path in the same folder (same suffix, so
+    a writer that reads the format from it still does), then renames it over `path` (os.replace) when
+    the block ends without an error. A crash, a full disk or an interrupt leaves the old file as it
+    was, and two writers never interleave (the last rename wins). An OSError is one InputError."""
     import os
+    import tempfile
 
-    target = check_output_path(path, field, what)
+    target = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    if os.path.islink(target):  # written where the link points: the link stays a link
+        target = os.path.realpath(target)
+    folder = os.path.dirname(os.path.abspath(target))
+    base = os.path.basename(target)
+    suffix = os.path.splitext(base)[1]
     try:
-        with open(target, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        fd, tmp = tempfile.mkstemp(prefix=f".{base[:100]}.", suffix=f".tmp{suffix}", dir=folder)
+        os.close(fd)
     except OSError as exc:
-        raise InputError(field, f"cannot write '{shown(os.fspath(target))}': {exc.strerror or exc}") from None
+        raise InputError(field, f"cannot write '{shown(target)}': {exc.strerror or exc}") from None
+    try:
+        yield tmp
+        try:
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+        except OSError:  # a new file: the mode the user's umask gives
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise InputError(field, f"cannot write '{shown(target)}': {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+def write_user_text(path: object, text: str, field: str, what: str = "file", inputs: Iterable[object] = (),
+                    force: bool | None = None) -> None:
+    """Write a user's output file at once (`atomic_output`) after `check_output_path`."""
+    target = check_output_path(path, field, what, inputs, force)
+    with atomic_output(target, field, what) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
+# --- structured text read with bounded nesting and alias expansion --------------------------------
+
+MAX_NESTING = 64
+"""Nesting levels of a user's YAML or JSON document (training configs nest 3-5 levels): deeper flow
+collections make PyYAML's scanner quadratic and its composer, json and every walk over the result
+recursive."""
+MAX_EXPANDED_NODES = 200_000
+"""Values of a YAML document once its aliases are expanded (a training config has hundreds): an alias
+bomb (`b: [*a, *a, ...]`, nine levels) is a few hundred bytes that stand for 10^9 values."""
+
+
+class TooComplexError(ValueError):
+    """A document nested too deeply or expanding to too many values, with the line where it showed."""
+
+    def __init__(self, line: int | None, message: str) -> None:
+        self.line = line
+        super().__init__(message)
+
+
+def check_yaml_shape(text: str, refuse_tags: bool = False) -> None:
+    """Walk a YAML text's events (lazily: the walk stops at the first problem, before the rest is
+    scanned) and raise TooComplexError where it nests more than MAX_NESTING levels or its aliases
+    expand to more than MAX_EXPANDED_NODES values; with `refuse_tags`, TooComplexError for any explicit
+    tag too. yaml.YAMLError for bad syntax."""
+    import yaml
+
+    open_: list[list] = []  # [anchor, expanded values so far] of each open collection
+    anchors: dict[str, int] = {}  # expanded values of each anchored node
+    total = 0
+
+    def line_of(ev) -> int | None:
+        return ev.start_mark.line + 1 if ev.start_mark is not None else None
+
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if refuse_tags:
+            tag = getattr(ev, "tag", None)
+            if tag is not None and not (isinstance(ev, yaml.ScalarEvent) and tag == "!" and ev.implicit[1]):
+                raise TooComplexError(line_of(ev), f"YAML tag '{tag}' refused (tuneplan reads plain YAML only "
+                                                   "and never constructs objects)")
+        if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            open_.append([ev.anchor, 1])
+            total += 1
+            if len(open_) > MAX_NESTING:
+                raise TooComplexError(line_of(ev), f"nested more than {MAX_NESTING} levels deep")
+            continue
+        if isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            anchor, n = open_.pop()
+        elif isinstance(ev, yaml.ScalarEvent):
+            anchor, n = ev.anchor, 1
+            total += 1
+        elif isinstance(ev, yaml.AliasEvent):
+            anchor, n = None, anchors.get(ev.anchor, 1)
+            total += n
+        else:
+            continue
+        if total > MAX_EXPANDED_NODES:
+            raise TooComplexError(line_of(ev), f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values "
+                                               "(an alias bomb?)")
+        if anchor is not None:
+            anchors[anchor] = n
+        if open_:
+            open_[-1][1] += n
+
+
+def check_nesting(data: object, limit: int = MAX_NESTING) -> None:
+    """TooComplexError when parsed JSON/YAML data (dicts and lists) nests more than `limit` levels;
+    an explicit stack, so no recursion."""
+    stack = [(data, 1)]
+    while stack:
+        x, depth = stack.pop()
+        if isinstance(x, dict):
+            children = x.values()
+        elif isinstance(x, list):
+            children = x
+        else:
+            continue
+        if depth > limit:
+            raise TooComplexError(None, f"nested more than {limit} levels deep")
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def load_bounded_json(text: str) -> object:
+    """json.loads bounded as `check_nesting`: TooComplexError for nesting too deep (also where json
+    itself runs out of recursion), json.JSONDecodeError for bad syntax, ValueError for a number too
+    long to convert."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise TooComplexError(None, f"nested more than {MAX_NESTING} levels deep") from None
+    check_nesting(data)
+    return data
+
+
+def load_bounded_yaml(text: str, refuse_tags: bool = False) -> object:
+    """yaml.safe_load after `check_yaml_shape`: TooComplexError for nesting, alias expansion (or, with
+    `refuse_tags`, a tag) beyond the bounds; yaml.YAMLError for bad syntax."""
+    import yaml
+
+    check_yaml_shape(text, refuse_tags)
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+    except RecursionError:
+        raise TooComplexError(None, f"nested more than {MAX_NESTING} levels deep") from None

@@ -25,6 +25,12 @@ def single_threaded_blas() -> None:
 
 
 def _int_from(text: str, lowest: int, what: str) -> int:
+    from tuneplan.specs.limits import MAX_INT_DIGITS
+
+    digits = len(text.strip().lstrip("+-").replace("_", ""))
+    if digits > MAX_INT_DIGITS and text.strip().lstrip("+-").replace("_", "").isdigit():
+        raise argparse.ArgumentTypeError(f"an integer of {digits:,} digits is beyond any fine-tuning run "
+                                         f"(at most {MAX_INT_DIGITS} digits)")
     try:
         v = int(text)
     except ValueError:
@@ -192,3 +198,38 @@ def read_data(args: argparse.Namespace):
     from tuneplan.corpus.summary import summarise
 
     return summarise(args.data, shape=args.data_format, tokenizer=args.tokenizer, skip_bad_rows=args.skip_bad_rows)
+
+
+INPUT_ATTRS = ("runs", "prices", "calibration", "gpu_file", "from_files", "base", "model")
+"""argparse destinations that may name a file a command reads: an output may be none of them."""
+
+
+def add_force_arg(p) -> None:
+    """`--force`: replace an existing output file (never one of the command's inputs)."""
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing output file (without it an existing file is refused; an input "
+                        "of the command is refused either way)")
+
+
+def input_paths(args: argparse.Namespace) -> list[str]:
+    """The paths a command was given to read (runs files or folders, price, calibration, GPU and
+    config files; a --model that names an existing file or folder)."""
+    import os
+
+    out: list[str] = []
+    for attr in INPUT_ATTRS:
+        v = getattr(args, attr, None)
+        for x in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(x, str) and x.strip() and (attr != "model" or os.path.exists(x)):
+                out.append(x)
+    return out
+
+
+def check_out(args: argparse.Namespace, path: str | None, field: str = "out", what: str = "file") -> str | None:
+    """An output path checked before any work (tuneplan.errors.check_output_path): never one of the
+    command's inputs; an existing file only with --force."""
+    from tuneplan.errors import check_output_path
+
+    if path is None:
+        return None
+    return check_output_path(path, field, what, input_paths(args), bool(getattr(args, "force", False)))

@@ -8,6 +8,8 @@ import sys
 
 
 def register(sub) -> None:
+    from tuneplan.commands.common import add_force_arg
+
     c = sub.add_parser("calibrate", help="fit a calibration on measured runs",
                        description="Adapt the shipped calibration to your runs (an overall throughput scale "
                                    "from 1 run, per-method scales; from 8 runs a memory offset and a fit on your "
@@ -16,16 +18,18 @@ def register(sub) -> None:
                                    "Writes a versioned calibration file with its training data's fingerprint.",
                        epilog="examples:\n  tuneplan calibrate --runs my_runs.csv --out mine.json\n"
                               "  tuneplan calibrate --runs ../shared/reference/runs reference/runs --from-scratch "
-                              "--out default.json",
+                              "--out default.json --force",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--runs", nargs="+", help="runs files (CSV/Parquet) or folders of them (default: the runs "
                    "TuneplanCallback recorded, $TUNEPLAN_HOME/runs/runs.csv)")
-    c.add_argument("--out", required=True, help="calibration file to write (.json)")
+    c.add_argument("--out", required=True, help="calibration file to write (.json; an existing file only with "
+                   "--force)")
     c.add_argument("--learner", default="tuneplan", help="tuneplan (default), kavier, xia, slst")
     c.add_argument("--from-scratch", action="store_true",
                    help="ignore the shipped calibration: fit the learner on these rows alone")
     c.add_argument("--base", help="the calibration to adapt (default: the shipped one)")
     c.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
+    add_force_arg(c)
     c.set_defaults(func=run_calibrate)
     v = sub.add_parser("validate", help="fit on a training split, report errors on held-out runs",
                        description="Fit every learner on the training part and report on the held-out part, "
@@ -134,12 +138,14 @@ def _base_calibration(args: argparse.Namespace):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError, check_output_path
+    from tuneplan.commands.common import input_paths
+    from tuneplan.errors import check_output_path
     from tuneplan.learn.calibration import fit_calibration
     from tuneplan.learn.learners import NotEnoughData
 
-    check_output_path(args.out, "out", "calibration file (.json)")
-    table = _read(args.runs or [_recorded_runs()], args.strict)
+    runs = args.runs or [_recorded_runs()]
+    check_output_path(args.out, "out", "calibration file (.json)", [*input_paths(args), *runs], args.force)
+    table = _read(runs, args.strict)
     if table.df.empty:
         print("tuneplan calibrate: no usable row in the runs given. Nothing written.", file=sys.stderr)
         return 1
@@ -153,10 +159,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 1
     for m in messages:
         print(m, file=sys.stderr)
-    try:
-        cal.save(args.out)
-    except OSError as exc:
-        raise InputError("out", f"cannot write '{args.out}': {exc.strerror or exc}") from None
+    cal.save(args.out)  # atomic; an OSError is one InputError naming --out
     n = cal.n_rows
     print(f"wrote {args.out}: learner {cal.learner}, {n['throughput']} throughput rows, {n['memory']} memory rows, "
           f"{n['oom']} OOM rows from {len(cal.sources)} sources; fingerprint {cal.fingerprint[:12]}")
@@ -180,11 +183,14 @@ def run_validate(args: argparse.Namespace) -> int:
             raise InputError("learners", f"unknown learner '{name}'", sorted(LEARNERS))
     if not 0 < args.interval < 1:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
+    from tuneplan.specs.limits import MAX_REVEAL_ROWS, bound_number, shown_number
+
+    bound_number("reveal", args.reveal, MAX_REVEAL_ROWS, lower=-(2**63))  # below 0: check_reveal's message
     check_reveal(args.split, args.reveal)
     if not 0 < args.test_fraction < 1:
         raise InputError("test-fraction", f"must be between 0 and 1 (got {args.test_fraction})")
     if args.seed < 0 or args.seed >= 2**32:
-        raise InputError("seed", f"must be an integer in [0, 2^32) (got {args.seed})")
+        raise InputError("seed", f"must be an integer in [0, 2^32) (got {shown_number(args.seed)})")
     check_plot_path(args.plot)
     table = _read(args.runs, args.strict) if args.runs else load_reference_runs()
     console = Console(stderr=True)

@@ -16,9 +16,11 @@ from typing import Any
 
 from tuneplan.commands.common import (
     add_data_args,
+    add_force_arg,
     add_gpu_args,
     add_job_args,
     add_strict_names,
+    check_out,
     job_fields,
     job_kwargs,
     positive_float,
@@ -96,7 +98,9 @@ def register(sub) -> None:
     o.add_argument("--json", action="store_true", help="print one JSON object")
     o.add_argument("--top", type=positive_int, help="candidates shown (default 10; --json: all)")
     o.add_argument("--plot", help="write the time-versus-cost plot (PNG or SVG)")
-    o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV")
+    o.add_argument("--out", help="write the candidates (or, with --runs, one plan per job) as CSV (an existing "
+                   "file only with --force)")
+    add_force_arg(o)
     o.add_argument("--runs", help="workload CSV: plan every job in it (one per row; see docs/planning.md)")
     add_from_args(p, func=run_plan)
 
@@ -158,6 +162,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def run_plan(args: argparse.Namespace) -> int:
     from tuneplan.errors import InputError
 
+    check_out(args, args.out, "out", "CSV file")  # before any work: never over an input, nor an existing file
     sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from_plan(args)
     if getattr(args, "data", None):  # the data's sizes replace those a --from config filled in
@@ -227,9 +232,12 @@ def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict
 def _write_candidates(res, path: str) -> None:
     from pathlib import Path
 
+    from tuneplan.errors import atomic_output
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    res.candidates.to_csv(p, index=False, lineterminator="\n")
+    with atomic_output(p, "out", "CSV file") as tmp:
+        res.candidates.to_csv(tmp, index=False, lineterminator="\n")
 
 
 def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
@@ -367,14 +375,32 @@ def run_curve(args: argparse.Namespace) -> int:
               title_justify="left", header_style="bold")
     for col in ("micro-batch", "tokens/s", "step", "memory/GPU", "fits"):
         t.add_column(col, justify="right")
-    for r in res.points.to_dict("records"):
+    rows = shown_curve_rows(res.points.to_dict("records"), res.max_micro_batch)
+    for r in rows:
         mark = " <- largest that fits" if r["micro_batch"] == res.max_micro_batch else ""
         t.add_row(str(r["micro_batch"]), f"{r['tokens_per_s']:,.0f}", f"{r['step_s']:.3f} s",
                   f"{r['memory_per_gpu_gib']:.1f} GiB", ("yes" if r["fits"] else "no") + mark)
     con.print(t)
     con.print(f"largest micro-batch that fits: {res.max_micro_batch} ({res.memory_capacity_gib:g} GiB per GPU)")
+    if len(rows) < len(res.points):
+        con.print(f"[dim]{len(rows)} of the {len(res.points):,} micro-batches shown (powers of two and the largest "
+                  "that fits, with its neighbours); --json or --plot gives every one[/dim]")
     for n in res.notes:
         con.print(f"[dim]{n}[/dim]")
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0
+
+
+CURVE_TABLE_ROWS = 64
+"""Micro-batches the text table of `curve` lists in full; a longer sweep (up to MAX_CURVE_POINTS) shows
+the powers of two and the largest that fits with its neighbours (an 8,192-row rich table takes seconds)."""
+
+
+def shown_curve_rows(rows: list[dict], largest: int) -> list[dict]:
+    """The curve's rows the table lists: all of them up to CURVE_TABLE_ROWS, else a subset in order."""
+    if len(rows) <= CURVE_TABLE_ROWS:
+        return rows
+    last = rows[-1]["micro_batch"]
+    keep = {1 << k for k in range(last.bit_length())} | {largest - 1, largest, largest + 1, last}
+    return [r for r in rows if r["micro_batch"] in keep]

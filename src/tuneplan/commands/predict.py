@@ -36,14 +36,15 @@ def register(sub) -> None:
                                    "pred_peak_mem_gib, pred_fits, pred_max_micro_batch, interval bounds, "
                                    "pred_estimator and an error column for rows that cannot be predicted.")
     p.add_argument("--runs", nargs="+", required=True, help="CSV/Parquet runs files")
-    p.add_argument("--out", required=True, help="output CSV")
+    p.add_argument("--out", required=True, help="output CSV (an existing file only with --force)")
     p.add_argument("--estimator", default="tuneplan", help="tuneplan (default), kavier, xia, planner, slst")
     p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     p.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
     p.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
-    from tuneplan.commands.common import add_strict_names
+    from tuneplan.commands.common import add_force_arg, add_strict_names
 
     add_strict_names(p)
+    add_force_arg(p)
     p.set_defaults(func=run)
 
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from tuneplan.commands.learn import report_problems, require_rows
-    from tuneplan.errors import InputError, shown
+    from tuneplan.errors import atomic_output
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
@@ -79,10 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if args.interval:
         add_interval_columns(out, args.estimator, args.interval, args.calibration)
     drop = [c for c in ("file", "line") if c in out.columns]
-    try:
-        out.drop(columns=drop).to_csv(args.out, index=False)
-    except OSError as exc:
-        raise InputError("out", f"cannot write '{shown(args.out)}': {exc.strerror or exc}") from None
+    with atomic_output(args.out, "out", "CSV file") as tmp:
+        out.drop(columns=drop).to_csv(tmp, index=False)
     n_err = int(out["error"].notna().sum())
     print(f"wrote {len(out)} rows to {args.out} ({len(out) - n_err} predicted, {n_err} with an error; "
           f"estimator {est.name})")
@@ -94,26 +93,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_predict_paths(args: argparse.Namespace) -> None:
-    """Before any reading: the interval is a coverage, --out can be written and is none of the inputs
-    (writing over a runs file would lose the measured runs)."""
-    import os
-
-    from tuneplan.errors import InputError, check_output_path, shown
+    """Before any reading: the interval is a coverage, --out can be written, is none of the inputs
+    (writing over a runs file would lose the measured runs) and, without --force, no existing file."""
+    from tuneplan.commands.common import check_out
+    from tuneplan.errors import InputError
 
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1, or 0 for none (got {args.interval})")
-    out = check_output_path(args.out, "out", "CSV file")
-    if os.path.exists(out):
-        for src in args.runs:
-            try:
-                same = os.path.exists(src) and os.path.samefile(src, out)
-            except OSError:
-                same = False
-            if same or (os.path.isdir(src) and os.path.commonpath([os.path.abspath(src),
-                                                                   os.path.abspath(out)]) == os.path.abspath(src)
-                        and out.lower().endswith((".csv", ".parquet", ".pq"))):
-                raise InputError("out", f"'{shown(out)}' is one of the --runs inputs: writing it would "
-                                        "overwrite the measured runs; give another file")
+    check_out(args, args.out, "out", "CSV file")
 
 
 def with_unreadable_rows(out, problems):

@@ -1,11 +1,13 @@
 """Loading a config file safely (JSON, or YAML through `yaml.safe_load` with every explicit tag
-refused) and detecting its format from its keys."""
+refused; both with bounded nesting and YAML alias expansion, tuneplan.errors.MAX_NESTING and
+MAX_EXPANDED_NODES) and detecting its format from its keys."""
 
 from __future__ import annotations
 
 import json
 
 from tuneplan.configs.base import FORMATS, ConfigError
+from tuneplan.errors import TooComplexError, load_bounded_json, load_bounded_yaml
 
 MAX_CONFIG_BYTES = 4_000_000
 """Largest config file read (bytes): training configs are a few kB; the largest fixture is ~14 kB."""
@@ -29,9 +31,13 @@ def load_file(name: str, content: bytes | str) -> tuple[dict, str]:
                           "launches with --from" + _script_refs(text))
     if name.lower().endswith(".json") or stripped.startswith(("{", "[")):
         try:
-            data = json.loads(text)
+            data = load_bounded_json(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(name, f"line {exc.lineno}", f"not valid JSON ({exc.msg})") from None
+        except TooComplexError as exc:
+            raise ConfigError(name, "", f"{exc}: not a training config") from None
+        except ValueError as exc:  # an integer of more than 4,300 digits
+            raise ConfigError(name, "", f"holds a value that cannot be read ({exc})") from None
     else:
         data = _safe_yaml(name, text)
     if not isinstance(data, dict):
@@ -40,16 +46,13 @@ def load_file(name: str, content: bytes | str) -> tuple[dict, str]:
 
 
 def _safe_yaml(name: str, text: str):
+    """The YAML document, read with bounded nesting and alias expansion and every explicit tag refused."""
     import yaml
 
     try:
-        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
-            tag = getattr(ev, "tag", None)
-            if tag is not None and not (isinstance(ev, yaml.ScalarEvent) and tag == "!" and ev.implicit[1]):
-                line = ev.start_mark.line + 1 if ev.start_mark else "?"
-                raise ConfigError(name, f"line {line}", f"YAML tag '{tag}' refused (tuneplan reads plain "
-                                  "YAML only and never constructs objects)")
-        return yaml.safe_load(text)
+        return load_bounded_yaml(text, refuse_tags=True)
+    except TooComplexError as exc:
+        raise ConfigError(name, f"line {exc.line}" if exc.line else "", str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""

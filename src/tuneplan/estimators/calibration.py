@@ -62,7 +62,11 @@ class Calibration:
     def save(self, path: str | Path) -> None:
         from pathlib import Path
 
-        Path(path).write_text(dumps(self.to_dict()), encoding="utf-8")
+        from tuneplan.errors import atomic_output
+
+        text = dumps(self.to_dict())
+        with atomic_output(path, "out", "calibration file") as tmp:  # all at once: never a half-written file
+            Path(tmp).write_text(text, encoding="utf-8")
 
 
 def _round(x):

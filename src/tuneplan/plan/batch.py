@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tuneplan.errors import DataFileError, InputError, TuneplanError
+from tuneplan.errors import DataFileError, InputError, TuneplanError, atomic_output, read_user_text, shown
 from tuneplan.plan.units import parse_duration, parse_money
 
 ALIASES = {"avg_tokens_per_sample": "tokens_per_example", "method": "methods", "budget_usd": "budget"}
@@ -50,6 +50,8 @@ def _num(v: str, field: str, integer: bool = False) -> float | int:
         x = float(v)
     except ValueError:
         raise InputError(field, f"'{v}' is not a number") from None
+    if not math.isfinite(x):
+        raise InputError(field, f"'{shown(v)}' is not a finite number")
     if integer:
         if x != int(x):
             raise InputError(field, f"'{v}' is not an integer")
@@ -78,8 +80,8 @@ def row_kwargs(row: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
     if "gpus" in cells:
         g = cells["gpus"].strip()
         try:
-            kw["max_gpus"] = int(float(g))
-        except ValueError:
+            kw["max_gpus"] = _num(g, "gpus", integer=True)
+        except InputError:
             kw["gpus"] = [x.strip() for x in g.replace(";", ",").replace("|", ",").split(",") if x.strip()]
     elif "gpu" in cells:
         kw["gpus"] = [cells["gpu"].strip()]
@@ -99,8 +101,8 @@ def read_workload(path: str | Path) -> list[tuple[int, dict[str, str]]]:
     """(line, row) for each job of a workload CSV."""
     p = Path(path)
     if not p.is_file():
-        raise DataFileError(str(p), None, "no such workload file")
-    text = p.read_text(encoding="utf-8-sig")
+        raise DataFileError(str(p), None, "no such workload file" if not p.exists() else "not a regular file")
+    text = read_user_text(p, "runs", "workload CSV")
     reader = csv.DictReader(text.splitlines())
     if not reader.fieldnames:
         raise DataFileError(str(p), 1, "empty workload file: expected a header with at least 'model'")
@@ -157,9 +159,10 @@ def plan_workload(path: str | Path, defaults: dict[str, Any], out: str | Path | 
 
 
 def write_rows(rows: list[dict[str, Any]], out: str | Path) -> None:
+    """The plans as CSV, written all at once (a crash leaves an existing file as it was)."""
     p = Path(out)
     p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open("w", newline="", encoding="utf-8") as f:
+    with atomic_output(p, "out", "CSV file") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(OUT_COLUMNS), extrasaction="ignore", lineterminator="\n")
         w.writeheader()
         for r in rows:

@@ -34,6 +34,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     _check_threads(args.threads)
     if args.out is not None and not str(args.out).strip():
         raise InputError("out", "empty path: give a YAML/JSON file or a folder")
+    _check_probe_out(args)
     entry = probe(args.device, args.name, quick=args.quick, threads=args.threads)
     entry.pop("_spreads", None)
     for w in entry.pop("_warnings", []):
@@ -42,6 +43,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
     sys.stdout.write(yaml.safe_dump(entry, sort_keys=False))
     print(f"saved to {path}")
     return 0
+
+
+def _check_probe_out(args: argparse.Namespace) -> None:
+    """Before the measurement: an --out file (not a folder) that exists only with --force."""
+    import os
+
+    from tuneplan.errors import check_output_path
+
+    out = args.out
+    if out is None or os.path.isdir(out) or not os.path.splitext(out)[1]:
+        return  # a folder: the file is named after the entry, known after the probe
+    check_output_path(os.path.expanduser(out), "out", "GPU file (YAML or JSON)", force=args.force)
 
 
 # ---------------------------------------------------------------- profile
@@ -75,7 +88,9 @@ def _lists(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_threads(threads: int | None) -> None:
     if threads is not None and not 1 <= threads <= 4096:
-        raise InputError("threads", f"must be a positive number of CPU threads (got {threads})")
+        from tuneplan.specs.limits import shown_number
+
+        raise InputError("threads", f"must be a positive number of CPU threads (got {shown_number(threads)})")
 
 
 def _check_profile_args(args: argparse.Namespace, lists: dict[str, Any]) -> None:
@@ -102,7 +117,27 @@ def _check_profile_args(args: argparse.Namespace, lists: dict[str, Any]) -> None
         raise InputError("target-error", f"must be between 0 and 1 (got {args.target_error})")
     if args.lora_alpha is not None and args.lora_alpha < 1:
         raise InputError("lora-alpha", f"must be a positive integer (got {args.lora_alpha})")
+    _check_upper_bounds(args, lists)
     _check_overrides(args.model, args.config_override)
+
+
+def _check_upper_bounds(args: argparse.Namespace, lists: dict[str, Any]) -> None:
+    """Every count within tuneplan.specs.limits' bounds (a 400-digit --steps would profile forever)."""
+    from tuneplan.specs import limits as lim
+
+    for name, flag, upper in (("seq_lens", "seq-len", lim.MAX_SEQ_LEN), ("micro_batches", "micro-batch",
+                              lim.MAX_MICRO_BATCH), ("grad_accums", "grad-accum", lim.MAX_GRAD_ACCUM),
+                              ("lora_ranks", "lora-rank", lim.MAX_LORA_RANK), ("layers", "layers", lim.MAX_LAYERS),
+                              ("nprocs", "nproc", lim.MAX_PROFILE_PROCESSES)):
+        for v in lists.get(name) or ():
+            lim.bound_number(flag, v, upper)
+    for flag, value, upper in (("steps", args.steps, lim.MAX_PROFILE_STEPS),
+                               ("warmup", args.warmup, lim.MAX_PROFILE_STEPS),
+                               ("lora-alpha", args.lora_alpha, lim.MAX_LORA_RANK),
+                               ("group-size", args.group_size, lim.MAX_GROUP_SIZE),
+                               ("completion-len", args.completion_len, lim.MAX_SEQ_LEN),
+                               ("seed", args.seed, lim.MAX_SEED)):
+        lim.bound_number(flag, value, upper)
 
 
 def _check_overrides(model: str, text: str | None) -> None:
@@ -143,6 +178,27 @@ def _count_rows(path: str) -> int:
         return 0
 
 
+DEFAULT_BUDGET = "10m"
+"""--auto's time budget when none is given."""
+
+
+def _budget(args: argparse.Namespace, parse_duration) -> float:
+    """--auto's budget in seconds, checked before any work; --budget without --auto is refused (the
+    grid measures every configuration, so a budget would silently be ignored)."""
+    from tuneplan.specs.limits import MAX_SECONDS
+
+    if args.budget is not None and not args.auto:
+        raise InputError("budget", "bounds the sampling of --auto: add --auto, or leave --budget out to "
+                                   "measure every configuration of the grid")
+    text = args.budget if args.budget is not None else DEFAULT_BUDGET
+    budget = parse_duration(text)
+    if budget < 1.0:
+        raise InputError("budget", f"{text} is under one training step; give e.g. --budget 10m")
+    if budget > MAX_SECONDS:
+        raise InputError("budget", f"{text} is beyond any profiling session (at most {MAX_SECONDS:,.0f} s)")
+    return budget
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     _need_profile_deps()
     from tuneplan.profile.config import parse_duration, parse_overrides
@@ -150,6 +206,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     lists = _lists(args)
     _check_profile_args(args, lists)
+    budget = _budget(args, parse_duration)
     if args.auto:
         lists["seq_lens"] = lists["seq_lens"] or [128, 256, 512, 1024]
         lists["micro_batches"] = lists["micro_batches"] or [1, 2, 4, 8]
@@ -171,9 +228,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     before = _count_rows(args.out)
     try:
         if args.auto:
-            budget = parse_duration(args.budget)
-            if budget < 1.0:
-                raise InputError("budget", f"{args.budget} is under one training step; give e.g. --budget 10m")
             rows, res = profile_auto(args.model, budget, args.target_error, lists["methods"],
                                      lists["seq_lens"], lists["micro_batches"], lists["layers"],
                                      args.steps, args.warmup, args.out, **opts)
@@ -222,7 +276,9 @@ def register(subparsers: Any) -> None:
                     "under $TUNEPLAN_HOME/gpus/ (default ~/.tuneplan/gpus/).")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--name", default=None, help="entry name (default local-cpu / local-<cuda device name>)")
-    p.add_argument("--out", default=None, help="YAML/JSON file or folder to write (default the user GPU folder)")
+    p.add_argument("--out", default=None, help="YAML/JSON file or folder to write (default the user GPU folder; "
+                   "an existing file only with --force)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for the matmuls")
     p.add_argument("--quick", action="store_true", help="small sizes only (seconds; less accurate)")
     p.set_defaults(func=cmd_probe)
@@ -270,7 +326,7 @@ def register(subparsers: Any) -> None:
                    help="grpo: new tokens per completion, all generated (default 64; prompt = --seq-len)")
     q.add_argument("--out", default="runs.csv", help="runs CSV to append to (default runs.csv)")
     q.add_argument("--auto", action="store_true", help="smart sampling of the grid within --budget")
-    q.add_argument("--budget", default="10m", help="time budget for --auto: 90s, 10m, 1h (default 10m)")
+    q.add_argument("--budget", default=None, help="time budget for --auto: 90s, 10m, 1h (default 10m)")
     q.add_argument("--target-error", type=float, default=0.05,
                    help="--auto stops once the leave-one-out error falls below this (default 0.05)")
     q.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -326,10 +326,11 @@ def load_model_source(model: str) -> ModelSource:
     if p.is_dir() and (p / "config.json").is_file():
         p = p / "config.json"
     if p.is_file():
-        try:
-            raw_file = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError("model", f"cannot read {p}: {str(exc).splitlines()[0]}") from None
+        from tuneplan.errors import parse_user_json, read_user_text
+        from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES
+
+        # bounded as every config.json: size, UTF-8, nesting (a 3,000-deep file is one line, not a RecursionError)
+        raw_file = parse_user_json(read_user_text(p, "model", "config.json", MAX_CONFIG_FILE_BYTES), "model", str(p))
         if not isinstance(raw_file, dict):
             raise InputError("model", f"{p} is not a Hugging Face config.json")
     try:

@@ -247,6 +247,7 @@ def save_entry(entry: dict[str, Any], out: str | Path | None = None) -> Path:
     """Validate the entry as a GPU spec and write it as YAML (default: user_gpu_dir()/<name>.yaml)."""
     import yaml
 
+    from tuneplan.errors import write_user_text
     from tuneplan.specs.gpu import gpu_from_dict, user_gpu_dir
 
     gpu_from_dict(entry)
@@ -262,7 +263,8 @@ def save_entry(entry: dict[str, Any], out: str | Path | None = None) -> Path:
     if path.suffix.lower() == ".json":
         import json
 
-        path.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(entry, indent=2) + "\n"
     else:
-        path.write_text(yaml.safe_dump(entry, sort_keys=False), encoding="utf-8")
+        text = yaml.safe_dump(entry, sort_keys=False)
+    write_user_text(path, text, "out", "GPU file (YAML or JSON)")  # all at once: an earlier entry stays whole
     return path

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, check_output_path
 from tuneplan.runs.schema import REFERENCE_COLUMNS
 
 # The common runs schema (shared/reference/SCHEMA.md), in order: one list, owned by tuneplan.runs.
@@ -121,6 +121,7 @@ class RowWriter:
             raise InputError("out", f"{self.path} is a folder; give a CSV file path")
         if not self.path.parent.exists():
             raise InputError("out", f"folder {self.path.parent} does not exist")
+        check_output_path(self.path, "out", "runs CSV")  # not a FIFO or device: it is read first
         check_runs_csv(self.path)
         existing = _read_header(self.path)
         if existing is None:

@@ -31,5 +31,8 @@ def parity_plot(report, path: str, estimator: str = "tuneplan") -> None:
         ax.set_title(f"{estimator}: {label}, held-out ({report.split})")
         ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from tuneplan.errors import atomic_output
+
+    with atomic_output(path, "plot", "plot") as tmp:  # all at once: a crash leaves no half-written image
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)

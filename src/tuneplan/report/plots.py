@@ -49,7 +49,11 @@ def _figure(w: float, h: float, ncols: int = 1):
 
 
 def _save(fig, path: Path, fmt: str) -> Path:
-    fig.savefig(path, format=fmt, dpi=DPI)
+    """The figure written all at once (a temporary file renamed over `path`)."""
+    from tuneplan.errors import atomic_output
+
+    with atomic_output(path, "plot", "plot") as tmp:
+        fig.savefig(tmp, format=fmt, dpi=DPI)
     return path
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import math
 import os
 import re
@@ -11,7 +12,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, TuneplanError, UnknownNameError
+from tuneplan.errors import (
+    AmbiguousNameError,
+    DataFileError,
+    InputError,
+    TuneplanError,
+    UnknownNameError,
+    check_output_path,
+)
 from tuneplan.runs.defaults import Defaults, load_defaults
 from tuneplan.runs.normalise import (
     DUPLICATE_NOTE,
@@ -219,8 +227,8 @@ class _Reader:
 
     def read_file(self, path: Path) -> None:
         name = str(path)
-        if not path.is_file():
-            self.report(name, None, "no such file")
+        if not path.is_file():  # a FIFO or device too: reading it would block
+            self.report(name, None, "no such file" if not path.exists() else "not a regular file")
             return
         try:
             if path.suffix.lower() in PARQUET_SUFFIXES:
@@ -709,19 +717,50 @@ def write_runs(rows_or_df: Any, path: str | Path, append: bool = True) -> int:
     its header: rows may leave columns empty but may not bring columns it lacks. Existing rows are
     never rewritten; an id already in the file is refused; a row without an id gets
     `<source>-<n>` after the largest n in the file. `append=False` refuses an existing file. The
-    columns `read_runs` adds (file, line, model_resolved, ...) are not written.
+    columns `read_runs` adds (file, line, model_resolved, ...) are not written. The file is read and
+    appended to under one exclusive lock, so concurrent writers (two training runs' callbacks) never
+    give two rows the same id nor interleave their lines.
     """
     p = Path(path)
     records = [{k: v for k, v in r.items() if k not in ADDED_COLUMNS} for r in _as_records(rows_or_df)]
-    exists = p.is_file() and p.stat().st_size > 0
-    if exists and not append:
-        raise DataFileError(str(p), None, "file exists; refusing to overwrite it (append=True adds rows)")
-    if exists:
-        with open(p, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = [h.strip() for h in next(reader, [])]
-            id_at = header.index("id") if "id" in header else None
-            existing_ids = {cells[id_at] for cells in reader if id_at is not None and len(cells) > id_at}
+    p.parent.mkdir(parents=True, exist_ok=True)
+    check_output_path(p, "out", "runs CSV")  # a regular file (a FIFO would block), in a writable folder
+    created = not p.exists()
+    with open(p, "a+", newline="", encoding="utf-8", errors="surrogateescape") as f:
+        _lock(f)
+        try:
+            f.seek(0)
+            text = f.read()
+            exists = bool(text)
+            if exists and not append:
+                raise DataFileError(str(p), None, "file exists; refusing to overwrite it (append=True adds rows)")
+            try:
+                header, lines = _new_lines(records, p, text.removeprefix("\ufeff"))
+            except DataFileError:
+                if created and not exists:  # nothing written: no empty file left behind either
+                    with contextlib.suppress(OSError):
+                        p.unlink()
+                raise
+            if exists and text[-1] not in "\n\r":
+                f.write("\n")
+            w = csv.writer(f, lineterminator="\n")
+            if not exists:
+                w.writerow(header)
+            w.writerows(lines)
+            f.flush()  # on disk before the lock is released: the next writer reads these ids
+        finally:
+            _unlock(f)
+    return len(lines)
+
+
+def _new_lines(records: list[dict[str, Any]], p: Path, text: str) -> tuple[list[str], list[list[str]]]:
+    """(the header, the cells of each new row) for rows appended to a runs file whose text is `text`
+    ('' for a new file): ids checked against the file's and given where missing."""
+    if text:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = [h.strip() for h in next(reader, [])]
+        id_at = header.index("id") if "id" in header else None
+        existing_ids = {cells[id_at] for cells in reader if id_at is not None and len(cells) > id_at}
         if not header:
             raise DataFileError(str(p), 1, "existing file has no header")
     else:
@@ -758,24 +797,7 @@ def write_runs(rows_or_df: Any, path: str | Path, append: bool = True) -> int:
             if m:
                 counters[m.group(1)] = max(counters.get(m.group(1), 0), int(m.group(2)))
         lines.append([_cell(r.get(col)) for col in header])
-    p.parent.mkdir(parents=True, exist_ok=True)
-    needs_newline = False
-    if exists:
-        with open(p, "rb") as fb:
-            fb.seek(-1, os.SEEK_END)
-            needs_newline = fb.read(1) not in (b"\n", b"\r")
-    with open(p, "a", newline="", encoding="utf-8") as f:
-        _lock(f)
-        try:
-            if needs_newline:
-                f.write("\n")
-            w = csv.writer(f, lineterminator="\n")
-            if not exists:
-                w.writerow(header)
-            w.writerows(lines)
-        finally:
-            _unlock(f)
-    return len(lines)
+    return header, lines
 
 
 def _lock(f: Any) -> None:

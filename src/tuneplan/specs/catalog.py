@@ -30,6 +30,7 @@ from tuneplan.errors import (
     DataFileError,
     InputError,
     UnknownNameError,
+    check_regular_file,
     closest,
     parse_user_json,
     read_user_text,
@@ -443,6 +444,8 @@ def _as_existing_path(name: str) -> Path | None:
             if cfg.is_file():
                 return cfg
             raise InputError(FIELD, f"folder '{name}' holds no config.json")
+        if p.exists():  # a FIFO or a device: reading it would block
+            check_regular_file(p, FIELD, "config.json")
     if name.lower().endswith(".json") or name.startswith((".", "/", "~", "\\")) or (
             os.sep != "/" and os.sep in name) or name.count("/") > 1:
         raise InputError(FIELD, f"no such config file or folder: '{name}'")

@@ -10,13 +10,20 @@ A user's own GPU is a YAML/JSON file (`--gpu-file`, or saved by `tuneplan probe`
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tuneplan.errors import AmbiguousNameError, DataFileError, InputError, UnknownNameError, read_user_text
+from tuneplan.errors import (
+    AmbiguousNameError,
+    DataFileError,
+    InputError,
+    UnknownNameError,
+    load_bounded_json,
+    load_bounded_yaml,
+    read_user_text,
+)
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_gpu_figures
 from tuneplan.specs.struct import asdict, dataclass, field, replace
 
@@ -327,12 +334,7 @@ def load_gpu_file(path: str | Path) -> GPUSpec:
         raise InputError("gpu-file", f"no such file: {p}")
     text = read_user_text(p, "gpu-file", "GPU file (YAML or JSON)", MAX_CONFIG_FILE_BYTES)
     try:
-        if p.suffix.lower() == ".json":
-            d = json.loads(text)
-        else:
-            import yaml
-
-            d = yaml.safe_load(text)
+        d = load_bounded_json(text) if p.suffix.lower() == ".json" else load_bounded_yaml(text)
     except Exception as exc:  # noqa: BLE001 - any parse error is reported with the file
         raise DataFileError(str(p), getattr(getattr(exc, "problem_mark", None), "line", None),
                             f"cannot parse GPU file: {exc}".splitlines()[0]) from None

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from tuneplan.errors import InputError, UnknownNameError
 from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
-from tuneplan.specs.limits import JOB_BOUNDS
+from tuneplan.specs.limits import JOB_BOUNDS, shown_number
 from tuneplan.specs.peft import (
     LORA_EQUIVALENT,
     PEFT_METHOD_NAMES,
@@ -149,7 +149,7 @@ def _bounded(info: ValidationInfo, v):
     """A field's value within its physical bound (tuneplan.specs.limits.JOB_BOUNDS)."""
     upper = JOB_BOUNDS.get(info.field_name or "")
     if v is not None and upper is not None and v > upper:
-        raise ValueError(f"{v:g} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+        raise ValueError(f"{shown_number(v)} is beyond any physical fine-tuning run (at most {upper:,.0f})")
     return v
 
 

@@ -104,6 +104,19 @@ MAX_CONFIG_LIST = 100_000
 """Entries of a list in a config.json (layer_types and the like have one per layer)."""
 
 
+MAX_INT_DIGITS = 30
+"""Digits of an integer given on the command line or in a request: every bound here has at most 19;
+longer ones are refused before int() (which is quadratic in the digits) or a float conversion (which
+overflows beyond 309 digits)."""
+
+
+def shown_number(value: Any) -> str:
+    """A number for a message: `:g`, or an integer too large for a float as its digit count."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**300:
+        return f"{'a negative' if value < 0 else 'an'} integer of {len(str(abs(value))):,} digits"
+    return f"{value:g}"
+
+
 def bound_number(field: str, value: Any, upper: float, lower: float = 0.0) -> Any:
     """`value` if it is a finite number in [lower, upper], else InputError naming the field and the bound."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -111,9 +124,10 @@ def bound_number(field: str, value: Any, upper: float, lower: float = 0.0) -> An
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(field, f"must be a finite number (got {value})")
     if value > upper:
-        raise InputError(field, f"{value:g} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+        raise InputError(field, f"{shown_number(value)} is beyond any physical fine-tuning run "
+                                f"(at most {upper:,.0f})")
     if value < lower:
-        raise InputError(field, f"must be >= {lower:g} (got {value:g})")
+        raise InputError(field, f"must be >= {lower:g} (got {shown_number(value)})")
     return value
 
 
@@ -239,8 +253,21 @@ def check_gpu_figures(d: Mapping[str, Any]) -> None:
         _gpu_number("peak_tflops", peaks, MAX_TFLOPS)
 
 
-MAX_CURVE_POINTS = 65_536
-"""Micro-batches one `curve` sweeps (1..N): more points than any plot shows, a few MB of arrays."""
+MAX_PROFILE_STEPS = 100_000
+"""Timed or warm-up optimizer steps per profiled configuration: 8 and 2 by default; 10^5 steps of a
+small model already take hours on a CPU."""
+MAX_PROFILE_PROCESSES = 4096
+"""Data-parallel processes (--nproc) of one profiled configuration on one machine."""
+MAX_GROUP_SIZE = 65_536
+"""GRPO completions per prompt (TRL's default 8)."""
+MAX_SEED = 2**32 - 1
+"""Random seeds: numpy's generators take 32-bit seeds."""
+MAX_REVEAL_ROWS = 10**9
+"""Rows of a held-out source revealed to a fit (`validate --reveal`)."""
+
+MAX_CURVE_POINTS = 8_192
+"""Micro-batches one `curve` sweeps (1..N): more points than any plot shows (the default sweep stops at
+1,024). Each point is a JSON record and a plotted marker: 65,536 of them took > 30 s to print."""
 MAX_GLOBAL_BATCH = 10**12
 """Samples per optimizer step: MAX_MICRO_BATCH x the largest data-parallel groups."""
 

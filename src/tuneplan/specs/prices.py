@@ -18,7 +18,14 @@ from datetime import date
 from functools import lru_cache
 from typing import Any
 
-from tuneplan.errors import DataFileError, UnknownNameError, read_user_text, shown
+from tuneplan.errors import (
+    DataFileError,
+    TooComplexError,
+    UnknownNameError,
+    check_yaml_shape,
+    read_user_text,
+    shown,
+)
 from tuneplan.specs.struct import dataclass
 
 SHIPPED_CSV = "gpu_prices.csv"
@@ -114,6 +121,18 @@ def parse_csv_prices(text: str, path: str) -> tuple[Price, ...]:
     return tuple(out)
 
 
+def _check_yaml_shape(text: str, path: str) -> None:
+    """A user's price YAML nested and aliased within bounds (tuneplan.errors.check_yaml_shape)."""
+    import yaml
+
+    try:
+        check_yaml_shape(text)
+    except TooComplexError as exc:
+        raise DataFileError(path, exc.line, str(exc)) from None
+    except yaml.YAMLError:
+        return  # the parse below reports it with its line
+
+
 def parse_yaml_prices(text: str, path: str) -> tuple[Price, ...]:
     """Prices from YAML text: a `prices:` list of records (or a bare list)."""
     import yaml
@@ -168,6 +187,7 @@ def load_prices(path: str | None = None) -> tuple[Price, ...]:
         raise DataFileError(shown(path), None, "no such price file")
     text = read_user_text(path, "prices", "price file (YAML or CSV)")
     if p.suffix.lower() in (".yaml", ".yml"):
+        _check_yaml_shape(text, str(p))
         return parse_yaml_prices(text, str(p))
     return parse_csv_prices(text, str(p))
 

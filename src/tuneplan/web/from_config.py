@@ -41,9 +41,12 @@ class FromConfigRequest(BaseModel):
 
 def from_config_response(req: FromConfigRequest) -> dict[str, Any]:
     from tuneplan.configs import fill_work, read_config_texts
+    from tuneplan.specs.limits import bound_job_field
 
     cfg = read_config_texts([(f.name, f.text, None) for f in req.files], req.format)
     job = cfg.job_kwargs()
+    for key, value in job.items():  # a value beyond its bound is refused here, as `--from` refuses it
+        bound_job_field(key, value)
     if job.get("examples") is None and job.get("tokens") is None:
         cfg.notes.extend(fill_work(job, cfg))
     fields: dict[str, Any] = {k: v for k, v in job.items() if k in FORM_FIELDS}
