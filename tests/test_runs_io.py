@@ -249,6 +249,17 @@ def test_records_keep_their_physical_lines(tmp_path: Path) -> None:
                        (8, ["9", "10", "11", "12"]), (9, ["r\rs", "2", "3", "", ""]), (11, ["4", "5,6", "7"])]
 
 
+def test_a_bad_byte_in_a_short_record_and_an_open_quote_stay_on_their_records(tmp_path: Path) -> None:
+    """A record with another number of fields keeps its bytes that are not UTF-8 (as surrogates); a
+    quote left open takes the rest of the file into its cell, as Python's csv module does."""
+    from tuneplan.runs.io import _csv_records
+
+    p = tmp_path / "f.csv"
+    p.write_bytes(b'a,b,c\n1,2,3\n\xff,2\n4,5,6\n"open,7\n8,9\n')
+    assert _csv_records(p) == (["a", "b", "c"], [(2, ["1", "2", "3"]), (3, ["\udcff", "2"]), (4, ["4", "5", "6"]),
+                                                 (5, ["open,7\n8,9"])], ",")
+
+
 def test_rows_after_bad_records_are_read_on_their_lines(tmp_path: Path) -> None:
     rows = [base(id=f"r-{k}", tokens_per_s=100 + k, notes="two\nlines" if k == 0 else "") for k in range(4)]
     p = ref_file(tmp_path / "r.csv", rows)

@@ -80,18 +80,23 @@ def _line_breaks(cells: Any, pc: Any) -> Any:
                        pc.count_substring(cells, "\r\n"))
 
 
-def _texts(cells: Any, pa: Any) -> list[str]:
+_HIDE = {0xDC80 + b: 0x10FF80 + b for b in range(128)}
+"""Bytes that are not UTF-8 (surrogates once read with surrogateescape) as private-use characters
+while pyarrow parses the file (it takes UTF-8 only), and back (`_SHOW`) in the cells."""
+_SHOW = {v: k for k, v in _HIDE.items()}
+
+
+def _texts(cells: Any, pa: Any, hidden: bool) -> list[str]:
     """A column of bytes as text, one string object per distinct cell (rows alike share their
-    cells, as predict's grouping by object expects); bytes that are not UTF-8 are kept as
-    surrogates (`cell_problem`)."""
+    cells, as predict's grouping by object expects); `hidden`: bytes that were not UTF-8 come back
+    as surrogates (`cell_problem` reports them)."""
     import numpy as np
     import pyarrow.compute as pc
 
     enc = pc.dictionary_encode(cells)
-    try:
-        values = enc.dictionary.cast(pa.string()).to_pylist()
-    except pa.ArrowInvalid:
-        values = [b.decode("utf-8", "surrogateescape") for b in enc.dictionary.to_pylist()]
+    values = enc.dictionary.cast(pa.string()).to_pylist()
+    if hidden:
+        values = [v.translate(_SHOW) for v in values]
     table = np.empty(len(values), dtype=object)
     table[:] = values
     return table[enc.indices.to_numpy(zero_copy_only=False)].tolist()
@@ -117,18 +122,21 @@ def _parse(data: bytes, n_fields: int | None, delimiter: str, on_bad: Any = None
                               parse_options=parse, convert_options=convert)
 
 
-def _cells_of(text: str, delimiter: str) -> list[str]:
-    """The cells of one record's text (the header, a record with another number of fields); an
-    unclosed quote leaves the text one cell."""
+def _cells_of(text: str, delimiter: str, hidden: bool) -> list[str]:
+    """The cells of one record's text (the header, a record with another number of fields); a quote
+    left open ends with the text, as Python's csv module ends it."""
     import pyarrow as pa
 
-    data = text.encode("utf-8", "surrogateescape") + b"\n"
-    try:
-        n = _parse(data, None, delimiter).num_columns  # then again with every cell as bytes
-        table = _parse(data, n, delimiter)
-    except pa.ArrowInvalid:
-        return [text]
-    return [_texts(table.column(j).combine_chunks(), pa)[0] for j in range(n)] if table.num_rows else [text]
+    for end in ("\n", '"\n'):
+        data = (text + end).encode("utf-8")
+        try:
+            n = _parse(data, None, delimiter).num_columns  # then again with every cell as bytes
+            table = _parse(data, n, delimiter)
+        except pa.ArrowInvalid:
+            continue
+        if table.num_rows:
+            return [_texts(table.column(j).combine_chunks(), pa, hidden)[0] for j in range(n)]
+    return [text.translate(_SHOW) if hidden else text]
 
 
 def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
@@ -145,11 +153,17 @@ def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], st
     data = path.read_bytes()
     if data.startswith(BOM):
         data = data[len(BOM):]
+    try:
+        data.decode("utf-8")
+        hidden = False
+    except UnicodeDecodeError:
+        data = data.decode("utf-8", "surrogateescape").translate(_HIDE).encode("utf-8")
+        hidden = True
     first = re.split(rb"[\r\n]", data, maxsplit=1)[0]
     if not first.strip():
         return [], [], ","
     delimiter = _csv_dialect(first)
-    header = _cells_of(first.decode("utf-8", "surrogateescape"), delimiter)
+    header = _cells_of(first.decode("utf-8"), delimiter, hidden)
     bad: list[tuple[int, str]] = []
 
     def on_bad(row: Any) -> str:
@@ -161,7 +175,7 @@ def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], st
     del data
     table = _parse(body, len(header), delimiter, on_bad) if body else None
     n_good = table.num_rows if table is not None else 0
-    columns = [_texts(table.column(j).combine_chunks(), pa) for j in range(len(header))] if n_good else []
+    columns = [_texts(table.column(j).combine_chunks(), pa, hidden) for j in range(len(header))] if n_good else []
     breaks = np.zeros(n_good + len(bad), dtype=np.int64)  # line ends inside each record, by record
     is_bad = np.zeros(len(breaks), dtype=bool)
     bad.sort()
@@ -176,7 +190,7 @@ def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], st
     lines = (2 + np.arange(len(breaks)) + np.concatenate([[0], np.cumsum(breaks)[:-1]])).tolist()
     good = zip(*columns, strict=True) if n_good else iter(())
     texts = iter([text for _, text in bad])
-    records = [(line, _cells_of(next(texts), delimiter) if wrong else list(next(good)))
+    records = [(line, _cells_of(next(texts), delimiter, hidden) if wrong else list(next(good)))
                for line, wrong in zip(lines, is_bad.tolist(), strict=True)]
     return header, records, delimiter
 
