@@ -235,6 +235,46 @@ def test_wrong_field_count_and_empty_file(tmp_path: Path) -> None:
     assert msgs[2] == f"{tmp_path / 'absent.csv'}: no such file"
 
 
+def test_records_keep_their_physical_lines(tmp_path: Path) -> None:
+    """Each record keeps the line it starts on: after a quoted line end (LF, CRLF, CR), a blank
+    line, a record with too many or too few fields; trailing empty cells are dropped; a BOM is
+    skipped; cells are text as written (not parsed as numbers)."""
+    from tuneplan.runs.io import _csv_records
+
+    p = tmp_path / "f.csv"
+    p.write_bytes(b'\xef\xbb\xbfa,b,c\r\n1.50,"x\ny",3\n"p\r\nq",,\r\n\n7,8\n9,10,11,12\n"r\rs",2,3,,\n4,"5,6",7\n')
+    header, records, delimiter = _csv_records(p)
+    assert (header, delimiter) == (["a", "b", "c"], ",")
+    assert records == [(2, ["1.50", "x\ny", "3"]), (4, ["p\r\nq", "", ""]), (6, ["", "", ""]), (7, ["7", "8"]),
+                       (8, ["9", "10", "11", "12"]), (9, ["r\rs", "2", "3", "", ""]), (11, ["4", "5,6", "7"])]
+
+
+def test_a_bad_byte_in_a_short_record_and_an_open_quote_stay_on_their_records(tmp_path: Path) -> None:
+    """A record with another number of fields keeps its bytes that are not UTF-8 (as surrogates); a
+    quote left open takes the rest of the file into its cell, as Python's csv module does."""
+    from tuneplan.runs.io import _csv_records
+
+    p = tmp_path / "f.csv"
+    p.write_bytes(b'a,b,c\n1,2,3\n\xff,2\n4,5,6\n"open,7\n8,9\n')
+    assert _csv_records(p) == (["a", "b", "c"], [(2, ["1", "2", "3"]), (3, ["\udcff", "2"]), (4, ["4", "5", "6"]),
+                                                 (5, ["open,7\n8,9"])], ",")
+
+
+def test_rows_after_bad_records_are_read_on_their_lines(tmp_path: Path) -> None:
+    rows = [base(id=f"r-{k}", tokens_per_s=100 + k, notes="two\nlines" if k == 0 else "") for k in range(4)]
+    p = ref_file(tmp_path / "r.csv", rows)
+    text = p.read_text(encoding="utf-8").splitlines(keepends=True)  # header, r-0 (2 lines), r-1, r-2, r-3
+    text.insert(3, "x,y\n")  # line 4: too few fields
+    text.insert(5, "\n")  # line 6: blank
+    text[-1] = text[-1].rstrip("\n") + ",,\n"  # r-3: trailing empty cells
+    p.write_text("".join(text), encoding="utf-8")
+    t = read_runs([p], resolve=False)
+    assert [str(x) for x in t.problems] == [f"{p}:4: 2 fields where the header has {len(REFERENCE_COLUMNS)}; "
+                                            "row skipped"]
+    assert t.df["id"].tolist() == ["r-0", "r-1", "r-2", "r-3"]
+    assert t.df["line"].tolist() == [2, 5, 7, 8]
+
+
 def test_duplicates(tmp_path: Path) -> None:
     a = ref_file(tmp_path / "a.csv", [
         base(id="a-1", tokens_per_s=1000),

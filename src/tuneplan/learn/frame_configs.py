@@ -28,7 +28,45 @@ from tuneplan.learn.dataset import (
     batch_shape,
     row_job,
 )
-from tuneplan.runs.columnar import first_rows, object_ids
+
+
+def appearance_firsts(codes: np.ndarray) -> np.ndarray | None:
+    """The row where each code first appears, when the codes are numbered 0, 1, 2... in order of first
+    appearance (as `pd.factorize` and dictionary encoding number them), in one pass; else None."""
+    codes = np.asarray(codes)
+    if len(codes) == 0 or codes[0] != 0:
+        return None
+    new = np.empty(len(codes), dtype=bool)
+    new[0] = True
+    np.greater(codes[1:], np.maximum.accumulate(codes[:-1]), out=new[1:])
+    first = np.flatnonzero(new)
+    if not np.array_equal(codes[first], np.arange(len(first))) or int(codes.min()) < 0:
+        return None
+    return first
+
+
+def first_rows(codes: np.ndarray) -> np.ndarray:
+    """`np.unique(codes, return_index=True)[1]` for codes numbered in order of first appearance (as
+    `pd.factorize` numbers them): the row where each code first appears, in one pass
+    instead of a sort (`appearance_firsts`). Codes in another order take `np.unique` itself."""
+    codes = np.asarray(codes)
+    if len(codes) == 0:
+        return np.zeros(0, dtype=np.intp)
+    first = appearance_firsts(codes)
+    return np.unique(codes, return_index=True)[1] if first is None else first
+
+
+def object_ids(values: np.ndarray) -> np.ndarray:
+    """`id()` of each object of a 1-D object array: read from the array's own pointers (CPython's
+    `id` is the object's address) when the array is contiguous, else one `id` call per cell."""
+    import ctypes
+    import sys
+
+    if (values.ndim == 1 and len(values) and values.flags.c_contiguous and sys.implementation.name == "cpython"
+            and values.itemsize == ctypes.sizeof(ctypes.c_ssize_t)):
+        pointers = (ctypes.c_ssize_t * len(values)).from_address(values.ctypes.data)
+        return np.ctypeslib.as_array(pointers).astype(np.int64)  # a copy: nothing refers to the array after
+    return np.fromiter(map(id, values), dtype=np.int64, count=len(values))
 
 
 @dataclass

@@ -8,7 +8,7 @@ import io
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -71,75 +71,136 @@ _LLMFT_SPECIAL_TARGETS = {"gpu_memory_utilization_peak": "peak_mem_gib", "train_
 MAX_CELL_CHARS = 65_536
 """Characters in one cell of a runs file: the longest notes of the reference runs are under 2,000; a
 larger cell is a broken row (an unclosed quote, a pasted log), reported and skipped on its own."""
-CSV_FIELD_LIMIT = 256 * 1024 * 1024
-"""csv's per-cell limit while reading, bytes: high enough that an overlong cell is reported on its
-row (MAX_CELL_CHARS) instead of stopping the whole file."""
+BOM = b"\xef\xbb\xbf"
+READ_BLOCK = 4 << 20
+"""Bytes pyarrow parses at a time (its default, 1 MiB, parsed a 246 MB file slower)."""
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
-class RowProblem(str):
-    """A record that could not be read as cells (a CSV syntax error on that row)."""
-
-
-def _csv_dialect(first_line: str) -> str:
+def _csv_dialect(first_line: bytes) -> str:
     """',' or ';' (a spreadsheet's export in a locale with decimal commas) from the header line."""
-    return ";" if first_line.count(";") > first_line.count(",") else ","
+    return ";" if first_line.count(b";") > first_line.count(b",") else ","
 
 
-def _csv_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str] | RowProblem]]]:
-    """Header and (first physical line, cells) for each record; quoted multi-line cells handled.
+def _line_breaks(cells: Any, pc: Any) -> Any:
+    """Line ends inside each cell of a column ('\\r\\n', '\\n' or '\\r' alone: one each)."""
+    return pc.subtract(pc.add(pc.count_substring(cells, "\n"), pc.count_substring(cells, "\r")),
+                       pc.count_substring(cells, "\r\n"))
 
-    Bytes that are not UTF-8 are kept as surrogates and reported on their row (`cell_problem`); a
-    CSV syntax error loses only its record (yielded as a RowProblem). A semicolon-separated file is
-    read with ';' (`csv_delimiter` tells which)."""
-    if csv.field_size_limit() < CSV_FIELD_LIMIT:
-        csv.field_size_limit(CSV_FIELD_LIMIT)
-    f = open(path, newline="", encoding="utf-8-sig", errors="surrogateescape")  # noqa: SIM115 - closed below
+
+_HIDE = {0xDC80 + b: 0x10FF80 + b for b in range(128)}
+"""Bytes that are not UTF-8 (surrogates once read with surrogateescape) as private-use characters
+while pyarrow parses the file (it takes UTF-8 only), and back (`_SHOW`) in the cells."""
+_SHOW = {v: k for k, v in _HIDE.items()}
+
+
+def _texts(cells: Any, pa: Any, hidden: bool) -> list[str]:
+    """A column of bytes as text, one string object per distinct cell (rows alike share their
+    cells, as predict's grouping by object expects); `hidden`: bytes that were not UTF-8 come back
+    as surrogates (`cell_problem` reports them)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(cells)
+    values = enc.dictionary.cast(pa.string()).to_pylist()
+    if hidden:
+        values = [v.translate(_SHOW) for v in values]
+    table = np.empty(len(values), dtype=object)
+    table[:] = values
+    return table[enc.indices.to_numpy(zero_copy_only=False)].tolist()
+
+
+def _parse(data: bytes, n_fields: int | None, delimiter: str, on_bad: Any = None) -> Any:
+    """pyarrow's CSV parse of `data` into byte columns (c0, c1...; named by the first record when
+    `n_fields` is None); records with another number of fields go to `on_bad`."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    names = None if n_fields is None else [f"c{i}" for i in range(n_fields)]
+    read = {"column_names": names, "autogenerate_column_names": names is None, "use_threads": False}
+    parse = pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True, ignore_empty_lines=False,
+                               invalid_row_handler=on_bad)
+    convert = pacsv.ConvertOptions(column_types={c: pa.binary() for c in names or ()}, null_values=[],
+                                   strings_can_be_null=False, quoted_strings_can_be_null=False)
     try:
-        first = f.readline()
-        f.seek(0)
-        if first.startswith("\ufeff"):
-            f.read(1)
-    except OSError:
-        f.close()
-        raise
-    reader = csv.reader(f, delimiter=_csv_dialect(first))
-    try:
-        header = next(reader)
-    except StopIteration:
-        f.close()
-        return [], iter(())
-    except csv.Error:
-        f.close()
-        raise
+        return pacsv.read_csv(pa.py_buffer(data), read_options=pacsv.ReadOptions(**read, block_size=READ_BLOCK),
+                              parse_options=parse, convert_options=convert)
+    except pa.ArrowInvalid:  # a record longer than a block (an unclosed quote): the file as one block
+        return pacsv.read_csv(pa.py_buffer(data), read_options=pacsv.ReadOptions(**read, block_size=len(data) + 1),
+                              parse_options=parse, convert_options=convert)
 
-    def records() -> Iterator[tuple[int, list[str] | RowProblem]]:
+
+def _cells_of(text: str, delimiter: str, hidden: bool) -> list[str]:
+    """The cells of one record's text (the header, a record with another number of fields); a quote
+    left open ends with the text, as Python's csv module ends it."""
+    import pyarrow as pa
+
+    for end in ("\n", '"\n'):
+        data = (text + end).encode("utf-8")
         try:
-            prev = reader.line_num
-            while True:
-                try:
-                    cells = next(reader)
-                except StopIteration:
-                    return
-                except csv.Error as exc:
-                    yield prev + 1, RowProblem(f"CSV error: {exc}; row skipped")
-                    prev = reader.line_num
-                    continue
-                start = prev + 1
-                prev = reader.line_num
-                if not cells or all(not c.strip() for c in cells):
-                    continue
-                yield start, cells
-        finally:
-            f.close()
-
-    return header, records()
+            n = _parse(data, None, delimiter).num_columns  # then again with every cell as bytes
+            table = _parse(data, n, delimiter)
+        except pa.ArrowInvalid:
+            continue
+        if table.num_rows:
+            return [_texts(table.column(j).combine_chunks(), pa, hidden)[0] for j in range(n)]
+    return [text.translate(_SHOW) if hidden else text]
 
 
-def csv_delimiter(path: Path) -> str:
-    """The delimiter `_csv_records` reads a file with."""
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        return _csv_dialect(f.readline())
+def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
+    """Header, (first physical line, cells) of each record, and the delimiter of a CSV file.
+
+    pyarrow parses the file (quoted multi-line cells included); a record's line is counted from the
+    line ends inside the records before it. Bytes that are not UTF-8 are kept as surrogates and
+    reported on their row (`cell_problem`); a record with another number of fields than the header
+    comes back with its own cells. A semicolon-separated file is read with ';'."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    data = path.read_bytes()
+    if data.startswith(BOM):
+        data = data[len(BOM):]
+    try:
+        data.decode("utf-8")
+        hidden = False
+    except UnicodeDecodeError:
+        data = data.decode("utf-8", "surrogateescape").translate(_HIDE).encode("utf-8")
+        hidden = True
+    first = re.split(rb"[\r\n]", data, maxsplit=1)[0]
+    if not first.strip():
+        return [], [], ","
+    delimiter = _csv_dialect(first)
+    header = _cells_of(first.decode("utf-8"), delimiter, hidden)
+    bad: list[tuple[int, str]] = []
+
+    def on_bad(row: Any) -> str:
+        bad.append((row.number, row.text))
+        return "skip"
+
+    body = data[len(first):]
+    body = body[2:] if body.startswith(b"\r\n") else body[1:]
+    del data
+    table = _parse(body, len(header), delimiter, on_bad) if body else None
+    n_good = table.num_rows if table is not None else 0
+    columns = [_texts(table.column(j).combine_chunks(), pa, hidden) for j in range(len(header))] if n_good else []
+    breaks = np.zeros(n_good + len(bad), dtype=np.int64)  # line ends inside each record, by record
+    is_bad = np.zeros(len(breaks), dtype=bool)
+    bad.sort()
+    for number, text in bad:  # pyarrow numbers the body's records from 1
+        is_bad[number - 1] = True
+        breaks[number - 1] = text.count("\n") + text.count("\r") - text.count("\r\n")
+    plain = (body.count(b"\r") == body.count(b"\r\n")
+             and body.count(b"\n") == len(breaks) - (not body.endswith(b"\n")))
+    if n_good and not plain:  # a line end inside a cell somewhere
+        breaks[~is_bad] = sum(_line_breaks(table.column(j), pc).to_numpy() for j in range(len(header)))
+    del table, body  # the cells are text now
+    lines = (2 + np.arange(len(breaks)) + np.concatenate([[0], np.cumsum(breaks)[:-1]])).tolist()
+    good = zip(*columns, strict=True) if n_good else iter(())
+    texts = iter([text for _, text in bad])
+    records = [(line, _cells_of(next(texts), delimiter, hidden) if wrong else list(next(good)))
+               for line, wrong in zip(lines, is_bad.tolist(), strict=True)]
+    return header, records, delimiter
 
 
 def cell_problem(cells: list[str]) -> str | None:
@@ -160,8 +221,8 @@ def _shown_cell(c: str) -> str:
     return text if len(text) <= 40 else text[:40] + "..."
 
 
-def _parquet_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
-    """Header and (1-based row number, cells as text) of a Parquet file; needs pyarrow."""
+def _parquet_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
+    """Header, (1-based row number, cells as text) of each row and no delimiter, of a Parquet file."""
     try:
         import pyarrow  # noqa: F401
     except ImportError:
@@ -188,11 +249,8 @@ def _parquet_records(path: Path) -> tuple[list[str], Iterator[tuple[int, list[st
             pass
         return str(x)
 
-    def records() -> Iterator[tuple[int, list[str]]]:
-        for i, rec in enumerate(df.itertuples(index=False, name=None), start=1):
-            yield i, [text(x) for x in rec]
-
-    return header, records()
+    records = [(i, [text(x) for x in rec]) for i, rec in enumerate(df.itertuples(index=False, name=None), start=1)]
+    return header, records, ""
 
 
 class _Reader:
@@ -208,15 +266,10 @@ class _Reader:
         self.rows: list[dict[str, Any]] = []
         self.extra_columns: list[str] = []
         self.seen_ids: dict[str, str] = {}
-        self.seen_rows: dict[frozenset, str] = {}
+        self.seen_rows: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}  # by `row_key`
+        self.key_names: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.model_cache: dict[tuple[str, str], Any] = {}
         self.gpu_cache: dict[tuple[str, str], Any] = {}
-        # files read by columns (runs/columnar.py): their tables, each after the rows read before it
-        self.blocks: list[tuple[int, Any]] = []
-        self.unresolved_blocks: list[tuple[int, Any]] = []
-        self.lazy_files: list[tuple[Any, Any, Any, Any]] = []  # their rows' duplicate keys, by hash
-        self._hashes: set[int] = set()
-        self._hashed = 0
 
     def report(self, path: str, line: int | None, message: str) -> None:
         if self.strict:
@@ -230,16 +283,13 @@ class _Reader:
         if not path.is_file():  # a FIFO or device too: reading it would block
             self.report(name, None, "no such file" if not path.exists() else "not a regular file")
             return
+        parquet = path.suffix.lower() in PARQUET_SUFFIXES
+        if not parquet:
+            import pyarrow as pa
         try:
-            if path.suffix.lower() in PARQUET_SUFFIXES:
-                header, records = _parquet_records(path)
-            else:
-                header, records = _csv_records(path)
-        except UnicodeDecodeError as exc:
-            self.report(name, None, f"not UTF-8 text ({exc.reason}); file skipped")
-            return
-        except (csv.Error, OSError) as exc:
-            self.report(name, 1, f"cannot read: {exc}; file skipped")
+            header, records, delimiter = _parquet_records(path) if parquet else _csv_records(path)
+        except (OSError, pa.ArrowInvalid) as exc:
+            self.report(name, 1, f"cannot read: {str(exc).splitlines()[0]}; file skipped")
             return
         if not header:
             self.report(name, None, "empty file (no header); file skipped")
@@ -248,7 +298,7 @@ class _Reader:
         if bad:
             self.report(name, 1, f"header: {bad.removesuffix('; row skipped')}; file skipped")
             return
-        if path.suffix.lower() not in PARQUET_SUFFIXES and csv_delimiter(path) == ";":
+        if delimiter == ";":
             self.report(name, None, "semicolon-separated (read with ';' as the delimiter; numbers need '.' "
                                     "as the decimal point)")
         header = [h.strip().lower() for h in header]
@@ -265,20 +315,15 @@ class _Reader:
         if missing:
             self.report(name, 1, f"missing required column(s): {'; '.join(missing)}; file skipped")
             return
-        if self.read_plain(path, header, schema):
-            if hasattr(records, "close"):
-                records.close()
-            return
-        try:
-            recs = []
-            for line, cells in records:
-                problem = cells if isinstance(cells, RowProblem) else cell_problem(cells)
-                if problem:
-                    self.report(name, line, problem)
-                    continue
-                recs.append((line, cells))
-        except (csv.Error, OSError) as exc:
-            self.report(name, None, f"cannot read: {exc}; rest of the file skipped")
+        recs = []
+        for line, cells in records:
+            if not any(c.strip() for c in cells):
+                continue  # a blank line
+            problem = cell_problem(cells)
+            if problem:
+                self.report(name, line, problem)
+                continue
+            recs.append((line, cells))
         unit = "percent"
         if schema == "llmftbench" and "gpu_memory_utilization_peak" in header:
             k = header.index("gpu_memory_utilization_peak")
@@ -337,8 +382,8 @@ class _Reader:
         where = f"{name}:{line}"
         if rid and rid in self.seen_ids:
             raise RowError(f"duplicate id '{rid}' (first at {self.seen_ids[rid]}); row skipped, first kept")
-        key = frozenset((k, c) for k, c in original.items() if k != "id" and c)
-        first = self.first_seen(key)
+        key = self.row_key(original)
+        first = self.seen_rows.get(key)
         if first is not None:
             raise RowError(f"exact duplicate of the row at {first}; row skipped, first kept")
         if rid:
@@ -346,7 +391,7 @@ class _Reader:
         else:
             rid = f"{source}@{path.name}:{line}"
             v["id"] = rid
-        self.remember(key, where)
+        self.seen_rows[key] = where
 
         if not self.keep_unresolved:
             return self.normalise(v, records, source, schema, unit, name, line, self.resolve)
@@ -358,6 +403,14 @@ class _Reader:
             with contextlib.suppress(RowError):
                 self.unresolved.append(self.normalise(*before, source, schema, unit, name, line, False))
             raise
+
+    def row_key(self, cells: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """A row's exact-duplicate key: the names of its non-empty cells but the id, sorted, and their
+        values (equal for rows of any files whose non-empty cells are equal; the names' tuple is
+        shared by the rows with the same cells empty, a file's rows keep ~0.3 KB each)."""
+        items = sorted((k, c) for k, c in cells.items() if k != "id" and c)
+        names = tuple(k for k, _ in items)
+        return self.key_names.setdefault(names, names), tuple(c for _, c in items)
 
     def normalise(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str, name: str,
                   line: int, resolve: bool) -> dict[str, Any]:
@@ -468,89 +521,9 @@ class _Reader:
         })
         return row
 
-    # -- files read by columns --
-
-    def read_plain(self, path: Path, header: list[str], schema: str) -> bool:
-        """Read a plain CSV file by columns (runs/columnar.py); False when it does not qualify."""
-        from tuneplan.runs.columnar import PlainFile, read_columns
-
-        known = set(REFERENCE_COLUMNS) | set(SETTING_COLUMNS) | set(ADDED_COLUMNS)
-        if (self.strict or schema != "reference" or path.suffix.lower() != ".csv" or not set(header) <= known
-                or csv_delimiter(path) != ","):
-            return False
-        cols = read_columns(path, len(header), MAX_CELL_CHARS)
-        if cols is None:
-            return False
-        table, aside = PlainFile(self, path, header, cols).read()
-        if table is not None:
-            self.blocks.append((len(self.rows), table))
-        if aside is not None and self.keep_unresolved:
-            self.unresolved_blocks.append((len(self.unresolved), aside))
-        return True
-
-    def first_seen(self, key: frozenset, h: int | None = None) -> str | None:
-        """Where an exact duplicate of this row's key was first read (None: not seen)."""
-        where = self.seen_rows.get(key)
-        if where is not None or not self.lazy_files:
-            return where
-        import numpy as np
-
-        from tuneplan.runs.columnar import row_hash
-
-        h = np.uint64(row_hash(key) if h is None else h)
-        for plain, rows, hashes, order in self.lazy_files:
-            lo, hi = np.searchsorted(hashes, h, side="left"), np.searchsorted(hashes, h, side="right")
-            for i in rows[order[lo:hi]].tolist():
-                if plain.key(i) == key:
-                    return f"{plain.name}:{i + 2}"
-        return None
-
-    def remember(self, key: frozenset, where: str) -> None:
-        self.seen_rows[key] = where
-
-    def remember_rows(self, plain: Any, rows: Any, hashes: Any) -> None:
-        """Register the rows of a file read by columns by their keys' hashes (keys built when needed)."""
-        import numpy as np
-
-        order = np.argsort(hashes, kind="stable")
-        self.lazy_files.append((plain, rows, hashes[order], order))
-
-    def row_hashes(self) -> set[int]:
-        """The hashes of every row key registered so far."""
-        from tuneplan.runs.columnar import row_hash
-
-        keys = list(self.seen_rows)
-        self._hashes |= {row_hash(k) for k in keys[self._hashed:]}
-        self._hashed = len(keys)
-        out = set(self._hashes)
-        for _, _, hashes, _ in self.lazy_files:
-            out.update(hashes.tolist())
-        return out
-
     def table(self) -> RunTable:
-        unresolved = self.combined(self.unresolved, self.unresolved_blocks) if self.keep_unresolved else None
-        return RunTable(df=self.combined(self.rows, self.blocks), problems=self.problems, unresolved=unresolved)
-
-    def combined(self, rows: list[dict[str, Any]], blocks: list[tuple[int, Any]]):
-        """The rows read row by row and the tables of files read by columns, in reading order."""
-        if not blocks:
-            return self.frame(rows)
-        import numpy as np
-        import pandas as pd
-
-        slow = self.frame(rows)
-        pieces, prev = [], 0
-        for pos, blk in blocks:
-            missing = [col for col in slow.columns if col not in blk.columns]
-            if missing:  # the file's own table is left as it is (a copy of 200,000 rows: ~0.15 s)
-                blk = blk.copy()
-            for col in missing:  # an extra column of another file: empty here
-                blk[col] = np.nan if not len(rows) or slow[col].dtype.kind == "f" else ""
-            pieces += [slow.iloc[prev:pos], blk[list(slow.columns)]]
-            prev = pos
-        pieces.append(slow.iloc[prev:])
-        pieces = [p for p in pieces if len(p)]
-        return pd.concat(pieces, ignore_index=True) if pieces else slow
+        unresolved = self.frame(self.unresolved) if self.keep_unresolved else None
+        return RunTable(df=self.frame(self.rows), problems=self.problems, unresolved=unresolved)
 
     def frame(self, rows: list[dict[str, Any]]):
         """Rows as a typed DataFrame: every reference, setting and added column, then the extras."""

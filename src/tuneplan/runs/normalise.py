@@ -8,6 +8,7 @@ cell is recorded in `defaults_used`; nothing here predicts anything from physics
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -83,8 +84,10 @@ def fmt(v: Any) -> str:
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parse_number(text: str, column: str) -> float | None:
-    """A cell as a float; '' -> None; raises RowError naming the column for anything else."""
+    """A cell as a float; '' -> None; raises RowError naming the column for anything else (cached:
+    a runs file repeats its numbers)."""
     s = text.strip()
     if not s or s.lower() in ("nan", "none", "null"):
         return None
