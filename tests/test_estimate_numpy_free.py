@@ -12,7 +12,7 @@ import pytest
 
 import tuneplan.api as api
 from tuneplan.physics import xp
-from tuneplan.report.tables import estimate_items, plain_text
+from tuneplan.report.tables import estimate_text
 
 JOBS = [
     dict(model="meta-llama/Llama-3.1-8B", gpu="A100-SXM4-80GB", method="lora", examples=1000, seq_len=512),
@@ -82,7 +82,7 @@ def test_pure_python_and_numpy_arrays_give_the_same_estimate(job, monkeypatch):
     py = _estimate("python", monkeypatch, job)
     ref = _estimate("numpy", monkeypatch, job)
     _same(py.to_dict(), ref.to_dict())
-    assert plain_text(estimate_items(py), 100) == plain_text(estimate_items(ref), 100)  # what the table prints
+    assert estimate_text(py) == estimate_text(ref)  # what the table prints
 
 
 NEAR_H200_RUNS = [  # next to the fixture's training rows (reference/runs/tuneplan-h200.csv): its trees apply
@@ -104,7 +104,7 @@ def test_the_same_estimate_with_residual_trees(job, monkeypatch, with_trees):
     py = _estimate("python", monkeypatch, job, with_trees)
     ref = _estimate("numpy", monkeypatch, job, with_trees)
     _same(py.to_dict(), ref.to_dict())
-    assert plain_text(estimate_items(py), 100) == plain_text(estimate_items(ref), 100)
+    assert estimate_text(py) == estimate_text(ref)
     assert any(a.startswith("Calibration 'h200'") and "a residual correction" in a for a in py.assumptions)
     from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
 

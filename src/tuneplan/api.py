@@ -3,6 +3,7 @@ figures `tuneplan estimate` prints."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from tuneplan.errors import InputError
@@ -23,7 +24,6 @@ from tuneplan.specs.gpu import GPUSpec, gpu_assumptions
 from tuneplan.specs.job import JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg, resolve_rate
-from tuneplan.specs.struct import dataclass, field
 
 ARRAYS = "python"
 """The arrays one estimate's pipeline runs on where the estimator takes them (`python_arrays`: tuneplan's

@@ -135,9 +135,9 @@ def add_job_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> dict
         if kw.get("nargs") == "?":
             groups[group].add_argument("--no-" + flag[2:], dest=kw["dest"], action="store_const", const="false",
                                        help=f"same as {flag} false")
-    if "money and energy" in groups:
-        groups["money and energy"].add_argument("--provider", help="take the price from this provider")
-        groups["money and energy"].add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
+    if "work and money" in groups:
+        groups["work and money"].add_argument("--provider", help="take the price from this provider")
+        groups["work and money"].add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
     return groups
 
 

@@ -245,10 +245,11 @@ def _interval_text(r: dict) -> str:
 
 
 def print_plan(res, top: int = 10) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    from tuneplan.report.tables import report_console
+
+    con = report_console()
     wl = res.workload
     work = f"{wl.samples_per_epoch:,.0f} samples x {wl.seq_len} tokens x {wl.epochs:g} epoch(s)"
     con.print(f"[bold]Plan for {res.model}[/bold]: {work}")
@@ -321,10 +322,11 @@ def run_curve(args: argparse.Namespace) -> int:
         json.dump(res.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
         print()
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    from tuneplan.report.tables import report_console
+
+    con = report_console()
     t = Table(title=f"{res.model} · {res.method} · {res.gpus} x {res.gpu} · seq_len {res.seq_len}",
               title_justify="left", header_style="bold")
     for col in ("micro-batch", "tokens/s", "step", "memory/GPU", "fits"):

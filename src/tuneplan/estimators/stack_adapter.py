@@ -5,8 +5,9 @@ needs no fitting code (`physics.xp` arrays); it is stored in a calibration file'
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from tuneplan.physics import xp
-from tuneplan.specs.struct import dataclass, field
 
 
 @dataclass

@@ -8,10 +8,11 @@ configurations like the rest of the physics.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tuneplan.errors import InputError
 from tuneplan.physics import xp
 from tuneplan.specs.model import ModelSpec, SSMShape, VisionTower
-from tuneplan.specs.struct import dataclass
 
 Arrays = dict[str, xp.Array]
 

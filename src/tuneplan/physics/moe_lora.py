@@ -25,9 +25,10 @@ weights' dtype, `_LoraFactorsProxy`), so that:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tuneplan.physics import xp
 from tuneplan.physics.stack import get
-from tuneplan.specs.struct import dataclass
 
 PEFT_STACKED_MOE_TYPES = frozenset({
     "mixtral", "minimax", "minimax_m2",

@@ -9,6 +9,7 @@ configuration or a million.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from tuneplan.errors import InputError
 from tuneplan.physics import xp
@@ -20,7 +21,6 @@ from tuneplan.physics.precision import FP8_WEIGHT_BYTES
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
-from tuneplan.specs.struct import dataclass, field
 
 PEFT_PHYSICS = MODULE_METHODS + ("prefix-tuning", "prompt-tuning", "p-tuning", "ln-tuning", "adapter")
 PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 2.0, "nvfp4": 2.0, "mxfp4": 2.0}

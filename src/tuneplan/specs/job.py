@@ -1,8 +1,8 @@
 """What a fine-tuning job is: method, precision, parallelism, batch shape and the work to do.
 
-Validated by `tuneplan.specs.record` (pydantic's contract in plain Python: importing pydantic and
-building the schema cost every `tuneplan estimate` a quarter of a second); every failure becomes an
-`InputError` naming the field and the allowed values (the CLI prints it as one line and exits 2).
+A frozen pydantic model: pydantic coerces what a config file, the web API or a caller hands each field
+(lax mode) and runs the checks below; `make_job` turns the first failure into an `InputError` naming
+the field and the allowed values (the CLI prints it as one line and exits 2).
 """
 
 from __future__ import annotations
@@ -10,19 +10,20 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from tuneplan.errors import InputError
-from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
-from tuneplan.specs.limits import JOB_BOUNDS
-from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
-from tuneplan.specs.record import (
+from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
-    Record,
-    RecordError,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from tuneplan.errors import InputError
+from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
+from tuneplan.specs.limits import JOB_BOUNDS
+from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
 
 METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze") + PEFT_METHOD_NAMES
 LORA_FAMILY = ("lora", "qlora", "gptq-lora", "alora", "dora")
@@ -79,14 +80,19 @@ Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybri
 
 STAGE_GROUP = "stage (preference and RL fine-tuning)"
 VISION_GROUP = "vision-language models"
+JOB_GROUPS = ("method", "precision", "batch and sequence", "parallelism", "work and money", STAGE_GROUP, VISION_GROUP)
+"""The concerns a job option belongs to (`option`'s `group`): the method and its recipe (adapters,
+optimizer, checkpointing, kernels), precision, batch and sequence, parallelism, the work and its money,
+the training stage, and the images of vision-language models. Each is a section of `--help` and of the
+web API's request model (docs/architecture.md)."""
 
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
            switch_only: bool = False, repeat: bool = False, modes: tuple[str, ...] = (),
            choices: str | None = None) -> Any:
     """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
-    once (see docs/architecture.md): `help` is its help text everywhere, `group` its section of
-    `--help` (method, parallelism, work, money and energy), `flag` its name when not the field's own
+    once (see docs/architecture.md): `help` is its help text everywhere, `group` its concern (one of
+    JOB_GROUPS: its section of `--help` and of the web request model), `flag` its name when not the field's own
     (`--field-name`), `number` whether an int/float must be `positive` or may be `nonneg` (zero and
     up), `switch_only` for a bool flag that only switches on (no --no-...), `repeat` for a flag given
     once per value (NAME=VALUE pairs the field's validator reads), `modes` for a bool flag that also
@@ -107,7 +113,7 @@ def _bounded(info: ValidationInfo, v):
     return v
 
 
-class JobSpec(Record):
+class JobSpec(BaseModel):
     """A fine-tuning job. Counts are per run; `micro_batch` is samples per GPU per micro-step."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -119,9 +125,9 @@ class JobSpec(Record):
     trainable_layers: int = option(DEFAULT_FREEZE_TRAINABLE_LAYERS, "freeze: last N blocks trained (default 2)",
                                    "method")
     precision: Precision = option("bf16", "compute precision (default bf16); fp8, nvfp4, mxfp4: the linear layers at low "
-                                                    "precision", "method")
+                                                    "precision", "precision")
     quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4, aqlm-2bit, fp8 (default: as the "
-                                     "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "method")
+                                     "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "precision")
     optimizer: Optimizer = option("adamw", "optimizer (default adamw; galore-adamw: full fine-tuning with GaLore's "
                                            "low-rank moments of the block linears)", "method")
     galore_rank: int = option(DEFAULT_GALORE_RANK, "GaLore: projection rank r of the block linears' moments "
@@ -133,7 +139,7 @@ class JobSpec(Record):
     master_weights: Literal["auto", "fp32", "none"] | None = option(
         None, "full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 bytes/param "
               "with AdamW), none = 16-bit weights trained in place (8), auto = fp32 under DeepSpeed ZeRO, tensor "
-              "parallelism or fp8, else none; default: the framework's (data/frameworks.yaml), else fp32", "method")
+              "parallelism or fp8, else none; default: the framework's (data/frameworks.yaml), else fp32", "precision")
     grad_ckpt: bool = option(False, "activation checkpointing: none, selective (Megatron: recompute attention's "
                                     "core), full (default when given without a mode), offload (checkpoints in "
                                     "host memory)", "method", modes=CKPT_MODES)
@@ -160,8 +166,8 @@ class JobSpec(Record):
     pp: int = option(1, "PP degree (default 1)", "parallelism")
     cp: int = option(1, "CP degree (default 1)", "parallelism")
     ep: int = option(1, "EP degree (default 1)", "parallelism")
-    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "parallelism")
-    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "parallelism")
+    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "batch and sequence")
+    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "batch and sequence")
     grad_accum_sync: Literal["every-micro-batch", "no-sync"] = option(
         "every-micro-batch", "FSDP under gradient accumulation: every-micro-batch (each backward reduce-scatters, a GPU "
                              "keeps its gradient shard) or no-sync (FSDP no_sync until the last micro-batch, as HF "
@@ -172,20 +178,20 @@ class JobSpec(Record):
                     "HF Trainer; FSDP2) or with-block (inside each block's FSDP1 flat parameter, as litgpt's "
                     "FSDPStrategy before 0.5.11: the gradient of the frozen weights is allocated too; default: "
                     "the framework's)", "parallelism")
-    seq_len: int | None = option(None, "padded/packed length (default: the mean tokens per example)", "work")
-    examples: float | None = option(None, "training examples", "work")
-    tokens_per_example: float | None = option(None, "mean tokens per example, after templating", "work")
-    tokens: float | None = option(None, "total tokens per epoch (instead of examples)", "work")
-    epochs: float = option(1.0, "epochs (default 1)", "work")
-    packing: bool = option(False, "pack examples into seq-len samples", "work", switch_only=True)
+    seq_len: int | None = option(None, "padded/packed length (default: the mean tokens per example)", "batch and sequence")
+    examples: float | None = option(None, "training examples", "work and money")
+    tokens_per_example: float | None = option(None, "mean tokens per example, after templating", "work and money")
+    tokens: float | None = option(None, "total tokens per epoch (instead of examples)", "work and money")
+    epochs: float = option(1.0, "epochs (default 1)", "work and money")
+    packing: bool = option(False, "pack examples into seq-len samples", "batch and sequence", switch_only=True)
     padding: Literal["max", "longest"] = option(
         "max", "unpacked examples: padded to --seq-len (max, default) or each batch to its longest example "
-               "(longest: HF's collator; batch shapes vary, so torch reserves more memory)", "work")
+               "(longest: HF's collator; batch shapes vary, so torch reserves more memory)", "batch and sequence")
     # LoRA-family adapters: fp32 (peft >= 0.12's autocast_adapter_dtype: each adapted module's 16-bit input
     # is cast to fp32 and kept for backward) or the compute dtype (older peft, litgpt, Megatron)
     adapter_dtype: Literal["fp32", "compute"] = option(
         "fp32", "LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 copy of "
-                "its input) or in the compute dtype (older peft, litgpt, Megatron)", "method")
+                "its input) or in the compute dtype (older peft, litgpt, Megatron)", "precision")
     # PEFT methods of specs/peft.py: their options (peft config field names and values, e.g. ("r", "256"),
     # ("num_virtual_tokens", "20")); the generic `adapter`'s trainable parameter count
     peft_options: tuple[tuple[str, str], ...] = option(
@@ -206,19 +212,19 @@ class JobSpec(Record):
                              VISION_GROUP, number="nonneg")
     train_vision_tower: bool = option(False, "train the vision tower too (default: frozen)", VISION_GROUP,
                                       switch_only=True)
-    load_time_s: float | None = option(None, "model load time, s (default weights / disk)", "work",
+    load_time_s: float | None = option(None, "model load time, s (default weights / disk)", "work and money",
                                        number="nonneg")
-    eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work", number="nonneg")
-    eval_examples: int = option(0, "examples per evaluation", "work", number="nonneg")
-    save_every: int = option(0, "optimizer steps between checkpoint saves (default 0: only at the end)", "work",
+    eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work and money", number="nonneg")
+    eval_examples: int = option(0, "examples per evaluation", "work and money", number="nonneg")
+    save_every: int = option(0, "optimizer steps between checkpoint saves (default 0: only at the end)", "work and money",
                              number="nonneg")
     save_final: bool = True
-    disk_gbs: float = option(2.0, "disk bandwidth for load and saves, GB/s (default 2)", "work")
+    disk_gbs: float = option(2.0, "disk bandwidth for load and saves, GB/s (default 2)", "work and money")
     rate_usd_per_gpu_hour: float | None = option(
-        None, "$ per GPU-hour (default: the cheapest on-demand price)", "money and energy", flag="rate",
+        None, "$ per GPU-hour (default: the cheapest on-demand price)", "work and money", flag="rate",
         number="nonneg")
     grid_gco2_kwh: float | None = option(None, "grid carbon intensity, g/kWh (default 480, world average)",
-                                         "money and energy", number="nonneg")
+                                         "work and money", number="nonneg")
     # ---- training stage (physics/stages.py; None = the stage's TRL default, said in the assumptions) ----
     stage: Stage = option("sft", "sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo", STAGE_GROUP)
     precompute_ref: bool = option(False, "dpo/kto: reference log-probs computed once before training (no reference "
@@ -489,7 +495,7 @@ def make_job(**kwargs) -> JobSpec:
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
     try:
         return JobSpec(**clean)
-    except RecordError as exc:
+    except ValidationError as exc:
         err = exc.errors()[0]
         orig = (err.get("ctx") or {}).get("error")
         if isinstance(orig, InputError):  # already names its field (peft options, ...)

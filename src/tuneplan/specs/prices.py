@@ -16,12 +16,12 @@ import io
 import json
 import math
 import re
+from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 from typing import Any
 
 from tuneplan.errors import DataFileError, UnknownNameError, read_user_text, shown
-from tuneplan.specs.struct import dataclass
 
 SHIPPED_YAML = "prices.yaml"
 SHIPPED_CSV = "gpu_prices.csv"

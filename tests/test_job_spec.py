@@ -1,0 +1,92 @@
+"""JobSpec (a frozen pydantic model): one-line errors naming the field and the allowed values, the
+model API its users call, and the estimate's tables when the output is not a terminal."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from tuneplan.errors import InputError
+from tuneplan.specs.job import JOB_GROUPS, METHODS, JobSpec, make_job
+
+
+def test_model_api():
+    j = make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v")
+    assert j.model_fields_set == {"method", "examples", "seq_len", "lora_targets"}
+    assert j.lora_targets == ("q", "v") and j.examples == 1000.0 and isinstance(j.examples, float)
+    d = j.model_dump()
+    assert list(d) == list(JobSpec.model_fields) and JobSpec(**d) == j
+    c = j.model_copy(update={"micro_batch": 8})
+    assert c.micro_batch == 8 and j.micro_batch == 4 and "micro_batch" in c.model_fields_set
+    assert hash(make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v")) == hash(j)
+    assert pickle.loads(pickle.dumps(j)) == j and copy.deepcopy(j) == j
+    assert pickle.loads(pickle.dumps(j)).model_fields_set == j.model_fields_set
+    with pytest.raises(ValueError, match="frozen"):
+        j.micro_batch = 2
+    f = JobSpec.model_fields["micro_batch"]
+    assert f.default == 4 and f.annotation is int and f.json_schema_extra["group"] == "batch and sequence"
+
+
+def test_text_values_are_read_as_their_type():
+    """A config file or a form hands numbers and switches as text: read as the field's type."""
+    j = make_job(micro_batch="8", epochs="2.5", packing="yes", grad_ckpt="selective", method="LoRA")
+    assert (j.micro_batch, j.epochs, j.packing, j.checkpointing, j.method) == (8, 2.5, True, "selective", "lora")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"micro_batch": 0}, "micro-batch: must be a positive integer"),
+    ({"micro_batch": 2.5}, "micro-batch: '2.5' is not a valid integer"),
+    ({"method": "zz"}, "method: unknown value 'zz' (allowed: full, lora,"),
+    ({"sharding": "zero9"}, "sharding: unknown value 'zero9' (allowed: none, ddp, zero1,"),
+    ({"grad_ckpt": "zz"}, "grad-ckpt: unknown mode 'zz' (allowed: none, selective, full, offload)"),
+    ({"gpus": 3, "nodes": 2}, "job: gpus (3) must be divisible by nodes (2)"),
+    ({"lora_targets": ("q", 1)}, "lora-targets.1: Input should be a valid string"),
+    ({"zz": 1}, "zz: Extra inputs are not permitted"),
+    ({"seq_len": "abc"}, "seq-len: 'abc' is not a valid integer"),
+    ({"epochs": "many"}, "epochs: 'many' is not a valid number"),
+    ({"packing": "maybe"}, "packing: Input should be a valid boolean, unable to interpret input"),
+    ({"framework": "zz"}, "framework: unknown framework 'zz' (allowed:"),
+    ({"quant": "int3"}, "quant: unknown quantisation 'int3' (allowed: none, int8, nf4,"),
+    ({"epochs": 1e308}, "epochs: 1e+308 is beyond any physical fine-tuning run"),
+    ({"group_size": 4}, "job: group-size applies to the RL stages (grpo, ppo, rloo), not --stage sft"),
+])
+def test_errors_are_one_line_naming_the_field(kwargs, message):
+    with pytest.raises(InputError) as exc:
+        make_job(**kwargs)
+    text = str(exc.value)
+    assert text.startswith(message) and "\n" not in text
+
+
+def test_allowed_values_are_the_literal_choices():
+    with pytest.raises(InputError) as exc:
+        make_job(method="zz")
+    assert exc.value.field == "method" and exc.value.allowed == list(METHODS)
+
+
+def test_every_option_has_a_concern_group():
+    """Each job option declares its group (its section of --help, of the web form's request model and
+    of docs/architecture.md's list): one of the named concerns."""
+    groups = {n: (f.json_schema_extra or {}).get("group") for n, f in JobSpec.model_fields.items()
+              if f.json_schema_extra}
+    assert groups and set(groups.values()) <= set(JOB_GROUPS)
+    assert groups["micro_batch"] == "batch and sequence" and groups["tp"] == "parallelism"
+    assert groups["precision"] == "precision" and groups["stage"] == "stage (preference and RL fine-tuning)"
+    assert groups["rate_usd_per_gpu_hour"] == "work and money"
+
+
+def test_piped_estimate_tables_are_whole():
+    """Not a terminal: the tables take their content's width; no header or cell is cut at 80 columns."""
+    import tuneplan
+    from tuneplan.report.tables import estimate_text
+
+    r = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", method="lora", examples=1000, seq_len=512)
+    text = estimate_text(r)
+    assert "…" not in text
+    assert r.rate_source in text  # the price's source, a long note, on one line
+    lines = text.splitlines()
+    assert any(line.startswith("┃ figure ") for line in lines)
+    assert max(len(line) for line in lines) > 80
+    for a in r.assumptions:
+        assert f"  - {a}" in lines
