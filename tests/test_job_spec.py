@@ -90,3 +90,45 @@ def test_piped_estimate_tables_are_whole():
     assert max(len(line) for line in lines) > 80
     for a in r.assumptions:
         assert f"  - {a}" in lines
+
+
+def test_an_option_is_declared_once():
+    """Every JobSpec option is a CLI flag of estimate, a field of the web's estimate request (named as
+    the flag) and, unless the planner searches it (axis=True), a field of the plan request and a
+    flag of plan."""
+    import argparse
+
+    from tuneplan.commands.common import add_job_args
+    from tuneplan.commands.common import job_options as cli_options
+    from tuneplan.specs.job import job_options, plan_axes
+    from tuneplan.web.schemas import ESTIMATE_JOB, PLAN_JOB, EstimateRequest, PlanRequest
+
+    opts = job_options()
+    assert set(cli_options()) == set(opts)
+    assert set(ESTIMATE_JOB.values()) == set(opts) and set(ESTIMATE_JOB) <= set(EstimateRequest.model_fields)
+    assert set(PLAN_JOB.values()) == set(opts) - set(plan_axes()) and set(PLAN_JOB) <= set(PlanRequest.model_fields)
+    assert ESTIMATE_JOB["rate"] == "rate_usd_per_gpu_hour" and ESTIMATE_JOB["peft_option"] == "peft_options"
+    assert {"method", "micro_batch", "sharding", "grad_ckpt", "gpus"} <= set(plan_axes())
+    for name, info in opts.items():  # the help text is the field's, everywhere
+        web = next(k for k, v in ESTIMATE_JOB.items() if v == name)
+        assert EstimateRequest.model_fields[web].description == info.description
+    p = argparse.ArgumentParser()
+    add_job_args(p, skip=plan_axes())
+    flags = {a.dest for a in p._actions}
+    assert "micro_batch" not in flags and "lora_rank" in flags and "rate" in flags
+
+
+def test_web_request_bounds_are_the_job_bounds():
+    from pydantic import ValidationError
+
+    from tuneplan.specs.limits import JOB_BOUNDS
+    from tuneplan.web.schemas import EstimateRequest
+
+    base = {"model": "Qwen/Qwen2.5-7B", "gpu": "H100-SXM5-80GB"}
+    assert EstimateRequest(**base, micro_batch=JOB_BOUNDS["micro_batch"]).micro_batch == JOB_BOUNDS["micro_batch"]
+    for bad in ({"micro_batch": JOB_BOUNDS["micro_batch"] + 1}, {"micro_batch": 0}, {"image_size": -1},
+                {"epochs": float("inf")}, {"method": "magic"}, {"peft_option": ["r=8"] * 65}):
+        with pytest.raises(ValidationError) as exc:
+            EstimateRequest(**base, **bad)
+        assert exc.value.errors()[0]["loc"][0] == next(iter(bad))
+    assert EstimateRequest(**base, image_size=0, rate=0).rate == 0

@@ -25,12 +25,7 @@ from tuneplan.commands.common import (
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
 from tuneplan.plan.objectives import OBJECTIVES
-from tuneplan.specs.job import METHODS, SHARDINGS
-
-PLAN_AXES = ("method", "gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "sharding", "grad_ckpt",
-             "rollout_engine", "rollout_gpus")
-"""Job fields the planner searches (or pins with flags of its own; the RL rollout split it
-enumerates itself): not taken as job flags."""
+from tuneplan.specs.job import METHODS, SHARDINGS, plan_axes
 
 
 def _int_list(text: str) -> list[int]:
@@ -87,7 +82,7 @@ def register(sub) -> None:
     q.add_argument("--budget", "--budget-usd", dest="budget", help="cost limit in $ (e.g. 400)")
     q.add_argument("--objective", choices=OBJECTIVES, default="cheapest",
                    help="cheapest (default), fastest, energy, or balanced (smallest time x cost)")
-    add_job_args(p, skip=PLAN_AXES)  # the job's other options, as estimate has them
+    add_job_args(p, skip=plan_axes())  # the job's other options (JobSpec's axis=True ones are searched)
     o = p.add_argument_group("output")
     o.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     o.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")

@@ -89,7 +89,7 @@ web API's request model (docs/architecture.md)."""
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
            switch_only: bool = False, repeat: bool = False, modes: tuple[str, ...] = (),
-           choices: str | None = None) -> Any:
+           choices: str | None = None, axis: bool = False) -> Any:
     """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
     once (see docs/architecture.md): `help` is its help text everywhere, `group` its concern (one of
     JOB_GROUPS: its section of `--help` and of the web request model), `flag` its name when not the field's own
@@ -97,12 +97,24 @@ def option(default: Any, help: str, group: str, *, flag: str | None = None, numb
     up), `switch_only` for a bool flag that only switches on (no --no-...), `repeat` for a flag given
     once per value (NAME=VALUE pairs the field's validator reads), `modes` for a bool flag that also
     takes a mode word (`--grad-ckpt selective`; alone it means true), `choices`
-    for a str field whose values a catalog lists ("frameworks": data/frameworks.yaml). Choices come
-    otherwise from the field's Literal type, the default from `default`. A field declared without
+    for a str field whose values a catalog lists ("frameworks": data/frameworks.yaml), `axis` for a
+    field `tuneplan plan` searches (or pins with flags of its own) instead of taking it as given. Choices
+    come otherwise from the field's Literal type, the default from `default`. A field declared without
     `option` is no flag."""
     extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only, "repeat": repeat,
-             "modes": list(modes) or None, "choices": choices}
+             "modes": list(modes) or None, "choices": choices, "axis": axis}
     return Field(default, description=help, json_schema_extra={k: v for k, v in extra.items() if v})
+
+
+def job_options() -> dict[str, Any]:
+    """JobSpec's options (the fields declared with `option`) by name, in declaration order: what the
+    CLI's job flags and the web API's request fields are generated from."""
+    return {n: f for n, f in JobSpec.model_fields.items() if f.json_schema_extra}
+
+
+def plan_axes() -> tuple[str, ...]:
+    """The options `tuneplan plan` searches (declared with `axis=True`): not taken as given by a plan."""
+    return tuple(n for n, f in job_options().items() if f.json_schema_extra.get("axis"))
 
 
 def _bounded(info: ValidationInfo, v):
@@ -118,7 +130,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    method: Method = option("lora", "fine-tuning method (default lora)", "method")
+    method: Method = option("lora", "fine-tuning method (default lora)", "method", axis=True)
     lora_rank: int = option(DEFAULT_LORA_RANK, "LoRA rank r (default 16)", "method")
     lora_targets: tuple[str, ...] = option(
         ("all-linear",), "comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)", "method")
@@ -142,7 +154,7 @@ class JobSpec(BaseModel):
               "parallelism or fp8, else none; default: the framework's (data/frameworks.yaml), else fp32", "precision")
     grad_ckpt: bool = option(False, "activation checkpointing: none, selective (Megatron: recompute attention's "
                                     "core), full (default when given without a mode), offload (checkpoints in "
-                                    "host memory)", "method", modes=CKPT_MODES)
+                                    "host memory)", "method", modes=CKPT_MODES, axis=True)
     # --grad-ckpt none|selective|full|offload (a bool still works: true = full, false = none); "auto" = by grad_ckpt
     ckpt_mode: Literal["auto", "none", "selective", "full", "offload"] = "auto"
     ckpt_every: int = option(1, "checkpoint one layer in every N (default 1: all)", "method")
@@ -159,15 +171,15 @@ class JobSpec(BaseModel):
     offload: Literal["none", "optimizer", "all"] = option(
         "none", "optimizer states (and master weights) on the host; all: parameters too (default none)", "method")
     flash_attn: bool = option(True, "FlashAttention / SDPA memory-efficient attention (default on)", "method")
-    gpus: int = option(1, "total GPUs (default 1)", "parallelism")
-    nodes: int = option(1, "nodes (default 1)", "parallelism")
-    sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism")
-    tp: int = option(1, "TP degree (default 1)", "parallelism")
-    pp: int = option(1, "PP degree (default 1)", "parallelism")
-    cp: int = option(1, "CP degree (default 1)", "parallelism")
-    ep: int = option(1, "EP degree (default 1)", "parallelism")
-    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "batch and sequence")
-    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "batch and sequence")
+    gpus: int = option(1, "total GPUs (default 1)", "parallelism", axis=True)
+    nodes: int = option(1, "nodes (default 1)", "parallelism", axis=True)
+    sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism", axis=True)
+    tp: int = option(1, "TP degree (default 1)", "parallelism", axis=True)
+    pp: int = option(1, "PP degree (default 1)", "parallelism", axis=True)
+    cp: int = option(1, "CP degree (default 1)", "parallelism", axis=True)
+    ep: int = option(1, "EP degree (default 1)", "parallelism", axis=True)
+    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "batch and sequence", axis=True)
+    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "batch and sequence", axis=True)
     grad_accum_sync: Literal["every-micro-batch", "no-sync"] = option(
         "every-micro-batch", "FSDP under gradient accumulation: every-micro-batch (each backward reduce-scatters, a GPU "
                              "keeps its gradient shard) or no-sync (FSDP no_sync until the last micro-batch, as HF "
@@ -235,9 +247,9 @@ class JobSpec(BaseModel):
     prompts_per_step: int | None = option(None, "RL: prompts per optimizer step (default: micro-batch x grad-accum "
                                                 "x GPUs / group size)", STAGE_GROUP)
     rollout_engine: Literal["hf", "vllm"] = option("hf", "RL: HF generate in the training process (default) or "
-                                                         "vLLM", STAGE_GROUP)
+                                                         "vLLM", STAGE_GROUP, axis=True)
     rollout_gpus: int = option(0, "RL with vllm: GPUs of --gpus serving vLLM (default 0: colocated in the training "
-                                  "process)", STAGE_GROUP, number="nonneg")
+                                  "process)", STAGE_GROUP, number="nonneg", axis=True)
     reward_model: str | None = option(None, "RL: reward model (catalog name / HF id; default: a rule-based reward)",
                                       STAGE_GROUP)
     kl_beta: float | None = option(None, "RL: KL coefficient (TRL: grpo 0 = no reference model, rloo/ppo 0.05)",
@@ -282,10 +294,10 @@ class JobSpec(BaseModel):
 
     @field_validator("group_size", "completion_len", "prompts_per_step", "ppo_epochs")
     @classmethod
-    def _opt_positive(cls, v: int | None) -> int | None:
+    def _opt_positive(cls, v: int | None, info: ValidationInfo) -> int | None:
         if v is not None and v < 1:
             raise ValueError("must be a positive integer")
-        return v
+        return _bounded(info, v)
 
     @field_validator("seq_len")
     @classmethod

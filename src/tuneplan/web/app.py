@@ -66,8 +66,8 @@ from tuneplan.web.command_line import (
 )
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
+    ESTIMATE_JOB,
     ESTIMATORS,
-    JOB_FIELDS,
     EstimateRequest,
     ModelChoice,
     ModelConfigRequest,
@@ -385,7 +385,9 @@ def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> Non
         from tuneplan.api import estimate
 
         spec = model_spec(req)
-        job = {n: getattr(req, n) for n in JOB_FIELDS if getattr(req, n) is not None}
+        job = {f: getattr(req, n) for n, f in ESTIMATE_JOB.items() if n != "rate" and getattr(req, n) is not None}
+        if req.ckpt_mode is not None:
+            job["ckpt_mode"] = req.ckpt_mode
         res = _compute(lambda: estimate(
             spec, req.gpu, estimator=req.estimator, peak_tflops=req.peak_tflops, memory_gib=req.memory_gib,
             bandwidth_gbs=req.bandwidth_gbs, provider=req.provider, rate=req.rate,
