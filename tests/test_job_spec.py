@@ -1,32 +1,46 @@
-"""JobSpec (a frozen pydantic model): one-line errors naming the field and the allowed values, the
-model API its users call, and the estimate's tables when the output is not a terminal."""
+"""JobSpec (a frozen dataclass checked as it is built): one-line errors naming the field and the
+allowed values, the fields given, changed copies, options declared once for the CLI, the web API and
+the plan, and the estimate's tables when the output is not a terminal."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 
 import pytest
 
 from tuneplan.errors import InputError
-from tuneplan.specs.job import JOB_GROUPS, METHODS, JobSpec, make_job
+from tuneplan.specs.job import JOB_GROUPS, METHODS, JobSpec, job_fields, job_options, make_job
 
 
-def test_model_api():
+def test_fields_given_copies_and_records():
     j = make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v")
-    assert j.model_fields_set == {"method", "examples", "seq_len", "lora_targets"}
+    assert j.given == {"method", "examples", "seq_len", "lora_targets"}
     assert j.lora_targets == ("q", "v") and j.examples == 1000.0 and isinstance(j.examples, float)
-    d = j.model_dump()
-    assert list(d) == list(JobSpec.model_fields) and JobSpec(**d) == j
-    c = j.model_copy(update={"micro_batch": 8})
-    assert c.micro_batch == 8 and j.micro_batch == 4 and "micro_batch" in c.model_fields_set
+    d = dataclasses.asdict(j)
+    assert list(d) == list(job_fields()) and JobSpec(**d) == j and JobSpec(**d).given == set(d)
+    c = j.updated(micro_batch=8)
+    assert c.micro_batch == 8 and j.micro_batch == 4 and c.given == j.given | {"micro_batch"}
     assert hash(make_job(method="lora", examples=1000, seq_len=512, lora_targets="q,v")) == hash(j)
     assert pickle.loads(pickle.dumps(j)) == j and copy.deepcopy(j) == j
-    assert pickle.loads(pickle.dumps(j)).model_fields_set == j.model_fields_set
-    with pytest.raises(ValueError, match="frozen"):
+    assert pickle.loads(pickle.dumps(j)).given == j.given
+    with pytest.raises(dataclasses.FrozenInstanceError):
         j.micro_batch = 2
-    f = JobSpec.model_fields["micro_batch"]
-    assert f.default == 4 and f.annotation is int and f.json_schema_extra["group"] == "batch and sequence"
+    with pytest.raises(TypeError):
+        j.updated(micro_bach=8)
+    f = job_options()["micro_batch"]
+    assert f.default == 4 and f.type is int and f.extra["group"] == "batch and sequence"
+    assert "save_final" in job_fields() and "save_final" not in job_options()
+
+
+def test_a_derived_copy_is_not_checked_again():
+    """An RL job's reward-model pass is an sft job with the RL job's options left on (`updated`)."""
+    rl = make_job(stage="grpo", group_size=4, method="lora")
+    reward = rl.updated(method="full", stage="sft")
+    assert reward.stage == "sft" and reward.group_size == 4
+    with pytest.raises(InputError, match="group-size applies to the RL stages"):
+        JobSpec(**dataclasses.asdict(reward))
 
 
 def test_text_values_are_read_as_their_type():
@@ -42,11 +56,12 @@ def test_text_values_are_read_as_their_type():
     ({"sharding": "zero9"}, "sharding: unknown value 'zero9' (allowed: none, ddp, zero1,"),
     ({"grad_ckpt": "zz"}, "grad-ckpt: unknown mode 'zz' (allowed: none, selective, full, offload)"),
     ({"gpus": 3, "nodes": 2}, "job: gpus (3) must be divisible by nodes (2)"),
-    ({"lora_targets": ("q", 1)}, "lora-targets.1: Input should be a valid string"),
-    ({"zz": 1}, "zz: Extra inputs are not permitted"),
+    ({"lora_targets": ("q", 1)}, "lora-targets: item 2: '1' is not text"),
+    ({"zz": 1}, "zz: is not a job option"),
+    ({"micro_bach": 1}, "micro-bach: is not a job option; closest: micro-batch"),
     ({"seq_len": "abc"}, "seq-len: 'abc' is not a valid integer"),
     ({"epochs": "many"}, "epochs: 'many' is not a valid number"),
-    ({"packing": "maybe"}, "packing: Input should be a valid boolean, unable to interpret input"),
+    ({"packing": "maybe"}, "packing: 'maybe' is not a valid switch (allowed: true, false)"),
     ({"framework": "zz"}, "framework: unknown framework 'zz' (allowed:"),
     ({"quant": "int3"}, "quant: unknown quantisation 'int3' (allowed: none, int8, nf4,"),
     ({"epochs": 1e308}, "epochs: 1e+308 is beyond any physical fine-tuning run"),
@@ -68,8 +83,7 @@ def test_allowed_values_are_the_literal_choices():
 def test_every_option_has_a_concern_group():
     """Each job option declares its group (its section of --help, of the web form's request model and
     of docs/architecture.md's list): one of the named concerns."""
-    groups = {n: (f.json_schema_extra or {}).get("group") for n, f in JobSpec.model_fields.items()
-              if f.json_schema_extra}
+    groups = {n: o.extra["group"] for n, o in job_options().items()}
     assert groups and set(groups.values()) <= set(JOB_GROUPS)
     assert groups["micro_batch"] == "batch and sequence" and groups["tp"] == "parallelism"
     assert groups["precision"] == "precision" and groups["stage"] == "stage (preference and RL fine-tuning)"
@@ -100,7 +114,7 @@ def test_an_option_is_declared_once():
 
     from tuneplan.commands.common import add_job_args
     from tuneplan.commands.common import job_options as cli_options
-    from tuneplan.specs.job import job_options, plan_axes
+    from tuneplan.specs.job import plan_axes
     from tuneplan.web.schemas import ESTIMATE_JOB, PLAN_JOB, EstimateRequest, PlanRequest
 
     opts = job_options()
@@ -111,7 +125,7 @@ def test_an_option_is_declared_once():
     assert {"method", "micro_batch", "sharding", "grad_ckpt", "gpus"} <= set(plan_axes())
     for name, info in opts.items():  # the help text is the field's, everywhere
         web = next(k for k, v in ESTIMATE_JOB.items() if v == name)
-        assert EstimateRequest.model_fields[web].description == info.description
+        assert EstimateRequest.model_fields[web].description == info.help
     p = argparse.ArgumentParser()
     add_job_args(p, skip=plan_axes())
     flags = {a.dest for a in p._actions}

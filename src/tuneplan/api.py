@@ -3,7 +3,7 @@ figures `tuneplan estimate` prints."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tuneplan.errors import InputError
@@ -110,7 +110,7 @@ class EstimateResult:
             "wall_clock_breakdown_s": {"load": t.load_s, "train": t.train_s, "eval": t.eval_s,
                                        "checkpoint": t.checkpoint_s},
             "workload": self.workload.to_dict(),
-            "job": self.job.model_dump(),
+            "job": asdict(self.job),
             "weights_scheme": weights_scheme(self.job),
             "step_part_labels": {"tensor_parallel": parallel_label(self.job)},
             "assumptions": self.assumptions,
@@ -276,7 +276,7 @@ def job_model_warnings(mspec: ModelSpec, jspec: JobSpec, wl: Workload) -> list[s
     from tuneplan.specs.limits import check_grad_accum_vs_data, check_job_for_model
 
     known = sorted({*ALL_LINEAR, *TARGET_ALIASES, *TARGET_GROUPS, "gate_up"})
-    lowered = jspec.model_copy(update={"lora_targets": tuple(t.strip().lower() for t in jspec.lora_targets)})
+    lowered = jspec.updated(lora_targets=tuple(t.strip().lower() for t in jspec.lora_targets))
     return (check_job_for_model(mspec, lowered, wl.seq_len, known)
             + check_grad_accum_vs_data(wl.samples_per_epoch, jspec.global_batch))
 

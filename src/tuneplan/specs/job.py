@@ -1,27 +1,28 @@
 """What a fine-tuning job is: method, precision, parallelism, batch shape and the work to do.
 
-A frozen pydantic model: pydantic coerces what a config file, the web API or a caller hands each field
-(lax mode) and runs the checks below; `make_job` turns the first failure into an `InputError` naming
-the field and the allowed values (the CLI prints it as one line and exits 2).
+A frozen dataclass whose `__init__` reads each field as its type (text as a config file or a form gives
+it: "8", "2.5", "yes") and checks it against its declaration (choices, positive or zero and up, the
+bound of specs/limits.py) and the combinations; the first failure is an `InputError` naming the field
+and the allowed values (the CLI prints it as one line and exits 2).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
-
 from tuneplan.errors import InputError
-from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
+from tuneplan.specs.framework import (  # noqa: F401 - the choice lists of the job options they name
+    FSDP_ADAPTER_WRAPS,
+    GRAD_ACCUM_SYNCS,
+    MOE_EXPERT_LAYOUTS,
+    OPTIMIZER_IMPLS,
+)
 from tuneplan.specs.limits import JOB_BOUNDS
 from tuneplan.specs.peft import LORA_EQUIVALENT, PEFT_METHOD_NAMES, canonical, method_options, parse_options
 
@@ -103,32 +104,47 @@ def option(default: Any, help: str, group: str, *, flag: str | None = None, numb
     `option` is no flag."""
     extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only, "repeat": repeat,
              "modes": list(modes) or None, "choices": choices, "axis": axis}
-    return Field(default, description=help, json_schema_extra={k: v for k, v in extra.items() if v})
+    return field(default=default, metadata={"help": help, **{k: v for k, v in extra.items() if v}})
 
 
-def job_options() -> dict[str, Any]:
+@dataclass(frozen=True)
+class Option:
+    """A JobSpec field as the interfaces see it: its type (resolved), default, help text and the
+    keys `option` declares (group, flag, number, ...; empty for a field that is no option)."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str | None
+    extra: dict
+
+
+@cache
+def job_fields() -> dict[str, Option]:
+    """Every JobSpec field by name, in declaration order."""
+    hints = typing.get_type_hints(JobSpec)
+    return {f.name: Option(f.name, hints[f.name], f.default, f.metadata.get("help"),
+                           {k: v for k, v in f.metadata.items() if k != "help"}) for f in fields(JobSpec)}
+
+
+def job_options() -> dict[str, Option]:
     """JobSpec's options (the fields declared with `option`) by name, in declaration order: what the
     CLI's job flags and the web API's request fields are generated from."""
-    return {n: f for n, f in JobSpec.model_fields.items() if f.json_schema_extra}
+    return {n: o for n, o in job_fields().items() if o.extra}
 
 
 def plan_axes() -> tuple[str, ...]:
     """The options `tuneplan plan` searches (declared with `axis=True`): not taken as given by a plan."""
-    return tuple(n for n, f in job_options().items() if f.json_schema_extra.get("axis"))
+    return tuple(n for n, o in job_options().items() if o.extra.get("axis"))
 
 
-def _bounded(info: ValidationInfo, v):
-    """A field's value within its physical bound (tuneplan.specs.limits.JOB_BOUNDS)."""
-    upper = JOB_BOUNDS.get(info.field_name or "")
-    if v is not None and upper is not None and v > upper:
-        raise ValueError(f"{v:g} is beyond any physical fine-tuning run (at most {upper:,.0f})")
-    return v
+@dataclass(frozen=True, init=False)
+class JobSpec:
+    """A fine-tuning job. Counts are per run; `micro_batch` is samples per GPU per micro-step.
 
-
-class JobSpec(BaseModel):
-    """A fine-tuning job. Counts are per run; `micro_batch` is samples per GPU per micro-step."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    `JobSpec(**fields)` reads and checks each given field (the rest take their defaults) and then the
+    combinations; `given` is the set of fields given (the physics uses a PEFT method's own defaults
+    where the rank or targets are not). Frozen: `updated(...)` makes a changed copy."""
 
     method: Method = option("lora", "fine-tuning method (default lora)", "method", axis=True)
     lora_rank: int = option(DEFAULT_LORA_RANK, "LoRA rank r (default 16)", "method")
@@ -256,97 +272,31 @@ class JobSpec(BaseModel):
                                    STAGE_GROUP, number="nonneg")
     ppo_epochs: int | None = option(None, "PPO: update epochs per batch of rollouts (4)", STAGE_GROUP)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _ckpt_words(cls, data):
-        """`grad_ckpt` takes a mode word too (none, selective, full, offload, or true/false as text)."""
-        if isinstance(data, dict) and isinstance(data.get("grad_ckpt"), str):
-            data = dict(data)
-            word = data["grad_ckpt"].strip().lower()
-            word = {"true": "full", "1": "full", "yes": "full", "on": "full", "false": "none", "0": "none",
-                    "no": "none", "off": "none"}.get(word, word)
-            if word not in CKPT_MODES:
-                raise ValueError(f"grad_ckpt: unknown mode '{data['grad_ckpt']}' (allowed: {', '.join(CKPT_MODES)})")
-            data["ckpt_mode"] = word
-            data["grad_ckpt"] = word != "none"
-        elif isinstance(data, dict) and data.get("ckpt_mode") not in (None, "auto"):
-            data = dict(data)
-            data["grad_ckpt"] = data["ckpt_mode"] != "none"
-        return data
+    def __init__(self, **given: Any) -> None:
+        values = _read_fields(given)
+        for name, v in values.items():
+            object.__setattr__(self, name, v)
+        object.__setattr__(self, "given", frozenset(given))
+        try:
+            self._combos()
+        except InputError:
+            raise
+        except ValueError as exc:
+            raise InputError("job", str(exc)) from None
 
-    @field_validator("framework")
-    @classmethod
-    def _framework(cls, v: str) -> str:
-        from tuneplan.specs.framework import framework_names
+    def updated(self, **changes: Any) -> JobSpec:
+        """A copy with these fields changed, not checked again (a job derived from a checked one: the
+        RL trainer's share of the GPUs, a reward model's pass); the changed fields count as given."""
+        unknown = set(changes) - set(job_fields())
+        if unknown:
+            raise TypeError(f"JobSpec has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(JobSpec)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        new.__dict__["given"] = self.given | frozenset(changes)
+        return new
 
-        v = (v or FRAMEWORK_DEFAULT).strip().lower()
-        if v not in framework_names():
-            raise ValueError(f"unknown framework '{v}' (allowed: {', '.join(framework_names())})")
-        return v
-
-    @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank", "galore_rank",
-                     "trainable_layers", "ckpt_every", "vpp")
-    @classmethod
-    def _positive(cls, v: int, info: ValidationInfo) -> int:
-        if v < 1:
-            raise ValueError("must be a positive integer")
-        return _bounded(info, v)
-
-    @field_validator("group_size", "completion_len", "prompts_per_step", "ppo_epochs")
-    @classmethod
-    def _opt_positive(cls, v: int | None, info: ValidationInfo) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be a positive integer")
-        return _bounded(info, v)
-
-    @field_validator("seq_len")
-    @classmethod
-    def _seq(cls, v: int | None, info: ValidationInfo) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be a positive integer")
-        return _bounded(info, v)
-
-    @field_validator("method", mode="before")
-    @classmethod
-    def _method_alias(cls, v):
-        return canonical(v) if isinstance(v, str) else v
-
-    @field_validator("peft_options", mode="before")
-    @classmethod
-    def _peft_options(cls, v):
-        return parse_options(v)
-
-    @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs", "trainable_params")
-    @classmethod
-    def _pos_float(cls, v: float | None, info: ValidationInfo) -> float | None:
-        if v is not None and (not math.isfinite(v) or v <= 0):
-            raise ValueError("must be a positive number")
-        return _bounded(info, v)
-
-    @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s", "kl_beta")
-    @classmethod
-    def _nonneg(cls, v: float | None, info: ValidationInfo) -> float | None:
-        if v is not None and (not math.isfinite(v) or v < 0):
-            raise ValueError("must be a number >= 0")
-        return _bounded(info, v)
-
-    @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus", "images_per_example",
-                     "image_size")
-    @classmethod
-    def _nonneg_int(cls, v: int, info: ValidationInfo) -> int:
-        if v < 0:
-            raise ValueError("must be an integer >= 0")
-        return _bounded(info, v)
-
-    @field_validator("quant")
-    @classmethod
-    def _quant(cls, v: str | None) -> str | None:
-        if v is not None and v not in QUANTS:
-            raise ValueError(f"unknown quantisation '{v}' (allowed: {', '.join(QUANTS)})")
-        return v
-
-    @model_validator(mode="after")
-    def _combos(self) -> JobSpec:
+    def _combos(self) -> None:
         if self.gpus % self.nodes:
             raise ValueError(f"gpus ({self.gpus}) must be divisible by nodes ({self.nodes})")
         model_par = self.tp * self.pp * self.cp
@@ -365,7 +315,6 @@ class JobSpec(BaseModel):
             raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
         method_options(self.method, self.peft_options)  # unknown options: InputError naming the allowed ones
         self._stage_combos()
-        return self
 
     def _stage_combos(self) -> None:
         """Stage options that do not apply to the stage, or a rollout split that leaves no trainer."""
@@ -500,37 +449,159 @@ def _framework_defaults(clean: dict) -> dict:
 
 
 def make_job(**kwargs) -> JobSpec:
-    """Build a JobSpec, turning its validation errors into one-line InputErrors naming the field."""
+    """Build a JobSpec from keyword arguments (None: not given), with the framework's defaults for
+    what is not given and `lora_targets` as comma-separated text; errors: one-line InputErrors."""
     clean = {k: v for k, v in kwargs.items() if v is not None}
     clean = _framework_defaults(clean)
     if "lora_targets" in clean and isinstance(clean["lora_targets"], str):
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
-    try:
-        return JobSpec(**clean)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        orig = (err.get("ctx") or {}).get("error")
-        if isinstance(orig, InputError):  # already names its field (peft options, ...)
-            raise orig from None
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "job"
-        field = loc.replace("_", "-")
-        msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        allowed = None
-        if err.get("type") == "literal_error":
-            allowed = {
-                "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
-                "sharding": SHARDINGS, "moe_mode": MOE_MODES, "moe_experts": MOE_EXPERT_LAYOUTS, "padding": PADDINGS,
-                "optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,
-                "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS,
-                "adapter_dtype": ADAPTER_DTYPES, "ckpt_mode": ("auto",) + CKPT_MODES, "cp_mode": CP_MODES,
-                "offload": ("none", "optimizer", "all"), "stage": STAGES, "rollout_engine": ROLLOUT_ENGINES,
-            }.get(loc)
-            got = err.get("input")
-            msg = f"unknown value '{got}'"
-        elif err.get("type") in ("int_parsing", "int_from_float", "float_parsing"):
-            msg = f"'{err.get('input')}' is not a valid {'integer' if 'int' in err['type'] else 'number'}"
-        if not err.get("loc"):
-            field = "job"
-            if msg.startswith("grad_ckpt: "):  # the mode words' check runs before the fields have locations
-                field, msg, allowed = "grad-ckpt", msg.removeprefix("grad_ckpt: ").split(" (allowed")[0], CKPT_MODES
-        raise InputError(field, msg, allowed) from None
+    return JobSpec(**clean)
+
+
+# ---- reading and checking the fields ------------------------------------------------------------
+
+CKPT_WORDS = {"true": "full", "1": "full", "yes": "full", "on": "full", "false": "none", "0": "none", "no": "none",
+              "off": "none"}
+"""`grad_ckpt` as text: a mode word, or a switch word (true = full, false = none)."""
+TRUE_WORDS = frozenset(("1", "on", "t", "true", "y", "yes"))
+FALSE_WORDS = frozenset(("0", "off", "f", "false", "n", "no"))
+"""The words a switch reads as text (case-insensitive)."""
+
+
+class _Bad(ValueError):
+    """A value that is not of its field's type (the message; the field is added by `_read_fields`)."""
+
+
+def _read_fields(given: dict) -> dict:
+    """Every field's value: the given ones read as their type and checked, the rest their defaults."""
+    data = _ckpt_words(dict(given))
+    out = {}
+    for name, opt in job_fields().items():
+        if name not in data:
+            out[name] = opt.default
+            continue
+        try:
+            out[name] = _checked(name, opt, data[name])
+        except _Bad as bad:
+            raise InputError(name.replace("_", "-"), str(bad)) from None
+        except InputError:
+            raise
+        except ValueError as exc:
+            raise InputError(name.replace("_", "-"), str(exc)) from None
+    unknown = [k for k in given if k not in out]
+    if unknown:
+        from tuneplan.errors import closest
+
+        close = closest(unknown[0], list(out))
+        raise InputError(unknown[0].replace("_", "-"), "is not a job option" + (
+            f"; closest: {', '.join(c.replace('_', '-') for c in close)}" if close else ""))
+    return out
+
+
+def _ckpt_words(data: dict) -> dict:
+    """`grad_ckpt` takes a mode word too (none, selective, full, offload, or true/false as text); a
+    `ckpt_mode` other than auto switches checkpointing on or off."""
+    if isinstance(data.get("grad_ckpt"), str):
+        word = data["grad_ckpt"].strip().lower()
+        word = CKPT_WORDS.get(word, word)
+        if word not in CKPT_MODES:
+            raise InputError("grad-ckpt", f"unknown mode '{data['grad_ckpt']}'", CKPT_MODES)
+        data["ckpt_mode"] = word
+        data["grad_ckpt"] = word != "none"
+    elif data.get("ckpt_mode") not in (None, "auto"):
+        data["grad_ckpt"] = data["ckpt_mode"] != "none"
+    return data
+
+
+def _checked(name: str, opt: Option, v: Any) -> Any:
+    """One field's value read as its type and checked against its declaration."""
+    if name == "method" and isinstance(v, str):
+        v = canonical(v)
+    elif name == "peft_options":
+        v = parse_options(v)
+    kind = opt.type
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        if v is None:
+            return None
+        kind = next(t for t in typing.get_args(kind) if t is not type(None))
+    v = _as_type(kind, v, name)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        _in_range(name, opt, v)
+    elif name == "framework":
+        from tuneplan.specs.framework import framework_names
+
+        v = (v or FRAMEWORK_DEFAULT).strip().lower()
+        if v not in framework_names():
+            raise InputError("framework", f"unknown framework '{v}'", framework_names())
+    elif name == "quant" and v not in QUANTS:
+        raise InputError("quant", f"unknown quantisation '{v}'", QUANTS)
+    return v
+
+
+def _in_range(name: str, opt: Option, v: float) -> None:
+    """Positive (or zero and up, `number="nonneg"`), finite, and within JOB_BOUNDS."""
+    nonneg = opt.extra.get("number") == "nonneg"
+    if isinstance(v, int):
+        if v < 0 or (v == 0 and not nonneg):
+            raise ValueError("must be an integer >= 0" if nonneg else "must be a positive integer")
+    elif not math.isfinite(v) or v < 0 or (v == 0 and not nonneg):
+        raise ValueError("must be a number >= 0" if nonneg else "must be a positive number")
+    upper = JOB_BOUNDS.get(name)
+    if upper is not None and v > upper:
+        raise ValueError(f"{v:g} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+
+
+def _as_type(kind: Any, v: Any, name: str) -> Any:
+    """`v` read as `kind` (int, float, bool, str, a Literal, a tuple of them), text included."""
+    if kind is bool:
+        if isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", "") == "b":  # numpy's bool too
+            return bool(v)
+        if isinstance(v, numbers.Real) and v in (0, 1):
+            return bool(v)
+        if isinstance(v, str) and v.strip().lower() in TRUE_WORDS | FALSE_WORDS:
+            return v.strip().lower() in TRUE_WORDS
+        raise _Bad(f"'{v}' is not a valid switch (allowed: true, false)")
+    if kind is int:
+        if isinstance(v, numbers.Integral):
+            return int(v)
+        if isinstance(v, numbers.Real) and math.isfinite(v) and v == int(v):
+            return int(v)
+        if isinstance(v, str) and v.strip().lstrip("+-").isdigit() and v.strip().isascii():
+            return int(v.strip())
+        raise _Bad(f"'{v}' is not a valid integer")
+    if kind is float:
+        if isinstance(v, numbers.Real):
+            return float(v)
+        try:
+            return float(v.strip()) if isinstance(v, str) else _no_number(v)
+        except ValueError:
+            raise _Bad(f"'{v}' is not a valid number") from None
+    if kind is str:
+        if isinstance(v, str):
+            return str(v)
+        raise _Bad(f"'{v}' is not text")
+    if typing.get_origin(kind) is Literal:
+        choices = typing.get_args(kind)
+        if isinstance(v, str) and v in choices:
+            return v
+        raise InputError(name.replace("_", "-"), f"unknown value '{v}'", choices)
+    if typing.get_origin(kind) is tuple:
+        if isinstance(v, (str, bytes, dict)) or not isinstance(v, typing.Iterable):
+            raise _Bad(f"'{v}' is not a list")
+        items = list(v)
+        args = typing.get_args(kind)
+        inner = [args[0]] * len(items) if len(args) == 2 and args[1] is Ellipsis else list(args)
+        if len(inner) != len(items):
+            raise _Bad(f"{items} is not {len(inner)} values")
+        out = []
+        for i, (k, x) in enumerate(zip(inner, items, strict=True)):
+            try:
+                out.append(_as_type(k, x, name))
+            except _Bad as bad:
+                raise _Bad(f"item {i + 1}: {bad}") from None
+        return tuple(out)
+    raise TypeError(f"JobSpec fields of type {kind!r} are not read")
+
+
+def _no_number(v: Any) -> float:
+    raise ValueError(v)

@@ -18,6 +18,7 @@ refused before it starts. The page itself (`static/`) needs no network: its char
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -149,6 +150,8 @@ def jsonable(obj: Any) -> Any:
         return jsonable(obj.to_dict())
     if hasattr(obj, "model_dump"):
         return jsonable(obj.model_dump())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(dataclasses.asdict(obj))
     return str(obj)
 
 

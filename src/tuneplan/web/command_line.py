@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from tuneplan.specs.job import JobSpec, job_options
+from tuneplan.specs.job import job_fields, job_options
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
     ESTIMATE_JOB,
@@ -27,7 +27,7 @@ def _num_arg(v: float | int) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-JOB_DEFAULTS = {n: f.default for n, f in JobSpec.model_fields.items()}
+JOB_DEFAULTS = {n: f.default for n, f in job_fields().items()}
 
 
 def _is_default(name: str, value: Any) -> bool:
@@ -48,7 +48,7 @@ def _job_flags(req: Any, names: dict[str, str]) -> list[str]:
         v = getattr(req, name, None)
         if name == "rate" or v is None or _is_default(field, v):
             continue
-        extra = opts[field].json_schema_extra
+        extra = opts[field].extra
         flag = "--" + (extra.get("flag") or field.replace("_", "-"))
         if isinstance(v, bool):
             if v or not extra.get("switch_only"):

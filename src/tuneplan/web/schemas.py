@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from tuneplan.specs.job import Method, Sharding, job_options, plan_axes
+from tuneplan.specs.job import Method, Option, Sharding, job_options, plan_axes
 from tuneplan.specs.limits import JOB_BOUNDS
 
 ESTIMATORS = ("tuneplan", "kavier", "xia", "planner")
@@ -38,11 +38,11 @@ def _plain_type(annotation):
     return args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
 
 
-def _request_type(name: str, info) -> Any:
+def _request_type(name: str, opt: Option) -> Any:
     """A JobSpec option's type in a request: numbers with their bounds (positive, or zero and up, at
     most JOB_BOUNDS'), Literal choices as declared, names and module lists of bounded length."""
-    extra = info.json_schema_extra
-    kind = _plain_type(info.annotation)
+    extra = opt.extra
+    kind = _plain_type(opt.type)
     low = {"gt": 0} if extra.get("number", "positive") == "positive" else {"ge": 0}
     upper = JOB_BOUNDS.get(name, UNBOUNDED)
     if extra.get("repeat"):
@@ -60,13 +60,13 @@ def _request_type(name: str, info) -> Any:
 
 def request_name(name: str) -> str:
     """The request field of a JobSpec option: its CLI flag's name (`rate` for rate_usd_per_gpu_hour)."""
-    return (job_options()[name].json_schema_extra.get("flag") or name).replace("-", "_")
+    return (job_options()[name].extra.get("flag") or name).replace("-", "_")
 
 
 def _job_model(title: str, names: tuple[str, ...]) -> type[BaseModel]:
     """A request model with these JobSpec options, each optional (absent: JobSpec's default)."""
     opts = job_options()
-    fields = {request_name(n): (_request_type(n, opts[n]) | None, Field(None, description=opts[n].description))
+    fields = {request_name(n): (_request_type(n, opts[n]) | None, Field(None, description=opts[n].help))
               for n in names}
     return create_model(title, __doc__=f"JobSpec's options: {title}.", **fields)
 
