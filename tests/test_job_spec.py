@@ -108,7 +108,7 @@ def test_piped_estimate_tables_are_whole():
 
 def test_an_option_is_declared_once():
     """Every JobSpec option is a CLI flag of estimate, a field of the web's estimate request (named as
-    the flag) and, unless the planner searches it (axis=True), a field of the plan request and a
+    the flag) and, unless the planner searches it (declared with axis=), a field of the plan request and a
     flag of plan."""
     import argparse
 

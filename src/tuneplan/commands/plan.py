@@ -82,7 +82,7 @@ def register(sub) -> None:
     q.add_argument("--budget", "--budget-usd", dest="budget", help="cost limit in $ (e.g. 400)")
     q.add_argument("--objective", choices=OBJECTIVES, default="cheapest",
                    help="cheapest (default), fastest, energy, or balanced (smallest time x cost)")
-    add_job_args(p, skip=plan_axes())  # the job's other options (JobSpec's axis=True ones are searched)
+    add_job_args(p, skip=plan_axes())  # the job's other options (those JobSpec declares with axis= are searched)
     o = p.add_argument_group("output")
     o.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     o.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")

@@ -90,7 +90,7 @@ web API's request model (docs/architecture.md)."""
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
            switch_only: bool = False, repeat: bool = False, modes: tuple[str, ...] = (),
-           choices: str | None = None, axis: bool = False) -> Any:
+           choices: str | None = None, axis: str | None = None) -> Any:
     """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
     once (see docs/architecture.md): `help` is its help text everywhere, `group` its concern (one of
     JOB_GROUPS: its section of `--help` and of the web request model), `flag` its name when not the field's own
@@ -99,7 +99,9 @@ def option(default: Any, help: str, group: str, *, flag: str | None = None, numb
     once per value (NAME=VALUE pairs the field's validator reads), `modes` for a bool flag that also
     takes a mode word (`--grad-ckpt selective`; alone it means true), `choices`
     for a str field whose values a catalog lists ("frameworks": data/frameworks.yaml), `axis` for a
-    field `tuneplan plan` searches (or pins with flags of its own) instead of taking it as given. Choices
+    field `tuneplan plan` searches instead of taking it as given: the plan's axis (`methods`,
+    `micro_batches`, `grad_accums`, `shardings`, `grad_ckpt`: a value given pins it; `gpu_counts`: the
+    plan chooses; `parallel`, `rollout`: the plan's own flags or enumeration). Choices
     come otherwise from the field's Literal type, the default from `default`. A field declared without
     `option` is no flag."""
     extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only, "repeat": repeat,
@@ -133,9 +135,10 @@ def job_options() -> dict[str, Option]:
     return {n: o for n, o in job_fields().items() if o.extra}
 
 
-def plan_axes() -> tuple[str, ...]:
-    """The options `tuneplan plan` searches (declared with `axis=True`): not taken as given by a plan."""
-    return tuple(n for n, o in job_options().items() if o.extra.get("axis"))
+def plan_axes() -> dict[str, str]:
+    """The options `tuneplan plan` searches (declared with `axis=`), each with its plan axis: not
+    flags or request fields of a plan."""
+    return {n: o.extra["axis"] for n, o in job_options().items() if o.extra.get("axis")}
 
 
 @dataclass(frozen=True, init=False)
@@ -146,7 +149,7 @@ class JobSpec:
     combinations; `given` is the set of fields given (the physics uses a PEFT method's own defaults
     where the rank or targets are not). Frozen: `updated(...)` makes a changed copy."""
 
-    method: Method = option("lora", "fine-tuning method (default lora)", "method", axis=True)
+    method: Method = option("lora", "fine-tuning method (default lora)", "method", axis="methods")
     lora_rank: int = option(DEFAULT_LORA_RANK, "LoRA rank r (default 16)", "method")
     lora_targets: tuple[str, ...] = option(
         ("all-linear",), "comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)", "method")
@@ -170,7 +173,7 @@ class JobSpec:
               "parallelism or fp8, else none; default: the framework's (data/frameworks.yaml), else fp32", "precision")
     grad_ckpt: bool = option(False, "activation checkpointing: none, selective (Megatron: recompute attention's "
                                     "core), full (default when given without a mode), offload (checkpoints in "
-                                    "host memory)", "method", modes=CKPT_MODES, axis=True)
+                                    "host memory)", "method", modes=CKPT_MODES, axis="grad_ckpt")
     # --grad-ckpt none|selective|full|offload (a bool still works: true = full, false = none); "auto" = by grad_ckpt
     ckpt_mode: Literal["auto", "none", "selective", "full", "offload"] = "auto"
     ckpt_every: int = option(1, "checkpoint one layer in every N (default 1: all)", "method")
@@ -187,15 +190,15 @@ class JobSpec:
     offload: Literal["none", "optimizer", "all"] = option(
         "none", "optimizer states (and master weights) on the host; all: parameters too (default none)", "method")
     flash_attn: bool = option(True, "FlashAttention / SDPA memory-efficient attention (default on)", "method")
-    gpus: int = option(1, "total GPUs (default 1)", "parallelism", axis=True)
-    nodes: int = option(1, "nodes (default 1)", "parallelism", axis=True)
-    sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism", axis=True)
-    tp: int = option(1, "TP degree (default 1)", "parallelism", axis=True)
-    pp: int = option(1, "PP degree (default 1)", "parallelism", axis=True)
-    cp: int = option(1, "CP degree (default 1)", "parallelism", axis=True)
-    ep: int = option(1, "EP degree (default 1)", "parallelism", axis=True)
-    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "batch and sequence", axis=True)
-    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "batch and sequence", axis=True)
+    gpus: int = option(1, "total GPUs (default 1)", "parallelism", axis="gpu_counts")
+    nodes: int = option(1, "nodes (default 1)", "parallelism", axis="gpu_counts")
+    sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism", axis="shardings")
+    tp: int = option(1, "TP degree (default 1)", "parallelism", axis="parallel")
+    pp: int = option(1, "PP degree (default 1)", "parallelism", axis="parallel")
+    cp: int = option(1, "CP degree (default 1)", "parallelism", axis="parallel")
+    ep: int = option(1, "EP degree (default 1)", "parallelism", axis="parallel")
+    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "batch and sequence", axis="micro_batches")
+    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "batch and sequence", axis="grad_accums")
     grad_accum_sync: Literal["every-micro-batch", "no-sync"] = option(
         "every-micro-batch", "FSDP under gradient accumulation: every-micro-batch (each backward reduce-scatters, a GPU "
                              "keeps its gradient shard) or no-sync (FSDP no_sync until the last micro-batch, as HF "
@@ -263,9 +266,9 @@ class JobSpec:
     prompts_per_step: int | None = option(None, "RL: prompts per optimizer step (default: micro-batch x grad-accum "
                                                 "x GPUs / group size)", STAGE_GROUP)
     rollout_engine: Literal["hf", "vllm"] = option("hf", "RL: HF generate in the training process (default) or "
-                                                         "vLLM", STAGE_GROUP, axis=True)
+                                                         "vLLM", STAGE_GROUP, axis="rollout")
     rollout_gpus: int = option(0, "RL with vllm: GPUs of --gpus serving vLLM (default 0: colocated in the training "
-                                  "process)", STAGE_GROUP, number="nonneg", axis=True)
+                                  "process)", STAGE_GROUP, number="nonneg", axis="rollout")
     reward_model: str | None = option(None, "RL: reward model (catalog name / HF id; default: a rule-based reward)",
                                       STAGE_GROUP)
     kl_beta: float | None = option(None, "RL: KL coefficient (TRL: grpo 0 = no reference model, rloo/ppo 0.05)",
