@@ -90,10 +90,18 @@ def test_every_option_has_a_concern_group():
     assert groups["rate_usd_per_gpu_hour"] == "work and money"
 
 
-def test_piped_estimate_tables_are_whole():
+def test_piped_estimate_tables_are_whole(monkeypatch):
     """Not a terminal: the tables take their content's width; no header or cell is cut at 80 columns."""
+    import io
+
     import tuneplan
-    from tuneplan.report.tables import estimate_text
+    from tuneplan.report.tables import estimate_text, report_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert report_console(file=io.StringIO()).width > 1000
+    monkeypatch.setenv("COLUMNS", "100")  # a width asked for is kept
+    assert report_console(file=io.StringIO()).width == 100
+    monkeypatch.delenv("COLUMNS")
 
     r = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", method="lora", examples=1000, seq_len=512)
     text = estimate_text(r)

@@ -119,14 +119,25 @@ class Option:
     default: Any
     help: str | None
     extra: dict
+    kind: Any = None  # the type without `| None`
+    nullable: bool = False  # None allowed
+    choices: tuple = ()  # a Literal's values
 
 
 @cache
 def job_fields() -> dict[str, Option]:
     """Every JobSpec field by name, in declaration order."""
     hints = typing.get_type_hints(JobSpec)
-    return {f.name: Option(f.name, hints[f.name], f.default, f.metadata.get("help"),
-                           {k: v for k, v in f.metadata.items() if k != "help"}) for f in fields(JobSpec)}
+    out = {}
+    for f in fields(JobSpec):
+        hint = hints[f.name]
+        inner = [t for t in typing.get_args(hint) if t is not type(None)]
+        nullable = typing.get_origin(hint) in (typing.Union, types.UnionType) and len(inner) == 1
+        kind = inner[0] if nullable else hint
+        out[f.name] = Option(f.name, hint, f.default, f.metadata.get("help"),
+                             {k: v for k, v in f.metadata.items() if k != "help"}, kind, nullable,
+                             typing.get_args(kind) if typing.get_origin(kind) is Literal else ())
+    return out
 
 
 def job_options() -> dict[str, Option]:
@@ -276,10 +287,8 @@ class JobSpec:
     ppo_epochs: int | None = option(None, "PPO: update epochs per batch of rollouts (4)", STAGE_GROUP)
 
     def __init__(self, **given: Any) -> None:
-        values = _read_fields(given)
-        for name, v in values.items():
-            object.__setattr__(self, name, v)
-        object.__setattr__(self, "given", frozenset(given))
+        self.__dict__.update(_read_fields(given))  # frozen: set here only
+        self.__dict__["given"] = frozenset(given)
         try:
             self._combos()
         except InputError:
@@ -478,20 +487,18 @@ class _Bad(ValueError):
 def _read_fields(given: dict) -> dict:
     """Every field's value: the given ones read as their type and checked, the rest their defaults."""
     data = _ckpt_words(dict(given))
-    out = {}
-    for name, opt in job_fields().items():
-        if name not in data:
-            out[name] = opt.default
-            continue
+    opts = job_fields()
+    out = {name: opt.default for name, opt in opts.items()}
+    for name in sorted((k for k in data if k in opts), key=_position().__getitem__):  # errors in field order
         try:
-            out[name] = _checked(name, opt, data[name])
+            out[name] = _checked(name, opts[name], data[name])
         except _Bad as bad:
             raise InputError(name.replace("_", "-"), str(bad)) from None
         except InputError:
             raise
         except ValueError as exc:
             raise InputError(name.replace("_", "-"), str(exc)) from None
-    unknown = [k for k in given if k not in out]
+    unknown = [k for k in given if k not in opts]
     if unknown:
         from tuneplan.errors import closest
 
@@ -499,6 +506,11 @@ def _read_fields(given: dict) -> dict:
         raise InputError(unknown[0].replace("_", "-"), "is not a job option" + (
             f"; closest: {', '.join(c.replace('_', '-') for c in close)}" if close else ""))
     return out
+
+
+@cache
+def _position() -> dict[str, int]:
+    return {name: i for i, name in enumerate(job_fields())}
 
 
 def _ckpt_words(data: dict) -> dict:
@@ -522,12 +534,14 @@ def _checked(name: str, opt: Option, v: Any) -> Any:
         v = canonical(v)
     elif name == "peft_options":
         v = parse_options(v)
-    kind = opt.type
-    if typing.get_origin(kind) in (typing.Union, types.UnionType):
-        if v is None:
-            return None
-        kind = next(t for t in typing.get_args(kind) if t is not type(None))
-    v = _as_type(kind, v, name)
+    if v is None and opt.nullable:
+        return None
+    if opt.choices:
+        if isinstance(v, str) and v in opt.choices:
+            return str(v)
+        raise InputError(name.replace("_", "-"), f"unknown value '{v}'", opt.choices)
+    if type(v) is not opt.kind:  # already of its type: nothing to read
+        v = _as_type(opt.kind, v, name)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         _in_range(name, opt, v)
     elif name == "framework":
