@@ -12,6 +12,7 @@ import math
 import numbers
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any, Literal
@@ -90,7 +91,8 @@ web API's request model (docs/architecture.md)."""
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
            switch_only: bool = False, repeat: bool = False, modes: tuple[str, ...] = (),
-           choices: str | None = None, axis: str | None = None) -> Any:
+           choices: str | None = None, axis: str | None = None, read: Callable[[Any], Any] | None = None,
+           check: Callable[[Any], Any] | None = None) -> Any:
     """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
     once (see docs/architecture.md): `help` is its help text everywhere, `group` its concern (one of
     JOB_GROUPS: its section of `--help` and of the web request model), `flag` its name when not the field's own
@@ -101,12 +103,34 @@ def option(default: Any, help: str, group: str, *, flag: str | None = None, numb
     for a str field whose values a catalog lists ("frameworks": data/frameworks.yaml), `axis` for a
     field `tuneplan plan` searches instead of taking it as given: the plan's axis (`methods`,
     `micro_batches`, `grad_accums`, `shardings`, `grad_ckpt`: a value given pins it; `gpu_counts`: the
-    plan chooses; `parallel`, `rollout`: the plan's own flags or enumeration). Choices
+    plan chooses; `parallel`, `rollout`: the plan's own flags or enumeration), `read` for a function
+    that reads the given value before its type does (aliases, NAME=VALUE text), `check` for one that
+    checks (and may normalise) the typed value beyond its type, number and bound. Choices
     come otherwise from the field's Literal type, the default from `default`. A field declared without
     `option` is no flag."""
     extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only, "repeat": repeat,
-             "modes": list(modes) or None, "choices": choices, "axis": axis}
+             "modes": list(modes) or None, "choices": choices, "axis": axis, "read": read, "check": check}
     return field(default=default, metadata={"help": help, **{k: v for k, v in extra.items() if v}})
+
+
+def _method_alias(v: Any) -> Any:
+    """A method's other names (specs/peft.py: "LoRA", "prefix" ...) read as the catalogue's."""
+    return canonical(v) if isinstance(v, str) else v
+
+
+def _known_framework(v: str) -> str:
+    from tuneplan.specs.framework import framework_names
+
+    v = (v or FRAMEWORK_DEFAULT).strip().lower()
+    if v not in framework_names():
+        raise InputError("framework", f"unknown framework '{v}'", framework_names())
+    return v
+
+
+def _known_quant(v: str) -> str:
+    if v not in QUANTS:
+        raise InputError("quant", f"unknown quantisation '{v}'", QUANTS)
+    return v
 
 
 @dataclass(frozen=True)
@@ -160,7 +184,8 @@ class JobSpec:
     combinations; `given` is the set of fields given (the physics uses a PEFT method's own defaults
     where the rank or targets are not). Frozen: `updated(...)` makes a changed copy."""
 
-    method: Method = option("lora", "fine-tuning method (default lora)", "method", axis="methods")
+    method: Method = option("lora", "fine-tuning method (default lora)", "method", axis="methods",
+                            read=_method_alias)
     lora_rank: int = option(DEFAULT_LORA_RANK, "LoRA rank r (default 16)", "method")
     lora_targets: tuple[str, ...] = option(
         ("all-linear",), "comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)", "method")
@@ -169,7 +194,7 @@ class JobSpec:
     precision: Precision = option("bf16", "compute precision (default bf16); fp8, nvfp4, mxfp4: the linear layers at low "
                                                     "precision", "precision")
     quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4, aqlm-2bit, fp8 (default: as the "
-                                     "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "precision")
+                                     "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "precision", check=_known_quant)
     optimizer: Optimizer = option("adamw", "optimizer (default adamw; galore-adamw: full fine-tuning with GaLore's "
                                            "low-rank moments of the block linears)", "method")
     galore_rank: int = option(DEFAULT_GALORE_RANK, "GaLore: projection rank r of the block linears' moments "
@@ -190,7 +215,7 @@ class JobSpec:
     ckpt_every: int = option(1, "checkpoint one layer in every N (default 1: all)", "method")
     act_offload: bool = option(False, "offload saved activations to host memory (default off)", "method")
     framework: str = option(FRAMEWORK_DEFAULT, "the training stack: its kernels and defaults (data/frameworks.yaml; "
-                                               "default generic)", "method", choices="frameworks")
+                                               "default generic)", "method", choices="frameworks", check=_known_framework)
     fused_ce: bool | None = option(None, "fused linear + cross-entropy (Liger, Cut Cross-Entropy): no full logits "
                                          "(default: by framework)", "method")
     sequence_parallel: bool | None = option(None, "Megatron sequence parallel with --tp (default: by framework)",
@@ -239,7 +264,7 @@ class JobSpec:
     peft_options: tuple[tuple[str, str], ...] = option(
         (), "an option of the PEFT method in peft's own config names, e.g. num_virtual_tokens=30, oft_block_size=64, "
             "n_frequency=2000 (repeatable; the rest take peft's defaults; --lora-rank and --lora-targets set r and "
-            "target_modules)", "method", flag="peft-option", repeat=True)
+            "target_modules)", "method", flag="peft-option", repeat=True, read=parse_options)
     trainable_params: float | None = option(
         None, "--method adapter: the adapter's trainable parameter count (any method tuneplan does not name)", "method")
     moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
@@ -530,10 +555,8 @@ def _ckpt_words(data: dict) -> dict:
 
 def _checked(name: str, opt: Option, v: Any) -> Any:
     """One field's value read as its type and checked against its declaration."""
-    if name == "method" and isinstance(v, str):
-        v = canonical(v)
-    elif name == "peft_options":
-        v = parse_options(v)
+    if "read" in opt.extra:
+        v = opt.extra["read"](v)
     if v is None and opt.nullable:
         return None
     if opt.choices:
@@ -544,14 +567,8 @@ def _checked(name: str, opt: Option, v: Any) -> Any:
         v = _as_type(opt.kind, v, name)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         _in_range(name, opt, v)
-    elif name == "framework":
-        from tuneplan.specs.framework import framework_names
-
-        v = (v or FRAMEWORK_DEFAULT).strip().lower()
-        if v not in framework_names():
-            raise InputError("framework", f"unknown framework '{v}'", framework_names())
-    elif name == "quant" and v not in QUANTS:
-        raise InputError("quant", f"unknown quantisation '{v}'", QUANTS)
+    if "check" in opt.extra:
+        v = opt.extra["check"](v)
     return v
 
 
