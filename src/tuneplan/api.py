@@ -3,6 +3,7 @@ figures `tuneplan estimate` prints."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,6 @@ from tuneplan.specs.gpu import GPUSpec, gpu_assumptions
 from tuneplan.specs.job import JobSpec, make_job
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.resolve import resolve_gpu_arg, resolve_model_arg, resolve_rate
-from tuneplan.specs.struct import dataclass, field
 
 
 @dataclass
@@ -106,7 +106,7 @@ class EstimateResult:
             "wall_clock_breakdown_s": {"load": t.load_s, "train": t.train_s, "eval": t.eval_s,
                                        "checkpoint": t.checkpoint_s},
             "workload": self.workload.to_dict(),
-            "job": self.job.model_dump(),
+            "job": asdict(self.job),
             "weights_scheme": weights_scheme(self.job),
             "step_part_labels": {"tensor_parallel": parallel_label(self.job)},
             "assumptions": self.assumptions,
@@ -254,7 +254,7 @@ def checkpointing_flip(mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len
 
     if jspec.ckpt_mode != "auto" or getattr(est, "memory_model", None) is None:
         return []
-    other = jspec.model_copy(update={"grad_ckpt": not jspec.grad_ckpt})
+    other = jspec.updated(grad_ckpt=not jspec.grad_ckpt)
     o2 = est.predict_arrays(build_arrays([(mspec, gspec, other, seq_len)], est.constants))
     fits, fits2 = bool(_scalar(out, "fits")), bool(_scalar(o2, "fits"))
     if fits == fits2:
@@ -304,7 +304,7 @@ def job_model_warnings(mspec: ModelSpec, jspec: JobSpec, wl: Workload) -> list[s
     from tuneplan.specs.limits import check_grad_accum_vs_data, check_job_for_model
 
     known = sorted({*ALL_LINEAR, *TARGET_ALIASES, *TARGET_GROUPS, "gate_up"})
-    lowered = jspec.model_copy(update={"lora_targets": tuple(t.strip().lower() for t in jspec.lora_targets)})
+    lowered = jspec.updated(lora_targets=tuple(t.strip().lower() for t in jspec.lora_targets))
     return (check_job_for_model(mspec, lowered, wl.seq_len, known)
             + check_grad_accum_vs_data(wl.samples_per_epoch, jspec.global_batch))
 

@@ -39,15 +39,16 @@ def run_models(args: argparse.Namespace) -> int:
         print(title)
         print(plain_table(MODEL_COLUMNS, rows))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from tuneplan.report.tables import report_console
 
     t = Table(title=title, title_justify="left")
     for col, j in MODEL_COLUMNS:
         t.add_column(col, justify=j, no_wrap=col == "name")
     for r in rows:
         t.add_row(*r)
-    Console().print(t)
+    report_console().print(t)
     return 0
 
 
@@ -83,15 +84,16 @@ def run_gpus(args: argparse.Namespace) -> int:
         print(title)
         print(plain_table(tuple((c, "left" if c == "name" else "right") for c in cols), rows))
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from tuneplan.report.tables import report_console
 
         t = Table(title=title, title_justify="left")
         for col in cols:
             t.add_column(col, justify="left" if col == "name" else "right", no_wrap=col == "name")
         for r in rows:
             t.add_row(*r)
-        Console().print(t)
+        report_console().print(t)
     from tuneplan.specs.gpu import gpu_families
 
     fams = gpu_families()

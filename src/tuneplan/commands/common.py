@@ -98,16 +98,14 @@ def _plain_type(annotation):
 def job_options() -> dict[str, tuple[str, str, dict]]:
     """JobSpec's options (fields declared with `specs.job.option`) as {field: (flag, --help group,
     argparse keywords)}: the one place a job flag is declared is its field."""
-    from tuneplan.specs.job import JobSpec
+    from tuneplan.specs.job import job_options as options
 
     out: dict[str, tuple[str, dict]] = {}
-    for name, f in JobSpec.model_fields.items():
-        extra = f.json_schema_extra or {}
-        if "group" not in extra:
-            continue
+    for name, opt in options().items():
+        extra = opt.extra
         flag = extra.get("flag") or name.replace("_", "-")
-        kind = _plain_type(f.annotation)
-        kw: dict = {"dest": flag.replace("-", "_"), "default": None, "help": f.description}
+        kind = _plain_type(opt.type)
+        kw: dict = {"dest": flag.replace("-", "_"), "default": None, "help": opt.help}
         if extra.get("repeat"):
             kw.update(action="append", metavar="NAME=VALUE")
         elif kind is bool and extra.get("modes"):
@@ -140,9 +138,9 @@ def add_job_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> dict
         if kw.get("nargs") == "?":
             groups[group].add_argument("--no-" + flag[2:], dest=kw["dest"], action="store_const", const="false",
                                        help=f"same as {flag} false")
-    if "money and energy" in groups:
-        groups["money and energy"].add_argument("--provider", help="take the price from this provider")
-        groups["money and energy"].add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
+    if "work and money" in groups:
+        groups["work and money"].add_argument("--provider", help="take the price from this provider")
+        groups["work and money"].add_argument("--prices", help="price file (CSV/YAML) instead of the shipped one")
     return groups
 
 

@@ -167,12 +167,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from tuneplan.errors import InputError
     from tuneplan.learn.learners import LEARNERS
     from tuneplan.learn.validate import SPLITS, check_reveal, validate
+    from tuneplan.report.tables import report_console
     from tuneplan.runs import load_reference_runs
 
     if args.split not in SPLITS:
@@ -193,7 +193,7 @@ def run_validate(args: argparse.Namespace) -> int:
         raise InputError("seed", f"must be an integer in [0, 2^32) (got {shown_number(args.seed)})")
     check_plot_path(args.plot)
     table = _read(args.runs, args.strict) if args.runs else load_reference_runs()
-    console = Console(stderr=True)
+    console = report_console(stderr=True)
     with console.status("validating") as status:
         report = validate(table.df, args.split, args.seed, learners, args.interval,
                           progress=lambda name: status.update(f"fold {name}"), reveal=args.reveal,
@@ -221,7 +221,7 @@ def run_validate(args: argparse.Namespace) -> int:
         t.add_row(r["estimator"], r["source"], str(r["n_throughput"]), pct(r["throughput_mdape"]),
                   pct(r["throughput_mape"]), pct(r["within_10"]), pct(r["within_25"]), str(r["n_memory"]),
                   pct(r["memory_mdape"]), pct(r["fit_accuracy"]) + (f" of {r['n_fit']}" if r["n_fit"] else ""))
-    out = Console()
+    out = report_console()
     out.print(t)
     for r in m[m["source"] == "ALL"].to_dict("records"):
         if r["n_fit"]:

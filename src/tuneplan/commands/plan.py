@@ -28,12 +28,7 @@ from tuneplan.commands.common import (
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
 from tuneplan.plan.objectives import OBJECTIVES
-from tuneplan.specs.job import METHODS, SHARDINGS
-
-PLAN_AXES = ("method", "gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "sharding", "grad_ckpt",
-             "rollout_engine", "rollout_gpus")
-"""Job fields the planner searches (or pins with flags of its own; the RL rollout split it
-enumerates itself): not taken as job flags."""
+from tuneplan.specs.job import METHODS, SHARDINGS, plan_axes
 
 
 def _int_list(text: str) -> list[int]:
@@ -90,7 +85,7 @@ def register(sub) -> None:
     q.add_argument("--budget", "--budget-usd", dest="budget", help="cost limit in $ (e.g. 400)")
     q.add_argument("--objective", choices=OBJECTIVES, default="cheapest",
                    help="cheapest (default), fastest, energy, or balanced (smallest time x cost)")
-    add_job_args(p, skip=PLAN_AXES)  # the job's other options, as estimate has them
+    add_job_args(p, skip=plan_axes())  # the job's other options (those JobSpec declares with axis= are searched)
     add_data_args(p, collator=False)
     o = p.add_argument_group("output")
     o.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
@@ -290,10 +285,11 @@ def _interval_text(r: dict) -> str:
 
 
 def print_plan(res, top: int = 10) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    from tuneplan.report.tables import report_console
+
+    con = report_console()
     wl = res.workload
     work = f"{wl.samples_per_epoch:,.0f} samples x {wl.seq_len} tokens x {wl.epochs:g} epoch(s)"
     con.print(f"[bold]Plan for {res.model}[/bold]: {work}")
@@ -367,10 +363,11 @@ def run_curve(args: argparse.Namespace) -> int:
         json.dump(res.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
         print()
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    from tuneplan.report.tables import report_console
+
+    con = report_console()
     t = Table(title=f"{res.model} · {res.method} · {res.gpus} x {res.gpu} · seq_len {res.seq_len}",
               title_justify="left", header_style="bold")
     for col in ("micro-batch", "tokens/s", "step", "memory/GPU", "fits"):

@@ -15,10 +15,10 @@ fraction of the full causal attention it computes is sum(l^2) / (sequences x len
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tuneplan.errors import InputError
-from tuneplan.specs.struct import dataclass
 
 MODES = ("max", "longest", "group-by-length")
 PACKINGS = ("bfd", "wrapped")

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tuneplan.errors import InputError
-from tuneplan.specs.struct import dataclass, field
 
 SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
 FILE_KINDS = ("jsonl", "json", "csv", "parquet", "arrow")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from tuneplan.corpus.collate import Collation
 from tuneplan.corpus.read import ReadState, examples, file_kind
 from tuneplan.corpus.tokens import CHARS_PER_TOKEN, CharCounter, TokenCounter, token_counter
-from tuneplan.specs.struct import dataclass, field
 
 PROGRESS_MIN_BYTES = 32 << 20
 """A progress bar (stderr, only on a terminal) for reads of more than 32 MiB."""

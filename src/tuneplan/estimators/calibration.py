@@ -21,7 +21,7 @@ from tuneplan.errors import DataFileError, InputError, read_user_text
 
 if TYPE_CHECKING:
     from pathlib import Path
-from tuneplan.specs.struct import dataclass, field
+from dataclasses import dataclass, field
 
 FORMAT = "tuneplan-calibration"
 VERSION = 1

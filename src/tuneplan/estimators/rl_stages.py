@@ -125,8 +125,8 @@ def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
         rm = resolve_model(jspec.reward_model)
     except InputError as exc:
         raise InputError("reward-model", str(exc).split(": ", 1)[-1]) from None
-    rjob = jspec.model_copy(update={"method": "full", "quant": None, "stage": "sft",
-                                    "gpus": jspec.gpus - jspec.rollout_gpus, "rollout_gpus": 0})
+    rjob = jspec.updated(method="full", quant=None, stage="sft",
+                                    gpus=jspec.gpus - jspec.rollout_gpus, rollout_gpus=0)
     return rm, build_arrays([(rm, gspec, rjob, seq)], c), rjob
 
 
@@ -142,7 +142,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     epochs = jspec.ppo_epochs or int(d["ppo_epochs"])
     prompts, n, ga = rl_batch(jspec, group)
     train_gpus = jspec.gpus - jspec.rollout_gpus
-    train_job = jspec.model_copy(update={"gpus": train_gpus, "grad_accum": ga, "rollout_gpus": 0})
+    train_job = jspec.updated(gpus=train_gpus, grad_accum=ga, rollout_gpus=0)
     seq = prompt_len + completion
     a = build_arrays([(mspec, gspec, train_job, seq)], c)
     out = dict(est.predict_arrays(a))
@@ -169,7 +169,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     t_value = 0.0
     if jspec.stage == "ppo":
         vspec, va, vjob = rm if rm is not None else (mspec, None, None)
-        vjob = train_job.model_copy(update={"method": "full", "quant": None})
+        vjob = train_job.updated(method="full", quant=None)
         va = build_arrays([(vspec, gspec, vjob, seq)], c)
         vout = dict(est.predict_arrays(va))
         t_value = forward_only(vout, va) + epochs * vout["step_s"]

@@ -5,9 +5,9 @@ needs no fitting code (numpy arrays); it is stored in a calibration file's paylo
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass, field
 
-from tuneplan.specs.struct import dataclass, field
+import numpy as np
 
 
 @dataclass

@@ -59,7 +59,7 @@ def preference_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_
     shape = ps.stage_shape(jspec.stage)
     ref_pass = shape.reference > 0 and not jspec.precompute_ref
     ref_weights = ps.reference_weights_needed(shape.reference > 0, jspec.is_lora_family, jspec.precompute_ref)
-    pol_job = jspec.model_copy(update={"micro_batch": int(jspec.micro_batch * shape.trained)})
+    pol_job = jspec.updated(micro_batch=int(jspec.micro_batch * shape.trained))
     a = build_arrays([(mspec, gspec, pol_job, seq_len)], c)
     out = dict(est.predict_arrays(a))
     fwd = forward_only(out, a) / shape.trained  # one sequence per sample, all micro-steps

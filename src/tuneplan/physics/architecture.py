@@ -8,11 +8,12 @@ configurations like the rest of the physics.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tuneplan.errors import InputError
 from tuneplan.specs.model import ModelSpec, SSMShape, VisionTower
-from tuneplan.specs.struct import dataclass
 
 Arrays = dict[str, np.ndarray]
 

@@ -7,7 +7,7 @@ choices, not tuned to any measured row.
 
 from __future__ import annotations
 
-from tuneplan.specs.struct import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 
 @dataclass(frozen=True)

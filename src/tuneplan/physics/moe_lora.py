@@ -28,11 +28,12 @@ weights' dtype, `_LoraFactorsProxy`), so that:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tuneplan.physics.stack import get
 from tuneplan.specs.peft import peft_version_key
-from tuneplan.specs.struct import dataclass
 
 PEFT_021_STACKED_MOE_TYPES = frozenset({
     "mixtral", "minimax", "minimax_m2",

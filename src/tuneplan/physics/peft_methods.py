@@ -70,7 +70,7 @@ def lora_equivalent(method: str) -> str:
 
 def _rank(job: JobSpec, default: int | None) -> int:
     """--lora-rank when given, else the method's peft default."""
-    if "lora_rank" in job.model_fields_set or default is None:
+    if "lora_rank" in job.given or default is None:
         return int(job.lora_rank)
     return int(default)
 
@@ -95,7 +95,7 @@ def default_targets(model: ModelSpec, kind: str) -> tuple[str, ...]:
 def select_modules(model: ModelSpec, job: JobSpec, kind: str) -> tuple[list[LinearShape], bool]:
     """The linear modules a module-targeting method adapts, and whether they are peft's defaults
     (kind 'lora': AdaLoRA and LoRA-FA take --lora-targets and its default, all-linear, as LoRA does)."""
-    explicit = "lora_targets" in job.model_fields_set or kind == "lora"
+    explicit = "lora_targets" in job.given or kind == "lora"
     targets = normalise_targets(job.lora_targets) if explicit else default_targets(model, kind)
     names = {lin.name for lin in model.linears}
     if "all-linear" in targets or "all" in targets:
@@ -403,7 +403,7 @@ def peft_memory_bytes(a: dict, tokens: np.ndarray, split: np.ndarray) -> tuple:
 def _targets_text(model: ModelSpec, job: JobSpec, kind: str) -> str:
     modules, default = select_modules(model, job, kind)
     names = ", ".join(dict.fromkeys(m.name for m in modules))
-    if kind == "lora" and "lora_targets" not in job.model_fields_set:
+    if kind == "lora" and "lora_targets" not in job.given:
         return f"targets {names} (LoRA's default, all-linear; --lora-targets to change)"
     return f"targets {names}" + (" (peft's default for this architecture; --lora-targets to change)" if default else "")
 
@@ -423,7 +423,7 @@ def peft_assumptions(model: ModelSpec, job: JobSpec) -> list[str]:
     settings: list[str] = []
     if method in MODULE_METHODS and method != "adalora" and (info.rank is not None or method == "lora-fa"):
         r = _rank(job, info.rank)
-        given = "lora_rank" in job.model_fields_set
+        given = "lora_rank" in job.given
         given_text = "" if given else " (LoRA's default, --lora-rank)" if info.rank is None else " (peft's default)"
         settings.append(f"r = {r}{given_text}")
     if method in MODULE_METHODS:

@@ -5,6 +5,7 @@ energy and CO2."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -12,7 +13,6 @@ from tuneplan.errors import InputError
 from tuneplan.physics.codes import full_weights
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, DEFAULT_GRID_GCO2_KWH, PhysicsConstants
 from tuneplan.specs.job import JobSpec
-from tuneplan.specs.struct import asdict, dataclass
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ are TRL's (trl 1.16 config dataclasses) unless said otherwise; docs/stages.md st
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
-from tuneplan.specs.struct import dataclass
+import numpy as np
 
 # ---- TRL defaults (trl 1.16.0: trl/trainer/*_config.py) ------------------------------------------
 GRPO_GROUP_SIZE = 8

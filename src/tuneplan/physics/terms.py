@@ -9,6 +9,7 @@ configuration or a million.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,7 +23,6 @@ from tuneplan.physics.targets import normalise_targets
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
-from tuneplan.specs.struct import dataclass, field
 
 PEFT_PHYSICS = MODULE_METHODS + ("prefix-tuning", "prompt-tuning", "p-tuning", "ln-tuning", "adapter")
 PRECISION_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 2.0, "nvfp4": 2.0, "mxfp4": 2.0}
@@ -472,7 +472,7 @@ def terms_key(job: JobSpec) -> tuple:
     return (job.method, job.lora_rank, job.lora_targets, job.trainable_layers, job.precision, job.quant,
             job.optimizer, job.grad_ckpt, job.moe_mode, job.moe_experts, job.images_per_example, job.image_size,
             job.train_vision_tower, job.peft_options, job.trainable_params,
-            frozenset(job.model_fields_set & {"lora_rank", "lora_targets"}), job.ckpt_mode)
+            frozenset(job.given & {"lora_rank", "lora_targets"}), job.ckpt_mode)
 
 
 def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None) -> dict[str, np.ndarray]:

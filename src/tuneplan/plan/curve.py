@@ -5,7 +5,7 @@ runs file are overlaid when they match the model, GPU, method and GPU count."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,7 +44,7 @@ class CurveResult:
             "seq_len": self.seq_len, "max_micro_batch": self.max_micro_batch,
             "memory_capacity_gib": self.memory_capacity_gib, "points": records(self.points),
             "measured": records(self.measured) if self.measured is not None else [],
-            "job": self.job.model_dump(), "notes": self.notes,
+            "job": asdict(self.job), "notes": self.notes,
         }
 
 

@@ -8,7 +8,7 @@ alone already fits more cheaply."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from tuneplan.errors import InputError
 from tuneplan.specs.gpu import GPUSpec
@@ -114,7 +114,7 @@ def _evaluate(model: ModelSpec, gpu: GPUSpec, job: JobSpec, seq_len: int, estima
     """(GPU-seconds per sample, GiB per GPU, fix) of each fix that makes the run fit."""
     from tuneplan.physics.terms import build_arrays
 
-    base = job.model_dump()
+    base = asdict(job)
     fits = []
     for fix in fixes:
         try:

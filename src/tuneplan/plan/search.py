@@ -46,7 +46,7 @@ from tuneplan.plan.space import (
 )
 from tuneplan.plan.units import hours, money
 from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, has_known_power
-from tuneplan.specs.job import METHODS, JobSpec, make_job
+from tuneplan.specs.job import METHODS, JobSpec, make_job, plan_axes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -439,6 +439,10 @@ def _space_dict(space: Space) -> dict[str, Any]:
             "gpus_per_node": space.gpus_per_node}
 
 
+PIN_AS = {"micro_batches": int, "grad_accums": int, "grad_ckpt": bool}
+"""How a pinned axis reads the value given for its JobSpec option (the others take it as given)."""
+
+
 def _pin_axes(fixed_job_fields: dict, methods, micro_batches, grad_accums, shardings, grad_ckpt, rate,
               grid_gco2_kwh) -> tuple:
     """A single value for an axis pins it; grid fields given as fixed job fields do too. Returns the
@@ -452,18 +456,18 @@ def _pin_axes(fixed_job_fields: dict, methods, micro_batches, grad_accums, shard
     if isinstance(shardings, str):
         shardings = _as_list(shardings)
     fixed = {k: v for k, v in fixed_job_fields.items() if v is not None}
-    if "method" in fixed:
-        methods = [fixed.pop("method")]
-    if "micro_batch" in fixed:
-        micro_batches = [int(fixed.pop("micro_batch"))]
-    if "grad_accum" in fixed:
-        grad_accums = [int(fixed.pop("grad_accum"))]
-    if "sharding" in fixed:
-        shardings = [fixed.pop("sharding")]
-    if "grad_ckpt" in fixed:
-        grad_ckpt = (bool(fixed.pop("grad_ckpt")),)
-    if "gpus" in fixed or "nodes" in fixed:
-        raise InputError("gpus", "the planner chooses the GPU count: give max_gpus (and gpus= the GPU types)")
+    axes = {"methods": methods, "micro_batches": micro_batches, "grad_accums": grad_accums, "shardings": shardings,
+            "grad_ckpt": grad_ckpt}
+    for name, axis in plan_axes().items():  # JobSpec's options declared with axis=...
+        if name not in fixed:
+            continue
+        if axis == "gpu_counts":
+            raise InputError("gpus", "the planner chooses the GPU count: give max_gpus (and gpus= the GPU types)")
+        if axis in axes:  # a value for a searched option pins its axis
+            axes[axis] = [PIN_AS.get(axis, lambda v: v)(fixed.pop(name))]
+    methods, micro_batches, grad_accums, shardings = (axes[k] for k in ("methods", "micro_batches", "grad_accums",
+                                                                         "shardings"))
+    grad_ckpt = tuple(axes["grad_ckpt"])
     if "rate_usd_per_gpu_hour" in fixed:
         rate = fixed.pop("rate_usd_per_gpu_hour")
     if "grid_gco2_kwh" in fixed:

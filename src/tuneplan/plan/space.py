@@ -179,7 +179,7 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     terms = []
     for job in jobs:
         for ck in (False, True):
-            terms.append(model_terms(model, job.model_copy(update={"grad_ckpt": ck}), constants).__dict__)
+            terms.append(model_terms(model, job.updated(grad_ckpt=ck), constants).__dict__)
     mk = grid.method_idx * 2 + grid.grad_ckpt
     for key in terms[0]:
         put(key, np.array([float(t[key]) for t in terms]), mk)
@@ -209,7 +209,7 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     a["grad_ckpt"] = grid.grad_ckpt.astype(float)
     # fp32 master copy per (method, sharding label; the last label is 'none')
     labels = list(grid.sharding_labels)
-    master = np.array([[1.0 if job.model_copy(update={"sharding": s}).fp32_master() else 0.0 for s in labels]
+    master = np.array([[1.0 if job.updated(sharding=s).fp32_master() else 0.0 for s in labels]
                        for job in jobs])
     a["fp32_master"] = master[grid.method_idx, grid.sharding_idx]
     a["fsdp"] = np.array([1.0 if s.startswith("fsdp") else 0.0 for s in labels])[grid.sharding_idx]

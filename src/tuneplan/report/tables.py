@@ -1,14 +1,19 @@
 """The estimate as tables: run totals, step-time parts, memory parts, assumptions.
 
-The tables are built once as plain data (`estimate_items`) and printed by rich on a terminal, or,
-when rich would print no colour (a pipe, a file, CI), by `tuneplan.report.plain`, which lays them
-out exactly as rich does without importing it (~0.1 s of start-up)."""
+The tables are built as plain data (`estimate_items`: `Table` and `Styled` items) and printed by rich
+(imported when printing), on the console of `report_console`: a terminal's width, or the content's
+full width when the output is not a terminal (a pipe, a file, CI)."""
 
 from __future__ import annotations
 
-from tuneplan.report.format import duration, gib, money, number
-from tuneplan.report.plain import Cell, NotPlain, PlainTable, plain_width, render_table, render_text
+import os
+from dataclasses import dataclass, field
 
+from tuneplan.report.format import duration, gib, money, number
+
+PIPE_WIDTH = 10_000
+"""Console width when stdout is not a terminal and COLUMNS is not set: wide enough that no table column
+or text line wraps (tables are as wide as their content; rich would otherwise wrap at 80 columns)."""
 STYLED = {"verdict_fit": "green", "verdict_no_fit": "bold red", "warning": "yellow", "assumptions": "dim",
           "stage": "bold"}
 """rich styles of the estimate's styled texts (a terminal shows them)."""
@@ -25,8 +30,31 @@ class Styled(str):
         return obj
 
 
+@dataclass
+class Table:
+    """A table to print: title, column headers and justification, rows of cells (str or Styled)."""
+
+    title: str | None
+    headers: list[str]
+    justify: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    styles: list[str | None] | None = None  # each column's rich style (a terminal shows it)
+    bold_last: bool = False  # the last row (a total) in bold on a terminal
+
+
+def report_console(*, stderr: bool = False, file=None):
+    """A rich Console for tables: on a terminal its width; otherwise (unless COLUMNS says a width) wide
+    enough that tables take their content's full width instead of wrapping at 80 columns."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr, file=file)
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        console.width = PIPE_WIDTH
+    return console
+
+
 def estimate_items(r) -> list:
-    """The estimate's output as PlainTable / Styled items, in print order."""
+    """The estimate's output as Table / Styled items, in print order."""
     d = r.to_dict()
     iv = d.get("interval")
     title = f"{d['model']} · {d['method']} · {d['gpus']} x {d['gpu']} · estimator {d['estimator']}"
@@ -35,7 +63,7 @@ def estimate_items(r) -> list:
         title += f" · stage {st['stage']}"
     if d.get("weights_scheme"):
         title += f" · {d['weights_scheme']}"
-    main = PlainTable(title, ["figure", "value", "note"], ["left", "right", "left"], styles=[None, None, "dim"])
+    main = Table(title, ["figure", "value", "note"], ["left", "right", "left"], styles=[None, None, "dim"])
     add = main.rows.append
     _run_rows(add, d, iv)
     add(_cells("throughput", number(d["tokens_per_s"], "tokens/s"), f"{number(d['samples_per_s'], 'samples/s')}"))
@@ -51,7 +79,7 @@ def estimate_items(r) -> list:
     add(_cells("memory per GPU", mem, verdict))
     add(_cells(*largest_micro_batch_row(d)))
 
-    parts = PlainTable("step time parts (per optimizer step)", ["part", "time", "share"], ["left", "right", "right"],
+    parts = Table("step time parts (per optimizer step)", ["part", "time", "share"], ["left", "right", "right"],
                        bold_last=True)
     total = d["step_breakdown_s"].get("total") or 1.0
     for k, v in d["step_breakdown_s"].items():
@@ -61,7 +89,7 @@ def estimate_items(r) -> list:
                                  f"{v / total:.0%}"))
     parts.rows.append(_cells("total", duration(total), "100%"))
 
-    memt = PlainTable("memory per GPU", ["part", "GiB"], ["left", "right"], bold_last=True)
+    memt = Table("memory per GPU", ["part", "GiB"], ["left", "right"], bold_last=True)
     for k, v in d["memory_breakdown_gib"].items():
         if v:
             memt.rows.append(_cells(k.replace("_", " "), f"{v:,.2f}"))
@@ -82,8 +110,8 @@ def estimate_items(r) -> list:
     return items
 
 
-def _cells(*texts) -> list[Cell]:
-    return [Cell(t, markup=False) if isinstance(t, Styled) else Cell(str(t)) for t in texts]
+def _cells(*texts) -> list[str]:
+    return [t if isinstance(t, Styled) else str(t) for t in texts]
 
 
 def _run_rows(add, d: dict, iv: dict | None) -> None:
@@ -115,9 +143,10 @@ def largest_micro_batch_row(d: dict) -> tuple[str, str, str]:
 
 
 def rich_renderable(items: list):
-    """The items as rich renderables (a Group of tables and styled texts)."""
+    """The items as rich renderables (a Group of tables and styled texts; cells are read as written,
+    without rich markup)."""
     from rich.console import Group
-    from rich.table import Table
+    from rich.table import Table as RichTable
     from rich.text import Text
 
     out = []
@@ -125,44 +154,29 @@ def rich_renderable(items: list):
         if isinstance(it, Styled):
             out.append(Text(str(it), style=it.style))
             continue
-        t = Table(title=it.title, show_header=True, header_style="bold", title_justify="left")
+        t = RichTable(title=it.title, show_header=True, header_style="bold", title_justify="left")
         for h, j, style in zip(it.headers, it.justify, it.styles or [None] * len(it.headers), strict=True):
             t.add_column(h, justify=j, style=style)
         for n, row in enumerate(it.rows):
-            cells = [Text(str(c.text), style=c.text.style) if isinstance(c.text, Styled) else c.text for c in row]
+            cells = [Text(str(c), style=c.style if isinstance(c, Styled) else "") for c in row]
             t.add_row(*cells, style="bold" if it.bold_last and n == len(it.rows) - 1 else None)
         out.append(t)
     return Group(*out)
 
 
 def estimate_renderable(r):
-    """The estimate as a rich Group (what a terminal shows)."""
+    """The estimate as a rich Group (what print_estimate prints)."""
     return rich_renderable(estimate_items(r))
 
 
-def plain_text(items: list, width: int) -> str:
-    """The items as rich prints them without colour at `width` (NotPlain: rich must print them)."""
-    lines: list[str] = []
-    for it in items:
-        lines.extend(render_text(str(it), width) if isinstance(it, Styled) else render_table(it, width))
-    return "".join(line + "\n" for line in lines)
-
-
 def print_estimate(r, console=None) -> None:
-    import sys
+    (console or report_console()).print(estimate_renderable(r))
 
-    items = estimate_items(r)
-    width = plain_width() if console is None else None
-    if width is not None:
-        try:
-            text = plain_text(items, width)
-        except NotPlain:
-            pass
-        else:
-            sys.stdout.write(text)
-            return
-    if console is None:
-        from rich.console import Console
 
-        console = Console()
-    console.print(rich_renderable(items))
+def estimate_text(r) -> str:
+    """What `print_estimate` writes to a pipe or a file: the tables and texts without colour."""
+    import io
+
+    buf = io.StringIO()
+    print_estimate(r, report_console(file=buf))
+    return buf.getvalue()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -45,7 +46,6 @@ from tuneplan.specs.architectures import (
 from tuneplan.specs.architectures.base import inferred_value
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
-from tuneplan.specs.struct import dataclass, replace
 
 if TYPE_CHECKING:
     from pathlib import Path

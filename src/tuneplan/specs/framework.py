@@ -5,10 +5,10 @@ memory (physics/frameworks.py); nothing here is fitted."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from tuneplan.errors import InputError
-from tuneplan.specs.struct import dataclass, field, replace
 
 ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "te", "sdpa", "eager")
 CROSS_ENTROPY_KINDS = ("none", "chunked", "fused")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,6 @@ from tuneplan.errors import (
     read_user_text,
 )
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_gpu_figures
-from tuneplan.specs.struct import asdict, dataclass, field, replace
 
 if TYPE_CHECKING:
     from pathlib import Path

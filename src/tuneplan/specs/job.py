@@ -1,17 +1,29 @@
 """What a fine-tuning job is: method, precision, parallelism, batch shape and the work to do.
 
-Validated by `tuneplan.specs.record` (pydantic's contract in plain Python: importing pydantic and
-building the schema cost every `tuneplan estimate` a quarter of a second); every failure becomes an
-`InputError` naming the field and the allowed values (the CLI prints it as one line and exits 2).
+A frozen dataclass whose `__init__` reads each field as its type (text as a config file or a form gives
+it: "8", "2.5", "yes") and checks it against its declaration (choices, positive or zero and up, the
+bound of specs/limits.py) and the combinations; the first failure is an `InputError` naming the field
+and the allowed values (the CLI prints it as one line and exits 2).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any, Literal
 
-from tuneplan.errors import InputError, UnknownNameError
-from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, MOE_EXPERT_LAYOUTS, OPTIMIZER_IMPLS
+from tuneplan.errors import InputError
+from tuneplan.specs.framework import (  # noqa: F401 - the choice lists of the job options they name
+    FSDP_ADAPTER_WRAPS,
+    GRAD_ACCUM_SYNCS,
+    MOE_EXPERT_LAYOUTS,
+    OPTIMIZER_IMPLS,
+)
 from tuneplan.specs.limits import JOB_BOUNDS, shown_number
 from tuneplan.specs.peft import (
     LORA_EQUIVALENT,
@@ -21,15 +33,6 @@ from tuneplan.specs.peft import (
     method_options,
     parse_options,
     peft_version_key,
-)
-from tuneplan.specs.record import (
-    ConfigDict,
-    Field,
-    Record,
-    RecordError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
 )
 
 METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze") + PEFT_METHOD_NAMES
@@ -125,49 +128,127 @@ Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybri
 
 STAGE_GROUP = "stage (preference and RL fine-tuning)"
 VISION_GROUP = "vision-language models"
+JOB_GROUPS = ("method", "precision", "batch and sequence", "parallelism", "work and money", STAGE_GROUP, VISION_GROUP)
+"""The concerns a job option belongs to (`option`'s `group`): the method and its recipe (adapters,
+optimizer, checkpointing, kernels), precision, batch and sequence, parallelism, the work and its money,
+the training stage, and the images of vision-language models. Each is a section of `--help` and of the
+web API's request model (docs/architecture.md)."""
 
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
            switch_only: bool = False, repeat: bool = False, modes: tuple[str, ...] = (),
-           choices: str | None = None) -> Any:
+           choices: str | None = None, axis: str | None = None, read: Callable[[Any], Any] | None = None,
+           check: Callable[[Any], Any] | None = None) -> Any:
     """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
-    once (see docs/architecture.md): `help` is its help text everywhere, `group` its section of
-    `--help` (method, parallelism, work, money and energy), `flag` its name when not the field's own
+    once (see docs/architecture.md): `help` is its help text everywhere, `group` its concern (one of
+    JOB_GROUPS: its section of `--help` and of the web request model), `flag` its name when not the field's own
     (`--field-name`), `number` whether an int/float must be `positive` or may be `nonneg` (zero and
     up), `switch_only` for a bool flag that only switches on (no --no-...), `repeat` for a flag given
     once per value (NAME=VALUE pairs the field's validator reads), `modes` for a bool flag that also
     takes a mode word (`--grad-ckpt selective`; alone it means true), `choices`
-    for a str field whose values a catalog lists ("frameworks": data/frameworks.yaml). Choices come
-    otherwise from the field's Literal type, the default from `default`. A field declared without
+    for a str field whose values a catalog lists ("frameworks": data/frameworks.yaml), `axis` for a
+    field `tuneplan plan` searches instead of taking it as given: the plan's axis (`methods`,
+    `micro_batches`, `grad_accums`, `shardings`, `grad_ckpt`: a value given pins it; `gpu_counts`: the
+    plan chooses; `parallel`, `rollout`: the plan's own flags or enumeration), `read` for a function
+    that reads the given value before its type does (aliases, NAME=VALUE text), `check` for one that
+    checks (and may normalise) the typed value beyond its type, number and bound. Choices
+    come otherwise from the field's Literal type, the default from `default`. A field declared without
     `option` is no flag."""
     extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only, "repeat": repeat,
-             "modes": list(modes) or None, "choices": choices}
-    return Field(default, description=help, json_schema_extra={k: v for k, v in extra.items() if v})
+             "modes": list(modes) or None, "choices": choices, "axis": axis, "read": read, "check": check}
+    return field(default=default, metadata={"help": help, **{k: v for k, v in extra.items() if v}})
 
 
-def _bounded(info: ValidationInfo, v):
-    """A field's value within its physical bound (tuneplan.specs.limits.JOB_BOUNDS)."""
-    upper = JOB_BOUNDS.get(info.field_name or "")
-    if v is not None and upper is not None and v > upper:
-        raise ValueError(f"{shown_number(v)} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+def _method_alias(v: Any) -> Any:
+    """A method's other names (specs/peft.py: "LoRA", "prefix" ...) read as the catalogue's."""
+    return canonical(v) if isinstance(v, str) else v
+
+
+def _known_framework(v: str) -> str:
+    """A framework NAME or NAME@VERSION: an alias (nemo, xtuner...) stored as the profile's name, a version
+    kept (hf-trainer@4.46); an unknown one is an InputError naming the field and the allowed names."""
+    from tuneplan.specs.framework import resolve_framework
+
+    return resolve_framework(v or FRAMEWORK_DEFAULT)
+
+
+def _peft_version(v: str | None) -> str | None:
+    """A peft release as text (0.22, 0.22.0): checked, kept as given."""
+    if v is None:
+        return v
+    peft_version_key(v)
+    return v.strip()
     return v
 
 
-class JobSpec(Record):
-    """A fine-tuning job. Counts are per run; `micro_batch` is samples per GPU per micro-step."""
+def _known_quant(v: str) -> str:
+    if v not in QUANTS:
+        raise InputError("quant", f"unknown quantisation '{v}'", QUANTS)
+    return v
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    method: Method = option("lora", "fine-tuning method (default lora)", "method")
+@dataclass(frozen=True)
+class Option:
+    """A JobSpec field as the interfaces see it: its type (resolved), default, help text and the
+    keys `option` declares (group, flag, number, ...; empty for a field that is no option)."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str | None
+    extra: dict
+    kind: Any = None  # the type without `| None`
+    nullable: bool = False  # None allowed
+    choices: tuple = ()  # a Literal's values
+
+
+@cache
+def job_fields() -> dict[str, Option]:
+    """Every JobSpec field by name, in declaration order."""
+    hints = typing.get_type_hints(JobSpec)
+    out = {}
+    for f in fields(JobSpec):
+        hint = hints[f.name]
+        inner = [t for t in typing.get_args(hint) if t is not type(None)]
+        nullable = typing.get_origin(hint) in (typing.Union, types.UnionType) and len(inner) == 1
+        kind = inner[0] if nullable else hint
+        out[f.name] = Option(f.name, hint, f.default, f.metadata.get("help"),
+                             {k: v for k, v in f.metadata.items() if k != "help"}, kind, nullable,
+                             typing.get_args(kind) if typing.get_origin(kind) is Literal else ())
+    return out
+
+
+def job_options() -> dict[str, Option]:
+    """JobSpec's options (the fields declared with `option`) by name, in declaration order: what the
+    CLI's job flags and the web API's request fields are generated from."""
+    return {n: o for n, o in job_fields().items() if o.extra}
+
+
+def plan_axes() -> dict[str, str]:
+    """The options `tuneplan plan` searches (declared with `axis=`), each with its plan axis: not
+    flags or request fields of a plan."""
+    return {n: o.extra["axis"] for n, o in job_options().items() if o.extra.get("axis")}
+
+
+@dataclass(frozen=True, init=False)
+class JobSpec:
+    """A fine-tuning job. Counts are per run; `micro_batch` is samples per GPU per micro-step.
+
+    `JobSpec(**fields)` reads and checks each given field (the rest take their defaults) and then the
+    combinations; `given` is the set of fields given (the physics uses a PEFT method's own defaults
+    where the rank or targets are not). Frozen: `updated(...)` makes a changed copy."""
+
+    method: Method = option("lora", "fine-tuning method (default lora)", "method", axis="methods",
+                            read=_method_alias)
     lora_rank: int = option(DEFAULT_LORA_RANK, "LoRA rank r (default 16)", "method")
     lora_targets: tuple[str, ...] = option(
         ("all-linear",), "comma-separated modules (q,k,v,o,gate,up,down) or all-linear (default)", "method")
     trainable_layers: int = option(DEFAULT_FREEZE_TRAINABLE_LAYERS, "freeze: last N blocks trained (default 2)",
                                    "method")
     precision: Precision = option("bf16", "compute precision (default bf16); fp8, nvfp4, mxfp4: the linear layers at low "
-                                                    "precision", "method")
+                                                    "precision", "precision")
     quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4, aqlm-2bit, fp8 (default: as the "
-                                     "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "method")
+                                     "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "precision", check=_known_quant)
     optimizer: Optimizer = option("adamw", "optimizer (default adamw; galore-adamw: full fine-tuning with GaLore's "
                                            "low-rank moments of the block linears)", "method")
     galore_rank: int = option(DEFAULT_GALORE_RANK, "GaLore: projection rank r of the block linears' moments "
@@ -179,10 +260,10 @@ class JobSpec(Record):
     master_weights: Literal["auto", "fp32", "none"] | None = option(
         None, "full fine-tuning in 16 bits: fp32 = mixed precision over an fp32 master copy (16 bytes/param "
               "with AdamW), none = 16-bit weights trained in place (8), auto = fp32 under DeepSpeed ZeRO, tensor "
-              "parallelism or fp8, else none; default: the framework's (data/frameworks.yaml), else fp32", "method")
+              "parallelism or fp8, else none; default: the framework's (data/frameworks.yaml), else fp32", "precision")
     grad_ckpt: bool = option(False, "activation checkpointing: none, selective (Megatron: recompute attention's "
                                     "core), full (default when given without a mode), offload (checkpoints in "
-                                    "host memory)", "method", modes=CKPT_MODES)
+                                    "host memory)", "method", modes=CKPT_MODES, axis="grad_ckpt")
     # --grad-ckpt none|selective|full|offload (a bool still works: true = full, false = none); "auto" = by grad_ckpt
     ckpt_mode: Literal["auto", "none", "selective", "full", "offload"] = "auto"
     ckpt_every: int = option(1, "checkpoint one layer in every N (default 1: all)", "method")
@@ -190,7 +271,7 @@ class JobSpec(Record):
     framework: str = option(FRAMEWORK_DEFAULT, "the training stack, NAME or NAME@VERSION (hf-trainer@4.46): its "
                                                "kernels and defaults (data/frameworks.yaml, `tuneplan frameworks`; "
                                                "default hf-trainer, the HF Trainer's current defaults)", "method",
-                            choices="frameworks")
+                            choices="frameworks", check=_known_framework)
     fused_ce: bool | None = option(None, "fused linear + cross-entropy (Liger, Cut Cross-Entropy): no full logits "
                                          "(default: by framework)", "method")
     sequence_parallel: bool | None = option(None, "Megatron sequence parallel with --tp (default: by framework)",
@@ -201,15 +282,15 @@ class JobSpec(Record):
     offload: Literal["none", "optimizer", "all"] = option(
         "none", "optimizer states (and master weights) on the host; all: parameters too (default none)", "method")
     flash_attn: bool = option(True, "FlashAttention / SDPA memory-efficient attention (default on)", "method")
-    gpus: int = option(1, "total GPUs (default 1)", "parallelism")
-    nodes: int = option(1, "nodes (default 1)", "parallelism")
-    sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism")
-    tp: int = option(1, "TP degree (default 1)", "parallelism")
-    pp: int = option(1, "PP degree (default 1)", "parallelism")
-    cp: int = option(1, "CP degree (default 1)", "parallelism")
-    ep: int = option(1, "EP degree (default 1)", "parallelism")
-    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "parallelism")
-    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "parallelism")
+    gpus: int = option(1, "total GPUs (default 1)", "parallelism", axis="gpu_counts")
+    nodes: int = option(1, "nodes (default 1)", "parallelism", axis="gpu_counts")
+    sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism", axis="shardings")
+    tp: int = option(1, "TP degree (default 1)", "parallelism", axis="parallel")
+    pp: int = option(1, "PP degree (default 1)", "parallelism", axis="parallel")
+    cp: int = option(1, "CP degree (default 1)", "parallelism", axis="parallel")
+    ep: int = option(1, "EP degree (default 1)", "parallelism", axis="parallel")
+    micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "batch and sequence", axis="micro_batches")
+    grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "batch and sequence", axis="grad_accums")
     grad_accum_sync: Literal["every-micro-batch", "no-sync"] = option(
         "every-micro-batch", "FSDP under gradient accumulation: every-micro-batch (each backward reduce-scatters, a GPU "
                              "keeps its gradient shard) or no-sync (FSDP no_sync until the last micro-batch, as HF "
@@ -220,26 +301,26 @@ class JobSpec(Record):
                     "HF Trainer; FSDP2) or with-block (inside each block's FSDP1 flat parameter, as litgpt's "
                     "FSDPStrategy before 0.5.11: the gradient of the frozen weights is allocated too; default: "
                     "the framework's)", "parallelism")
-    seq_len: int | None = option(None, "padded/packed length (default: the mean tokens per example)", "work")
-    examples: float | None = option(None, "training examples", "work")
-    tokens_per_example: float | None = option(None, "mean tokens per example, after templating", "work")
-    tokens: float | None = option(None, "total tokens per epoch (instead of examples)", "work")
-    epochs: float = option(1.0, "epochs (default 1)", "work")
-    packing: bool = option(False, "pack examples into seq-len samples", "work", switch_only=True)
+    seq_len: int | None = option(None, "padded/packed length (default: the mean tokens per example)", "batch and sequence")
+    examples: float | None = option(None, "training examples", "work and money")
+    tokens_per_example: float | None = option(None, "mean tokens per example, after templating", "work and money")
+    tokens: float | None = option(None, "total tokens per epoch (instead of examples)", "work and money")
+    epochs: float = option(1.0, "epochs (default 1)", "work and money")
+    packing: bool = option(False, "pack examples into seq-len samples", "batch and sequence", switch_only=True)
     padding: Literal["max", "longest"] = option(
         "max", "unpacked examples: padded to --seq-len (max, default) or each batch to its longest example "
-               "(longest: HF's collator; batch shapes vary, so torch reserves more memory)", "work")
+               "(longest: HF's collator; batch shapes vary, so torch reserves more memory)", "batch and sequence")
     # LoRA-family adapters: fp32 (peft >= 0.12's autocast_adapter_dtype: each adapted module's 16-bit input
     # is cast to fp32 and kept for backward) or the compute dtype (older peft, litgpt, Megatron)
     adapter_dtype: Literal["fp32", "compute"] = option(
         "fp32", "LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an fp32 copy of "
-                "its input) or in the compute dtype (older peft, litgpt, Megatron)", "method")
+                "its input) or in the compute dtype (older peft, litgpt, Megatron)", "precision")
     # PEFT methods of specs/peft.py: their options (peft config field names and values, e.g. ("r", "256"),
     # ("num_virtual_tokens", "20")); the generic `adapter`'s trainable parameter count
     peft_options: tuple[tuple[str, str], ...] = option(
         (), "an option of the PEFT method in peft's own config names, e.g. num_virtual_tokens=30, oft_block_size=64, "
             "n_frequency=2000 (repeatable; the rest take peft's defaults; --lora-rank and --lora-targets set r and "
-            "target_modules)", "method", flag="peft-option", repeat=True)
+            "target_modules)", "method", flag="peft-option", repeat=True, read=parse_options)
     trainable_params: float | None = option(
         None, "--method adapter: the adapter's trainable parameter count (any method tuneplan does not name)", "method")
     moe_mode: Literal["sparse", "dense"] = option("sparse", "MoE: top-k experts (sparse, default) or all", "method")
@@ -252,7 +333,8 @@ class JobSpec(Record):
     # which MoE types' stacked experts peft's LoRA reaches depends on its release (physics/moe_lora.py)
     peft_version: str | None = option(
         None, "--moe-experts stacked: the peft release (e.g. 0.22) whose LoRA reach over the stacked experts the "
-              "estimate follows (default: the installed peft, else 0.22, the newest tested)", "method")
+              "estimate follows (default: the installed peft, else 0.22, the newest tested)", "method",
+        check=_peft_version)
     # vision-language models: images per training example (their tokens join each sample's sequence),
     # the assumed image side in px for dynamic-resolution towers (0: the tower's own / the default),
     # and whether the vision tower is trained (default: frozen, as LLaMA-Factory / TRL VLM recipes do)
@@ -262,19 +344,19 @@ class JobSpec(Record):
                              VISION_GROUP, number="nonneg")
     train_vision_tower: bool = option(False, "train the vision tower too (default: frozen)", VISION_GROUP,
                                       switch_only=True)
-    load_time_s: float | None = option(None, "model load time, s (default weights / disk)", "work",
+    load_time_s: float | None = option(None, "model load time, s (default weights / disk)", "work and money",
                                        number="nonneg")
-    eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work", number="nonneg")
-    eval_examples: int = option(0, "examples per evaluation", "work", number="nonneg")
-    save_every: int = option(0, "optimizer steps between checkpoint saves (default 0: only at the end)", "work",
+    eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work and money", number="nonneg")
+    eval_examples: int = option(0, "examples per evaluation", "work and money", number="nonneg")
+    save_every: int = option(0, "optimizer steps between checkpoint saves (default 0: only at the end)", "work and money",
                              number="nonneg")
     save_final: bool = True
-    disk_gbs: float = option(2.0, "disk bandwidth for load and saves, GB/s (default 2)", "work")
+    disk_gbs: float = option(2.0, "disk bandwidth for load and saves, GB/s (default 2)", "work and money")
     rate_usd_per_gpu_hour: float | None = option(
-        None, "$ per GPU-hour (default: the cheapest on-demand price)", "money and energy", flag="rate",
+        None, "$ per GPU-hour (default: the cheapest on-demand price)", "work and money", flag="rate",
         number="nonneg")
     grid_gco2_kwh: float | None = option(None, "grid carbon intensity, g/kWh (default 480, world average)",
-                                         "money and energy", number="nonneg")
+                                         "work and money", number="nonneg")
     # ---- training stage (physics/stages.py; None = the stage's TRL default, said in the assumptions) ----
     stage: Stage = option("sft", "sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo", STAGE_GROUP)
     precompute_ref: bool = option(False, "dpo/kto: reference log-probs computed once before training (no reference "
@@ -285,113 +367,38 @@ class JobSpec(Record):
     prompts_per_step: int | None = option(None, "RL: prompts per optimizer step (default: micro-batch x grad-accum "
                                                 "x GPUs / group size)", STAGE_GROUP)
     rollout_engine: Literal["hf", "vllm"] = option("hf", "RL: HF generate in the training process (default) or "
-                                                         "vLLM", STAGE_GROUP)
+                                                         "vLLM", STAGE_GROUP, axis="rollout")
     rollout_gpus: int = option(0, "RL with vllm: GPUs of --gpus serving vLLM (default 0: colocated in the training "
-                                  "process)", STAGE_GROUP, number="nonneg")
+                                  "process)", STAGE_GROUP, number="nonneg", axis="rollout")
     reward_model: str | None = option(None, "RL: reward model (catalog name / HF id; default: a rule-based reward)",
                                       STAGE_GROUP)
     kl_beta: float | None = option(None, "RL: KL coefficient (TRL: grpo 0 = no reference model, rloo/ppo 0.05)",
                                    STAGE_GROUP, number="nonneg")
     ppo_epochs: int | None = option(None, "PPO: update epochs per batch of rollouts (4)", STAGE_GROUP)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _ckpt_words(cls, data):
-        """`grad_ckpt` takes a mode word too (none, selective, full, offload, or true/false as text)."""
-        if isinstance(data, dict) and isinstance(data.get("grad_ckpt"), str):
-            data = dict(data)
-            word = data["grad_ckpt"].strip().lower()
-            word = {"true": "full", "1": "full", "yes": "full", "on": "full", "false": "none", "0": "none",
-                    "no": "none", "off": "none"}.get(word, word)
-            if word not in CKPT_MODES:
-                raise ValueError(f"grad_ckpt: unknown mode '{data['grad_ckpt']}' (allowed: {', '.join(CKPT_MODES)})")
-            data["ckpt_mode"] = word
-            data["grad_ckpt"] = word != "none"
-        elif isinstance(data, dict) and data.get("ckpt_mode") not in (None, "auto"):
-            data = dict(data)
-            data["grad_ckpt"] = data["ckpt_mode"] != "none"
-        return data
+    def __init__(self, **given: Any) -> None:
+        self.__dict__.update(_read_fields(given))  # frozen: set here only
+        self.__dict__["given"] = frozenset(given)
+        try:
+            self._combos()
+        except InputError:
+            raise
+        except ValueError as exc:
+            raise InputError("job", str(exc)) from None
 
-    @field_validator("framework")
-    @classmethod
-    def _framework(cls, v: str) -> str:
-        from tuneplan.specs.framework import resolve_framework
+    def updated(self, **changes: Any) -> JobSpec:
+        """A copy with these fields changed, not checked again (a job derived from a checked one: the
+        RL trainer's share of the GPUs, a reward model's pass); the changed fields count as given."""
+        unknown = set(changes) - set(job_fields())
+        if unknown:
+            raise TypeError(f"JobSpec has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(JobSpec)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        new.__dict__["given"] = self.given | frozenset(changes)
+        return new
 
-        # an alias (nemo, xtuner...) is stored as the profile's name, a version kept (hf-trainer@4.46);
-        # an unknown one is an InputError naming the field and the allowed names
-        return resolve_framework(v or FRAMEWORK_DEFAULT)
-
-    @field_validator("gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "lora_rank", "galore_rank",
-                     "trainable_layers", "ckpt_every", "vpp")
-    @classmethod
-    def _positive(cls, v: int, info: ValidationInfo) -> int:
-        if v < 1:
-            raise ValueError("must be a positive integer")
-        return _bounded(info, v)
-
-    @field_validator("group_size", "completion_len", "prompts_per_step", "ppo_epochs")
-    @classmethod
-    def _opt_positive(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be a positive integer")
-        return v
-
-    @field_validator("seq_len")
-    @classmethod
-    def _seq(cls, v: int | None, info: ValidationInfo) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be a positive integer")
-        return _bounded(info, v)
-
-    @field_validator("peft_version")
-    @classmethod
-    def _peft_version(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        peft_version_key(v)
-        return v.strip()
-
-    @field_validator("method", mode="before")
-    @classmethod
-    def _method_alias(cls, v):
-        return canonical(v) if isinstance(v, str) else v
-
-    @field_validator("peft_options", mode="before")
-    @classmethod
-    def _peft_options(cls, v):
-        return parse_options(v)
-
-    @field_validator("examples", "tokens_per_example", "tokens", "epochs", "disk_gbs", "trainable_params")
-    @classmethod
-    def _pos_float(cls, v: float | None, info: ValidationInfo) -> float | None:
-        if v is not None and (not math.isfinite(v) or v <= 0):
-            raise ValueError("must be a positive number")
-        return _bounded(info, v)
-
-    @field_validator("rate_usd_per_gpu_hour", "grid_gco2_kwh", "load_time_s", "kl_beta")
-    @classmethod
-    def _nonneg(cls, v: float | None, info: ValidationInfo) -> float | None:
-        if v is not None and (not math.isfinite(v) or v < 0):
-            raise ValueError("must be a number >= 0")
-        return _bounded(info, v)
-
-    @field_validator("eval_every", "eval_examples", "save_every", "rollout_gpus", "images_per_example",
-                     "image_size")
-    @classmethod
-    def _nonneg_int(cls, v: int, info: ValidationInfo) -> int:
-        if v < 0:
-            raise ValueError("must be an integer >= 0")
-        return _bounded(info, v)
-
-    @field_validator("quant")
-    @classmethod
-    def _quant(cls, v: str | None) -> str | None:
-        if v is not None and v not in QUANTS:
-            raise ValueError(f"unknown quantisation '{v}' (allowed: {', '.join(QUANTS)})")
-        return v
-
-    @model_validator(mode="after")
-    def _combos(self) -> JobSpec:
+    def _combos(self) -> None:
         if self.gpus % self.nodes:
             raise ValueError(f"gpus ({self.gpus}) must be divisible by nodes ({self.nodes})")
         model_par = self.tp * self.pp * self.cp
@@ -410,7 +417,6 @@ class JobSpec(Record):
             raise ValueError(f"full fine-tuning cannot train quantised ({self.quant}) weights")
         method_options(self.method, self.peft_options)  # unknown options: InputError naming the allowed ones
         self._stage_combos()
-        return self
 
     def _stage_combos(self) -> None:
         """Stage options that do not apply to the stage, or a rollout split that leaves no trainer."""
@@ -550,41 +556,158 @@ def _framework_defaults(clean: dict) -> dict:
 
 
 def make_job(**kwargs) -> JobSpec:
-    """Build a JobSpec, turning its validation errors into one-line InputErrors naming the field."""
+    """Build a JobSpec from keyword arguments (None: not given), with the framework's defaults for
+    what is not given and `lora_targets` as comma-separated text; errors: one-line InputErrors."""
     clean = {k: v for k, v in kwargs.items() if v is not None}
     clean = _framework_defaults(clean)
     if clean.get("moe_experts") == "stacked" and "peft_version" not in clean:
         clean["peft_version"] = default_peft_version()  # the installed peft, read when the job is made
     if "lora_targets" in clean and isinstance(clean["lora_targets"], str):
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
-    try:
-        return JobSpec(**clean)
-    except RecordError as exc:
-        err = exc.errors()[0]
-        orig = (err.get("ctx") or {}).get("error")
-        if isinstance(orig, InputError):  # already names its field (peft options, ...)
-            raise orig from None
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "job"
-        if err.get("type") == "extra_forbidden":  # a misspelt keyword (the API's micro_bach=): the closest names
-            raise UnknownNameError(loc, loc, list(JobSpec.model_fields), what="job option") from None
-        field = loc.replace("_", "-")
-        msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        allowed = None
-        if err.get("type") == "literal_error":
-            allowed = {
-                "method": METHODS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
-                "sharding": SHARDINGS, "moe_mode": MOE_MODES, "moe_experts": MOE_EXPERT_LAYOUTS, "padding": PADDINGS,
-                "optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,
-                "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS,
-                "adapter_dtype": ADAPTER_DTYPES, "ckpt_mode": ("auto",) + CKPT_MODES, "cp_mode": CP_MODES,
-                "offload": ("none", "optimizer", "all"), "stage": STAGES, "rollout_engine": ROLLOUT_ENGINES,
-            }.get(loc)
-            got = err.get("input")
-            msg = f"unknown value '{got}'"
-        elif err.get("type") in ("int_parsing", "int_from_float", "float_parsing"):
-            msg = f"'{err.get('input')}' is not a valid {'integer' if 'int' in err['type'] else 'number'}"
-        if not err.get("loc"):
-            field = "job"
-            if msg.startswith("grad_ckpt: "):  # the mode words' check runs before the fields have locations
-                field, msg, allowed = "grad-ckpt", msg.removeprefix("grad_ckpt: ").split(" (allowed")[0], CKPT_MODES
-        raise InputError(field, msg, allowed) from None
+    return JobSpec(**clean)
+
+
+# ---- reading and checking the fields ------------------------------------------------------------
+
+CKPT_WORDS = {"true": "full", "1": "full", "yes": "full", "on": "full", "false": "none", "0": "none", "no": "none",
+              "off": "none"}
+"""`grad_ckpt` as text: a mode word, or a switch word (true = full, false = none)."""
+TRUE_WORDS = frozenset(("1", "on", "t", "true", "y", "yes"))
+FALSE_WORDS = frozenset(("0", "off", "f", "false", "n", "no"))
+"""The words a switch reads as text (case-insensitive)."""
+
+
+class _Bad(ValueError):
+    """A value that is not of its field's type (the message; the field is added by `_read_fields`)."""
+
+
+def _read_fields(given: dict) -> dict:
+    """Every field's value: the given ones read as their type and checked, the rest their defaults."""
+    data = _ckpt_words(dict(given))
+    opts = job_fields()
+    out = {name: opt.default for name, opt in opts.items()}
+    for name in sorted((k for k in data if k in opts), key=_position().__getitem__):  # errors in field order
+        try:
+            out[name] = _checked(name, opts[name], data[name])
+        except _Bad as bad:
+            raise InputError(name.replace("_", "-"), str(bad)) from None
+        except InputError:
+            raise
+        except ValueError as exc:
+            raise InputError(name.replace("_", "-"), str(exc)) from None
+    unknown = [k for k in given if k not in opts]
+    if unknown:
+        from tuneplan.errors import closest
+
+        close = closest(unknown[0], list(out))
+        raise InputError(unknown[0].replace("_", "-"), "is not a job option" + (
+            f"; closest: {', '.join(c.replace('_', '-') for c in close)}" if close else ""))
+    return out
+
+
+@cache
+def _position() -> dict[str, int]:
+    return {name: i for i, name in enumerate(job_fields())}
+
+
+def _ckpt_words(data: dict) -> dict:
+    """`grad_ckpt` takes a mode word too (none, selective, full, offload, or true/false as text); a
+    `ckpt_mode` other than auto switches checkpointing on or off."""
+    if isinstance(data.get("grad_ckpt"), str):
+        word = data["grad_ckpt"].strip().lower()
+        word = CKPT_WORDS.get(word, word)
+        if word not in CKPT_MODES:
+            raise InputError("grad-ckpt", f"unknown mode '{data['grad_ckpt']}'", CKPT_MODES)
+        data["ckpt_mode"] = word
+        data["grad_ckpt"] = word != "none"
+    elif data.get("ckpt_mode") not in (None, "auto"):
+        data["grad_ckpt"] = data["ckpt_mode"] != "none"
+    return data
+
+
+def _checked(name: str, opt: Option, v: Any) -> Any:
+    """One field's value read as its type and checked against its declaration."""
+    if "read" in opt.extra:
+        v = opt.extra["read"](v)
+    if v is None and opt.nullable:
+        return None
+    if opt.choices:
+        if isinstance(v, str) and v in opt.choices:
+            return str(v)
+        raise InputError(name.replace("_", "-"), f"unknown value '{v}'", opt.choices)
+    if type(v) is not opt.kind:  # already of its type: nothing to read
+        v = _as_type(opt.kind, v, name)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        _in_range(name, opt, v)
+    if "check" in opt.extra:
+        v = opt.extra["check"](v)
+    return v
+
+
+def _in_range(name: str, opt: Option, v: float) -> None:
+    """Positive (or zero and up, `number="nonneg"`), finite, and within JOB_BOUNDS."""
+    nonneg = opt.extra.get("number") == "nonneg"
+    if isinstance(v, int):
+        if v < 0 or (v == 0 and not nonneg):
+            raise ValueError("must be an integer >= 0" if nonneg else "must be a positive integer")
+    elif not math.isfinite(v) or v < 0 or (v == 0 and not nonneg):
+        raise ValueError("must be a number >= 0" if nonneg else "must be a positive number")
+    upper = JOB_BOUNDS.get(name)
+    if upper is not None and v > upper:
+        raise ValueError(f"{shown_number(v)} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+
+
+def _as_type(kind: Any, v: Any, name: str) -> Any:
+    """`v` read as `kind` (int, float, bool, str, a Literal, a tuple of them), text included."""
+    if kind is bool:
+        if isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", "") == "b":  # numpy's bool too
+            return bool(v)
+        if isinstance(v, numbers.Real) and v in (0, 1):
+            return bool(v)
+        if isinstance(v, str) and v.strip().lower() in TRUE_WORDS | FALSE_WORDS:
+            return v.strip().lower() in TRUE_WORDS
+        raise _Bad(f"'{v}' is not a valid switch (allowed: true, false)")
+    if kind is int:
+        if isinstance(v, numbers.Integral):
+            return int(v)
+        if isinstance(v, numbers.Real) and math.isfinite(v) and v == int(v):
+            return int(v)
+        if isinstance(v, str) and v.strip().lstrip("+-").isdigit() and v.strip().isascii():
+            return int(v.strip())
+        raise _Bad(f"'{v}' is not a valid integer")
+    if kind is float:
+        if isinstance(v, numbers.Real):
+            return float(v)
+        try:
+            return float(v.strip()) if isinstance(v, str) else _no_number(v)
+        except ValueError:
+            raise _Bad(f"'{v}' is not a valid number") from None
+    if kind is str:
+        if isinstance(v, str):
+            return str(v)
+        raise _Bad(f"'{v}' is not text")
+    if typing.get_origin(kind) is Literal:
+        choices = typing.get_args(kind)
+        if isinstance(v, str) and v in choices:
+            return v
+        raise InputError(name.replace("_", "-"), f"unknown value '{v}'", choices)
+    if typing.get_origin(kind) is tuple:
+        if isinstance(v, (str, bytes, dict)) or not isinstance(v, typing.Iterable):
+            raise _Bad(f"'{v}' is not a list")
+        items = list(v)
+        args = typing.get_args(kind)
+        inner = [args[0]] * len(items) if len(args) == 2 and args[1] is Ellipsis else list(args)
+        if len(inner) != len(items):
+            raise _Bad(f"{items} is not {len(inner)} values")
+        out = []
+        for i, (k, x) in enumerate(zip(inner, items, strict=True)):
+            try:
+                out.append(_as_type(k, x, name))
+            except _Bad as bad:
+                raise _Bad(f"item {i + 1}: {bad}") from None
+        return tuple(out)
+    raise TypeError(f"JobSpec fields of type {kind!r} are not read")
+
+
+def _no_number(v: Any) -> float:
+    raise ValueError(v)

@@ -57,6 +57,12 @@ MAX_GRID_GCO2_KWH = 1e5
 """Grid carbon intensity, g/kWh: coal is ~1,000."""
 MAX_DISK_GBS = 1e6
 """Disk bandwidth, GB/s: an NVMe array gives tens."""
+MAX_IMAGE_SIDE = 1_000_000
+"""Image side in pixels (vision-language towers resize to ~10^3)."""
+MAX_RL_COUNT = 1_000_000
+"""RL counts: completions per prompt, prompts per step, PPO epochs (TRL's defaults are 2-64)."""
+MAX_KL_BETA = 1e6
+"""KL coefficient of RL fine-tuning (TRL's defaults are 0-0.05)."""
 MAX_TFLOPS = 1e7
 """Peak TFLOP/s of one device: an H200 gives ~2,000 (fp8 dense)."""
 MAX_MEMORY_GIB = 1e7
@@ -78,6 +84,10 @@ JOB_BOUNDS: dict[str, float] = {
     "epochs": MAX_EPOCHS, "eval_every": MAX_STEPS_BETWEEN, "eval_examples": MAX_STEPS_BETWEEN,
     "save_every": MAX_STEPS_BETWEEN, "load_time_s": MAX_SECONDS, "disk_gbs": MAX_DISK_GBS,
     "rate_usd_per_gpu_hour": MAX_RATE_USD_PER_GPU_HOUR, "grid_gco2_kwh": MAX_GRID_GCO2_KWH,
+    "ckpt_every": MAX_LAYERS, "vpp": MAX_LAYERS, "trainable_params": MAX_TOKENS,
+    "images_per_example": MAX_MICRO_BATCH, "image_size": MAX_IMAGE_SIDE, "rollout_gpus": MAX_GPUS,
+    "group_size": MAX_RL_COUNT, "prompts_per_step": MAX_RL_COUNT, "ppo_epochs": MAX_RL_COUNT,
+    "completion_len": MAX_SEQ_LEN, "kl_beta": MAX_KL_BETA,
 }
 """Upper bound of each JobSpec field (field name -> largest value accepted)."""
 

@@ -7,7 +7,7 @@ embeddings, sliding-window layers, Mamba mixers, vision towers).
 
 from __future__ import annotations
 
-from tuneplan.specs.struct import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ below, and the estimate says so. The cost model of each method is `tuneplan.phys
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from functools import cache
 
 from tuneplan.errors import InputError
-from tuneplan.specs.struct import dataclass, field
 
 PEFT_VERSION = "0.21"
 """The peft release whose defaults and layer code these entries follow (the tests build its models)."""

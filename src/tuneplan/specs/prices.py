@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import math
 import re
+from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 from typing import Any
@@ -26,7 +27,6 @@ from tuneplan.errors import (
     read_user_text,
     shown,
 )
-from tuneplan.specs.struct import dataclass
 
 SHIPPED_CSV = "gpu_prices.csv"
 DEFAULT_KINDS = ("on-demand",)

@@ -20,6 +20,7 @@ refused before it starts. The page itself (`static/`) needs no network: its char
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -68,8 +69,8 @@ from tuneplan.web.command_line import (
 )
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
+    ESTIMATE_JOB,
     ESTIMATORS,
-    JOB_FIELDS,
     EstimateRequest,
     ModelChoice,
     ModelConfigRequest,
@@ -151,6 +152,8 @@ def jsonable(obj: Any) -> Any:
         return jsonable(obj.to_dict())
     if hasattr(obj, "model_dump"):
         return jsonable(obj.model_dump())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(dataclasses.asdict(obj))
     return str(obj)
 
 
@@ -394,7 +397,9 @@ def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> Non
         from tuneplan.api import estimate
 
         spec = model_spec(req)
-        job = {n: getattr(req, n) for n in JOB_FIELDS if getattr(req, n) is not None}
+        job = {f: getattr(req, n) for n, f in ESTIMATE_JOB.items() if n != "rate" and getattr(req, n) is not None}
+        if req.ckpt_mode is not None:
+            job["ckpt_mode"] = req.ckpt_mode
         res = _compute(lambda: estimate(
             spec, req.gpu, estimator=req.estimator, peak_tflops=req.peak_tflops, memory_gib=req.memory_gib,
             bandwidth_gbs=req.bandwidth_gbs, provider=req.provider, rate=req.rate,

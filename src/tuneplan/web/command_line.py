@@ -4,16 +4,13 @@ plan request's `plan_run` keyword arguments and search size."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
 from typing import Any
 
-from tuneplan.specs.job import JobSpec
+from tuneplan.specs.job import job_fields, job_options
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
-    JOB_FIELDS,
-    METHOD_FIELDS,
-    STAGE_FIELDS,
-    WORK_FIELDS,
+    ESTIMATE_JOB,
+    PLAN_JOB,
     EstimateRequest,
     ModelChoice,
     PlanRequest,
@@ -30,7 +27,7 @@ def _num_arg(v: float | int) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-JOB_DEFAULTS = {n: f.default for n, f in JobSpec.model_fields.items()}
+JOB_DEFAULTS = {n: f.default for n, f in job_fields().items()}
 
 
 def _is_default(name: str, value: Any) -> bool:
@@ -42,25 +39,33 @@ def _is_default(name: str, value: Any) -> bool:
     return value == d
 
 
-def _job_flags(req: Any, names: Iterable[str]) -> list[str]:
+def _job_flags(req: Any, names: dict[str, str]) -> list[str]:
+    """The CLI flags of a request's job options ({request field: JobSpec field}; `rate` apart), as
+    JobSpec declares each flag: a switch, a switch with --no-, a repeated flag, or a flag and a value."""
+    opts = job_options()
     out: list[str] = []
-    for name in names:
+    for name, field in names.items():
         v = getattr(req, name, None)
-        if v is None or _is_default(name, v):
+        if name == "rate" or v is None or _is_default(field, v):
             continue
-        flag = "--" + name.replace("_", "-")
-        if name in ("grad_ckpt", "flash_attn"):
-            out.append(flag if v else "--no-" + name.replace("_", "-"))
-        elif name == "ckpt_mode":  # the CLI's --grad-ckpt takes the mode word
-            out += ["--grad-ckpt", str(v)]
-        elif name in ("packing", "precompute_ref"):
-            if v:
-                out.append(flag)
+        extra = opts[field].extra
+        flag = "--" + (extra.get("flag") or field.replace("_", "-"))
+        if isinstance(v, bool):
+            if v or not extra.get("switch_only"):
+                out.append(flag if v else "--no-" + flag[2:])
+        elif extra.get("repeat"):
+            for item in v:
+                out += [flag, str(item)]
         elif isinstance(v, int | float):
             out += [flag, _num_arg(v)]
         else:
             out += [flag, str(v)]
     return out
+
+
+def _ckpt_mode_flags(req: EstimateRequest) -> list[str]:
+    """The request's checkpointing mode: the CLI's --grad-ckpt takes the mode word."""
+    return ["--grad-ckpt", req.ckpt_mode] if req.ckpt_mode is not None else []
 
 
 def _model_flags(req: ModelChoice) -> tuple[list[str], str]:
@@ -91,7 +96,7 @@ def estimate_command(req: EstimateRequest) -> tuple[str, str]:
         args += ["--estimator", req.estimator]
     if req.interval is not None and req.interval != DEFAULT_INTERVAL:
         args += ["--interval", _num_arg(req.interval)]
-    args += _job_flags(req, JOB_FIELDS)
+    args += _job_flags(req, ESTIMATE_JOB) + _ckpt_mode_flags(req)
     args += _price_flags(req)
     return shlex.join(["tuneplan", "estimate", *args]), note
 
@@ -119,7 +124,7 @@ def plan_command(req: PlanRequest) -> tuple[str, str]:
         args += ["--objective", req.objective]
     if req.interval is not None and req.interval != DEFAULT_INTERVAL:
         args += ["--interval", _num_arg(req.interval)]
-    args += _job_flags(req, WORK_FIELDS + METHOD_FIELDS + STAGE_FIELDS)
+    args += _job_flags(req, PLAN_JOB)
     args += _price_flags(req)
     return shlex.join(["tuneplan", "plan", *args]), note
 
@@ -134,11 +139,14 @@ def plan_kwargs(req: PlanRequest) -> dict[str, Any]:
         v = getattr(req, name)
         if v:
             kw[key] = list(v)
-    for name in ("gpus_per_node", "global_batch", "budget_usd", "provider", "rate", *WORK_FIELDS,
-                 *METHOD_FIELDS, *STAGE_FIELDS):
+    for name in ("gpus_per_node", "global_batch", "budget_usd", "provider", "rate"):
         v = getattr(req, name)
         if v is not None:
             kw[name] = v
+    for name, field in PLAN_JOB.items():
+        v = getattr(req, name)
+        if v is not None and name != "rate":
+            kw[field] = v
     if req.grad_ckpt is not None:
         kw["grad_ckpt"] = (req.grad_ckpt,)
     if req.deadline_h is not None:

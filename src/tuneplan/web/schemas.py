@@ -1,52 +1,82 @@
 """The web API's request bodies (pydantic): what `POST /api/estimate` and `POST /api/plan` accept,
-with the bounds that keep an absurd request from reaching the planner. Help texts follow JobSpec's
-options (`tuneplan.specs.job.option`)."""
+with the bounds that keep an absurd request from reaching the planner. The job's fields are generated
+from JobSpec's options (`tuneplan.specs.job.option`): their type, bounds (specs/limits.py JOB_BOUNDS)
+and help text; a request field is named as the CLI flag (`rate`, `peft_option`)."""
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from tuneplan.specs.job import (
-    Method,
-    Optimizer,
-    Precision,
-    Sharding,
-)
+from tuneplan.specs.job import Method, Option, Sharding, job_options, plan_axes
+from tuneplan.specs.limits import JOB_BOUNDS
 
 ESTIMATORS = ("tuneplan", "kavier", "xia", "planner")
 """The estimators the page offers (slst needs a calibration file of its own)."""
 DEFAULT_INTERVAL = 0.8
 """Interval coverage when a request gives none (the CLI's default)."""
+UNBOUNDED = 1e12
+"""Upper bound of a job number JOB_BOUNDS does not bound (a request is refused above it)."""
+MAX_LIST = 64
+"""Most values of a repeatable option (`peft_option`)."""
 
 # ----------------------------------------------------------------------------------------------------
 # request bodies
 
 Float = Annotated[float, Field(allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=1, le=100_000)]
-Degree = Annotated[int, Field(ge=1, le=4096)]
-NonNegInt = Annotated[int, Field(ge=0, le=10**12)]
 Name = Annotated[str, Field(min_length=1, max_length=300)]
-Quant = Literal["none", "int8", "nf4", "gptq-int4", "awq-int4"]
+Targets = Annotated[str, Field(min_length=1, max_length=400, pattern=r"^[A-Za-z0-9_,\- ]+$")]
+"""Comma-separated module names (`lora_targets`), as the CLI flag takes them."""
 
-METHOD_FIELDS = ("lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer", "galore_rank",
-                 "optimizer_impl", "master_weights", "flash_attn", "moe_mode", "moe_experts", "framework")
-WORK_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "seq_len", "packing", "padding", "eval_every",
-               "eval_examples", "save_every", "load_time_s", "disk_gbs", "grid_gco2_kwh")
-JOB_FIELDS = ("method", "lora_rank", "lora_targets", "adapter_dtype", "trainable_layers", "precision", "quant", "optimizer",
-              "galore_rank",
-              "optimizer_impl", "master_weights", "grad_ckpt", "flash_attn", "moe_mode", "moe_experts", "gpus", "nodes", "sharding", "tp", "pp", "cp", "ep",
-              "micro_batch", "grad_accum", "grad_accum_sync", "fsdp_adapter_wrap", "examples", "tokens_per_example", "tokens", "epochs", "seq_len",
-              "packing", "padding", "eval_every", "eval_examples", "save_every", "load_time_s", "disk_gbs",
-              "grid_gco2_kwh", "framework", "ckpt_mode")
-"""Request fields passed to JobSpec under the same name (`rate` goes as `rate`, the API's keyword)."""
-STAGE_FIELDS = ("stage", "precompute_ref", "group_size", "completion_len", "prompts_per_step", "reward_model",
-                "kl_beta", "ppo_epochs")
-"""Preference / RL stage fields (docs/stages.md), estimate and plan alike."""
-ROLLOUT_FIELDS = ("rollout_engine", "rollout_gpus")
-"""RL rollout placement: estimate only (the planner enumerates it)."""
-JOB_FIELDS = JOB_FIELDS + STAGE_FIELDS + ROLLOUT_FIELDS
+
+def _plain_type(annotation):
+    """The type inside `X | None`."""
+    args = [t for t in typing.get_args(annotation) if t is not type(None)]
+    return args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
+
+
+def _request_type(name: str, opt: Option) -> Any:
+    """A JobSpec option's type in a request: numbers with their bounds (positive, or zero and up, at
+    most JOB_BOUNDS'), Literal choices as declared, names and module lists of bounded length."""
+    extra = opt.extra
+    kind = _plain_type(opt.type)
+    low = {"gt": 0} if extra.get("number", "positive") == "positive" else {"ge": 0}
+    upper = JOB_BOUNDS.get(name, UNBOUNDED)
+    if extra.get("repeat"):
+        return Annotated[list[Name], Field(max_length=MAX_LIST)]
+    if kind is int:
+        return Annotated[int, Field(**low, le=int(upper))]
+    if kind is float:
+        return Annotated[Float, Field(**low, le=upper)]
+    if kind is bool or typing.get_origin(kind) is Literal:
+        return kind
+    if typing.get_origin(kind) is tuple:
+        return Targets
+    return Name
+
+
+def request_name(name: str) -> str:
+    """The request field of a JobSpec option: its CLI flag's name (`rate` for rate_usd_per_gpu_hour)."""
+    return (job_options()[name].extra.get("flag") or name).replace("-", "_")
+
+
+def _job_model(title: str, names: tuple[str, ...]) -> type[BaseModel]:
+    """A request model with these JobSpec options, each optional (absent: JobSpec's default)."""
+    opts = job_options()
+    fields = {request_name(n): (_request_type(n, opts[n]) | None, Field(None, description=opts[n].help))
+              for n in names}
+    return create_model(title, __doc__=f"JobSpec's options: {title}.", **fields)
+
+
+ESTIMATE_JOB = {request_name(n): n for n in job_options()}
+"""Request field -> JobSpec field of every option `POST /api/estimate` takes."""
+PLAN_JOB = {request_name(n): n for n in job_options() if n not in plan_axes()}
+"""Request field -> JobSpec field of the options `POST /api/plan` takes (the planner searches the rest)."""
+JobOptions = _job_model("JobOptions", tuple(ESTIMATE_JOB.values()))
+PlanJobOptions = _job_model("PlanJobOptions", tuple(PLAN_JOB.values()))
 
 
 class ModelChoice(BaseModel):
@@ -68,123 +98,12 @@ class ModelChoice(BaseModel):
         return self
 
 
-class MethodOptions(BaseModel):
-    """Options of the method (JobSpec's fields; absent ones take tuneplan's defaults)."""
-
-    lora_rank: Annotated[int, Field(ge=1, le=65_536)] | None = Field(None, description="LoRA rank r (default 16)")
-    lora_targets: Annotated[str, Field(min_length=1, max_length=400,
-                                       pattern=r"^[A-Za-z0-9_,\- ]+$")] | None = Field(
-        None, description="comma-separated modules (q,k,v,o,gate,up,down) or all-linear")
-    adapter_dtype: Literal["fp32", "compute"] | None = Field(
-        None, description="LoRA-family adapters in fp32 (peft >= 0.12, default: each adapted module keeps an "
-                          "fp32 copy of its input) or in the compute dtype")
-    trainable_layers: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
-        None, description="freeze: last N blocks trained (default 2)")
-    precision: Precision | None = Field(None, description="compute precision (default bf16)")
-    quant: Quant | None = Field(None, description="base weight storage (default: as the method implies)")
-    optimizer: Optimizer | None = Field(None, description="default adamw; galore-adamw: full fine-tuning with "
-                                                          "GaLore's low-rank moments")
-    galore_rank: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
-        None, description="GaLore: projection rank of the block linears' moments (default 128)")
-    master_weights: Literal["auto", "fp32", "none"] | None = Field(
-        None, description="16-bit full fine-tuning: fp32 master copy, weights trained in place, or auto "
-                          "(fp32 under DeepSpeed ZeRO, tensor parallelism and fp8); default: the framework's, "
-                          "else fp32")
-    optimizer_impl: Literal["foreach", "fused", "for-loop"] | None = Field(
-        None, description="how the AdamW step runs: foreach (torch's default: one second-moment-sized temporary "
-                          "at the step), fused or for-loop; default: the framework's")
-    flash_attn: bool | None = Field(None, description="FlashAttention / SDPA (default on)")
-    moe_mode: Literal["sparse", "dense"] | None = Field(None, description="MoE: top-k experts or all")
-    moe_experts: Literal["modules", "stacked"] | None = Field(
-        None, description="MoE experts as one module per expert (transformers 4) or stacked tensors (transformers "
-                          ">= 5: LoRA rebuilds W + BA per stack and holds it for the backward); default: the "
-                          "framework's (hf-trainer stacked), else modules")
-    framework: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z0-9_.-]+(@[0-9][0-9a-z.+-]*)?$")] | None = Field(
-        None, description="training framework, NAME or NAME@VERSION; an alias resolves (data/frameworks.yaml; see "
-                          "/api/options; default hf-trainer, the HF Trainer's current defaults)")
-
-
-class WorkFields(BaseModel):
-    """The work: dataset size, epochs, sequence length, evaluation and checkpoints."""
-
-    examples: Annotated[Float, Field(gt=0, le=1e13)] | None = Field(None, description="training examples")
-    tokens_per_example: Annotated[Float, Field(gt=0, le=1e8)] | None = Field(
-        None, description="mean tokens per example, after templating")
-    tokens: Annotated[Float, Field(gt=0, le=1e16)] | None = Field(
-        None, description="total tokens per epoch (instead of examples)")
-    epochs: Annotated[Float, Field(gt=0, le=1e5)] | None = Field(None, description="default 1")
-    seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = Field(
-        None, description="padded/packed length (default: tokens per example)")
-    packing: bool | None = Field(None, description="pack examples into seq_len samples")
-    padding: Literal["max", "longest"] | None = Field(
-        None, description="unpacked examples padded to seq_len (max) or each batch to its longest example (longest)")
-    eval_every: NonNegInt | None = None
-    eval_examples: NonNegInt | None = None
-    save_every: NonNegInt | None = None
-    load_time_s: Annotated[Float, Field(ge=0, le=1e9)] | None = None
-    disk_gbs: Annotated[Float, Field(gt=0, le=1e6)] | None = None
-    grid_gco2_kwh: Annotated[Float, Field(ge=0, le=1e5)] | None = Field(
-        None, description="grid carbon intensity, g/kWh (default 480)")
-
-
-class StageFields(BaseModel):
-    """The training stage (absent: sft); RL options apply to grpo, ppo and rloo only."""
-
-    stage: Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"] | None = Field(
-        None, description="sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo")
-    precompute_ref: bool | None = Field(None, description="dpo/kto: reference log-probs computed before training")
-    group_size: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
-        None, description="RL: completions per prompt (TRL: grpo 8, rloo 2)")
-    completion_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = Field(
-        None, description="RL: new tokens per completion (TRL: 512)")
-    prompts_per_step: Annotated[int, Field(ge=1, le=1_048_576)] | None = Field(
-        None, description="RL: prompts per optimizer step")
-    reward_model: Name | None = Field(None, description="RL: reward model (default: a rule)")
-    kl_beta: Annotated[Float, Field(ge=0, le=1e6)] | None = Field(None, description="RL: KL coefficient")
-    ppo_epochs: Annotated[int, Field(ge=1, le=10_000)] | None = Field(None, description="PPO: update epochs")
-
-
-class RolloutFields(StageFields):
-    rollout_engine: Literal["hf", "vllm"] | None = Field(None, description="RL: HF generate (default) or vLLM")
-    rollout_gpus: Annotated[int, Field(ge=0, le=1_048_576)] | None = Field(
-        None, description="RL with vllm: GPUs of `gpus` serving vLLM (0: colocated)")
-
-
-class JobFields(MethodOptions, WorkFields):
-    """What is trained and how, on how many GPUs, in what batches."""
-
-    method: Method | None = Field(None, description="fine-tuning method (default lora)")
-    grad_ckpt: bool | None = Field(None, description="gradient checkpointing (default off)")
-    ckpt_mode: Literal["none", "selective", "full", "offload"] | None = Field(
-        None, description="activation checkpointing mode (overrides grad_ckpt): none, selective, full, offload")
-    nodes: Annotated[int, Field(ge=1, le=10_000)] | None = None
-    sharding: Sharding | None = Field(None, description="default ddp")
-    tp: Degree | None = None
-    pp: Degree | None = None
-    cp: Degree | None = None
-    ep: Degree | None = None
-    micro_batch: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
-        None, description="samples per GPU per micro-step (default 4)")
-    grad_accum: Annotated[int, Field(ge=1, le=65_536)] | None = Field(
-        None, description="gradient-accumulation steps (default 1)")
-    grad_accum_sync: Literal["every-micro-batch", "no-sync"] | None = Field(
-        None, description="FSDP under gradient accumulation: every-micro-batch (a GPU keeps its gradient shard) or "
-                          "no-sync (no_sync until the last micro-batch: every GPU holds the unsharded gradients); "
-                          "default: the framework's")
-    fsdp_adapter_wrap: Literal["separate", "with-block"] | None = Field(
-        None, description="FSDP and a PEFT method: adapters in their own units (separate) or inside each block's "
-                          "FSDP1 flat parameter (with-block: the frozen weights' gradient allocated too); "
-                          "default: the framework's")
-
-
 class PriceFields(BaseModel):
     provider: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
         None, description="take the price from this provider (see /api/options)")
-    rate: Annotated[Float, Field(ge=0, le=1e6)] | None = Field(
-        None, description="$ per GPU-hour (default: cheapest on-demand price)")
 
 
-class EstimateRequest(ModelChoice, JobFields, PriceFields, RolloutFields):
+class EstimateRequest(ModelChoice, JobOptions, PriceFields):
     """`POST /api/estimate`: the inputs of `tuneplan estimate`."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
@@ -197,7 +116,8 @@ class EstimateRequest(ModelChoice, JobFields, PriceFields, RolloutFields):
     memory_gib: Annotated[Float, Field(gt=0, le=1e7)] | None = Field(None, description="one-off memory, GiB")
     bandwidth_gbs: Annotated[Float, Field(gt=0, le=1e8)] | None = Field(
         None, description="one-off memory bandwidth, GB/s")
-    gpus: Count | None = Field(None, description="total GPUs (default 1)")
+    ckpt_mode: Literal["none", "selective", "full", "offload"] | None = Field(
+        None, description="activation checkpointing mode (overrides grad_ckpt): none, selective, full, offload")
     estimator: Literal["tuneplan", "kavier", "xia", "planner"] = "tuneplan"
     interval: Annotated[Float, Field(ge=0, lt=1)] | None = Field(
         None, description="interval coverage (default 0.8; 0 for none)")
@@ -216,7 +136,7 @@ class EstimateRequest(ModelChoice, JobFields, PriceFields, RolloutFields):
 PosIntList = list[Annotated[int, Field(ge=1, le=1_048_576)]]
 
 
-class PlanRequest(ModelChoice, MethodOptions, WorkFields, PriceFields, StageFields):
+class PlanRequest(ModelChoice, PlanJobOptions, PriceFields):
     """`POST /api/plan`: the inputs of `tuneplan plan` (a search over GPU type x count x method x batch)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{

@@ -14,6 +14,7 @@ curator inferred for keys the source did not state: used only when the key itsel
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from tuneplan.errors import InputError
 from tuneplan.specs.architectures import gpt, linear, llama, moe, ssm, t5, vision  # noqa: F401 - readers
@@ -31,7 +32,6 @@ from tuneplan.specs.architectures.base import (
 from tuneplan.specs.architectures.quant import quant_from_config, quant_from_name, split_quant_suffix
 from tuneplan.specs.limits import check_config_sizes
 from tuneplan.specs.model import ModelSpec
-from tuneplan.specs.struct import replace
 
 __all__ = ["READERS", "SUPPORTED_MODEL_TYPES", "detect_model_type", "looks_llama_like", "model_from_config",
            "quant_from_config", "quant_from_name", "split_quant_suffix"]

@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from tuneplan.errors import InputError
 from tuneplan.specs.architectures.quant import quant_from_config, quant_from_name
 from tuneplan.specs.model import LinearShape, ModelSpec, SSMShape
-from tuneplan.specs.struct import dataclass, field, replace
 
 MISSING = object()
 

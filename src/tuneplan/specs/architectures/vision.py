@@ -12,11 +12,11 @@ token).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from tuneplan.errors import InputError
 from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, inferred_value, lin
 from tuneplan.specs.model import LinearShape, ModelSpec, VisionTower
-from tuneplan.specs.struct import replace
 
 DYNAMIC_IMAGE_SIDE_PX = 448
 """Image side (px, square) assumed for dynamic-resolution towers (Qwen2-VL / Qwen2.5-VL) when
