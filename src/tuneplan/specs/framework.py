@@ -5,7 +5,7 @@ memory (physics/frameworks.py); nothing here is fitted."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from tuneplan.errors import InputError

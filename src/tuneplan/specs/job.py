@@ -596,12 +596,10 @@ def _read_fields(given: dict) -> dict:
         except ValueError as exc:
             raise InputError(name.replace("_", "-"), str(exc)) from None
     unknown = [k for k in given if k not in opts]
-    if unknown:
-        from tuneplan.errors import closest
+    if unknown:  # a misspelt keyword of the Python API (micro_bach=): named as given, with the closest
+        from tuneplan.errors import UnknownNameError
 
-        close = closest(unknown[0], list(out))
-        raise InputError(unknown[0].replace("_", "-"), "is not a job option" + (
-            f"; closest: {', '.join(c.replace('_', '-') for c in close)}" if close else ""))
+        raise UnknownNameError(unknown[0], unknown[0], list(out), what="job option")
     return out
 
 
