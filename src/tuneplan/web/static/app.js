@@ -27,7 +27,7 @@
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
     precision: "bf16", quant: "", optimizer: "adamw", optimizer_impl: "", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse", moe_experts: "", framework: "", ckpt_mode: "",
     gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1, grad_accum_sync: "", fsdp_adapter_wrap: "",
-    examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "max", provider: "", max_gpus: 8,
+    examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "", provider: "", max_gpus: 8,
     objective: "cheapest", stage: "sft", precompute_ref: false, rollout_engine: "hf", rollout_gpus: 0,
   };
   const PLAN_GPUS_DEFAULT = ["A10G-24GB", "L40S-48GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"];
@@ -211,7 +211,7 @@
     if (st.optimizer !== "galore-adamw") delete body.galore_rank;
     if (body.grad_accum_sync === "") delete body.grad_accum_sync;
     if (body.fsdp_adapter_wrap === "" || st.method === "full" || st.method === "freeze") delete body.fsdp_adapter_wrap;
-    if (body.packing) delete body.padding;
+    if (body.packing || body.padding === "") delete body.padding;
     if (!RL_STAGES.includes(st.stage)) {
       for (const f of ["group_size", "completion_len", "rollout_engine", "rollout_gpus"]) delete body[f];
     }
@@ -936,7 +936,8 @@
     fillSelect("#estimator", options.estimators, options.estimators.map((e) => ({ tuneplan: "tuneplan (physics, calibrated)",
       kavier: "Kavier", xia: "Xia et al. 2024", planner: "Run Planner seed (6ND)" }[e] || e)));
     fillSelect("#adapter_dtype", options.adapter_dtypes, options.adapter_dtypes.map((m) => (m === "fp32" ? "fp32 (peft >= 0.12)" : "compute dtype")));
-    fillSelect("#padding", options.paddings, options.paddings.map((m) => (m === "max" ? "to sequence length" : "to longest in batch")));
+    fillSelect("#padding", ["", ...options.paddings], ["default: the framework's",
+      ...options.paddings.map((m) => (m === "max" ? "to sequence length" : "to longest in batch"))]);
     fillSelect("#moe_experts", ["", ...options.moe_experts], ["default: the framework's (hf-trainer stacked)",
       ...options.moe_experts.map((m) => (m === "stacked" ? "stacked tensors (transformers >= 5)" : "a module per expert (transformers 4)"))]);
     fillSelect("#optimizer_impl", ["", ...options.optimizer_impls], ["default: the framework's",
