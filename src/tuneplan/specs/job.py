@@ -169,6 +169,8 @@ class JobSpec(Record):
     pp: int = option(1, "PP degree (default 1)", "parallelism")
     cp: int = option(1, "CP degree (default 1)", "parallelism")
     ep: int = option(1, "EP degree (default 1)", "parallelism")
+    etp: int | None = option(None, "expert tensor parallel degree: each expert's weights split over etp GPUs (default: "
+                                   "--tp, as Megatron-Core's expert_tensor_parallel_size)", "parallelism")
     micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "parallelism")
     grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "parallelism")
     grad_accum_sync: Literal["every-micro-batch", "no-sync"] = option(
@@ -293,6 +295,13 @@ class JobSpec(Record):
             raise ValueError("must be a positive integer")
         return v
 
+    @field_validator("etp")
+    @classmethod
+    def _etp(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be a positive integer")
+        return _bounded(info, v)
+
     @field_validator("seq_len")
     @classmethod
     def _seq(cls, v: int | None, info: ValidationInfo) -> int | None:
@@ -346,8 +355,12 @@ class JobSpec(Record):
         model_par = self.tp * self.pp * self.cp
         if self.gpus % model_par:
             raise ValueError(f"gpus ({self.gpus}) must be divisible by tp x pp x cp ({model_par})")
-        if self.ep > 1 and (self.gpus // model_par) % self.ep:
-            raise ValueError(f"data-parallel degree ({self.gpus // model_par}) must be divisible by ep ({self.ep})")
+        # Megatron-Core lays the experts over tp x cp x dp ranks of each pipeline stage: ep x etp of them
+        # hold one copy of the experts, the rest are the experts' data-parallel replicas
+        expert_par = self.ep * self.expert_tp
+        if expert_par > 1 and (self.gpus // self.pp) % expert_par:
+            raise ValueError(f"tp x cp x data-parallel ({self.gpus // self.pp}) must be divisible by ep x etp "
+                             f"({self.ep} x {self.expert_tp})")
         if self.method in ("qlora", "gptq-lora", "loftq") and self.precision == "fp32":
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
         if self.vpp > 1 and self.pp == 1:
@@ -402,6 +415,12 @@ class JobSpec(Record):
     def dp(self) -> int:
         """Data-parallel degree: what remains of the GPUs after tensor, pipeline and context parallel."""
         return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree: `etp`, else `tp` (megatron-core ModelParallelConfig's
+        expert_tensor_parallel_size=None means tensor_model_parallel_size)."""
+        return self.etp or self.tp
 
     @property
     def gpus_per_node(self) -> int:
