@@ -4,6 +4,7 @@ issue 32 item 3), as megatron-core 0.13 runs them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -158,3 +159,52 @@ def test_expert_parallel_step_costs_the_all_to_all_across_nodes():
     job = make_job(ep=8, **kw)
     text = " ".join(stack_assumptions(m, H100, job))
     assert "ep 8 x expert tensor parallel 2" in text and "across nodes" in text
+
+
+# --- NVLink domains beyond the node (GB200 / GB300 NVL72) -----------------------------------------
+
+def test_nvlink_domain_spans_the_trays():
+    from tuneplan.physics.parallel import domain_gpus
+
+    # GB200 NVL72: 64 GPUs in 16 trays of 4 are one NVLink domain; 144 GPUs are two domains of 72
+    assert _f(domain_gpus(np.array(64.0), np.array(16.0), np.array(72.0))) == 64.0
+    assert _f(domain_gpus(np.array(144.0), np.array(36.0), np.array(72.0))) == 72.0
+    # an HGX part (domain 8) or one without a figure (0): the node
+    assert _f(domain_gpus(np.array(64.0), np.array(8.0), np.array(8.0))) == 8.0
+    assert _f(domain_gpus(np.array(64.0), np.array(16.0), np.array(0.0))) == 4.0
+
+
+def test_catalog_nvlink_domains_name_their_source():
+    import csv
+    from importlib import resources
+
+    rows = list(csv.DictReader(resources.files("tuneplan.data").joinpath("gpus.csv").read_text().splitlines()))
+    given = {r["name"]: int(r["nvlink_domain_gpus"]) for r in rows if r["nvlink_domain_gpus"].strip()}
+    assert given["GB200"] == given["GB300"] == 72 and given["H100-SXM5-80GB"] == 8
+    assert all(r["nvlink_domain_source"].strip() for r in rows if r["nvlink_domain_gpus"].strip())
+    assert gpu_catalog()["GB200"].nvlink_domain_gpus == 72
+
+
+def test_gb200_collectives_inside_the_rack_run_at_nvlink():
+    gpus = gpu_catalog()
+    gb200 = gpus["GB200"]
+    m = resolve_model("meta-llama/Llama-3.1-70B")
+    kw = {"method": "full", "gpus": 64, "nodes": 16, "micro_batch": 1, "grad_accum": 4, "seq_len": 8192,
+          "examples": 1.0, "framework": "megatron", "sharding": "zero1"}
+    job = make_job(**kw)
+    rack = step_time(build_arrays([(m, gb200, job, 8192)]))
+    # the same part without its NVLink domain: the gradients' reduce-scatter over 64 data-parallel
+    # ranks goes hierarchically over the network between the 4-GPU trays
+    trays = step_time(build_arrays([(m, dataclasses.replace(gb200, nvlink_domain_gpus=0), job, 8192)]))
+    assert _f(rack["communication_total_s"]) < _f(trays["communication_total_s"]) / 2
+    assert "NVLink domain: GB200 joins 72 GPUs over its 4-GPU nodes" in " ".join(stack_assumptions(m, gb200, job))
+
+
+def test_a_row_of_many_gpus_without_nodes_takes_8_gpu_servers():
+    row = {"model": "meta-llama/Llama-3.1-70B", "gpu": "H100-SXM5-80GB", "method": "full", "precision": "bf16",
+           "sharding": "ddp+tp8", "gpus": 64, "micro_batch_size": 1, "grad_accum": 1, "seq_len": 4096,
+           "framework": "megatron"}
+    cfg = row_to_config(row)
+    assert cfg.job.nodes == 8 and any(u.startswith("nodes=8 (8 GPUs per node") for u in cfg.defaults_used)
+    assert row_to_config({**row, "nodes": 4}).job.nodes == 4
+    assert row_to_config({**row, "gpus": 8, "sharding": "ddp"}).job.nodes == 1

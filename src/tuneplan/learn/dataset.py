@@ -216,10 +216,24 @@ def _row_batch(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, 
     return gpus, nodes, mb, ga
 
 
+GPUS_PER_SERVER = 8
+"""GPUs per node of a row that states more GPUs than that and no node count: NVIDIA HGX / DGX
+baseboards hold 8 (nvidia.com/en-us/data-center/hgx/), as do the clouds' GPU instances (AWS p4d/p5,
+GCP a3, Azure ND v5)."""
+
+
 def _row_gpus(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, int]:
     """(gpus, nodes, data-parallel degree)."""
     gpus = int(float(_get(row, "gpus") or used.take("gpus")))
-    nodes = int(float(_get(row, "nodes") or used.take("nodes")))
+    nodes_cell = _get(row, "nodes")
+    if nodes_cell is None and gpus > GPUS_PER_SERVER:
+        nodes = -(-gpus // GPUS_PER_SERVER)
+        while gpus % nodes:  # whole GPUs per node
+            nodes += 1
+        used.append(f"nodes={nodes} ({GPUS_PER_SERVER} GPUs per node, the HGX/DGX server and the clouds' "
+                    "8-GPU instances; an NVL72 part's NVLink domain spans them)")
+    else:
+        nodes = int(float(nodes_cell or used.take("nodes")))
     model_par = shard.get("tp", 1) * shard.get("pp", 1) * shard.get("cp", 1)
     return gpus, nodes, max(1, gpus // model_par)
 

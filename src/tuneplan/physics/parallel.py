@@ -12,6 +12,13 @@ ULYSSES_ALL_TO_ALLS_FWD = 4.0
 gathered by sequence, and the output back (Jacobs et al., 'DeepSpeed Ulysses', 2023, Fig. 2)."""
 
 
+def domain_gpus(gpus, nodes, nvlink_domain):
+    """Consecutive GPUs joined by the fast link (NVLink / xGMI switch): the node, or the part's NVLink
+    domain where it spans nodes (GB200 / GB300 NVL72: 72 GPUs over 4-GPU trays), at most all GPUs.
+    The collectives cost ranks inside it at the intra-node bandwidth, across it at the network's."""
+    return np.minimum(np.maximum(gpus / np.maximum(nodes, 1.0), nvlink_domain), gpus)
+
+
 def link_bandwidth(group, gpus_per_node, intra_bw, inter_bw):
     """Per-GPU bandwidth of a collective over `group` consecutive ranks: the intra-node link when the
     group fits in a node, else the slower of it and the per-GPU network share."""

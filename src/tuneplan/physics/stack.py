@@ -25,7 +25,7 @@ STACK_DEFAULTS = {
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
     "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
     "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0, "fp8_recipe": 0.0,
-    "etp": np.nan,
+    "etp": np.nan, "nvlink_domain": 0.0,
 }
 """Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
 
@@ -247,6 +247,11 @@ def stack_assumptions(model, gpu, job) -> list[str]:
         out.append(f"Pipeline: {'interleaved, ' + str(job.vpp) + ' virtual stages per rank' if job.vpp > 1 else '1F1B'}; "
                    f"{m} micro-batch{'es' if m > 1 else ''} per step (the gradient accumulation: global batch / "
                    f"(micro-batch x dp)), bubble (pp - 1)/(m x vpp) = {(job.pp - 1) / (m * job.vpp):.1%} of them.")
+    domain = getattr(gpu, "nvlink_domain_gpus", 0)
+    if job.nodes > 1 and domain > job.gpus_per_node:
+        out.append(f"NVLink domain: {gpu.name} joins {domain} GPUs over its {job.gpus_per_node}-GPU nodes "
+                   f"(data/gpus.csv); collectives within {min(domain, job.gpus)} consecutive GPUs run at its NVLink "
+                   "bandwidth, beyond at the network's.")
     if job.ep > 1:
         etp = job.expert_tp
         edp = job.gpus // job.pp // (job.ep * etp)

@@ -30,6 +30,7 @@ from tuneplan.physics.ops import (
     lm_loss_bytes,
 )
 from tuneplan.physics.parallel import (
+    domain_gpus,
     expert_all_to_all,
     hierarchical_allreduce,
     link_bandwidth,
@@ -82,7 +83,7 @@ def dp_bandwidth(a: Arrays) -> np.ndarray:
     """Bus bandwidth of the data-parallel group: intra-node when it fits in a node, else the
     slower of the intra-node link and the per-GPU network share."""
     model_par = a["tp"] * a["pp"] * a["cp"]
-    spans_nodes = a["dp"] * model_par > a["gpus"] / a["nodes"]
+    spans_nodes = a["dp"] * model_par > domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
     return np.where(spans_nodes, np.minimum(a["intra_bw"], a["inter_bw"]), a["intra_bw"])
 
 
@@ -198,7 +199,7 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     """Tensor, context, expert and pipeline-parallel communication of one micro-step (s)."""
     tp, pp, cp, ep = a["tp"], a["pp"], a["cp"], a["ep"]
     L = a["n_layers"]
-    gpn = a["gpus"] / a["nodes"]
+    gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))  # the NVLink domain (parallel.py)
     rec_full = ct["rec_share"]
     # tensor parallel: 2 all-reduces (sequence parallel: all-gather + reduce-scatter, the same bytes) of the
     # layer activations forward, 2 backward (+2 recompute); overlapped with the GEMMs where the framework does
@@ -240,7 +241,7 @@ def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConst
     # gradients are reduced over data x context parallel ranks (context-parallel ranks hold the same weights)
     model_par = a["tp"] * a["pp"]
     group = a["dp"] * a["cp"]
-    gpn = a["gpus"] / a["nodes"]
+    gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
     spans = group * model_par > gpn
     per_node = np.maximum(gpn / model_par, 1.0)
     hier = hierarchical_allreduce(nbytes, group, per_node, a["intra_bw"], a["inter_bw"], c) * factor / 2.0
