@@ -208,3 +208,17 @@ def test_a_row_of_many_gpus_without_nodes_takes_8_gpu_servers():
     assert cfg.job.nodes == 8 and any(u.startswith("nodes=8 (8 GPUs per node") for u in cfg.defaults_used)
     assert row_to_config({**row, "nodes": 4}).job.nodes == 4
     assert row_to_config({**row, "gpus": 8, "sharding": "ddp"}).job.nodes == 1
+
+
+def test_planner_gpu_counts_follow_the_expert_layout():
+    from tuneplan.plan.search import _base_jobs
+    from tuneplan.plan.space import Space, enumerate_grid
+
+    # tp 2, ep 16, etp 1: 16 GPUs hold one copy of the experts (not tp x ep = 32 as when ep | dp)
+    jobs, model_par, multiple = _base_jobs(["full"], {"tp": 2, "ep": 16, "etp": 1}, 1000.0, 512.0, 1.0)
+    assert (model_par, multiple, jobs[0].gpus) == (2, 16, 16)
+    # etp defaults to tp: ep 16 x etp 2 = 32
+    assert _base_jobs(["full"], {"tp": 2, "ep": 16}, 1000.0, 512.0, 1.0)[2] == 32
+    grid = enumerate_grid(1, 1, Space(gpu_counts=(8, 16, 24, 32, 48), global_batch=None, grad_accums=(1,)),
+                          model_par=model_par, gpu_multiple=multiple)
+    assert sorted(set(grid.gpus.tolist())) == [16, 32, 48]

@@ -28,7 +28,7 @@ from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_
 from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs.job import METHODS, SHARDINGS
 
-PLAN_AXES = ("method", "gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch", "grad_accum", "sharding", "grad_ckpt",
+PLAN_AXES = ("method", "gpus", "nodes", "tp", "pp", "cp", "ep", "etp", "micro_batch", "grad_accum", "sharding", "grad_ckpt",
              "rollout_engine", "rollout_gpus")
 """Job fields the planner searches (or pins with flags of its own; the RL rollout split it
 enumerates itself): not taken as job flags."""
