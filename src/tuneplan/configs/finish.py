@@ -65,16 +65,23 @@ def _global_batch(out: ConfigRead) -> None:
         return
     v = next(x for x in out.values if x.field == "global_batch")
     mb, ga = out.value("micro_batch", 1), out.value("grad_accum", 1)
+    # the global batch spans the data-parallel ranks: gpus / (tp x pp x cp) (Megatron's num_microbatches
+    # = global_batch_size / (micro_batch_size x dp)); a pipeline's micro-batches are the accumulation
+    model_par = out.value("tp", 1) * out.value("pp", 1) * out.value("cp", 1)
     if not out.stated("gpus"):
         per = mb * ga
         if gb % per == 0 and gb // per >= 1 and not (out.stated("grad_accum") is False and v.key.endswith(
                 "global_batch_size")):
-            n = gb // per
-            out.set("gpus", n, v.file, v.key, f"global batch {gb} / (micro-batch {mb} x accumulation {ga})")
+            n = gb // per * model_par
+            note = f"global batch {gb} / (micro-batch {mb} x accumulation {ga})"
+            if model_par > 1:
+                note += f" = {gb // per} data-parallel ranks, x tp x pp x cp {model_par}"
+            out.set("gpus", n, v.file, v.key, note)
     elif not out.stated("grad_accum"):
-        gpus = out.value("gpus")
-        if gb % (mb * gpus) == 0:
-            out.set("grad_accum", gb // (mb * gpus), v.file, v.key, f"global batch {gb} / ({mb} x {gpus} GPUs)")
+        dp = out.value("gpus") // model_par
+        if dp >= 1 and gb % (mb * dp) == 0:
+            out.set("grad_accum", gb // (mb * dp), v.file, v.key,
+                    f"global batch {gb} / ({mb} x {dp} data-parallel ranks)")
 
 
 FORMAT_FRAMEWORKS = {"trl": "trl", "llamafactory": "llama-factory", "axolotl": "axolotl", "litgpt": "litgpt",

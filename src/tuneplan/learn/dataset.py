@@ -217,22 +217,48 @@ def _row_batch(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, 
     """(gpus, nodes, micro-batch, grad accumulation); a global batch fills the missing one."""
     gpus, nodes, dp = _row_gpus(row, shard, used)
     mb, ga = batch_shape(dp, _get(row, "micro_batch_size"), _get(row, "grad_accum"), _get(row, "global_batch_size"),
-                         used)
+                         used, shard.get("pp", 1))
     return gpus, nodes, mb, ga
+
+
+GPUS_PER_SERVER = 8
+"""GPUs per node of a row that states more GPUs than that and no node count: NVIDIA HGX / DGX
+baseboards hold 8 (nvidia.com/en-us/data-center/hgx/), as do the clouds' GPU instances (AWS p4d/p5,
+GCP a3, Azure ND v5)."""
 
 
 def _row_gpus(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, int]:
     """(gpus, nodes, data-parallel degree)."""
     gpus = int(float(_get(row, "gpus") or used.take("gpus")))
-    nodes = int(float(_get(row, "nodes") or used.take("nodes")))
+    nodes_cell = _get(row, "nodes")
+    if nodes_cell is None and gpus > GPUS_PER_SERVER:
+        nodes = -(-gpus // GPUS_PER_SERVER)
+        while gpus % nodes:  # whole GPUs per node
+            nodes += 1
+        used.append(f"nodes={nodes} ({GPUS_PER_SERVER} GPUs per node, the HGX/DGX server and the clouds' "
+                    "8-GPU instances; an NVL72 part's NVLink domain spans them)")
+    else:
+        nodes = int(float(nodes_cell or used.take("nodes")))
     model_par = shard.get("tp", 1) * shard.get("pp", 1) * shard.get("cp", 1)
     return gpus, nodes, max(1, gpus // model_par)
 
 
-def batch_shape(dp: int, mb: Any, ga: Any, gb: Any, used: _Defaults) -> tuple[Any, Any]:
+PIPELINE_MICRO_BATCH = 1
+"""Micro-batch of a pipelined row that states only its global batch: Megatron pipelines take the step's
+samples as global / (micro x dp) micro-batches (megatron-core num_microbatches_calculator), and the
+Megatron-Bridge / NeMo performance recipes with pp > 1 run micro-batch 1 (their published tables,
+../shared/reference/runs/megatron-bridge.csv, nemo.csv)."""
+
+
+def batch_shape(dp: int, mb: Any, ga: Any, gb: Any, used: _Defaults, pp: int = 1) -> tuple[Any, Any]:
     """(micro-batch, grad accumulation) from the row's cells (None when empty); a global batch fills
     the missing one. Reads nothing else of the row: `predict_frame` computes it once per distinct
-    (dp, cells) and the rest of the configuration once per distinct other settings."""
+    (dp, pp, cells) and the rest of the configuration once per distinct other settings. A pipeline
+    (pp > 1) never takes the whole local batch as one micro-batch (a bubble of most of the step): with
+    only a global batch, its micro-batch is PIPELINE_MICRO_BATCH and the accumulation the rest."""
+    if mb is None and gb is not None and ga is None and pp > 1:
+        mb = PIPELINE_MICRO_BATCH
+        used.append(f"micro_batch_size={mb} (pipeline parallel: Megatron recipes' micro-batch with pp > 1)")
     if mb is None and gb is not None:
         ga_v = int(float(ga)) if ga is not None else 1
         mb = max(1, int(round(float(gb) / (dp * ga_v))))
@@ -277,6 +303,17 @@ def _row_peft_version(row: dict) -> str | None:
     except InputError:
         raise InputError("peft_version", f"'{v}' is not a version (e.g. 0.22.0)") from None
     return str(v).strip()
+
+
+VIRTUAL_STAGES_NOTE = re.compile(r"\bVP=(\d+)\b")
+"""How a row's notes state an interleaved pipeline's virtual stages per rank (Megatron-Bridge's and
+NeMo's performance tables: `VP=4`; `VP=n/a` for none)."""
+
+
+def _row_virtual_stages(row: dict, shard: dict[str, Any]) -> int:
+    """Virtual pipeline stages per rank the notes state for a pipelined row (1: plain 1F1B)."""
+    m = VIRTUAL_STAGES_NOTE.search(str(_get(row, "notes") or ""))
+    return int(m.group(1)) if m and shard.get("pp", 1) > 1 and int(m.group(1)) > 1 else 1
 
 
 def _positive_int(v: Any, column: str) -> int:
@@ -431,6 +468,10 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     if rank is not None and optimizer == "galore-adamw":
         kw["galore_rank"] = _positive_int(rank, "galore_rank")
     kw.update(_row_adapter_fields(row, method, model, used))
+    vpp = _row_virtual_stages(row, shard)
+    if vpp > 1:
+        kw["vpp"] = vpp
+        used.append(f"vpp={vpp} (the notes' VP={vpp}: interleaved pipeline, virtual stages per rank)")
     return RowBase(model=model, gpu=gpu, dp=dp, seq_len=int(round(float(seq))), kw=kw, used_tail=list(used[n_head:]),
                    mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
@@ -449,7 +490,7 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     used = _Defaults()
     head = _row_head(row, cache, used)
     mb, ga = batch_shape(head[-1], _get(row, "micro_batch_size"), _get(row, "grad_accum"),
-                         _get(row, "global_batch_size"), used)
+                         _get(row, "global_batch_size"), used, head[6].get("pp", 1))
     n_before_tail = len(used)
     base = _row_tail(row, head, used)
     job = row_job(base, mb, ga, cache)

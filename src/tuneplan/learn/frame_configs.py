@@ -217,11 +217,12 @@ def _shape(j: int, mb: Any, ga: Any, gb: Any, heads: list, head_err: list, tail_
     if head_err[j] is not None:
         return head_err[j], None
     head, used_head = heads[j]
-    key = (head[-1], mb, ga, gb)
+    pp = head[6].get("pp", 1)
+    key = (head[-1], pp, mb, ga, gb)
     shape = shapes.get(key)
     if shape is None:
         used = _Defaults()
-        m, g = batch_shape(head[-1], mb, ga, gb, used)
+        m, g = batch_shape(head[-1], mb, ga, gb, used, pp)
         shape = shapes[key] = (m, g, list(used))
     if tail_err[j] is not None:
         return tail_err[j], None

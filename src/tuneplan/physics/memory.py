@@ -75,13 +75,22 @@ def galore_state_elements(a: Arrays) -> np.ndarray:
     return a["galore_rank"] * (a["galore_min_dims"] + 2.0 * a["galore_max_dims"])
 
 
+def expert_split_ratio(a: Arrays) -> np.ndarray:
+    """How many more GPUs split one copy of the experts than split the dense weights: ep x etp / tp.
+    Megatron-Core (parallel_state.initialize_model_parallel, 0.13) builds the expert groups over the
+    same tp x cp x dp ranks of a pipeline stage as etp x ep x expert-data-parallel, so the experts'
+    data-parallel degree is tp x cp x dp / (ep x etp) = (cp x dp) / this ratio."""
+    return a["ep"] * get(a, "etp") / a["tp"]
+
+
 def expert_sharding(div: np.ndarray, ep: np.ndarray, expert_here: np.ndarray) -> np.ndarray:
     """The effective shard count of a GPU's weights, gradients or states when `expert_here` of them are
     expert weights: dense ones are sharded over the `div` data x context parallel ranks, expert ones over
-    the expert-data-parallel ranks only, div / ep (Megatron-Core's distributed optimizer keeps separate
-    buffers on `expert_data_parallel_group`; DeepSpeed-MoE partitions expert weights within their
-    expert-data-parallel group). Unsharded (div 1) stays 1."""
-    return 1.0 / ((1.0 - expert_here) / div + expert_here / np.maximum(div / ep, 1.0))
+    the expert-data-parallel ranks only, div / ep (`ep`: expert_split_ratio; Megatron-Core's distributed
+    optimizer keeps separate buffers on `expert_data_parallel_group`; DeepSpeed-MoE partitions expert
+    weights within their expert-data-parallel group). Unsharded (div 1) stays 1."""
+    expert_div = np.where(div > 1, np.maximum(div / ep, 1.0), 1.0)
+    return 1.0 / ((1.0 - expert_here) / div + expert_here / expert_div)
 
 
 def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole: np.ndarray,
@@ -159,7 +168,7 @@ def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -
 
 def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     """Per-GPU memory breakdown (GiB) and the peaks: allocated, reserved, nvidia-smi."""
-    tp, pp, dp, ep = a["tp"], a["pp"], a["dp"], a["ep"]
+    tp, pp, dp = a["tp"], a["pp"], a["dp"]
     split = tp * pp
     shard = a["sharding"]
     gpn = a["gpus"] / a["nodes"]
@@ -174,10 +183,12 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     full = method == 0
     freeze = method == 6
     pbytes = a["weight_bytes_compute"]
-    # expert weights are spread over the expert-parallel ranks
+    # expert weights are spread over ep x etp ranks of a pipeline stage, the rest over tp (`split`):
+    # relative to the dense split, experts are divided by ep x etp / tp more (etp = tp: by ep)
     expert_share = np.where(a["params_total"] > 0, a["params_expert"] / a["params_total"], 0.0)
-    ep_factor = 1.0 - expert_share + expert_share / ep
-    w_div, g_div, o_div = (expert_sharding(d, ep, expert_share / ep / ep_factor) for d in (w_div, g_div, o_div))
+    ep_rel = expert_split_ratio(a)
+    ep_factor = 1.0 - expert_share + expert_share / ep_rel
+    w_div, g_div, o_div = (expert_sharding(d, ep_rel, expert_share / ep_rel / ep_factor) for d in (w_div, g_div, o_div))
 
     trainable = a["params_trainable"] * ep_factor / split
     frozen_lin = a["params_frozen_linear"] * ep_factor / split

@@ -146,11 +146,11 @@ def stacked_lora_held_bytes(a: dict) -> np.ndarray:
     """Bytes per GPU autograd holds for the stacks (activations): every adapted layer's W' until the
     backward (one layer's under activation checkpointing, which rebuilds it there), and the dW' of
     the layer the backward is in. Stacks are spread like the expert weights (expert, tensor and
-    pipeline parallel)."""
+    pipeline parallel: ep x etp x pp GPUs share one copy)."""
     params = _terms(a, "stacked_lora_params")
     per_layer = params / np.maximum(a["moe_layers"], 1.0)
     held = np.where(a["grad_ckpt"] > 0, per_layer, params) + per_layer
-    return held * a["weight_bytes_compute"] / (a["ep"] * a["tp"] * a["pp"])
+    return held * a["weight_bytes_compute"] / (a["ep"] * get(a, "etp") * a["pp"])
 
 
 def stacked_lora_seconds(a: dict, c, tokens: np.ndarray, bw: np.ndarray, expert_rate: np.ndarray,
@@ -159,7 +159,7 @@ def stacked_lora_seconds(a: dict, c, tokens: np.ndarray, bw: np.ndarray, expert_
     building W' (memory-bound, or the baddbmm's FLOPs at the GEMM ceiling if larger), the full weight
     gradient of the stacks at the experts' GEMM rate, and the stacks' kernels."""
     params = _terms(a, "stacked_lora_params")
-    split = a["ep"] * a["tp"] * a["pp"]
+    split = a["ep"] * get(a, "etp") * a["pp"]
     nbytes = params * a["weight_bytes_compute"] / split
     flops = _terms(a, "stacked_lora_flops") / split
     ceiling = get(a, "bf16_peak_flops") * c.mfu_max * a["matmul_rel"]

@@ -12,6 +12,13 @@ ULYSSES_ALL_TO_ALLS_FWD = 4.0
 gathered by sequence, and the output back (Jacobs et al., 'DeepSpeed Ulysses', 2023, Fig. 2)."""
 
 
+def domain_gpus(gpus, nodes, nvlink_domain):
+    """Consecutive GPUs joined by the fast link (NVLink / xGMI switch): the node, or the part's NVLink
+    domain where it spans nodes (GB200 / GB300 NVL72: 72 GPUs over 4-GPU trays), at most all GPUs.
+    The collectives cost ranks inside it at the intra-node bandwidth, across it at the network's."""
+    return np.minimum(np.maximum(gpus / np.maximum(nodes, 1.0), nvlink_domain), gpus)
+
+
 def link_bandwidth(group, gpus_per_node, intra_bw, inter_bw):
     """Per-GPU bandwidth of a collective over `group` consecutive ranks: the intra-node link when the
     group fits in a node, else the slower of it and the per-GPU network share."""
@@ -36,6 +43,21 @@ def ulysses_seconds(tokens_local, q_dim, kv_dim, el_bytes, cp, bw, c):
     return np.where(p > 1, volume / (bw * c.comm_efficiency) + ULYSSES_ALL_TO_ALLS_FWD * c.comm_latency_s, 0.0)
 
 
+def expert_all_to_all(nbytes, ep, etp, gpus_per_node, intra_bw, inter_bw, c):
+    """One expert-parallel all-to-all (dispatch or combine) of `nbytes` per GPU (s). Megatron-Core orders
+    the expert ranks etp innermost, then ep (parallel_state RankGenerator, order tp-cp-ep-dp-pp), so an
+    EP group's ranks are etp apart and a node holds gpus_per_node / etp of them: the (ep - 1)/ep of the
+    bytes that leave the GPU go to the node's other members over the intra-node link and to the other
+    nodes' over the GPU's network share, both at once (NCCL posts every peer's send together); plus one
+    latency per peer."""
+    p = np.maximum(ep, 1.0)
+    in_node = np.clip(np.floor(gpus_per_node / np.maximum(etp, 1.0)), 1.0, p)
+    eff = c.comm_efficiency
+    inside = nbytes * (in_node - 1.0) / p / (intra_bw * eff)
+    across = nbytes * (p - in_node) / p / (inter_bw * eff)
+    return np.where(p > 1, np.maximum(inside, across) + (p - 1.0) * c.comm_latency_s, 0.0)
+
+
 def pipeline_bubble_fraction(pp, vpp):
     """Idle share of a pipeline's schedule per micro-batch slot: (pp - 1) / vpp micro-batch times for
     1F1B (vpp = 1) and the interleaved schedule with vpp virtual stages per rank (Narayanan et al.,
@@ -45,12 +67,22 @@ def pipeline_bubble_fraction(pp, vpp):
 
 def pipeline_inflight_factor(pp, vpp, grad_accum):
     """Micro-batches' activations the first pipeline stage holds, in units of its own layers' share
-    for one micro-batch: min(pp, m) under 1F1B; interleaving adds (pp - 1)/(pp x vpp) of it
-    (Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', 2022,
-    Sec. 4.2.3: L (1 + (p - 1)/(p m)) layers' activations)."""
-    base = np.where(pp > 1, np.minimum(pp, grad_accum), 1.0)
-    extra = np.where((pp > 1) & (vpp > 1), base * (pp - 1.0) / (pp * np.maximum(vpp, 1.0)), 0.0)
-    return base + extra
+    for one micro-batch, as megatron-core's schedules run them (pipeline_parallel/schedules.py,
+    get_pp_rank_microbatches, 0.13): 1F1B warms up pp - 1 micro-batches and holds one more, min(pp, m);
+    the interleaved schedule warms up 2 (pp - 1) + (vpp - 1) pp model chunks (microbatch_group_size_per_
+    vp_stage = pp, its default) of 1/vpp of the stage's layers and holds one more, capped at all m x vpp
+    chunks: min(pp + (pp - 1)/vpp, m) (Korthikanti et al. 2022, Sec. 4.2.3: L (1 + (p - 1)/(p v)))."""
+    v = np.maximum(vpp, 1.0)
+    one_f_one_b = np.minimum(pp, grad_accum)
+    interleaved = np.minimum(pp + (pp - 1.0) / v, grad_accum)
+    return np.where(pp > 1, np.where(v > 1, interleaved, one_f_one_b), 1.0)
+
+
+def pipeline_p2p_bandwidth(tp, cp, dp, gpus_per_node, intra_bw, inter_bw):
+    """Bandwidth of a pipeline stage's send/recv to the next: Megatron-Core places pipeline ranks
+    outermost (order tp-cp-ep-dp-pp), tp x cp x dp ranks apart, so the next stage is on another node
+    once that stride reaches the node's GPUs; then the GPU's network share carries it."""
+    return np.where(tp * cp * dp >= gpus_per_node, np.minimum(intra_bw, inter_bw), intra_bw)
 
 
 def tp_exposed(t_tp, t_gemm, overlap, c):

@@ -25,13 +25,14 @@ STACK_DEFAULTS = {
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
     "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
     "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0, "fp8_recipe": 0.0,
+    "etp": np.nan, "nvlink_domain": 0.0,
 }
 """Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
 
 
 def get(a: dict, key: str) -> np.ndarray:
     """a[key], or its default broadcast to the arrays' length; NaN defaults resolved from older keys:
-    lin/bf16 peaks = peak_flops, ckpt_code = full where grad_ckpt, attention span = seq_len."""
+    lin/bf16 peaks = peak_flops, ckpt_code = full where grad_ckpt, attention span = seq_len, etp = tp."""
     if key in a:
         return np.asarray(a[key], dtype=float)
     mb = a["micro_batch"]
@@ -46,6 +47,8 @@ def get(a: dict, key: str) -> np.ndarray:
         return np.asarray(a["seq_len"], dtype=float) * 0.5 * np.ones(n)
     if key == "host_bw":
         return np.full(n, np.nan)
+    if key == "etp":  # expert tensor parallel: Megatron-Core's default, the tensor-parallel degree
+        return np.asarray(a["tp"], dtype=float) * np.ones(n)
     return np.full(n, float(STACK_DEFAULTS[key]))
 
 
@@ -100,7 +103,7 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         "dist_opt": float(fw.distributed_optimizer),
         "fp32_grads": float(fw.fp32_grads), "seq_par": float(bool(seq_par) and job.tp > 1),
         "tp_overlap": float(fw.tp_comm_overlap), "cp_ulysses": float(job.cp_mode == "ulysses"),
-        "vpp": float(job.vpp), "offload_code": float(OFFLOAD_CODES[job.offload]),
+        "vpp": float(job.vpp), "etp": float(job.expert_tp), "offload_code": float(OFFLOAD_CODES[job.offload]),
         "attn_kernel": float(ATTENTION_KERNEL_CODES[kernel]), "gpu_gen": float(gpu_generation(gpu)),
         "attn_keys": keys, "attn_span": span,
         "host_bw": float(getattr(gpu, "host_gbs", 0.0) or 0.0) * 1e9 or np.nan,
@@ -240,6 +243,20 @@ def stack_assumptions(model, gpu, job) -> list[str]:
     if job.cp > 1:
         out.append(f"Context parallel: {'Ulysses all-to-alls' if job.cp_mode == 'ulysses' else 'ring attention, K/V exchange overlapped with attention'}.")
     if job.pp > 1:
+        m = job.grad_accum
         out.append(f"Pipeline: {'interleaved, ' + str(job.vpp) + ' virtual stages per rank' if job.vpp > 1 else '1F1B'}; "
-                   f"bubble (pp - 1)/vpp micro-batch times.")
+                   f"{m} micro-batch{'es' if m > 1 else ''} per step (the gradient accumulation: global batch / "
+                   f"(micro-batch x dp)), bubble (pp - 1)/(m x vpp) = {(job.pp - 1) / (m * job.vpp):.1%} of them.")
+    domain = getattr(gpu, "nvlink_domain_gpus", 0)
+    if job.nodes > 1 and domain > job.gpus_per_node:
+        out.append(f"NVLink domain: {gpu.name} joins {domain} GPUs over its {job.gpus_per_node}-GPU nodes "
+                   f"(data/gpus.csv); collectives within {min(domain, job.gpus)} consecutive GPUs run at its NVLink "
+                   "bandwidth, beyond at the network's.")
+    if job.ep > 1:
+        etp = job.expert_tp
+        edp = job.gpus // job.pp // (job.ep * etp)
+        out.append(f"Expert parallel: ep {job.ep} x expert tensor parallel {etp}"
+                   f"{' (--tp, Megatron-Core default)' if job.etp is None else ''}, the experts' data parallel "
+                   f"{edp}; token dispatch/combine all-to-all over {job.ep * etp} consecutive GPUs "
+                   f"({'inside one node' if job.ep * etp <= job.gpus_per_node else 'across nodes'}).")
     return out

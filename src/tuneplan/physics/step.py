@@ -30,9 +30,12 @@ from tuneplan.physics.ops import (
     lm_loss_bytes,
 )
 from tuneplan.physics.parallel import (
+    domain_gpus,
+    expert_all_to_all,
     hierarchical_allreduce,
     link_bandwidth,
     pipeline_bubble_fraction,
+    pipeline_p2p_bandwidth,
     ring_attention_exposed,
     tp_exposed,
     ulysses_seconds,
@@ -80,7 +83,7 @@ def dp_bandwidth(a: Arrays) -> np.ndarray:
     """Bus bandwidth of the data-parallel group: intra-node when it fits in a node, else the
     slower of the intra-node link and the per-GPU network share."""
     model_par = a["tp"] * a["pp"] * a["cp"]
-    spans_nodes = a["dp"] * model_par > a["gpus"] / a["nodes"]
+    spans_nodes = a["dp"] * model_par > domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
     return np.where(spans_nodes, np.minimum(a["intra_bw"], a["inter_bw"]), a["intra_bw"])
 
 
@@ -97,7 +100,8 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     rel = a["matmul_rel"]
     lowp_eff = np.where(lowp > 0, LOW_PRECISION_GEMM_EFFICIENCY, 1.0)
     block_rate = get(a, "lin_peak_flops") * eff * rel * lowp_eff
-    m_exp = expert_gemm_rows(tokens, a["top_k"], a["n_experts"], a["ep"])
+    # an expert's rows: the tokens of its ep x etp group's GPUs (sequence parallel splits them over tp)
+    m_exp = expert_gemm_rows(tokens * get(a, "etp") / tp, a["top_k"], a["n_experts"], a["ep"])
     expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a), c) * rel * lowp_eff
     bf16_rate = get(a, "bf16_peak_flops") * eff * rel
     flash = a["flash_attn"] > 0
@@ -195,7 +199,7 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     """Tensor, context, expert and pipeline-parallel communication of one micro-step (s)."""
     tp, pp, cp, ep = a["tp"], a["pp"], a["cp"], a["ep"]
     L = a["n_layers"]
-    gpn = a["gpus"] / a["nodes"]
+    gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))  # the NVLink domain (parallel.py)
     rec_full = ct["rec_share"]
     # tensor parallel: 2 all-reduces (sequence parallel: all-gather + reduce-scatter, the same bytes) of the
     # layer activations forward, 2 backward (+2 recompute); overlapped with the GEMMs where the framework does
@@ -212,12 +216,22 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     uly = (3.0 + rec_full) * ulysses_seconds(tokens, a["q_dim"] / tp, a["kv_dim"] / tp, a["weight_bytes_compute"],
                                              cp, cp_bw, c)
     t_cp = np.where(cp > 1, a["attn_layers"] / pp * np.where(get(a, "cp_ulysses") > 0, uly, ring), 0.0)
-    # expert parallel: all-to-all dispatch and combine, forward and backward, per MoE layer
-    ep_bw = link_bandwidth(ep, gpn, a["intra_bw"], a["inter_bw"])
-    a2a_bytes = tokens * a["hidden"] * np.maximum(a["top_k"], 1.0) * a["weight_bytes_compute"]
-    t_ep = 4.0 * a["moe_layers"] / pp * ring_time(a2a_bytes, ep, ep_bw, 1.0, c)
+    # expert parallel (Megatron-Core's all-to-all token dispatcher): each GPU sends its own tokens'
+    # top-k copies to the experts' ranks (sequence parallel: the GPU holds 1/tp of the tokens), then the
+    # expert-tensor-parallel group all-gathers what arrived; combine is the reverse (all-to-all after a
+    # reduce-scatter). Dispatch and combine, forward and backward, per MoE layer
+    etp = get(a, "etp")
+    routed = tokens / np.where(get(a, "seq_par") > 0, tp, 1.0) * a["hidden"] * np.maximum(a["top_k"], 1.0) \
+        * a["weight_bytes_compute"]
+    a2a = expert_all_to_all(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c)
+    etp_gather = ring_time(routed * etp, etp, a["intra_bw"], 1.0, c)
+    t_ep = np.where(ep * etp > 1, 4.0 * a["moe_layers"] / pp * (a2a + etp_gather), 0.0)
     # pipeline: activations to the next stage, forward and backward, once per virtual stage
-    t_pp_p2p = np.where(pp > 1, 2.0 * get(a, "vpp") * act_bytes / (a["intra_bw"] * c.comm_efficiency), 0.0)
+    # (sequence parallel: each rank sends its 1/tp of the sequence, megatron-core p2p_communication's
+    # tensor shape), at the intra-node link or the network share (parallel.pipeline_p2p_bandwidth)
+    pp_bw = pipeline_p2p_bandwidth(tp, cp, a["dp"], gpn, a["intra_bw"], a["inter_bw"])
+    p2p_bytes = act_bytes / np.where(get(a, "seq_par") > 0, tp, 1.0)
+    t_pp_p2p = np.where(pp > 1, 2.0 * get(a, "vpp") * p2p_bytes / (pp_bw * c.comm_efficiency), 0.0)
     return {"t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "t_pp_p2p": t_pp_p2p}
 
 
@@ -227,7 +241,7 @@ def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConst
     # gradients are reduced over data x context parallel ranks (context-parallel ranks hold the same weights)
     model_par = a["tp"] * a["pp"]
     group = a["dp"] * a["cp"]
-    gpn = a["gpus"] / a["nodes"]
+    gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
     spans = group * model_par > gpn
     per_node = np.maximum(gpn / model_par, 1.0)
     hier = hierarchical_allreduce(nbytes, group, per_node, a["intra_bw"], a["inter_bw"], c) * factor / 2.0

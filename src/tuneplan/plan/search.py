@@ -282,7 +282,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
 
         provider = check_provider(provider, prices)
 
-    jobs, model_par, ep = _base_jobs(method_list, fixed, examples, tokens_per_example, epochs)
+    jobs, model_par, multiple = _base_jobs(method_list, fixed, examples, tokens_per_example, epochs)
     base = jobs[0]
     wl = workload(base)
     gpu_specs, notes = _gpus_and_notes(gpu_specs, objective, base, mspec, wl)
@@ -309,7 +309,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
                   shardings=tuple(shardings or DEFAULT_SHARDINGS), grad_ckpt=tuple(bool(c) for c in grad_ckpt),
                   global_batch=None if grad_accums else int(global_batch or DEFAULT_GLOBAL_BATCH),
                   grad_accums=tuple(int(g) for g in grad_accums) if grad_accums else None, gpus_per_node=gpus_per_node)
-    grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, ep=ep)
+    grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, gpu_multiple=multiple)
     if len(grid) == 0:
         raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
                          f"{space.global_batch}: widen --micro-batches or change --global-batch")
@@ -384,14 +384,18 @@ def _check_question(objective: str, interval, deadline_s, budget_usd) -> None:
 
 def _base_jobs(method_list: list[str], fixed: dict, examples, tokens_per_example, epochs
                ) -> tuple[list[JobSpec], int, int]:
-    """One validated base job per method (its options and the work), the model-parallel degree and EP."""
+    """One validated base job per method (its options and the work), the model-parallel degree and the
+    GPU counts' multiple: tp x pp x cp, and pp x ep x etp under expert parallel (JobSpec: ep x etp
+    divides tp x cp x dp; etp defaults to tp)."""
     model_par = 1
     for k in ("tp", "pp", "cp"):
         model_par *= int(fixed.get(k, 1) or 1)
     ep = int(fixed.get("ep", 1) or 1)
+    expert = int(fixed.get("pp", 1) or 1) * ep * int(fixed.get("etp") or fixed.get("tp", 1) or 1)
+    multiple = math.lcm(model_par, expert) if ep > 1 else model_par
     jobs = [make_job(method=m, examples=examples, tokens_per_example=tokens_per_example, epochs=epochs,
-                     gpus=model_par * ep, **fixed) for m in method_list]
-    return jobs, model_par, ep
+                     gpus=multiple, **fixed) for m in method_list]
+    return jobs, model_par, multiple
 
 
 def _rank(fits, wall, cost, energy_kwh, objective: str, deadline_s, budget_usd) -> tuple:

@@ -113,13 +113,15 @@ class Grid:
         return Grid(**kw)
 
 
-def enumerate_grid(n_gpu_types: int, n_methods: int, space: Space, model_par: int = 1, ep: int = 1) -> Grid:
+def enumerate_grid(n_gpu_types: int, n_methods: int, space: Space, model_par: int = 1,
+                   gpu_multiple: int = 1) -> Grid:
     """Every combination of the axes, less the ones that are invalid or duplicates: counts that do not
-    divide into nodes or model-parallel groups, the same sharding twice for one GPU (DDP and FSDP are
-    both 'none' on one GPU), and global batches too far from the target."""
+    divide into nodes or model-parallel groups (or are not a multiple of `gpu_multiple`: expert
+    parallel's pp x ep x etp), the same sharding twice for one GPU (DDP and FSDP are both 'none' on one
+    GPU), and global batches too far from the target."""
     counts = np.array([c for c in space.gpu_counts
                        if c % math.ceil(c / space.gpus_per_node) == 0 and c % model_par == 0
-                       and (c // model_par) % ep == 0], dtype=np.int64)
+                       and c % gpu_multiple == 0], dtype=np.int64)
     if len(counts) == 0:
         raise InputError("max-gpus", f"no GPU count in {list(space.gpu_counts)} divides into nodes of "
                          f"{space.gpus_per_node} and model-parallel groups of {model_par}")

@@ -83,6 +83,9 @@ class GPUSpec:
     intra_node_gbs: float = 0.0  # per-GPU, one direction, GB/s (NVLink / PCIe / xGMI)
     inter_node_gbps: float = 0.0  # per-GPU network between nodes, Gbit/s
     intra_node_link: str = ""
+    # GPUs one NVLink switch domain joins (HGX: 8; GB200/GB300 NVL72: 72 across 4-GPU trays); 0: not
+    # given, the node is the domain. Collectives inside it run at intra_node_gbs
+    nvlink_domain_gpus: int = 0
     vendor: str = ""
     architecture: str = ""
     source: str = ""
@@ -186,6 +189,7 @@ def _row_spec(row: dict[str, str]) -> GPUSpec:
         intra_node_gbs=bidir / 2.0,
         inter_node_gbps=_num(row.get("inter_node_gbps_per_gpu")),
         intra_node_link=row.get("intra_node_interconnect", ""),
+        nvlink_domain_gpus=int(_num(row.get("nvlink_domain_gpus"))),
         vendor=row.get("vendor", ""),
         architecture=row.get("architecture", ""),
         source=row.get("source", ""),
@@ -312,6 +316,7 @@ def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
         intra_node_gbs=float(d.get("intra_node_gbs", 0) or 0),
         inter_node_gbps=float(d.get("inter_node_gbps", 0) or 0),
         intra_node_link=str(d.get("intra_node_link", "")),
+        nvlink_domain_gpus=int(float(d.get("nvlink_domain_gpus", 0) or 0)),
         vendor=str(d.get("vendor", "")),
         architecture=str(d.get("architecture", "")),
         source=str(d.get("source", source)),

@@ -289,6 +289,8 @@ class JobSpec:
     pp: int = option(1, "PP degree (default 1)", "parallelism", axis="parallel")
     cp: int = option(1, "CP degree (default 1)", "parallelism", axis="parallel")
     ep: int = option(1, "EP degree (default 1)", "parallelism", axis="parallel")
+    etp: int | None = option(None, "expert tensor parallel degree: each expert's weights split over etp GPUs (default: "
+                                   "--tp, as Megatron-Core's expert_tensor_parallel_size)", "parallelism", axis="parallel")
     micro_batch: int = option(DEFAULT_MICRO_BATCH, "samples per GPU per micro-step (default 4)", "batch and sequence", axis="micro_batches")
     grad_accum: int = option(1, "gradient-accumulation steps (default 1)", "batch and sequence", axis="grad_accums")
     grad_accum_sync: Literal["every-micro-batch", "no-sync"] = option(
@@ -404,8 +406,12 @@ class JobSpec:
         model_par = self.tp * self.pp * self.cp
         if self.gpus % model_par:
             raise ValueError(f"gpus ({self.gpus}) must be divisible by tp x pp x cp ({model_par})")
-        if self.ep > 1 and (self.gpus // model_par) % self.ep:
-            raise ValueError(f"data-parallel degree ({self.gpus // model_par}) must be divisible by ep ({self.ep})")
+        # Megatron-Core lays the experts over tp x cp x dp ranks of each pipeline stage: ep x etp of them
+        # hold one copy of the experts, the rest are the experts' data-parallel replicas
+        expert_par = self.ep * self.expert_tp
+        if expert_par > 1 and (self.gpus // self.pp) % expert_par:
+            raise ValueError(f"tp x cp x data-parallel ({self.gpus // self.pp}) must be divisible by ep x etp "
+                             f"({self.ep} x {self.expert_tp})")
         if self.method in ("qlora", "gptq-lora", "loftq") and self.precision == "fp32":
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
         if self.vpp > 1 and self.pp == 1:
@@ -459,6 +465,12 @@ class JobSpec:
     def dp(self) -> int:
         """Data-parallel degree: what remains of the GPUs after tensor, pipeline and context parallel."""
         return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree: `etp`, else `tp` (megatron-core ModelParallelConfig's
+        expert_tensor_parallel_size=None means tensor_model_parallel_size)."""
+        return self.etp or self.tp
 
     @property
     def gpus_per_node(self) -> int:
