@@ -1,5 +1,5 @@
 """How a user's own-stack throughput correction is made: the design comparison behind
-`learn.learners.residual_fit.NEIGHBOUR_SHARE`, on 70/30 random splits of one source (seeds 0-4).
+`estimators.residual_fit.NEIGHBOUR_SHARE`, on 70/30 random splits of one source (seeds 0-4).
 
 On each split the tuneplan learner's constants are fitted on the training part (its trees left out),
 and the residual log-errors of the training rows are corrected by: nothing; the boosted trees alone
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from tuneplan.estimators.features import THROUGHPUT_FEATURES, feature_matrix
+from tuneplan.estimators.residual_fit import CAPACITY_GRID, fit_residual, group_out_predictions
 from tuneplan.learn.dataset import arrays_for
 from tuneplan.learn.learners import tuneplan as tl
-from tuneplan.learn.learners.residual_fit import CAPACITY_GRID, fit_residual, group_out_predictions
 from tuneplan.learn.measured import training_set
 from tuneplan.learn.validate import make_folds
 from tuneplan.runs.io import read_runs

@@ -49,7 +49,7 @@ def framework_entry(**over) -> dict:
 @pytest.fixture(scope="session")
 def calibrated_estimator():
     """A tuneplan estimator with residual trees, as a calibration of a user's own stack has them (the
-    shipped default has none: learners.residual_fit.RESIDUAL_MAX_SOURCES): the learner fitted on
+    shipped default has none: estimators.residual_fit.RESIDUAL_MAX_SOURCES): the learner fitted on
     tuneplan's own H200 runs (one source)."""
     from tuneplan.learn.learners import TuneplanLearner
     from tuneplan.learn.measured import training_set

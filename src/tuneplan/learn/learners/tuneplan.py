@@ -14,8 +14,7 @@ from tuneplan.estimators.features import (
     feature_matrix,
 )
 from tuneplan.estimators.residual import Residual, TuneplanCorrection
-from tuneplan.learn.dataset import arrays_for
-from tuneplan.learn.learners.residual_fit import (
+from tuneplan.estimators.residual_fit import (
     INNER_NFEV,
     INNER_SOURCE_GROUPS,
     L2_PRIOR_WEIGHT,
@@ -33,6 +32,7 @@ from tuneplan.learn.learners.residual_fit import (
     fit_residual,
     source_weights,
 )
+from tuneplan.learn.dataset import arrays_for
 from tuneplan.learn.measured import TrainingSet
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 
