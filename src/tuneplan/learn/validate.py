@@ -171,7 +171,7 @@ def _fold_estimators(fold: Fold, learners, raw: dict, messages: list[str], seed:
     for name in learners:
         train = fold.base if (adapting and name == "tuneplan") else fold.train
         try:
-            fitted[name], ests[name] = fit_learner(name, train, f"{name} ({fold.name} training part)")
+            fitted[name] = ests[name] = fit_learner(name, train, f"{name} ({fold.name} training part)")
         except NotEnoughData as exc:
             messages.append(f"{fold.name}: {exc}; physics result used")
             ests[name] = raw["tuneplan-physics"]
@@ -309,7 +309,7 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
             progress(f"source={src}")
         base_ts = ts.subset(ts.source != src)
         try:
-            learner, fitted = fit_learner("tuneplan", base_ts, f"tuneplan (without {src})")
+            learner = fitted = fit_learner("tuneplan", base_ts, f"tuneplan (without {src})")
         except NotEnoughData:
             learner, fitted, res = None, physics, None
         else:

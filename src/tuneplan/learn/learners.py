@@ -1,10 +1,12 @@
 """The learners by name, fitted on a training set of measured runs: this module builds each one's X and
-y from the runs (the physics' arrays of the rows that have a throughput, and that throughput) and fits.
+y from the runs and the estimator fits itself (scikit-learn's contract, `fit(X, y) -> self`, fitted
+attributes ending in `_`; `tuneplan.estimators`):
 
 - `tuneplan`: the physics' named constants fitted on log-error with an L2 pull to their priors, then a
-  gradient-boosted correction on the log-residuals (`TuneplanLearner`, which builds the estimator).
-- `kavier`, `xia`, `slst`: the estimators themselves fit (`tuneplan.estimators.kavier`, `.xia`, `.slst`:
-  scikit-learn's contract, `fit(X, y) -> self` with fitted attributes ending in `_`).
+  gradient-boosted correction on the log-residuals (X: the arrays of every row, y: tokens/s and peak
+  memory, NaN where not measured).
+- `kavier`, `xia`, `slst`: the seeds' own calibrations (X: the arrays of the rows with a throughput, y:
+  their tokens/s).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from tuneplan.estimators.residual_fit import (
     source_weights,
     weighted_median,
 )
-from tuneplan.learn.learners.tuneplan import TuneplanLearner
 
 LEARNER_NAMES = ("tuneplan", "kavier", "xia", "slst")
 
@@ -40,22 +41,32 @@ def throughput_rows(ts, xia: bool = False) -> tuple[dict, np.ndarray]:
     return X, ts.tokens_per_s[idx]
 
 
-def fit_learner(name: str, ts, label: str = "fitted"):
-    """(fitted, estimator): the learner `name` fitted on a training set (what its calibration file stores,
-    `fitted.payload()`) and the estimator it predicts with (named `label`); the same object but for tuneplan."""
-    if name == "tuneplan":
-        learner = TuneplanLearner().fit(ts)
-        return learner, learner.estimator(label)
+def tuneplan_rows(ts) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(X, y, groups) of a training set for the tuneplan estimator: the physics' arrays of every row with
+    what each measured peak counts (`_mem_kinds`), their (tokens/s, peak GiB) with NaN where not
+    measured, and their sources."""
+    from tuneplan.learn.dataset import arrays_for
+
+    X = arrays_for(ts.configs) if len(ts) else {}
+    X["_mem_kinds"] = list(ts.mem_kind)
+    return X, np.column_stack([ts.tokens_per_s, ts.peak_mem_gib]), ts.source
+
+
+def fit_learner(name: str, ts, label: str = "fitted", **options):
+    """The estimator `name` fitted on a training set, named `label` (`options`: the tuneplan estimator's
+    fitting options). NotEnoughData when the set has too few rows."""
     from tuneplan.estimators.registry import estimator_class
 
+    est = estimator_class(name)(calibration_name=label, **options)
+    if name == "tuneplan":
+        return est.fit(*tuneplan_rows(ts))
     X, y = throughput_rows(ts, xia=name == "xia")
-    est = estimator_class(name)(calibration_name=label)
     if name == "slst":  # its residual's shares are chosen on held-out sources
         est.fit(X, y, groups=ts.source[ts.has_throughput])
     else:
         est.fit(X, y)
-    return est, est
+    return est
 
 
-__all__ = ["CAPACITY_GRID", "LEARNER_NAMES", "MIN_ROWS", "NotEnoughData", "TuneplanLearner", "fit_learner",
-           "fit_residual", "group_out_predictions", "source_weights", "weighted_median", "throughput_rows"]
+__all__ = ["CAPACITY_GRID", "LEARNER_NAMES", "MIN_ROWS", "NotEnoughData", "fit_learner", "fit_residual",
+           "group_out_predictions", "source_weights", "throughput_rows", "tuneplan_rows", "weighted_median"]
