@@ -1,5 +1,5 @@
 """How a user's own-stack throughput correction is made: the design comparison behind
-`learn.learners.residual_fit.NEIGHBOUR_SHARE`, on 70/30 random splits of one source (seeds 0-4).
+`estimators.residual_fit.NEIGHBOUR_SHARE`, on 70/30 random splits of one source (seeds 0-4).
 
 On each split the tuneplan learner's constants are fitted on the training part (its trees left out),
 and the residual log-errors of the training rows are corrected by: nothing; the boosted trees alone
@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tuneplan.estimators import residual_fit as rf
 from tuneplan.estimators.features import THROUGHPUT_FEATURES, feature_matrix
+from tuneplan.estimators.residual_fit import CAPACITY_GRID, fit_residual, group_out_predictions
 from tuneplan.learn.dataset import arrays_for
-from tuneplan.learn.learners import tuneplan as tl
-from tuneplan.learn.learners.residual_fit import CAPACITY_GRID, fit_residual, group_out_predictions
+from tuneplan.learn.learners import fit_learner
 from tuneplan.learn.measured import training_set
 from tuneplan.learn.validate import make_folds
 from tuneplan.runs.io import read_runs
@@ -70,13 +71,13 @@ def compare(source: str, seeds=range(5)) -> dict[str, list[float]]:
     with contextlib.redirect_stderr(io.StringIO()):
         ts = training_set(read_runs([str(_path(source))]).df)
     ts = ts.subset(ts.has_throughput)
-    saved = tl.MIN_RESIDUAL_ROWS
-    tl.MIN_RESIDUAL_ROWS = 10**9  # the learner's constants alone; the corrections are made below
+    saved = rf.MIN_RESIDUAL_ROWS
+    rf.MIN_RESIDUAL_ROWS = 10**9  # the learner's constants alone; the corrections are made below
     res: dict[str, list[float]] = {}
     try:
         for seed in seeds:
             fold = make_folds(ts, "random", seed=seed, test_fraction=0.3)[0]
-            est = tl.TuneplanLearner().fit(fold.train).estimator()
+            est = fit_learner("tuneplan", fold.train)
             Xtr, ptr = _features(est, fold.train)
             Xte, pte = _features(est, fold.test)
             rtr = np.log(fold.train.tokens_per_s / ptr)
@@ -98,7 +99,7 @@ def compare(source: str, seeds=range(5)) -> dict[str, list[float]]:
                             ("mean of trees and nearest 3", 0.5 * rt + 0.5 * near[3])):
                 res.setdefault(name, []).append(score(r))
     finally:
-        tl.MIN_RESIDUAL_ROWS = saved
+        rf.MIN_RESIDUAL_ROWS = saved
     return res
 
 

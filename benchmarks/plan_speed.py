@@ -94,12 +94,12 @@ def bench_calibrated(repeat: int) -> dict:
     if getattr(est, "residual", None) is None:  # the shipped default keeps the physics: a user's own fit
         from pathlib import Path
 
-        from tuneplan.learn.learners import TuneplanLearner
+        from tuneplan.learn.learners import fit_learner
         from tuneplan.learn.measured import training_set
         from tuneplan.runs import read_runs
 
         runs = Path(__file__).resolve().parents[1] / "reference" / "runs" / "tuneplan-h200.csv"
-        est = TuneplanLearner().fit(training_set(read_runs([str(runs)]).df)).estimator("h200")
+        est = fit_learner("tuneplan", training_set(read_runs([str(runs)]).df), "h200")
     a = grid_arrays(103_488)
     small = {k: v[:5000] for k, v in a.items()}
     est.predict_arrays({k: v[:100] for k, v in a.items()})

@@ -49,12 +49,13 @@ def framework_entry(**over) -> dict:
 @pytest.fixture(scope="session")
 def calibrated_estimator():
     """A tuneplan estimator with residual trees, as a calibration of a user's own stack has them (the
-    shipped default has none: learners.residual_fit.RESIDUAL_MAX_SOURCES): the learner fitted on
+    shipped default has none: estimators.residual_fit.RESIDUAL_MAX_SOURCES): the learner fitted on
     tuneplan's own H200 runs (one source)."""
-    from tuneplan.learn.learners import TuneplanLearner
+    from tuneplan.learn.learners import fit_learner
     from tuneplan.learn.measured import training_set
     from tuneplan.runs import read_runs
 
-    learner = TuneplanLearner().fit(training_set(read_runs([str(REPO / "reference" / "runs" / "tuneplan-h200.csv")]).df))
-    assert learner.thr_residual is not None and learner.thr_residual.near == 1.0  # a user's own stack: in full
-    return learner.estimator("h200")
+    est = fit_learner("tuneplan", training_set(read_runs([str(REPO / "reference" / "runs" / "tuneplan-h200.csv")]).df),
+                      "h200")
+    assert est.thr_residual_ is not None and est.thr_residual_.near == 1.0  # a user's own stack: in full
+    return est

@@ -16,7 +16,7 @@ from tuneplan.estimators.calibration import Calibration, dumps, load_calibration
 from tuneplan.learn.calibration import fit_calibration
 from tuneplan.learn.dataset import configs_from_rows
 from tuneplan.learn.intervals import conformal_bounds
-from tuneplan.learn.learners import KavierLearner, NotEnoughData, SLSTLearner, TuneplanLearner, XiaLearner
+from tuneplan.learn.learners import NotEnoughData, fit_learner, throughput_rows, tuneplan_rows
 from tuneplan.learn.measured import training_set
 from tuneplan.learn.predict_table import predict_configs
 from tuneplan.learn.validate import LeakError, make_folds, validate
@@ -62,10 +62,10 @@ def test_tuneplan_learner_recovers_planted_constants():
     df = with_measurements(grid_frame(), truth)
     ts = training_set(df)
     # the residual's shares fixed (their choice is tested in test_learn_transfer): the constants are the point
-    learner = TuneplanLearner(shrink=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))).fit(ts)
+    learner = fit_learner("tuneplan", ts, shrink=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0)))
     assert learner.constants.mfu_max == pytest.approx(0.42, rel=0.1)
     assert learner.constants.activation_scale == pytest.approx(1.4, rel=0.1)
-    pred = predict_configs(ts.configs, learner.estimator(), with_max_batch=False)
+    pred = predict_configs(ts.configs, learner, with_max_batch=False)
     assert np.median(np.abs(pred["tokens_per_s"] / ts.tokens_per_s - 1)) < 0.03
 
 
@@ -74,10 +74,10 @@ def test_memory_constants_kept_at_priors_when_sources_disagree():
     df = with_measurements(grid_frame(), truth)
     scale = {"alpha": 1.6, "beta": 0.6, "gamma": 1.0}  # each source holds its own extra buffers
     df["peak_mem_gib"] = df["peak_mem_gib"] * df["source"].map(scale)
-    learner = TuneplanLearner().fit(training_set(df))
+    learner = fit_learner("tuneplan", training_set(df))
     # fitted on two sources, the constants miss the third by more than the priors do: priors kept
     assert learner.constants.activation_scale == DEFAULT_CONSTANTS.activation_scale
-    assert any("kept at their priors" in n for n in learner.notes)
+    assert any("kept at their priors" in n for n in learner.notes_)
 
 
 def test_memory_residual_only_for_a_users_own_stack():
@@ -88,10 +88,10 @@ def test_memory_residual_only_for_a_users_own_stack():
     df = with_measurements(grid_frame(), truth)
     df["peak_mem_gib"] = df["peak_mem_gib"] * np.where(df["method"] == "lora", 1.3, 1.0)
     shares = ((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))
-    several = TuneplanLearner(shrink=shares).fit(training_set(df))
-    assert several.mem_residual is None and any("memory residual not fitted" in n for n in several.notes)
-    own = TuneplanLearner(shrink=shares).fit(training_set(df.assign(source="mine")))
-    assert own.mem_residual is not None
+    several = fit_learner("tuneplan", training_set(df), shrink=shares)
+    assert several.mem_residual_ is None and any("memory residual not fitted" in n for n in several.notes_)
+    own = fit_learner("tuneplan", training_set(df.assign(source="mine")), shrink=shares)
+    assert own.mem_residual_ is not None
 
 
 def test_slst_recovers_planted_scaling_law():
@@ -104,8 +104,8 @@ def test_slst_recovers_planted_scaling_law():
         step = 1e-9 * c.model.params_active ** 0.9 * tokens ** 1.0 * c.job.gpus ** -0.8
         thr.append(tokens / step)
     df["tokens_per_s"] = thr
-    learner = SLSTLearner().fit(training_set(df))
-    law = dict(zip(("const", "log_params_active", "log_tokens_per_step", "log_gpus"), learner.coef[:4], strict=True))
+    learner = fit_learner("slst", training_set(df))
+    law = dict(zip(("const", "log_params_active", "log_tokens_per_step", "log_gpus"), learner.coef_[:4], strict=True))
     assert law["log_params_active"] == pytest.approx(0.9, abs=0.05)
     assert law["log_tokens_per_step"] == pytest.approx(1.0, abs=0.05)
     assert law["log_gpus"] == pytest.approx(-0.8, abs=0.05)
@@ -115,29 +115,28 @@ def test_kavier_tier1_recovers_planted_scales_and_tier2_medians():
     kav = get_estimator("kavier")
     scale = {"full": 0.8, "lora": 1.3}
     df = with_measurements(grid_frame(), kav, factor=lambda r: scale[r["method"]])
-    learner = KavierLearner().fit(training_set(df))
-    m = learner.scales.method
+    learner = fit_learner("kavier", training_set(df))
+    m = learner.scales_.method
     assert m["lora"] / m["full"] == pytest.approx(1.3 / 0.8, rel=0.05)
     # tier 2 on top of a perfect tier 1: medians of measured / tier-1 are ~1
-    assert np.median(list(learner.scales.interaction.values())) == pytest.approx(1.0, abs=0.05)
+    assert np.median(list(learner.scales_.interaction.values())) == pytest.approx(1.0, abs=0.05)
     # a planted interaction of one group is picked up by tier 2 as its median ratio
     key = "meta-llama/Llama-3.1-8B|lora|H100-SXM5-80GB|2"
     df2 = with_measurements(grid_frame(), kav, factor=lambda r: 1.5 if (
         r["model"] == "meta-llama/Llama-3.1-8B" and r["method"] == "lora" and r["gpu"] == "H100-SXM5-80GB"
         and r["gpus"] == 2) else 1.0)
-    l2 = KavierLearner().fit(training_set(df2))
-    others = [v for k, v in l2.scales.interaction.items() if k != key]
-    assert l2.scales.interaction[key] / np.median(others) == pytest.approx(1.5, rel=0.05)
+    l2 = fit_learner("kavier", training_set(df2))
+    others = [v for k, v in l2.scales_.interaction.items() if k != key]
+    assert l2.scales_.interaction[key] / np.median(others) == pytest.approx(1.5, rel=0.05)
 
 
 def test_unknown_names_fall_back_to_one():
     kav = get_estimator("kavier")
     df = with_measurements(grid_frame(), kav)
-    learner = KavierLearner().fit(training_set(df))
-    est = learner.estimator()
+    est = fit_learner("kavier", training_set(df))
     # a GPU never seen in training gets E_g = 1.0
-    assert "A10G-24GB" not in learner.scales.gpu
-    assert est.scales.gpu.get("A10G-24GB", 1.0) == 1.0
+    assert "A10G-24GB" not in est.scales_.gpu
+    assert est.scales_.gpu.get("A10G-24GB", 1.0) == 1.0
 
 
 def test_xia_fits_eq2_per_group():
@@ -147,15 +146,30 @@ def test_xia_fits_eq2_per_group():
     configs, _ = configs_from_rows(df.to_dict("records"))
     q = [throughput(c.job.micro_batch, 1.0, 0.5, 1.0, 2.0) for c in configs]  # queries/s per replica
     df["tokens_per_s"] = [qi * c.seq_len * c.job.dp for qi, c in zip(q, configs, strict=True)]
-    learner = XiaLearner().fit(training_set(df))
-    c2, c3, c4 = learner.coefficients.eq2["Qwen/Qwen2.5-0.5B|A100-SXM4-80GB|syn"]
+    learner = fit_learner("xia", training_set(df))
+    c2, c3, c4 = learner.coefficients_.eq2["Qwen/Qwen2.5-0.5B|A100-SXM4-80GB|syn"]
     assert c2 == pytest.approx(0.5, rel=1e-3) and c4 == pytest.approx(2.0, rel=1e-3)
+
+
+def test_seed_estimators_follow_the_fit_contract():
+    """fit(X, y) returns the estimator itself, its fitted attributes end in `_`, and the payload it
+    writes reads back into an estimator that predicts the same."""
+    from tuneplan.estimators.registry import estimator_class
+
+    df = with_measurements(grid_frame(), get_estimator("kavier"))
+    X, y = throughput_rows(training_set(df), xia=True)
+    for name, fitted in (("kavier", "scales_"), ("xia", "coefficients_"), ("slst", "coef_")):
+        cls = estimator_class(name)
+        est = cls()
+        assert est.fit(X, y) is est and getattr(est, fitted) is not None
+        back = cls.from_payload(est.payload())
+        np.testing.assert_allclose(back.predict_arrays(X)["step_s"], est.predict_arrays(X)["step_s"], rtol=1e-12)
 
 
 def test_too_few_rows_is_a_clear_message():
     df = with_measurements(grid_frame(n_max=3), get_estimator("tuneplan", "none"))
     with pytest.raises(NotEnoughData, match="at least"):
-        TuneplanLearner().fit(training_set(df))
+        fit_learner("tuneplan", training_set(df))
 
 
 def test_no_learner_is_evaluated_on_rows_it_was_trained_on(monkeypatch):
@@ -168,13 +182,13 @@ def test_no_learner_is_evaluated_on_rows_it_was_trained_on(monkeypatch):
     # fold's test rows: spy on the learners' fit
     current = {"fold": None}
     fits: list[tuple[str, set]] = []
-    orig = TuneplanLearner.fit
+    import tuneplan.learn.learners as learners
 
-    def spy(self, train):
+    def spy(train):
         fits.append((current["fold"], set(train.df["id"])))
-        return orig(self, train)
+        return tuneplan_rows(train)
 
-    monkeypatch.setattr(TuneplanLearner, "fit", spy)
+    monkeypatch.setattr(learners, "tuneplan_rows", spy)
     report = validate(df, "by-source", seed=0, learners=("tuneplan",),
                       progress=lambda name: current.update(fold=name))
     tested = report.rows.groupby("fold")["id"].apply(set).to_dict()
@@ -301,9 +315,9 @@ def test_throughput_pull_is_chosen_on_held_out_training_sources():
     planted = DEFAULT_CONSTANTS.with_(mfu_max=0.42, tokens_half=1500.0)
     truth = get_estimator("tuneplan", "none").__class__(planted)
     ts = training_set(with_measurements(grid_frame(n_max=48), truth))
-    learner = TuneplanLearner()
+    learner = get_estimator("tuneplan", "none")
     chosen = learner._throughput_weight(arrays_for(ts.configs), ts.tokens_per_s, ts.source)
-    scores = learner.choices["throughput_pull"]["scores"]
+    scores = learner.choices_["throughput_pull"]["scores"]
     assert chosen is not None and set(scores) == {"0.0005", "0.02", "None"}
     assert scores[str(chosen)] < scores["None"]
 

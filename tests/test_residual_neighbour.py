@@ -1,5 +1,5 @@
 """The nearest measured configuration's share of a user's own-stack throughput correction
-(learn.learners.residual_fit.NEIGHBOUR_SHARE): what it adds to the trees, and where it is (not) fitted."""
+(estimators.residual_fit.NEIGHBOUR_SHARE): what it adds to the trees, and where it is (not) fitted."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tuneplan.estimators.residual import Residual, nearest_values
-from tuneplan.learn.learners.residual_fit import NEIGHBOUR_SHARE, fit_residual
+from tuneplan.estimators.residual_fit import NEIGHBOUR_SHARE, fit_residual
 
 NAMES = ("a", "b")
 

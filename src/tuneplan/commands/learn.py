@@ -170,7 +170,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from tuneplan.errors import InputError
-    from tuneplan.learn.learners import LEARNERS
+    from tuneplan.learn.learners import LEARNER_NAMES
     from tuneplan.learn.validate import SPLITS, check_reveal, validate
     from tuneplan.report.tables import report_console
     from tuneplan.runs import load_reference_runs
@@ -179,8 +179,8 @@ def run_validate(args: argparse.Namespace) -> int:
         raise InputError("split", f"unknown split '{args.split}'", SPLITS)
     learners = tuple(x.strip() for x in args.learners.split(",") if x.strip())
     for name in learners:
-        if name not in LEARNERS:
-            raise InputError("learners", f"unknown learner '{name}'", sorted(LEARNERS))
+        if name not in LEARNER_NAMES:
+            raise InputError("learners", f"unknown learner '{name}'", sorted(LEARNER_NAMES))
     if not 0 < args.interval < 1:
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     from tuneplan.specs.limits import MAX_REVEAL_ROWS, bound_number, shown_number

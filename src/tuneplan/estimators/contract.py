@@ -9,8 +9,9 @@ up to `memory_gib`). It also says which `constants` the arrays are built with, w
 model that depends on the batch), and `assumptions(job)`: what its figures assume for that job.
 Estimators that predict time only borrow tuneplan's uncalibrated memory model
 (`tuneplan_physics.BorrowsMemory`).
-Learned estimators are built from a calibration file's payload (`from_payload`); the learners that
-fit them live in `tuneplan.learn`; `estimators.base.get_estimator` gives one by name and calibration.
+Learned estimators are built from a calibration file's payload (`from_payload`, what their `payload()`
+wrote) and fit themselves (`fit(X, y) -> self`, X the arrays; `tuneplan.learn.learners` builds X and y
+from measured runs); `estimators.base.get_estimator` gives one by name and calibration.
 """
 
 from __future__ import annotations

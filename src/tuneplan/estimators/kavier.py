@@ -8,8 +8,9 @@
   T   = G_a B S G / (m_g T_s) x c_m c_o c_i     (tokens/s, all GPUs)
 
 Uncalibrated, every calibration scale (E_g, c_c, m_g, c_m, c_o, c_i) is 1.0 and O_t = 0 (Kavier's
-shipped calibration has training_overhead_s = 0). Its tier-1/tier-2 calibration lives in
-`tuneplan.learn`.
+shipped calibration has training_overhead_s = 0). `fit` is the seed's two-tier calibration: global
+scales by Powell with an L2 pull toward 1 (its weight chosen on a 70/30 validation split), then per
+(model, method, GPU, count) median ratios.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ ADAMW_BYTES_PER_PARAM = 20.0
 """Optimizer memory traffic per trainable parameter (bytes)."""
 LORA_RANK = 8
 LORA_TARGETS_PER_LAYER = 4
+L2_WEIGHTS = (0.0, 0.001, 0.01, 0.1, 1.0)
+"""Candidate weights of the tier-1 scales' pull toward 1, chosen on a validation split."""
+SCALE_GROUPS = ("gpu", "method", "model", "count")
 
 
 @lru_cache(maxsize=1)
@@ -69,16 +73,64 @@ class KavierScales:
 
 
 class KavierEstimator(BorrowsMemory):
+    """Kavier's model; `fit(X, y)` calibrates its scales on measured throughput. X is the physics'
+    arrays of the rows (`tuneplan.physics.terms.build_arrays`, with the rows' GPU, method and model
+    names: the scales are per name), y their tokens/s. Fitted: `scales_`, `l2_weight_`."""
+
     name = "kavier"
 
     def __init__(self, scales: KavierScales | None = None, calibration_name: str | None = None) -> None:
-        self.scales = scales or KavierScales()
+        self.scales_ = scales or KavierScales()
         self.calibration_name = calibration_name
 
     @classmethod
     def from_payload(cls, d: dict, name: str | None = None) -> KavierEstimator:
-        """The estimator a calibration payload describes (`KavierLearner.payload()`)."""
-        return cls(KavierScales.from_payload(d), calibration_name=name)
+        """The estimator a calibration payload describes (`payload()`)."""
+        est = cls(KavierScales.from_payload(d), calibration_name=name)
+        est.l2_weight_ = d.get("l2_weight")
+        return est
+
+    def payload(self) -> dict:
+        s = self.scales_
+        return {"gpu": s.gpu, "method": s.method, "model": s.model, "gpu_count": s.gpu_count, "comm": s.comm,
+                "interaction": s.interaction, "overhead_s": s.overhead_s, "l2_weight": self.l2_weight_}
+
+    def fit(self, X: Arrays, y: np.ndarray) -> KavierEstimator:
+        from tuneplan.estimators.residual_fit import MIN_ROWS, NotEnoughData
+
+        n = len(y)
+        if n < MIN_ROWS:
+            raise NotEnoughData(f"kavier learner: {n} throughput rows; at least {MIN_ROWS} needed")
+        base = KavierEstimator().time_arrays(X)
+        parts = {"tf3": base["forward_s"] + base["backward_s"], "to": base["optimizer_s"],
+                 "tc": base["communication_s"], "tokens": base["tokens_per_step"]}
+        keys = {"gpu": list(X["_gpu_names"]), "method": list(X["_methods"]), "model": list(X["_model_names"]),
+                "count": [str(int(g)) for g in X["gpus"]]}
+
+        def rows(idx):
+            return {k: v[idx] for k, v in parts.items()}, {k: [v[i] for i in idx] for k, v in keys.items()}
+
+        # choose the L2 weight on a 70/30 validation split (the seed's 70% training share)
+        perm = np.random.default_rng(0).permutation(n)
+        tr, va = perm[: int(0.7 * n)], perm[int(0.7 * n):]
+        best = (float("inf"), L2_WEIGHTS[0])
+        if len(va) >= 3:
+            for lam in L2_WEIGHTS:
+                pred = _tier1_predict(_tier1(*rows(tr), y[tr], lam), *rows(va))
+                err = float(np.median(np.abs(pred / y[va] - 1)))
+                if err < best[0]:
+                    best = (err, lam)
+        self.l2_weight_ = best[1]
+        sc = _tier1(parts, keys, y, self.l2_weight_)
+        # tier 2: per (model, method, GPU, count) median of measured / tier-1 prediction
+        ratio = y / _tier1_predict(sc, parts, keys)
+        groups: dict[str, list[float]] = {}
+        for i in range(n):
+            groups.setdefault("|".join(keys[g][i] for g in ("model", "method", "gpu", "count")), []).append(
+                float(ratio[i]))
+        sc.interaction = {k: float(np.median(v)) for k, v in groups.items()}
+        self.scales_ = sc
+        return self
 
     @staticmethod
     def gpu_factors(a: Arrays) -> tuple[np.ndarray, np.ndarray]:
@@ -108,10 +160,10 @@ class KavierEstimator(BorrowsMemory):
         names = a.get("_gpu_names")
         eb, F = self.gpu_factors(a)
         eg = np.ones_like(B)
-        if names is not None and self.scales.gpu:
-            eg = np.array([self.scales.gpu.get(n, 1.0) for n in names])
+        if names is not None and self.scales_.gpu:
+            eg = np.array([self.scales_.gpu.get(n, 1.0) for n in names])
         E = eb * eg * np.minimum(1.0, A1 * np.log2(B) + A2)
-        Tf = 2.0 * P * B * S / (F * E) + self.scales.overhead_s
+        Tf = 2.0 * P * B * S / (F * E) + self.scales_.overhead_s
         Tb = 2.0 * Tf
         lora = lora_family(a["method_code"])
         Pt = np.where(lora, 2.0 * LORA_RANK * a["hidden"] * LORA_TARGETS_PER_LAYER * a["n_layers"],
@@ -128,23 +180,23 @@ class KavierEstimator(BorrowsMemory):
                 p * w_gbps * 1e9 / 8.0)
 
         Gn = np.maximum(1.0, np.floor(G / N))
-        cc = self.scales.comm
+        cc = self.scales_.comm
         Tc = np.where(G <= 1, 0.0, np.where(N <= 1, cc * ring(G, Wn), cc * (ring(Gn, Wn) + ring(N, INFINIBAND_GBPS))))
         Ts = Ga * (Tf + Tb) + To + Tc
         scale = np.ones_like(B)
-        if self.scales.method or self.scales.model or self.scales.gpu_count or self.scales.interaction:
+        if self.scales_.method or self.scales_.model or self.scales_.gpu_count or self.scales_.interaction:
             methods = a.get("_methods")
             models = a.get("_model_names")
             for i in range(len(B)):
                 s = 1.0
                 if methods is not None:
-                    s *= self.scales.method.get(str(methods[i]), 1.0)
+                    s *= self.scales_.method.get(str(methods[i]), 1.0)
                 if models is not None:
-                    s *= self.scales.model.get(str(models[i]), 1.0)
-                s /= self.scales.gpu_count.get(str(int(G[i])), 1.0)
+                    s *= self.scales_.model.get(str(models[i]), 1.0)
+                s /= self.scales_.gpu_count.get(str(int(G[i])), 1.0)
                 if models is not None and methods is not None and names is not None:
                     key = f"{models[i]}|{methods[i]}|{names[i]}|{int(G[i])}"
-                    s *= self.scales.interaction.get(key, 1.0)
+                    s *= self.scales_.interaction.get(key, 1.0)
                 scale[i] = s
         tokens = Ga * B * S * G
         thr = tokens / Ts * scale
@@ -175,3 +227,39 @@ class KavierEstimator(BorrowsMemory):
             if not self.calibration_name else f"Calibration scales from '{self.calibration_name}'.",
             self.MEMORY_ASSUMPTION,
         ]
+
+
+def _tier1(parts: Arrays, keys: dict, y: np.ndarray, lam: float) -> KavierScales:
+    """Tier 1: one scale per GPU, method, model and GPU count, and the communication scale, fitted by
+    Powell on the mean squared log error plus `lam` times the squared log scales."""
+    from scipy.optimize import minimize
+
+    values = {g: sorted(set(keys[g])) for g in SCALE_GROUPS}
+    index = {g: np.array([values[g].index(v) for v in keys[g]]) for g in SCALE_GROUPS}
+    offs = np.cumsum([0] + [len(values[g]) for g in SCALE_GROUPS])
+    ly = np.log(np.maximum(y, 1e-30))
+
+    def scales(x) -> KavierScales:
+        s = np.exp(x)
+        sc = KavierScales(comm=float(s[-1]))
+        for g, o, field_ in zip(SCALE_GROUPS, offs, (sc.gpu, sc.method, sc.model, sc.gpu_count), strict=False):
+            field_.update({v: float(s[o + i]) for i, v in enumerate(values[g])})
+        return sc
+
+    def loss(x):
+        s = np.exp(x)
+        eg, cm, co, mg = (s[o + index[g]] for g, o in zip(SCALE_GROUPS, offs, strict=False))
+        pred = parts["tokens"] / (mg * (parts["tf3"] / eg + parts["to"] + s[-1] * parts["tc"])) * cm * co
+        return float(np.mean((np.log(np.maximum(pred, 1e-30)) - ly) ** 2) + lam * np.sum(x**2))
+
+    res = minimize(loss, np.zeros(offs[-1] + 1), method="Powell",
+                   options={"maxiter": 20000, "xtol": 1e-4, "ftol": 1e-8})
+    return scales(res.x)
+
+
+def _tier1_predict(sc: KavierScales, parts: Arrays, keys: dict) -> np.ndarray:
+    eg = np.array([sc.gpu.get(v, 1.0) for v in keys["gpu"]])
+    cm = np.array([sc.method.get(v, 1.0) for v in keys["method"]])
+    co = np.array([sc.model.get(v, 1.0) for v in keys["model"]])
+    mg = np.array([sc.gpu_count.get(v, 1.0) for v in keys["count"]])
+    return parts["tokens"] / (mg * (parts["tf3"] / eg + parts["to"] + sc.comm * parts["tc"])) * cm * co

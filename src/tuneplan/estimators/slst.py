@@ -1,6 +1,7 @@
 """The SLST seed's predictor: a scaling law in active parameters, tokens per step, GPUs, peak FLOP/s,
 method and sequence length (log-linear), times exp(a boosted correction on its log-residuals), in
-step time. Fitted by `tuneplan.learn.learners.slst.SLSTLearner`; read back from a calibration payload."""
+step time. `fit` is the SLST seed's learner: the law by ridge on log step time, then boosted trees on
+its log-residuals (`residual_fit.fit_residual`)."""
 
 from __future__ import annotations
 
@@ -37,21 +38,44 @@ def slst_features(a: dict, names: tuple[str, ...]) -> np.ndarray:
 
 
 class SLSTEstimator(BorrowsMemory):
-    """The SLST seed's predictor: scaling law x exp(boosted residual), in step time."""
+    """The SLST seed's predictor: scaling law x exp(boosted residual), in step time. `fit(X, y, groups)`:
+    X the physics' arrays of the rows, y their tokens/s, groups their sources (the residual's shares are
+    chosen on held-out sources). Fitted: `coef_` (intercept first), `residual_` (None: too few rows)."""
 
     name = "slst"
 
-    def __init__(self, coef: np.ndarray, residual: Residual | None, calibration_name: str | None = None) -> None:
-        self.coef = np.asarray(coef, dtype=float)
-        self.residual = residual
+    def __init__(self, coef: np.ndarray | None = None, residual: Residual | None = None,
+                 calibration_name: str | None = None) -> None:
+        self.coef_ = None if coef is None else np.asarray(coef, dtype=float)
+        self.residual_ = residual
         self.calibration_name = calibration_name
+
+    def fit(self, X: dict, y: np.ndarray, groups: np.ndarray | None = None) -> SLSTEstimator:
+        from tuneplan.estimators.residual_fit import MIN_RESIDUAL_ROWS, MIN_ROWS, NotEnoughData, fit_residual
+
+        if len(y) < MIN_ROWS:
+            raise NotEnoughData(f"slst learner: {len(y)} throughput rows; at least {MIN_ROWS} needed")
+        log_step = _log(X["micro_batch"] * X["seq_len"] * X["grad_accum"] * X["dp"] / y)
+        A = np.column_stack([np.ones(len(y)), slst_features(X, SLST_LAW_FEATURES)])
+        ridge = 1e-3 * np.eye(A.shape[1])
+        ridge[0, 0] = 0.0
+        self.coef_ = np.linalg.solve(A.T @ A + ridge, A.T @ log_step)
+        self.residual_ = None
+        if len(y) >= MIN_RESIDUAL_ROWS:
+            self.residual_ = fit_residual(slst_features(X, SLST_GB_FEATURES), log_step - A @ self.coef_,
+                                          SLST_GB_FEATURES, groups)
+        return self
+
+    def payload(self) -> dict:
+        return {"law_features": list(SLST_LAW_FEATURES), "coef": [float(c) for c in self.coef_],
+                "residual": self.residual_.to_dict() if self.residual_ else None}
 
     def time_arrays(self, a: dict) -> dict:
         """The scaling law and its correction, in step time (memory from `BorrowsMemory`)."""
         X = slst_features(a, SLST_LAW_FEATURES)
-        log_step = self.coef[0] + X @ self.coef[1:]
-        if self.residual is not None:
-            r, _ = self.residual(slst_features(a, SLST_GB_FEATURES))
+        log_step = self.coef_[0] + X @ self.coef_[1:]
+        if self.residual_ is not None:
+            r, _ = self.residual_(slst_features(a, SLST_GB_FEATURES))
             log_step = log_step + r
         step = np.exp(log_step)
         tokens = a["micro_batch"] * a["seq_len"] * a["grad_accum"] * a["dp"]
@@ -66,6 +90,6 @@ class SLSTEstimator(BorrowsMemory):
 
     @classmethod
     def from_payload(cls, d: dict, name: str | None = None) -> SLSTEstimator:
-        """The estimator a calibration payload describes (`SLSTLearner.payload()`)."""
+        """The estimator a calibration payload describes (`payload()`)."""
         residual = Residual.from_dict(d["residual"]) if d.get("residual") else None
         return cls(np.asarray(d["coef"], dtype=float), residual, calibration_name=name)

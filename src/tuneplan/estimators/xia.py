@@ -96,16 +96,61 @@ class XiaCoefficients:
 
 
 class XiaEstimator(BorrowsMemory):
+    """Eq. (2); `fit(X, y)` fits C2..C4 per (model, GPU, dataset) and per (model, GPU) with scipy's
+    curve_fit. X is the physics' arrays of the rows (with their model and GPU names and, as `_datasets`,
+    their datasets: the coefficients are per name), y their tokens/s. Fitted: `coefficients_`."""
+
     name = "xia"
 
     def __init__(self, coefficients: XiaCoefficients | None = None, calibration_name: str | None = None) -> None:
-        self.coefficients = coefficients or XiaCoefficients()
+        self.coefficients_ = coefficients or XiaCoefficients()
         self.calibration_name = calibration_name
 
     @classmethod
     def from_payload(cls, d: dict, name: str | None = None) -> XiaEstimator:
-        """The estimator a calibration payload describes (`XiaLearner.payload()`)."""
+        """The estimator a calibration payload describes (`payload()`)."""
         return cls(XiaCoefficients({k: tuple(v) for k, v in d["eq2"].items()}), calibration_name=name)
+
+    def payload(self) -> dict:
+        return {"eq2": {k: list(v) for k, v in self.coefficients_.eq2.items()}}
+
+    def fit(self, X: Arrays, y: np.ndarray) -> XiaEstimator:
+        import warnings
+
+        from scipy.optimize import OptimizeWarning, curve_fit
+
+        from tuneplan.estimators.residual_fit import MIN_ROWS, NotEnoughData
+
+        if len(y) < MIN_ROWS:
+            raise NotEnoughData(f"xia learner: {len(y)} throughput rows; at least {MIN_ROWS} needed")
+        datasets = X.get("_datasets", np.full(len(y), "*", dtype=object))
+        groups: dict[str, list[int]] = {}
+        for i, (model, gpu, ds) in enumerate(zip(X["_model_names"], X["_gpu_names"], datasets, strict=True)):
+            for key in (f"{model}|{gpu}|{ds}", f"{model}|{gpu}|*"):
+                groups.setdefault(key, []).append(i)
+        sp_all = np.where(X["n_experts"] > 0, X["top_k"] / np.maximum(X["n_experts"], 1.0), 1.0)
+        q_all = y / X["seq_len"] / X["dp"]  # queries/s per data-parallel replica
+        eq2: dict[str, tuple[float, float, float]] = {}
+        warnings.simplefilter("ignore", OptimizeWarning)
+        for key, idx in sorted(groups.items()):
+            b, sp, q = X["micro_batch"][idx], sp_all[idx], q_all[idx]
+            if len(set(b)) < 2:
+                continue
+            try:
+                if len(set(sp)) > 1:
+                    p, _ = curve_fit(lambda x, c2, c3, c4: throughput(x[0], x[1], c2, c3, c4), np.vstack([b, sp]), q,
+                                     p0=(q.mean() / 2, 1.0, q.min()), bounds=([-np.inf, 1e-6, -np.inf], np.inf),
+                                     maxfev=20000)
+                    eq2[key] = (float(p[0]), float(p[1]), float(p[2]))
+                else:
+                    s0 = float(sp[0])
+                    p, _ = curve_fit(lambda x, c2, c4, s0=s0: throughput(x, s0, c2, 1.0 / s0, c4), b, q,
+                                     p0=(q.mean() / 2, q.min()), maxfev=20000)
+                    eq2[key] = (float(p[0]), 1.0 / s0, float(p[1]))
+            except (RuntimeError, ValueError):
+                continue
+        self.coefficients_ = XiaCoefficients(eq2)
+        return self
 
     def time_arrays(self, a: Arrays) -> Arrays:
         """Eq. (2) throughput as step time (memory from `BorrowsMemory`)."""
@@ -126,7 +171,7 @@ class XiaEstimator(BorrowsMemory):
         c4 = q1
         c2 = (qr - q1) / math.log(REFERENCE_BATCH)
         c3 = 1.0 / sp
-        if self.coefficients.eq2:
+        if self.coefficients_.eq2:
             models = a.get("_model_names")
             gpus = a.get("_gpu_names")
             datasets = a.get("_datasets")
@@ -136,8 +181,8 @@ class XiaEstimator(BorrowsMemory):
                     ds = str(datasets[i]) if datasets is not None else "*"
                     keys = [f"{models[i]}|{gpus[i]}|{ds}", f"{models[i]}|{gpus[i]}|*"]
                 for k in keys:
-                    if k in self.coefficients.eq2:
-                        c2[i], c3[i], c4[i] = self.coefficients.eq2[k]
+                    if k in self.coefficients_.eq2:
+                        c2[i], c3[i], c4[i] = self.coefficients_.eq2[k]
                         break
         q = throughput(a["micro_batch"], sp, c2, c3, c4)  # queries/s per replica
         q = np.maximum(q, 1e-9)

@@ -35,7 +35,7 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
     whole source (a user's own runs are a source the calibration never saw); random folds when the
     rows come from fewer than 3 sources. With `fitted` (the learner fitted on all rows), the inner
     fits reuse its residual shares and a smaller least-squares budget."""
-    from tuneplan.learn.learners import LEARNERS, NotEnoughData, TuneplanLearner
+    from tuneplan.learn.learners import NotEnoughData, fit_learner
 
     n = len(ts)
     sources = sorted(set(ts.source.tolist()))
@@ -55,12 +55,11 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
     for k in sorted(set(keys.tolist())):
         train, test = ts.subset(keys != k), ts.subset(keys == k)
         try:
-            if learner_name == "tuneplan" and isinstance(fitted, TuneplanLearner):
-                learner = TuneplanLearner(max_nfev=40, shrink=fitted.shrinks(), memory=not throughput_only,
-                                          pull=fitted.thr_pull_)
+            if learner_name == "tuneplan" and fitted is not None:
+                est = fit_learner("tuneplan", train, max_nfev=40, shrink=fitted.shrinks(), memory=not throughput_only,
+                                  pull=fitted.thr_pull_)
             else:
-                learner = LEARNERS[learner_name]()
-            est = learner.fit(train).estimator()
+                est = fit_learner(learner_name, train)
         except NotEnoughData:
             continue
         r = _estimator_log_ratios(est, test)
@@ -176,15 +175,15 @@ def fit_calibration(df, learner: str = "tuneplan", name: str = "", base: Calibra
     """Fit a learner on every usable row of a runs table; returns the calibration and messages."""
     from tuneplan import __version__
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.learn.learners import LEARNERS
+    from tuneplan.learn.learners import LEARNER_NAMES, fit_learner
     from tuneplan.learn.measured import training_set
 
-    if learner not in LEARNERS:
-        raise InputError("learner", f"unknown learner '{learner}'", sorted(LEARNERS))
+    if learner not in LEARNER_NAMES:
+        raise InputError("learner", f"unknown learner '{learner}'", sorted(LEARNER_NAMES))
     ts = training_set(df)
     if base is not None:
         return adapt_calibration(ts, base, learner, name)
-    obj = LEARNERS[learner]().fit(ts)  # NotEnoughData propagates: the caller says so and keeps the physics
+    obj = fit_learner(learner, ts)  # NotEnoughData propagates: the caller says so and keeps the physics
     intervals = {learner: out_of_fold_residuals(learner, ts, fitted=obj)}
     for raw in ("planner", "kavier", "xia"):
         if raw != learner:
@@ -195,7 +194,7 @@ def fit_calibration(df, learner: str = "tuneplan", name: str = "", base: Calibra
         n_rows={"configured": len(ts), "throughput": int(ts.has_throughput.sum()),
                 "memory": int(ts.has_memory.sum()), "oom": int(ts.is_oom.sum())},
         sources=sorted(set(ts.source.tolist())), intervals=intervals, tuneplan_version=__version__,
-        name=name or learner, notes=list(getattr(obj, "notes", [])),
+        name=name or learner, notes=list(getattr(obj, "notes_", [])),
     )
     return cal, ([f"skipped {len(ts.skipped)} rows that cannot be configured"] if ts.skipped else []) + ts.notes
 
@@ -236,7 +235,7 @@ def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: st
     user's rows; the figures are reported either way)."""
     from tuneplan import __version__
     from tuneplan.learn.adapt import fit_adapter, offset_variances
-    from tuneplan.learn.learners import LEARNERS
+    from tuneplan.learn.learners import fit_learner
 
     if base.learner != "tuneplan" or learner != "tuneplan":
         raise InputError("learner", f"only the tuneplan learner adapts a calibration (base: {base.learner}, "
@@ -252,7 +251,7 @@ def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: st
     if n_thr >= FULL_FIT_MIN_ROWS:
         folds = np.random.default_rng(0).permutation(len(ts)) % CHOICE_FOLDS
         e_adapt = _fold_mdape(ts, folds, lambda tr: base_est.with_stack(fit_adapter(base_est, tr, prior).adapter))
-        e_full = _fold_mdape(ts, folds, lambda tr: LEARNERS["tuneplan"]().fit(tr).estimator())
+        e_full = _fold_mdape(ts, folds, lambda tr: fit_learner("tuneplan", tr))
         messages.append(f"held-out error on your runs ({CHOICE_FOLDS} folds): {base.name or 'shipped'} calibration "
                         f"adapted {e_adapt:.1%}, fitted on your runs alone {e_full:.1%}")
         if e_full < e_adapt:

@@ -6,24 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tuneplan.estimators.tuneplan_physics import memory_for_kind
 from tuneplan.learn.dataset import RowConfig, arrays_for
 
 PRED_COLUMNS = ("pred_tokens_per_s", "pred_samples_per_s", "pred_step_time_s", "pred_peak_mem_gib",
                 "pred_fits", "pred_max_micro_batch", "pred_estimator", "error")
-
-
-def memory_for_kind(mem: dict, kinds: list[str]) -> np.ndarray:
-    """The predicted peak in the measurement's own terms: torch allocated, reserved, or nvidia-smi
-    (reserved + CUDA context; also used when the kind is unknown)."""
-    out = np.asarray(mem["nvidia_smi_gib"], dtype=float).copy()
-    alloc = np.asarray(mem["allocated_gib"], dtype=float)
-    res = np.asarray(mem["reserved_gib"], dtype=float)
-    for i, k in enumerate(kinds):
-        if k == "allocated":
-            out[i] = alloc[i]
-        elif k == "reserved":
-            out[i] = res[i]
-    return out
 
 
 def predict_configs(configs: list[RowConfig], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:

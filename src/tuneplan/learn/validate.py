@@ -162,7 +162,7 @@ def _fold_estimators(fold: Fold, learners, raw: dict, messages: list[str], seed:
     adapted to the revealed rows (`tuneplan.learn.adapt`: what `calibrate` does with a user's first runs),
     and the physics adapted to them is judged too."""
     from tuneplan.learn.adapt import fit_adapter, offset_variances
-    from tuneplan.learn.learners import LEARNERS, NotEnoughData
+    from tuneplan.learn.learners import NotEnoughData, fit_learner
 
     ests = dict(raw)
     res = None
@@ -171,8 +171,7 @@ def _fold_estimators(fold: Fold, learners, raw: dict, messages: list[str], seed:
     for name in learners:
         train = fold.base if (adapting and name == "tuneplan") else fold.train
         try:
-            fitted[name] = LEARNERS[name]().fit(train)
-            ests[name] = fitted[name].estimator(f"{name} ({fold.name} training part)")
+            fitted[name] = ests[name] = fit_learner(name, train, f"{name} ({fold.name} training part)")
         except NotEnoughData as exc:
             messages.append(f"{fold.name}: {exc}; physics result used")
             ests[name] = raw["tuneplan-physics"]
@@ -299,7 +298,7 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
     the same as `validate`'s for that k and seed."""
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.adapt import fit_adapter, offset_variances
-    from tuneplan.learn.learners import LEARNERS, NotEnoughData
+    from tuneplan.learn.learners import NotEnoughData, fit_learner
 
     ts = training_set(df)
     physics = get_estimator("tuneplan", "none")
@@ -310,11 +309,10 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
             progress(f"source={src}")
         base_ts = ts.subset(ts.source != src)
         try:
-            learner = LEARNERS["tuneplan"]().fit(base_ts)
+            learner = fitted = fit_learner("tuneplan", base_ts, f"tuneplan (without {src})")
         except NotEnoughData:
             learner, fitted, res = None, physics, None
         else:
-            fitted = learner.estimator(f"tuneplan (without {src})")
             holder = Fold(f"source={src}", base_ts, ts.subset(ts.source == src), base_ts, None)
             res = _training_residuals(holder, learner, seed)
         prior = offset_variances(res.get("throughput_by_source") if res else None)
