@@ -4,7 +4,7 @@ Each row with a stage column is read like `validate` reads an SFT row (`row_to_c
 precision, sharding, batch shape), then its stage columns go onto the job (`--stage`, `--group-size`,
 `--prompts-per-step`, `--completion-len` = the mean when the row gives one else the cap,
 `--completion-len-max`, `--rollout-engine`, `--rollout-gpus` when separate, `--rollout-tp`, `--ppo-epochs`,
-`--kl-beta`) and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
+`--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift) and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
 row's prompt length is its prompt_len (else seq_len); its seq_len cell, when empty, is filled with it.
 
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
@@ -26,6 +26,9 @@ SOURCES = ("verl", "trl-docs", "areal", "nemo-aligner", "open-instruct", "skyrl"
 DEFAULT_RUNS = [ROOT.parent / "shared" / "reference" / "runs" / f"{s}.csv" for s in SOURCES]
 ENGINES = {"vllm": "vllm", "sglang": "vllm", "trtllm": "vllm", "hf": "hf"}
 """Rollout engines of the runs as tuneplan costs them: paged-KV servers (vLLM, SGLang, TensorRT-LLM) as vLLM."""
+SLEEP_OFF = ("trl", "swift")
+"""Frameworks whose colocated engine stays awake while training by default (TRL vllm_enable_sleep_mode
+False, ms-swift on TRL); the others (verl, NeMo RL / Aligner, AReaL, SkyRL) free or sleep it."""
 
 
 def _num(row: dict, key: str):
@@ -61,6 +64,10 @@ def stage_job(row: dict, cfg) -> tuple:
             opt["rollout_gpus"] = _num(row, "rollout_gpus")
         if eng == "vllm" and "rollout_tp" in fields:
             opt["rollout_tp"] = _num(row, "rollout_tp")
+        fw = str(row.get("framework") or row.get("source") or "").lower()
+        if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
+                and not any(t in fw for t in SLEEP_OFF)):
+            kw["rollout_sleep"] = True
         kw.update({k: int(v) if k != "kl_beta" else v for k, v in opt.items() if v})
         kw["seq_len"] = prompt
     return JobSpec(**kw), prompt
