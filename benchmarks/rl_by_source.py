@@ -6,6 +6,7 @@ precision, sharding, batch shape), then its stage columns go onto the job (`--st
 `--completion-len-max`, `--rollout-engine`, `--rollout-gpus` when separate, `--rollout-tp`, `--ppo-epochs`,
 `--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift) and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
 row's prompt length is its prompt_len (else seq_len); its seq_len cell, when empty, is filled with it.
+A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation).
 
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
 measured step time), the median |error| of the step time, and how many rows that ran (every row here
@@ -47,6 +48,8 @@ def stage_job(row: dict, cfg) -> tuple:
     from tuneplan.specs.job import RL_STAGES, JobSpec, job_fields, read_stage
 
     stage, _ = read_stage(str(row["stage"]).strip().lower())
+    if stage == "ppo" and str(row.get("value_model") or "").strip() == "none":
+        stage = "grpo"  # critic-free PPO (AReaL's disable_value): GRPO's computation, no value model
     kw = {k: getattr(cfg.job, k) for k in cfg.job.given}
     kw["stage"] = stage
     prompt = int(_num(row, "prompt_len") or cfg.seq_len)

@@ -51,6 +51,9 @@ def test_step_waits_for_the_longest_completion():
     gen = bd["rollout_decode"] + bd["rollout_decode_tail"]
     assert base.step_breakdown_s["rollout_decode"] < gen < cap.step_breakdown_s["rollout_decode"]
     assert any("longest completion" in a for a in r.assumptions)
+    parts = r.to_dict()["stage"]["train_parts_s"]  # the tail counts as generation in the wall clock's split
+    assert sum(parts.values()) == pytest.approx(r.totals.train_s)
+    assert parts["generation"] > base.to_dict()["stage"]["train_parts_s"]["generation"]
     # HF generate keeps finished sequences in the batch: its tail is decode at the full batch to the cap
     hf = _est(**GRPO, completion_len_max=1024).step_breakdown_s
     hf_cap = _est(**{**GRPO, "completion_len": 1024}).step_breakdown_s
