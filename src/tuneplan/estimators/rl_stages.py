@@ -291,8 +291,11 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
         ("group size", group, jspec.group_size), ("completion length", completion, jspec.completion_len),
         ("KL beta", beta, jspec.kl_beta), ("PPO epochs", epochs, jspec.ppo_epochs if jspec.stage == "ppo" else 1))
         if given is None]
+    longest = jspec.completion_len_max
+    lengths = (f"{completion} new tokens each on average, the longest {longest}" if longest and longest > completion
+               else f"up to {completion} new tokens each, all generated to full length")
     out = [f"{st}: a step = generate {n} completions ({prompts} prompts x group {group}, prompt length = "
-           f"--seq-len, up to {completion} new tokens each, all generated to full length) + score them + "
+           f"--seq-len, {lengths}) + score them + "
            f"update the policy on prompt + completion ({ga} micro-steps of {jspec.micro_batch}); sequential, "
            "no overlap between generation and training (TRL's synchronous loop)."]
     if filled:

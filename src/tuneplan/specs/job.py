@@ -381,10 +381,10 @@ class JobSpec:
                                                   "step waits for it (default: --completion-len, all the same "
                                                   "length)", STAGE_GROUP)
     rollout_tp: int | None = option(None, "RL with vllm: tensor parallel size of one engine (default: the training "
-                                          "tp x pp when colocated, 1 on --rollout-gpus)", STAGE_GROUP)
+                                          "tp x pp when colocated, 1 on --rollout-gpus)", STAGE_GROUP, axis="rollout")
     rollout_sleep: bool = option(False, "RL with vllm colocated: the engine sleeps while training (verl, NeMo RL; "
                                         "TRL vllm_enable_sleep_mode): the peak is the larger phase, not their sum",
-                                 STAGE_GROUP, switch_only=True)
+                                 STAGE_GROUP, switch_only=True, axis="rollout")
     train_steps_per_rollout: int | None = option(None, "RL: optimizer steps per batch of rollouts (mini-batches; "
                                                        "default 1)", STAGE_GROUP)
 
