@@ -66,12 +66,19 @@ def _forward_flops_per_token(a: dict, context: float, with_head: bool = True) ->
     return a["fwd_block_flops"] + a["adapter_flops"] + head + a["attn_flops_per_seq"] * context
 
 
-def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c) -> dict:
-    """Prefill, decode, weight sync and memory of one step's rollouts."""
+def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c,
+               longest: int | None = None) -> dict:
+    """Prefill, decode (to the mean length, then the tail to the longest), weight sync and memory of one
+    step's rollouts. An engine's weights and KV cache split over its tensor parallel (`--rollout-tp`;
+    else the training tp x pp colocated, 1 on a server's GPUs); the step's completions share the engines."""
     vllm = jspec.rollout_engine == "vllm"
     server = vllm and jspec.rollout_gpus > 0
-    generators = jspec.rollout_gpus if server else first_value(a["dp"])
-    split = 1.0 if server else first_value(a["tp"] * a["pp"])
+    if vllm and jspec.rollout_tp:
+        split = float(jspec.rollout_tp)
+        generators = (jspec.rollout_gpus if server else jspec.gpus) // jspec.rollout_tp
+    else:
+        generators = jspec.rollout_gpus if server else first_value(a["dp"])
+        split = 1.0 if server else first_value(a["tp"] * a["pp"])
     pbytes = first_value(a["weight_bytes_compute"])
     if vllm:  # merged weights at the compute precision
         wbytes = first_value(a["params_total"]) * pbytes / split
@@ -86,7 +93,7 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
     if vllm:
         share = ps.VLLM_SERVER_MEMORY_SHARE if server else ps.VLLM_COLOCATE_MEMORY_SHARE
         kv_room = share * cap - wbytes - c.workspace_gib * BYTES_PER_GIB
-        need = ps.kv_cache_bytes(batch, prompt + completion, kv_tok)
+        need = ps.kv_cache_bytes(batch, prompt + completion, kv_tok)  # paged: the mean length's blocks
         waves = max(1, math.ceil(need / kv_room)) if kv_room > 0 else 0
     bw = gspec.memory_bandwidth_gbs * 1e9 * c.bandwidth_efficiency
     wave_batch = batch / max(waves, 1)
@@ -102,16 +109,64 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
     t_decode = max(waves, 1) * first_value(ps.decode_s(completion, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
                                               _forward_flops_per_token(a, mean_ctx) / split,
                                               _rate(a, DECODE_CEILING_TOKENS) / split, overhead))
+    t_tail = 0.0
+    if longest is not None and longest > completion and not vllm:
+        # HF generate keeps finished sequences in the batch (padding) until the longest ends
+        t_tail = max(waves, 1) * first_value(ps.decode_s(longest, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
+                                                         _forward_flops_per_token(a, prompt + (longest + 1.0) / 2.0)
+                                                         / split, _rate(a, DECODE_CEILING_TOKENS) / split,
+                                                         overhead)) - t_decode
+    elif longest is not None and longest > completion:  # vLLM: the last wave's longest, the batch draining
+        tail_ctx = prompt + (completion + longest) / 2.0
+        t_tail = first_value(ps.decode_tail_s(completion, longest, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
+                                              _forward_flops_per_token(a, tail_ctx) / split,
+                                              _rate(a, DECODE_CEILING_TOKENS) / split, overhead))
     t_sync = 0.0
     if vllm:
         full = first_value(a["params_total"]) * pbytes
         link = (gspec.intra_node_gbs or 16.0) * 1e9 * c.comm_efficiency if server else bw
         t_sync = first_value(ps.weight_sync_s(full, link))
-    kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + completion, kv_tok)
-    return {"prefill_s": t_prefill, "decode_s": t_decode, "sync_s": t_sync, "waves": waves,
+    kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + max(completion, longest or 0), kv_tok)
+    return {"prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync, "waves": waves,
             "kv_room": kv_room, "kv_hf_bytes": kv_hf, "batch": batch, "server": server, "vllm": vllm,
             "engine_bytes": (0.0 if server or not vllm else ps.VLLM_COLOCATE_MEMORY_SHARE * cap),
             "server_weights": wbytes, "cap": cap}
+
+
+def _longest(jspec: JobSpec, completion: int) -> int | None:
+    """The longest completion (--completion-len-max), no shorter than the mean."""
+    longest = jspec.completion_len_max
+    if longest is not None and longest < completion:
+        raise InputError("completion-len-max", f"{longest} is shorter than the mean completion length "
+                         f"{completion} (--completion-len, TRL's default when not given)")
+    return longest
+
+
+def _reward_s(ra: dict, jspec: JobSpec, seq: int, completions_per_gpu: float, c) -> float:
+    """The reward model's no-grad forward over every completion of a training GPU (s)."""
+    return first_value(ps.scoring_forward_s(_forward_flops_per_token(ra, seq * c.causal_fraction_flash, False),
+                                            completions_per_gpu * seq, _rate(ra, jspec.micro_batch * seq)))
+
+
+def mini_batches(out: dict, minis: int, micro_steps: int) -> None:
+    """Several optimizer steps per batch of rollouts: the update's micro-steps split into `minis`
+    mini-batches, each ending in an optimizer step (the optimizer's time `minis` times)."""
+    if micro_steps % minis:
+        raise InputError("train-steps-per-rollout", f"{minis} optimizer steps must divide the step's {micro_steps} "
+                         "micro-steps (micro-batch x training data-parallel GPUs per optimizer step)")
+    if minis > 1 and "optimizer_s" in out:
+        more = out["optimizer_s"] * (minis - 1)
+        out["optimizer_s"] = out["optimizer_s"] + more
+        out["step_s"] = out["step_s"] + more
+
+
+def _server_memory(gen: dict, a: dict, seq: int, c) -> dict[str, float]:
+    """A vLLM server GPU's memory: what it reserves and what the step's rollouts need (GiB)."""
+    used = gen["server_weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
+        a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])))
+    return {"rollout_memory_per_gpu_gib": (ps.VLLM_SERVER_MEMORY_SHARE * gen["cap"]
+                                           + c.cuda_context_gib * BYTES_PER_GIB) / BYTES_PER_GIB,
+            "rollout_needed_gib": used / BYTES_PER_GIB}
 
 
 def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
@@ -140,31 +195,32 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     completion = jspec.completion_len or int(d["completion_len"])
     beta = d["kl_beta"] if jspec.kl_beta is None else jspec.kl_beta
     epochs = jspec.ppo_epochs or int(d["ppo_epochs"])
+    longest = _longest(jspec, completion)
     prompts, n, ga = rl_batch(jspec, group)
+    minis = jspec.train_steps_per_rollout or 1
     train_gpus = jspec.gpus - jspec.rollout_gpus
     train_job = jspec.updated(gpus=train_gpus, grad_accum=ga, rollout_gpus=0)
     seq = prompt_len + completion
     a = build_arrays([(mspec, gspec, train_job, seq)], c)
     out = dict(est.predict_arrays(a))
     fwd = forward_only(out, a)  # a no-grad pass of the policy's shapes over all completions
+    mini_batches(out, minis, ga)
     for k in POLICY_PARTS + ("step_s", "compute_s", "communication_total_s"):
         if k in out:
             out[k] = out[k] * epochs
-    gen = generation(a, gspec, jspec, n, prompt_len, completion, c)
+    gen = generation(a, gspec, jspec, n, prompt_len, completion, c, longest)
     if gen["vllm"] and gen["waves"] == 0:
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
-                         "weights: give more --rollout-gpus memory, a larger GPU, or --rollout-engine hf")
-    dp = first_value(a["dp"])
+                         "weights: shard them with --rollout-tp, give more --rollout-gpus memory, a larger GPU, "
+                         "or --rollout-engine hf")
     rm = _reward_model(jspec, gspec, seq, c)
-    t_reward = 0.0
-    if rm is not None:
-        ra = rm[1]
-        t_reward = first_value(ps.scoring_forward_s(_forward_flops_per_token(ra, seq * c.causal_fraction_flash, False),
-                                                    n * seq / dp, _rate(ra, jspec.micro_batch * seq)))
+    t_reward = 0.0 if rm is None else _reward_s(rm[1], jspec, seq, n / first_value(a["dp"]), c)
     ref = beta > 0
     ref_weights = ref and not jspec.is_lora_family
     t_ref = fwd if ref else 0.0
-    t_nograd = fwd if jspec.stage == "ppo" else 0.0  # PPO: old log-probs before its epochs
+    # old log-probs of the rollout policy, before the policy moves: PPO's epochs, or several mini-batches
+    old_logp = jspec.stage == "ppo" or minis > 1
+    t_nograd = fwd if old_logp else 0.0
     value = None
     t_value = 0.0
     if jspec.stage == "ppo":
@@ -174,15 +230,15 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         vout = dict(est.predict_arrays(va))
         t_value = forward_only(vout, va) + epochs * vout["step_s"]
         value = vout
-    parts = {"rollout_prefill_s": gen["prefill_s"], "rollout_decode_s": gen["decode_s"],
-             "rollout_weight_sync_s": gen["sync_s"], "reward_s": t_reward, "reference_forward_s": t_ref,
-             "policy_nograd_s": t_nograd, "value_model_s": t_value}
-    keep = {"rollout_prefill_s", "rollout_decode_s"} | ({"rollout_weight_sync_s"} if gen["vllm"] else set()) | (
-        {"reward_s"} if rm is not None else set()) | ({"reference_forward_s"} if ref else set()) | (
-        {"policy_nograd_s", "value_model_s"} if jspec.stage == "ppo" else set())
-    for k in keep:
-        out[k] = np.asarray(parts[k], dtype=float) * np.ones_like(out["step_s"])
-    out["step_s"] = out["step_s"] + sum(np.asarray(parts[k]) for k in keep)
+    parts = {k: v for k, v, has in (  # each part in the breakdown only where the step has it
+        ("rollout_prefill_s", gen["prefill_s"], True), ("rollout_decode_s", gen["decode_s"], True),
+        ("rollout_decode_tail_s", gen["tail_s"], gen["tail_s"] > 0),
+        ("rollout_weight_sync_s", gen["sync_s"], gen["vllm"]), ("reward_s", t_reward, rm is not None),
+        ("reference_forward_s", t_ref, ref), ("policy_nograd_s", t_nograd, old_logp),
+        ("value_model_s", t_value, jspec.stage == "ppo")) if has}
+    for k, v in parts.items():
+        out[k] = np.asarray(v, dtype=float) * np.ones_like(out["step_s"])
+    out["step_s"] = out["step_s"] + sum(np.asarray(v) for v in parts.values())
     rm_bytes = 0.0 if rm is None else first_value(rm[1]["params_total"] * rm[1]["weight_bytes_compute"]
                                                   / (rm[1]["tp"] * rm[1]["pp"]) / shard_degree(rm[1]))
 
@@ -200,7 +256,11 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         if not gen["vllm"]:  # HF generate's cache (doubled while torch.cat grows it) instead of activations
             held = (o["activations_gib"] + o["logits_gib"]) * BYTES_PER_GIB
             b["rollout_kv_cache_gib"] = np.maximum(gen["kv_hf_bytes"] - held, 0.0)
-        return b, gen["engine_bytes"]
+        g = BYTES_PER_GIB
+        training = o["allocated_gib"] * g + sum(b.values())
+        resident = (o["weights_gib"] + o.get("master_weights_gib", 0.0) + o.get("optimizer_gib", 0.0)) * g + sum(
+            v for k, v in b.items() if k in ("reference_model_gib", "reward_model_gib", "value_model_gib"))
+        return b, ps.colocated_engine_bytes(training, resident, gen["engine_bytes"], jspec.rollout_sleep)
 
     if "allocated_gib" in out:
         b, e = extras(a, out)
@@ -212,13 +272,11 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
                           "group_size": group, "completion_len": completion, "prompt_len": prompt_len,
                           "kl_beta": beta, "grad_accum": ga, "training_gpus": train_gpus,
                           "rollout_gpus": jspec.rollout_gpus, "rollout_engine": jspec.rollout_engine,
-                          "rollout_waves": gen["waves"], "ppo_epochs": epochs if jspec.stage == "ppo" else None}
+                          "rollout_waves": gen["waves"], "ppo_epochs": epochs if jspec.stage == "ppo" else None,
+                          "completion_len_max": longest, "rollout_tp": jspec.rollout_tp,
+                          "rollout_sleep": jspec.rollout_sleep, "train_steps_per_rollout": minis}
     if gen["server"]:
-        used = gen["server_weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
-            a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])))
-        res.extra["stage"]["rollout_memory_per_gpu_gib"] = (ps.VLLM_SERVER_MEMORY_SHARE * gen["cap"]
-                                                            + c.cuda_context_gib * BYTES_PER_GIB) / BYTES_PER_GIB
-        res.extra["stage"]["rollout_needed_gib"] = used / BYTES_PER_GIB
+        res.extra["stage"].update(_server_memory(gen, a, seq, c))
     if gen["waves"] > 1:
         res.warnings.append(f"vLLM's KV-cache room holds {1 / gen['waves']:.0%} of the step's {n} completions: "
                             f"generation runs in {gen['waves']} waves (more --rollout-gpus, or a larger share)")
@@ -233,8 +291,11 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
         ("group size", group, jspec.group_size), ("completion length", completion, jspec.completion_len),
         ("KL beta", beta, jspec.kl_beta), ("PPO epochs", epochs, jspec.ppo_epochs if jspec.stage == "ppo" else 1))
         if given is None]
+    longest = jspec.completion_len_max
+    lengths = (f"{completion} new tokens each on average, the longest {longest}" if longest and longest > completion
+               else f"up to {completion} new tokens each, all generated to full length")
     out = [f"{st}: a step = generate {n} completions ({prompts} prompts x group {group}, prompt length = "
-           f"--seq-len, up to {completion} new tokens each, all generated to full length) + score them + "
+           f"--seq-len, {lengths}) + score them + "
            f"update the policy on prompt + completion ({ga} micro-steps of {jspec.micro_batch}); sequential, "
            "no overlap between generation and training (TRL's synchronous loop)."]
     if filled:
@@ -264,6 +325,23 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
         out.append(f"PPO: old log-probs and values by no-grad forwards, then {epochs} epochs of policy and value "
                    "updates; the value model is the reward model's architecture (the policy's without one), "
                    "fully trained, its logits not counted.")
+    if jspec.completion_len_max is not None and jspec.completion_len_max > completion:
+        out.append(f"Synchronous step: generation waits for the longest completion ({jspec.completion_len_max} "
+                   f"tokens): decode to the mean ({completion}) at the batch's rate, then the tail to the longest "
+                   + ("with finished sequences kept in the batch (HF generate pads them)." if not gen["vllm"] else
+                      f"on the draining batch ({ps.DECODE_TAIL_BATCH_SHARE:g} of it on average: half the batch "
+                      "longer than the mean, falling linearly to none at the longest; weights read every step)."))
+    if jspec.rollout_tp:
+        out.append(f"Rollout engines of tensor parallel {jspec.rollout_tp}: weights and KV cache split over "
+                   f"{jspec.rollout_tp} GPUs, one engine per {jspec.rollout_tp} generation GPUs.")
+    if jspec.rollout_sleep:
+        out.append("The colocated engine sleeps while training (its KV cache and weights freed): the peak is the "
+                   "larger of the training phase and the generation phase (the engine's share plus the training "
+                   "weights, master copy and optimizer state that stay resident).")
+    minis = jspec.train_steps_per_rollout or 1
+    if minis > 1:
+        out.append(f"{minis} optimizer steps per batch of rollouts (mini-batches): the optimizer step {minis} "
+                   "times, and an old-policy log-prob forward over all completions before the first.")
     if not jspec.grad_ckpt:
         out.append("Gradient checkpointing off (tuneplan's default); TRL's configs default to "
                    "gradient_checkpointing=True: pass --grad-ckpt to match them.")

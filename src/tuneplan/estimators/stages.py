@@ -127,7 +127,8 @@ def preference_assumptions(jspec: JobSpec, shape: ps.StageShape, ref_pass: bool,
     return out
 
 
-TRAIN_GROUPS = {"generation": ("rollout_prefill_s", "rollout_decode_s", "rollout_weight_sync_s"),
+TRAIN_GROUPS = {"generation": ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s",
+                               "rollout_weight_sync_s"),
                 "scoring": ("reward_s",), "reference": ("reference_forward_s",),
                 "policy_update": POLICY_PARTS + ("policy_nograd_s", "value_model_s")}
 """How the wall clock's training time splits by stage part."""

@@ -159,6 +159,37 @@ def decode_s(completion_len, prompt_len, batch, weight_bytes, kv_per_token, kv_t
     return completion_len * (np.maximum(t_mem, t_flops) + per_token_overhead_s)
 
 
+DECODE_TAIL_BATCH_SHARE = 0.25
+"""Mean share of an engine batch still decoding past the mean completion length (fraction): the tail's
+model takes half the batch longer than the mean and that half draining linearly to none at the cap, so
+the tail decodes on average a quarter of the batch."""
+
+
+def decode_tail_s(mean_len, max_len, prompt_len, batch, weight_bytes, kv_per_token, kv_traffic, bandwidth,
+                  flops_per_token, rate, per_token_overhead_s):
+    """Decode from the mean completion length to the longest (s): a synchronous step waits for its
+    longest completion, and decode is memory-bound, so each of the (max - mean) steps still reads every
+    weight while the batch drains; the tail's batch is `DECODE_TAIL_BATCH_SHARE` x batch (at least one
+    sequence) at its mean context prompt + (mean + max) / 2. Zero when max <= mean."""
+    steps = np.maximum(np.asarray(max_len, dtype=float) - mean_len, 0.0)
+    tail_batch = np.maximum(batch * DECODE_TAIL_BATCH_SHARE, 1.0)
+    context = prompt_len + (mean_len + max_len) / 2.0
+    t_mem = decode_step_bytes(weight_bytes, tail_batch, kv_per_token, context, kv_traffic) / bandwidth
+    t_flops = tail_batch * flops_per_token / rate
+    return steps * (np.maximum(t_mem, t_flops) + per_token_overhead_s)
+
+
+def colocated_engine_bytes(training_peak, resident, engine_pool, sleeps):
+    """What a colocated inference engine adds to the training step's peak (bytes). Awake all along
+    (TRL's default colocate) its pool sits on top of the training peak; sleeping while training (verl,
+    NeMo RL, TRL vllm_enable_sleep_mode) the step's peak is the larger phase - training, or generation:
+    the training state that stays resident (weights, master copy, optimizer) plus the engine's pool - so
+    the engine adds only what the generation phase exceeds the training phase by."""
+    if not sleeps:
+        return engine_pool
+    return np.maximum(resident + engine_pool - training_peak, 0.0)
+
+
 def hf_decode_overhead_s(n_layers, kernel_launch_s):
     """Per-token launch overhead of eager HF generate (s): kernels per layer x layers x launch time.
     vLLM replays CUDA graphs: none."""

@@ -377,6 +377,16 @@ class JobSpec:
     kl_beta: float | None = option(None, "RL: KL coefficient (TRL: grpo 0 = no reference model, rloo/ppo 0.05)",
                                    STAGE_GROUP, number="nonneg")
     ppo_epochs: int | None = option(None, "PPO: update epochs per batch of rollouts (4)", STAGE_GROUP)
+    completion_len_max: int | None = option(None, "RL: the longest completion (the generation cap); a synchronous "
+                                                  "step waits for it (default: --completion-len, all the same "
+                                                  "length)", STAGE_GROUP)
+    rollout_tp: int | None = option(None, "RL with vllm: tensor parallel size of one engine (default: the training "
+                                          "tp x pp when colocated, 1 on --rollout-gpus)", STAGE_GROUP, axis="rollout")
+    rollout_sleep: bool = option(False, "RL with vllm colocated: the engine sleeps while training (verl, NeMo RL; "
+                                        "TRL vllm_enable_sleep_mode): the peak is the larger phase, not their sum",
+                                 STAGE_GROUP, switch_only=True, axis="rollout")
+    train_steps_per_rollout: int | None = option(None, "RL: optimizer steps per batch of rollouts (mini-batches; "
+                                                       "default 1)", STAGE_GROUP)
 
     def __init__(self, **given: Any) -> None:
         self.__dict__.update(_read_fields(given))  # frozen: set here only
@@ -429,7 +439,10 @@ class JobSpec:
         rl_only = {"group_size": self.group_size, "completion_len": self.completion_len,
                    "prompts_per_step": self.prompts_per_step, "reward_model": self.reward_model,
                    "kl_beta": self.kl_beta, "rollout_gpus": self.rollout_gpus or None,
-                   "rollout_engine": None if self.rollout_engine == "hf" else self.rollout_engine}
+                   "rollout_engine": None if self.rollout_engine == "hf" else self.rollout_engine,
+                   "completion_len_max": self.completion_len_max, "rollout_tp": self.rollout_tp,
+                   "rollout_sleep": self.rollout_sleep or None,
+                   "train_steps_per_rollout": self.train_steps_per_rollout}
         if self.stage not in RL_STAGES:
             given = [k for k, v in rl_only.items() if v is not None]
             if given:
@@ -440,6 +453,19 @@ class JobSpec:
         if self.precompute_ref and self.stage not in ("dpo", "kto"):
             raise ValueError(f"precompute-ref applies to the stages with a reference model (dpo, kto), "
                              f"not --stage {self.stage}")
+        if None not in (self.completion_len_max, self.completion_len) and self.completion_len_max < self.completion_len:
+            raise ValueError(f"completion-len-max ({self.completion_len_max}) must be at least --completion-len "
+                             f"({self.completion_len}, the mean)")
+        if (self.rollout_tp is not None or self.rollout_sleep) and self.rollout_engine != "vllm":
+            raise ValueError(f"{'rollout-tp' if self.rollout_tp is not None else 'rollout-sleep'} needs "
+                             "--rollout-engine vllm (HF generate runs in the training model's own layout)")
+        if self.rollout_sleep and self.rollout_gpus:
+            raise ValueError("rollout-sleep applies to an engine colocated with training (--rollout-gpus 0)")
+        if self.rollout_tp is not None:
+            pool = self.rollout_gpus or self.gpus
+            if pool % self.rollout_tp:
+                raise ValueError(f"rollout-tp ({self.rollout_tp}) must divide the generation GPUs ({pool}: "
+                                 f"{'--rollout-gpus' if self.rollout_gpus else '--gpus, colocated'})")
         if self.rollout_gpus:
             if self.rollout_engine != "vllm":
                 raise ValueError("rollout-gpus needs --rollout-engine vllm (HF generate runs in the training "

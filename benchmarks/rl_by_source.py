@@ -1,0 +1,152 @@
+"""Uncalibrated physics on the shared RL and preference runs, per source and stage.
+
+Each row with a stage column is read like `validate` reads an SFT row (`row_to_config`: model, GPU,
+precision, sharding, batch shape), then its stage columns go onto the job (`--stage`, `--group-size`,
+`--prompts-per-step`, `--completion-len` = the mean when the row gives one else the cap,
+`--completion-len-max`, `--rollout-engine`, `--rollout-gpus` when separate, `--rollout-tp`, `--ppo-epochs`,
+`--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift) and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
+row's prompt length is its prompt_len (else seq_len); its seq_len cell, when empty, is filled with it.
+A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation).
+
+Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
+measured step time), the median |error| of the step time, and how many rows that ran (every row here
+ran: each is a measurement) are predicted "does not fit". `--why` lists the refusals' reasons.
+
+    python benchmarks/rl_by_source.py [--runs FILE ...] [--why] [--rows] [--csv out.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("verl", "trl-docs", "areal", "nemo-aligner", "open-instruct", "skyrl", "ms-swift-examples")
+DEFAULT_RUNS = [ROOT.parent / "shared" / "reference" / "runs" / f"{s}.csv" for s in SOURCES]
+ENGINES = {"vllm": "vllm", "sglang": "vllm", "trtllm": "vllm", "hf": "hf"}
+"""Rollout engines of the runs as tuneplan costs them: paged-KV servers (vLLM, SGLang, TensorRT-LLM) as vLLM."""
+SLEEP_OFF = ("trl", "swift")
+"""Frameworks whose colocated engine stays awake while training by default (TRL vllm_enable_sleep_mode
+False, ms-swift on TRL); the others (verl, NeMo RL / Aligner, AReaL, SkyRL) free or sleep it."""
+
+
+def _num(row: dict, key: str):
+    import math
+
+    v = row.get(key)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def stage_job(row: dict, cfg) -> tuple:
+    """(JobSpec with the row's stage columns, prompt length) of a stage row read as SFT `cfg`."""
+    from tuneplan.specs.job import RL_STAGES, JobSpec, job_fields, read_stage
+
+    stage, _ = read_stage(str(row["stage"]).strip().lower())
+    if stage == "ppo" and str(row.get("value_model") or "").strip() == "none":
+        stage = "grpo"  # critic-free PPO (AReaL's disable_value): GRPO's computation, no value model
+    kw = {k: getattr(cfg.job, k) for k in cfg.job.given}
+    kw["stage"] = stage
+    prompt = int(_num(row, "prompt_len") or cfg.seq_len)
+    if stage in RL_STAGES:
+        fields = job_fields()
+        mean, cap = _num(row, "completion_len_mean"), _num(row, "completion_len_max")
+        eng = ENGINES.get(str(row.get("rollout_engine") or "hf").strip().lower(), "hf")
+        opt = {"group_size": _num(row, "group_size"), "prompts_per_step": _num(row, "prompts_per_step"),
+               "completion_len": mean or cap, "ppo_epochs": _num(row, "ppo_epochs") if stage == "ppo" else None,
+               "kl_beta": _num(row, "kl_beta")}
+        if "completion_len_max" in fields and cap and mean and cap > mean:
+            opt["completion_len_max"] = cap
+        kw["rollout_engine"] = eng
+        if eng == "vllm" and str(row.get("rollout_placement") or "").strip() == "separate":
+            opt["rollout_gpus"] = _num(row, "rollout_gpus")
+        if eng == "vllm" and "rollout_tp" in fields:
+            opt["rollout_tp"] = _num(row, "rollout_tp")
+        fw = str(row.get("framework") or row.get("source") or "").lower()
+        if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
+                and not any(t in fw for t in SLEEP_OFF)):
+            kw["rollout_sleep"] = True
+        kw.update({k: int(v) if k != "kl_beta" else v for k, v in opt.items() if v})
+        kw["seq_len"] = prompt
+    return JobSpec(**kw), prompt
+
+
+def evaluate(paths):
+    import numpy as np
+    import pandas as pd
+
+    from tuneplan.errors import TuneplanError
+    from tuneplan.estimators.stages import run_stage
+    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+    from tuneplan.learn.dataset import row_to_config
+
+    df = pd.concat([pd.read_csv(p) for p in paths if Path(p).exists()], ignore_index=True)
+    df = df[df["stage"].notna() & (df["stage"].astype(str).str.lower() != "sft")]
+    est = TuneplanEstimator()
+    cache: dict = {}
+    recs = []
+    for row in df.to_dict("records"):
+        rec = {"id": row["id"], "source": row["source"], "stage": str(row["stage"]).lower(),
+               "measured_step": _num(row, "step_time_s"), "pred_step": np.nan, "fits": np.nan, "why": ""}
+        try:
+            sft = dict(row, stage="sft")
+            if _num(row, "seq_len") is None:
+                sft["seq_len"] = _num(row, "prompt_len") or 1024
+            cfg = row_to_config(sft, cache)
+            job, prompt = stage_job(row, cfg)
+            run = run_stage(est, cfg.model, cfg.gpu, job, prompt, 1.0, search_max_mb=False)
+            rec["pred_step"] = float(np.asarray(run.out["step_s"]).reshape(-1)[0])
+            rec["fits"] = float(bool(np.asarray(run.out.get("fits", True)).reshape(-1)[0]))
+        except (TuneplanError, ValueError, KeyError) as exc:
+            rec["why"] = f"{type(exc).__name__}: {str(exc)[:110]}"
+        recs.append(rec)
+    out = pd.DataFrame(recs)
+    out["step_ape"] = (out["pred_step"] / out["measured_step"] - 1).abs()
+    return out
+
+
+def summary(out):
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for (src, st), g in list(out.groupby(["source", "stage"])) + [(("ALL", ""), out)]:
+        ans = g["pred_step"].notna()
+        e = g["step_ape"].dropna()
+        rows.append({"source": src, "stage": st, "rows": len(g), "answered": int(ans.sum()), "n_step": len(e),
+                     "step_mdape": e.median() if len(e) else np.nan,
+                     "no_fit": int((g["fits"] == 0).sum())})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", nargs="*", default=[str(p) for p in DEFAULT_RUNS])
+    ap.add_argument("--why", action="store_true", help="list each refused row's reason")
+    ap.add_argument("--rows", action="store_true", help="list every row with a measured step")
+    ap.add_argument("--csv")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    out = evaluate(args.runs)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_colwidth", 120):
+        print(summary(out).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        if args.rows:
+            print(out.dropna(subset=["measured_step"])[["id", "stage", "measured_step", "pred_step", "step_ape",
+                                                          "fits"]].to_string(index=False))
+        if args.why:
+            print(out[out["why"] != ""][["id", "why"]].to_string(index=False))
+    if args.csv:
+        out.to_csv(args.csv, index=False)
+    print(f"\n{len(out)} rows in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

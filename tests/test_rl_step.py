@@ -1,0 +1,107 @@
+"""The RL step as the systems run it: the decode tail to the longest completion, a colocated engine
+that sleeps while training (the peak is the larger phase), the engine's own tensor parallel, and
+several optimizer steps per batch of rollouts with the old-policy log-prob pass."""
+
+from __future__ import annotations
+
+import pytest
+
+import tuneplan
+from tuneplan.errors import InputError
+from tuneplan.physics import stages as ps
+from tuneplan.specs.job import make_job
+
+GPU = "H100-SXM5-80GB"
+WORK = dict(examples=1000, tokens_per_example=None, calibration="none", interval=None)
+GRPO = dict(method="lora", stage="grpo", gpus=8, micro_batch=4, grad_accum=4, seq_len=256, completion_len=256)
+
+
+def _est(model="meta-llama/Llama-3.1-8B", **kw):
+    return tuneplan.estimate(model, GPU, **{**WORK, **kw})
+
+
+def test_decode_tail_by_hand():
+    # 300 steps past the mean (mean 100, max 400), batch 16 -> a tail batch of 4 at context 10 + 250 = 260;
+    # memory-bound: (1e9 weight bytes + 4 x 1e3 B x 260 x 1 pass) / 1e12 B/s per step
+    t = ps.decode_tail_s(100, 400, 10, 16, 1e9, 1e3, 1.0, 1e12, 1.0, 1e15, 0.0)
+    assert t == pytest.approx(300 * (1e9 + 4 * 1e3 * 260) / 1e12)
+    # a batch of 2 drains to at least one sequence; the per-step overhead counts once a step
+    assert ps.decode_tail_s(0, 10, 0, 2, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.5) == pytest.approx(10 * (1 * 5 + 0.5))
+    assert ps.decode_tail_s(100, 100, 10, 16, 1e9, 1e3, 1.0, 1e12, 1.0, 1e15, 0.0) == 0.0  # max = mean: no tail
+
+
+def test_colocated_engine_bytes_by_hand():
+    # awake: the engine's 24 GB pool on top of the training peak
+    assert ps.colocated_engine_bytes(50e9, 20e9, 24e9, False) == 24e9
+    # sleeping: generation phase 20 + 24 = 44 < training 50 -> adds nothing; 30 + 24 = 54 -> adds 4
+    assert ps.colocated_engine_bytes(50e9, 20e9, 24e9, True) == 0.0
+    assert ps.colocated_engine_bytes(50e9, 30e9, 24e9, True) == pytest.approx(4e9)
+
+
+def test_step_waits_for_the_longest_completion():
+    base = _est(**GRPO, rollout_engine="vllm")
+    assert "rollout_decode_tail" not in base.step_breakdown_s
+    r = _est(**GRPO, rollout_engine="vllm", completion_len_max=1024)
+    bd = r.step_breakdown_s
+    assert bd["rollout_decode"] == pytest.approx(base.step_breakdown_s["rollout_decode"])
+    assert bd["rollout_decode_tail"] > 0
+    assert bd["total"] == pytest.approx(sum(v for k, v in bd.items() if k != "total"))
+    # between the mean-based and the cap-based figures: the tail drains, the cap-based run does not
+    cap = _est(**{**GRPO, "completion_len": 1024}, rollout_engine="vllm")
+    gen = bd["rollout_decode"] + bd["rollout_decode_tail"]
+    assert base.step_breakdown_s["rollout_decode"] < gen < cap.step_breakdown_s["rollout_decode"]
+    assert any("longest completion" in a for a in r.assumptions)
+    parts = r.to_dict()["stage"]["train_parts_s"]  # the tail counts as generation in the wall clock's split
+    assert sum(parts.values()) == pytest.approx(r.totals.train_s)
+    assert parts["generation"] > base.to_dict()["stage"]["train_parts_s"]["generation"]
+    # HF generate keeps finished sequences in the batch: its tail is decode at the full batch to the cap
+    hf = _est(**GRPO, completion_len_max=1024).step_breakdown_s
+    hf_cap = _est(**{**GRPO, "completion_len": 1024}).step_breakdown_s
+    assert hf["rollout_decode"] + hf["rollout_decode_tail"] == pytest.approx(hf_cap["rollout_decode"], rel=1e-6)
+
+
+def test_sleeping_engine_peak_is_the_larger_phase():
+    kw = dict(GRPO, rollout_engine="vllm")
+    awake = _est(**kw)
+    asleep = _est(**kw, rollout_sleep=True)
+    assert awake.memory_breakdown_gib["rollout_engine"] == pytest.approx(ps.VLLM_COLOCATE_MEMORY_SHARE * 80.0)
+    # LoRA on 8B: resident weights ~16 GB + the 24 GB pool < the training peak? either way it adds less
+    assert asleep.memory_breakdown_gib.get("rollout_engine", 0.0) < awake.memory_breakdown_gib["rollout_engine"]
+    assert asleep.memory_per_gpu_gib == pytest.approx(sum(asleep.memory_breakdown_gib.values()))
+    assert asleep.memory_per_gpu_gib < awake.memory_per_gpu_gib
+    assert asleep.step_breakdown_s["total"] == pytest.approx(awake.step_breakdown_s["total"])
+
+
+def test_rollout_tp_shards_the_engine_weights():
+    kw = dict(method="full", stage="grpo", gpus=8, sharding="zero3", micro_batch=1, grad_accum=1, seq_len=256,
+              completion_len=256, group_size=8, rollout_engine="vllm")
+    with pytest.raises(InputError, match="rollout-tp"):  # 70B bf16 = 140 GB > 0.3 x 80 GB on one engine GPU
+        _est(model="meta-llama/Llama-3.1-70B", **kw)
+    r = _est(model="meta-llama/Llama-3.1-70B", **kw, rollout_tp=8)  # 17.5 GB per GPU: one engine of 8
+    assert r.step_breakdown_s["rollout_decode"] > 0
+    assert r.to_dict()["stage"]["rollout_tp"] == 8
+
+
+def test_train_steps_per_rollout():
+    one = _est(**GRPO)
+    four = _est(**GRPO, train_steps_per_rollout=4)
+    b1, b4 = one.step_breakdown_s, four.step_breakdown_s
+    assert b4["optimizer"] == pytest.approx(4 * b1["optimizer"])
+    assert "policy_nograd" not in b1 and b4["policy_nograd"] > 0  # old log-probs once the policy moves
+    assert b4["total"] == pytest.approx(sum(v for k, v in b4.items() if k != "total"))
+    with pytest.raises(InputError, match="train-steps-per-rollout"):
+        _est(**GRPO, train_steps_per_rollout=3)  # 3 does not divide the 4 micro-steps
+
+
+@pytest.mark.parametrize("kw", [
+    dict(stage="grpo", rollout_tp=2),  # HF generate has no engine of its own
+    dict(stage="grpo", rollout_sleep=True),
+    dict(stage="grpo", rollout_engine="vllm", rollout_sleep=True, rollout_gpus=2, gpus=4),
+    dict(stage="grpo", rollout_engine="vllm", rollout_tp=3, gpus=4),
+    dict(stage="grpo", completion_len=512, completion_len_max=256),
+    dict(stage="dpo", train_steps_per_rollout=2),
+])
+def test_bad_rl_step_input(kw):
+    with pytest.raises(InputError) as e:
+        make_job(**kw)
+    assert e.value.field == "job"
