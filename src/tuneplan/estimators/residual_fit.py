@@ -17,15 +17,14 @@ MIN_ROWS = 8
 L2_PRIOR_WEIGHT = 0.0005
 """tuneplan learner: weight of the pull of each fitted constant's log toward its prior, against the
 mean squared log error of the rows: a weak prior (about the noise variance, 0.1^2, over a prior spread
-of a factor e, over a few tens of rows). With 0.02 the priors, set for datacenter GPUs, held the
-constants away from what a CPU's 24 profiled rows showed (closed loop: 7-8% held-out error against
-4-5%), and the reference data's random-split error did not depend on it (5.1-5.4%, seed 0)."""
+of a factor e, over a few tens of rows): weak enough that a CPU's few tens of profiled rows can move
+constants whose priors were set for datacenter GPUs (docs/learning.md has the comparison)."""
 MEMORY_PRIOR_WEIGHT = 0.005
 """The same pull for the memory constants when there are fewer than three memory sources to choose by.
 With more, the pull is chosen by leave-one-source-out error among MEMORY_PRIOR_GRID, priors kept
 included: memory sources disagree more than throughput sources (the frameworks hold different loss
-buffers), and on the reference data the fitted memory constants transferred worse to a source they had
-not seen than the byte-counted priors (by-source memory MdAPE 19.3% fitted at 0.005, 12.8% chosen)."""
+buffers), and fitted memory constants can transfer worse to a source they have not seen than the
+byte-counted priors (docs/learning.md)."""
 HGB_PARAMS = {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 15, "min_samples_leaf": 8,
               "l2_regularization": 1.0, "early_stopping": False, "random_state": 0}
 """Gradient-boosting settings for the residual models (deterministic: no early stopping)."""
@@ -38,7 +37,7 @@ fit_residual."""
 THROUGHPUT_PRIOR_GRID = (L2_PRIOR_WEIGHT, 0.02, None)
 """Candidate pulls for the throughput constants with three or more sources, chosen on held-out groups of
 the training sources (None: priors kept): fitted constants that do not transfer to sources they did not
-see are not shipped (issue 16: on sources no fit had seen, fitted constants did worse than the physics)."""
+see are not shipped."""
 INNER_SOURCE_GROUPS = 4
 """Groups of training sources the throughput pull is chosen on (each held out in turn)."""
 INNER_NFEV = 40
@@ -52,24 +51,15 @@ MIN_RESIDUAL_ROWS = 30
 NEIGHBOUR_SHARE = 0.5
 """Share of a user's own-stack throughput correction that is the residual of the nearest measured
 configuration (the rest: the boosted trees'). Trees need rows to split on; a source of a few tens of
-rows is better told by its nearest sibling (the same model and method, one setting changed). Chosen on
-the in-distribution 70/30 splits (seeds 0-4) of six sources — llm-foundry, megatron-bridge, tuneplan-h200,
-nemo, ms-swift, xtuner — among trees alone, the nearest row alone, a choice between them inside each fit,
-and the mean of both with the nearest 1 or 3 rows (benchmarks/own_stack_residual.py): mean of the
-sources' MdAPE 9.3% (trees), 8.0% (the nearest row), 9.0% (chosen in the fit), 8.1% (this), 8.8% (3
-rows). This and the nearest row alone are worse than the trees on four of the six (llm-foundry,
-megatron-bridge, tuneplan-h200, nemo) and better on the two hardest (ms-swift 13.3% -> 9.8%, xtuner
-22.2% -> 16.5%); this loses at most 0.9 point where the trees are right, the nearest row alone 3.7.
-llmftbench, the issue's figure, was not among them (docs/learning.md)."""
+rows is better told by its nearest sibling (the same model and method, one setting changed). The mean
+of both lost little where the trees were right and gained most where they were not, on sources other
+than the one it was judged on (benchmarks/own_stack_residual.py; the comparison is in docs/learning.md)."""
 RESIDUAL_MAX_SOURCES = 2
 """The residual trees (throughput and memory) are fitted for a user's own stack only: rows of at most
-this many sources, where they help in distribution (docs/learning.md). Fitted on several sources (the
-shipped calibration, meant for a stack none of them is), neither beat the uncalibrated physics on most
-held-out sources in the nested by-source validation (benchmarks/learning_by_source.py): memory was
-worse overall in two rounds (8.3% against 8.0% at 1b98ac2, 7.6% against 7.3% at 9ec916d), throughput
-better overall by 0.2 point but on 4 of 10 sources, worse on 4, in every variant tried of how its
-shares are chosen (issue 16: on 2 to 5 of 10). Issue 16's rule: a component that does not beat the
-physics overall and on most held-out sources is left out of the shipped default."""
+this many sources, where they help in distribution. Fitted on several sources (the shipped
+calibration, meant for a stack none of them is), they did not beat the uncalibrated physics on most
+held-out sources in the nested by-source validation (benchmarks/learning_by_source.py, figures in
+docs/learning.md), and a component that does not is left out of the shipped default."""
 
 THROUGHPUT_CONSTANTS = {
     "mfu_max": (0.05, 2.0), "tokens_half": (16.0, 65536.0), "hidden_half": (16.0, 65536.0),

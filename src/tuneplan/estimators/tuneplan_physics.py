@@ -43,9 +43,8 @@ def source_centring(sources: np.ndarray | None):
     log-errors of the rows (None with fewer than two sources). The throughput constants are fitted on
     what the sources share — how throughput moves with the work's shape — while each source's overall
     offset (its stack: framework, kernels, data loader, clocks) is left out: a new stack's offset is one
-    number, which its first runs give (`tuneplan.learn.adapt`), and fitted into the constants it bent
-    their shape (two sources 1.5x and 0.7x off: 13% by source after three runs revealed, against 1.1%
-    with the shape kept). The mean level over sources stays in the constants."""
+    number, which its first runs give (`tuneplan.learn.adapt`); fitted into the constants it would bend
+    their shape. The mean level over sources stays in the constants."""
     if sources is None:
         return None
     _, inv, counts = np.unique(np.asarray(sources).astype(str), return_inverse=True, return_counts=True)

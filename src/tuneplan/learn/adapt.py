@@ -28,9 +28,9 @@ DEFAULT_SPREAD = 0.10
 variation of a training step time is a few percent; 10% with the data-loading and logging noise."""
 MEMORY_OFFSET_MIN_ROWS = 8
 """Memory runs before the memory offset is applied. Held out by source, an offset from 3 or 5 runs made
-peak memory worse (benchmarks/learning_by_source.py: 11.3% against 8.5% unadapted at 3 runs, 9.8%
-against 8.6% at 5): a stack's memory error is not one number the way its throughput error is (what a
-peak counts differs with the configuration). With fewer runs the offset is reported, not applied."""
+peak memory worse (benchmarks/learning_by_source.py; docs/learning.md): a stack's memory error is not
+one number the way its throughput error is (what a peak counts differs with the configuration). With
+fewer runs the offset is reported, not applied."""
 EDGE_NOTE = ("predicted not to fit in the GPU's memory, left out of the throughput scale: a run at the memory "
              "limit is slowed by the allocator's frees and retries, which is the memory model's error, not the stack's "
              "speed")

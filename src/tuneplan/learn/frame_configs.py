@@ -1,4 +1,4 @@
-"""A table's rows as configurations, each distinct setting built once (issue 19 point 7).
+"""A table's rows as configurations, each distinct setting built once.
 
 `row_to_config` on every row gives the same answers, row by row: here the rows are grouped by the
 cells it reads but the batch shape (`dataset.BASE_COLUMNS`); each group's model, GPU and job fields
