@@ -364,7 +364,9 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
                                                                     assumptions), assumptions),
         memory_capacity_gib=cap, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
         rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
-        extra={"max_micro_batch_note": no_fit} if no_fit else {},
+        extra={**({"max_micro_batch_note": no_fit} if no_fit else {}),
+               # the peak without the blocks cached for other batch shapes: what the fit is judged on
+               **({"memory_fit_gib": mem_total - cached} if cached > 0 else {})},
     )
 
 

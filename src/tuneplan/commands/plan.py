@@ -308,7 +308,9 @@ def print_plan(res, top: int = 10) -> None:
         con.print(f"  time {_hours(r['time_s'])} ({_interval_text(r)}), cost {_money(r['cost_usd'])} "
                   f"at {_money(r['rate_usd_per_gpu_hour'])}/GPU-h, energy {r['energy_kwh']:.1f} kWh "
                   f"({r['co2_kg']:.1f} kg CO2), {r['tokens_per_s']:,.0f} tokens/s, "
-                  f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU")
+                  f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU"
+                  + (" (blocks cached for other batch shapes included: torch frees them before it runs out)"
+                     if r["memory_per_gpu_gib"] > r["memory_capacity_gib"] else ""))
         con.print(f"[bold]Why:[/bold] {res.why}")
     else:
         head = "Nothing fits" if res.status == "nothing-fits" else "Nothing meets the constraints"

@@ -11,7 +11,7 @@ HEAP_TOP_PAD_BYTES = 256 << 20
 """Bytes (256 MiB) glibc's malloc keeps at the top of the heap when it trims it (its default: 128 KiB).
 `predict` allocates and frees columns of a few MB thousands of times; with the default each trim hands
 the pages back to the kernel and the next column faults them in again (200,000 rows, measured on the
-development machine: see docs/benchmarks.md, Robustness and speed)."""
+development machine: docs/benchmarks-history.md)."""
 
 
 def keep_heap_pages() -> None:

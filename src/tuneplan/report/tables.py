@@ -72,7 +72,11 @@ def estimate_items(r) -> list:
     if d.get("tokens_total") is not None:
         add(_cells("tokens processed", number(d["tokens_total"], "tokens"), "all epochs, as padded/packed"))
     add(_cells("MFU", f"{d['mfu']:.1%}", "model FLOPs / (time x GPUs x dense peak)"))
-    verdict = Styled("fits", STYLED["verdict_fit"]) if d["fits"] else Styled("DOES NOT FIT", STYLED["verdict_no_fit"])
+    fit_text = "fits"
+    if d["fits"] and d.get("memory_fit_gib") is not None and d["memory_per_gpu_gib"] > d["memory_capacity_gib"]:
+        # the peak counts blocks cached for other batch shapes, which torch frees before it runs out
+        fit_text = f"fits: {gib(d['memory_fit_gib'])} without blocks cached for other batch shapes"
+    verdict = Styled(fit_text, STYLED["verdict_fit"]) if d["fits"] else Styled("DOES NOT FIT", STYLED["verdict_no_fit"])
     mem = f"{gib(d['memory_per_gpu_gib'])} of {d['memory_capacity_gib']:g} GiB"
     if iv and "memory_per_gpu_gib_low" in iv:
         mem += f" ({iv['memory_per_gpu_gib_low']:.1f} - {iv['memory_per_gpu_gib_high']:.1f})"
