@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.conftest import SHARED
 
 from tuneplan.cli import main
 from tuneplan.specs import catalog
@@ -18,7 +19,7 @@ SMOLLM3 = {  # SmolLM3-3B's published shapes (config.json of HuggingFaceTB/SmolL
     "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
     "vocab_size": 128256, "max_position_embeddings": 65536, "tie_word_embeddings": True, "hidden_act": "silu",
 }
-FIX = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "training-configs"
+FIX = SHARED / "fixtures" / "training-configs"
 
 
 @pytest.fixture

@@ -9,12 +9,14 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.conftest import SHARED, reference_dir
 
 from tuneplan.learn.dataset import BASE_COLUMNS, BATCH_COLUMNS, arrays_for, configs_from_rows, row_to_config
 from tuneplan.learn.frame_configs import frame_arrays, frame_configs
 from tuneplan.runs import read_runs
 
-REF = "../shared/reference/runs"
+REF = str(SHARED / "reference" / "runs")
+pytestmark = pytest.mark.skipif(reference_dir() is None, reason="the shared reference runs are not beside the checkout")
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from tests.conftest import SHARED
 
 from tuneplan.errors import DataFileError, UnknownNameError
 from tuneplan.specs.gpu import resolve_gpu
@@ -38,7 +39,7 @@ def test_every_shipped_price_is_dated_sourced_and_names_a_catalog_gpu():
     # every GPU priced is a catalog GPU, by its exact catalog name
     for name in {p.gpu for p in prices}:
         assert resolve_gpu(name).name == name
-    shared = REPO.parent / "shared" / "reference" / "gpu_prices.csv"
+    shared = SHARED / "reference" / "gpu_prices.csv"
     if shared.exists():  # the package's copy is the shared reference's
         assert shared.read_text(encoding="utf-8") == text
 
