@@ -35,25 +35,30 @@ def run_models(args: argparse.Namespace) -> int:
     title = f"{len(models)} models (parameters computed from config.json)"
     rows = [(m.name, m.model_type, f"{m.params_total / 1e9:.2f} B", f"{m.params_active / 1e9:.2f} B" if m.is_moe else "",
              str(m.n_layers), str(m.hidden_size), f"{m.n_heads}/{m.n_kv_heads}", f"{m.vocab_size:,}") for m in models]
-    if not sys.stdout.isatty():  # a pipe or a file: plain aligned text, no name cut to the terminal's width
-        print(title)
-        print(plain_table(MODEL_COLUMNS, rows))
-        return 0
-    from rich.table import Table
-
-    from tuneplan.report.tables import report_console
-
-    t = Table(title=title, title_justify="left")
-    for col, j in MODEL_COLUMNS:
-        t.add_column(col, justify=j, no_wrap=col == "name")
-    for r in rows:
-        t.add_row(*r)
-    report_console().print(t)
+    print_catalog(title, MODEL_COLUMNS, rows)
     return 0
 
 
 MODEL_COLUMNS = (("name", "left"), ("type", "left"), ("params", "right"), ("active", "right"),
                  ("layers", "right"), ("hidden", "right"), ("heads/kv", "right"), ("vocab", "right"))
+
+
+def print_catalog(title: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]]) -> None:
+    """A catalog's table: rich on a terminal; plain aligned text, every cell whole, for a pipe or a file."""
+    if not sys.stdout.isatty():
+        print(title)
+        print(plain_table(columns, rows))
+        return
+    from rich.table import Table
+
+    from tuneplan.report.tables import report_console
+
+    t = Table(title=title, title_justify="left")
+    for col, j in columns:
+        t.add_column(col, justify=j, no_wrap=col == "name")
+    for r in rows:
+        t.add_row(*r)
+    report_console().print(t)
 
 
 def plain_table(columns: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]]) -> str:
@@ -80,20 +85,7 @@ def run_gpus(args: argparse.Namespace) -> int:
              _fig(g, "intra_node_gbs_bidir", f"{g.intra_node_gbs:g} GB/s" if g.intra_node_gbs else ""),
              f"{g.inter_node_gbps:g} Gb/s" if g.inter_node_gbps else "-",
              _fig(g, "tdp_w", f"{g.tdp_w:g} W" if g.tdp_w else "")) for g in gpus.values()]
-    if not sys.stdout.isatty():  # a pipe or a file: plain aligned text, whole names
-        print(title)
-        print(plain_table(tuple((c, "left" if c == "name" else "right") for c in cols), rows))
-    else:
-        from rich.table import Table
-
-        from tuneplan.report.tables import report_console
-
-        t = Table(title=title, title_justify="left")
-        for col in cols:
-            t.add_column(col, justify="left" if col == "name" else "right", no_wrap=col == "name")
-        for r in rows:
-            t.add_row(*r)
-        report_console().print(t)
+    print_catalog(title, tuple((c, "left" if c == "name" else "right") for c in cols), rows)
     from tuneplan.specs.gpu import gpu_families
 
     fams = gpu_families()
@@ -160,17 +152,5 @@ def run_frameworks(args: argparse.Namespace) -> int:
     title = (f"{len(profiles)} framework profiles (--framework NAME[@VERSION]; every value's source: "
              "tuneplan frameworks NAME or --json; ckpt -: the framework leaves it to the user, off)")
     rows = [_framework_row(fw) for fw in profiles]
-    if not sys.stdout.isatty():
-        print(title)
-        print(plain_table(FRAMEWORK_COLUMNS, rows))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col, j in FRAMEWORK_COLUMNS:
-        t.add_column(col, justify=j, no_wrap=col == "name")
-    for r in rows:
-        t.add_row(*r)
-    Console().print(t)
+    print_catalog(title, FRAMEWORK_COLUMNS, rows)
     return 0
