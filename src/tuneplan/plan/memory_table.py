@@ -128,6 +128,11 @@ def memory_table(model: Any, *, methods: list[str] | None = None, precisions: li
     if fixed.get("optimizer") == "galore-adamw" and any(m != "full" for m in methods):
         notes.append("GaLore-AdamW projects the full weights' gradients: the full rows use it "
                      f"(rank {jobs[0].galore_rank}), the other methods AdamW.")
+    cached = np.asarray(out.get("variable_shape_gib", np.zeros(mem.size)), dtype=float).reshape(mem.shape)
+    if bool(np.any(cached > 0)):
+        notes.append("Each batch is padded to its longest example, so the nvidia-smi figure holds blocks cached for "
+                     "other batch shapes (up to " + f"{cached.max():.1f}" + " GiB here); torch frees them before it "
+                     "runs out, so a GPU smaller than the figure can still fit it (the fit is checked without them).")
     notes += [g.resolved_as + "." for g in gspecs if g.resolved_as]
     return MemoryTable(model=mspec.name, seq_len=seq, micro_batch=mb, gpus_per_run=j0.gpus, reference_gpu=ref.name,
                        gpus=[(g.name, usable_memory_gib(g)) for g in gspecs], rows=rows, notes=notes)
