@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -193,3 +194,30 @@ def test_assumptions_name_the_adapter_terms_only_for_adapters(capsys):
              for m in ("lora", "dora", "full")}
     assert "16 small kernels" in lines["lora"][0] and "56 small kernels" in lines["dora"][0]
     assert lines["full"] == []
+
+
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_both_peaks_in_json_and_table(method, capsys):
+    """The allocated peak is the tensors' parts, the reserved peak adds the allocator's part, and
+    nvidia-smi's (memory_per_gpu_gib) adds the CUDA context: each figure from the breakdown by hand."""
+    d = run_json(BASE[:4] + [method] + BASE[5:], capsys)
+    parts = dict(d["memory_breakdown_gib"])
+    after = parts.pop("allocator", 0.0), parts.pop("cuda_context", 0.0), parts.pop("variable_shape", 0.0)
+    assert d["memory_allocated_gib"] == pytest.approx(sum(parts.values()), rel=1e-9)
+    assert d["memory_reserved_gib"] == pytest.approx(d["memory_allocated_gib"] + after[0] + after[2], rel=1e-9)
+    assert d["memory_per_gpu_gib"] == pytest.approx(d["memory_reserved_gib"] + after[1], rel=1e-9)
+    assert 0 < d["memory_allocated_gib"] < d["memory_reserved_gib"] < d["memory_per_gpu_gib"]
+    assert main(BASE[:4] + [method] + BASE[5:]) == 0
+    out = capsys.readouterr().out
+    for label, key in (("allocated", "memory_allocated_gib"), ("reserved", "memory_reserved_gib")):
+        assert re.search(rf"peak {label} \(torch\)\s*│\s*{re.escape(f'{d[key]:,.2f}')} │", out)
+
+
+def test_estimators_without_the_memory_model_say_no_peaks_or_both(capsys):
+    for est in ("kavier", "xia"):
+        d = run_json(BASE + ["--estimator", est], capsys)
+        assert {"memory_allocated_gib", "memory_reserved_gib"} <= set(d)
+        a, r = d["memory_allocated_gib"], d["memory_reserved_gib"]
+        assert (a is None) == (r is None)
+        if a is not None:
+            assert a <= r <= d["memory_per_gpu_gib"]

@@ -55,6 +55,13 @@ class EstimateResult:
     interval: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     data_size_given: bool = True
+    memory_allocated_gib: float | None = None
+    """The peak torch's allocator hands out (`torch.cuda.max_memory_allocated`'s kind); None when the
+    estimator has no memory model."""
+    memory_reserved_gib: float | None = None
+    """The peak it reserves from the driver (`torch.cuda.max_memory_reserved`'s kind: the allocated peak
+    plus the caching allocator's fragmentation and the blocks cached for other batch shapes); nvidia-smi's
+    peak (`memory_per_gpu_gib`) adds the CUDA context on top. None without a memory model."""
     """False when the job gives no data size (no --examples, no --tokens): the figures of one step
     (memory, fit, step time, throughput) stand; the run totals (wall clock, cost, energy) are None."""
 
@@ -98,6 +105,8 @@ class EstimateResult:
             "tokens_total": self.workload.processed_tokens_per_epoch * self.workload.epochs,
             "mfu": self.mfu,
             "memory_per_gpu_gib": self.memory_per_gpu_gib,
+            "memory_allocated_gib": self.memory_allocated_gib,
+            "memory_reserved_gib": self.memory_reserved_gib,
             "memory_capacity_gib": self.memory_capacity_gib,
             "fits": self.fits,
             "max_micro_batch": self.max_micro_batch,
@@ -364,6 +373,8 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
                                                                     assumptions), assumptions),
         memory_capacity_gib=cap, fits=fits, max_micro_batch=max_mb, rate_usd_per_gpu_hour=rate_v,
         rate_source=rate_src, assumptions=assumptions, warnings=warnings, suggestions=suggestions,
+        memory_allocated_gib=_scalar(out, "allocated_gib") if "allocated_gib" in out else None,
+        memory_reserved_gib=_scalar(out, "reserved_gib") if "reserved_gib" in out else None,
         extra={**({"max_micro_batch_note": no_fit} if no_fit else {}),
                # the peak without the blocks cached for other batch shapes: what the fit is judged on
                **({"memory_fit_gib": mem_total - cached} if cached > 0 else {})},

@@ -33,7 +33,8 @@ def register(sub) -> None:
     p = sub.add_parser("predict", help="predict every row of a runs file",
                        description="Read runs (reference schema or LLMFineTuningBench columns) and write "
                                    "them back with pred_tokens_per_s, pred_samples_per_s, pred_step_time_s, "
-                                   "pred_peak_mem_gib, pred_fits, pred_max_micro_batch, interval bounds, "
+                                   "pred_peak_mem_gib (in the row's mem_kind's terms), "
+                                   "pred_peak_mem_allocated_gib, pred_peak_mem_reserved_gib, pred_fits, pred_max_micro_batch, interval bounds, "
                                    "pred_estimator and an error column for rows that cannot be predicted.")
     p.add_argument("--runs", nargs="+", required=True, help="CSV/Parquet runs files")
     p.add_argument("--out", required=True, help="output CSV (an existing file only with --force)")

@@ -11,8 +11,10 @@ What it measures, on the main process:
 - tokens per step from the batches themselves (a forward pre-hook on the model, training forwards
   only): padded tokens (`input_ids.numel()`) and real tokens (`attention_mask.sum()`, or every token
   of a padding-free / packed batch without a mask);
-- peak memory: `torch.cuda.max_memory_allocated` and `max_memory_reserved` (reset at train begin), or
-  the process's peak RSS on CPU;
+- peak memory: `torch.cuda.max_memory_allocated` and `max_memory_reserved` (reset at train begin:
+  `peak_mem_allocated_gib`, `peak_mem_reserved_gib`, and `peak_mem_gib` the reserved one), or the
+  process's peak RSS on CPU;
+- the longest batch: the tokens (padded) of the longest training micro-batch (`longest_batch_tokens`);
 - the configuration: the model's config, its peft config, the training arguments, world size and
   device name (JSON in extra columns, and mapped onto the schema's columns).
 
@@ -67,6 +69,7 @@ class _Counts:
     real: int = 0
     samples: int = 0
     max_len: int = 0
+    max_tokens: int = 0  # tokens (padded) of the longest micro-batch
     lengths: set[int] = field(default_factory=set)
 
 
@@ -161,6 +164,7 @@ class TuneplanCallback(TrainerCallback):
             c.real += real
             c.samples += int(shape[0]) if len(shape) > 1 else 1
             c.max_len = max(c.max_len, int(shape[-1]))
+            c.max_tokens = max(c.max_tokens, n)
             c.lengths.add(int(shape[-1]))
         return None
 
@@ -221,6 +225,7 @@ class TuneplanCallback(TrainerCallback):
             "padding": "longest" if len(self._all.lengths) > 1 else "max",
             "tokens_per_step_padded": padded * world,
             "tokens_per_step_real": real * world,
+            "longest_batch_tokens": self._all.max_tokens or None,
         })
         notes = [f"recorded by tuneplan's TuneplanCallback; step time = median of {len(warm)} optimizer steps "
                  f"after {skipped} warm-up step(s), compute only (data loading, logging, eval and saves excluded)",

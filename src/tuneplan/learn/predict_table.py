@@ -10,7 +10,10 @@ from tuneplan.estimators.tuneplan_physics import memory_for_kind
 from tuneplan.learn.dataset import RowConfig, arrays_for
 
 PRED_COLUMNS = ("pred_tokens_per_s", "pred_samples_per_s", "pred_step_time_s", "pred_peak_mem_gib",
-                "pred_fits", "pred_max_micro_batch", "pred_estimator", "error")
+                "pred_peak_mem_allocated_gib", "pred_peak_mem_reserved_gib", "pred_fits", "pred_max_micro_batch",
+                "pred_estimator", "error")
+"""`pred_peak_mem_gib` is the peak in the row's own terms (`memory_for_kind` of its `mem_kind`: torch's
+allocated, its reserved, else nvidia-smi's); the allocated and reserved peaks stand beside it."""
 
 
 def predict_configs(configs: list[RowConfig], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
@@ -63,6 +66,8 @@ def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True) -> p
         out.loc[idx, "pred_samples_per_s"] = pred["samples_per_s"]
         out.loc[idx, "pred_step_time_s"] = pred["step_s"]
         out.loc[idx, "pred_peak_mem_gib"] = memory_for_kind(pred, kinds)
+        out.loc[idx, "pred_peak_mem_allocated_gib"] = pred["allocated_gib"]
+        out.loc[idx, "pred_peak_mem_reserved_gib"] = pred["reserved_gib"]
         out.loc[idx, "pred_fits"] = pred["fits"]
         if "max_micro_batch" in pred:
             out.loc[idx, "pred_max_micro_batch"] = pred["max_micro_batch"]

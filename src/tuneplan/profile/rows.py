@@ -26,7 +26,7 @@ SCHEMA_COLUMNS: tuple[str, ...] = REFERENCE_COLUMNS
 EXTRA_COLUMNS: tuple[str, ...] = (
     "adapter_dtype", "optimizer_impl", "stage", "group_size", "completion_len", "prompts_per_step", "status", "error", "step_time_s_p10", "step_time_s_p90", "step_time_s_std", "noisy", "n_steps",
     "warmup_steps", "layers", "n_layers_full", "hidden_size", "params_b_built", "trainable_params_m",
-    "peak_mem_reserved_gib", "peak_mem_growth_gib", "comm_share", "step_time_nosync_s", "allreduce_s", "nproc", "threads", "device",
+    "peak_mem_reserved_gib", "peak_mem_allocated_gib", "longest_batch_tokens", "peak_mem_growth_gib", "comm_share", "step_time_nosync_s", "allreduce_s", "nproc", "threads", "device",
     "device_name", "attn_impl", "torch_version", "transformers_version", "peft_version",
     "build_s", "wall_s", "timestamp",
 )

@@ -335,6 +335,7 @@ class Measured:
     peak_bytes: int = 0
     peak_growth_bytes: int = 0
     peak_reserved_bytes: int | None = None
+    longest_batch_tokens: int | None = None  # tokens (padded) of the longest training micro-batch run
     allreduce_s: float | None = None
     build: BuiltModel | None = None
 
@@ -455,7 +456,7 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
         if cfg.stage != "sft" or cfg.trainer == "trl":  # TRL's SFT / DPO / GRPO trainers (profile/stages.py)
             from tuneplan.profile.stages import measure_stage
 
-            out.step_times, out.build = measure_stage(cfg, src, device)
+            out.step_times, out.build, out.longest_batch_tokens = measure_stage(cfg, src, device)
             _record_peaks(out, tracker, None)
             return out
         with MemoryCap(cfg.max_mem_gib, tracker, collective=dist is not None) as cap:
@@ -472,6 +473,7 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
             opt = make_optimizer(cfg, params)
             g = torch.Generator().manual_seed(cfg.seed + 1 + (dist.rank if dist else 0))
             batch = torch.randint(0, built.vocab_size, (cfg.micro_batch, cfg.seq_len), generator=g).to(device)
+            out.longest_batch_tokens = int(batch.numel())  # every micro-batch is this one
             scaler = torch.amp.GradScaler("cuda") if cfg.precision == "amp-fp16" else None
             steps = _Steps(cfg, device, dist, cap, model, opt, batch, scaler)
             opt = scaler = None
@@ -654,6 +656,9 @@ def result_row(cfg: ProfileConfig, src: ModelSource | None, device: str, m: Meas
         "train_tokens_total": tokens * len(m.step_times),
         "peak_mem_gib": m.peak_bytes / GIB,
         "peak_mem_reserved_gib": m.peak_reserved_bytes / GIB if m.peak_reserved_bytes is not None else None,
+        # on CUDA peak_mem_gib is torch's allocated peak; on the CPU it is RSS and no allocator peak exists
+        "peak_mem_allocated_gib": m.peak_bytes / GIB if device.startswith("cuda") else None,
+        "longest_batch_tokens": m.longest_batch_tokens,
         "peak_mem_growth_gib": m.peak_growth_bytes / GIB,
     })
     if cfg.stage != "sft" or cfg.trainer == "trl":

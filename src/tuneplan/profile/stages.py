@@ -112,8 +112,9 @@ def _reward(completions, **kw) -> list[float]:  # noqa: ANN001
     return [float(len(c)) for c in completions]
 
 
-def measure_stage(cfg: ProfileConfig, src: ModelSource, device: str) -> tuple[list[float], Any]:
-    """(timed step seconds after the warm-up, the BuiltModel) of an SFT, DPO or GRPO run through TRL."""
+def measure_stage(cfg: ProfileConfig, src: ModelSource, device: str) -> tuple[list[float], Any, int | None]:
+    """(timed step seconds after the warm-up, the BuiltModel, the tokens of the longest training
+    micro-batch) of an SFT, DPO or GRPO run through TRL."""
     import warnings
 
     import datasets
@@ -129,6 +130,8 @@ def measure_stage(cfg: ProfileConfig, src: ModelSource, device: str) -> tuple[li
             model.generation_config.use_cache = True
     tok = word_tokenizer(built.vocab_size)
     timer = _timer(device)
+    longest = LongestBatch()
+    hook = model.register_forward_pre_hook(longest, with_kwargs=True)
     n_rows = cfg.micro_batch * cfg.grad_accum * (cfg.warmup + cfg.steps)
     with tempfile.TemporaryDirectory(prefix="tuneplan-trl-") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -162,11 +165,30 @@ def measure_stage(cfg: ProfileConfig, src: ModelSource, device: str) -> tuple[li
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # no metrics printed
-        trainer.train()
+        try:
+            trainer.train()
+        finally:
+            hook.remove()
     times = timer.times[cfg.warmup:]
     if not times:
         raise RuntimeError(f"TRL ran {len(timer.times)} steps, none after the {cfg.warmup} warm-up steps")
-    return times, built
+    return times, built, longest.tokens or None
+
+
+class LongestBatch:
+    """Forward pre-hook: the most tokens (`input_ids.numel()`, padded) one training forward took.
+    Forwards without gradients (generation, a reference model's pass through the adapter-free policy)
+    do not count."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+
+    def __call__(self, module: Any, args: tuple, kwargs: dict) -> None:
+        import torch
+
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if getattr(module, "training", False) and torch.is_grad_enabled() and ids is not None:
+            self.tokens = max(self.tokens, int(ids.numel()))
 
 
 def stage_cells(cfg: ProfileConfig, med: float) -> dict[str, Any]:

@@ -97,6 +97,11 @@ def estimate_items(r) -> list:
     for k, v in d["memory_breakdown_gib"].items():
         if v:
             memt.rows.append(_cells(k.replace("_", " "), f"{v:,.2f}"))
+    # the two peaks torch reports (each a peak, not a part of the sum); nvidia-smi's adds the CUDA context
+    if d.get("memory_allocated_gib") is not None:
+        memt.rows.append(_cells("peak allocated (torch)", f"{d['memory_allocated_gib']:,.2f}"))
+    if d.get("memory_reserved_gib") is not None:
+        memt.rows.append(_cells("peak reserved (torch)", f"{d['memory_reserved_gib']:,.2f}"))
     memt.rows.append(_cells("peak (nvidia-smi)", f"{d['memory_per_gpu_gib']:,.2f}"))
 
     items: list = [main, parts, memt]

@@ -26,7 +26,7 @@ NUMERIC_COLUMNS: tuple[str, ...] = (
 )
 """Reference columns that hold numbers (typed as float in `RunTable.df`, NaN when empty)."""
 
-EXTRA_NUMERIC_COLUMNS: tuple[str, ...] = ("peak_mem_reserved_gib", "peak_mem_allocated_gib")
+EXTRA_NUMERIC_COLUMNS: tuple[str, ...] = ("peak_mem_reserved_gib", "peak_mem_allocated_gib", "longest_batch_tokens")
 """Profiler columns checked as numbers when present (other extra columns pass through as text, and
 are typed as numbers in the table only when every value is one)."""
 
