@@ -1,6 +1,6 @@
 """Nested by-source validation of the tuneplan learner, with 0, 3 and 5 runs of each held-out source
 revealed (the few-runs loop), in one pass: per source, throughput MdAPE of the calibrated learner
-against the uncalibrated physics, peak-memory MdAPE, and the 80% interval's coverage.
+against the uncalibrated physics, peak-memory MdAPE, and the 80% interval's coverage (per source, then by GPU family, scale, stage and MoE).
 
 Every choice the learner makes is made inside its fit on the other sources; the revealed runs only
 adapt it (`tuneplan.learn.adapt`). The figures of docs/learning.md come from this script:
@@ -68,6 +68,11 @@ def main(argv=None) -> int:
                and np.isfinite(r.get("tuneplan thr", np.nan)) and np.isfinite(r.get("tuneplan-physics thr", np.nan))]
         better = sum(r["tuneplan thr"] < r["tuneplan-physics thr"] for r in per)
         print(f"  calibrated better than physics on {better} of {len(per)} sources")
+        print("  80% interval by group: rows, inside, above the high bound, below the low bound")
+        for g in reports[k].coverage_groups:
+            if g["group"] != "source":
+                print(f"    {g['metric']:<10} {g['group']:<10} {g['value']:<14} n={g['rows']:>4}  {g['coverage']:6.1%}"
+                      f"  above {g['above']:6.1%}  below {g['below']:6.1%}")
     print(f"\n{time.perf_counter() - t0:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=float) + "\n")

@@ -230,6 +230,15 @@ def run_validate(args: argparse.Namespace) -> int:
     for k, v in report.coverage.items():
         out.print(f"interval coverage of {k}: {100 * v:.1f}% of held-out rows inside the {100 * args.interval:.0f}% "
                   "interval")
+    if report.coverage_groups:
+        g = Table(title=f"{100 * args.interval:.0f}% interval coverage of tuneplan by group (above / below: share "
+                        "of rows over the high bound / under the low bound)", title_justify="left")
+        for col in ("metric", "group", "value", "rows", "inside", "above", "below"):
+            g.add_column(col, justify="left" if col in ("metric", "group", "value") else "right")
+        for r in report.coverage_groups:
+            g.add_row(r["metric"], r["group"], r["value"], str(r["rows"]), pct(r["coverage"]), pct(r["above"]),
+                      pct(r["below"]))
+        out.print(g)
     for msg in report.messages:
         out.print(f"note: {msg}")
     if args.plot:

@@ -117,6 +117,7 @@ class ValidationReport:
     messages: list[str] = field(default_factory=list)
     interval: float = 0.8
     reveal: int = 0  # by-source: rows of each held-out source moved to its training part
+    coverage_groups: list[dict] = field(default_factory=list)  # coverage_by_group of the interval rows
 
     def metrics(self) -> pd.DataFrame:
         out = []
@@ -149,7 +150,7 @@ class ValidationReport:
     def to_dict(self) -> dict:
         m = self.metrics()
         return {"split": self.split, "seed": self.seed, "reveal": self.reveal, "interval": self.interval,
-                "coverage": self.coverage,
+                "coverage": self.coverage, "coverage_by_group": self.coverage_groups,
                 "messages": self.messages,
                 "metrics": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
                             for r in m.to_dict("records")]}
@@ -221,11 +222,81 @@ def _fold_records(fold: Fold, ests: dict) -> list[dict]:
     return records
 
 
+GPU_FAMILIES = (
+    ("GB300", r"^GB300"), ("GB200", r"^GB200"), ("B300", r"^B300"), ("B200", r"^B200"),
+    ("H200", r"^H200"), ("H100", r"^H(100|800)"), ("H20", r"^H20\b"), ("A100", r"^A(100|800)"),
+    ("MI300", r"^MI3[02]\d"), ("MI350", r"^MI35\d"), ("MI250", r"^MI250"), ("Gaudi", r"^Gaudi"), ("TPU", r"^TPU"),
+    ("V100", r"^V100"), ("CPU", r"cpu"),
+)
+"""Coverage groups of GPUs: (family, regular expression on the catalog name); the first match wins.
+Parts of a GeForce architecture are "consumer"; other parts are their name's first word (L40S, A10G)."""
+
+SCALE_BUCKETS = ((1, "1"), (8, "2-8"), (64, "9-64"))
+"""GPU-count buckets (upper bound, label); above the last: "65+"."""
+
+GROUPINGS = ("source", "gpu_family", "scale", "stage", "moe")
+"""What `coverage_by_group` breaks coverage down by (with "all" first)."""
+
+
+def gpu_family(gpu) -> str:
+    """The coverage group of a GPU spec (GPU_FAMILIES)."""
+    import re
+
+    name = str(gpu.name)
+    for fam, pat in GPU_FAMILIES:
+        if re.search(pat, name, re.IGNORECASE):
+            return fam
+    if "geforce" in str(getattr(gpu, "architecture", "")).lower():
+        return "consumer"
+    return re.split(r"[-\s]", name, maxsplit=1)[0] or name
+
+
+def scale_bucket(gpus: int) -> str:
+    for top, label in SCALE_BUCKETS:
+        if gpus <= top:
+            return label
+    return f"{SCALE_BUCKETS[-1][0] + 1}+"
+
+
+def row_groups(c) -> dict[str, str]:
+    """A row's coverage groups from its RowConfig: GPU family, scale bucket, stage, MoE or dense."""
+    return {"gpu_family": gpu_family(c.gpu), "scale": scale_bucket(int(c.job.gpus)), "stage": str(c.job.stage),
+            "moe": "moe" if c.model.is_moe else "dense"}
+
+
+def _order(value) -> tuple:
+    """Scale buckets in size order, other values by name."""
+    labels = [label for _, label in SCALE_BUCKETS] + [scale_bucket(SCALE_BUCKETS[-1][0] + 1)]
+    return (labels.index(value), "") if value in labels else (len(labels), str(value))
+
+
+def coverage_by_group(hits: pd.DataFrame) -> list[dict]:
+    """Coverage of interval rows (columns metric, measured, low, high and the GROUPINGS), per metric,
+    overall ("all") and per value of each grouping: rows, coverage (low <= measured <= high), and the
+    share of the rows above the high bound and below the low bound (coverage + above + below = 1).
+    For throughput, above the high bound is tuneplan too slow; for memory, a peak underestimated."""
+    out: list[dict] = []
+    if hits.empty:
+        return out
+    above = hits["measured"] > hits["high"]
+    below = hits["measured"] < hits["low"]
+    h = hits.assign(_above=above, _below=below, _covered=~above & ~below)
+    for metric, m in h.groupby("metric", sort=True):
+        for grouping in ("all", *GROUPINGS):
+            parts = [("all", m)] if grouping == "all" else sorted(m.groupby(grouping), key=lambda kv: _order(kv[0]))
+            for value, g in parts:
+                out.append({"metric": str(metric), "group": grouping, "value": str(value), "rows": int(len(g)),
+                            "coverage": float(g["_covered"].mean()), "above": float(g["_above"].mean()),
+                            "below": float(g["_below"].mean())})
+    return out
+
+
 def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int, reveal: int
-                   ) -> list[tuple[str, bool]]:
-    """(source, covered) for each held-out row with a throughput: is its measurement inside the
-    tuneplan interval, the interval a calibration fitted on the fold's training part would carry
-    (conformal from its own out-of-source residuals; with reveal, as adapted_intervals narrows them)."""
+                   ) -> list[dict]:
+    """One interval row (metric, measured, low, high, source and row_groups) for each held-out row
+    with a throughput: the tuneplan interval a calibration fitted on the fold's training part would
+    carry (conformal from its own out-of-source residuals; with reveal, as adapted_intervals narrows
+    them). Memory rows too where those residuals hold memory ones (as attach_interval reads them)."""
     from tuneplan.learn.calibration import residuals_after_reveal
     from tuneplan.learn.intervals import conformal_bounds, residual_pool
 
@@ -246,9 +317,39 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
         bounds[f] = conformal_bounds(np.asarray(pool), interval)
     lo = np.array([bounds[f][0] for f in fw])
     hi = np.array([bounds[f][1] for f in fw])
-    p = _predictions(est, test, False)["tokens_per_s"]
-    ratio = test.tokens_per_s[ok] / p[ok]
-    return list(zip(test.source[ok].tolist(), ((ratio >= lo) & (ratio <= hi)).tolist(), strict=True))
+    mem = res.get("memory")
+    judge_mem = mem is not None and len(mem) >= 5
+    p = _predictions(est, test, judge_mem)
+    out = [{"metric": "throughput", "source": str(test.source[i]), **row_groups(test.configs[i]),
+            "measured": float(test.tokens_per_s[i]), "low": float(p["tokens_per_s"][i] * lo[j]),
+            "high": float(p["tokens_per_s"][i] * hi[j])} for j, i in enumerate(np.flatnonzero(ok))]
+    if judge_mem:
+        lo_m, hi_m = conformal_bounds(mem, interval)
+        for i in np.flatnonzero(np.isfinite(test.peak_mem_gib) & np.isfinite(p["mem"])):
+            out.append({"metric": "memory", "source": str(test.source[i]), **row_groups(test.configs[i]),
+                        "measured": float(test.peak_mem_gib[i]), "low": float(p["mem"][i] * lo_m),
+                        "high": float(p["mem"][i] * hi_m)})
+    return out
+
+
+def _coverage(hits: list[dict]) -> dict[str, float]:
+    """Throughput coverage overall and per source (the keys "tuneplan" and "tuneplan source=S")."""
+    t = [(h["source"], h["low"] <= h["measured"] <= h["high"]) for h in hits if h["metric"] == "throughput"]
+    coverage: dict[str, float] = {}
+    if t:
+        coverage["tuneplan"] = float(np.mean([c for _, c in t]))
+        for src in sorted({s for s, _ in t}):
+            coverage[f"tuneplan source={src}"] = float(np.mean([c for s, c in t if s == src]))
+    return coverage
+
+
+def _memory_note(hits: list[dict], ts: TrainingSet) -> list[str]:
+    """Say so when held-out peaks were measured but no memory interval was there to judge them by."""
+    if any(h["metric"] == "memory" for h in hits) or not hits:
+        return []
+    n = int(np.isfinite(ts.peak_mem_gib).sum())
+    return [f"memory interval coverage not reported: the intervals fitted inside the folds are throughput "
+            f"only (no memory residuals), so the {n} rows with a measured peak have no interval to judge"]
 
 
 def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LEARNER_NAMES,
@@ -263,7 +364,7 @@ def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LE
     folds = make_folds(ts, split, seed, reveal, test_fraction)
     records: list[dict] = []
     messages: list[str] = []
-    hits: list[tuple[str, bool]] = []
+    hits: list[dict] = []
     raw = {"tuneplan-physics": get_estimator("tuneplan", "none"), "kavier-uncalibrated": get_estimator("kavier"),
            "xia-uncalibrated": get_estimator("xia"), "planner": get_estimator("planner")}
     for fold in folds:
@@ -278,16 +379,12 @@ def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LE
                 res = _training_residuals(fold, fitted["tuneplan"], seed)
             hits.extend(_fold_coverage(fold, ests["tuneplan"], res, interval, seed, reveal))
     rows = pd.DataFrame(records)
-    coverage: dict[str, float] = {}
-    if hits:
-        coverage["tuneplan"] = float(np.mean([h for _, h in hits]))
-        for src in sorted({s for s, _ in hits}):
-            coverage[f"tuneplan source={src}"] = float(np.mean([h for s, h in hits if s == src]))
     if ts.skipped:
         messages.append(f"{len(ts.skipped)} rows could not be configured and were left out")
     messages.extend(ts.notes)
-    return ValidationReport(split=split, seed=seed, rows=rows, coverage=coverage, messages=messages,
-                            interval=interval, reveal=reveal)
+    messages.extend(_memory_note(hits, ts))
+    return ValidationReport(split=split, seed=seed, rows=rows, coverage=_coverage(hits), messages=messages,
+                            interval=interval, reveal=reveal, coverage_groups=coverage_by_group(pd.DataFrame(hits)))
 
 
 def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interval: float = 0.8,
@@ -328,11 +425,8 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
             out[k][1].extend(_fold_coverage(fold, ests["tuneplan"], res, interval, seed, k))
     reports = {}
     for k, (records, hits) in out.items():
-        coverage: dict[str, float] = {}
-        if hits:
-            coverage["tuneplan"] = float(np.mean([h for _, h in hits]))
-            for s in sorted({s for s, _ in hits}):
-                coverage[f"tuneplan source={s}"] = float(np.mean([h for s2, h in hits if s2 == s]))
-        reports[k] = ValidationReport(split="by-source", seed=seed, rows=pd.DataFrame(records), coverage=coverage,
-                                      interval=interval, reveal=k)
+        reports[k] = ValidationReport(split="by-source", seed=seed, rows=pd.DataFrame(records),
+                                      coverage=_coverage(hits), interval=interval, reveal=k,
+                                      messages=_memory_note(hits, ts),
+                                      coverage_groups=coverage_by_group(pd.DataFrame(hits)))
     return reports
