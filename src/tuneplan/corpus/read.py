@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -193,22 +193,32 @@ def _jsonl_lines(path: Path, start_row: int) -> Iterator[tuple[int, Any, int]]:
             yield row, obj, f.tell()
 
 
-def _batches_jsonl(path: Path) -> Iterator[tuple[int, list, int]]:
-    """pyarrow's streaming JSON reader; where it fails (a bad line, a field changing type) the rest of the
-    file is read line by line with the json module, which finds the exact row."""
+def _arrow_batches(path: Path, open_reader) -> Generator[tuple[int, Any, int], None, tuple[int, bool]]:
+    """pyarrow's streaming reader over the file, as (first row, record batch, bytes read); it stops at a
+    batch pyarrow cannot parse. Returns (rows read, whether that was the whole file): the caller reads the
+    rest row by row to find the bad one."""
     import pyarrow as pa
-    import pyarrow.json as pj
 
     done = 0
     try:
         with path.open("rb") as f:
-            reader = pj.open_json(f, read_options=pj.ReadOptions(block_size=JSON_BLOCK_BYTES, use_threads=True))
-            for batch in reader:
+            for batch in open_reader(f):
                 yield done + 1, batch, f.tell()
                 done += batch.num_rows
-        return
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        pass
+        return done, False
+    return done, True
+
+
+def _batches_jsonl(path: Path) -> Iterator[tuple[int, list, int]]:
+    """pyarrow's streaming JSON reader; where it fails (a bad line, a field changing type) the rest of the
+    file is read line by line with the json module, which finds the exact row."""
+    import pyarrow.json as pj
+
+    options = pj.ReadOptions(block_size=JSON_BLOCK_BYTES, use_threads=True)
+    done, whole = yield from _arrow_batches(path, lambda f: pj.open_json(f, read_options=options))
+    if whole:
+        return
     buf: list = []
     first = done + 1
     read = 0
@@ -224,19 +234,12 @@ def _batches_jsonl(path: Path) -> Iterator[tuple[int, list, int]]:
 def _batches_csv(path: Path) -> Iterator[tuple[int, list, int]]:
     import csv
 
-    import pyarrow as pa
     import pyarrow.csv as pc
 
-    done = 0
-    try:
-        with path.open("rb") as f:
-            reader = pc.open_csv(f, convert_options=pc.ConvertOptions(strings_can_be_null=False))
-            for batch in reader:
-                yield done + 1, batch, f.tell()
-                done += batch.num_rows
+    options = pc.ConvertOptions(strings_can_be_null=False)
+    done, whole = yield from _arrow_batches(path, lambda f: pc.open_csv(f, convert_options=options))
+    if whole:
         return
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        pass
     # the row pyarrow could not parse, found with the csv module (a row of the wrong width is a bad row)
     with path.open(newline="", encoding="utf-8", errors="replace") as f:
         reader = csv.reader(f)
