@@ -63,7 +63,8 @@ def test_step_waits_for_the_longest_completion():
 def test_sleeping_engine_peak_is_the_larger_phase():
     kw = dict(GRPO, rollout_engine="vllm")
     awake = _est(**kw)
-    asleep = _est(**kw, rollout_sleep=True)
+    asleep = _est(**kw, rollout_sleep=True, gpu_memory_utilization=ps.VLLM_COLOCATE_MEMORY_SHARE)
+    assert _est(**kw, rollout_sleep=True).to_dict()["stage"]["gpu_memory_utilization"] == ps.VLLM_SLEEP_MEMORY_SHARE
     assert awake.memory_breakdown_gib["rollout_engine"] == pytest.approx(ps.VLLM_COLOCATE_MEMORY_SHARE * 80.0)
     # LoRA on 8B: resident weights ~16 GB + the 24 GB pool < the training peak? either way it adds less
     assert asleep.memory_breakdown_gib.get("rollout_engine", 0.0) < awake.memory_breakdown_gib["rollout_engine"]
@@ -76,10 +77,13 @@ def test_rollout_tp_shards_the_engine_weights():
     kw = dict(method="full", stage="grpo", gpus=8, sharding="zero3", micro_batch=1, grad_accum=1, seq_len=256,
               completion_len=256, group_size=8, rollout_engine="vllm")
     with pytest.raises(InputError, match="rollout-tp"):  # 70B bf16 = 140 GB > 0.3 x 80 GB on one engine GPU
-        _est(model="meta-llama/Llama-3.1-70B", **kw)
+        _est(model="meta-llama/Llama-3.1-70B", **kw, rollout_tp=1)
     r = _est(model="meta-llama/Llama-3.1-70B", **kw, rollout_tp=8)  # 17.5 GB per GPU: one engine of 8
     assert r.step_breakdown_s["rollout_decode"] > 0
     assert r.to_dict()["stage"]["rollout_tp"] == 8
+    # not given: the smallest power of two whose shard leaves half the share to the KV cache (none of 1, 2,
+    # 4 does: 140 / 4 = 35 GB > 12 GB), so the largest dividing the 8 GPUs
+    assert _est(model="meta-llama/Llama-3.1-70B", **kw).to_dict()["stage"]["rollout_tp"] == 8
 
 
 def test_train_steps_per_rollout():

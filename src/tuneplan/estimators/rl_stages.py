@@ -35,15 +35,11 @@ def rl_batch(jspec: JobSpec, group: int) -> tuple[int, int, int]:
     """(prompts per step, completions per step, gradient-accumulation steps) of an RL job: with
     --prompts-per-step, completions = prompts x group and the micro-steps follow; without it, TRL's
     rule: completions = micro-batch x grad-accum x training GPUs, prompts = completions / group."""
-    train_gpus = jspec.gpus - jspec.rollout_gpus
-    dp = train_gpus // (jspec.tp * jspec.pp * jspec.cp)
+    dp = jspec.training_gpus // (jspec.tp * jspec.pp * jspec.cp)
     per = jspec.micro_batch * dp
     if jspec.prompts_per_step is not None:
         n = jspec.prompts_per_step * group
-        if n % per:
-            raise InputError("prompts-per-step", f"prompts-per-step x group-size ({n} completions) must be a "
-                             f"multiple of micro-batch x training data-parallel GPUs ({per})")
-        return jspec.prompts_per_step, n, n // per
+        return jspec.prompts_per_step, n, ps.micro_steps(n, per)
     n = per * jspec.grad_accum
     if n % group:
         raise InputError("group-size", f"completions per step (micro-batch x grad-accum x training GPUs = {n}) "
@@ -66,71 +62,78 @@ def _forward_flops_per_token(a: dict, context: float, with_head: bool = True) ->
     return a["fwd_block_flops"] + a["adapter_flops"] + head + a["attn_flops_per_seq"] * context
 
 
+def _engine(a: dict, gspec: GPUSpec, jspec: JobSpec, c) -> dict:
+    """The rollout engines' layout: GPUs per engine (its tensor x pipeline parallel), engines, the
+    weights each GPU holds and the memory share the engine reserves. HF generate runs in the training
+    model's own layout; a vLLM engine has its own (`--rollout-tp`, else the smallest power of two that
+    leaves half its share to the KV cache), on the training GPUs or on `--rollout-gpus`."""
+    pbytes = first_value(a["weight_bytes_compute"])
+    cap = gspec.memory_gib * BYTES_PER_GIB
+    if jspec.rollout_engine != "vllm":  # the training model as it is stored (quantised base, fp32 adapters)
+        split = first_value(a["tp"] * a["pp"])
+        stored = first_value(a["params_frozen_linear"] * a["frozen_linear_bytes"] + a["params_frozen_other"]
+                             * a["frozen_other_bytes"] + a["params_trainable"]
+                             * np.where(a["method_code"] == 0, pbytes, 4.0))
+        return {"vllm": False, "server": False, "split": split, "engines": first_value(a["dp"]), "tp": None,
+                "weights": stored / split, "share": 0.0, "cap": cap, "pbytes": pbytes}
+    server = jspec.rollout_gpus > 0
+    share = jspec.gpu_memory_utilization or (ps.VLLM_SERVER_MEMORY_SHARE if server else ps.VLLM_SLEEP_MEMORY_SHARE
+                                             if jspec.rollout_sleep else ps.VLLM_COLOCATE_MEMORY_SHARE)
+    full = first_value(a["params_total"]) * pbytes  # merged weights at the compute precision
+    pool = jspec.rollout_gpus if server else jspec.training_gpus
+    pp = jspec.rollout_pp or 1
+    tp = jspec.rollout_tp or ps.engine_tp(full, pool, pp, share * cap - c.workspace_gib * BYTES_PER_GIB)
+    return {"vllm": True, "server": server, "split": float(tp * pp), "engines": pool // (tp * pp), "tp": tp,
+            "pp": pp, "weights": full / (tp * pp), "full": full, "share": share, "cap": cap, "pbytes": pbytes}
+
+
 def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c,
                longest: int | None = None) -> dict:
-    """Prefill, decode (to the mean length, then the tail to the longest), weight sync and memory of one
-    step's rollouts. An engine's weights and KV cache split over its tensor parallel (`--rollout-tp`;
-    else the training tp x pp colocated, 1 on a server's GPUs); the step's completions share the engines."""
-    vllm = jspec.rollout_engine == "vllm"
-    server = vllm and jspec.rollout_gpus > 0
-    if vllm and jspec.rollout_tp:
-        split = float(jspec.rollout_tp)
-        generators = (jspec.rollout_gpus if server else jspec.gpus) // jspec.rollout_tp
-    else:
-        generators = jspec.rollout_gpus if server else first_value(a["dp"])
-        split = 1.0 if server else first_value(a["tp"] * a["pp"])
-    pbytes = first_value(a["weight_bytes_compute"])
-    if vllm:  # merged weights at the compute precision
-        wbytes = first_value(a["params_total"]) * pbytes / split
-    else:  # the training model as it is stored (quantised base, fp32 adapters)
-        wbytes = first_value(a["params_frozen_linear"] * a["frozen_linear_bytes"] + a["params_frozen_other"]
-                    * a["frozen_other_bytes"] + a["params_trainable"] * np.where(a["method_code"] == 0, pbytes, 4.0)
-                    ) / split
-    kv_tok = first_value(ps.kv_bytes_per_token(a["attn_layers"], a["kv_dim"], pbytes)) / split
-    batch = n / generators
+    """Prefill, decode (to the mean length, then the tail to the longest), refit and memory of one
+    step's rollouts. The step's completions share the engines; an engine's weights, KV cache and FLOPs
+    split over its GPUs, each GPU computing at the SFT efficiency curve's rate."""
+    e = _engine(a, gspec, jspec, c)
+    vllm, split = e["vllm"], e["split"]
+    kv_tok = first_value(ps.kv_bytes_per_token(a["attn_layers"], a["kv_dim"], e["pbytes"])) / split
+    batch = n / e["engines"]
     waves, kv_room = 1, None
-    cap = gspec.memory_gib * BYTES_PER_GIB
     if vllm:
-        share = ps.VLLM_SERVER_MEMORY_SHARE if server else ps.VLLM_COLOCATE_MEMORY_SHARE
-        kv_room = share * cap - wbytes - c.workspace_gib * BYTES_PER_GIB
+        kv_room = e["share"] * e["cap"] - e["weights"] - c.workspace_gib * BYTES_PER_GIB
         need = ps.kv_cache_bytes(batch, prompt + completion, kv_tok)  # paged: the mean length's blocks
         waves = max(1, math.ceil(need / kv_room)) if kv_room > 0 else 0
     bw = gspec.memory_bandwidth_gbs * 1e9 * c.bandwidth_efficiency
     wave_batch = batch / max(waves, 1)
-    causal = c.causal_fraction_flash
-    t_prefill = first_value(ps.prefill_s(_forward_flops_per_token(a, prompt * causal), batch * prompt,
-                                _rate(a, wave_batch * prompt) / split))
+    t_prefill = first_value(ps.prefill_s(_forward_flops_per_token(a, prompt * c.causal_fraction_flash) / split,
+                                         batch * prompt, _rate(a, wave_batch * prompt)))
     overhead = 0.0
     if not vllm:
         overhead = ps.hf_decode_overhead_s(first_value(a["n_layers"]), c.kernel_launch_s) + first_value(
             a["adapted_modules"]) * c.lora_kernels_per_module * c.kernel_launch_s
     traffic = ps.VLLM_KV_CACHE_TRAFFIC if vllm else ps.HF_KV_CACHE_TRAFFIC
-    mean_ctx = prompt + (completion + 1.0) / 2.0
-    t_decode = max(waves, 1) * first_value(ps.decode_s(completion, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
-                                              _forward_flops_per_token(a, mean_ctx) / split,
-                                              _rate(a, DECODE_CEILING_TOKENS) / split, overhead))
+    ceiling = _rate(a, DECODE_CEILING_TOKENS)
+
+    def decode(steps: int, ctx: float, fn=ps.decode_s, *first) -> float:
+        return first_value(fn(*first, steps, prompt, wave_batch, e["weights"], kv_tok, traffic, bw,
+                              _forward_flops_per_token(a, ctx) / split, ceiling, overhead))
+
+    t_decode = max(waves, 1) * decode(completion, prompt + (completion + 1.0) / 2.0)
     t_tail = 0.0
     if longest is not None and longest > completion and not vllm:
         # HF generate keeps finished sequences in the batch (padding) until the longest ends
-        t_tail = max(waves, 1) * first_value(ps.decode_s(longest, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
-                                                         _forward_flops_per_token(a, prompt + (longest + 1.0) / 2.0)
-                                                         / split, _rate(a, DECODE_CEILING_TOKENS) / split,
-                                                         overhead)) - t_decode
+        t_tail = max(waves, 1) * decode(longest, prompt + (longest + 1.0) / 2.0) - t_decode
     elif longest is not None and longest > completion:  # vLLM: the last wave's longest, the batch draining
-        tail_ctx = prompt + (completion + longest) / 2.0
-        t_tail = first_value(ps.decode_tail_s(completion, longest, prompt, wave_batch, wbytes, kv_tok, traffic, bw,
-                                              _forward_flops_per_token(a, tail_ctx) / split,
-                                              _rate(a, DECODE_CEILING_TOKENS) / split, overhead))
+        t_tail = decode(longest, prompt + (completion + longest) / 2.0, ps.decode_tail_s, completion)
     t_sync = 0.0
-    if vllm:
-        full = first_value(a["params_total"]) * pbytes
-        link = (gspec.intra_node_gbs or 16.0) * 1e9 * c.comm_efficiency if server else bw
-        t_sync = first_value(ps.weight_sync_s(full, link))
+    if vllm:  # within a node (colocated, or a one-node run) over NVLink, else the network
+        intra = (gspec.intra_node_gbs or 16.0) * 1e9
+        inter = (gspec.inter_node_gbps or c.default_inter_node_gbps) / 8.0 * 1e9
+        t_sync = first_value(ps.weight_sync_s(e["full"], (inter if e["server"] and jspec.nodes > 1 else intra)
+                                              * c.comm_efficiency))
     kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + max(completion, longest or 0), kv_tok)
     return {"prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync, "waves": waves,
-            "kv_room": kv_room, "kv_hf_bytes": kv_hf, "batch": batch, "server": server, "vllm": vllm,
-            "engine_bytes": (0.0 if server or not vllm else ps.VLLM_COLOCATE_MEMORY_SHARE * cap),
-            "server_weights": wbytes, "cap": cap}
+            "kv_room": kv_room, "kv_hf_bytes": kv_hf, "batch": batch, "server": e["server"], "vllm": vllm,
+            "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0, "server_weights": e["weights"],
+            "cap": e["cap"], "share": e["share"], "tp": e["tp"], "engines": e["engines"], "split": split}
 
 
 def _longest(jspec: JobSpec, completion: int) -> int | None:
@@ -163,8 +166,8 @@ def mini_batches(out: dict, minis: int, micro_steps: int) -> None:
 def _server_memory(gen: dict, a: dict, seq: int, c) -> dict[str, float]:
     """A vLLM server GPU's memory: what it reserves and what the step's rollouts need (GiB)."""
     used = gen["server_weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
-        a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])))
-    return {"rollout_memory_per_gpu_gib": (ps.VLLM_SERVER_MEMORY_SHARE * gen["cap"]
+        a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])) / gen["split"])
+    return {"rollout_memory_per_gpu_gib": (gen["share"] * gen["cap"]
                                            + c.cuda_context_gib * BYTES_PER_GIB) / BYTES_PER_GIB,
             "rollout_needed_gib": used / BYTES_PER_GIB}
 
@@ -180,8 +183,7 @@ def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
         rm = resolve_model(jspec.reward_model)
     except InputError as exc:
         raise InputError("reward-model", str(exc).split(": ", 1)[-1]) from None
-    rjob = jspec.updated(method="full", quant=None, stage="sft",
-                                    gpus=jspec.gpus - jspec.rollout_gpus, rollout_gpus=0)
+    rjob = jspec.training_job(jspec.reward_gpus or jspec.training_gpus, method="full", quant=None, stage="sft")
     return rm, build_arrays([(rm, gspec, rjob, seq)], c), rjob
 
 
@@ -198,8 +200,8 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     longest = _longest(jspec, completion)
     prompts, n, ga = rl_batch(jspec, group)
     minis = jspec.train_steps_per_rollout or 1
-    train_gpus = jspec.gpus - jspec.rollout_gpus
-    train_job = jspec.updated(gpus=train_gpus, grad_accum=ga, rollout_gpus=0)
+    train_gpus = jspec.training_gpus
+    train_job = jspec.training_job(train_gpus, grad_accum=ga)
     seq = prompt_len + completion
     a = build_arrays([(mspec, gspec, train_job, seq)], c)
     out = dict(est.predict_arrays(a))
@@ -211,31 +213,47 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     gen = generation(a, gspec, jspec, n, prompt_len, completion, c, longest)
     if gen["vllm"] and gen["waves"] == 0:
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
-                         "weights: shard them with --rollout-tp, give more --rollout-gpus memory, a larger GPU, "
-                         "or --rollout-engine hf")
+                         f"weights at rollout tp {gen['tp']}: shard them with a larger --rollout-tp, a larger "
+                         "--gpu-memory-utilization, a larger GPU, or --rollout-engine hf")
     rm = _reward_model(jspec, gspec, seq, c)
-    t_reward = 0.0 if rm is None else _reward_s(rm[1], jspec, seq, n / first_value(a["dp"]), c)
+    t_reward = 0.0 if rm is None else _reward_s(rm[1], jspec, seq, n / first_value(rm[1]["dp"]), c)
     ref = beta > 0
-    ref_weights = ref and not jspec.is_lora_family
-    t_ref = fwd if ref else 0.0
+    ref_weights = ref and not jspec.is_lora_family and not jspec.ref_gpus
+    # the reference on GPUs of its own: the policy's no-grad pass at the GPU-count ratio
+    t_ref = fwd * train_gpus / (jspec.ref_gpus or train_gpus) if ref else 0.0
     # old log-probs of the rollout policy, before the policy moves: PPO's epochs, or several mini-batches
     old_logp = jspec.stage == "ppo" or minis > 1
     t_nograd = fwd if old_logp else 0.0
     value = None
-    t_value = 0.0
-    if jspec.stage == "ppo":
-        vspec, va, vjob = rm if rm is not None else (mspec, None, None)
-        vjob = train_job.updated(method="full", quant=None)
+    v_fwd = v_upd = 0.0
+    critic = jspec.stage == "ppo" and jspec.value_model != "head"  # a head rides on the policy's own passes
+    if critic:
+        vspec = rm[0] if rm is not None else mspec
+        cg = jspec.critic_gpus or train_gpus
+        vjob = jspec.training_job(cg, method="full", quant=None, grad_accum=ps.micro_steps(
+            n, jspec.micro_batch * (cg // (jspec.tp * jspec.pp * jspec.cp))))
         va = build_arrays([(vspec, gspec, vjob, seq)], c)
-        vout = dict(est.predict_arrays(va))
-        t_value = forward_only(vout, va) + epochs * vout["step_s"]
-        value = vout
+        value = dict(est.predict_arrays(va))
+        v_fwd, v_upd = forward_only(value, va), epochs * first_value(value["step_s"])
+    # models on GPUs of their own run beside the policy's passes (OpenRLHF's and NeMo-Aligner's remote
+    # calls): each phase takes its busiest pool, the rest is hidden (the `overlap` part, <= 0)
+    scoring = {"train": t_nograd}
+    for pool, t in (("ref" if jspec.ref_gpus else "train", t_ref), ("reward" if jspec.reward_gpus else "train",
+                    t_reward), ("critic" if jspec.critic_gpus else "train", v_fwd)):
+        scoring[pool] = scoring.get(pool, 0.0) + t
+    policy = first_value(out["step_s"])
+    hidden = sum(scoring.values()) - max(scoring.values())
+    if jspec.critic_gpus:
+        hidden += min(policy, v_upd)
+    t_gen = gen["prefill_s"] + gen["decode_s"] + gen["tail_s"]
+    rest = policy + t_reward + t_ref + t_nograd + v_fwd + v_upd - hidden
+    overlap = -hidden + first_value(ps.async_overlap_s(t_gen, rest, jspec.off_policy_steps))
     parts = {k: v for k, v, has in (  # each part in the breakdown only where the step has it
         ("rollout_prefill_s", gen["prefill_s"], True), ("rollout_decode_s", gen["decode_s"], True),
         ("rollout_decode_tail_s", gen["tail_s"], gen["tail_s"] > 0),
         ("rollout_weight_sync_s", gen["sync_s"], gen["vllm"]), ("reward_s", t_reward, rm is not None),
         ("reference_forward_s", t_ref, ref), ("policy_nograd_s", t_nograd, old_logp),
-        ("value_model_s", t_value, jspec.stage == "ppo")) if has}
+        ("value_model_s", v_fwd + v_upd, critic), ("overlap_s", overlap, overlap < 0)) if has}
     for k, v in parts.items():
         out[k] = np.asarray(v, dtype=float) * np.ones_like(out["step_s"])
     out["step_s"] = out["step_s"] + sum(np.asarray(v) for v in parts.values())
@@ -247,9 +265,9 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         b = {"loss_buffers_gib": ps.logp_buffer_bytes(tokens)}
         if ref_weights:
             b["reference_model_gib"] = reference_bytes(arr)
-        if rm is not None:
+        if rm is not None and not jspec.reward_gpus:
             b["reward_model_gib"] = rm_bytes + 0.0 * tokens
-        if value is not None:
+        if value is not None and not jspec.critic_gpus:
             b["value_model_gib"] = (value["weights_gib"] + value["gradients_gib"] + value["gradient_buckets_gib"]
                                     + value["master_weights_gib"]
                                     + value["optimizer_gib"] + value["activations_gib"]) * BYTES_PER_GIB
@@ -273,8 +291,19 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
                           "kl_beta": beta, "grad_accum": ga, "training_gpus": train_gpus,
                           "rollout_gpus": jspec.rollout_gpus, "rollout_engine": jspec.rollout_engine,
                           "rollout_waves": gen["waves"], "ppo_epochs": epochs if jspec.stage == "ppo" else None,
-                          "completion_len_max": longest, "rollout_tp": jspec.rollout_tp,
-                          "rollout_sleep": jspec.rollout_sleep, "train_steps_per_rollout": minis}
+                          "completion_len_max": longest, "rollout_tp": gen["tp"],
+                          "rollout_pp": jspec.rollout_pp or (1 if gen["vllm"] else None),
+                          "rollout_placement": ("separate" if gen["server"] else "colocated") if gen["vllm"] else None,
+                          "gpu_memory_utilization": gen["share"] or None, "rollout_engines": gen["engines"],
+                          "rollout_sleep": jspec.rollout_sleep, "train_steps_per_rollout": minis,
+                          "off_policy_steps": jspec.off_policy_steps, "critic_gpus": jspec.critic_gpus,
+                          "ref_gpus": jspec.ref_gpus, "reward_gpus": jspec.reward_gpus,
+                          "value_model": ("head" if not critic else "model") if jspec.stage == "ppo" else None}
+    if value is not None and jspec.critic_gpus:
+        res.extra["stage"]["critic_memory_per_gpu_gib"] = first_value(value["peak_gib"])
+        if first_value(value["peak_gib"]) > gspec.memory_gib:
+            res.warnings.append(f"the critic needs {first_value(value['peak_gib']):.1f} GiB per GPU on its "
+                                f"{jspec.critic_gpus} GPUs, more than the {gspec.memory_gib:g} GiB of {gspec.name}")
     if gen["server"]:
         res.extra["stage"].update(_server_memory(gen, a, seq, c))
     if gen["waves"] > 1:

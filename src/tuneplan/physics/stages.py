@@ -34,6 +34,12 @@ VLLM_COLOCATE_MEMORY_SHARE = 0.3
 VLLM_SERVER_MEMORY_SHARE = 0.9
 """Share of a rollout GPU's memory a vLLM server reserves (fraction): `trl vllm-serve`'s
 gpu_memory_utilization default (= vLLM's own default)."""
+VLLM_SLEEP_MEMORY_SHARE = 0.5
+"""Share of each GPU's memory a colocated engine that sleeps while training reserves (fraction): verl
+0.9.1 trainer/config/rollout/rollout.yaml `gpu_memory_utilization: 0.5` (with `free_cache_engine: True`)."""
+ENGINE_WEIGHT_SHARE_MAX = 0.5
+"""Most of an engine's memory share its weights may take when tuneplan picks the engine's tensor
+parallel size (fraction): the smallest power of two leaving at least half the share to the KV cache."""
 
 # ---- physics constants -------------------------------------------------------------------------
 FORWARD_SHARE = 1.0 / 3.0
@@ -197,9 +203,35 @@ def hf_decode_overhead_s(n_layers, kernel_launch_s):
 
 
 def weight_sync_s(weight_bytes, bandwidth):
-    """Policy weights pushed to the inference engine after each step (s): bytes over the link
-    (NVLink / network for a vLLM server, memory bandwidth when colocated)."""
+    """Refit: the policy's weights moved from the trainer to the inference engine after each step (s),
+    bytes over the link. Colocated (verl's sharding manager, NeMo RL's CUDA-IPC refit) each GPU gathers
+    the full weights from the trainer's shards over NVLink and hands its engine shard over in place;
+    on separate engine GPUs (verl fully-async / one-step-off, NeMo RL non-colocated, OpenRLHF
+    `vllm.sync_backend nccl`) the trainer broadcasts them over NVLink within a node, else the network."""
     return weight_bytes / bandwidth
+
+
+def engine_tp(weight_bytes, pool_gpus: int, pp: int, room_bytes: float) -> int:
+    """The smallest power-of-two tensor parallel size dividing the generation GPUs (over `pp` pipeline
+    stages) whose weight shard takes at most ENGINE_WEIGHT_SHARE_MAX of the engine's memory `room_bytes`;
+    the largest dividing size when none does."""
+    t = 1
+    while pool_gpus % (2 * t * pp) == 0 and weight_bytes / (t * pp) > ENGINE_WEIGHT_SHARE_MAX * room_bytes:
+        t *= 2
+    return t
+
+
+def micro_steps(completions, per_micro_step):
+    """Micro-steps of the update (count): completions over micro-batch x data-parallel GPUs, the last
+    one partly filled where they do not divide (verl and NeMo RL split a batch unevenly or pad it)."""
+    return int(np.ceil(completions / per_micro_step))
+
+
+def async_overlap_s(generation_s, training_s, off_policy_steps: int):
+    """What overlapping generation with training hides (s, <= 0): with k >= 1 off-policy steps the
+    engines generate step n+1 while the trainer trains on step n, so the step is the larger of the two,
+    not their sum; 0 for a synchronous step (k = 0)."""
+    return -np.minimum(generation_s, training_s) if off_policy_steps >= 1 else 0.0 * generation_s
 
 
 def scoring_forward_s(flops_per_token, tokens, rate):

@@ -387,6 +387,25 @@ class JobSpec:
                                  STAGE_GROUP, switch_only=True, axis="rollout")
     train_steps_per_rollout: int | None = option(None, "RL: optimizer steps per batch of rollouts (mini-batches; "
                                                        "default 1)", STAGE_GROUP)
+    rollout_placement: Literal["colocated", "separate"] | None = option(
+        None, "RL with vllm: the engine on the training GPUs (colocated) or on --rollout-gpus of its own (separate; "
+              "default: separate when --rollout-gpus is given)", STAGE_GROUP, axis="rollout")
+    rollout_pp: int | None = option(None, "RL with vllm: pipeline parallel size of one engine (default 1)",
+                                    STAGE_GROUP, axis="rollout")
+    gpu_memory_utilization: float | None = option(
+        None, "RL with vllm: share of a GPU's memory the engine reserves (default: 0.9 separate, vLLM; colocated "
+              "0.5 sleeping, verl, 0.3 awake, TRL)", STAGE_GROUP)
+    off_policy_steps: int = option(0, "RL: steps generation runs ahead of training (0 synchronous, default; 1 "
+                                      "verl one-step-off; k fully async): generation overlaps the update",
+                                   STAGE_GROUP, number="nonneg")
+    value_model: Literal["model", "head"] | None = option(
+        None, "PPO: the value estimate from a separate critic model (default) or a head on the policy", STAGE_GROUP)
+    critic_gpus: int = option(0, "PPO: GPUs of --gpus holding the critic (value model; default 0: on the "
+                                 "training GPUs)", STAGE_GROUP, number="nonneg")
+    ref_gpus: int = option(0, "RL: GPUs of --gpus holding the reference model (default 0: on the training GPUs)",
+                           STAGE_GROUP, number="nonneg")
+    reward_gpus: int = option(0, "RL: GPUs of --gpus holding the reward model (default 0: on the training GPUs)",
+                              STAGE_GROUP, number="nonneg")
 
     def __init__(self, **given: Any) -> None:
         self.__dict__.update(_read_fields(given))  # frozen: set here only
@@ -442,23 +461,37 @@ class JobSpec:
                    "rollout_engine": None if self.rollout_engine == "hf" else self.rollout_engine,
                    "completion_len_max": self.completion_len_max, "rollout_tp": self.rollout_tp,
                    "rollout_sleep": self.rollout_sleep or None,
-                   "train_steps_per_rollout": self.train_steps_per_rollout}
+                   "train_steps_per_rollout": self.train_steps_per_rollout,
+                   "rollout_placement": self.rollout_placement, "rollout_pp": self.rollout_pp,
+                   "gpu_memory_utilization": self.gpu_memory_utilization,
+                   "off_policy_steps": self.off_policy_steps or None, "ref_gpus": self.ref_gpus or None,
+                   "reward_gpus": self.reward_gpus or None}
         if self.stage not in RL_STAGES:
             given = [k for k, v in rl_only.items() if v is not None]
             if given:
                 raise ValueError(f"{given[0].replace('_', '-')} applies to the RL stages "
                                  f"({', '.join(RL_STAGES)}), not --stage {self.stage}")
-        if self.ppo_epochs is not None and self.stage != "ppo":
-            raise ValueError(f"ppo-epochs applies to --stage ppo, not --stage {self.stage}")
+        for k in ("ppo_epochs", "value_model", "critic_gpus"):
+            if getattr(self, k) and self.stage != "ppo":
+                raise ValueError(f"{k.replace('_', '-')} applies to --stage ppo, not --stage {self.stage}")
         if self.precompute_ref and self.stage not in ("dpo", "kto"):
             raise ValueError(f"precompute-ref applies to the stages with a reference model (dpo, kto), "
                              f"not --stage {self.stage}")
         if None not in (self.completion_len_max, self.completion_len) and self.completion_len_max < self.completion_len:
             raise ValueError(f"completion-len-max ({self.completion_len_max}) must be at least --completion-len "
                              f"({self.completion_len}, the mean)")
-        if (self.rollout_tp is not None or self.rollout_sleep) and self.rollout_engine != "vllm":
-            raise ValueError(f"{'rollout-tp' if self.rollout_tp is not None else 'rollout-sleep'} needs "
-                             "--rollout-engine vllm (HF generate runs in the training model's own layout)")
+        engine = [k for k in ("rollout_tp", "rollout_sleep", "rollout_pp", "rollout_placement", "gpu_memory_utilization")
+                  if getattr(self, k) not in (None, False)]
+        if engine and self.rollout_engine != "vllm":
+            raise ValueError(f"{engine[0].replace('_', '-')} needs --rollout-engine vllm (HF generate runs in the "
+                             "training model's own layout)")
+        if (self.rollout_placement == "separate") != bool(self.rollout_gpus) and self.rollout_placement:
+            raise ValueError(f"rollout-placement {self.rollout_placement} "
+                             + ("needs --rollout-gpus N (the engine's own GPUs)" if self.rollout_gpus == 0 else
+                                "takes no --rollout-gpus (the engine shares the training GPUs)"))
+        if self.off_policy_steps and not self.rollout_gpus:
+            raise ValueError("off-policy-steps needs the engine on GPUs of its own (--rollout-gpus N): colocated, "
+                             "generation and training take turns on the same GPUs")
         if self.rollout_sleep and self.rollout_gpus:
             raise ValueError("rollout-sleep applies to an engine colocated with training (--rollout-gpus 0)")
         if self.rollout_tp is not None:
@@ -466,18 +499,34 @@ class JobSpec:
             if pool % self.rollout_tp:
                 raise ValueError(f"rollout-tp ({self.rollout_tp}) must divide the generation GPUs ({pool}: "
                                  f"{'--rollout-gpus' if self.rollout_gpus else '--gpus, colocated'})")
-        if self.rollout_gpus:
-            if self.rollout_engine != "vllm":
-                raise ValueError("rollout-gpus needs --rollout-engine vllm (HF generate runs in the training "
-                                 "process)")
-            train = self.gpus - self.rollout_gpus
-            if train < 1:
-                raise ValueError(f"rollout-gpus ({self.rollout_gpus}) must leave training GPUs of the "
-                                 f"{self.gpus} (--gpus counts both)")
-            model_par = self.tp * self.pp * self.cp
-            if train % model_par or train % self.nodes:
-                raise ValueError(f"training GPUs (gpus - rollout-gpus = {train}) must be divisible by "
-                                 f"tp x pp x cp ({model_par}) and by nodes ({self.nodes})")
+        pool = self.rollout_gpus or self.gpus
+        if self.rollout_pp is not None and pool % (self.rollout_pp * (self.rollout_tp or 1)):
+            raise ValueError(f"rollout-tp x rollout-pp must divide the generation GPUs ({pool})")
+        if self.rollout_gpus and self.rollout_engine != "vllm":
+            raise ValueError("rollout-gpus needs --rollout-engine vllm (HF generate runs in the training process)")
+        train = self.training_gpus
+        if train < 1:
+            raise ValueError(f"rollout-gpus, critic-gpus, ref-gpus and reward-gpus ({self.gpus - train}) must leave "
+                             f"training GPUs of the {self.gpus} (--gpus counts them all)")
+        if train != self.gpus:
+            model_par, per_node = self.tp * self.pp * self.cp, self.gpus // self.nodes
+            if train % model_par or (train > per_node and train % per_node):
+                raise ValueError(f"training GPUs (--gpus less the rollout, critic, reference and reward GPUs = "
+                                 f"{train}) must be divisible by tp x pp x cp ({model_par}) and fill whole nodes "
+                                 f"of {per_node}")
+
+    @property
+    def training_gpus(self) -> int:
+        """The GPUs that train the policy: --gpus less the engine's, the critic's, the reference's and the
+        reward model's own GPUs."""
+        return self.gpus - self.rollout_gpus - self.critic_gpus - self.ref_gpus - self.reward_gpus
+
+    def training_job(self, gpus: int, **changes: Any) -> JobSpec:
+        """This job on `gpus` of its GPUs (a trainer's or a model's own pool): whole nodes of the same
+        size, no other pools."""
+        per_node = self.gpus // self.nodes
+        return self.updated(gpus=gpus, nodes=max(1, gpus // per_node), rollout_gpus=0, critic_gpus=0, ref_gpus=0,
+                            reward_gpus=0, **changes)
 
     # ---- derived -------------------------------------------------------------------------------
     @property
