@@ -4,7 +4,10 @@ Each row with a stage column is read like `validate` reads an SFT row (`row_to_c
 precision, sharding, batch shape), then its stage columns go onto the job (`--stage`, `--group-size`,
 `--prompts-per-step`, `--completion-len` = the mean when the row gives one else the cap,
 `--completion-len-max`, `--rollout-engine`, `--rollout-gpus` when separate, `--rollout-tp`, `--ppo-epochs`,
-`--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift) and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
+`--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift; from the notes, which the
+schema has no column for: `--off-policy-steps 1` for a separate engine whose run the notes call async or
+off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner's "Critic Node Count")
+and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
 row's prompt length is its prompt_len (else seq_len); its seq_len cell, when empty, is filled with it.
 A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation).
 
@@ -18,6 +21,7 @@ ran: each is a measurement) are predicted "does not fit". `--why` lists the refu
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -71,6 +75,12 @@ def stage_job(row: dict, cfg) -> tuple:
         if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
                 and not any(t in fw for t in SLEEP_OFF)):
             kw["rollout_sleep"] = True
+        notes = str(row.get("notes") or "")
+        if "rollout_gpus" in opt and re.search(r"async|off.policy", notes, re.I):
+            opt["off_policy_steps"] = 1  # verl fully-async / one-step-off: generation runs a step ahead
+        critic = re.search(r"Critic Node Count (\d+)", notes)  # NeMo-Aligner: the critic (+ RM) on its own nodes
+        if critic and stage == "ppo":
+            opt["critic_gpus"] = int(critic.group(1)) * int(cfg.job.gpus // cfg.job.nodes)
         kw.update({k: int(v) if k != "kl_beta" else v for k, v in opt.items() if v})
         kw["seq_len"] = prompt
     return JobSpec(**kw), prompt

@@ -299,11 +299,11 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
                           "off_policy_steps": jspec.off_policy_steps, "critic_gpus": jspec.critic_gpus,
                           "ref_gpus": jspec.ref_gpus, "reward_gpus": jspec.reward_gpus,
                           "value_model": ("head" if not critic else "model") if jspec.stage == "ppo" else None}
-    if value is not None and jspec.critic_gpus:
-        res.extra["stage"]["critic_memory_per_gpu_gib"] = first_value(value["peak_gib"])
-        if first_value(value["peak_gib"]) > gspec.memory_gib:
-            res.warnings.append(f"the critic needs {first_value(value['peak_gib']):.1f} GiB per GPU on its "
-                                f"{jspec.critic_gpus} GPUs, more than the {gspec.memory_gib:g} GiB of {gspec.name}")
+    if value is not None and jspec.critic_gpus and "nvidia_smi_gib" in value:
+        res.extra["stage"]["critic_memory_per_gpu_gib"] = first_value(value["nvidia_smi_gib"])
+        if not bool(np.asarray(value["fits"]).reshape(-1)[0]):
+            res.warnings.append(f"the critic needs {first_value(value['nvidia_smi_gib']):.1f} GiB per GPU on its "
+                                f"{jspec.critic_gpus} GPUs: it does not fit {gspec.name}")
     if gen["server"]:
         res.extra["stage"].update(_server_memory(gen, a, seq, c))
     if gen["waves"] > 1:

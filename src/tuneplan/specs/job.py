@@ -509,11 +509,10 @@ class JobSpec:
             raise ValueError(f"rollout-gpus, critic-gpus, ref-gpus and reward-gpus ({self.gpus - train}) must leave "
                              f"training GPUs of the {self.gpus} (--gpus counts them all)")
         if train != self.gpus:
-            model_par, per_node = self.tp * self.pp * self.cp, self.gpus // self.nodes
-            if train % model_par or (train > per_node and train % per_node):
+            model_par = self.tp * self.pp * self.cp
+            if train % model_par:
                 raise ValueError(f"training GPUs (--gpus less the rollout, critic, reference and reward GPUs = "
-                                 f"{train}) must be divisible by tp x pp x cp ({model_par}) and fill whole nodes "
-                                 f"of {per_node}")
+                                 f"{train}) must be divisible by tp x pp x cp ({model_par})")
 
     @property
     def training_gpus(self) -> int:
@@ -522,10 +521,10 @@ class JobSpec:
         return self.gpus - self.rollout_gpus - self.critic_gpus - self.ref_gpus - self.reward_gpus
 
     def training_job(self, gpus: int, **changes: Any) -> JobSpec:
-        """This job on `gpus` of its GPUs (a trainer's or a model's own pool): whole nodes of the same
-        size, no other pools."""
+        """This job on `gpus` of its GPUs (a trainer's or a model's own pool): nodes of the same size
+        (the last one partly used), no other pools."""
         per_node = self.gpus // self.nodes
-        return self.updated(gpus=gpus, nodes=max(1, gpus // per_node), rollout_gpus=0, critic_gpus=0, ref_gpus=0,
+        return self.updated(gpus=gpus, nodes=-(-gpus // per_node), rollout_gpus=0, critic_gpus=0, ref_gpus=0,
                             reward_gpus=0, **changes)
 
     # ---- derived -------------------------------------------------------------------------------
