@@ -8,7 +8,8 @@ import sys
 
 from tuneplan.commands.common import job_fields
 
-FORMAT_CHOICES = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed")
+FORMAT_CHOICES = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed", "verl", "nemo-rl",
+                  "openrlhf")
 """Same as tuneplan.configs.FORMATS (not imported here: the parser must not load the readers)."""
 PLAN_PINS = ("micro_batch", "grad_accum", "sharding")
 """Job fields `plan` takes as pins (one value instead of a search) when a config states them."""

@@ -19,13 +19,14 @@ __all__ = ["FORMATS", "ConfigError", "ConfigRead", "read_configs", "read_config_
 
 
 def _reader(fmt: str):
-    from tuneplan.configs import launchers, recipes, trainers
+    from tuneplan.configs import launchers, recipes, rl, trainers
 
     return {
         "axolotl": trainers.read_axolotl, "llamafactory": trainers.read_llamafactory, "trl": trainers.read_trl,
         "torchtune": recipes.read_torchtune, "litgpt": recipes.read_litgpt,
         "accelerate": launchers.read_accelerate,
         "deepspeed": lambda doc, out, follow: launchers.read_deepspeed(doc, out),
+        "verl": rl.read_verl, "nemo-rl": rl.read_nemo_rl, "openrlhf": rl.read_openrlhf,
     }[fmt]
 
 

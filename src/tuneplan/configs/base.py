@@ -9,7 +9,8 @@ from typing import Any
 
 from tuneplan.errors import InputError
 
-FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed")
+FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed", "verl", "nemo-rl",
+           "openrlhf")
 """The training-config formats `--from` reads (`--format` forces one)."""
 
 NO_EFFECT = "a training hyper-parameter or output setting: no effect on time or memory"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from tuneplan.configs.base import FORMATS, ConfigError
+from tuneplan.configs.rl import detect, openrlhf_args
 from tuneplan.errors import TooComplexError, load_bounded_json, load_bounded_yaml
 
 MAX_CONFIG_BYTES = 4_000_000
@@ -26,6 +27,9 @@ def load_file(name: str, content: bytes | str) -> tuple[dict, str]:
     else:
         text = content
     stripped = text.lstrip()
+    launch = openrlhf_args(text)  # an OpenRLHF launch script: its arguments read as text, never run
+    if launch is not None:
+        return launch, text
     if name.lower().endswith(SCRIPT_SUFFIXES) or stripped.startswith("#!"):
         raise ConfigError(name, "", "a script, not a config: tuneplan never runs it; pass the config files it "
                           "launches with --from" + _script_refs(text))
@@ -76,6 +80,8 @@ def detect_format(data: dict, name: str, text: str = "") -> str:
         raise ConfigError(name, "", "this is a model config (config.json), not a training config: use --model PATH")
     if keys & {"compute_environment", "distributed_type"}:
         return "accelerate"
+    if detect(data):
+        return detect(data)
     if keys & {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
                "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"}:
         return "deepspeed"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tuneplan.configs.base import ConfigRead, Doc
 from tuneplan.configs.launchers import read_deepspeed, read_fsdp
 from tuneplan.configs.maps import attention, galore_rank, precision, set_optimizer, targets, truthy
+from tuneplan.configs.rl import read_trl_rl
 
 HF_BATCH_DEFAULT = 8
 """transformers TrainingArguments.per_device_train_batch_size default (samples per GPU)."""
@@ -516,6 +517,7 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
     if doc.has("num_generations"):
         out.set("stage", "grpo", f, "num_generations", "GRPOConfig's key (RLOO: --stage rloo)")
         _rl_keys(doc, out)
+    read_trl_rl(doc, out)
     seq_key = next((k for k in ("max_length", "max_seq_length") if doc.has(k)), None)
     seq = doc.int(seq_key) if seq_key else None
     if isinstance(seq, int) and seq > 0:

@@ -151,10 +151,11 @@ def _reward_s(ra: dict, jspec: JobSpec, seq: int, completions_per_gpu: float, c)
                                             completions_per_gpu * seq, _rate(ra, jspec.micro_batch * seq)))
 
 
-def mini_batches(out: dict, minis: int, micro_steps: int) -> None:
+def mini_batches(out: dict, minis: int, micro_steps: int, even: bool = True) -> None:
     """Several optimizer steps per batch of rollouts: the update's micro-steps split into `minis`
-    mini-batches, each ending in an optimizer step (the optimizer's time `minis` times)."""
-    if micro_steps % minis:
+    mini-batches, each ending in an optimizer step (the optimizer's time `minis` times). `even`: TRL's
+    rule, the mini-batches must split the micro-steps evenly (verl and NeMo RL split the samples)."""
+    if even and micro_steps % minis:
         raise InputError("train-steps-per-rollout", f"{minis} optimizer steps must divide the step's {micro_steps} "
                          "micro-steps (micro-batch x training data-parallel GPUs per optimizer step)")
     if minis > 1 and "optimizer_s" in out:
@@ -206,7 +207,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     a = build_arrays([(mspec, gspec, train_job, seq)], c)
     out = dict(est.predict_arrays(a))
     fwd = forward_only(out, a)  # a no-grad pass of the policy's shapes over all completions
-    mini_batches(out, minis, ga)
+    mini_batches(out, minis, ga, jspec.prompts_per_step is None)
     for k in POLICY_PARTS + ("step_s", "compute_s", "communication_total_s"):
         if k in out:
             out[k] = out[k] * epochs

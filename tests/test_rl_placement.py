@@ -1,0 +1,132 @@
+"""RL placement and the step's parts as verl, NeMo RL, OpenRLHF and TRL run them: the rollout engine's own
+layout, refit, asynchronous overlap, models on GPUs of their own, a value head, and their configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tuneplan
+from tuneplan.configs import read_configs
+from tuneplan.errors import InputError
+from tuneplan.physics import stages as ps
+from tuneplan.specs.job import make_job
+
+DATA = Path(__file__).parent / "data" / "rl"
+GPU = "H100-SXM5-80GB"
+WORK = dict(examples=1000, tokens_per_example=None, calibration="none", interval=None)
+VLLM = dict(method="full", stage="grpo", gpus=8, sharding="zero3", micro_batch=2, seq_len=256, completion_len=256,
+            group_size=8, prompts_per_step=64, rollout_engine="vllm")
+
+
+def _est(model="Qwen/Qwen2.5-7B", **kw):
+    return tuneplan.estimate(model, GPU, **{**WORK, **kw})
+
+
+def _sums(r) -> None:
+    bd = r.step_breakdown_s
+    assert bd["total"] == pytest.approx(sum(v for k, v in bd.items() if k != "total"))
+
+
+def test_terms_by_hand():
+    # 16 GB of weights, 24 GB of engine memory: a shard may take 12 GB -> tp 2 (8 GB); 8 GPUs cap it at 8
+    assert ps.engine_tp(16e9, 8, 1, 24e9) == 2
+    assert ps.engine_tp(140e9, 8, 1, 24e9) == 8
+    assert ps.engine_tp(140e9, 8, 2, 24e9) == 4  # over 2 pipeline stages: tp x pp = 8
+    assert ps.engine_tp(1e9, 8, 1, 24e9) == 1
+    assert ps.micro_steps(40, 3) == 14 and ps.micro_steps(48, 3) == 16
+    assert ps.async_overlap_s(30.0, 50.0, 1) == -30.0 and ps.async_overlap_s(30.0, 50.0, 0) == 0.0
+    assert ps.weight_sync_s(14e9, 350e9) == pytest.approx(0.04)
+
+
+def test_generation_follows_the_engine_not_the_training_layout():
+    a = _est(**VLLM, rollout_tp=2).step_breakdown_s
+    b = _est(**VLLM, rollout_tp=2, tp=2).step_breakdown_s
+    for k in ("rollout_prefill", "rollout_decode"):
+        assert a[k] == pytest.approx(b[k])
+    # prefill is compute-bound: one engine of 2 GPUs with twice the batch takes what one GPU takes for its own
+    one = _est(**VLLM, rollout_tp=1, gpu_memory_utilization=0.9).step_breakdown_s
+    two = _est(**VLLM, rollout_tp=2, gpu_memory_utilization=0.9).step_breakdown_s
+    assert two["rollout_prefill"] == pytest.approx(one["rollout_prefill"], rel=0.1)
+    assert two["rollout_decode"] < one["rollout_decode"]  # the weights are read once per 2 GPUs
+
+
+def test_off_policy_step_is_the_larger_phase():
+    kw = dict(VLLM, rollout_gpus=4, rollout_placement="separate")
+    sync, k1 = _est(**kw), _est(**kw, off_policy_steps=1)
+    gen = sum(sync.step_breakdown_s[k] for k in ("rollout_prefill", "rollout_decode"))
+    rest = sync.step_breakdown_s["total"] - gen - sync.step_breakdown_s["rollout_weight_sync"]
+    assert k1.step_breakdown_s["overlap"] == pytest.approx(-min(gen, rest))
+    assert k1.step_breakdown_s["total"] == pytest.approx(max(gen, rest) + sync.step_breakdown_s["rollout_weight_sync"])
+    _sums(k1)
+
+
+def test_value_head_is_no_model():
+    kw = dict(method="lora", stage="ppo", gpus=8, micro_batch=4, grad_accum=4, seq_len=256, completion_len=128)
+    model, head = _est(**kw), _est(**kw, value_model="head")
+    assert "value_model" in model.step_breakdown_s and "value_model" not in head.step_breakdown_s
+    assert "value_model" not in head.memory_breakdown_gib
+    assert head.memory_per_gpu_gib < model.memory_per_gpu_gib
+
+
+def test_reference_on_its_own_gpus_runs_beside_the_policy():
+    kw = dict(VLLM, gpus=16, kl_beta=0.01, train_steps_per_rollout=2)
+    on = _est(**kw)
+    off = _est(**kw, ref_gpus=8)
+    # 8 training GPUs: the reference forward (8 GPUs of its own) hides behind the old-log-prob pass
+    assert off.step_breakdown_s["overlap"] == pytest.approx(-min(off.step_breakdown_s["reference_forward"],
+                                                                 off.step_breakdown_s["policy_nograd"]))
+    assert "reference_model" in on.memory_breakdown_gib and "reference_model" not in off.memory_breakdown_gib
+    _sums(off)
+
+
+def test_235b_moe_grpo_on_128_gpus_from_a_nemo_rl_recipe():
+    r = read_configs([DATA / "nemo_rl_grpo.yaml"])
+    job = r.job_kwargs()
+    assert (job["gpus"], job["tp"], job["pp"], job["ep"], job["etp"], job["rollout_tp"]) == (128, 4, 8, 16, 1, 16)
+    assert job["train_steps_per_rollout"] == 128 * 16 // 512 and job["seq_len"] == 8192 - 4096
+    est = _est(r.model, **{**job, "examples": 12800})
+    assert est.fits
+    bd = est.step_breakdown_s
+    assert {"rollout_prefill", "rollout_decode", "rollout_weight_sync", "reference_forward", "policy_nograd"} <= set(bd)
+    _sums(est)
+
+
+def test_70b_ppo_with_separate_actor_critic_ref_reward_gpus_from_openrlhf():
+    r = read_configs([DATA / "openrlhf_ppo_70b.sh"])
+    job = r.job_kwargs()
+    assert r.formats == ["openrlhf"] and r.model == "meta-llama/Llama-3.1-70B-Instruct"
+    assert (job["gpus"], job["rollout_gpus"], job["critic_gpus"], job["ref_gpus"], job["reward_gpus"]) == (
+        32 + 16 + 16 + 8 + 8, 16, 16, 8, 8)
+    assert (job["stage"], job["sharding"], job["train_steps_per_rollout"]) == ("ppo", "zero3", 1024 // 128)
+    est = _est(r.model, **job)
+    bd, st = est.step_breakdown_s, est.to_dict()["stage"]
+    assert {"value_model", "reward", "reference_forward", "policy_nograd", "overlap"} <= set(bd)
+    assert st["training_gpus"] == 32 and st["critic_memory_per_gpu_gib"] > 0
+    assert not {"value_model", "reward_model", "reference_model"} & set(est.memory_breakdown_gib)
+    _sums(est)
+
+
+def test_verl_and_trl_configs():
+    v = read_configs([DATA / "verl_grpo.yaml"]).job_kwargs()
+    assert (v["gpus"], v["prompts_per_step"], v["group_size"], v["rollout_tp"], v["train_steps_per_rollout"],
+            v["gpu_memory_utilization"], v["rollout_sleep"], v["kl_beta"]) == (16, 512, 16, 2, 4, 0.6, True, 0.001)
+    t = read_configs([DATA / "trl_grpo.yaml"]).job_kwargs()
+    assert (t["stage"], t["rollout_engine"], t["gpu_memory_utilization"], t["rollout_sleep"],
+            t["train_steps_per_rollout"], t["seq_len"]) == ("grpo", "vllm", 0.4, True, 2, 512)
+    d = read_configs([DATA / "trl_dpo.yaml"]).job_kwargs()
+    assert d["stage"] == "dpo" and d["precompute_ref"]
+
+
+@pytest.mark.parametrize("kw", [
+    dict(stage="grpo", rollout_engine="vllm", off_policy_steps=1),  # colocated: no overlap possible
+    dict(stage="grpo", rollout_engine="vllm", rollout_placement="separate"),  # separate needs its GPUs
+    dict(stage="grpo", value_model="head"),
+    dict(stage="grpo", rollout_pp=2),  # HF generate has no engine
+    dict(stage="ppo", gpus=4, critic_gpus=2, ref_gpus=2),  # leaves no trainer
+])
+def test_bad_placement_input(kw):
+    with pytest.raises(InputError) as e:
+        make_job(**kw)
+    assert e.value.field == "job"
