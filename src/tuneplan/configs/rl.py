@@ -124,8 +124,10 @@ def read_verl(doc: Doc, out: ConfigRead, follow) -> None:
                                                "gives the mean" if fld == "completion_len" else "prompt cap")
     if doc.int(A + "ppo_micro_batch_size_per_gpu"):
         out.set("micro_batch", doc.int(A + "ppo_micro_batch_size_per_gpu"), f, A + "ppo_micro_batch_size_per_gpu")
-    if doc.int(A + "ppo_epochs") and out.value("stage") == "ppo":
-        out.set("ppo_epochs", doc.int(A + "ppo_epochs"), f, A + "ppo_epochs")
+    if out.value("stage") == "ppo":
+        if doc.int(A + "ppo_epochs"):
+            out.set("ppo_epochs", doc.int(A + "ppo_epochs"), f, A + "ppo_epochs")
+        out.assume("ppo_epochs", 1, f, "actor.ppo_epochs not set: verl's default 1")
     kl = (A + "kl_loss_coef") if g(A + "use_kl_loss") else "algorithm.kl_ctrl.kl_coef" if g(
         "algorithm.use_kl_in_reward") else None
     if kl:
@@ -266,6 +268,8 @@ def read_openrlhf(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("method", "lora", f, "--ds.lora.rank")
     if ppo and arg("train_max_epochs"):
         out.set("ppo_epochs", arg("train_max_epochs"), f, "--train.max_epochs")
+    elif ppo:
+        out.assume("ppo_epochs", 1, f, "--train.max_epochs not set: OpenRLHF's default 1")
     batch = (arg("rollout_batch_size") or 1024) * (arg("rollout_n_samples_per_prompt") or 1)
     _minis(out, f, batch, arg("train_batch_size") or 128, "--train.batch_size")
     zero = arg("ds_zero_stage")

@@ -188,6 +188,43 @@ def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
     return rm, build_arrays([(rm, gspec, rjob, seq)], c), rjob
 
 
+def _critic(est, jspec: JobSpec, gspec: GPUSpec, vspec: ModelSpec, n: int, seq: int, epochs: int, c):
+    """(estimator output, no-grad forward s, `epochs` updates s) of PPO's value model: the reward model's
+    architecture (else the policy's), fully trained, on --critic-gpus (else the training GPUs)."""
+    from tuneplan.physics.terms import build_arrays
+
+    cg = jspec.critic_gpus or jspec.training_gpus
+    vjob = jspec.training_job(cg, method="full", quant=None, grad_accum=ps.micro_steps(
+        n, jspec.micro_batch * (cg // (jspec.tp * jspec.pp * jspec.cp))))
+    va = build_arrays([(vspec, gspec, vjob, seq)], c)
+    value = dict(est.predict_arrays(va))
+    return value, forward_only(value, va), epochs * first_value(value["step_s"])
+
+
+def _hidden(jspec: JobSpec, policy: float, nograd: float, ref: float, reward: float, v_fwd: float,
+            v_upd: float) -> float:
+    """Seconds hidden by models on GPUs of their own running beside the policy's passes (OpenRLHF's and
+    NeMo-Aligner's remote calls): the scoring phase takes its busiest pool, and the critic's update on
+    its own GPUs runs beside the policy's."""
+    scoring = {"train": nograd}
+    for pool, t in (("ref" if jspec.ref_gpus else "train", ref), ("reward" if jspec.reward_gpus else "train", reward),
+                    ("critic" if jspec.critic_gpus else "train", v_fwd)):
+        scoring[pool] = scoring.get(pool, 0.0) + t
+    return sum(scoring.values()) - max(scoring.values()) + (min(policy, v_upd) if jspec.critic_gpus else 0.0)
+
+
+def _placement(jspec: JobSpec, gen: dict, critic: bool) -> dict:
+    """The step's placement as the stage figures report it."""
+    vllm = gen["vllm"]
+    return {"rollout_gpus": jspec.rollout_gpus, "rollout_engine": jspec.rollout_engine, "rollout_waves": gen["waves"],
+            "rollout_tp": gen["tp"], "rollout_pp": jspec.rollout_pp or (1 if vllm else None),
+            "rollout_placement": ("separate" if gen["server"] else "colocated") if vllm else None,
+            "gpu_memory_utilization": gen["share"] or None, "rollout_engines": gen["engines"],
+            "rollout_sleep": jspec.rollout_sleep, "off_policy_steps": jspec.off_policy_steps,
+            "critic_gpus": jspec.critic_gpus, "ref_gpus": jspec.ref_gpus, "reward_gpus": jspec.reward_gpus,
+            "value_model": ("model" if critic else "head") if jspec.stage == "ppo" else None}
+
+
 def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int,
              search_max_mb: bool = True) -> StageRun:
     from tuneplan.physics.terms import build_arrays
@@ -225,27 +262,11 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     # old log-probs of the rollout policy, before the policy moves: PPO's epochs, or several mini-batches
     old_logp = jspec.stage == "ppo" or minis > 1
     t_nograd = fwd if old_logp else 0.0
-    value = None
-    v_fwd = v_upd = 0.0
     critic = jspec.stage == "ppo" and jspec.value_model != "head"  # a head rides on the policy's own passes
-    if critic:
-        vspec = rm[0] if rm is not None else mspec
-        cg = jspec.critic_gpus or train_gpus
-        vjob = jspec.training_job(cg, method="full", quant=None, grad_accum=ps.micro_steps(
-            n, jspec.micro_batch * (cg // (jspec.tp * jspec.pp * jspec.cp))))
-        va = build_arrays([(vspec, gspec, vjob, seq)], c)
-        value = dict(est.predict_arrays(va))
-        v_fwd, v_upd = forward_only(value, va), epochs * first_value(value["step_s"])
-    # models on GPUs of their own run beside the policy's passes (OpenRLHF's and NeMo-Aligner's remote
-    # calls): each phase takes its busiest pool, the rest is hidden (the `overlap` part, <= 0)
-    scoring = {"train": t_nograd}
-    for pool, t in (("ref" if jspec.ref_gpus else "train", t_ref), ("reward" if jspec.reward_gpus else "train",
-                    t_reward), ("critic" if jspec.critic_gpus else "train", v_fwd)):
-        scoring[pool] = scoring.get(pool, 0.0) + t
+    value, v_fwd, v_upd = _critic(est, jspec, gspec, rm[0] if rm is not None else mspec, n, seq, epochs, c) \
+        if critic else (None, 0.0, 0.0)
     policy = first_value(out["step_s"])
-    hidden = sum(scoring.values()) - max(scoring.values())
-    if jspec.critic_gpus:
-        hidden += min(policy, v_upd)
+    hidden = _hidden(jspec, policy, t_nograd, t_ref, t_reward, v_fwd, v_upd)
     t_gen = gen["prefill_s"] + gen["decode_s"] + gen["tail_s"]
     rest = policy + t_reward + t_ref + t_nograd + v_fwd + v_upd - hidden
     overlap = -hidden + first_value(ps.async_overlap_s(t_gen, rest, jspec.off_policy_steps))
@@ -290,16 +311,8 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     res.extra["stage"] = {"stage": jspec.stage, "prompts_per_step": prompts, "completions_per_step": n,
                           "group_size": group, "completion_len": completion, "prompt_len": prompt_len,
                           "kl_beta": beta, "grad_accum": ga, "training_gpus": train_gpus,
-                          "rollout_gpus": jspec.rollout_gpus, "rollout_engine": jspec.rollout_engine,
-                          "rollout_waves": gen["waves"], "ppo_epochs": epochs if jspec.stage == "ppo" else None,
-                          "completion_len_max": longest, "rollout_tp": gen["tp"],
-                          "rollout_pp": jspec.rollout_pp or (1 if gen["vllm"] else None),
-                          "rollout_placement": ("separate" if gen["server"] else "colocated") if gen["vllm"] else None,
-                          "gpu_memory_utilization": gen["share"] or None, "rollout_engines": gen["engines"],
-                          "rollout_sleep": jspec.rollout_sleep, "train_steps_per_rollout": minis,
-                          "off_policy_steps": jspec.off_policy_steps, "critic_gpus": jspec.critic_gpus,
-                          "ref_gpus": jspec.ref_gpus, "reward_gpus": jspec.reward_gpus,
-                          "value_model": ("head" if not critic else "model") if jspec.stage == "ppo" else None}
+                          "ppo_epochs": epochs if jspec.stage == "ppo" else None, "completion_len_max": longest,
+                          "train_steps_per_rollout": minis, **_placement(jspec, gen, critic)}
     if value is not None and jspec.critic_gpus and "nvidia_smi_gib" in value:
         res.extra["stage"]["critic_memory_per_gpu_gib"] = first_value(value["nvidia_smi_gib"])
         if not bool(np.asarray(value["fits"]).reshape(-1)[0]):
@@ -324,26 +337,46 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
     longest = jspec.completion_len_max
     lengths = (f"{completion} new tokens each on average, the longest {longest}" if longest and longest > completion
                else f"up to {completion} new tokens each, all generated to full length")
+    overlap = ("generation of the next step overlaps this step's training (--off-policy-steps "
+               f"{jspec.off_policy_steps}): the step is the larger of the two plus the refit (the overlap part)"
+               if jspec.off_policy_steps else "sequential, no overlap between generation and training (a "
+               "synchronous loop: TRL, verl and NeMo RL by default)")
     out = [f"{st}: a step = generate {n} completions ({prompts} prompts x group {group}, prompt length = "
            f"--seq-len, {lengths}) + score them + "
-           f"update the policy on prompt + completion ({ga} micro-steps of {jspec.micro_batch}); sequential, "
-           "no overlap between generation and training (TRL's synchronous loop)."]
+           f"update the policy on prompt + completion ({ga} micro-steps of {jspec.micro_batch}, the last one "
+           f"partly filled where they do not divide); {overlap}."]
     if filled:
         out.append("TRL defaults filled in: " + ", ".join(filled) + ".")
     if gen["vllm"]:
-        where = (f"a vLLM server on {jspec.rollout_gpus} GPU(s) of --gpus (one replica per GPU, tensor parallel 1; "
-                 f"{ps.VLLM_SERVER_MEMORY_SHARE:.0%} of its memory)" if gen["server"] else
-                 f"vLLM colocated in the training process ({ps.VLLM_COLOCATE_MEMORY_SHARE:.0%} of each GPU's memory, "
-                 "TRL vllm_mode 'colocate')")
-        out.append(f"Rollouts on {where}: prefill from FLOPs, decode from memory bandwidth (weights once per step, "
-                   f"the KV cache {ps.VLLM_KV_CACHE_TRAFFIC:g}x per token), CUDA graphs (no launch overhead); the "
-                   "merged policy weights are pushed to it after every step.")
+        given = "" if jspec.rollout_tp else (f" (not given: the smallest power of two leaving "
+                                             f"{1 - ps.ENGINE_WEIGHT_SHARE_MAX:.0%} of the share to the KV cache)")
+        layout = (f"{gen['engines']} engine(s) of tensor parallel {gen['tp']}{given} x pipeline "
+                  f"{jspec.rollout_pp or 1}, each reserving {gen['share']:.0%} of a GPU's memory")
+        where = (f"{jspec.rollout_gpus} GPU(s) of --gpus of their own (placement separate; share: vLLM's default "
+                 f"{ps.VLLM_SERVER_MEMORY_SHARE:g})" if gen["server"] else
+                 "the training GPUs (placement colocated; share: " + (
+                     f"verl's {ps.VLLM_SLEEP_MEMORY_SHARE:g} as the engine sleeps" if jspec.rollout_sleep else
+                     f"TRL's vllm_gpu_memory_utilization {ps.VLLM_COLOCATE_MEMORY_SHARE:g}") + ")")
+        if jspec.gpu_memory_utilization:
+            where = where.split(" (")[0] + f" (share {jspec.gpu_memory_utilization:g}, --gpu-memory-utilization)"
+        out.append(f"Rollouts on vLLM, {layout}, on {where}: prefill from FLOPs and decode from memory bandwidth, "
+                   f"both split over an engine's GPUs (weights once per decode step, the KV cache "
+                   f"{ps.VLLM_KV_CACHE_TRAFFIC:g}x per token), CUDA graphs (no launch overhead). Refit after every "
+                   "step: the full merged weights gathered over NVLink (colocated, or one node) or broadcast over "
+                   "the network (engines on other nodes).")
     else:
         out.append(f"Rollouts by HF generate in the training process: prefill from FLOPs, decode from memory "
                    f"bandwidth with the KV cache read {ps.HF_KV_CACHE_TRAFFIC:g}x per token (DynamicCache grows by "
                    f"torch.cat) and {ps.HF_DECODE_KERNELS_PER_LAYER:g} kernel launches per layer per token (plus the "
                    "adapters' own); the cache (x2 while it grows) replaces the activations in the peak.")
-    out.append("Reward from a reward model's forward over prompt + completion on the training GPUs." if has_rm else
+    pools = [f"{k} on {v} GPUs of its own" for k, v in (("the critic", jspec.critic_gpus), ("the reference",
+             jspec.ref_gpus), ("the reward model", jspec.reward_gpus)) if v]
+    if pools:
+        out.append("Models on GPUs of their own (" + ", ".join(pools) + ") run beside the policy's passes (OpenRLHF, "
+                   "NeMo-Aligner): the scoring phase and the update each take their busiest pool, the rest is the "
+                   "overlap part; their memory is not on the training GPUs (the critic's is in the stage figures); "
+                   "a pass on another pool's GPU count scales the policy's by the GPU ratio.")
+    out.append("Reward from a reward model's forward over prompt + completion." if has_rm else
                "Reward from a rule (no --reward-model): its CPU time is not counted.")
     if beta > 0:
         out.append(f"KL term (beta {beta:g}): a reference forward over all completions"
@@ -351,7 +384,10 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                       ", a frozen copy of the weights."))
     else:
         out.append("beta = 0: no reference model and no reference forward (TRL GRPO's default).")
-    if jspec.stage == "ppo":
+    if jspec.stage == "ppo" and jspec.value_model == "head":
+        out.append(f"PPO with a value head on the policy (TRL < 0.11 AutoModelForCausalLMWithValueHead): old "
+                   f"log-probs and values from one no-grad forward, then {epochs} epochs of updates; no critic model.")
+    elif jspec.stage == "ppo":
         out.append(f"PPO: old log-probs and values by no-grad forwards, then {epochs} epochs of policy and value "
                    "updates; the value model is the reward model's architecture (the policy's without one), "
                    "fully trained, its logits not counted.")
@@ -361,9 +397,6 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                    + ("with finished sequences kept in the batch (HF generate pads them)." if not gen["vllm"] else
                       f"on the draining batch ({ps.DECODE_TAIL_BATCH_SHARE:g} of it on average: half the batch "
                       "longer than the mean, falling linearly to none at the longest; weights read every step)."))
-    if jspec.rollout_tp:
-        out.append(f"Rollout engines of tensor parallel {jspec.rollout_tp}: weights and KV cache split over "
-                   f"{jspec.rollout_tp} GPUs, one engine per {jspec.rollout_tp} generation GPUs.")
     if jspec.rollout_sleep:
         out.append("The colocated engine sleeps while training (its KV cache and weights freed): the peak is the "
                    "larger of the training phase and the generation phase (the engine's share plus the training "
