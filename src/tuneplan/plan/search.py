@@ -178,8 +178,10 @@ def describe(row: dict[str, Any] | Any, short: bool = False) -> str:
         parts.insert(0, f"{nodes} nodes")
     if r.get("stage") in ("grpo", "ppo", "rloo"):  # plan/stages.py: the rollout split
         eng, rg = r.get("rollout_engine"), int(r.get("rollout_gpus") or 0)
-        parts.append(f"rollouts: vLLM on {rg} of the GPUs" if rg else
-                     "rollouts: vLLM colocated" if eng == "vllm" else "rollouts: HF generate")
+        tp = f"tp {int(r['rollout_tp'])}" if r.get("rollout_tp") else ""
+        parts.append(f"rollouts: vLLM on {rg} of the GPUs ({tp})" if rg else
+                     f"rollouts: vLLM colocated ({tp}{', sleeping' if r.get('rollout_sleep') else ''})"
+                     if eng == "vllm" else "rollouts: HF generate")
     return f"{head} ({', '.join(parts)})"
 
 

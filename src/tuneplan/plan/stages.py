@@ -1,6 +1,7 @@
 """`plan(..., stage=...)` for preference and RL stages: GPU type x count x method x micro-batch x
-sharding, and for the RL stages every split of the GPUs between rollout generation and training
-(HF generate in the training process, vLLM colocated, or vLLM on 1..n-1 of the GPUs). Each candidate
+sharding, and for the RL stages every placement: the split of the GPUs between rollout generation and
+training (HF generate in the training process, vLLM colocated awake or sleeping, or vLLM on 1..n-1 of
+the GPUs) and the engine's tensor parallel size. Each candidate
 is the stage estimate of `tuneplan.estimators.stages` (the same figures `tuneplan estimate --stage`
 gives, without the interval); the grid is smaller than the SFT planner's, candidate by candidate."""
 
@@ -31,6 +32,45 @@ def rollout_options(stage: str, gpus: int, nodes: int = 1) -> list[tuple[str, in
     return [("hf", 0), ("vllm", 0)] + [("vllm", r) for r in range(1, gpus) if (gpus - r) % nodes == 0]
 
 
+ENGINE_TPS = (1, 2, 4, 8)
+"""Tensor parallel sizes of a vLLM engine a plan tries (within one 8-GPU node)."""
+
+
+def engine_layouts(engine: str, gpus: int, rollout_gpus: int) -> list[tuple[int | None, bool]]:
+    """(engine tensor parallel, sleeps while training) of each engine layout a plan tries on a split: HF
+    generate has none; vLLM every tp of ENGINE_TPS dividing its GPUs, colocated awake (TRL) or sleeping
+    (verl, NeMo RL)."""
+    if engine != "vllm":
+        return [(None, False)]
+    pool = rollout_gpus or gpus
+    sleeps = (False,) if rollout_gpus else (False, True)
+    return [(t, z) for t in ENGINE_TPS if pool % t == 0 for z in sleeps]
+
+
+def placement(row) -> str:
+    """A candidate's placement class: HF generate, vLLM colocated, or vLLM on GPUs of its own."""
+    return "separate" if int(row.get("rollout_gpus") or 0) else "colocated" if row.get(
+        "rollout_engine") == "vllm" else "hf"
+
+
+def placement_why(df, rec: dict) -> str:
+    """Why the recommended placement wins: its step split into generation and the rest, against the
+    best eligible candidate of each other placement."""
+    out = []
+    for other in ("hf", "colocated", "separate"):
+        mask = df["eligible"] & (df.apply(placement, axis=1) == other)
+        if other == placement(rec) or not mask.any():
+            continue
+        o = df[mask].iloc[0]
+        out.append(f"the best {other} candidate, {o['time_h']:.2f} h for ${o['cost_usd']:.2f}: step "
+                   f"{o['generation_s']:.1f} s generation + {o['step_s'] - o['generation_s']:.1f} s the rest")
+    if not out:
+        return ""
+    return (f" Placement {placement(rec)}: step {rec['generation_s']:.1f} s generation + "
+            f"{rec['step_s'] - rec['generation_s']:.1f} s the rest, {rec['time_h']:.2f} h for ${rec['cost_usd']:.2f}; "
+            + "; ".join(out) + ".")
+
+
 def _candidate(est, mspec, g, job, c, rate: float | None) -> dict[str, Any]:
     from tuneplan.estimators.stages import run_stage, stage_run_totals
     from tuneplan.physics.run import workload
@@ -46,6 +86,9 @@ def _candidate(est, mspec, g, job, c, rate: float | None) -> dict[str, Any]:
             "micro_batch": job.micro_batch, "grad_accum": tj.grad_accum, "global_batch": run.samples_per_step,
             "sharding": job.sharding, "grad_ckpt": job.grad_ckpt, "stage": job.stage,
             "rollout_engine": job.rollout_engine, "rollout_gpus": job.rollout_gpus,
+            "rollout_tp": run.extra.get("stage", {}).get("rollout_tp"), "rollout_sleep": job.rollout_sleep,
+            "generation_s": sum(float(np.asarray(out[k]).reshape(-1)[0]) for k in (
+                "rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s", "rollout_weight_sync_s") if k in out),
             "time_s": totals.wall_clock_s, "time_h": totals.wall_clock_s / 3600.0,
             "cost_usd": np.nan if totals.cost_usd is None else totals.cost_usd,
             "rate_usd_per_gpu_hour": np.nan if rate is None else rate, "device_hours": totals.device_hours,
@@ -61,12 +104,14 @@ def _jobs(stage: str, methods, counts, micro_batches, grad_ckpts, fixed: dict, w
         for n in counts:
             shardings = [fixed["sharding"]] if "sharding" in fixed else (
                 ["ddp"] if n == 1 or m != "full" else ["ddp", "zero3"])
-            for eng, r in rollout_options(stage, n):
+            for eng, r, (tp, zz) in [(e, k, lay) for e, k in rollout_options(stage, n)
+                                     for lay in engine_layouts(e, n, k)]:
                 for mb in micro_batches:
                     for sh in shardings:
                         for gc in grad_ckpts:
                             kw = {**fixed, **work, "method": m, "gpus": n, "micro_batch": mb, "sharding": sh,
-                                  "grad_ckpt": gc, "rollout_engine": eng, "rollout_gpus": r}
+                                  "grad_ckpt": gc, "rollout_engine": eng, "rollout_gpus": r,
+                                  **({"rollout_tp": tp} if tp else {}), **({"rollout_sleep": True} if zz else {})}
                             dp = (n - r) // int(kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1) or 1)
                             if stage in RL_STAGES:
                                 kw.setdefault("prompts_per_step", None)
@@ -98,7 +143,9 @@ def plan_stage(mspec, gpu_specs, method_list, counts, est, c, rates: dict[str, f
              + "; intervals are not attached to stage candidates."]
     if stage in RL_STAGES:
         notes.append("RL: every split of the GPUs between generation and training is a candidate (HF generate, "
-                     "vLLM colocated, vLLM servers on 1..n-1 GPUs); --gpus counts both.")
+                     "vLLM colocated awake or sleeping while training, vLLM engines on 1..n-1 GPUs of their own), "
+                     f"each engine at tensor parallel {', '.join(map(str, ENGINE_TPS))} where it divides its GPUs; "
+                     "--gpus counts both.")
     else:
         notes.append(f"Preference stage: {STAGE_GLOBAL_BATCH} pairs per optimizer step (grad-accum fills in).")
     return rows, notes
@@ -145,7 +192,7 @@ def stage_plan_result(mspec, gpu_specs, method_list, counts, calibration, rate_t
                                   | (df["method"] != rec["method"]) | (df["rollout_gpus"] != rec["rollout_gpus"]))
         idx = np.flatnonzero(other.to_numpy())
         ru = _row(df, int(idx[0])) if len(idx) else None
-        why = _why(objective, rec, ru, deadline_s, budget_usd)
+        why = _why(objective, rec, ru, deadline_s, budget_usd) + (placement_why(df, rec) if stage in RL_STAGES else "")
     else:
         message = ("no candidate fits in memory" if not len(df) else
                    "no candidate meets the deadline and budget; the closest is listed first")
