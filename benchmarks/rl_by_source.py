@@ -12,8 +12,10 @@ row's prompt length is its prompt_len (else seq_len); its seq_len cell, when emp
 A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation).
 
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
-measured step time), the median |error| of the step time, and how many rows that ran (every row here
-ran: each is a measurement) are predicted "does not fit". `--why` lists the refusals' reasons.
+measured step time), the median |error| of the step time, how many rows that ran (every row here
+ran: each is a measurement) are predicted "does not fit", and how many answered rows give only the
+completion cap, no mean (every completion taken at the cap: an upper bound). `--why` lists the refusals'
+reasons.
 
     python benchmarks/rl_by_source.py [--runs FILE ...] [--why] [--rows] [--csv out.csv]
 """
@@ -31,6 +33,10 @@ SOURCES = ("verl", "trl-docs", "areal", "nemo-aligner", "open-instruct", "skyrl"
 DEFAULT_RUNS = [ROOT.parent / "shared" / "reference" / "runs" / f"{s}.csv" for s in SOURCES]
 ENGINES = {"vllm": "vllm", "sglang": "vllm", "trtllm": "vllm", "hf": "hf"}
 """Rollout engines of the runs as tuneplan costs them: paged-KV servers (vLLM, SGLang, TensorRT-LLM) as vLLM."""
+CKPT_ON = ("verl", "areal")
+"""Frameworks whose RL recipes checkpoint activations by default, for rows that leave grad_ckpt empty: verl
+0.9.1 actor_rollout_ref.model.enable_gradient_checkpointing: true; AReaL (realhf ModelTrainEvalConfig
+.gradient_checkpointing default True, as recalled: no copy of the package here)."""
 SLEEP_OFF = ("trl", "swift")
 """Frameworks whose colocated engine stays awake while training by default (TRL vllm_enable_sleep_mode
 False, ms-swift on TRL); the others (verl, NeMo RL / Aligner, AReaL, SkyRL) free or sleep it."""
@@ -59,6 +65,13 @@ def stage_job(row: dict, cfg) -> tuple:
     prompt = int(_num(row, "prompt_len") or cfg.seq_len)
     if stage in RL_STAGES:
         fields = job_fields()
+        if _num(row, "micro_batch_size") is None:
+            kw["micro_batch"] = 1  # token-budget micro-batches (verl use_dynamic_bsz, AReaL, NeMo RL): the smallest
+        fw = str(row.get("framework") or row.get("source") or "").lower()
+        if _num(row, "grad_ckpt") is None and any(t in fw for t in CKPT_ON):
+            kw["grad_ckpt"] = True
+        if "verl" in fw and str(row.get("sharding") or "nan").strip() in ("", "nan"):
+            kw["sharding"] = "fsdp"  # verl 0.9.1 actor.strategy: fsdp (its Megatron rows state no layout)
         mean, cap = _num(row, "completion_len_mean"), _num(row, "completion_len_max")
         eng = ENGINES.get(str(row.get("rollout_engine") or "hf").strip().lower(), "hf")
         opt = {"group_size": _num(row, "group_size"), "prompts_per_step": _num(row, "prompts_per_step"),
@@ -71,7 +84,6 @@ def stage_job(row: dict, cfg) -> tuple:
             opt["rollout_gpus"] = _num(row, "rollout_gpus")
         if eng == "vllm" and "rollout_tp" in fields:
             opt["rollout_tp"] = _num(row, "rollout_tp")
-        fw = str(row.get("framework") or row.get("source") or "").lower()
         if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
                 and not any(t in fw for t in SLEEP_OFF)):
             kw["rollout_sleep"] = True
@@ -102,6 +114,7 @@ def evaluate(paths):
     recs = []
     for row in df.to_dict("records"):
         rec = {"id": row["id"], "source": row["source"], "stage": str(row["stage"]).lower(),
+               "cap_only": _num(row, "completion_len_mean") is None and _num(row, "completion_len_max") is not None,
                "measured_step": _num(row, "step_time_s"), "pred_step": np.nan, "fits": np.nan, "why": ""}
         try:
             sft = dict(row, stage="sft")
@@ -130,7 +143,7 @@ def summary(out):
         e = g["step_ape"].dropna()
         rows.append({"source": src, "stage": st, "rows": len(g), "answered": int(ans.sum()), "n_step": len(e),
                      "step_mdape": e.median() if len(e) else np.nan,
-                     "no_fit": int((g["fits"] == 0).sum())})
+                     "no_fit": int((g["fits"] == 0).sum()), "cap_only": int((g["cap_only"] & ans).sum())})
     return pd.DataFrame(rows)
 
 
