@@ -130,3 +130,18 @@ def test_bad_placement_input(kw):
     with pytest.raises(InputError) as e:
         make_job(**kw)
     assert e.value.field == "job"
+
+
+def test_verl_fully_async_rollouter_and_bad_values(tmp_path):
+    p = tmp_path / "async.yaml"
+    p.write_text("actor_rollout_ref:\n  model: {path: Qwen/Qwen2.5-7B}\n  rollout: {name: vllm, n: 16}\n"
+                 "algorithm: {adv_estimator: grpo}\ntrainer: {nnodes: 2, n_gpus_per_node: 8}\n"
+                 "rollout: {nnodes: 2, n_gpus_per_node: 8}\n")
+    j = read_configs([p]).job_kwargs()
+    assert (j["gpus"], j["rollout_gpus"], j["off_policy_steps"], j["rollout_tp"]) == (32, 16, 1, 2)
+    assert "rollout_sleep" not in j  # the engine has GPUs of its own
+    bad = tmp_path / "bad.sh"
+    bad.write_text("python -m openrlhf.cli.train_ppo_ray --rollout.batch_size lots\n")
+    with pytest.raises(InputError, match="lots") as e:
+        read_configs([bad])
+    assert e.value.field == "from"

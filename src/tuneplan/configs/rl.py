@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from tuneplan.configs.base import NO_EFFECT, ConfigRead, Doc
+from tuneplan.configs.base import NO_EFFECT, ConfigError, ConfigRead, Doc
 
 OPENRLHF_ENTRY = "openrlhf.cli.train_ppo_ray"
 OPENRLHF_ALIASES = {
@@ -63,6 +63,18 @@ def detect(data: dict) -> str | None:
     return None
 
 
+def _float(doc: Doc, key: str, value, default: float = 0.0) -> float:
+    """A number >= 0 (a KL coefficient may be 0); anything else is a one-line ConfigError."""
+    v = default if value is None else value
+    try:
+        x = float(v) if not isinstance(v, bool) else -1.0
+    except (TypeError, ValueError):
+        x = -1.0
+    if not 0.0 <= x < float("inf"):
+        raise ConfigError(doc.where, key, f"'{v}' is not a number >= 0")
+    return x
+
+
 def _engine(out: ConfigRead, f: str, name, key: str) -> None:
     if name is not None:
         eng = "vllm" if str(name).lower() in ("vllm", "sglang", "trtllm") else "hf"
@@ -98,20 +110,22 @@ def read_verl(doc: Doc, out: ConfigRead, follow) -> None:
     out.set("nodes", nodes + (doc.int("rollout.nnodes") or 0), f, "trainer.nnodes")
     _engine(out, f, g(R + "name"), R + "name")
     out.assume("rollout_engine", "vllm", f, "rollout.name not set: vLLM")
-    if gen:
-        out.set("rollout_gpus", gen, f, "rollout.nnodes x rollout.n_gpus_per_node", "fully-async rollouter")
-        out.set("off_policy_steps", 1, f, "async_training", "generation runs ahead of the trainer")
-    else:
-        sleep = g(R + "free_cache_engine", True)
-        out.set("rollout_sleep", bool(sleep), f, R + "free_cache_engine", "" if doc.has(R + "free_cache_engine") else
-                "verl's default True: the engine frees its KV cache while training")
-    for key, fld in (("tensor_model_parallel_size", "rollout_tp"), ("pipeline_model_parallel_size", "rollout_pp")):
-        if doc.int(R + key):
-            out.set(fld, doc.int(R + key), f, R + key)
-    out.assume("rollout_tp", 2, f, "rollout.tensor_model_parallel_size not set: verl's default 2")
-    if doc.num(R + "gpu_memory_utilization"):
-        out.set("gpu_memory_utilization", doc.num(R + "gpu_memory_utilization"), f, R + "gpu_memory_utilization")
-    out.assume("gpu_memory_utilization", 0.5, f, "rollout.gpu_memory_utilization not set: verl's default 0.5")
+    if out.value("rollout_engine") == "vllm":  # the engine's own options (verl's hf rollout has none)
+        if gen:
+            out.set("rollout_gpus", gen, f, "rollout.nnodes x rollout.n_gpus_per_node", "fully-async rollouter")
+            out.set("off_policy_steps", 1, f, "async_training", "generation runs ahead of the trainer")
+        else:
+            if doc.has(R + "free_cache_engine"):
+                out.set("rollout_sleep", bool(g(R + "free_cache_engine")), f, R + "free_cache_engine")
+            out.assume("rollout_sleep", True, f, "rollout.free_cache_engine not set: verl's default True (the "
+                       "engine frees its KV cache while training)")
+        for key, fld in (("tensor_model_parallel_size", "rollout_tp"), ("pipeline_model_parallel_size", "rollout_pp")):
+            if doc.int(R + key):
+                out.set(fld, doc.int(R + key), f, R + key)
+        out.assume("rollout_tp", 2, f, "rollout.tensor_model_parallel_size not set: verl's default 2")
+        if doc.num(R + "gpu_memory_utilization"):
+            out.set("gpu_memory_utilization", doc.num(R + "gpu_memory_utilization"), f, R + "gpu_memory_utilization")
+        out.assume("gpu_memory_utilization", 0.5, f, "rollout.gpu_memory_utilization not set: verl's default 0.5")
     if doc.int(R + "n"):
         out.set("group_size", doc.int(R + "n"), f, R + "n")
     prompts, mini = doc.int("data.train_batch_size"), doc.int(A + "ppo_mini_batch_size")
@@ -131,7 +145,7 @@ def read_verl(doc: Doc, out: ConfigRead, follow) -> None:
     kl = (A + "kl_loss_coef") if g(A + "use_kl_loss") else "algorithm.kl_ctrl.kl_coef" if g(
         "algorithm.use_kl_in_reward") else None
     if kl:
-        out.set("kl_beta", float(g(kl, 0.001)), f, kl, "" if doc.has(kl) else "verl's default 0.001")
+        out.set("kl_beta", _float(doc, kl, g(kl), 0.001), f, kl, "" if doc.has(kl) else "verl's default 0.001")
     out.assume("kl_beta", 0.0, f, "use_kl_loss and use_kl_in_reward off (verl's defaults): no reference model")
     ckpt = g("actor_rollout_ref.model.enable_gradient_checkpointing", True)
     out.set("grad_ckpt", bool(ckpt), f, "actor_rollout_ref.model.enable_gradient_checkpointing")
@@ -183,8 +197,8 @@ def read_nemo_rl(doc: Doc, out: ConfigRead, follow) -> None:
                 out.set(fld, v, f, key)
         _minis(out, f, (prompts or 0) * (group or 0), doc.int(P + "train_global_batch_size"),
                P + "train_global_batch_size")
-        out.set("kl_beta", float(g("loss_fn.reference_policy_kl_penalty", 0.0)), f,
-                "loss_fn.reference_policy_kl_penalty")
+        out.set("kl_beta", _float(doc, "loss_fn.reference_policy_kl_penalty", g("loss_fn.reference_policy_kl_penalty")),
+                f, "loss_fn.reference_policy_kl_penalty")
         if g("grpo.async_grpo.enabled"):
             out.set("off_policy_steps", doc.int("grpo.async_grpo.max_trajectory_age_steps") or 1, f,
                     "grpo.async_grpo.max_trajectory_age_steps")
@@ -222,7 +236,16 @@ def read_openrlhf(doc: Doc, out: ConfigRead, follow) -> None:
 
     def arg(name, conv=int):
         v = doc.get("openrlhf." + name)
-        return None if v is None or v is True and conv is not bool else (bool(v) if conv is bool else conv(v))
+        if v is None or v is True and conv is not bool:
+            return None
+        if conv is bool:
+            return v is True or str(v).lower() in ("true", "1")
+        if conv is str:
+            return str(v)
+        x = _float(doc, "--" + name, v)
+        if conv is int and not x.is_integer():
+            raise ConfigError(doc.where, "--" + name, f"'{v}' is not an integer")
+        return conv(x)
 
     def pool(who: str) -> int:
         return (arg(who + "_num_nodes") or 1) * (arg(who + "_num_gpus_per_node") or 8)
@@ -312,7 +335,7 @@ def read_trl_rl(doc: Doc, out: ConfigRead) -> None:
             out.notes.append(f"{f}: vllm_mode server: give the server's GPUs with --rollout-gpus (the config does "
                              "not say how many)")
     if g("beta") is not None:
-        out.set("kl_beta", float(g("beta")), f, "beta")
+        out.set("kl_beta", _float(doc, "beta", g("beta")), f, "beta")
     if doc.int("steps_per_generation") and doc.int("steps_per_generation") > 1:
         out.set("train_steps_per_rollout", doc.int("steps_per_generation"), f, "steps_per_generation")
     if doc.int("max_prompt_length"):
