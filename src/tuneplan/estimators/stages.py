@@ -130,7 +130,7 @@ def preference_assumptions(jspec: JobSpec, shape: ps.StageShape, ref_pass: bool,
 TRAIN_GROUPS = {"generation": ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s",
                                "rollout_weight_sync_s"),
                 "scoring": ("reward_s",), "reference": ("reference_forward_s",),
-                "policy_update": POLICY_PARTS + ("policy_nograd_s", "value_model_s", "overlap_s")}
+                "policy_update": POLICY_PARTS + ("policy_nograd_s", "value_model_s"), "overlap": ("overlap_s",)}
 """How the wall clock's training time splits by stage part."""
 
 

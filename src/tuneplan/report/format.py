@@ -7,6 +7,8 @@ def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     s = float(seconds)
+    if s < 0:  # a part that hides time (an RL step's overlap)
+        return "-" + duration(-s)
     if s < 1e-3:
         return f"{s * 1e6:.0f} us"
     if s < 1.0:

@@ -436,10 +436,11 @@ class JobSpec:
         if self.gpus % model_par:
             raise ValueError(f"gpus ({self.gpus}) must be divisible by tp x pp x cp ({model_par})")
         # Megatron-Core lays the experts over tp x cp x dp ranks of each pipeline stage: ep x etp of them
-        # hold one copy of the experts, the rest are the experts' data-parallel replicas
-        expert_par = self.ep * self.expert_tp
-        if expert_par > 1 and (self.gpus // self.pp) % expert_par:
-            raise ValueError(f"tp x cp x data-parallel ({self.gpus // self.pp}) must be divisible by ep x etp "
+        # hold one copy of the experts, the rest are the experts' data-parallel replicas (RL: of the
+        # training GPUs, not the engines' or the other models')
+        expert_par, ranks = self.ep * self.expert_tp, self.training_gpus // self.pp
+        if expert_par > 1 and ranks % expert_par:
+            raise ValueError(f"tp x cp x data-parallel ({ranks}) must be divisible by ep x etp "
                              f"({self.ep} x {self.expert_tp})")
         if self.method in ("qlora", "gptq-lora", "loftq") and self.precision == "fp32":
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
@@ -494,12 +495,10 @@ class JobSpec:
                              "generation and training take turns on the same GPUs")
         if self.rollout_sleep and self.rollout_gpus:
             raise ValueError("rollout-sleep applies to an engine colocated with training (--rollout-gpus 0)")
-        if self.rollout_tp is not None:
-            pool = self.rollout_gpus or self.gpus
-            if pool % self.rollout_tp:
-                raise ValueError(f"rollout-tp ({self.rollout_tp}) must divide the generation GPUs ({pool}: "
-                                 f"{'--rollout-gpus' if self.rollout_gpus else '--gpus, colocated'})")
-        pool = self.rollout_gpus or self.gpus
+        pool = self.rollout_gpus or self.training_gpus
+        if self.rollout_tp is not None and pool % self.rollout_tp:
+            raise ValueError(f"rollout-tp ({self.rollout_tp}) must divide the generation GPUs ({pool}: "
+                             f"{'--rollout-gpus' if self.rollout_gpus else 'the training GPUs, colocated'})")
         if self.rollout_pp is not None and pool % (self.rollout_pp * (self.rollout_tp or 1)):
             raise ValueError(f"rollout-tp x rollout-pp must divide the generation GPUs ({pool})")
         if self.rollout_gpus and self.rollout_engine != "vllm":
