@@ -4,7 +4,8 @@ Each row with a stage column is read like `validate` reads an SFT row (`row_to_c
 precision, sharding, batch shape), then its stage columns go onto the job (`--stage`, `--group-size`,
 `--prompts-per-step`, `--completion-len` = the mean when the row gives one else the cap,
 `--completion-len-max`, `--rollout-engine`, `--rollout-gpus` when separate, `--rollout-tp`, `--ppo-epochs`,
-`--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift; from the notes, which the
+`--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift, `--train-steps-per-rollout` =
+prompts_per_step / global_batch_size (the sources' mini-batch, in prompts); from the notes, which the
 schema has no column for: `--off-policy-steps 1` for a separate engine whose run the notes call async or
 off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner's "Critic Node Count")
 and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
@@ -87,6 +88,9 @@ def stage_job(row: dict, cfg) -> tuple:
         if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
                 and not any(t in fw for t in SLEEP_OFF)):
             kw["rollout_sleep"] = True
+        gb, pr = _num(row, "global_batch_size"), _num(row, "prompts_per_step")
+        if gb and pr and pr > gb and (pr / gb).is_integer():  # optimizer steps per RL step (mini-batches)
+            opt["train_steps_per_rollout"] = pr / gb
         notes = str(row.get("notes") or "")
         if "rollout_gpus" in opt and re.search(r"async|off.policy", notes, re.I):
             opt["off_policy_steps"] = 1  # verl fully-async / one-step-off: generation runs a step ahead
