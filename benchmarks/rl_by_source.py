@@ -85,6 +85,8 @@ def stage_job(row: dict, cfg) -> tuple:
             opt["rollout_gpus"] = _num(row, "rollout_gpus")
         if eng == "vllm" and "rollout_tp" in fields:
             opt["rollout_tp"] = _num(row, "rollout_tp")
+        if not any(t in fw for t in SLEEP_OFF):
+            kw["old_logprobs"] = True  # verl, NeMo RL/Aligner, AReaL, SkyRL recompute old log-probs every step
         if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
                 and not any(t in fw for t in SLEEP_OFF)):
             kw["rollout_sleep"] = True

@@ -62,6 +62,13 @@ def test_off_policy_step_is_the_larger_phase():
     _sums(k1)
 
 
+def test_old_logprobs_every_step():
+    # the old-policy pass is the policy's no-grad forward over all completions, as the reference's is
+    bd = _est(**VLLM, kl_beta=0.01, old_logprobs=True).step_breakdown_s
+    assert bd["policy_nograd"] == pytest.approx(bd["reference_forward"])
+    assert "policy_nograd" not in _est(**VLLM).step_breakdown_s  # TRL's rule: one optimizer step, no pass
+
+
 def test_value_head_is_no_model():
     kw = dict(method="lora", stage="ppo", gpus=8, micro_batch=4, grad_accum=4, seq_len=256, completion_len=128)
     model, head = _est(**kw), _est(**kw, value_model="head")
@@ -112,6 +119,7 @@ def test_verl_and_trl_configs():
     v = read_configs([DATA / "verl_grpo.yaml"]).job_kwargs()
     assert (v["gpus"], v["prompts_per_step"], v["group_size"], v["rollout_tp"], v["train_steps_per_rollout"],
             v["gpu_memory_utilization"], v["rollout_sleep"], v["kl_beta"]) == (16, 512, 16, 2, 4, 0.6, True, 0.001)
+    assert v["old_logprobs"]
     t = read_configs([DATA / "trl_grpo.yaml"]).job_kwargs()
     assert (t["stage"], t["rollout_engine"], t["gpu_memory_utilization"], t["rollout_sleep"],
             t["train_steps_per_rollout"], t["seq_len"]) == ("grpo", "vllm", 0.4, True, 2, 512)

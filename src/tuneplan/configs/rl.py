@@ -89,6 +89,10 @@ def _stage(out: ConfigRead, f: str, adv, key: str) -> None:
                 "" if a in ("gae", "grpo", "rloo") else f"{a}: critic-free, costed as GRPO")
 
 
+def _old_logprobs(out: ConfigRead, f: str, who: str) -> None:
+    out.assume("old_logprobs", True, f, f"{who} recomputes the rollout policy's log-probs after generation, every step")
+
+
 def _minis(out: ConfigRead, f: str, total, per, key: str) -> None:
     """Optimizer steps per batch of rollouts = the batch over the mini-batch (same units)."""
     if total and per and total > per:
@@ -98,6 +102,7 @@ def _minis(out: ConfigRead, f: str, total, per, key: str) -> None:
 def read_verl(doc: Doc, out: ConfigRead, follow) -> None:
     f, g = doc.path, doc.get
     out.notes.append(f"{f}: read as verl (ppo_trainer.yaml; defaults are verl 0.9.1's)")
+    _old_logprobs(out, f, "verl")
     A, R = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
     if g("actor_rollout_ref.model.path"):
         out.set("model", str(g("actor_rollout_ref.model.path")), f, "actor_rollout_ref.model.path")
@@ -166,6 +171,8 @@ def read_verl(doc: Doc, out: ConfigRead, follow) -> None:
 def read_nemo_rl(doc: Doc, out: ConfigRead, follow) -> None:
     f, g = doc.path, doc.get
     out.notes.append(f"{f}: read as a NeMo RL recipe (policy / grpo / cluster)")
+    if doc.has("grpo"):
+        _old_logprobs(out, f, "NeMo RL")
     P, G = "policy.", "policy.generation."
     if g(P + "model_name"):
         out.set("model", str(g(P + "model_name")), f, P + "model_name")
@@ -233,6 +240,7 @@ def read_nemo_rl(doc: Doc, out: ConfigRead, follow) -> None:
 def read_openrlhf(doc: Doc, out: ConfigRead, follow) -> None:
     f = doc.path
     out.notes.append(f"{f}: read as the arguments of {OPENRLHF_ENTRY} (OpenRLHF 0.11.2 names; the script is not run)")
+    _old_logprobs(out, f, "OpenRLHF")
 
     def arg(name, conv=int):
         v = doc.get("openrlhf." + name)

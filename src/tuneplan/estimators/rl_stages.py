@@ -260,7 +260,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     # the reference on GPUs of its own: the policy's no-grad pass at the GPU-count ratio
     t_ref = fwd * train_gpus / (jspec.ref_gpus or train_gpus) if ref else 0.0
     # old log-probs of the rollout policy, before the policy moves: PPO's epochs, or several mini-batches
-    old_logp = jspec.stage == "ppo" or minis > 1
+    old_logp = jspec.stage == "ppo" or minis > 1 or jspec.old_logprobs
     t_nograd = fwd if old_logp else 0.0
     critic = jspec.stage == "ppo" and jspec.value_model != "head"  # a head rides on the policy's own passes
     value, v_fwd, v_upd = _critic(est, jspec, gspec, rm[0] if rm is not None else mspec, n, seq, epochs, c) \
@@ -405,6 +405,9 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
     if minis > 1:
         out.append(f"{minis} optimizer steps per batch of rollouts (mini-batches): the optimizer step {minis} "
                    "times, and an old-policy log-prob forward over all completions before the first.")
+    elif jspec.old_logprobs:
+        out.append("An old-policy log-prob forward over all completions every step (--old-logprobs: verl, NeMo RL "
+                   "and OpenRLHF recompute them after generation).")
     if not jspec.grad_ckpt:
         out.append("Gradient checkpointing off (tuneplan's default); TRL's configs default to "
                    "gradient_checkpointing=True: pass --grad-ckpt to match them.")

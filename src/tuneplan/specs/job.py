@@ -387,6 +387,9 @@ class JobSpec:
                                  STAGE_GROUP, switch_only=True, axis="rollout")
     train_steps_per_rollout: int | None = option(None, "RL: optimizer steps per batch of rollouts (mini-batches; "
                                                        "default 1)", STAGE_GROUP)
+    old_logprobs: bool = option(False, "RL: an old-policy log-prob forward over all completions every step (verl, "
+                                       "NeMo RL, OpenRLHF; default TRL's rule: only with several optimizer steps "
+                                       "per rollout batch, or PPO)", STAGE_GROUP, switch_only=True)
     rollout_placement: Literal["colocated", "separate"] | None = option(
         None, "RL with vllm: the engine on the training GPUs (colocated) or on --rollout-gpus of its own (separate; "
               "default: separate when --rollout-gpus is given)", STAGE_GROUP, axis="rollout")
@@ -466,6 +469,7 @@ class JobSpec:
                    "rollout_placement": self.rollout_placement, "rollout_pp": self.rollout_pp,
                    "gpu_memory_utilization": self.gpu_memory_utilization,
                    "off_policy_steps": self.off_policy_steps or None, "ref_gpus": self.ref_gpus or None,
+                   "old_logprobs": self.old_logprobs or None,
                    "reward_gpus": self.reward_gpus or None}
         if self.stage not in RL_STAGES:
             given = [k for k, v in rl_only.items() if v is not None]
