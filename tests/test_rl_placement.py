@@ -52,6 +52,17 @@ def test_generation_follows_the_engine_not_the_training_layout():
     assert two["rollout_decode"] < one["rollout_decode"]  # the weights are read once per 2 GPUs
 
 
+def test_engine_decodes_max_num_seqs_at_once():
+    # 64 prompts x 8 = 512 completions on 8 engines of 1 GPU: 64 each; at most 16 at once -> 4 waves,
+    # each reading the weights again; the prefill is the same work
+    kw = dict(VLLM, rollout_tp=1, gpu_memory_utilization=0.9)
+    one, four = _est(**kw), _est(**kw, max_num_seqs=16)
+    assert one.to_dict()["stage"]["rollout_waves"] == 1 and four.to_dict()["stage"]["rollout_waves"] == 4
+    assert four.step_breakdown_s["rollout_decode"] > one.step_breakdown_s["rollout_decode"]
+    assert four.step_breakdown_s["rollout_prefill"] == pytest.approx(one.step_breakdown_s["rollout_prefill"], rel=0.3)
+    assert any("4 waves" in w for w in four.warnings)
+
+
 def test_off_policy_step_is_the_larger_phase():
     kw = dict(VLLM, rollout_gpus=4, rollout_placement="separate")
     sync, k1 = _est(**kw), _est(**kw, off_policy_steps=1)

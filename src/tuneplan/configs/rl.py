@@ -124,7 +124,8 @@ def read_verl(doc: Doc, out: ConfigRead, follow) -> None:
                 out.set("rollout_sleep", bool(g(R + "free_cache_engine")), f, R + "free_cache_engine")
             out.assume("rollout_sleep", True, f, "rollout.free_cache_engine not set: verl's default True (the "
                        "engine frees its KV cache while training)")
-        for key, fld in (("tensor_model_parallel_size", "rollout_tp"), ("pipeline_model_parallel_size", "rollout_pp")):
+        for key, fld in (("tensor_model_parallel_size", "rollout_tp"), ("pipeline_model_parallel_size", "rollout_pp"),
+                         ("max_num_seqs", "max_num_seqs")):
             if doc.int(R + key):
                 out.set(fld, doc.int(R + key), f, R + key)
         out.assume("rollout_tp", 2, f, "rollout.tensor_model_parallel_size not set: verl's default 2")

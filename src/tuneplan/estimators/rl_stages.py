@@ -100,7 +100,8 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
     if vllm:
         kv_room = e["share"] * e["cap"] - e["weights"] - c.workspace_gib * BYTES_PER_GIB
         need = ps.kv_cache_bytes(batch, prompt + completion, kv_tok)  # paged: the mean length's blocks
-        waves = max(1, math.ceil(need / kv_room)) if kv_room > 0 else 0
+        seqs = math.ceil(batch / (jspec.max_num_seqs or ps.MAX_NUM_SEQS))  # the engine's concurrent sequences
+        waves = max(1, math.ceil(need / kv_room), seqs) if kv_room > 0 else 0
     bw = gspec.memory_bandwidth_gbs * 1e9 * c.bandwidth_efficiency
     wave_batch = batch / max(waves, 1)
     t_prefill = first_value(ps.prefill_s(_forward_flops_per_token(a, prompt * c.causal_fraction_flash) / split,
@@ -321,8 +322,9 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     if gen["server"]:
         res.extra["stage"].update(_server_memory(gen, a, seq, c))
     if gen["waves"] > 1:
-        res.warnings.append(f"vLLM's KV-cache room holds {1 / gen['waves']:.0%} of the step's {n} completions: "
-                            f"generation runs in {gen['waves']} waves (more --rollout-gpus, or a larger share)")
+        res.warnings.append(f"an engine holds {1 / gen['waves']:.0%} of its share of the step's {n} completions at "
+                            f"once (its KV-cache room, or --max-num-seqs): generation runs in {gen['waves']} waves, "
+                            "each reading the weights again (more --rollout-gpus, or a larger share)")
     res.assumptions = rl_assumptions(jspec, group, completion, beta, epochs, prompts, n, ga, gen, rm is not None)
     return res
 

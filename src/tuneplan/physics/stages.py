@@ -37,6 +37,10 @@ gpu_memory_utilization default (= vLLM's own default)."""
 VLLM_SLEEP_MEMORY_SHARE = 0.5
 """Share of each GPU's memory a colocated engine that sleeps while training reserves (fraction): verl
 0.9.1 trainer/config/rollout/rollout.yaml `gpu_memory_utilization: 0.5` (with `free_cache_engine: True`)."""
+MAX_NUM_SEQS = 256
+"""Sequences one engine decodes at once (count): verl 0.9.1 trainer/config/rollout/rollout.yaml
+`max_num_seqs: 256` (= vLLM V0's EngineArgs default; V1 raises it on large GPUs): a larger batch per
+engine decodes in waves, each reading the weights again."""
 ENGINE_WEIGHT_SHARE_MAX = 0.5
 """Most of an engine's memory share its weights may take when tuneplan picks the engine's tensor
 parallel size (fraction): the smallest power of two leaving at least half the share to the KV cache."""

@@ -398,6 +398,8 @@ class JobSpec:
     gpu_memory_utilization: float | None = option(
         None, "RL with vllm: share of a GPU's memory the engine reserves (default: 0.9 separate, vLLM; colocated "
               "0.5 sleeping, verl, 0.3 awake, TRL)", STAGE_GROUP)
+    max_num_seqs: int | None = option(None, "RL with vllm: sequences one engine decodes at once (default 256, verl's "
+                                            "max_num_seqs); more per engine decode in waves", STAGE_GROUP)
     off_policy_steps: int = option(0, "RL: steps generation runs ahead of training (0 synchronous, default; 1 "
                                       "verl one-step-off; k fully async): generation overlaps the update",
                                    STAGE_GROUP, number="nonneg")
@@ -469,7 +471,7 @@ class JobSpec:
                    "rollout_placement": self.rollout_placement, "rollout_pp": self.rollout_pp,
                    "gpu_memory_utilization": self.gpu_memory_utilization,
                    "off_policy_steps": self.off_policy_steps or None, "ref_gpus": self.ref_gpus or None,
-                   "old_logprobs": self.old_logprobs or None,
+                   "old_logprobs": self.old_logprobs or None, "max_num_seqs": self.max_num_seqs,
                    "reward_gpus": self.reward_gpus or None}
         if self.stage not in RL_STAGES:
             given = [k for k, v in rl_only.items() if v is not None]
@@ -485,7 +487,8 @@ class JobSpec:
         if None not in (self.completion_len_max, self.completion_len) and self.completion_len_max < self.completion_len:
             raise ValueError(f"completion-len-max ({self.completion_len_max}) must be at least --completion-len "
                              f"({self.completion_len}, the mean)")
-        engine = [k for k in ("rollout_tp", "rollout_sleep", "rollout_pp", "rollout_placement", "gpu_memory_utilization")
+        engine = [k for k in ("rollout_tp", "rollout_sleep", "rollout_pp", "rollout_placement", "gpu_memory_utilization",
+                              "max_num_seqs")
                   if getattr(self, k) not in (None, False)]
         if engine and self.rollout_engine != "vllm":
             raise ValueError(f"{engine[0].replace('_', '-')} needs --rollout-engine vllm (HF generate runs in the "

@@ -90,7 +90,7 @@ JOB_BOUNDS: dict[str, float] = {
     "completion_len": MAX_SEQ_LEN, "kl_beta": MAX_KL_BETA, "completion_len_max": MAX_SEQ_LEN,
     "rollout_tp": MAX_GPUS, "train_steps_per_rollout": MAX_RL_COUNT, "rollout_pp": MAX_GPUS,
     "gpu_memory_utilization": 1.0, "off_policy_steps": MAX_RL_COUNT, "critic_gpus": MAX_GPUS, "ref_gpus": MAX_GPUS,
-    "reward_gpus": MAX_GPUS,
+    "reward_gpus": MAX_GPUS, "max_num_seqs": MAX_RL_COUNT,
 }
 """Upper bound of each JobSpec field (field name -> largest value accepted)."""
 
