@@ -397,12 +397,13 @@ class JobSpec:
                                     STAGE_GROUP, axis="rollout")
     gpu_memory_utilization: float | None = option(
         None, "RL with vllm: share of a GPU's memory the engine reserves (default: 0.9 separate, vLLM; colocated "
-              "0.5 sleeping, verl, 0.3 awake, TRL)", STAGE_GROUP)
+              "0.5 sleeping, verl, 0.3 awake, TRL)", STAGE_GROUP, axis="rollout")
     max_num_seqs: int | None = option(None, "RL with vllm: sequences one engine decodes at once (default 256, verl's "
-                                            "max_num_seqs); more per engine decode in waves", STAGE_GROUP)
+                                            "max_num_seqs); more per engine decode in waves", STAGE_GROUP,
+                                      axis="rollout")
     off_policy_steps: int = option(0, "RL: steps generation runs ahead of training (0 synchronous, default; 1 "
                                       "verl one-step-off; k fully async): generation overlaps the update",
-                                   STAGE_GROUP, number="nonneg")
+                                   STAGE_GROUP, number="nonneg", axis="rollout")
     value_model: Literal["model", "head"] | None = option(
         None, "PPO: the value estimate from a separate critic model (default) or a head on the policy", STAGE_GROUP)
     critic_gpus: int = option(0, "PPO: GPUs of --gpus holding the critic (value model; default 0: on the "
