@@ -164,3 +164,12 @@ def test_verl_fully_async_rollouter_and_bad_values(tmp_path):
     with pytest.raises(InputError, match="lots") as e:
         read_configs([bad])
     assert e.value.field == "from"
+
+
+def test_plan_from_a_verl_config_searches_the_placement(capsys):
+    from tuneplan.cli import main
+
+    assert main(["plan", "--from", str(DATA / "verl_grpo.yaml"), "--gpus", GPU, "--max-gpus", "16", "--examples",
+                 "2000", "--calibration", "none", "--methods", "full"]) == 0
+    text = capsys.readouterr().out
+    assert "Recommended:" in text and "rollouts: vLLM" in text and "Placement " in text
