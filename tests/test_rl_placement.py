@@ -144,6 +144,7 @@ def test_verl_and_trl_configs():
     dict(stage="grpo", value_model="head"),
     dict(stage="grpo", rollout_pp=2),  # HF generate has no engine
     dict(stage="ppo", gpus=4, critic_gpus=2, ref_gpus=2),  # leaves no trainer
+    dict(stage="ppo", gpus=4, critic_gpus=2, value_model="head"),  # no critic to place
 ])
 def test_bad_placement_input(kw):
     with pytest.raises(InputError) as e:

@@ -445,7 +445,7 @@ class JobSpec:
         # hold one copy of the experts, the rest are the experts' data-parallel replicas (RL: of the
         # training GPUs, not the engines' or the other models')
         expert_par, ranks = self.ep * self.expert_tp, self.training_gpus // self.pp
-        if expert_par > 1 and ranks % expert_par:
+        if expert_par > 1 and ranks > 0 and ranks % expert_par:
             raise ValueError(f"tp x cp x data-parallel ({ranks}) must be divisible by ep x etp "
                              f"({self.ep} x {self.expert_tp})")
         if self.method in ("qlora", "gptq-lora", "loftq") and self.precision == "fp32":
@@ -498,6 +498,8 @@ class JobSpec:
             raise ValueError(f"rollout-placement {self.rollout_placement} "
                              + ("needs --rollout-gpus N (the engine's own GPUs)" if self.rollout_gpus == 0 else
                                 "takes no --rollout-gpus (the engine shares the training GPUs)"))
+        if self.critic_gpus and self.value_model == "head":
+            raise ValueError("critic-gpus: a value head has no critic model to place (--value-model head)")
         if self.off_policy_steps and not self.rollout_gpus:
             raise ValueError("off-policy-steps needs the engine on GPUs of its own (--rollout-gpus N): colocated, "
                              "generation and training take turns on the same GPUs")
