@@ -107,17 +107,6 @@ def _ckpt_on(model) -> bool:
     return False
 
 
-def _versions() -> dict[str, str]:
-    out = {}
-    for name in ("torch", "transformers", "peft", "trl"):
-        try:
-            mod = __import__(name)
-            out[f"{name}_version"] = str(getattr(mod, "__version__", ""))
-        except ImportError:
-            continue
-    return out
-
-
 def _args_json(args) -> str:
     from tuneplan.integrations.transformers import TRAINING_ARG_KEYS
 
@@ -128,7 +117,7 @@ def _args_json(args) -> str:
 
 def describe_run(model, args, world: int, device: str, model_name: str | None) -> dict[str, Any]:
     """The configuration columns of the row for a live run."""
-    from tuneplan.profile.runner import adapter_dtype, device_name, gpu_column
+    from tuneplan.profile.runner import adapter_dtype, device_name, gpu_column, versions
 
     config = getattr(_base(model), "config", None) if model is not None else None
     name = model_name or (getattr(config, "_name_or_path", "") or getattr(config, "name_or_path", "") or "")
@@ -174,7 +163,7 @@ def describe_run(model, args, world: int, device: str, model_name: str | None) -
         "model_config_json": json.dumps(config.to_dict(), default=str, sort_keys=True) if config is not None else "",
         "peft_config_json": json.dumps(peft, default=str, sort_keys=True) if peft else "",
         "training_args_json": _args_json(args),
-        **_versions(),
+        **versions(("torch", "transformers", "peft", "trl")),
     }
     if config is not None:
         try:

@@ -9,7 +9,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -279,28 +279,6 @@ def expand_grid(base: ProfileConfig, **lists: Iterable[Any]) -> list[ProfileConf
 # ---------------------------------------------------------------- model configs
 
 
-def _clean_config(d: dict) -> dict:
-    return {k: v for k, v in d.items() if not k.startswith("_")}
-
-
-def _bundled_config(name: str) -> dict | None:
-    from importlib import resources
-
-    base = resources.files("tuneplan.data").joinpath("models")
-    fname = name.replace("/", "__") + ".json"
-    try:
-        p = base.joinpath(fname)
-        if p.is_file():
-            return json.loads(p.read_text(encoding="utf-8"))
-        low = fname.lower()
-        for entry in base.iterdir():
-            if entry.name.lower() == low:
-                return json.loads(entry.read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None
-    return None
-
-
 @dataclass
 class ModelSource:
     """A model's raw config.json dict (keys starting with `_` removed) and where it came from."""
@@ -309,14 +287,13 @@ class ModelSource:
     hf_id: str
     config: dict
     origin: str
-    meta: dict = field(default_factory=dict)
 
 
 def load_model_source(model: str) -> ModelSource:
     """The config of a catalog name, a config.json path (or a folder holding one), or a Hub id.
 
-    Uses the catalog (`tuneplan.specs.catalog.load_model_config`: aliases, checkpoint variants,
-    inferred values, Hub when reachable); falls back to reading the file or the bundled JSON.
+    Through the catalog (`tuneplan.specs.catalog.load_model_config`: aliases, checkpoint variants,
+    inferred values, Hub when reachable).
     """
     if not model or not str(model).strip():
         raise InputError("model", "is empty")
@@ -333,38 +310,21 @@ def load_model_source(model: str) -> ModelSource:
         raw_file = parse_user_json(read_user_text(p, "model", "config.json", MAX_CONFIG_FILE_BYTES), "model", str(p))
         if not isinstance(raw_file, dict):
             raise InputError("model", f"{p} is not a Hugging Face config.json")
-    try:
-        from tuneplan.specs import catalog
-    except ImportError:
-        catalog = None  # type: ignore[assignment]
-    cfg: dict | None = None
-    hf_id = model
-    origin = str(p) if raw_file is not None else "catalog"
-    if catalog is not None:
-        cfg = dict(catalog.load_model_config(model))  # InputError with the closest names
-        if raw_file is None:
-            try:
-                hf_id = catalog.resolve_model(model).name
-            except TuneplanError:
-                hf_id = model
-    elif raw_file is not None:
-        cfg = _clean_config(raw_file)
-    else:
-        bundled = _bundled_config(model)
-        if bundled is None:
-            raise InputError("model", f"unknown model '{model}'; pass a path to its config.json")
-        cfg = _clean_config(bundled)
-        hf_id = str(bundled.get("_hf_id") or model)
+    from tuneplan.specs import catalog
+
+    cfg = dict(catalog.load_model_config(model))  # InputError with the closest names
     if raw_file is not None:
         hf_id = str(raw_file.get("_hf_id") or raw_file.get("_name_or_path") or model)
+    else:
+        try:
+            hf_id = catalog.resolve_model(model).name
+        except TuneplanError:
+            hf_id = model
     if not cfg.get("model_type"):
         raise InputError("model", f"the config of '{model}' has no model_type; transformers cannot build it "
                                   "(add model_type to the config.json)")
-    return ModelSource(model, hf_id, cfg, origin, raw_file or {})
+    return ModelSource(model, hf_id, cfg, str(p) if raw_file is not None else "catalog")
 
 
 def apply_overrides(config: dict, overrides: Iterable[tuple[str, Any]]) -> dict:
-    d = dict(config)
-    for k, v in overrides:
-        d[k] = v
-    return d
+    return {**config, **dict(overrides)}

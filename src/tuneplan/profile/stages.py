@@ -81,7 +81,7 @@ def _dataset(cfg: ProfileConfig, rows: int) -> Any:
 def _timer(device: str) -> Any:
     from transformers import TrainerCallback
 
-    from tuneplan.profile.runner import _sync
+    from tuneplan.profile.device import sync
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
@@ -89,11 +89,11 @@ def _timer(device: str) -> Any:
             self.t0 = 0.0
 
         def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
-            _sync(device)
+            sync(device)
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-            _sync(device)
+            sync(device)
             self.times.append(time.perf_counter() - self.t0)
 
     return StepTimer()
