@@ -13,6 +13,7 @@ cheapest fixes that make the longest batch fit."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any
 
@@ -62,15 +63,8 @@ def synced_step_time(batch_lengths, lengths: list[int], step_times, grad_accum: 
 
 def _bisect_fit(fits, lo: int, hi: int) -> int | None:
     """The largest length in [lo, hi] for which `fits(length)` (monotone: longer never fits better)."""
-    if hi < lo or not fits(lo):
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    n_fit = bisect.bisect_left(range(lo, hi + 1), True, key=lambda length: not fits(length))
+    return lo + n_fit - 1 if n_fit else None
 
 
 def estimate_with_data(model: Any, gpu: Any = None, *, summary: DataSummary, group_by_length: bool = False,

@@ -13,6 +13,7 @@ from tuneplan.configs.maps import optimizer as map_optimizer
 from tuneplan.configs.maps import targets as map_targets
 
 SHARDING_TO_JOB = {"fsdp-full": "fsdp", "none": "ddp"}
+"""Runs-schema sharding -> JobSpec sharding where the names differ."""
 STAGE_OF_ARGS = {"SFTConfig": "sft", "TrainingArguments": "sft", "DPOConfig": "dpo", "ORPOConfig": "orpo",
                  "KTOConfig": "kto", "CPOConfig": "cpo", "GRPOConfig": "grpo", "PPOConfig": "ppo", "RLOOConfig": "rloo"}
 """TRL / transformers argument classes -> the runs `stage` (CPO with loss_type simpo: simpo)."""
@@ -24,7 +25,6 @@ def _stage(args) -> str:
             stage = STAGE_OF_ARGS[cls.__name__]
             return "simpo" if stage == "cpo" and str(getattr(args, "loss_type", "")) == "simpo" else stage
     return "sft"
-"""Runs-schema sharding -> JobSpec sharding where the names differ."""
 
 
 def _base(model):
@@ -64,11 +64,9 @@ def _method(model, peft: dict | None, quant: str) -> str:
     kind = str(peft.get("peft_type", "")).upper().removeprefix("PEFTTYPE.")
     if kind in PEFT_TYPES:  # peft's other methods (specs/peft.py)
         return PEFT_TYPES[kind]
-    if str(peft.get("peft_type", "")).upper().endswith("LORA") or str(peft.get("peft_type")) == "LORA":
-        if peft.get("use_dora"):
-            return "dora"
-        return {"nf4": "qlora", "gptq-int4": "gptq-lora", "awq-int4": "gptq-lora"}.get(quant, "lora")
-    return "other"
+    if not kind.endswith("LORA"):
+        return "other"
+    return "dora" if peft.get("use_dora") else {"nf4": "qlora", "gptq-int4": "gptq-lora", "awq-int4": "gptq-lora"}.get(quant, "lora")
 
 
 def _precision(args, model) -> str:

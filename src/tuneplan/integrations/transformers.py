@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import statistics
 import time
@@ -154,9 +155,7 @@ class TuneplanCallback(TrainerCallback):
             shape = tuple(ids.shape[:-1])
         else:
             shape = tuple(ids.shape)
-        n = 1
-        for s in shape:
-            n *= int(s)
+        n = math.prod(int(s) for s in shape)
         mask = kwargs.get("attention_mask")
         real = int(mask.sum().item()) if mask is not None and getattr(mask, "dim", lambda: 0)() == 2 else n
         for c in (self._cur, self._all):
