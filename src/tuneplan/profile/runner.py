@@ -14,7 +14,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from tuneplan.profile.memory import (
     GIB,
     MemoryCap,
     PeakTracker,
+    cpu_count,
     hold_freed_memory,
     is_oom,
     release_freed_memory,
@@ -417,7 +418,8 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
         if cfg.stage != "sft" or cfg.trainer == "trl":  # TRL's SFT / DPO / GRPO trainers (profile/stages.py)
             from tuneplan.profile.stages import measure_stage
 
-            out.step_times, out.build, out.longest_batch_tokens = measure_stage(cfg, src, device)
+            out.build = build_model(src, cfg, device)
+            out.step_times, out.longest_batch_tokens = measure_stage(cfg, out.build, device)
             _record_peaks(out, tracker, None)
             return out
         with MemoryCap(cfg.max_mem_gib, tracker, collective=dist is not None) as cap:
@@ -687,6 +689,49 @@ def _run_in_child(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str
         return failure_row(cfg, src, device, died, died.killed)
 
 
+def _src_path() -> str:
+    """The folder holding the tuneplan package (so the workers import this same copy)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _launch(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
+    """Run one configuration under torchrun (the worker is profile.distributed); returns the row
+    written by rank 0 (or a failure row)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tuneplan-dist-") as tmp:
+        cfg_path = Path(tmp) / "config.json"
+        res_path = Path(tmp) / "result.json"
+        src_path = Path(tmp) / "model_config.json"
+        src_path.write_text(json.dumps(asdict(src)), encoding="utf-8")
+        cfg_path.write_text(cfg.to_json(), encoding="utf-8")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_src_path(), env.get("PYTHONPATH", "")) if p)
+        threads = cfg.threads or max(1, cpu_count() // cfg.nproc)
+        if not device.startswith("cuda"):
+            env["OMP_NUM_THREADS"] = str(threads)
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={cfg.nproc}", "-m", "tuneplan.profile.distributed",
+               str(cfg_path), str(src_path), str(res_path)]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=cfg.timeout_s)
+            rc, log = proc.returncode, (proc.stdout or "") + (proc.stderr or "")
+        except subprocess.TimeoutExpired as exc:
+            rc, log = -1, f"torchrun timed out after {cfg.timeout_s:g} s " + str(exc.stderr or "")[-500:]
+        if res_path.exists():
+            return json.loads(res_path.read_text(encoding="utf-8"))
+        row = config_row(cfg, src, device)
+        lines = [ln for ln in log.splitlines() if ln.strip() and "warn" not in ln.lower()]
+        tail = " | ".join(lines[-3:])[-280:]
+        row.update({"status": "error", "error": f"torchrun exit {rc}: {tail}"})
+        return row
+
+
 def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any]:
     """Measure one configuration; returns its row (status ok, oom or error). InputError for bad input.
 
@@ -697,9 +742,7 @@ def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any
     cfg, src, device = prepare(cfg, src)
     t0 = time.perf_counter()
     if cfg.nproc > 1:
-        from tuneplan.profile.distributed import launch
-
-        row = launch(cfg, src, device)
+        row = _launch(cfg, src, device)
     elif cfg.isolate:
         row = _run_in_child(cfg, src, device)
     else:
