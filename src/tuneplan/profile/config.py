@@ -80,26 +80,14 @@ class ProfileConfig:
 
     def label(self) -> str:
         """Short text for progress lines."""
-        parts = [self.method]
-        if self.is_lora:
-            parts.append(f"r={self.lora_rank}")
-        parts += [f"mb={self.micro_batch}", f"seq={self.seq_len}"]
-        if self.grad_accum > 1:
-            parts.append(f"ga={self.grad_accum}")
-        if self.layers:
-            parts.append(f"layers={self.layers}")
-        if self.precision:
-            parts.append(self.precision)
-        if self.grad_ckpt:
-            parts.append("ckpt")
-        if self.nproc > 1:
-            parts.append(f"{self.effective_sharding}x{self.nproc}")
-        return " ".join(parts)
+        parts = [self.method, f"r={self.lora_rank}" if self.is_lora else "", f"mb={self.micro_batch}",
+                 f"seq={self.seq_len}", f"ga={self.grad_accum}" if self.grad_accum > 1 else "",
+                 f"layers={self.layers}" if self.layers else "", self.precision, "ckpt" if self.grad_ckpt else "",
+                 f"{self.effective_sharding}x{self.nproc}" if self.nproc > 1 else ""]
+        return " ".join(p for p in parts if p)
 
     def to_json(self) -> str:
-        d = asdict(self)
-        d["config_override"] = [list(kv) for kv in self.config_override]
-        return json.dumps(d)
+        return json.dumps(asdict(self))  # config_override's pairs become lists
 
     @classmethod
     def from_json(cls, text: str) -> ProfileConfig:
@@ -109,16 +97,12 @@ class ProfileConfig:
 
     def validate(self) -> None:
         """Checks that need no torch; raises InputError."""
-        if self.method not in METHODS:
-            raise InputError("method", f"unknown method '{self.method}'", METHODS)
-        if self.precision and self.precision not in PRECISIONS:
-            raise InputError("precision", f"unknown precision '{self.precision}'", PRECISIONS)
-        if self.optimizer not in OPTIMIZERS:
-            raise InputError("optimizer", f"unknown optimizer '{self.optimizer}'", OPTIMIZERS)
-        if self.attn not in ATTN_IMPLS:
-            raise InputError("attn", f"unknown attention implementation '{self.attn}'", ATTN_IMPLS)
-        if self.sharding not in SHARDINGS:
-            raise InputError("sharding", f"unknown sharding '{self.sharding}'", SHARDINGS)
+        for name, allowed, what in (("method", METHODS, "method"), ("precision", PRECISIONS, "precision"),
+                                    ("optimizer", OPTIMIZERS, "optimizer"), ("sharding", SHARDINGS, "sharding"),
+                                    ("attn", ATTN_IMPLS, "attention implementation")):
+            value = getattr(self, name)
+            if value not in allowed and (value or name != "precision"):  # precision "": the device's default
+                raise InputError(name, f"unknown {what} '{value}'", allowed)
         for name in ("seq_len", "micro_batch", "grad_accum", "nproc", "steps", "lora_rank", "group_size",
                      "completion_len"):
             if getattr(self, name) < 1:
@@ -184,7 +168,8 @@ def parse_on_off(s: str) -> bool:
     raise InputError("grad-ckpt", f"bad value '{s}'", ["on", "off"])
 
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(h|hr|hours?|m|min|minutes?|s|sec|seconds?)?", re.I)
+_DURATION_PART = r"(\d+(?:\.\d+)?)(h|hr|hours?|min|minutes?|m|sec|seconds?|s)?"
+"""A number and its unit (none: seconds); the longer unit names first, so `10min` is one part."""
 
 
 def parse_duration(text: str) -> float:
@@ -192,16 +177,10 @@ def parse_duration(text: str) -> float:
     s = str(text).strip().lower().replace(" ", "")
     if not s:
         raise InputError("budget", "is empty; give a duration like 90s, 10m or 1h")
-    pos = 0
-    total = 0.0
-    for m in _DURATION_RE.finditer(s):
-        if m.start() != pos:
-            break
-        unit = (m.group(2) or "s")[0]
-        total += float(m.group(1)) * {"h": 3600.0, "m": 60.0, "s": 1.0}[unit]
-        pos = m.end()
-    if pos != len(s):
+    if not re.fullmatch(f"(?:{_DURATION_PART})+", s):
         raise InputError("budget", f"cannot read duration '{text}'; give e.g. 90s, 10m, 1h or 1h30m")
+    unit_s = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    total = sum(float(n) * unit_s[(unit or "s")[0]] for n, unit in re.findall(_DURATION_PART, s))
     if total <= 0:
         raise InputError("budget", f"'{text}' is no time at all; give e.g. --budget 10m")
     return total
@@ -220,16 +199,13 @@ def parse_overrides(text: str | None) -> tuple[tuple[str, Any], ...]:
             continue
         if "=" not in part:
             raise InputError("config-override", f"'{part}' is not key=value")
-        key, raw = part.split("=", 1)
-        key = key.strip()
-        raw = raw.strip()
+        key, raw = (x.strip() for x in part.split("=", 1))
         if not re.fullmatch(r"[A-Za-z_]\w*", key):
             raise InputError("config-override", f"bad key '{key}'")
         try:
             value: Any = json.loads(raw)
         except json.JSONDecodeError:
-            low = raw.lower()
-            value = {"true": True, "false": False, "none": None}.get(low, raw)
+            value = {"true": True, "false": False, "none": None}.get(raw.lower(), raw)
         out.append((key, value))
     return tuple(out)
 

@@ -8,6 +8,7 @@ and of a few large tensor copies (read + write = 2 x bytes moved).
 from __future__ import annotations
 
 import contextlib
+import json
 import platform
 import re
 import time
@@ -91,18 +92,13 @@ def _time_op(fn: Any, device: str, min_time: float, max_reps: int = 50) -> float
     """Best seconds per call: one warm-up call, then calls until min_time has passed."""
     fn()
     sync(device)
-    best = float("inf")
-    total = 0.0
-    reps = 0
-    while reps < max_reps and (total < min_time or reps < 2):
+    times: list[float] = []
+    while len(times) < max_reps and (sum(times) < min_time or len(times) < 2):
         t0 = time.perf_counter()
         fn()
         sync(device)
-        dt = time.perf_counter() - t0
-        best = min(best, dt)
-        total += dt
-        reps += 1
-    return best
+        times.append(time.perf_counter() - t0)
+    return min(times)
 
 
 def best_of_rounds(measure: Any, rounds: int = ROUNDS, max_spread: float = MAX_SPREAD) -> tuple[float, float]:
@@ -112,9 +108,7 @@ def best_of_rounds(measure: Any, rounds: int = ROUNDS, max_spread: float = MAX_S
     for _attempt in range(2):
         vals = [float(measure()) for _ in range(rounds)]
         hi, lo = max(vals), min(vals)
-        s = hi / lo - 1.0 if lo > 0 else float("inf")
-        if s < spread:
-            spread = s
+        spread = min(spread, hi / lo - 1.0 if lo > 0 else float("inf"))
         best = max(best, hi)
         if spread <= max_spread:
             break
@@ -283,11 +277,7 @@ def save_entry(entry: dict[str, Any], out: str | Path | None = None) -> Path:
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise InputError("out", f"{path}: give a .yaml, .yml or .json file, or a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".json":
-        import json
-
-        text = json.dumps(entry, indent=2) + "\n"
-    else:
-        text = yaml.safe_dump(entry, sort_keys=False)
+    json_file = path.suffix.lower() == ".json"
+    text = json.dumps(entry, indent=2) + "\n" if json_file else yaml.safe_dump(entry, sort_keys=False)
     write_user_text(path, text, "out", "GPU file (YAML or JSON)")  # all at once: an earlier entry stays whole
     return path
