@@ -37,6 +37,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from tuneplan.profile.device import sync
+
 GIB = 1024**3
 """Bytes per GiB."""
 DEFAULT_WARMUP_STEPS = 2
@@ -114,14 +116,14 @@ class TuneplanCallback(TrainerCallback):
         self._train_t0 = time.perf_counter()
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._sync()
+        sync(self._device)
         self._cur = _Counts()
         self._t0 = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._t0 is None:
             return
-        self._sync()
+        sync(self._device)
         c = self._cur
         self.steps.append(_Step(time.perf_counter() - self._t0, c.padded, c.real, c.samples))
         self._t0 = None
@@ -147,14 +149,10 @@ class TuneplanCallback(TrainerCallback):
     def _on_forward(self, module, args, kwargs):
         if not getattr(module, "training", False):
             return None
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None:
-            ids = kwargs.get("inputs_embeds")
-            if ids is None:
-                return None
-            shape = tuple(ids.shape[:-1])
-        else:
-            shape = tuple(ids.shape)
+        ids, embeds = kwargs.get("input_ids", args[0] if args else None), kwargs.get("inputs_embeds")
+        if ids is None and embeds is None:
+            return None
+        shape = tuple(ids.shape) if ids is not None else tuple(embeds.shape[:-1])
         n = math.prod(int(s) for s in shape)
         mask = kwargs.get("attention_mask")
         real = int(mask.sum().item()) if mask is not None and getattr(mask, "dim", lambda: 0)() == 2 else n
@@ -166,17 +164,6 @@ class TuneplanCallback(TrainerCallback):
             c.max_tokens = max(c.max_tokens, n)
             c.lengths.add(int(shape[-1]))
         return None
-
-    def _sync(self) -> None:
-        if self._device == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-
-    def _warm(self) -> tuple[list[_Step], int]:
-        if len(self.steps) > self.warmup_steps:
-            return self.steps[self.warmup_steps:], self.warmup_steps
-        return self.steps, 0
 
     def _memory(self) -> dict[str, Any]:
         if self._device == "cuda":
@@ -197,7 +184,8 @@ class TuneplanCallback(TrainerCallback):
     def _build_row(self, args, state, model) -> dict[str, Any]:
         from tuneplan.integrations.describe import describe_run
 
-        warm, skipped = self._warm()
+        skipped = self.warmup_steps if len(self.steps) > self.warmup_steps else 0
+        warm = self.steps[skipped:]
         times = sorted(s.seconds for s in warm)
         med = statistics.median(times)
         padded = statistics.median(s.padded for s in warm)
