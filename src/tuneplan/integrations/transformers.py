@@ -45,8 +45,6 @@ DEFAULT_WARMUP_STEPS = 2
 """Optimizer steps left out of the timing at the start (CUDA context, allocator growth, autotuning)."""
 SOURCE = "callback"
 """`source` column of recorded rows."""
-JSON_COLUMNS = ("model_config_json", "peft_config_json", "training_args_json")
-"""Extra columns holding the configuration as JSON."""
 TRAINING_ARG_KEYS = (
     "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps", "bf16", "fp16",
     "optim", "gradient_checkpointing", "gradient_checkpointing_kwargs", "deepspeed", "fsdp", "fsdp_config",

@@ -77,10 +77,8 @@ class PeakTracker:
             torch.cuda.reset_peak_memory_stats()
             self.baseline = torch.cuda.memory_allocated()
             return
-        self.use_hwm = False
         try:
-            with self._clear_refs.open("w") as f:
-                f.write("5")
+            self._clear_refs.write_text("5")
             self.use_hwm = _status_kib("VmHWM") is not None
         except OSError:
             self.use_hwm = False
@@ -122,11 +120,11 @@ class PeakTracker:
         return max(self._poll_peak, current_rss_bytes())
 
     def peak_reserved_bytes(self) -> int | None:
-        if self.cuda:
-            import torch
+        if not self.cuda:
+            return None
+        import torch
 
-            return int(torch.cuda.max_memory_reserved())
-        return None
+        return int(torch.cuda.max_memory_reserved())
 
     def growth_bytes(self) -> int:
         return max(0, self.peak_bytes() - self.baseline)
