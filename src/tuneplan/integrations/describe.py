@@ -79,20 +79,16 @@ def _precision(args, model) -> str:
 
 
 def _sharding(args, world: int) -> str:
-    ds = getattr(args, "hf_deepspeed_config", None)
     if getattr(args, "deepspeed", None):
-        stage = None
-        cfg = getattr(ds, "config", None) if ds is not None else None
-        if isinstance(cfg, dict):
-            stage = (cfg.get("zero_optimization") or {}).get("stage")
-            off = (cfg.get("zero_optimization") or {}).get("offload_param") or {}
-            if stage == 3 and str(off.get("device", "none")) in ("cpu", "nvme"):
-                return "zero3-offload"
+        cfg = getattr(getattr(args, "hf_deepspeed_config", None), "config", None)
+        zero = (cfg.get("zero_optimization") or {}) if isinstance(cfg, dict) else {}
+        stage = zero.get("stage")
+        if stage == 3 and str((zero.get("offload_param") or {}).get("device", "none")) in ("cpu", "nvme"):
+            return "zero3-offload"
         return f"zero{stage}" if stage in (1, 2, 3) else "zero3"
     fsdp = getattr(args, "fsdp", None)
     if fsdp:
-        text = " ".join(str(x) for x in fsdp) if isinstance(fsdp, list | tuple) else str(fsdp)
-        text = text.lower()
+        text = (" ".join(map(str, fsdp)) if isinstance(fsdp, list | tuple) else str(fsdp)).lower()
         return "fsdp-grad-op" if "shard_grad_op" in text else "fsdp-hybrid" if "hybrid" in text else "fsdp-full"
     return "ddp" if world > 1 else "none"
 
@@ -180,14 +176,9 @@ def predict_row(row: dict[str, Any], model, gpu) -> dict[str, Any] | None:
     from tuneplan.specs.job import METHODS, OPTIMIZERS, STAGES
     from tuneplan.specs.model_config import model_from_config
 
-    if isinstance(gpu, GPUSpec):
-        gspec = gpu
-    elif gpu:
-        gspec = resolve_gpu(str(gpu))
-    elif str(row.get("gpu", "")).startswith("local-"):
+    if not gpu and str(row.get("gpu", "")).startswith("local-"):
         return None
-    else:
-        gspec = resolve_gpu(str(row["gpu"]))
+    gspec = gpu if isinstance(gpu, GPUSpec) else resolve_gpu(str(gpu or row["gpu"]))
     config = getattr(_base(model), "config", None)
     mspec = model_from_config(config.to_dict(), row["model"])
     method = row["method"] if row["method"] in METHODS else "lora"
