@@ -98,30 +98,15 @@ def preflight(configs: Sequence[ProfileConfig], src: ModelSource) -> list[Profil
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, total: float, budget: bool) -> Iterator[Any]:
-    if not enabled:
-        yield None
-        return
+def _progress(enabled: bool, total: float, budget: bool) -> Iterator[tuple[Any, Any]]:
+    """(rich progress bar on stderr, its task); with a budget the bar shows the time left."""
+    from rich import progress as rp
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
-    cols: list[Any] = [SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn()]
-    if budget:
-        cols += [TextColumn("{task.fields[left]}")]
-    else:
-        cols += [MofNCompleteColumn(), TimeRemainingColumn()]
-    cols += [TimeElapsedColumn()]
-    with Progress(*cols, console=Console(stderr=True), transient=False) as progress:
-        task = progress.add_task("profiling", total=total, left="")
-        yield (progress, task)
+    cols: list[Any] = [rp.SpinnerColumn(), rp.TextColumn("[bold]{task.description}"), rp.BarColumn()]
+    cols += [rp.TextColumn("{task.fields[left]}")] if budget else [rp.MofNCompleteColumn(), rp.TimeRemainingColumn()]
+    with rp.Progress(*cols, rp.TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled) as progress:
+        yield progress, progress.add_task("profiling", total=total, left="")
 
 
 def _fmt_s(s: float) -> str:
@@ -193,11 +178,9 @@ def profile_configs(configs: Sequence[ProfileConfig], src: ModelSource, out: str
     rows: list[dict[str, Any]] = []
     with _progress(progress, len(configs), budget=False) as bar:
         for cfg in configs:
-            if bar:
-                bar[0].update(bar[1], description=cfg.label())
+            bar[0].update(bar[1], description=cfg.label())
             rows.append(_measure_row(cfg, src, out, writer, echo))
-            if bar:
-                bar[0].advance(bar[1])
+            bar[0].advance(bar[1])
     return rows
 
 
@@ -282,17 +265,15 @@ def profile_auto(model: str, budget_s: float, target_error: float = 0.05,
     with _progress(bool(opts.get("progress")), budget_s, budget=True) as bar:
         def measure(feat: dict[str, Any]) -> dict[str, Any]:  # the row: read by sampling.as_measurement
             cfg = by_key[tuple(feat.items())]
-            if bar:
-                spent = time.perf_counter() - t_start
-                bar[0].update(bar[1], description=cfg.label(), completed=min(spent, budget_s),
-                              left=f"{_fmt_s(budget_s - spent)} left")
+            spent = time.perf_counter() - t_start
+            bar[0].update(bar[1], description=cfg.label(), completed=min(spent, budget_s),
+                          left=f"{_fmt_s(budget_s - spent)} left")
             rows.append(_measure_row(cfg, src, out, writer, echo))
             return rows[-1]
 
         def on_result(i: int, m: Measurement, point: CurvePoint, ch: Choice) -> None:
-            if bar:
-                bar[0].update(bar[1], completed=min(point.cost_s, budget_s),
-                              left=f"{_fmt_s(budget_s - point.cost_s)} left")
+            bar[0].update(bar[1], completed=min(point.cost_s, budget_s),
+                          left=f"{_fmt_s(budget_s - point.cost_s)} left")
             if curve_writer:
                 curve_writer.write({
                     "id": f"{session}-{point.n_runs}", "session": session, "run": point.n_runs,
