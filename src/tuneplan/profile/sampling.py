@@ -458,7 +458,6 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
             learner.fit(ok_cfgs, ok_y)
         overhead = estimate_overhead(res.measurements, steps_per_run)
         pending = [i for i in pending if i in left]
-        choice: Choice | None = None
         if pending:
             i = pending.pop(0)
             pred = None
@@ -475,8 +474,7 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
             if not fits.any():
                 res.stop_reason = "budget"
                 break
-            masked = np.where(fits, score, -np.inf)
-            j = int(np.argmax(masked))
+            j = int(np.argmax(np.where(fits, score, -np.inf)))
             choice = Choice(left[j], "uncertainty", float(score[j]), float(spread[j]), float(cost[j]))
         else:
             # fewer than two successful anchors (failures): the cheapest remaining by the proxy
@@ -493,9 +491,7 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
             raise InputError("budget", f"{budget_s:g} s is under one step of the cheapest configuration "
                                        f"({m.step_time_s:.3g} s per step measured); raise --budget")
         if not m.ok:
-            for k in left:
-                if k != i and _dominates(fmap, cands[k], cands[i]):
-                    infeasible.add(k)
+            infeasible.update(k for k in left if k != i and _dominates(fmap, cands[k], cands[i]))
         ok_cfgs, ok_y = res.ok_points()
         loo = None
         if len(ok_y) >= 2:
