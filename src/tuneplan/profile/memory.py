@@ -190,9 +190,6 @@ class MemoryCap:
                 f"{self.cap_gib:g}")
 
 
-_FROZEN = False
-
-
 def release_freed_memory() -> None:
     """Collect the previous configuration's objects and give the freed memory back to the OS (glibc
     keeps it resident otherwise, and the next configuration's RSS would not show its own allocations).
@@ -202,11 +199,9 @@ def release_freed_memory() -> None:
     """
     import gc
 
-    global _FROZEN
     gc.collect()
-    if not _FROZEN:
+    if not gc.get_freeze_count():
         gc.freeze()
-        _FROZEN = True
     try:
         import ctypes
 
