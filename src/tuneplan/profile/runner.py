@@ -684,7 +684,7 @@ def _run_in_child(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str
     from tuneplan.profile.isolate import ChildDied, run_isolated
 
     try:
-        return run_isolated(_run_here, cfg, src, device, device=device)
+        return run_isolated(_run_here, cfg, src, device)
     except ChildDied as died:
         return failure_row(cfg, src, device, died, died.killed)
 
