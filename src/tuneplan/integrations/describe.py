@@ -95,10 +95,8 @@ def _sharding(args, world: int) -> str:
 
 def _ckpt_on(model) -> bool:
     base = _base(model) if model is not None else None
-    for attr in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if base is not None and attr in dir(type(base)):
-            return bool(getattr(base, attr, False))
-    return False
+    attrs = [a for a in ("is_activation_checkpointing", "is_gradient_checkpointing") if a in dir(type(base))]
+    return bool(base is not None and attrs and getattr(base, attrs[0], False))
 
 
 def _args_json(args) -> str:

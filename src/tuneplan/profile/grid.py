@@ -42,8 +42,7 @@ def _as_list(value: Any, default: Sequence[Any]) -> list[Any]:
         return list(default)
     if isinstance(value, (str, int, float, bool)):
         return [value]
-    out = list(value)
-    return out if out else list(default)
+    return list(value) or list(default)
 
 
 _SCALAR_OPTS = ("lora_targets", "lora_alpha", "sharding", "device", "threads", "max_mem_gib", "seed", "gpu_name",

@@ -386,8 +386,7 @@ def _run_steps(steps: _Steps, cfg: ProfileConfig, dist: DistContext | None, para
 
 def _record_peaks(out: Measured, tracker: PeakTracker, dist: DistContext | None) -> None:
     """The tracker's peaks into `out`; data parallel: step times and peaks of the slowest / largest rank."""
-    out.peak_bytes = tracker.peak_bytes()
-    out.peak_growth_bytes = tracker.growth_bytes()
+    out.peak_bytes, out.peak_growth_bytes = tracker.peak_bytes(), tracker.growth_bytes()
     out.peak_reserved_bytes = tracker.peak_reserved_bytes()
     if dist is None:
         return
