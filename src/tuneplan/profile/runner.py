@@ -337,16 +337,10 @@ class _Steps:
                 with _autocast(cfg, self.device):
                     loss = model(input_ids=self.batch, labels=self.batch).loss / cfg.grad_accum
                 cap.check("forward")
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                else:
-                    loss.backward()
+                scaler.scale(loss).backward()
             cap.check("backward")
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
+        scaler.step(opt)  # a disabled scaler (all but amp-fp16) passes the loss and the step through
+        scaler.update()
         opt.zero_grad(set_to_none=True)
         cap.check("optimizer step")
 
@@ -436,7 +430,7 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
             g = torch.Generator().manual_seed(cfg.seed + 1 + (dist.rank if dist else 0))
             batch = torch.randint(0, built.vocab_size, (cfg.micro_batch, cfg.seq_len), generator=g).to(device)
             out.longest_batch_tokens = int(batch.numel())  # every micro-batch is this one
-            scaler = torch.amp.GradScaler("cuda") if cfg.precision == "amp-fp16" else None
+            scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "amp-fp16")
             steps = _Steps(cfg, device, dist, cap, model, opt, batch, scaler)
             opt = scaler = None
             _run_steps(steps, cfg, dist, params, out)
