@@ -66,7 +66,6 @@ def worker_main(cfg_path: str, src_path: str, res_path: str) -> int:
     src = ModelSource(**json.loads(Path(src_path).read_text(encoding="utf-8")))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     cuda = cfg.device.startswith("cuda")
     device = f"cuda:{local}" if cuda else "cpu"
     if cuda:
@@ -112,7 +111,7 @@ def worker_main(cfg_path: str, src_path: str, res_path: str) -> int:
         del buf
         return statistics.median(times)
 
-    ctx = DistContext(rank=rank, world=world, sharding=sharding, wrap=wrap, no_sync=no_sync,
+    ctx = DistContext(rank=rank, wrap=wrap, no_sync=no_sync,
                       max_over_ranks=max_over_ranks, allreduce_time=allreduce_time)
     m = Measured()
     try:

@@ -291,8 +291,6 @@ class DistContext:
     """Set by the torchrun worker (profile.distributed) for data-parallel measurements."""
 
     rank: int
-    world: int
-    sharding: str  # ddp | fsdp
     wrap: Callable[[Any], Any]
     no_sync: Callable[[Any], contextlib.AbstractContextManager[Any]]
     max_over_ranks: Callable[[list[float]], list[float]]
