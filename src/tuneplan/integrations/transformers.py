@@ -38,9 +38,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from tuneplan.profile.device import sync
+from tuneplan.profile.memory import GIB
 
-GIB = 1024**3
-"""Bytes per GiB."""
 DEFAULT_WARMUP_STEPS = 2
 """Optimizer steps left out of the timing at the start (CUDA context, allocator growth, autotuning)."""
 SOURCE = "callback"
