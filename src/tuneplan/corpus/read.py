@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 from tuneplan.errors import InputError
 
 SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
-FILE_KINDS = ("jsonl", "json", "csv", "parquet", "arrow")
 BATCH_ROWS = 4096
 """Rows handed on per batch (pyarrow's readers choose their own block sizes; this bounds a JSON list's)."""
 JSON_BLOCK_BYTES = 8 << 20

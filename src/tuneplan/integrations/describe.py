@@ -17,6 +17,13 @@ SHARDING_TO_JOB = {"fsdp-full": "fsdp", "none": "ddp"}
 STAGE_OF_ARGS = {"SFTConfig": "sft", "TrainingArguments": "sft", "DPOConfig": "dpo", "ORPOConfig": "orpo",
                  "KTOConfig": "kto", "CPOConfig": "cpo", "GRPOConfig": "grpo", "PPOConfig": "ppo", "RLOOConfig": "rloo"}
 """TRL / transformers argument classes -> the runs `stage` (CPO with loss_type simpo: simpo)."""
+TRAINING_ARG_KEYS = (
+    "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps", "bf16", "fp16",
+    "optim", "gradient_checkpointing", "gradient_checkpointing_kwargs", "deepspeed", "fsdp", "fsdp_config",
+    "torch_compile", "max_length", "max_seq_length", "packing", "padding_free", "use_liger_kernel", "world_size",
+    "seed", "learning_rate",
+)
+"""Training arguments kept in `training_args_json` (the ones that describe the run's cost)."""
 
 
 def _stage(args) -> str:
@@ -100,8 +107,6 @@ def _ckpt_on(model) -> bool:
 
 
 def _args_json(args) -> str:
-    from tuneplan.integrations.transformers import TRAINING_ARG_KEYS
-
     d = args.to_dict() if hasattr(args, "to_dict") else {}
     keep = {k: d.get(k, getattr(args, k, None)) for k in TRAINING_ARG_KEYS if k in d or hasattr(args, k)}
     return json.dumps({k: getattr(v, "value", v) for k, v in keep.items()}, default=str, sort_keys=True)

@@ -44,13 +44,6 @@ DEFAULT_WARMUP_STEPS = 2
 """Optimizer steps left out of the timing at the start (CUDA context, allocator growth, autotuning)."""
 SOURCE = "callback"
 """`source` column of recorded rows."""
-TRAINING_ARG_KEYS = (
-    "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps", "bf16", "fp16",
-    "optim", "gradient_checkpointing", "gradient_checkpointing_kwargs", "deepspeed", "fsdp", "fsdp_config",
-    "torch_compile", "max_length", "max_seq_length", "packing", "padding_free", "use_liger_kernel", "world_size",
-    "seed", "learning_rate",
-)
-"""Training arguments kept in `training_args_json` (the ones that describe the run's cost)."""
 
 log = logging.getLogger("tuneplan")
 
