@@ -91,13 +91,11 @@ class FeatureMap:
 
     def __init__(self, candidates: Sequence[Config], cat_slopes: bool = False) -> None:
         self.cat_slopes = cat_slopes
-        keys = list(dict.fromkeys(k for c in candidates for k in c))
         self.numeric: list[str] = []
         self.categorical: dict[str, list[Any]] = {}
         self.levels: dict[str, list[float]] = {}
-        for k in keys:
-            vals = [c.get(k) for c in candidates]
-            distinct = list(dict.fromkeys(vals))
+        for k in dict.fromkeys(k for c in candidates for k in c):
+            distinct = list(dict.fromkeys(c.get(k) for c in candidates))
             if len(distinct) < 2:
                 continue
             nums = [v for v in distinct if v is not None]
