@@ -80,15 +80,13 @@ def preflight(configs: Sequence[ProfileConfig], src: ModelSource) -> list[Profil
     from tuneplan.profile.runner import build_config, prepare
 
     out = []
-    checked: dict[tuple[Any, ...], tuple[ProfileConfig, str]] = {}
+    checked: dict[tuple[Any, ...], ProfileConfig] = {}
     layers_ok: set[int | None] = set()
     for c in configs:
         key = (c.method, c.precision, c.optimizer, c.attn, c.nproc, c.device, c.lora_targets)
         if key not in checked:
-            resolved, _, device = prepare(c, src)
-            checked[key] = (resolved, device)
-        resolved, device = checked[key]
-        c = replace(c, device=device, precision=resolved.precision)
+            checked[key] = prepare(c, src)[0]
+        c = replace(c, device=checked[key].device, precision=checked[key].precision)
         if c.layers not in layers_ok:
             build_config(src, c)
             layers_ok.add(c.layers)
