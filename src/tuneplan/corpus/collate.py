@@ -15,7 +15,7 @@ fraction of the full causal attention it computes is sum(l^2) / (sequences x len
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from tuneplan.errors import InputError
@@ -55,12 +55,13 @@ class Collation:
         return 1.0 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "seq_len": self.seq_len, "micro_batch": self.micro_batch,
-                "examples": self.examples, "examples_cut": self.examples_cut, "tokens_cut": self.tokens_cut,
-                "real_tokens": self.real_tokens, "samples": self.samples, "micro_batches": self.micro_batches,
-                "padded_tokens": self.padded_tokens, "padding_waste": self.padding_waste,
-                "batch_len_p50": self.batch_len_p50, "batch_len_p99": self.batch_len_p99,
-                "batch_len_max": self.batch_len_max, "attention_fraction": self.attention_fraction}
+        """The figures (not the batch lengths), padding_waste after padded_tokens."""
+        out: dict[str, Any] = {}
+        for f in fields(self)[:-1]:
+            out[f.name] = getattr(self, f.name)
+            if f.name == "padded_tokens":
+                out["padding_waste"] = self.padding_waste
+        return out
 
 
 def truncate(lengths, seq_len: int | None):
@@ -168,25 +169,19 @@ def collate(lengths, *, micro_batch: int, seq_len: int | None = None, padding: s
     cut_len, n_cut, t_cut = truncate(raw, None if wrapped else seq_len)
     real = int(raw.sum()) if wrapped else int(cut_len.sum())
     longest = int(cut_len.max())
-    if packing:
+    samples, attention = len(raw), None
+    if packing or padding == "max":  # every micro-batch one length
         s = int(seq_len or longest)
-        samples = -(-real // s) if wrapped else pack_bfd(cut_len, s)
-        mb, sizes = np.full(-(-samples // micro_batch), s, dtype=np.int64), None
-        padded = samples * s
-        attention = None if wrapped else float((cut_len.astype(np.float64) ** 2).sum() / (samples * float(s) ** 2))
-        mode = f"packed ({packing_strategy})"
-    elif padding == "max":
-        s = int(seq_len or longest)
-        samples = len(raw)
+        if packing:
+            samples = -(-real // s) if wrapped else pack_bfd(cut_len, s)
+            attention = None if wrapped else float((cut_len.astype(np.float64) ** 2).sum() / (samples * float(s) ** 2))
         mb = np.full(-(-samples // micro_batch), s, dtype=np.int64)
-        padded, attention, mode = samples * s, None, "padded to max"
+        padded, mode = samples * s, f"packed ({packing_strategy})" if packing else "padded to max"
     else:
         mb, sizes = (longest_batches if padding == "longest" else grouped_batches)(cut_len, micro_batch, seed)
-        samples = len(raw)
-        padded = int((mb * sizes).sum())
-        attention, mode = None, ("padded to the longest in each batch" if padding == "longest"
-                                 else "group-by-length, padded to the longest in each batch")
-        s = seq_len
+        padded, s = int((mb * sizes).sum()), seq_len
+        mode = ("padded to the longest in each batch" if padding == "longest"
+                else "group-by-length, padded to the longest in each batch")
     return Collation(mode=mode, seq_len=None if s is None else int(s), micro_batch=micro_batch, examples=len(raw),
                      examples_cut=n_cut, tokens_cut=t_cut, real_tokens=real, samples=int(samples),
                      micro_batches=len(mb), padded_tokens=int(padded),

@@ -11,20 +11,31 @@ from __future__ import annotations
 from typing import Any
 
 
-def _string_lengths(batch: Any, name: str):
-    """Characters per row of a string column with no nulls, or None."""
-    import numpy as np
+def _column(batch: Any, name: str) -> Any:
+    """The batch's column `name` as one array, or None."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if name not in batch.schema.names:
         return None
     col = batch.column(name)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)) or col.null_count:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _utf8_lengths(array: Any):
+    import numpy as np
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.utf8_length(array).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _string_lengths(batch: Any, name: str):
+    """Characters per row of a string column with no nulls, or None."""
+    import pyarrow as pa
+
+    col = _column(batch, name)
+    if col is None or not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)) or col.null_count:
         return None
-    return np.asarray(pc.utf8_length(col).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return _utf8_lengths(col)
 
 
 def _chat_chars(batch: Any):
@@ -35,11 +46,9 @@ def _chat_chars(batch: Any):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if "messages" not in batch.schema.names:
+    col = _column(batch, "messages")
+    if col is None:
         return None
-    col = batch.column("messages")
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
     t = col.type
     if not pa.types.is_list(t) or col.null_count or not pa.types.is_struct(t.value_type):
         return None
@@ -54,8 +63,7 @@ def _chat_chars(batch: Any):
     role, content = flat.field("role"), flat.field("content")
     if flat.null_count or role.null_count or content.null_count:
         return None
-    chars = (np.asarray(pc.utf8_length(role).to_numpy(zero_copy_only=False), dtype=np.int64)
-             + np.asarray(pc.utf8_length(content).to_numpy(zero_copy_only=False), dtype=np.int64) + 3)
+    chars = _utf8_lengths(role) + _utf8_lengths(content) + 3
     parent = np.repeat(np.arange(n), counts)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     pos = np.arange(len(parent)) - starts[parent]
@@ -75,26 +83,17 @@ def char_counts(batch: Any, shape: str, chars_per_token: float):
     or None where the batch needs the row-by-row reading."""
     import numpy as np
 
-    def tokens(chars):
-        return np.ceil(chars / chars_per_token).astype(np.int64)
-
+    chars = None
     if shape == "text":
         text = _string_lengths(batch, "text")
-        if text is None:
-            return None
-        length = tokens(text)
-        return np.zeros_like(length), length, length.copy()
-    if shape == "prompt-completion":
+        chars = None if text is None else (np.zeros_like(text), text)
+    elif shape == "prompt-completion":
         p, c = _string_lengths(batch, "prompt"), _string_lengths(batch, "completion")
-        if p is None or c is None:
-            return None
-        length = tokens(p + c)
-        return tokens(p), length, length.copy()
-    if shape == "chat":
-        pc_chars = _chat_chars(batch)
-        if pc_chars is None:
-            return None
-        p, c = pc_chars
-        length = tokens(p + c)
-        return tokens(p), length, length.copy()
-    return None
+        chars = None if p is None or c is None else (p, c)
+    elif shape == "chat":
+        chars = _chat_chars(batch)
+    if chars is None:
+        return None
+    prompt = np.ceil(chars[0] / chars_per_token).astype(np.int64)
+    length = np.ceil((chars[0] + chars[1]) / chars_per_token).astype(np.int64)
+    return prompt, length, length.copy()

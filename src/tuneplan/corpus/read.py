@@ -19,9 +19,11 @@ Shapes (`--data-format`, else detected from the columns of the first rows):
 
 from __future__ import annotations
 
+import csv
+import itertools
 import json
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -29,7 +31,6 @@ from typing import Any, NamedTuple
 from tuneplan.errors import InputError
 
 SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
-FILE_KINDS = ("jsonl", "json", "csv", "parquet", "arrow")
 BATCH_ROWS = 4096
 """Rows handed on per batch (pyarrow's readers choose their own block sizes; this bounds a JSON list's)."""
 JSON_BLOCK_BYTES = 8 << 20
@@ -82,21 +83,18 @@ def file_kind(path: Path) -> str:
     return kind
 
 
+SHAPE_COLUMNS = (({"messages"}, "chat"), ({"conversations"}, "chat"), ({"chosen", "rejected"}, "preference"),
+                 ({"prompt", "completion"}, "prompt-completion"), ({"instruction", "output"}, "alpaca"),
+                 ({"text"}, "text"), ({"prompt"}, "rl-prompt"))
+"""The columns that tell each shape, the first match winning."""
+
+
 def detect_shape(columns: list[str], path: str) -> str:
     """The row shape from the column names."""
     cols = set(columns)
-    if "messages" in cols or "conversations" in cols:
-        return "chat"
-    if {"chosen", "rejected"} <= cols:
-        return "preference"
-    if {"prompt", "completion"} <= cols:
-        return "prompt-completion"
-    if {"instruction", "output"} <= cols:
-        return "alpaca"
-    if "text" in cols:
-        return "text"
-    if "prompt" in cols:
-        return "rl-prompt"
+    for need, shape in SHAPE_COLUMNS:
+        if need <= cols:
+            return shape
     raise InputError("data-format", f"{path}: no known row shape in the columns ({', '.join(sorted(cols)) or 'none'}); "
                                     "name it", SHAPES)
 
@@ -174,103 +172,85 @@ def to_example(row: dict, shape: str) -> Example:
 
 # ---- files as batches of row dicts --------------------------------------------------------------------------
 
-def _jsonl_lines(path: Path, start_row: int) -> Iterator[tuple[int, Any, int]]:
-    """(row number, parsed object or the JSON error, bytes read) of each non-blank line from `start_row` on."""
-    row = 0
-    with path.open("rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row += 1
-            if row < start_row:
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as exc:
-                obj = BadRow(f"not valid JSON ({str(exc).split(':')[0]})")
-            if not isinstance(obj, (dict, BadRow)):
-                obj = BadRow(f"a JSON {type(obj).__name__}, not an object")
-            yield row, obj, f.tell()
+def _chunks(rows: Iterator[tuple[int, Any, int]]) -> Iterator[tuple[int, list, int]]:
+    """Numbered rows (row number, dict or BadRow, progress units) in batches of BATCH_ROWS."""
+    while chunk := list(itertools.islice(rows, BATCH_ROWS)):
+        yield chunk[0][0], [row for _, row, _ in chunk], chunk[-1][2]
 
 
-def _arrow_batches(path: Path, open_reader) -> Generator[tuple[int, Any, int], None, tuple[int, bool]]:
-    """pyarrow's streaming reader over the file, as (first row, record batch, bytes read); it stops at a
-    batch pyarrow cannot parse. Returns (rows read, whether that was the whole file): the caller reads the
-    rest row by row to find the bad one."""
+def _jsonl_rows(f: Any, start_row: int) -> Iterator[tuple[int, Any, int]]:
+    """(row number, parsed object or BadRow, bytes read) of each non-blank line from `start_row` on."""
+    lines = (line for line in f if line.strip())
+    for row, line in enumerate(lines, start=1):
+        if row < start_row:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            obj = BadRow(f"not valid JSON ({str(exc).split(':')[0]})")
+        yield row, obj if isinstance(obj, (dict, BadRow)) else BadRow(f"a JSON {type(obj).__name__}, not an object"), f.tell()
+
+
+def _csv_rows(f: Any, start_row: int) -> Iterator[tuple[int, Any, int]]:
+    """(row number, dict or BadRow, bytes read) of each record from `start_row` on, read by the csv
+    module (a record of the wrong width is a bad row)."""
+    reader = csv.reader(line.decode("utf-8", "replace") for line in f)
+    header = next(reader, None) or []
+    for row, rec in enumerate(reader, start=1):
+        if row >= start_row:
+            yield row, (dict(zip(header, rec, strict=True)) if len(rec) == len(header)
+                        else BadRow(f"{len(rec)} fields, the header has {len(header)}")), f.tell()
+
+
+def _streamed(path: Path, open_reader, row_reader) -> Iterator[tuple[int, Any, int]]:
+    """pyarrow's streaming reader over the file, as (first row, record batch, bytes read); where it fails
+    (a bad line, a field changing type) the rest of the file is read by `row_reader`, which finds the
+    exact bad row."""
     import pyarrow as pa
 
     done = 0
-    try:
-        with path.open("rb") as f:
+    with path.open("rb") as f:
+        try:
             for batch in open_reader(f):
                 yield done + 1, batch, f.tell()
                 done += batch.num_rows
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return done, False
-    return done, True
+            return
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            pass
+    with path.open("rb") as f:
+        yield from _chunks(row_reader(f, done + 1))
 
 
-def _batches_jsonl(path: Path) -> Iterator[tuple[int, list, int]]:
-    """pyarrow's streaming JSON reader; where it fails (a bad line, a field changing type) the rest of the
-    file is read line by line with the json module, which finds the exact row."""
+def _batches_jsonl(path: Path) -> Iterator[tuple[int, Any, int]]:
     import pyarrow.json as pj
 
     options = pj.ReadOptions(block_size=JSON_BLOCK_BYTES, use_threads=True)
-    done, whole = yield from _arrow_batches(path, lambda f: pj.open_json(f, read_options=options))
-    if whole:
-        return
-    buf: list = []
-    first = done + 1
-    read = 0
-    for row, obj, read in _jsonl_lines(path, done + 1):
-        buf.append(obj)
-        if len(buf) >= BATCH_ROWS:
-            yield first, buf, read
-            first, buf = row + 1, []
-    if buf:
-        yield first, buf, read
+    return _streamed(path, lambda f: pj.open_json(f, read_options=options), _jsonl_rows)
 
 
-def _batches_csv(path: Path) -> Iterator[tuple[int, list, int]]:
-    import csv
-
+def _batches_csv(path: Path) -> Iterator[tuple[int, Any, int]]:
     import pyarrow.csv as pc
 
     options = pc.ConvertOptions(strings_can_be_null=False)
-    done, whole = yield from _arrow_batches(path, lambda f: pc.open_csv(f, convert_options=options))
-    if whole:
-        return
-    # the row pyarrow could not parse, found with the csv module (a row of the wrong width is a bad row)
-    with path.open(newline="", encoding="utf-8", errors="replace") as f:
-        reader = csv.reader(f)
-        header = next(reader, None) or []
-        buf: list = []
-        first = done + 1
-        for i, rec in enumerate(reader, start=1):
-            if i <= done:
-                continue
-            buf.append(dict(zip(header, rec, strict=True)) if len(rec) == len(header) else
-                       BadRow(f"{len(rec)} fields, the header has {len(header)}"))
-            if len(buf) >= BATCH_ROWS:
-                yield first, buf, 0  # a text file read by lines cannot tell its position: no progress
-                first, buf = i + 1, []
-        if buf:
-            yield first, buf, os.path.getsize(path)
+    return _streamed(path, lambda f: pc.open_csv(f, convert_options=options), _csv_rows)
 
 
-def _batches_parquet(path: Path) -> Iterator[tuple[int, list, int]]:
+def _numbered(batches: Any, total_rows: int, units: int) -> Iterator[tuple[int, Any, int]]:
+    """(first row, record batch, progress units) of pyarrow batches: `units` in all over `total_rows` rows."""
+    done = 0
+    for batch in batches:
+        yield done + 1, batch, units * (done + batch.num_rows) // max(1, total_rows)
+        done += batch.num_rows
+
+
+def _batches_parquet(path: Path) -> Iterator[tuple[int, Any, int]]:
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow's errors for a damaged file vary (ArrowInvalid, OSError)
         raise InputError("data", f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-    total = max(1, pf.metadata.num_rows)
-    size = os.path.getsize(path)
-    done = 0
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-        yield done + 1, batch, int(size * (done + batch.num_rows) / total)
-        done += batch.num_rows
+    return _numbered(pf.iter_batches(batch_size=BATCH_ROWS), pf.metadata.num_rows, os.path.getsize(path))
 
 
 def _batches_json(path: Path) -> Iterator[tuple[int, list, int]]:
@@ -287,14 +267,12 @@ def _batches_json(path: Path) -> Iterator[tuple[int, list, int]]:
     if not isinstance(data, list):
         raise InputError("data", f"{path}: a JSON {type(data).__name__}; expected a list of rows")
     size = os.path.getsize(path)
-    for start in range(0, len(data), BATCH_ROWS):
-        rows = [r if isinstance(r, dict) else BadRow(f"a JSON {type(r).__name__}, not an object")
-                for r in data[start:start + BATCH_ROWS]]
-        yield start + 1, rows, int(size * min(len(data), start + BATCH_ROWS) / max(1, len(data)))
+    return _chunks((i + 1, r if isinstance(r, dict) else BadRow(f"a JSON {type(r).__name__}, not an object"),
+                    size * (i + 1) // len(data)) for i, r in enumerate(data))
 
 
-def _open_saved(path: Path, state: ReadState):
-    """A save_to_disk folder's Dataset (a DatasetDict's train split, or its only one)."""
+def _batches_arrow(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
+    """A save_to_disk folder's Dataset (a DatasetDict's train split, or its only one) in Arrow tables."""
     import datasets
 
     try:
@@ -302,21 +280,11 @@ def _open_saved(path: Path, state: ReadState):
     except Exception as exc:  # datasets raises FileNotFoundError / ValueError for folders it cannot read
         raise InputError("data", f"{path}: not a readable datasets folder ({str(exc).splitlines()[0]})") from None
     if isinstance(ds, datasets.DatasetDict):
-        split = "train" if "train" in ds else next(iter(ds), None)
-        if split is None:
+        state.split = "train" if "train" in ds else next(iter(ds), None)
+        if state.split is None:
             raise InputError("data", f"{path}: a DatasetDict with no splits")
-        state.split = split
-        ds = ds[split]
-    return ds
-
-
-def _batches_arrow(path: Path, state: ReadState) -> Iterator[tuple[int, list, int]]:
-    ds = _open_saved(path, state)
-    total = max(1, len(ds))
-    done = 0
-    for table in ds.with_format("arrow").iter(batch_size=BATCH_ROWS):
-        yield done + 1, table, int(total and (done + table.num_rows) * 1_000_000 / total)
-        done += table.num_rows
+        ds = ds[state.split]
+    return _numbered(ds.with_format("arrow").iter(batch_size=BATCH_ROWS), len(ds), 1_000_000)
 
 
 def total_units(path: Path, kind: str) -> int:
@@ -327,16 +295,10 @@ def total_units(path: Path, kind: str) -> int:
 def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
     """(first row number, rows, progress units read) per batch: a pyarrow batch, or a list whose rows are
     dicts or BadRows."""
-    kind = state.kind
-    if kind == "jsonl":
-        return _batches_jsonl(path)
-    if kind == "csv":
-        return _batches_csv(path)
-    if kind == "parquet":
-        return _batches_parquet(path)
-    if kind == "json":
-        return _batches_json(path)
-    return _batches_arrow(path, state)
+    if state.kind == "arrow":
+        return _batches_arrow(path, state)
+    readers = {"jsonl": _batches_jsonl, "csv": _batches_csv, "parquet": _batches_parquet, "json": _batches_json}
+    return readers[state.kind](path)
 
 
 def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows: bool = False,
@@ -349,9 +311,8 @@ def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows
     p = Path(path)
     if not p.exists():
         raise InputError("data", f"{p}: no such file or folder")
-    st = state if state is not None else ReadState(str(p), file_kind(p))
-    if not st.kind:
-        st.kind = file_kind(p)
+    st = state if state is not None else ReadState(str(p), "")
+    st.kind = st.kind or file_kind(p)
     if shape is not None and shape not in SHAPES:
         raise InputError("data-format", f"unknown shape '{shape}'", SHAPES)
     st.shape = shape or ""

@@ -3,6 +3,7 @@ histogram, and what the collator does with it, as text (a terminal chart) or a d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -97,7 +98,7 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
     p = Path(path)
     counter = counter or token_counter(tokenizer)
     state = ReadState(str(p), file_kind(p) if p.exists() else "")
-    prompts, lengths, reals = [], [], []
+    counts = []  # (prompt, length, real) arrays of each batch
     columnar = None
     if isinstance(counter, CharCounter):  # whole Arrow batches, no Python row objects
         from tuneplan.corpus.columnar import char_counts
@@ -107,34 +108,20 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
 
     gen = examples(p, shape, skip_bad_rows=skip_bad_rows, state=state, columnar=columnar)
     bar = _progress(total_units(p, state.kind)) if p.exists() else None
-    task = None
-    if bar is not None:
-        bar.start()
-        task = bar.add_task("read", total=total_units(p, state.kind))
-    try:
+    with bar if bar is not None else contextlib.nullcontext():
+        task = bar.add_task("read", total=total_units(p, state.kind)) if bar else None
         for batch, read in gen:
             if isinstance(batch, tuple):  # counted whole (tuneplan.corpus.columnar)
-                a, b, c = batch
                 counter.plain_chat = counter.plain_chat or state.shape == "chat"
-                prompts.append(a)
-                lengths.append(b)
-                reals.append(c)
+                counts.append(batch)
             elif batch:
-                a, b, c = counter.count(batch)
-                prompts.append(a)
-                lengths.append(b)
-                reals.append(c)
+                counts.append(counter.count(batch))
             if bar is not None:
                 bar.update(task, completed=read)
-    finally:
-        if bar is not None:
-            bar.stop()
-
-    def cat(xs: list) -> Any:
-        return np.concatenate(xs) if xs else np.zeros(0, np.int64)
-
+    prompt, length, real = (np.concatenate(xs) for xs in zip(*counts, strict=True)) if counts \
+        else np.zeros((3, 0), np.int64)
     return DataSummary(path=str(p), kind=state.kind, shape=state.shape, tokens_source=counter.describe(),
-                       exact=counter.exact, prompt=cat(prompts), length=cat(lengths), real=cat(reals),
+                       exact=counter.exact, prompt=prompt, length=length, real=real,
                        rows=state.rows, bad_rows=state.bad_rows, bad_examples=list(state.bad_examples),
                        split=state.split)
 

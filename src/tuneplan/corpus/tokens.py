@@ -63,55 +63,34 @@ class TokenCounter:
         longest of the example's sequences (prompt + completion), the real tokens all of them together."""
         import numpy as np
 
-        n = len(batch)
-        plain_idx, chat_idx = [], []
-        for i, ex in enumerate(batch):
-            chat = isinstance(ex.prompt, list) or any(isinstance(c, list) for c in ex.completions)
-            (chat_idx if chat else plain_idx).append(i)
-        prompt, length, real = [0] * n, [0] * n, [0] * n  # Python lists: per-item numpy writes are slow
-        # plain strings: prompt, and prompt + each completion, special tokens added
-        if plain_idx:
-            self._fill(batch, plain_idx, prompt, length, real, chat=False)
-        if chat_idx:
-            self._fill(batch, chat_idx, prompt, length, real, chat=True)
-        return (np.array(prompt, dtype=np.int64), np.array(length, dtype=np.int64),
-                np.array(real, dtype=np.int64))
+        chat = [isinstance(ex.prompt, list) or any(isinstance(c, list) for c in ex.completions) for ex in batch]
+        prompt, length, real = [0] * len(batch), [0] * len(batch), [0] * len(batch)  # lists: numpy item writes are slow
+        for kind in (False, True):  # plain strings (special tokens added), then message lists
+            idx = [i for i, c in enumerate(chat) if c == kind]
+            if idx:
+                self._fill(batch, idx, prompt, length, real, chat=kind)
+        return tuple(np.array(x, dtype=np.int64) for x in (prompt, length, real))
 
     def _fill(self, batch, idx, prompt, length, real, *, chat: bool) -> None:
         p_texts, p_where, s_texts, s_where = [], [], [], []
         for i in idx:
             ex = batch[i]
-            if chat:
-                pm = _as_messages(ex.prompt, "user")
-                if pm:
-                    p_texts.append(pm)
-                    p_where.append(i)
-                for c in ex.completions:
-                    s_texts.append(pm + _as_messages(c, "assistant"))
-                    s_where.append(i)
-                if not ex.completions:  # an RL prompt: the prompt is the sequence
-                    s_texts.append(pm)
-                    s_where.append(i)
-            else:
-                p = ex.prompt or ""
-                if p:
-                    p_texts.append(p)
-                    p_where.append(i)
-                for c in ex.completions or [""]:
-                    s_texts.append(p + c)
-                    s_where.append(i)
+            p = _as_messages(ex.prompt, "user") if chat else ex.prompt or ""
+            if p:
+                p_texts.append(p)
+                p_where.append(i)
+            for c in ex.completions or [[] if chat else ""]:  # none (an RL prompt): the prompt is the sequence
+                s_texts.append(p + (_as_messages(c, "assistant") if chat else c))
+                s_where.append(i)
         if chat:
             self.plain_chat = True
-            p_counts = self._encode(self._render_chat(p_texts, True), not self.template) if p_texts else []
-            s_counts = self._encode(self._render_chat(s_texts, False), not self.template) if s_texts else []
-        else:
-            p_counts = self._encode(p_texts, True) if p_texts else []
-            s_counts = self._encode(s_texts, True) if s_texts else []
-        for i, c in zip(p_where, p_counts, strict=True):
+            p_texts = self._render_chat(p_texts, True) if p_texts else []
+            s_texts = self._render_chat(s_texts, False)
+        special = not (chat and self.template)  # a chat template writes its own special tokens
+        for i, c in zip(p_where, self._encode(p_texts, special) if p_texts else [], strict=True):
             prompt[i] = c
-        for i, c in zip(s_where, s_counts, strict=True):
-            if c > length[i]:
-                length[i] = c
+        for i, c in zip(s_where, self._encode(s_texts, special), strict=True):
+            length[i] = max(length[i], c)
             real[i] += c
 
 

@@ -13,6 +13,7 @@ cheapest fixes that make the longest batch fit."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any
 
@@ -62,15 +63,8 @@ def synced_step_time(batch_lengths, lengths: list[int], step_times, grad_accum: 
 
 def _bisect_fit(fits, lo: int, hi: int) -> int | None:
     """The largest length in [lo, hi] for which `fits(length)` (monotone: longer never fits better)."""
-    if hi < lo or not fits(lo):
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    n_fit = bisect.bisect_left(range(lo, hi + 1), True, key=lambda length: not fits(length))
+    return lo + n_fit - 1 if n_fit else None
 
 
 def estimate_with_data(model: Any, gpu: Any = None, *, summary: DataSummary, group_by_length: bool = False,
@@ -197,39 +191,32 @@ def _fixes(col: Collation, summary: DataSummary, job: JobSpec, fit_len: int | No
     """The cheapest changes that make the longest batch fit, each with what it costs."""
     fixes: list[dict] = []
     if fit_len:
-        _, n_cut, t_cut = truncate(summary.length, fit_len)
+        cut, n_cut, t_cut = truncate(summary.length, fit_len)
         total = max(1, int(summary.length.sum()))
         cut_text = f"cuts {n_cut:,} example(s), {t_cut:,} tokens ({t_cut / total:.2%} of the data)"
         if "wrapped" in col.mode:  # shorter sequences cut from the concatenated tokens: nothing lost
             fixes.append({"change": f"pack to --seq-len {fit_len:,}",
                           "effect": f"{-(-col.real_tokens // fit_len):,} packed sequences, no example cut"})
         elif "packed" in col.mode:  # shorter packed sequences; bfd truncates the examples longer than them
-            cut, _, _ = truncate(summary.length, fit_len)
             fixes.append({"change": f"pack to --seq-len {fit_len:,}",
                           "effect": f"{pack_bfd(cut, fit_len):,} packed sequences; best-fit decreasing "
                                     + (cut_text if n_cut else "cuts no example")})
         else:
             fixes.append({"change": f"truncate to --seq-len {fit_len:,}", "effect": cut_text})
-            cut, _, _ = truncate(summary.length, fit_len)
             samples = pack_bfd(cut, fit_len)
             waste = 1.0 - float(cut.sum()) / (samples * fit_len)
             fixes.append({"change": f"--packing --seq-len {fit_len:,}",
                           "effect": f"{samples:,} packed sequences, padding waste {waste:.1%}, every batch one shape"})
-    mb = job.micro_batch
     smaller = _smaller_micro_batch(job, longest, at)
-    if smaller:
-        fixes.append(smaller)
-    ckpt = None
+    fixes += [smaller] if smaller else []
     if job.checkpointing == "none":
         r = at(longest, grad_ckpt=True)
         if r.fits:
-            ckpt = {"change": "--grad-ckpt",
-                    "effect": f"the longest batch needs {r.memory_per_gpu_gib:.1f} GiB (about a third more compute)"}
-            fixes.append(ckpt)
-        elif not smaller and mb > 1:  # neither alone: both together
+            fixes.append({"change": "--grad-ckpt", "effect": f"the longest batch needs {r.memory_per_gpu_gib:.1f} "
+                                                             "GiB (about a third more compute)"})
+        elif not smaller and job.micro_batch > 1:  # neither alone: both together
             both = _smaller_micro_batch(job, longest, at, grad_ckpt=True)
-            if both:
-                fixes.append(both)
+            fixes += [both] if both else []
     return fixes
 
 

@@ -13,9 +13,17 @@ from tuneplan.configs.maps import optimizer as map_optimizer
 from tuneplan.configs.maps import targets as map_targets
 
 SHARDING_TO_JOB = {"fsdp-full": "fsdp", "none": "ddp"}
+"""Runs-schema sharding -> JobSpec sharding where the names differ."""
 STAGE_OF_ARGS = {"SFTConfig": "sft", "TrainingArguments": "sft", "DPOConfig": "dpo", "ORPOConfig": "orpo",
                  "KTOConfig": "kto", "CPOConfig": "cpo", "GRPOConfig": "grpo", "PPOConfig": "ppo", "RLOOConfig": "rloo"}
 """TRL / transformers argument classes -> the runs `stage` (CPO with loss_type simpo: simpo)."""
+TRAINING_ARG_KEYS = (
+    "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps", "bf16", "fp16",
+    "optim", "gradient_checkpointing", "gradient_checkpointing_kwargs", "deepspeed", "fsdp", "fsdp_config",
+    "torch_compile", "max_length", "max_seq_length", "packing", "padding_free", "use_liger_kernel", "world_size",
+    "seed", "learning_rate",
+)
+"""Training arguments kept in `training_args_json` (the ones that describe the run's cost)."""
 
 
 def _stage(args) -> str:
@@ -24,7 +32,6 @@ def _stage(args) -> str:
             stage = STAGE_OF_ARGS[cls.__name__]
             return "simpo" if stage == "cpo" and str(getattr(args, "loss_type", "")) == "simpo" else stage
     return "sft"
-"""Runs-schema sharding -> JobSpec sharding where the names differ."""
 
 
 def _base(model):
@@ -64,11 +71,9 @@ def _method(model, peft: dict | None, quant: str) -> str:
     kind = str(peft.get("peft_type", "")).upper().removeprefix("PEFTTYPE.")
     if kind in PEFT_TYPES:  # peft's other methods (specs/peft.py)
         return PEFT_TYPES[kind]
-    if str(peft.get("peft_type", "")).upper().endswith("LORA") or str(peft.get("peft_type")) == "LORA":
-        if peft.get("use_dora"):
-            return "dora"
-        return {"nf4": "qlora", "gptq-int4": "gptq-lora", "awq-int4": "gptq-lora"}.get(quant, "lora")
-    return "other"
+    if not kind.endswith("LORA"):
+        return "other"
+    return "dora" if peft.get("use_dora") else {"nf4": "qlora", "gptq-int4": "gptq-lora", "awq-int4": "gptq-lora"}.get(quant, "lora")
 
 
 def _precision(args, model) -> str:
@@ -81,46 +86,27 @@ def _precision(args, model) -> str:
 
 
 def _sharding(args, world: int) -> str:
-    ds = getattr(args, "hf_deepspeed_config", None)
     if getattr(args, "deepspeed", None):
-        stage = None
-        cfg = getattr(ds, "config", None) if ds is not None else None
-        if isinstance(cfg, dict):
-            stage = (cfg.get("zero_optimization") or {}).get("stage")
-            off = (cfg.get("zero_optimization") or {}).get("offload_param") or {}
-            if stage == 3 and str(off.get("device", "none")) in ("cpu", "nvme"):
-                return "zero3-offload"
+        cfg = getattr(getattr(args, "hf_deepspeed_config", None), "config", None)
+        zero = (cfg.get("zero_optimization") or {}) if isinstance(cfg, dict) else {}
+        stage = zero.get("stage")
+        if stage == 3 and str((zero.get("offload_param") or {}).get("device", "none")) in ("cpu", "nvme"):
+            return "zero3-offload"
         return f"zero{stage}" if stage in (1, 2, 3) else "zero3"
     fsdp = getattr(args, "fsdp", None)
     if fsdp:
-        text = " ".join(str(x) for x in fsdp) if isinstance(fsdp, list | tuple) else str(fsdp)
-        text = text.lower()
+        text = (" ".join(map(str, fsdp)) if isinstance(fsdp, list | tuple) else str(fsdp)).lower()
         return "fsdp-grad-op" if "shard_grad_op" in text else "fsdp-hybrid" if "hybrid" in text else "fsdp-full"
     return "ddp" if world > 1 else "none"
 
 
 def _ckpt_on(model) -> bool:
     base = _base(model) if model is not None else None
-    for attr in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if base is not None and attr in dir(type(base)):
-            return bool(getattr(base, attr, False))
-    return False
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for name in ("torch", "transformers", "peft", "trl"):
-        try:
-            mod = __import__(name)
-            out[f"{name}_version"] = str(getattr(mod, "__version__", ""))
-        except ImportError:
-            continue
-    return out
+    attrs = [a for a in ("is_activation_checkpointing", "is_gradient_checkpointing") if a in dir(type(base))]
+    return bool(base is not None and attrs and getattr(base, attrs[0], False))
 
 
 def _args_json(args) -> str:
-    from tuneplan.integrations.transformers import TRAINING_ARG_KEYS
-
     d = args.to_dict() if hasattr(args, "to_dict") else {}
     keep = {k: d.get(k, getattr(args, k, None)) for k in TRAINING_ARG_KEYS if k in d or hasattr(args, k)}
     return json.dumps({k: getattr(v, "value", v) for k, v in keep.items()}, default=str, sort_keys=True)
@@ -128,7 +114,7 @@ def _args_json(args) -> str:
 
 def describe_run(model, args, world: int, device: str, model_name: str | None) -> dict[str, Any]:
     """The configuration columns of the row for a live run."""
-    from tuneplan.profile.runner import adapter_dtype, device_name, gpu_column
+    from tuneplan.profile.runner import adapter_dtype, device_name, gpu_column, versions
 
     config = getattr(_base(model), "config", None) if model is not None else None
     name = model_name or (getattr(config, "_name_or_path", "") or getattr(config, "name_or_path", "") or "")
@@ -174,7 +160,7 @@ def describe_run(model, args, world: int, device: str, model_name: str | None) -
         "model_config_json": json.dumps(config.to_dict(), default=str, sort_keys=True) if config is not None else "",
         "peft_config_json": json.dumps(peft, default=str, sort_keys=True) if peft else "",
         "training_args_json": _args_json(args),
-        **_versions(),
+        **versions(("torch", "transformers", "peft", "trl")),
     }
     if config is not None:
         try:
@@ -193,14 +179,9 @@ def predict_row(row: dict[str, Any], model, gpu) -> dict[str, Any] | None:
     from tuneplan.specs.job import METHODS, OPTIMIZERS, STAGES
     from tuneplan.specs.model_config import model_from_config
 
-    if isinstance(gpu, GPUSpec):
-        gspec = gpu
-    elif gpu:
-        gspec = resolve_gpu(str(gpu))
-    elif str(row.get("gpu", "")).startswith("local-"):
+    if not gpu and str(row.get("gpu", "")).startswith("local-"):
         return None
-    else:
-        gspec = resolve_gpu(str(row["gpu"]))
+    gspec = gpu if isinstance(gpu, GPUSpec) else resolve_gpu(str(gpu or row["gpu"]))
     config = getattr(_base(model), "config", None)
     mspec = model_from_config(config.to_dict(), row["model"])
     method = row["method"] if row["method"] in METHODS else "lora"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import statistics
 import time
@@ -36,21 +37,13 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-GIB = 1024**3
-"""Bytes per GiB."""
+from tuneplan.profile.device import sync
+from tuneplan.profile.memory import GIB
+
 DEFAULT_WARMUP_STEPS = 2
 """Optimizer steps left out of the timing at the start (CUDA context, allocator growth, autotuning)."""
 SOURCE = "callback"
 """`source` column of recorded rows."""
-JSON_COLUMNS = ("model_config_json", "peft_config_json", "training_args_json")
-"""Extra columns holding the configuration as JSON."""
-TRAINING_ARG_KEYS = (
-    "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs", "max_steps", "bf16", "fp16",
-    "optim", "gradient_checkpointing", "gradient_checkpointing_kwargs", "deepspeed", "fsdp", "fsdp_config",
-    "torch_compile", "max_length", "max_seq_length", "packing", "padding_free", "use_liger_kernel", "world_size",
-    "seed", "learning_rate",
-)
-"""Training arguments kept in `training_args_json` (the ones that describe the run's cost)."""
 
 log = logging.getLogger("tuneplan")
 
@@ -113,14 +106,14 @@ class TuneplanCallback(TrainerCallback):
         self._train_t0 = time.perf_counter()
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._sync()
+        sync(self._device)
         self._cur = _Counts()
         self._t0 = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._t0 is None:
             return
-        self._sync()
+        sync(self._device)
         c = self._cur
         self.steps.append(_Step(time.perf_counter() - self._t0, c.padded, c.real, c.samples))
         self._t0 = None
@@ -146,17 +139,11 @@ class TuneplanCallback(TrainerCallback):
     def _on_forward(self, module, args, kwargs):
         if not getattr(module, "training", False):
             return None
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None:
-            ids = kwargs.get("inputs_embeds")
-            if ids is None:
-                return None
-            shape = tuple(ids.shape[:-1])
-        else:
-            shape = tuple(ids.shape)
-        n = 1
-        for s in shape:
-            n *= int(s)
+        ids, embeds = kwargs.get("input_ids", args[0] if args else None), kwargs.get("inputs_embeds")
+        if ids is None and embeds is None:
+            return None
+        shape = tuple(ids.shape) if ids is not None else tuple(embeds.shape[:-1])
+        n = math.prod(int(s) for s in shape)
         mask = kwargs.get("attention_mask")
         real = int(mask.sum().item()) if mask is not None and getattr(mask, "dim", lambda: 0)() == 2 else n
         for c in (self._cur, self._all):
@@ -167,17 +154,6 @@ class TuneplanCallback(TrainerCallback):
             c.max_tokens = max(c.max_tokens, n)
             c.lengths.add(int(shape[-1]))
         return None
-
-    def _sync(self) -> None:
-        if self._device == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-
-    def _warm(self) -> tuple[list[_Step], int]:
-        if len(self.steps) > self.warmup_steps:
-            return self.steps[self.warmup_steps:], self.warmup_steps
-        return self.steps, 0
 
     def _memory(self) -> dict[str, Any]:
         if self._device == "cuda":
@@ -198,7 +174,8 @@ class TuneplanCallback(TrainerCallback):
     def _build_row(self, args, state, model) -> dict[str, Any]:
         from tuneplan.integrations.describe import describe_run
 
-        warm, skipped = self._warm()
+        skipped = self.warmup_steps if len(self.steps) > self.warmup_steps else 0
+        warm = self.steps[skipped:]
         times = sorted(s.seconds for s in warm)
         med = statistics.median(times)
         padded = statistics.median(s.padded for s in warm)

@@ -6,30 +6,16 @@ Importing this package is cheap: torch and transformers are imported only when m
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-__all__ = ["profile_grid", "profile_auto", "run_one", "probe", "smart_sample", "ProfileConfig"]
+_MODULE_OF = {"profile_grid": "grid", "profile_auto": "grid", "run_one": "runner", "probe": "device",
+              "smart_sample": "sampling", "ProfileConfig": "config"}
+"""The public names, each imported from its module on first use."""
+__all__ = list(_MODULE_OF)
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("profile_grid", "profile_auto"):
-        from tuneplan.profile import grid
-
-        return getattr(grid, name)
-    if name == "run_one":
-        from tuneplan.profile.runner import run_one
-
-        return run_one
-    if name == "probe":
-        from tuneplan.profile.device import probe
-
-        return probe
-    if name == "smart_sample":
-        from tuneplan.profile.sampling import smart_sample
-
-        return smart_sample
-    if name == "ProfileConfig":
-        from tuneplan.profile.config import ProfileConfig
-
-        return ProfileConfig
-    raise AttributeError(name)
+    if name not in _MODULE_OF:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"tuneplan.profile.{_MODULE_OF[name]}"), name)

@@ -94,19 +94,23 @@ def _check_threads(threads: int | None) -> None:
 
 
 def _check_profile_args(args: argparse.Namespace, lists: dict[str, Any]) -> None:
-    """Bad values refused before any model is built: counts below 1, NaN or negative limits,
-    --config-override keys the model's config lacks or values of the wrong type."""
+    """Bad values refused before any model is built: counts below 1 or beyond tuneplan.specs.limits'
+    bounds (a 400-digit --steps would profile forever), NaN or negative limits, --config-override keys
+    the model's config lacks or values of the wrong type."""
     import math
 
+    from tuneplan.specs import limits as lim
+
     _check_threads(args.threads)
-    for name, flag in (("seq_lens", "seq-len"), ("micro_batches", "micro-batch"), ("grad_accums", "grad-accum"),
-                       ("lora_ranks", "lora-rank"), ("nprocs", "nproc")):
+    counts = (("seq_lens", "seq-len", lim.MAX_SEQ_LEN), ("micro_batches", "micro-batch", lim.MAX_MICRO_BATCH),
+              ("grad_accums", "grad-accum", lim.MAX_GRAD_ACCUM), ("lora_ranks", "lora-rank", lim.MAX_LORA_RANK),
+              ("layers", "layers", lim.MAX_LAYERS), ("nprocs", "nproc", lim.MAX_PROFILE_PROCESSES))
+    for name, flag, upper in counts:
         for v in lists.get(name) or ():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise InputError(flag, f"must be positive integers (got {v})")
-    for v in lists.get("layers") or ():
-        if v is not None and v < 1:
-            raise InputError("layers", f"must be positive layer counts or 'full' (got {v})")
+                raise InputError(flag, f"must be positive layer counts or 'full' (got {v})" if flag == "layers"
+                                 else f"must be positive integers (got {v})")
+            lim.bound_number(flag, v, upper)
     if args.warmup < 0:
         raise InputError("warmup", f"must be >= 0 (got {args.warmup})")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -117,20 +121,6 @@ def _check_profile_args(args: argparse.Namespace, lists: dict[str, Any]) -> None
         raise InputError("target-error", f"must be between 0 and 1 (got {args.target_error})")
     if args.lora_alpha is not None and args.lora_alpha < 1:
         raise InputError("lora-alpha", f"must be a positive integer (got {args.lora_alpha})")
-    _check_upper_bounds(args, lists)
-    _check_overrides(args.model, args.config_override)
-
-
-def _check_upper_bounds(args: argparse.Namespace, lists: dict[str, Any]) -> None:
-    """Every count within tuneplan.specs.limits' bounds (a 400-digit --steps would profile forever)."""
-    from tuneplan.specs import limits as lim
-
-    for name, flag, upper in (("seq_lens", "seq-len", lim.MAX_SEQ_LEN), ("micro_batches", "micro-batch",
-                              lim.MAX_MICRO_BATCH), ("grad_accums", "grad-accum", lim.MAX_GRAD_ACCUM),
-                              ("lora_ranks", "lora-rank", lim.MAX_LORA_RANK), ("layers", "layers", lim.MAX_LAYERS),
-                              ("nprocs", "nproc", lim.MAX_PROFILE_PROCESSES)):
-        for v in lists.get(name) or ():
-            lim.bound_number(flag, v, upper)
     for flag, value, upper in (("steps", args.steps, lim.MAX_PROFILE_STEPS),
                                ("warmup", args.warmup, lim.MAX_PROFILE_STEPS),
                                ("lora-alpha", args.lora_alpha, lim.MAX_LORA_RANK),
@@ -138,6 +128,7 @@ def _check_upper_bounds(args: argparse.Namespace, lists: dict[str, Any]) -> None
                                ("completion-len", args.completion_len, lim.MAX_SEQ_LEN),
                                ("seed", args.seed, lim.MAX_SEED)):
         lim.bound_number(flag, value, upper)
+    _check_overrides(args.model, args.config_override)
 
 
 def _check_overrides(model: str, text: str | None) -> None:
@@ -182,9 +173,10 @@ DEFAULT_BUDGET = "10m"
 """--auto's time budget when none is given."""
 
 
-def _budget(args: argparse.Namespace, parse_duration) -> float:
+def _budget(args: argparse.Namespace) -> float:
     """--auto's budget in seconds, checked before any work; --budget without --auto is refused (the
     grid measures every configuration, so a budget would silently be ignored)."""
+    from tuneplan.profile.config import parse_duration
     from tuneplan.specs.limits import MAX_SECONDS
 
     if args.budget is not None and not args.auto:
@@ -201,18 +193,14 @@ def _budget(args: argparse.Namespace, parse_duration) -> float:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     _need_profile_deps()
-    from tuneplan.profile.config import parse_duration, parse_overrides
+    from tuneplan.profile.config import parse_overrides
     from tuneplan.profile.grid import curve_path, profile_auto, profile_grid
 
     lists = _lists(args)
     _check_profile_args(args, lists)
-    budget = _budget(args, parse_duration)
-    if args.auto:
-        lists["seq_lens"] = lists["seq_lens"] or [128, 256, 512, 1024]
-        lists["micro_batches"] = lists["micro_batches"] or [1, 2, 4, 8]
-    else:
-        lists["seq_lens"] = lists["seq_lens"] or [512]
-        lists["micro_batches"] = lists["micro_batches"] or [1]
+    budget = _budget(args)
+    lists["seq_lens"] = lists["seq_lens"] or ([128, 256, 512, 1024] if args.auto else [512])
+    lists["micro_batches"] = lists["micro_batches"] or ([1, 2, 4, 8] if args.auto else [1])
     if args.steps < 1:
         raise InputError("steps", "must be >= 1")
     opts: dict[str, Any] = {

@@ -9,7 +9,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -80,26 +80,14 @@ class ProfileConfig:
 
     def label(self) -> str:
         """Short text for progress lines."""
-        parts = [self.method]
-        if self.is_lora:
-            parts.append(f"r={self.lora_rank}")
-        parts += [f"mb={self.micro_batch}", f"seq={self.seq_len}"]
-        if self.grad_accum > 1:
-            parts.append(f"ga={self.grad_accum}")
-        if self.layers:
-            parts.append(f"layers={self.layers}")
-        if self.precision:
-            parts.append(self.precision)
-        if self.grad_ckpt:
-            parts.append("ckpt")
-        if self.nproc > 1:
-            parts.append(f"{self.effective_sharding}x{self.nproc}")
-        return " ".join(parts)
+        parts = [self.method, f"r={self.lora_rank}" if self.is_lora else "", f"mb={self.micro_batch}",
+                 f"seq={self.seq_len}", f"ga={self.grad_accum}" if self.grad_accum > 1 else "",
+                 f"layers={self.layers}" if self.layers else "", self.precision, "ckpt" if self.grad_ckpt else "",
+                 f"{self.effective_sharding}x{self.nproc}" if self.nproc > 1 else ""]
+        return " ".join(p for p in parts if p)
 
     def to_json(self) -> str:
-        d = asdict(self)
-        d["config_override"] = [list(kv) for kv in self.config_override]
-        return json.dumps(d)
+        return json.dumps(asdict(self))  # config_override's pairs become lists
 
     @classmethod
     def from_json(cls, text: str) -> ProfileConfig:
@@ -109,16 +97,12 @@ class ProfileConfig:
 
     def validate(self) -> None:
         """Checks that need no torch; raises InputError."""
-        if self.method not in METHODS:
-            raise InputError("method", f"unknown method '{self.method}'", METHODS)
-        if self.precision and self.precision not in PRECISIONS:
-            raise InputError("precision", f"unknown precision '{self.precision}'", PRECISIONS)
-        if self.optimizer not in OPTIMIZERS:
-            raise InputError("optimizer", f"unknown optimizer '{self.optimizer}'", OPTIMIZERS)
-        if self.attn not in ATTN_IMPLS:
-            raise InputError("attn", f"unknown attention implementation '{self.attn}'", ATTN_IMPLS)
-        if self.sharding not in SHARDINGS:
-            raise InputError("sharding", f"unknown sharding '{self.sharding}'", SHARDINGS)
+        for name, allowed, what in (("method", METHODS, "method"), ("precision", PRECISIONS, "precision"),
+                                    ("optimizer", OPTIMIZERS, "optimizer"), ("sharding", SHARDINGS, "sharding"),
+                                    ("attn", ATTN_IMPLS, "attention implementation")):
+            value = getattr(self, name)
+            if value not in allowed and (value or name != "precision"):  # precision "": the device's default
+                raise InputError(name, f"unknown {what} '{value}'", allowed)
         for name in ("seq_len", "micro_batch", "grad_accum", "nproc", "steps", "lora_rank", "group_size",
                      "completion_len"):
             if getattr(self, name) < 1:
@@ -184,7 +168,8 @@ def parse_on_off(s: str) -> bool:
     raise InputError("grad-ckpt", f"bad value '{s}'", ["on", "off"])
 
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(h|hr|hours?|m|min|minutes?|s|sec|seconds?)?", re.I)
+_DURATION_PART = r"(\d+(?:\.\d+)?)(h|hr|hours?|min|minutes?|m|sec|seconds?|s)?"
+"""A number and its unit (none: seconds); the longer unit names first, so `10min` is one part."""
 
 
 def parse_duration(text: str) -> float:
@@ -192,16 +177,10 @@ def parse_duration(text: str) -> float:
     s = str(text).strip().lower().replace(" ", "")
     if not s:
         raise InputError("budget", "is empty; give a duration like 90s, 10m or 1h")
-    pos = 0
-    total = 0.0
-    for m in _DURATION_RE.finditer(s):
-        if m.start() != pos:
-            break
-        unit = (m.group(2) or "s")[0]
-        total += float(m.group(1)) * {"h": 3600.0, "m": 60.0, "s": 1.0}[unit]
-        pos = m.end()
-    if pos != len(s):
+    if not re.fullmatch(f"(?:{_DURATION_PART})+", s):
         raise InputError("budget", f"cannot read duration '{text}'; give e.g. 90s, 10m, 1h or 1h30m")
+    unit_s = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    total = sum(float(n) * unit_s[(unit or "s")[0]] for n, unit in re.findall(_DURATION_PART, s))
     if total <= 0:
         raise InputError("budget", f"'{text}' is no time at all; give e.g. --budget 10m")
     return total
@@ -220,16 +199,13 @@ def parse_overrides(text: str | None) -> tuple[tuple[str, Any], ...]:
             continue
         if "=" not in part:
             raise InputError("config-override", f"'{part}' is not key=value")
-        key, raw = part.split("=", 1)
-        key = key.strip()
-        raw = raw.strip()
+        key, raw = (x.strip() for x in part.split("=", 1))
         if not re.fullmatch(r"[A-Za-z_]\w*", key):
             raise InputError("config-override", f"bad key '{key}'")
         try:
             value: Any = json.loads(raw)
         except json.JSONDecodeError:
-            low = raw.lower()
-            value = {"true": True, "false": False, "none": None}.get(low, raw)
+            value = {"true": True, "false": False, "none": None}.get(raw.lower(), raw)
         out.append((key, value))
     return tuple(out)
 
@@ -279,28 +255,6 @@ def expand_grid(base: ProfileConfig, **lists: Iterable[Any]) -> list[ProfileConf
 # ---------------------------------------------------------------- model configs
 
 
-def _clean_config(d: dict) -> dict:
-    return {k: v for k, v in d.items() if not k.startswith("_")}
-
-
-def _bundled_config(name: str) -> dict | None:
-    from importlib import resources
-
-    base = resources.files("tuneplan.data").joinpath("models")
-    fname = name.replace("/", "__") + ".json"
-    try:
-        p = base.joinpath(fname)
-        if p.is_file():
-            return json.loads(p.read_text(encoding="utf-8"))
-        low = fname.lower()
-        for entry in base.iterdir():
-            if entry.name.lower() == low:
-                return json.loads(entry.read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None
-    return None
-
-
 @dataclass
 class ModelSource:
     """A model's raw config.json dict (keys starting with `_` removed) and where it came from."""
@@ -309,14 +263,13 @@ class ModelSource:
     hf_id: str
     config: dict
     origin: str
-    meta: dict = field(default_factory=dict)
 
 
 def load_model_source(model: str) -> ModelSource:
     """The config of a catalog name, a config.json path (or a folder holding one), or a Hub id.
 
-    Uses the catalog (`tuneplan.specs.catalog.load_model_config`: aliases, checkpoint variants,
-    inferred values, Hub when reachable); falls back to reading the file or the bundled JSON.
+    Through the catalog (`tuneplan.specs.catalog.load_model_config`: aliases, checkpoint variants,
+    inferred values, Hub when reachable).
     """
     if not model or not str(model).strip():
         raise InputError("model", "is empty")
@@ -333,38 +286,21 @@ def load_model_source(model: str) -> ModelSource:
         raw_file = parse_user_json(read_user_text(p, "model", "config.json", MAX_CONFIG_FILE_BYTES), "model", str(p))
         if not isinstance(raw_file, dict):
             raise InputError("model", f"{p} is not a Hugging Face config.json")
-    try:
-        from tuneplan.specs import catalog
-    except ImportError:
-        catalog = None  # type: ignore[assignment]
-    cfg: dict | None = None
-    hf_id = model
-    origin = str(p) if raw_file is not None else "catalog"
-    if catalog is not None:
-        cfg = dict(catalog.load_model_config(model))  # InputError with the closest names
-        if raw_file is None:
-            try:
-                hf_id = catalog.resolve_model(model).name
-            except TuneplanError:
-                hf_id = model
-    elif raw_file is not None:
-        cfg = _clean_config(raw_file)
-    else:
-        bundled = _bundled_config(model)
-        if bundled is None:
-            raise InputError("model", f"unknown model '{model}'; pass a path to its config.json")
-        cfg = _clean_config(bundled)
-        hf_id = str(bundled.get("_hf_id") or model)
+    from tuneplan.specs import catalog
+
+    cfg = dict(catalog.load_model_config(model))  # InputError with the closest names
     if raw_file is not None:
         hf_id = str(raw_file.get("_hf_id") or raw_file.get("_name_or_path") or model)
+    else:
+        try:
+            hf_id = catalog.resolve_model(model).name
+        except TuneplanError:
+            hf_id = model
     if not cfg.get("model_type"):
         raise InputError("model", f"the config of '{model}' has no model_type; transformers cannot build it "
                                   "(add model_type to the config.json)")
-    return ModelSource(model, hf_id, cfg, origin, raw_file or {})
+    return ModelSource(model, hf_id, cfg, str(p) if raw_file is not None else "catalog")
 
 
 def apply_overrides(config: dict, overrides: Iterable[tuple[str, Any]]) -> dict:
-    d = dict(config)
-    for k, v in overrides:
-        d[k] = v
-    return d
+    return {**config, **dict(overrides)}

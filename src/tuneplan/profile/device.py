@@ -7,6 +7,8 @@ and of a few large tensor copies (read + write = 2 x bytes moved).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import platform
 import re
 import time
@@ -32,29 +34,71 @@ GPU_PEAK_SHARE = (0.2, 1.1)
 (cuBLAS reaches 0.6-0.9 of peak on large square GEMMs; under 0.2 the GPU was shared or throttled)."""
 
 
-def _sync(device: str) -> None:
+def resolve_device(name: str | None) -> str:
+    """`auto` -> cuda when present else cpu; checks that a named device exists."""
+    import torch
+
+    n = (name or "auto").strip().lower()
+    if n == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if n == "cpu":
+        return "cpu"
+    m = re.fullmatch(r"cuda(?::(\d+))?", n)
+    if not m:
+        raise InputError("device", f"unknown device '{name}'", ["auto", "cpu", "cuda", "cuda:N"])
+    if not torch.cuda.is_available():
+        build = "a CPU-only torch build" if torch.version.cuda is None else "no CUDA device visible"
+        raise InputError("device", f"{name}: CUDA is not available here (torch {torch.__version__}, "
+                                   f"{build}); use --device cpu")
+    idx, count = int(m.group(1) or 0), torch.cuda.device_count()
+    if idx >= count:
+        raise InputError("device", f"{name}: only {count} CUDA device(s) here; use cuda:0..cuda:{count - 1}")
+    return f"cuda:{idx}"
+
+
+def sync(device: str) -> None:
+    """Wait for the device's queued work (a no-op on the CPU), so that a timer sees it done."""
     if device.startswith("cuda"):
         import torch
 
         torch.cuda.synchronize()
 
 
+def _cpuinfo() -> dict[str, str]:
+    """The first value of each key of /proc/cpuinfo (`model name`, `vendor_id`...); empty elsewhere."""
+    out: dict[str, str] = {}
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            out.setdefault(key.strip().lower(), value.strip())
+    return out
+
+
+def device_name(device: str) -> str:
+    """The CUDA device's name, or the CPU's model name."""
+    if device.startswith("cuda"):
+        import torch
+
+        return str(torch.cuda.get_device_name(torch.device(device)))
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine() or "cpu"
+
+
+def local_name(cuda_name: str | None) -> str:
+    """The GPU entry name of a device that is no catalog GPU: `local-cpu`, or `local-<cuda device name>`."""
+    return "local-" + re.sub(r"[^a-z0-9]+", "-", cuda_name.lower()).strip("-") if cuda_name else "local-cpu"
+
+
 def _time_op(fn: Any, device: str, min_time: float, max_reps: int = 50) -> float:
     """Best seconds per call: one warm-up call, then calls until min_time has passed."""
     fn()
-    _sync(device)
-    best = float("inf")
-    total = 0.0
-    reps = 0
-    while reps < max_reps and (total < min_time or reps < 2):
+    sync(device)
+    times: list[float] = []
+    while len(times) < max_reps and (sum(times) < min_time or len(times) < 2):
         t0 = time.perf_counter()
         fn()
-        _sync(device)
-        dt = time.perf_counter() - t0
-        best = min(best, dt)
-        total += dt
-        reps += 1
-    return best
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return min(times)
 
 
 def best_of_rounds(measure: Any, rounds: int = ROUNDS, max_spread: float = MAX_SPREAD) -> tuple[float, float]:
@@ -64,9 +108,7 @@ def best_of_rounds(measure: Any, rounds: int = ROUNDS, max_spread: float = MAX_S
     for _attempt in range(2):
         vals = [float(measure()) for _ in range(rounds)]
         hi, lo = max(vals), min(vals)
-        s = hi / lo - 1.0 if lo > 0 else float("inf")
-        if s < spread:
-            spread = s
+        spread = min(spread, hi / lo - 1.0 if lo > 0 else float("inf"))
         best = max(best, hi)
         if spread <= max_spread:
             break
@@ -136,36 +178,10 @@ def memory_bandwidth_gbs(device: str, mib: int, min_time: float = 0.2) -> float:
     return 2.0 * n * 4 / t / 1e9
 
 
-def _cpu_info() -> tuple[str, str]:
-    name, vendor = "", ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                low = line.lower()
-                if low.startswith("model name") and not name:
-                    name = line.split(":", 1)[1].strip()
-                elif low.startswith("vendor_id") and not vendor:
-                    vendor = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    vendor = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}.get(vendor, vendor)
-    return name or platform.processor() or platform.machine(), vendor
-
-
-def default_name(device: str) -> str:
-    if not device.startswith("cuda"):
-        return "local-cpu"
-    import torch
-
-    return "local-" + re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
-
-
 def probe(device: str = "auto", name: str | None = None, quick: bool = False,
           threads: int | None = None) -> dict[str, Any]:
     """Measure this device; returns the GPU entry (keys of GPUSpec.to_dict)."""
     import torch
-
-    from tuneplan.profile.runner import resolve_device
 
     dev = resolve_device(device)
     if threads:
@@ -194,7 +210,6 @@ def probe(device: str = "auto", name: str | None = None, quick: bool = False,
     if cuda:
         props = torch.cuda.get_device_properties(dev)
         mem_gib = props.total_memory / 2 ** 30
-        dev_name = torch.cuda.get_device_name(dev)
         vendor = "AMD" if getattr(torch.version, "hip", None) else "NVIDIA"
         arch = f"sm_{props.major}{props.minor}"
         threads_note = ""
@@ -202,12 +217,14 @@ def probe(device: str = "auto", name: str | None = None, quick: bool = False,
         import psutil
 
         mem_gib = psutil.virtual_memory().total / 2 ** 30
-        dev_name, vendor = _cpu_info()
+        vendor = _cpuinfo().get("vendor_id", "")
+        vendor = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}.get(vendor, vendor)
         arch = platform.machine()
         threads_note = f"; threads={torch.get_num_threads()}"
+    dev_name = device_name(dev)
     when = datetime.now(UTC).strftime("%Y-%m-%d")
     entry = {
-        "name": name or default_name(dev),
+        "name": name or local_name(dev_name if cuda else None),
         "memory_gib": round(mem_gib, 2),
         "memory_bandwidth_gbs": round(bw, 2),
         "peak_tflops": peaks,
@@ -260,11 +277,7 @@ def save_entry(entry: dict[str, Any], out: str | Path | None = None) -> Path:
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise InputError("out", f"{path}: give a .yaml, .yml or .json file, or a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".json":
-        import json
-
-        text = json.dumps(entry, indent=2) + "\n"
-    else:
-        text = yaml.safe_dump(entry, sort_keys=False)
+    json_file = path.suffix.lower() == ".json"
+    text = json.dumps(entry, indent=2) + "\n" if json_file else yaml.safe_dump(entry, sort_keys=False)
     write_user_text(path, text, "out", "GPU file (YAML or JSON)")  # all at once: an earlier entry stays whole
     return path

@@ -16,9 +16,7 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -26,46 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from tuneplan.profile.config import ModelSource, ProfileConfig
-from tuneplan.profile.memory import cpu_count
-
-
-def _src_path() -> str:
-    """The folder holding the tuneplan package (so the workers import this same copy)."""
-    return str(Path(__file__).resolve().parents[2])
-
-
-def launch(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
-    """Run one configuration under torchrun; returns the row written by rank 0 (or a failure row)."""
-    from tuneplan.profile.runner import config_row
-
-    with tempfile.TemporaryDirectory(prefix="tuneplan-dist-") as tmp:
-        cfg_path = Path(tmp) / "config.json"
-        res_path = Path(tmp) / "result.json"
-        src_path = Path(tmp) / "model_config.json"
-        src_path.write_text(json.dumps({"name": src.name, "hf_id": src.hf_id, "config": src.config,
-                                        "origin": src.origin}), encoding="utf-8")
-        cfg_path.write_text(cfg.to_json(), encoding="utf-8")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_src_path(), env.get("PYTHONPATH", "")) if p)
-        threads = cfg.threads or max(1, cpu_count() // cfg.nproc)
-        if not device.startswith("cuda"):
-            env["OMP_NUM_THREADS"] = str(threads)
-        env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={cfg.nproc}", "-m", "tuneplan.profile.distributed",
-               str(cfg_path), str(src_path), str(res_path)]
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=cfg.timeout_s)
-            rc, log = proc.returncode, (proc.stdout or "") + (proc.stderr or "")
-        except subprocess.TimeoutExpired as exc:
-            rc, log = -1, f"torchrun timed out after {cfg.timeout_s:g} s " + str(exc.stderr or "")[-500:]
-        if res_path.exists():
-            return json.loads(res_path.read_text(encoding="utf-8"))
-        row = config_row(cfg, src, device)
-        lines = [ln for ln in log.splitlines() if ln.strip() and "warn" not in ln.lower()]
-        tail = " | ".join(lines[-3:])[-280:]
-        row.update({"status": "error", "error": f"torchrun exit {rc}: {tail}"})
-        return row
 
 
 @contextlib.contextmanager
@@ -86,19 +44,15 @@ def _decoder_layers(model: Any) -> list[Any]:
         names |= set(getattr(inner, "_no_split_modules", None) or [])
         inner = getattr(inner, "model", inner)
     layers = [m for m in model.modules() if type(m).__name__ in names]
-    if layers:
-        return layers
-    best: list[Any] = []
-    for m in model.modules():
-        if isinstance(m, torch.nn.ModuleList) and len(m) > len(best):
-            best = list(m)
-    return best
+    lists = (m for m in model.modules() if isinstance(m, torch.nn.ModuleList))
+    return layers or list(max(lists, key=len, default=[]))  # else the longest ModuleList
 
 
 def worker_main(cfg_path: str, src_path: str, res_path: str) -> int:
     import torch
     import torch.distributed as dist
 
+    from tuneplan.profile.device import sync
     from tuneplan.profile.memory import is_oom
     from tuneplan.profile.runner import (
         DistContext,
@@ -109,11 +63,9 @@ def worker_main(cfg_path: str, src_path: str, res_path: str) -> int:
     )
 
     cfg = ProfileConfig.from_json(Path(cfg_path).read_text(encoding="utf-8"))
-    s = json.loads(Path(src_path).read_text(encoding="utf-8"))
-    src = ModelSource(s["name"], s["hf_id"], s["config"], s["origin"])
+    src = ModelSource(**json.loads(Path(src_path).read_text(encoding="utf-8")))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     cuda = cfg.device.startswith("cuda")
     device = f"cuda:{local}" if cuda else "cpu"
     if cuda:
@@ -150,26 +102,23 @@ def worker_main(cfg_path: str, src_path: str, res_path: str) -> int:
         times = []
         for i in range(4):
             dist.barrier()
-            if cuda:
-                torch.cuda.synchronize()
+            sync(device)
             t0 = time.perf_counter()
             dist.all_reduce(buf)
-            if cuda:
-                torch.cuda.synchronize()
+            sync(device)
             if i:
                 times.append(time.perf_counter() - t0)
         del buf
         return statistics.median(times)
 
-    ctx = DistContext(rank=rank, world=world, sharding=sharding, wrap=wrap, no_sync=no_sync,
+    ctx = DistContext(rank=rank, wrap=wrap, no_sync=no_sync,
                       max_over_ranks=max_over_ranks, allreduce_time=allreduce_time)
-    run_cfg = cfg
     m = Measured()
     try:
-        _measure(run_cfg, src, device, ctx, m)
-        row = result_row(run_cfg, src, cfg.device, m)
+        _measure(cfg, src, device, ctx, m)
+        row = result_row(cfg, src, cfg.device, m)
     except Exception as exc:  # noqa: BLE001 - recorded as a row; the launcher reads it
-        row = failure_row(run_cfg, src, cfg.device, exc, is_oom(exc), m.build)
+        row = failure_row(cfg, src, cfg.device, exc, is_oom(exc), m.build)
     row["threads"] = torch.get_num_threads()
     if rank == 0 or row.get("status") != "ok":
         path = Path(res_path)

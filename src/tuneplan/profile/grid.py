@@ -4,7 +4,6 @@ within a time budget, writing each row to the runs CSV as soon as it is measured
 from __future__ import annotations
 
 import contextlib
-import csv
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -16,6 +15,7 @@ from tuneplan.errors import InputError
 from tuneplan.profile.config import (
     ModelSource,
     ProfileConfig,
+    apply_overrides,
     expand_grid,
     load_model_source,
     parse_overrides,
@@ -42,31 +42,21 @@ def _as_list(value: Any, default: Sequence[Any]) -> list[Any]:
         return list(default)
     if isinstance(value, (str, int, float, bool)):
         return [value]
-    out = list(value)
-    return out if out else list(default)
+    return list(value) or list(default)
+
+
+_SCALAR_OPTS = ("lora_targets", "lora_alpha", "sharding", "device", "threads", "max_mem_gib", "seed", "gpu_name",
+                "timeout_s", "stage", "trainer", "group_size", "completion_len", "isolate")
+"""profile_grid's single-value options: ProfileConfig fields (None or empty: the field's default)."""
 
 
 def build_configs(model: str, methods: Iterable[str] = ("full",), seq_lens: Iterable[int] = (512,),
                   micro_batches: Iterable[int] = (1,), layers: Iterable[int | None] = (None,),
                   steps: int = 8, warmup: int = 2, **opts: Any) -> list[ProfileConfig]:
     """The ProfileConfigs of a grid (see profile_grid for the options)."""
-    base = ProfileConfig(
-        model=model, steps=steps, warmup=warmup,
-        lora_targets=opts.get("lora_targets") or "all-linear",
-        lora_alpha=opts.get("lora_alpha"),
-        sharding=opts.get("sharding") or "none",
-        device=opts.get("device") or "auto",
-        threads=opts.get("threads"),
-        max_mem_gib=opts.get("max_mem_gib"),
-        config_override=_overrides(opts.get("config_override")),
-        seed=int(opts.get("seed") or 0),
-        gpu_name=opts.get("gpu_name"),
-        timeout_s=float(opts.get("timeout_s") or 1800.0),
-        lora_rank=_as_list(opts.get("lora_ranks"), [16])[0],
-        stage=opts.get("stage") or "sft", trainer=opts.get("trainer") or "loop",
-        group_size=int(opts.get("group_size") or 8), completion_len=int(opts.get("completion_len") or 64),
-        isolate=bool(opts.get("isolate", False)),
-    )
+    base = ProfileConfig(model=model, steps=steps, warmup=warmup, lora_rank=_as_list(opts.get("lora_ranks"), [16])[0],
+                         config_override=_overrides(opts.get("config_override")),
+                         **{k: opts[k] for k in _SCALAR_OPTS if opts.get(k) not in (None, "")})
     lists = {
         "method": _as_list(methods, ["full"]),
         "seq_len": _as_list(seq_lens, [512]),
@@ -80,13 +70,8 @@ def build_configs(model: str, methods: Iterable[str] = ("full",), seq_lens: Iter
         "optimizer": _as_list(opts.get("optimizers"), ["adamw"]),
         "nproc": _as_list(opts.get("nprocs"), [1]),
     }
-    configs = expand_grid(base, **lists)
-    out = []
-    for c in configs:
-        if c.nproc > 1 and c.sharding == "none":
-            c = replace(c, sharding="ddp")
-        out.append(c)
-    return out
+    return [replace(c, sharding="ddp") if c.nproc > 1 and c.sharding == "none" else c
+            for c in expand_grid(base, **lists)]
 
 
 def preflight(configs: Sequence[ProfileConfig], src: ModelSource) -> list[ProfileConfig]:
@@ -95,15 +80,13 @@ def preflight(configs: Sequence[ProfileConfig], src: ModelSource) -> list[Profil
     from tuneplan.profile.runner import build_config, prepare
 
     out = []
-    checked: dict[tuple[Any, ...], tuple[ProfileConfig, str]] = {}
+    checked: dict[tuple[Any, ...], ProfileConfig] = {}
     layers_ok: set[int | None] = set()
     for c in configs:
         key = (c.method, c.precision, c.optimizer, c.attn, c.nproc, c.device, c.lora_targets)
         if key not in checked:
-            resolved, _, device = prepare(c, src)
-            checked[key] = (resolved, device)
-        resolved, device = checked[key]
-        c = replace(c, device=device, precision=resolved.precision)
+            checked[key] = prepare(c, src)[0]
+        c = replace(c, device=checked[key].device, precision=checked[key].precision)
         if c.layers not in layers_ok:
             build_config(src, c)
             layers_ok.add(c.layers)
@@ -112,30 +95,15 @@ def preflight(configs: Sequence[ProfileConfig], src: ModelSource) -> list[Profil
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, total: float, budget: bool) -> Iterator[Any]:
-    if not enabled:
-        yield None
-        return
+def _progress(enabled: bool, total: float, budget: bool) -> Iterator[tuple[Any, Any]]:
+    """(rich progress bar on stderr, its task); with a budget the bar shows the time left."""
+    from rich import progress as rp
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
-    cols: list[Any] = [SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn()]
-    if budget:
-        cols += [TextColumn("{task.fields[left]}")]
-    else:
-        cols += [MofNCompleteColumn(), TimeRemainingColumn()]
-    cols += [TimeElapsedColumn()]
-    with Progress(*cols, console=Console(stderr=True), transient=False) as progress:
-        task = progress.add_task("profiling", total=total, left="")
-        yield (progress, task)
+    cols: list[Any] = [rp.SpinnerColumn(), rp.TextColumn("[bold]{task.description}"), rp.BarColumn()]
+    cols += [rp.TextColumn("{task.fields[left]}")] if budget else [rp.MofNCompleteColumn(), rp.TimeRemainingColumn()]
+    with rp.Progress(*cols, rp.TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled) as progress:
+        yield progress, progress.add_task("profiling", total=total, left="")
 
 
 def _fmt_s(s: float) -> str:
@@ -165,10 +133,7 @@ def effective_config_path(out: str | Path, src: ModelSource, cfg: ProfileConfig)
     import json
     import re
 
-    d = dict(src.config)
-    for k, v in cfg.config_override:
-        d[k] = v
-    text = json.dumps(d, indent=1, sort_keys=True)
+    text = json.dumps(apply_overrides(src.config, cfg.config_override), indent=1, sort_keys=True)
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(src.name).stem if src.origin != "catalog" else src.name)
     folder = Path(out).resolve().parent / (Path(out).stem + ".configs")
@@ -190,25 +155,29 @@ def finish_row(row: dict[str, Any], cfg: ProfileConfig, src: ModelSource, out: s
     return row
 
 
+def _measure_row(cfg: ProfileConfig, src: ModelSource, out: str | Path | None, writer: RowWriter | None,
+                 echo: Any) -> dict[str, Any]:
+    """Measure one configuration, append its row to the runs file and echo its summary line."""
+    from tuneplan.profile.runner import run_one
+
+    row = finish_row(run_one(cfg, src), cfg, src, out)
+    if writer:
+        row = writer.write(row)
+    if echo:
+        echo(f"{cfg.label()}: {_summary(row)}")
+    return row
+
+
 def profile_configs(configs: Sequence[ProfileConfig], src: ModelSource, out: str | Path | None = None,
                     progress: bool = False, echo: Any = None) -> list[dict[str, Any]]:
     """Measure configs in order, writing each row to `out` as soon as it is measured."""
-    from tuneplan.profile.runner import run_one
-
     writer = RowWriter(out) if out else None
     rows: list[dict[str, Any]] = []
     with _progress(progress, len(configs), budget=False) as bar:
         for cfg in configs:
-            if bar:
-                bar[0].update(bar[1], description=cfg.label())
-            row = finish_row(run_one(cfg, src), cfg, src, out)
-            if writer:
-                row = writer.write(row)
-            rows.append(row)
-            if bar:
-                bar[0].advance(bar[1])
-            if echo:
-                echo(f"{cfg.label()}: {_summary(row)}")
+            bar[0].update(bar[1], description=cfg.label())
+            rows.append(_measure_row(cfg, src, out, writer, echo))
+            bar[0].advance(bar[1])
     return rows
 
 
@@ -267,7 +236,7 @@ def profile_auto(model: str, budget_s: float, target_error: float = 0.05,
 
     Rows go to `out` as measured; the learning curve to `<out stem>.curve.csv`.
     """
-    from tuneplan.profile.runner import build_config, run_one
+    from tuneplan.profile.runner import build_config
 
     if budget_s <= 0:
         raise InputError("budget", "must be > 0; give e.g. --budget 10m")
@@ -277,18 +246,10 @@ def profile_auto(model: str, budget_s: float, target_error: float = 0.05,
     configs = build_configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, **opts)
     configs = preflight(configs, src)
     _, full = build_config(src, configs[0])
-    feats: list[dict[str, Any]] = []
-    by_key: dict[tuple[Any, ...], int] = {}
-    kept: list[ProfileConfig] = []
-    for c in configs:
-        f = _feature_dict(c, full)
-        key = tuple(f.items())
-        if key in by_key:  # e.g. --layers 24,full on a 24-layer model
-            continue
-        by_key[key] = len(feats)
-        feats.append(f)
-        kept.append(c)
-    configs = kept
+    by_key: dict[tuple[Any, ...], ProfileConfig] = {}
+    for c in configs:  # one config per feature set: e.g. --layers 24,full on a 24-layer model
+        by_key.setdefault(tuple(_feature_dict(c, full).items()), c)
+    configs, feats = list(by_key.values()), [dict(k) for k in by_key]
     writer = RowWriter(out) if out else None
     curve_writer = RowWriter(curve_path(out), CURVE_COLUMNS) if out else None
     session = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -299,25 +260,17 @@ def profile_auto(model: str, budget_s: float, target_error: float = 0.05,
     steps_per_run = warmup + steps + dp_steps
 
     with _progress(bool(opts.get("progress")), budget_s, budget=True) as bar:
-        def measure(feat: dict[str, Any]) -> Measurement:
-            cfg = configs[by_key[tuple(feat.items())]]
-            if bar:
-                spent = time.perf_counter() - t_start
-                bar[0].update(bar[1], description=cfg.label(), completed=min(spent, budget_s),
-                              left=f"{_fmt_s(budget_s - spent)} left")
-            row = finish_row(run_one(cfg, src), cfg, src, out)
-            if writer:
-                row = writer.write(row)
-            rows.append(row)
-            if echo:
-                echo(f"{cfg.label()}: {_summary(row)}")
-            step = row.get("step_time_s") if row.get("status") == "ok" else None
-            return Measurement(step, float(row.get("wall_s") or 0.0), str(row.get("status")), row)
+        def measure(feat: dict[str, Any]) -> dict[str, Any]:  # the row: read by sampling.as_measurement
+            cfg = by_key[tuple(feat.items())]
+            spent = time.perf_counter() - t_start
+            bar[0].update(bar[1], description=cfg.label(), completed=min(spent, budget_s),
+                          left=f"{_fmt_s(budget_s - spent)} left")
+            rows.append(_measure_row(cfg, src, out, writer, echo))
+            return rows[-1]
 
         def on_result(i: int, m: Measurement, point: CurvePoint, ch: Choice) -> None:
-            if bar:
-                bar[0].update(bar[1], completed=min(point.cost_s, budget_s),
-                              left=f"{_fmt_s(budget_s - point.cost_s)} left")
+            bar[0].update(bar[1], completed=min(point.cost_s, budget_s),
+                          left=f"{_fmt_s(budget_s - point.cost_s)} left")
             if curve_writer:
                 curve_writer.write({
                     "id": f"{session}-{point.n_runs}", "session": session, "run": point.n_runs,
@@ -330,17 +283,3 @@ def profile_auto(model: str, budget_s: float, target_error: float = 0.05,
         res = smart_sample(feats, measure, budget_s, target_error, steps_per_run=steps_per_run,
                            seed=int(opts.get("seed") or 0), on_result=on_result)
     return rows, res
-
-
-def curve_table(res: SamplingResult) -> list[tuple[int, float, float | None]]:
-    """(runs measured, seconds spent, leave-one-out error) after each run."""
-    return [(p.n_runs, p.cost_s, p.loo_error) for p in res.curve]
-
-
-def write_curve_csv(path: str | Path, res: SamplingResult) -> None:
-    """The learning curve alone (used by the benchmark)."""
-    with Path(path).open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["n_runs", "cost_s", "loo_error"])
-        for n, c, e in curve_table(res):
-            w.writerow([n, f"{c:.6g}", "" if e is None else f"{e:.6g}"])

@@ -5,8 +5,9 @@ nothing the measurement itself can write. `run_isolated` runs a function in a ch
 returns its result; a child that dies without one raises `ChildDied` with its exit code (negative:
 the signal), which the profiler records as an `oom` row (SIGKILL) or an `error` row.
 
-The child comes from a fork server that has imported torch but never run it (a child forked after the
-parent ran torch hangs in its OpenMP pool on CPU, and cannot use CUDA once the parent initialised it).
+The child comes from a fork server that has imported torch but never run it: a child forked from a
+parent whose torch has run (a `probe` or an earlier configuration) hangs in its first parallel op (GNU
+OpenMP is not fork-safe), and cannot use CUDA once the parent initialised it.
 """
 
 from __future__ import annotations
@@ -90,20 +91,12 @@ START_METHOD = "forkserver"
 process set "fork" so that the child sees the patch."""
 
 
-def _context(device: str):
-    """A fork server on every device: a child forked from a parent whose torch has run (its OpenMP
-    thread pool started: a `probe` or an earlier configuration in the same process) hangs in its first
-    parallel op — GNU OpenMP is not fork-safe — and CUDA cannot be used in such a child at all."""
-    ctx = mp.get_context(START_METHOD)
-    if START_METHOD == "forkserver":
-        ctx.set_forkserver_preload(SERVER_PRELOAD)
-    return ctx
-
-
-def run_isolated(fn: Callable[..., Any], *args: Any, device: str = "cpu") -> Any:
+def run_isolated(fn: Callable[..., Any], *args: Any) -> Any:
     """fn(*args) in a child process: its return value, or the exception it raised (re-raised here);
     ChildDied when the child ends without either. `fn` and `args` must be picklable."""
-    ctx = _context(device)
+    ctx = mp.get_context(START_METHOD)  # a fork server, CPU or CUDA (module docstring)
+    if START_METHOD == "forkserver":
+        ctx.set_forkserver_preload(SERVER_PRELOAD)
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, fn, args), daemon=True)
     proc.start()

@@ -77,10 +77,8 @@ class PeakTracker:
             torch.cuda.reset_peak_memory_stats()
             self.baseline = torch.cuda.memory_allocated()
             return
-        self.use_hwm = False
         try:
-            with self._clear_refs.open("w") as f:
-                f.write("5")
+            self._clear_refs.write_text("5")
             self.use_hwm = _status_kib("VmHWM") is not None
         except OSError:
             self.use_hwm = False
@@ -122,11 +120,11 @@ class PeakTracker:
         return max(self._poll_peak, current_rss_bytes())
 
     def peak_reserved_bytes(self) -> int | None:
-        if self.cuda:
-            import torch
+        if not self.cuda:
+            return None
+        import torch
 
-            return int(torch.cuda.max_memory_reserved())
-        return None
+        return int(torch.cuda.max_memory_reserved())
 
     def growth_bytes(self) -> int:
         return max(0, self.peak_bytes() - self.baseline)
@@ -192,9 +190,6 @@ class MemoryCap:
                 f"{self.cap_gib:g}")
 
 
-_FROZEN = False
-
-
 def release_freed_memory() -> None:
     """Collect the previous configuration's objects and give the freed memory back to the OS (glibc
     keeps it resident otherwise, and the next configuration's RSS would not show its own allocations).
@@ -204,11 +199,9 @@ def release_freed_memory() -> None:
     """
     import gc
 
-    global _FROZEN
     gc.collect()
-    if not _FROZEN:
+    if not gc.get_freeze_count():
         gc.freeze()
-        _FROZEN = True
     try:
         import ctypes
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import csv
 import os
 import re
-import stat
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from tuneplan.errors import InputError, check_output_path
+from tuneplan.errors import InputError, atomic_output, check_output_path
+from tuneplan.runs.io import _lock, _unlock
 from tuneplan.runs.schema import REFERENCE_COLUMNS
 
 # The common runs schema (shared/reference/SCHEMA.md), in order: one list, owned by tuneplan.runs.
@@ -44,9 +43,7 @@ def format_cell(value: object) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, float):
-        if value != value:  # NaN
-            return ""
-        return f"{value:.6g}"
+        return "" if value != value else f"{value:.6g}"  # NaN: empty
     return str(value)
 
 
@@ -59,24 +56,14 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _read_header(p: Path) -> list[str] | None:
-    if not p.exists() or p.stat().st_size == 0:
-        return None
-    with p.open(newline="", encoding="utf-8") as f:
-        try:
-            return next(csv.reader(f))
-        except StopIteration:
-            return None
-
-
 _ID_RE = re.compile(rf"^{SOURCE}-(\d+)$")
 
 
-def check_runs_csv(path: Path) -> None:
-    """Refuse to append to an existing file that is not a runs CSV (a JSON file, a binary, a CSV
-    without an id column): profile rows would destroy it."""
+def read_header(path: Path) -> list[str] | None:
+    """The header of an existing runs CSV (None for a missing or empty file). InputError for a file that
+    is not a runs CSV (a JSON file, a binary, a CSV without an id column): profile rows would destroy it."""
     if not path.exists() or path.stat().st_size == 0:
-        return
+        return None
     try:
         with path.open(newline="", encoding="utf-8") as f:
             header = next(csv.reader(f), [])
@@ -86,24 +73,7 @@ def check_runs_csv(path: Path) -> None:
     if "id" not in [h.strip() for h in header]:
         raise InputError("out", f"{path} exists and is not a runs CSV (its first line has no 'id' column); "
                                 "give a new file or a runs CSV to append to")
-
-
-def _lock(f) -> None:
-    try:
-        import fcntl
-
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-    except (ImportError, OSError):  # pragma: no cover - Windows or a file system without locks
-        pass
-
-
-def _unlock(f) -> None:
-    try:
-        import fcntl
-
-        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-    except (ImportError, OSError):  # pragma: no cover
-        pass
+    return header
 
 
 class RowWriter:
@@ -122,8 +92,7 @@ class RowWriter:
         if not self.path.parent.exists():
             raise InputError("out", f"folder {self.path.parent} does not exist")
         check_output_path(self.path, "out", "runs CSV")  # not a FIFO or device: it is read first
-        check_runs_csv(self.path)
-        existing = _read_header(self.path)
+        existing = read_header(self.path)
         if existing is None:
             self.columns = wanted
             with self.path.open("w", newline="", encoding="utf-8") as f:
@@ -142,30 +111,17 @@ class RowWriter:
 
     def _rewrite_with(self, columns: list[str]) -> None:
         rows = read_rows(self.path)
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
-        try:
-            os.chmod(tmp, stat.S_IMODE(os.stat(self.path).st_mode))  # keep the file's own mode
-            with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-                w = csv.DictWriter(f, fieldnames=columns, restval="", extrasaction="raise")
-                w.writeheader()
-                for r in rows:
-                    # rows longer than the header carry their surplus under the key None: keep them out
-                    w.writerow({k: v for k, v in r.items() if k is not None})
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_output(self.path, "out", "runs CSV") as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=columns, restval="", extrasaction="raise")
+            w.writeheader()
+            # rows longer than the header carry their surplus under the key None: keep them out
+            w.writerows({k: v for k, v in r.items() if k is not None} for r in rows)
+            f.flush()
+            os.fsync(f.fileno())
 
     def _max_id(self) -> int:
-        best = 0
-        for r in read_rows(self.path):
-            m = _ID_RE.match(r.get("id") or "")
-            if m:
-                best = max(best, int(m.group(1)))
-        return best
+        ids = (_ID_RE.match(r.get("id") or "") for r in read_rows(self.path))
+        return max((int(m.group(1)) for m in ids if m), default=0)
 
     def write(self, row: Mapping[str, object]) -> dict[str, object]:
         """Append one row (filling `id` when empty); returns the row as written. The id is taken under

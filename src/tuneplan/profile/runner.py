@@ -9,16 +9,17 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
-import platform
 import re
 import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tuneplan.errors import InputError, TuneplanError
 from tuneplan.profile.config import (
@@ -28,10 +29,12 @@ from tuneplan.profile.config import (
     load_model_source,
     lora_target_modules,
 )
+from tuneplan.profile.device import device_name, local_name, resolve_device, sync
 from tuneplan.profile.memory import (
     GIB,
     MemoryCap,
     PeakTracker,
+    cpu_count,
     hold_freed_memory,
     is_oom,
     release_freed_memory,
@@ -41,27 +44,13 @@ from tuneplan.profile.rows import FRAMEWORK, SOURCE
 # ---------------------------------------------------------------- device and availability
 
 
-def resolve_device(name: str | None) -> str:
-    """`auto` -> cuda when present else cpu; checks that a named device exists."""
-    import torch
-
-    n = (name or "auto").strip().lower()
-    if n == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if n == "cpu":
-        return "cpu"
-    m = re.fullmatch(r"cuda(?::(\d+))?", n)
-    if m:
-        if not torch.cuda.is_available():
-            build = "a CPU-only torch build" if torch.version.cuda is None else "no CUDA device visible"
-            raise InputError("device", f"{name}: CUDA is not available here (torch {torch.__version__}, "
-                                       f"{build}); use --device cpu")
-        idx = int(m.group(1) or 0)
-        if idx >= torch.cuda.device_count():
-            raise InputError("device", f"{name}: only {torch.cuda.device_count()} CUDA device(s) here; "
-                                       f"use cuda:0..cuda:{torch.cuda.device_count() - 1}")
-        return f"cuda:{idx}"
-    raise InputError("device", f"unknown device '{name}'", ["auto", "cpu", "cuda", "cuda:N"])
+_CUDA_ONLY = (
+    ("method", "qlora", ("bitsandbytes",), "bitsandbytes", "--method lora"),
+    ("method", "gptq-lora", ("gptqmodel", "auto_gptq"), "a GPTQ backend: gptqmodel or auto-gptq", "--method lora"),
+    ("optimizer", "adamw-8bit", ("bitsandbytes",), "bitsandbytes", "--optimizer adamw"),
+    ("attn", "flash_attention_2", ("flash_attn",), "the flash-attn package", "--attn sdpa"),
+)
+"""(option, value, modules one of which it needs besides CUDA, what they are, what to use instead)."""
 
 
 def _has(module: str) -> bool:
@@ -79,38 +68,25 @@ def check_available(cfg: ProfileConfig, device: str, src: ModelSource | None = N
 
     check_stage(cfg)
     cuda = device.startswith("cuda")
-    if cfg.method in ("lora", "dora", "qlora", "gptq-lora") and not _has("peft"):
+    if cfg.is_lora and not _has("peft"):
         raise InputError("method", f"{cfg.method}: needs the peft package; pip install peft")
-    if cfg.method == "qlora" and not (cuda and _has("bitsandbytes")):
-        raise InputError("method", "qlora: not available on this device (needs CUDA and bitsandbytes); "
-                                   "use --method lora")
-    if cfg.method == "gptq-lora":
-        if not (cuda and (_has("gptqmodel") or _has("auto_gptq"))):
-            raise InputError("method", "gptq-lora: not available on this device (needs CUDA and a GPTQ "
-                                       "backend: gptqmodel or auto-gptq); use --method lora")
-        qc = (src.config.get("quantization_config") or {}) if src else {}
-        if str(qc.get("quant_method", "")).lower() != "gptq":
-            raise InputError("method", "gptq-lora: needs a GPTQ-quantized checkpoint folder as --model "
-                                       "(random weights cannot be GPTQ-quantized without calibration data)")
-    if cfg.optimizer == "adamw-8bit" and not (cuda and _has("bitsandbytes")):
-        raise InputError("optimizer", "adamw-8bit: not available on this device (needs CUDA and "
-                                      "bitsandbytes); use --optimizer adamw")
-    if cfg.attn == "flash_attention_2" and not (cuda and _has("flash_attn")):
-        raise InputError("attn", "flash_attention_2: not available on this device (needs CUDA and the "
-                                 "flash-attn package); use --attn sdpa")
+    for fld, value, modules, what, instead in _CUDA_ONLY:
+        if getattr(cfg, fld) == value and not (cuda and any(map(_has, modules))):
+            raise InputError(fld, f"{value}: not available on this device (needs CUDA and {what}); use {instead}")
+    qc = (src.config.get("quantization_config") or {}) if src else {}
+    if cfg.method == "gptq-lora" and str(qc.get("quant_method", "")).lower() != "gptq":
+        raise InputError("method", "gptq-lora: needs a GPTQ-quantized checkpoint folder as --model "
+                                   "(random weights cannot be GPTQ-quantized without calibration data)")
     if cfg.precision in ("fp16", "amp-fp16") and not cuda:
         raise InputError("precision", f"{cfg.precision}: fp16 training is only profiled on CUDA; "
                                       "use bf16 or fp32 on CPU")
-    if cuda and cfg.nproc > 1:
+    if cuda:
         import torch
 
         if torch.cuda.device_count() < cfg.nproc:
             raise InputError("nproc", f"{cfg.nproc} processes need {cfg.nproc} CUDA devices; "
                                       f"{torch.cuda.device_count()} visible")
-    if cfg.precision in ("bf16", "amp-bf16") and cuda:
-        import torch
-
-        if not torch.cuda.is_bf16_supported():
+        if cfg.precision in ("bf16", "amp-bf16") and not torch.cuda.is_bf16_supported():
             raise InputError("precision", "bf16: this CUDA device has no bf16 support; use fp16 or fp32")
     if src is not None:
         check_architecture(src)
@@ -137,6 +113,10 @@ def check_architecture(src: ModelSource) -> None:
 # ---------------------------------------------------------------- model
 
 
+QUANT_OF_METHOD = {"qlora": "nf4", "gptq-lora": "gptq-int4"}
+"""The runs `quant` of the methods whose base weights are quantized (others: none)."""
+
+
 @dataclass
 class BuiltModel:
     model: Any
@@ -159,15 +139,11 @@ def _torch_dtype(precision: str) -> Any:
 
 
 def _find_layer_list(model: Any, n: int) -> Any:
+    """The largest ModuleList of `n` modules (the decoder layers), or None."""
     import torch
 
-    best = None
-    for _, mod in model.named_modules():
-        if isinstance(mod, torch.nn.ModuleList) and len(mod) == n and (
-                best is None or sum(p.numel() for p in mod.parameters())
-                > sum(p.numel() for p in best.parameters())):
-            best = mod
-    return best
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()), default=None)
 
 
 def build_config(src: ModelSource, cfg: ProfileConfig) -> tuple[Any, int]:
@@ -207,18 +183,15 @@ def build_model(src: ModelSource, cfg: ProfileConfig, device: str) -> BuiltModel
     config, full = build_config(src, cfg)
     torch.manual_seed(cfg.seed)
     dtype = _torch_dtype(cfg.precision)
-    quant = "none"
+    quant = QUANT_OF_METHOD.get(cfg.method, "none")
     try:
         if cfg.method == "qlora":
             model = _build_qlora_base(config, cfg, device)
-            quant = "nf4"
         elif cfg.method == "gptq-lora":
-            from transformers import AutoModelForCausalLM as Auto
-
             # the checkpoint's real GPTQ weights (truncated to --layers through the config)
-            model = Auto.from_pretrained(str(Path(src.origin).parent), config=config, device_map={"": device},
-                                         attn_implementation=cfg.attn, dtype=dtype)
-            quant = "gptq-int4"
+            model = AutoModelForCausalLM.from_pretrained(str(Path(src.origin).parent), config=config,
+                                                         device_map={"": device}, attn_implementation=cfg.attn,
+                                                         dtype=dtype)
         else:
             # on CUDA the random weights are drawn on the GPU (a CPU init of billions of weights
             # takes minutes there); on CPU the context is a no-op
@@ -230,11 +203,9 @@ def build_model(src: ModelSource, cfg: ProfileConfig, device: str) -> BuiltModel
     n_built = int(getattr(model.config, "num_hidden_layers", 0) or 0) or full
     params_built = sum(p.numel() for p in model.parameters())
     layer_list = _find_layer_list(model, n_built) if n_built else None
+    params_full = float(params_built)
     if layer_list is not None and full:
-        per_layer = sum(p.numel() for p in layer_list.parameters()) / n_built
-        params_full = params_built - per_layer * n_built + per_layer * full
-    else:
-        params_full = float(params_built)
+        params_full += sum(p.numel() for p in layer_list.parameters()) / n_built * (full - n_built)
     if quant == "none":
         model.to(device)
     if cfg.grad_ckpt:
@@ -320,8 +291,6 @@ class DistContext:
     """Set by the torchrun worker (profile.distributed) for data-parallel measurements."""
 
     rank: int
-    world: int
-    sharding: str  # ddp | fsdp
     wrap: Callable[[Any], Any]
     no_sync: Callable[[Any], contextlib.AbstractContextManager[Any]]
     max_over_ranks: Callable[[list[float]], list[float]]
@@ -340,21 +309,12 @@ class Measured:
     build: BuiltModel | None = None
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
 def _autocast(cfg: ProfileConfig, device: str) -> contextlib.AbstractContextManager[Any]:
+    if not cfg.precision.startswith("amp-"):
+        return contextlib.nullcontext()
     import torch
 
-    if cfg.precision == "amp-bf16":
-        return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
-    if cfg.precision == "amp-fp16":
-        return torch.autocast(device_type=device.split(":")[0], dtype=torch.float16)
-    return contextlib.nullcontext()
+    return torch.autocast(device_type=device.split(":")[0], dtype=_torch_dtype(cfg.precision[4:]))
 
 
 class _Steps:
@@ -375,26 +335,20 @@ class _Steps:
                 with _autocast(cfg, self.device):
                     loss = model(input_ids=self.batch, labels=self.batch).loss / cfg.grad_accum
                 cap.check("forward")
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                else:
-                    loss.backward()
+                scaler.scale(loss).backward()
             cap.check("backward")
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
+        scaler.step(opt)  # a disabled scaler (all but amp-fp16) passes the loss and the step through
+        scaler.update()
         opt.zero_grad(set_to_none=True)
         cap.check("optimizer step")
 
     def timed(self, n: int, no_sync: bool = False) -> list[float]:
         times = []
         for _ in range(n):
-            _sync(self.device)
+            sync(self.device)
             t0 = time.perf_counter()
             self.step(no_sync)
-            _sync(self.device)
+            sync(self.device)
             times.append(time.perf_counter() - t0)
         return times
 
@@ -424,8 +378,7 @@ def _run_steps(steps: _Steps, cfg: ProfileConfig, dist: DistContext | None, para
 
 def _record_peaks(out: Measured, tracker: PeakTracker, dist: DistContext | None) -> None:
     """The tracker's peaks into `out`; data parallel: step times and peaks of the slowest / largest rank."""
-    out.peak_bytes = tracker.peak_bytes()
-    out.peak_growth_bytes = tracker.growth_bytes()
+    out.peak_bytes, out.peak_growth_bytes = tracker.peak_bytes(), tracker.growth_bytes()
     out.peak_reserved_bytes = tracker.peak_reserved_bytes()
     if dist is None:
         return
@@ -456,7 +409,8 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
         if cfg.stage != "sft" or cfg.trainer == "trl":  # TRL's SFT / DPO / GRPO trainers (profile/stages.py)
             from tuneplan.profile.stages import measure_stage
 
-            out.step_times, out.build, out.longest_batch_tokens = measure_stage(cfg, src, device)
+            out.build = build_model(src, cfg, device)
+            out.step_times, out.longest_batch_tokens = measure_stage(cfg, out.build, device)
             _record_peaks(out, tracker, None)
             return out
         with MemoryCap(cfg.max_mem_gib, tracker, collective=dist is not None) as cap:
@@ -474,11 +428,11 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
             g = torch.Generator().manual_seed(cfg.seed + 1 + (dist.rank if dist else 0))
             batch = torch.randint(0, built.vocab_size, (cfg.micro_batch, cfg.seq_len), generator=g).to(device)
             out.longest_batch_tokens = int(batch.numel())  # every micro-batch is this one
-            scaler = torch.amp.GradScaler("cuda") if cfg.precision == "amp-fp16" else None
+            scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "amp-fp16")
             steps = _Steps(cfg, device, dist, cap, model, opt, batch, scaler)
             opt = scaler = None
             _run_steps(steps, cfg, dist, params, out)
-        _sync(device)
+        sync(device)
         _record_peaks(out, tracker, dist)
         return out
     finally:
@@ -493,44 +447,26 @@ def _measure(cfg: ProfileConfig, src: ModelSource, device: str, dist: DistContex
             torch.cuda.empty_cache()
 
 
-def _percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    if len(s) == 1:
-        return s[0]
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def device_name(device: str) -> str:
-    if device.startswith("cuda"):
-        import torch
-
-        return str(torch.cuda.get_device_name(torch.device(device)))
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
 def gpu_column(device: str, override: str | None) -> str:
     """The runs `gpu` value: --gpu-name, else `local-cpu`, else the CUDA device's catalog name."""
-    if override:
-        return override
-    if not device.startswith("cuda"):
-        return "local-cpu"
+    if override or not device.startswith("cuda"):
+        return override or local_name(None)
+    from tuneplan.specs.gpu import resolve_gpu
+
     name = device_name(device)
     try:
-        from tuneplan.specs.gpu import resolve_gpu
-
         return resolve_gpu(name).name
-    except (TuneplanError, ImportError, KeyError):
-        return "local-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    except (TuneplanError, KeyError):
+        return local_name(name)
+
+
+def versions(modules: tuple[str, ...] = ("torch", "transformers", "peft")) -> dict[str, str]:
+    """`<module>_version` of each installed module."""
+    out = {}
+    for mod in modules:
+        with contextlib.suppress(ImportError):
+            out[f"{mod}_version"] = str(getattr(importlib.import_module(mod), "__version__", ""))
+    return out
 
 
 def adapter_dtype() -> str:
@@ -544,16 +480,6 @@ def adapter_dtype() -> str:
     except (ImportError, ValueError):
         return "fp32"
     return "fp32" if (major, minor) >= (0, 12) else "compute"
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for mod in ("torch", "transformers", "peft"):
-        try:
-            out[f"{mod}_version"] = __import__(mod).__version__
-        except ImportError:
-            out[f"{mod}_version"] = ""
-    return out
 
 
 def config_row(cfg: ProfileConfig, src: ModelSource | None, device: str) -> dict[str, Any]:
@@ -576,7 +502,7 @@ def config_row(cfg: ProfileConfig, src: ModelSource | None, device: str) -> dict
                            if cfg.optimizer == "adamw" else None),
         "stage": cfg.stage,
         "precision": cfg.precision,
-        "quant": {"qlora": "nf4", "gptq-lora": "gptq-int4"}.get(cfg.method, "none"),
+        "quant": QUANT_OF_METHOD.get(cfg.method, "none"),
         "optimizer": cfg.optimizer,
         "grad_ckpt": cfg.grad_ckpt,
         "flash_attn": fused_attn,
@@ -600,14 +526,14 @@ def config_row(cfg: ProfileConfig, src: ModelSource | None, device: str) -> dict
         "device_name": device_name(device),
         "attn_impl": cfg.attn,
         "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        **_versions(),
+        **versions(),
     }
     notes = [f"attn={cfg.attn}"]
     if cfg.config_override:
         notes.append("config_override=" + ";".join(f"{k}={v}" for k, v in cfg.config_override))
     if cfg.max_mem_gib:
         notes.append(f"max_mem_gib={cfg.max_mem_gib:g}")
-    if device == "cpu" or not device.startswith("cuda"):
+    if not device.startswith("cuda"):
         notes.append("peak_mem_gib is the peak RSS of the whole process")
     row["notes"] = "; ".join(notes)
     return row
@@ -632,7 +558,7 @@ NOISY_STEP_SPREAD = 0.10
 
 
 def _is_noisy(times: list[float]) -> bool:
-    lo, hi = _percentile(times, 0.1), _percentile(times, 0.9)
+    lo, hi = np.percentile(times, [10, 90])
     return bool(lo > 0 and hi / lo - 1.0 > NOISY_STEP_SPREAD)
 
 
@@ -644,8 +570,8 @@ def result_row(cfg: ProfileConfig, src: ModelSource | None, device: str, m: Meas
     row.update({
         "status": "ok",
         "step_time_s": med,
-        "step_time_s_p10": _percentile(m.step_times, 0.1),
-        "step_time_s_p90": _percentile(m.step_times, 0.9),
+        "step_time_s_p10": float(np.percentile(m.step_times, 10)),
+        "step_time_s_p90": float(np.percentile(m.step_times, 90)),
         "step_time_s_std": statistics.pstdev(m.step_times),
         "noisy": _is_noisy(m.step_times),
         "n_steps": len(m.step_times),
@@ -687,19 +613,12 @@ def failure_row(cfg: ProfileConfig, src: ModelSource | None, device: str, exc: B
     return row
 
 
-def _model_src_and_meta(src: ModelSource | None, cfg: ProfileConfig) -> ModelSource:
-    return src if src is not None else load_model_source(cfg.model)
-
-
 @contextlib.contextmanager
 def _threads(n: int | None) -> Iterator[None]:
     import torch
 
-    if not n:
-        yield
-        return
     old = torch.get_num_threads()
-    torch.set_num_threads(n)
+    torch.set_num_threads(n or old)
     try:
         yield
     finally:
@@ -711,7 +630,7 @@ def prepare(cfg: ProfileConfig, src: ModelSource | None = None) -> tuple[Profile
     device = resolve_device(cfg.device)
     if not cfg.precision:
         cfg = replace(cfg, precision=default_precision(device))
-    src = _model_src_and_meta(src, cfg)
+    src = src if src is not None else load_model_source(cfg.model)
     check_available(cfg, device, src)
     return replace(cfg, device=device), src, device
 
@@ -756,9 +675,52 @@ def _run_in_child(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str
     from tuneplan.profile.isolate import ChildDied, run_isolated
 
     try:
-        return run_isolated(_run_here, cfg, src, device, device=device)
+        return run_isolated(_run_here, cfg, src, device)
     except ChildDied as died:
         return failure_row(cfg, src, device, died, died.killed)
+
+
+def _src_path() -> str:
+    """The folder holding the tuneplan package (so the workers import this same copy)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _launch(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
+    """Run one configuration under torchrun (the worker is profile.distributed); returns the row
+    written by rank 0 (or a failure row)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tuneplan-dist-") as tmp:
+        cfg_path = Path(tmp) / "config.json"
+        res_path = Path(tmp) / "result.json"
+        src_path = Path(tmp) / "model_config.json"
+        src_path.write_text(json.dumps(asdict(src)), encoding="utf-8")
+        cfg_path.write_text(cfg.to_json(), encoding="utf-8")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_src_path(), env.get("PYTHONPATH", "")) if p)
+        threads = cfg.threads or max(1, cpu_count() // cfg.nproc)
+        if not device.startswith("cuda"):
+            env["OMP_NUM_THREADS"] = str(threads)
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={cfg.nproc}", "-m", "tuneplan.profile.distributed",
+               str(cfg_path), str(src_path), str(res_path)]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=cfg.timeout_s)
+            rc, log = proc.returncode, (proc.stdout or "") + (proc.stderr or "")
+        except subprocess.TimeoutExpired as exc:
+            rc, log = -1, f"torchrun timed out after {cfg.timeout_s:g} s " + str(exc.stderr or "")[-500:]
+        if res_path.exists():
+            return json.loads(res_path.read_text(encoding="utf-8"))
+        row = config_row(cfg, src, device)
+        lines = [ln for ln in log.splitlines() if ln.strip() and "warn" not in ln.lower()]
+        tail = " | ".join(lines[-3:])[-280:]
+        row.update({"status": "error", "error": f"torchrun exit {rc}: {tail}"})
+        return row
 
 
 def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any]:
@@ -771,9 +733,7 @@ def run_one(cfg: ProfileConfig, src: ModelSource | None = None) -> dict[str, Any
     cfg, src, device = prepare(cfg, src)
     t0 = time.perf_counter()
     if cfg.nproc > 1:
-        from tuneplan.profile.distributed import launch
-
-        row = launch(cfg, src, device)
+        row = _launch(cfg, src, device)
     elif cfg.isolate:
         row = _run_in_child(cfg, src, device)
     else:

@@ -85,28 +85,17 @@ class FeatureMap:
     """Numeric settings -> log features; categorical settings -> level indicators.
 
     Keys whose value is the same in every candidate are left out. A numeric key may be None in some
-    candidates (e.g. LoRA rank of a full fine-tune): its log feature is then 0.
-
-    Three nested feature sets ("stages") of growing flexibility, all linear in the coefficients:
-    0: intercept + log of each numeric setting + indicators (the log-linear scaling law);
-    1: + squared centred logs of settings with 3 or more levels (curvature, e.g. fixed overheads);
-    2: + pairwise products of the centred logs and indicators (interactions, e.g. attention's
-       seq-len x tokens, LoRA vs full per layer).
+    candidates (e.g. LoRA rank of a full fine-tune): its log feature is then 0. The three nested
+    feature stages are the module docstring's; curvature only for settings with 3 or more levels.
     """
 
     def __init__(self, candidates: Sequence[Config], cat_slopes: bool = False) -> None:
         self.cat_slopes = cat_slopes
-        keys: list[str] = []
-        for c in candidates:
-            for k in c:
-                if k not in keys:
-                    keys.append(k)
         self.numeric: list[str] = []
         self.categorical: dict[str, list[Any]] = {}
         self.levels: dict[str, list[float]] = {}
-        for k in keys:
-            vals = [c.get(k) for c in candidates]
-            distinct = list(dict.fromkeys(vals))
+        for k in dict.fromkeys(k for c in candidates for k in c):
+            distinct = list(dict.fromkeys(c.get(k) for c in candidates))
             if len(distinct) < 2:
                 continue
             nums = [v for v in distinct if v is not None]
@@ -215,11 +204,6 @@ def robust_weights(x: np.ndarray, y: np.ndarray, ridge: float, robust: bool = Tr
     return b, w
 
 
-def ridge_fit(x: np.ndarray, y: np.ndarray, ridge: float, robust: bool = True) -> np.ndarray:
-    """Coefficients of the (robust) ridge fit of y on x."""
-    return robust_weights(x, y, ridge, robust)[0]
-
-
 def loo_relative_errors(x: np.ndarray, y: np.ndarray, b: np.ndarray, w: np.ndarray, ridge: float) -> np.ndarray:
     """Leave-one-out |predicted / measured - 1| of each point (closed form at the fitted weights)."""
     d = _penalty(x.shape[1], ridge)
@@ -261,10 +245,6 @@ class Learner:
                 out.append(s)
         return out
 
-    @property
-    def n_params(self) -> int:
-        return self.fmap.n_features[self.stage]
-
     def fit(self, configs: Sequence[Config], step_times: Sequence[float]) -> Learner:
         y = np.log(np.asarray(step_times, dtype=float))
         n = len(y)
@@ -290,11 +270,8 @@ class Learner:
         ridge_b = self.ridge if self._boot_stage == self.stage else self.spread_ridge
         xb = x if self._boot_stage == self.stage else self.fmap.design(configs, self._boot_stage)
         rng = np.random.default_rng(self.seed)
-        boots = []
-        for _ in range(self.n_boot):
-            idx = rng.integers(0, n, size=n)
-            boots.append(ridge_fit(xb[idx], y[idx], ridge_b))
-        self.boot = np.array(boots).reshape(self.n_boot, xb.shape[1])
+        idx = [rng.integers(0, n, size=n) for _ in range(self.n_boot)]
+        self.boot = np.array([robust_weights(xb[i], y[i], ridge_b)[0] for i in idx]).reshape(self.n_boot, xb.shape[1])
         return self
 
     def predict(self, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
@@ -407,12 +384,9 @@ class SamplingResult:
     learner: Learner | None = None
 
     def ok_points(self) -> tuple[list[dict[str, Any]], list[float]]:
-        cfgs, ys = [], []
-        for i, m in zip(self.order, self.measurements, strict=True):
-            if m.ok:
-                cfgs.append(self.candidates[i])
-                ys.append(float(m.step_time_s))  # type: ignore[arg-type]
-        return cfgs, ys
+        ok = [(self.candidates[i], float(m.step_time_s)) for i, m in zip(self.order, self.measurements, strict=True)
+              if m.ok]  # type: ignore[arg-type]
+        return [c for c, _ in ok], [y for _, y in ok]
 
 
 def estimate_overhead(measurements: Sequence[Measurement], steps_per_run: float) -> float:
@@ -432,16 +406,10 @@ def score_candidates(learner: Learner, configs: Sequence[Config], overhead_s: fl
 
 def _dominates(fmap: FeatureMap, big: Config, small: Config) -> bool:
     """`big` is at least `small` in every numeric setting, with the same categories."""
-    for k in fmap.categorical:
-        if big.get(k) != small.get(k):
-            return False
-    for k in fmap.numeric:
-        a, b = big.get(k), small.get(k)
-        if (a is None) != (b is None):
-            return False
-        if a is not None and float(a) < float(b):  # type: ignore[arg-type]
-            return False
-    return True
+    if any(big.get(k) != small.get(k) for k in fmap.categorical):
+        return False
+    pairs = [(big.get(k), small.get(k)) for k in fmap.numeric]
+    return all((a is None) == (b is None) and (a is None or float(a) >= float(b)) for a, b in pairs)
 
 
 def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: float,
@@ -488,7 +456,6 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
             learner.fit(ok_cfgs, ok_y)
         overhead = estimate_overhead(res.measurements, steps_per_run)
         pending = [i for i in pending if i in left]
-        choice: Choice | None = None
         if pending:
             i = pending.pop(0)
             pred = None
@@ -505,8 +472,7 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
             if not fits.any():
                 res.stop_reason = "budget"
                 break
-            masked = np.where(fits, score, -np.inf)
-            j = int(np.argmax(masked))
+            j = int(np.argmax(np.where(fits, score, -np.inf)))
             choice = Choice(left[j], "uncertainty", float(score[j]), float(spread[j]), float(cost[j]))
         else:
             # fewer than two successful anchors (failures): the cheapest remaining by the proxy
@@ -523,9 +489,7 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
             raise InputError("budget", f"{budget_s:g} s is under one step of the cheapest configuration "
                                        f"({m.step_time_s:.3g} s per step measured); raise --budget")
         if not m.ok:
-            for k in left:
-                if k != i and _dominates(fmap, cands[k], cands[i]):
-                    infeasible.add(k)
+            infeasible.update(k for k in left if k != i and _dominates(fmap, cands[k], cands[i]))
         ok_cfgs, ok_y = res.ok_points()
         loo = None
         if len(ok_y) >= 2:

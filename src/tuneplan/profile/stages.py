@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tuneplan.errors import InputError
-from tuneplan.profile.config import ModelSource, ProfileConfig
+from tuneplan.profile.config import ProfileConfig
 
 PROFILED_STAGES = ("sft", "dpo", "grpo")
 """Stages the profiler measures (sft: its own training loop; dpo, grpo: TRL's trainers)."""
@@ -81,7 +81,7 @@ def _dataset(cfg: ProfileConfig, rows: int) -> Any:
 def _timer(device: str) -> Any:
     from transformers import TrainerCallback
 
-    from tuneplan.profile.runner import _sync
+    from tuneplan.profile.device import sync
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
@@ -89,11 +89,11 @@ def _timer(device: str) -> Any:
             self.t0 = 0.0
 
         def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
-            _sync(device)
+            sync(device)
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-            _sync(device)
+            sync(device)
             self.times.append(time.perf_counter() - self.t0)
 
     return StepTimer()
@@ -112,17 +112,14 @@ def _reward(completions, **kw) -> list[float]:  # noqa: ANN001
     return [float(len(c)) for c in completions]
 
 
-def measure_stage(cfg: ProfileConfig, src: ModelSource, device: str) -> tuple[list[float], Any, int | None]:
-    """(timed step seconds after the warm-up, the BuiltModel, the tokens of the longest training
-    micro-batch) of an SFT, DPO or GRPO run through TRL."""
+def measure_stage(cfg: ProfileConfig, built: Any, device: str) -> tuple[list[float], int | None]:
+    """(timed step seconds after the warm-up, the tokens of the longest training micro-batch) of an SFT,
+    DPO or GRPO run through TRL on the built model (a runner.BuiltModel)."""
     import warnings
 
     import datasets
 
-    from tuneplan.profile.runner import build_model
-
     datasets.disable_progress_bars()
-    built = build_model(src, cfg, device)
     model = built.model
     if cfg.stage == "grpo":  # the profiler builds models with use_cache off; generation needs the KV cache
         model.config.use_cache = True
@@ -172,7 +169,7 @@ def measure_stage(cfg: ProfileConfig, src: ModelSource, device: str) -> tuple[li
     times = timer.times[cfg.warmup:]
     if not times:
         raise RuntimeError(f"TRL ran {len(timer.times)} steps, none after the {cfg.warmup} warm-up steps")
-    return times, built, longest.tokens or None
+    return times, longest.tokens or None
 
 
 class LongestBatch:
@@ -196,23 +193,20 @@ def stage_cells(cfg: ProfileConfig, med: float) -> dict[str, Any]:
     pairs (2 sequences each); GRPO samples are prompts, its tokens prompt + completion per completion."""
     import trl
 
+    by_trl = {"framework": "trl", "trl_version": trl.__version__}
     if cfg.stage == "sft":
-        return {"stage": "sft", "framework": "trl", "trl_version": trl.__version__} if cfg.trainer == "trl" else {
-            "stage": "sft"}
-
+        return {"stage": "sft", **by_trl} if cfg.trainer == "trl" else {"stage": "sft"}
     if cfg.stage == "dpo":
-        seqs = 2 * cfg.micro_batch * cfg.grad_accum
-        return {"stage": "dpo", "tokens_per_s": seqs * cfg.seq_len / med,
-                "tokens_per_s_per_gpu": seqs * cfg.seq_len / med,
-                "train_tokens_total": None, "framework": "trl", "trl_version": trl.__version__,
-                "notes_extra": "DPO pairs: chosen + rejected of seq_len tokens each; reference: LoRA adapter "
-                               "disabled" if cfg.is_lora else "DPO pairs: chosen + rejected of seq_len tokens "
-                               "each; reference: a frozen copy"}
+        tokens = 2 * cfg.micro_batch * cfg.grad_accum * cfg.seq_len
+        reference = "LoRA adapter disabled" if cfg.is_lora else "a frozen copy"
+        return {"stage": "dpo", "tokens_per_s": tokens / med, "tokens_per_s_per_gpu": tokens / med,
+                "train_tokens_total": None, **by_trl,
+                "notes_extra": f"DPO pairs: chosen + rejected of seq_len tokens each; reference: {reference}"}
     comps = cfg.micro_batch * cfg.grad_accum
     tokens = comps * (cfg.seq_len + cfg.completion_len)
     return {"stage": "grpo", "group_size": cfg.group_size, "completion_len": cfg.completion_len,
             "prompts_per_step": comps // cfg.group_size, "tokens_per_s": tokens / med,
             "tokens_per_s_per_gpu": tokens / med, "samples_per_s": comps / cfg.group_size / med,
-            "global_batch_size": comps // cfg.group_size, "train_tokens_total": None, "framework": "trl", "trl_version": trl.__version__,
+            "global_batch_size": comps // cfg.group_size, "train_tokens_total": None, **by_trl,
             "notes_extra": f"GRPO: {comps} completions of {cfg.completion_len} tokens (min_new_tokens) after "
-                           f"prompts of seq_len tokens, HF generate, rule reward, beta 0"}
+                           "prompts of seq_len tokens, HF generate, rule reward, beta 0"}
