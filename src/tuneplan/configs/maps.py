@@ -105,8 +105,7 @@ def galore_rank(optim_args) -> int | None:
 
 
 def precision(name) -> str | None:
-    if name is None:
-        return None
+    """tuneplan's precision of a dtype / precision name; None when absent or unknown."""
     return PRECISIONS.get(str(name).strip().lower())
 
 
@@ -129,10 +128,8 @@ def targets(names) -> tuple[tuple[str, ...], list[str]]:
     return tuple(out), unknown
 
 
-def attention(name) -> bool | None:
+def attention(name) -> bool:
     """attn_implementation -> flash/SDPA memory-efficient attention (True) or eager (False)."""
-    if name is None:
-        return None
     return str(name).strip().lower() not in ("eager", "disabled", "false", "none")
 
 
