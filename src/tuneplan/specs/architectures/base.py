@@ -86,6 +86,16 @@ def inferred_value(v: object) -> object:
     return {"true": True, "false": False}.get(tok, tok)
 
 
+def inferred_values(config: Mapping) -> dict:
+    """A catalog file's `_inferred_not_stated` values (through `inferred_value`), without its notes
+    (`basis`, `_...`, `..._alternative`): they fill keys the file leaves absent or null."""
+    inferred = config.get("_inferred_not_stated")
+    if not isinstance(inferred, Mapping):
+        return {}
+    return {k: inferred_value(v) for k, v in inferred.items()
+            if k != "basis" and not k.startswith("_") and not k.endswith("_alternative")}
+
+
 def get_bool(cfg: Mapping, keys: Iterable[str], default: bool) -> bool:
     for k in keys:
         if k in cfg and cfg[k] is not None:

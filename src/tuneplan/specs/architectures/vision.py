@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, inferred_value, lin
+from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, inferred_values, lin
 from tuneplan.specs.model import LinearShape, ModelSpec, VisionTower
 
 DYNAMIC_IMAGE_SIDE_PX = 448
@@ -244,11 +244,7 @@ def _text_config(cfg: Mapping, mt: str) -> tuple[dict, str]:
         for k in ("tie_word_embeddings", "vocab_size"):
             if k in cfg and k not in t:
                 t[k] = cfg[k]
-        inferred = cfg.get("_inferred_not_stated")
-        if isinstance(inferred, Mapping):
-            for k, v in inferred.items():
-                if not k.startswith("_") and k != "basis" and t.get(k) is None:
-                    t[k] = inferred_value(v)
+        t.update({k: v for k, v in inferred_values(cfg).items() if t.get(k) is None})
         tmt = str(t.get("model_type") or {"llava": "llama", "llava_next": "mistral", "gemma3": "gemma3_text",
                                           "mistral3": "mistral"}.get(mt, "llama"))
         defaulted = [k for k in TEXT_CLASS_DEFAULTS.get(tmt, {}) if t.get(k) is None]
