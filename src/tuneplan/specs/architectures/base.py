@@ -96,8 +96,13 @@ def inferred_values(config: Mapping) -> dict:
             if k != "basis" and not k.startswith("_") and not k.endswith("_alternative")}
 
 
-def get_bool(cfg: Mapping, keys: Iterable[str], default: bool) -> bool:
-    for k in keys:
+def int_key(cfg: Mapping, key: str, default: object = MISSING, *, minimum: int = 1) -> int:
+    """`get_int` of one key, which also names the field in errors."""
+    return get_int(cfg, (key,), key, default, minimum=minimum)
+
+
+def get_bool(cfg: Mapping, keys: Iterable[str] | str, default: bool) -> bool:
+    for k in (keys,) if isinstance(keys, str) else keys:
         if k in cfg and cfg[k] is not None:
             return bool(cfg[k])
     return default
@@ -260,6 +265,17 @@ class Decoder:
     local_kind: str = ""  # "sliding" / "chunked"
     other_params: int = 0  # extra non-matmul params (embedding LayerNorm, OPT projections, ...)
     extra: dict = field(default_factory=dict)
+
+
+def decoder_of(cfg: Mapping, mt: str, inter: int = 0, *, tie: bool = False,
+               head_dim_keys: tuple[str, ...] = ("head_dim",), **fields) -> Decoder:
+    """A Decoder of the shapes most readers read alike: width, layers, attention heads (`attention_shape`),
+    vocabulary, positions, and the tied head (`tie`: the config class's default); `fields` set the rest."""
+    h = get_int(cfg, HIDDEN, "hidden_size")
+    L = get_int(cfg, LAYERS, "num_hidden_layers")
+    nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=head_dim_keys)
+    return Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=get_int(cfg, VOCAB, "vocab_size"),
+                   inter=inter, max_pos=max_pos(cfg), tie=get_bool(cfg, "tie_word_embeddings", tie), **fields)
 
 
 def lin(name: str, i: int, o: int, n_layers: int, bias: bool = False, count: int = 1,

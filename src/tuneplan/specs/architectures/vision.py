@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, inferred_values, lin
+from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, inferred_values, int_key, lin
 from tuneplan.specs.model import LinearShape, ModelSpec, VisionTower
 
 DYNAMIC_IMAGE_SIDE_PX = 448
@@ -81,10 +81,10 @@ def _vit_tower(vc: Mapping, kind: str, text_hidden: int, top: Mapping) -> Vision
     # patch embedding conv (3 x p x p -> hidden), positions (CLIP: + class token), LayerNorms with bias
     other = 3 * patch * patch * hidden + (0 if clip else hidden) + (patches + (1 if clip else 0)) * hidden
     other += depth * 4 * hidden + (4 if clip else 2) * hidden + (hidden if clip else 0)  # norms; CLIP cls
-    if get_bool(vc, ("vision_use_head",), False):
+    if get_bool(vc, "vision_use_head", False):
         raise InputError("vision_config.vision_use_head", "a SigLIP attention-pooling head is not modelled")
     if kind == "gemma3":
-        tokens = get_int(top, ("mm_tokens_per_image",), "mm_tokens_per_image", 256)
+        tokens = int_key(top, "mm_tokens_per_image", 256)
         merge = max(1, int(round((patches / tokens) ** 0.5)))
         proj = [lin("mm_input_projection", hidden, text_hidden, 1)]
         proj_other = hidden  # mm_soft_emb_norm
@@ -188,7 +188,7 @@ def _intern_vit_tower(vc: Mapping, text_hidden: int, top: Mapping) -> VisionTowe
     merge = int(round(1 / ratio))
     side = size // patch
     patches = side * side
-    qkv_bias = get_bool(vc, ("qkv_bias",), True)
+    qkv_bias = get_bool(vc, "qkv_bias", True)
     lins = [x for x in (lin("qkv", hidden, 3 * hidden, depth, qkv_bias), lin("o", hidden, hidden, depth, True),
                         lin("fc1", hidden, inter, depth, True), lin("fc2", inter, hidden, depth, True)) if x]
     layer_norm = str(vc.get("norm_type") or "layer_norm") == "layer_norm"
