@@ -221,10 +221,9 @@ def price_for(gpu: str, provider: str | None = None, path: str | None = None,
 
 def price_age_days(p: Price, today: date | None = None) -> int | None:
     """Days from a price's `date_seen` (YYYY-MM reads as the 1st) to today; None without a date."""
-    m = re.match(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$", p.date_seen or "")
-    if not m:
+    if not DATE_RE.match(p.date_seen or ""):
         return None
-    seen = date(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1))
+    seen = date.fromisoformat(p.date_seen if len(p.date_seen) > 7 else p.date_seen + "-01")
     return ((today or date.today()) - seen).days
 
 

@@ -7,17 +7,9 @@ from collections.abc import Mapping
 
 _QUANT_SUFFIXES: tuple[tuple[str, str], ...] = (
     # (case-insensitive suffix regex, quant); longest first, applied repeatedly
-    (r"-gptq-int4$", "gptq-int4"),
-    (r"-gptq-int8$", "int8"),
-    (r"-awq-int4$", "awq-int4"),
-    (r"-bnb-4bit$", "nf4"),
-    (r"-bnb-8bit$", "int8"),
-    (r"-gptq$", "gptq-int4"),
-    (r"-awq$", "awq-int4"),
-    (r"-int4$", "gptq-int4"),
-    (r"-int8$", "int8"),
-    (r"-4bit$", "nf4"),
-    (r"-8bit$", "int8"),
+    (r"-gptq-int4$", "gptq-int4"), (r"-gptq-int8$", "int8"), (r"-awq-int4$", "awq-int4"), (r"-bnb-4bit$", "nf4"),
+    (r"-bnb-8bit$", "int8"), (r"-gptq$", "gptq-int4"), (r"-awq$", "awq-int4"), (r"-int4$", "gptq-int4"),
+    (r"-int8$", "int8"), (r"-4bit$", "nf4"), (r"-8bit$", "int8"),
 )
 
 
