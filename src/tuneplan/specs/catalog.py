@@ -222,17 +222,10 @@ def _config_of(r: _Resolved) -> dict:
 @lru_cache(maxsize=512)
 def _spec_of(r: _Resolved) -> ModelSpec:
     spec = model_from_config(_config_of(r), r.name, r.source)
-    extra = dict(spec.extra)
-    if r.requested and r.requested != r.name:
-        extra["requested"] = r.requested
-    if r.via:
-        extra["resolved_via"] = r.via
-    if r.alias_note:
-        extra["alias_note"] = r.alias_note
-    if r.overrides:
-        extra["alias_overrides"] = dict(r.overrides)
-    quant = r.quant if r.quant != "none" else spec.quant
-    return replace(spec, quant=quant, extra=extra)
+    how = {"requested": r.requested if r.requested != r.name else "", "resolved_via": r.via,
+           "alias_note": r.alias_note, "alias_overrides": dict(r.overrides)}
+    extra = {**spec.extra, **{k: v for k, v in how.items() if v}}
+    return replace(spec, quant=r.quant if r.quant != "none" else spec.quant, extra=extra)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -403,45 +396,43 @@ def hub_cache_dir() -> Path:
     return Path(os.environ.get("TUNEPLAN_HOME") or str(Path.home() / ".tuneplan")) / "hub"
 
 
+_PASS_PATH = "pass --model path/to/config.json"
+
+
 def _hub_config(repo_id: str) -> tuple[str | None, str]:
-    """(path to a downloaded / cached config.json, "") or (None, why it failed). Only config.json is
-    fetched (never weights, never code), into `hub_cache_dir()`."""
+    """(path to a downloaded / cached config.json, "") or (None, the one-line hint of why not). Only
+    config.json is fetched (never weights, never code), into `hub_cache_dir()`."""
     import importlib.util
 
     if importlib.util.find_spec("huggingface_hub") is None:
-        return None, "huggingface_hub is not installed"
+        return None, ("not in the catalog; pip install 'tuneplan[hub]' to fetch its config.json from the Hugging "
+                      f"Face Hub, or {_PASS_PATH}")
     try:
         from huggingface_hub import hf_hub_download
     except Exception:  # noqa: BLE001
-        return None, "huggingface_hub cannot be imported"
+        return None, f"not in the catalog; huggingface_hub cannot be imported; {_PASS_PATH}"
+    offline = f"the Hugging Face Hub cannot be reached and the model is not in the catalog; {_PASS_PATH}"
     cache = str(hub_cache_dir())
     try:
         return hf_hub_download(repo_id, "config.json", local_files_only=True, cache_dir=cache), ""
     except Exception:  # noqa: BLE001 - not cached; try the network below
         pass
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or not _hub_reachable():
-        return None, "offline"
+        return None, offline
     try:
         return hf_hub_download(repo_id, "config.json", etag_timeout=5, cache_dir=cache), ""
     except Exception as exc:  # noqa: BLE001 - classify by name, the classes move between versions
         kinds = {c.__name__ for c in type(exc).__mro__}
         if "GatedRepoError" in kinds:
-            return None, "gated on the Hub (log in with a token that has access, or pass its config.json)"
-        if "RepositoryNotFoundError" in kinds:
-            return None, "not found on the Hub either"
-        if "RemoteEntryNotFoundError" in kinds or "EntryNotFoundError" in kinds and \
+            why = "; gated on the Hub (log in with a token that has access, or pass its config.json)"
+        elif "RepositoryNotFoundError" in kinds:
+            why = " and not found on the Hub either"
+        elif "RemoteEntryNotFoundError" in kinds or "EntryNotFoundError" in kinds and \
                 "LocalEntryNotFoundError" not in kinds:
-            return None, "the Hub repository has no config.json"
-        return None, "offline"
-
-
-HUB_HINTS = {
-    "offline": "the Hugging Face Hub cannot be reached and the model is not in the catalog; pass "
-               "--model path/to/config.json",
-    "huggingface_hub is not installed": "not in the catalog; pip install 'tuneplan[hub]' to fetch its config.json "
-                                        "from the Hugging Face Hub, or pass --model path/to/config.json",
-}
-"""The one-line hint of an unknown Hub id, by why the Hub could not give its config.json."""
+            why = "; the Hub repository has no config.json"
+        else:
+            return None, offline
+        return None, f"not in the catalog{why}; {_PASS_PATH}"
 
 
 class UnknownModelError(UnknownNameError):
@@ -473,18 +464,12 @@ def _resolve(name_or_path: str, *, hub: bool = True) -> _Resolved:
     hit = _resolve_catalog(name)
     if hit is not None:
         return hit
-    quant = split_quant_suffix(name)[1]
-    hint = "not in the catalog; pass --model path/to/config.json"
+    hint = f"not in the catalog; {_PASS_PATH}"
     if hub and _HUB_ID.match(name):
-        got, why = _hub_config(name)
+        got, hint = _hub_config(name)
         if got is not None:
-            return _Resolved(name, got, f"hub:{name}", quant, name,
+            return _Resolved(name, got, f"hub:{name}", split_quant_suffix(name)[1], name,
                              f"config.json fetched from the Hugging Face Hub (no weights, no code), cached at {got}")
-        if why in HUB_HINTS:
-            hint = HUB_HINTS[why]
-        elif why:
-            hint = (f"not in the catalog and {why}" if why.startswith("not found") else
-                    f"not in the catalog; {why}") + "; pass --model path/to/config.json"
     raise UnknownModelError(name, hint)
 
 
