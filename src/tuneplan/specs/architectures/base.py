@@ -372,15 +372,19 @@ def _linear_attn_linears(d: Decoder, ll: int) -> tuple[list[LinearShape | None],
     return [lin(n, i, o, ll) for n, i, o in d.linear.projections], d.linear.other_per_layer * ll
 
 
+def mlp_linears(x: int, width: int, n_layers: int, gated: bool, bias: bool = False, count: int = 1,
+                active: float = 1.0) -> list[LinearShape | None]:
+    """An MLP from width `x` through `width` and back: gated (gate, up, down) or plain (fc1, fc2)."""
+    names = (("gate", x, width), ("up", x, width), ("down", width, x)) if gated else (
+        ("fc1", x, width), ("fc2", width, x))
+    return [lin(n, i, o, n_layers, bias, count, active) for n, i, o in names]
+
+
 def _mlp_linears(d: Decoder, ld: int, le: int) -> list[LinearShape | None]:
     h = d.h
     lins: list[LinearShape | None] = []
     if ld and d.inter:
-        if d.gated:
-            lins += [lin("gate", h, d.inter, ld, d.mlp_bias), lin("up", h, d.inter, ld, d.mlp_bias),
-                     lin("down", d.inter, h, ld, d.mlp_bias)]
-        else:
-            lins += [lin("fc1", h, d.inter, ld, d.mlp_bias), lin("fc2", d.inter, h, ld, d.mlp_bias)]
+        lins += mlp_linears(h, d.inter, ld, d.gated, d.mlp_bias)
     if le and d.moe:
         mo = d.moe
         e, k, b = mo.n_experts, mo.top_k, d.mlp_bias or mo.expert_bias
@@ -388,11 +392,7 @@ def _mlp_linears(d: Decoder, ld: int, le: int) -> list[LinearShape | None]:
         x = mo.latent or h  # the experts' input / output width
         if mo.latent:
             lins += [lin("latent_in", h, x, le), lin("latent_out", x, h, le)]
-        if mo.gated:
-            lins += [lin("gate", x, mo.width, le, b, e, k), lin("up", x, mo.width, le, b, e, k),
-                     lin("down", mo.width, x, le, b, e, k)]
-        else:
-            lins += [lin("fc1", x, mo.width, le, b, e, k), lin("fc2", mo.width, x, le, b, e, k)]
+        lins += mlp_linears(x, mo.width, le, mo.gated, b, e, k)
         if mo.shared_width:
             if mo.gated:
                 lins += [lin("shared_gate", h, mo.shared_width, le), lin("shared_up", h, mo.shared_width, le)]

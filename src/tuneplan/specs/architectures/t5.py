@@ -13,6 +13,7 @@ from tuneplan.specs.architectures.base import (
     get_int,
     int_key,
     lin,
+    mlp_linears,
     register,
 )
 from tuneplan.specs.model import ModelSpec
@@ -38,10 +39,7 @@ def read_t5(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     mlp_layers = n_enc + n_dec
     lins = [lin("q", h, inner, attn_layers), lin("k", h, inner, attn_layers),
             lin("v", h, inner, attn_layers), lin("o", inner, h, attn_layers)]
-    if gated:
-        lins += [lin("gate", h, dff, mlp_layers), lin("up", h, dff, mlp_layers), lin("down", dff, h, mlp_layers)]
-    else:
-        lins += [lin("fc1", h, dff, mlp_layers), lin("fc2", dff, h, mlp_layers)]
+    lins += mlp_linears(h, dff, mlp_layers, gated)
     norms = (2 * n_enc + 3 * n_dec + 2) * h  # RMS LayerNorms (weight only) + final norm of each stack
     rel = 2 * buckets * nh  # relative attention bias in the first layer of each stack
     tie = get_bool(cfg, "tie_word_embeddings", mt == "t5")

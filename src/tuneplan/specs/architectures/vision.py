@@ -15,7 +15,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, inferred_values, int_key, lin
+from tuneplan.specs.architectures.base import (
+    READERS,
+    get_bool,
+    get_int,
+    has,
+    inferred_values,
+    int_key,
+    lin,
+    mlp_linears,
+)
 from tuneplan.specs.model import LinearShape, ModelSpec, VisionTower
 
 DYNAMIC_IMAGE_SIDE_PX = 448
@@ -47,11 +56,7 @@ def _vit_linears(hidden: int, inter: int, depth: int, gated: bool, fused_qkv: bo
         lins = [lin("qkv", hidden, 3 * hidden, depth, True), lin("o", hidden, hidden, depth, True)]
     else:
         lins = [lin(n, hidden, hidden, depth, True) for n in ("q", "k", "v", "o")]
-    if gated:
-        lins += [lin("gate", hidden, inter, depth, True), lin("up", hidden, inter, depth, True),
-                 lin("down", inter, hidden, depth, True)]
-    else:
-        lins += [lin("fc1", hidden, inter, depth, True), lin("fc2", inter, hidden, depth, True)]
+    lins += mlp_linears(hidden, inter, depth, gated, True)
     return [x for x in lins if x is not None]
 
 
