@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date
 from functools import lru_cache
 from typing import Any
@@ -62,9 +62,7 @@ class Price:
         return f"${self.usd_per_gpu_hour:.2f}/GPU-h, {self.provider} {self.offer} ({self.pricing_kind}, {self.date_seen})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"provider": self.provider, "gpu": self.gpu, "usd_per_gpu_hour": self.usd_per_gpu_hour,
-                "pricing_kind": self.pricing_kind, "offer": self.offer, "region": self.region,
-                "date_seen": self.date_seen, "source": self.source, "notes": self.notes}
+        return {k: v for k, v in asdict(self).items() if k not in ("gpus_per_instance", "line")}
 
 
 def _text(v: Any) -> str:

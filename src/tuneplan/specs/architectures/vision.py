@@ -1,12 +1,10 @@
 """Vision-language models: a vision tower (ViT over image patches) + projector in front of a text decoder.
 
-Towers read here: SigLIP (Gemma 3), CLIP (LLaVA-1.5, LLaVA-NeXT), the Qwen2-VL / Qwen2.5-VL
-vision transformer (dynamic resolution, 2x2 patch merger, windowed attention in Qwen2.5-VL) the
-Qwen3-VL / Qwen3.5 one (learned positions, GELU MLP, DeepStack mergers), and InternVL's InternViT (one
-448 px tile; pixel shuffle to 256 tokens). The text
-decoder is read by its own reader; the tower's parameters are added to the total (and kept apart in
-`params_vision`), its matmuls live in `ModelSpec.vision` (they run once per image patch, not per text
-token).
+Towers read here: SigLIP (Gemma 3), CLIP (LLaVA-1.5, LLaVA-NeXT), the Qwen vision transformers
+(Qwen2-VL, Qwen2.5-VL, Qwen3-VL / Qwen3.5: dynamic resolution, 2x2 patch merger) and InternVL's
+InternViT (one 448 px tile; pixel shuffle to 256 tokens). The text decoder is read by its own reader;
+the tower's parameters are added to the total (and kept apart in `params_vision`), its matmuls live in
+`ModelSpec.vision` (they run once per image patch, not per text token).
 """
 
 from __future__ import annotations
