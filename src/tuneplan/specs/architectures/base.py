@@ -267,13 +267,14 @@ class Decoder:
     extra: dict = field(default_factory=dict)
 
 
-def decoder_of(cfg: Mapping, mt: str, inter: int = 0, *, tie: bool = False,
-               head_dim_keys: tuple[str, ...] = ("head_dim",), **fields) -> Decoder:
-    """A Decoder of the shapes most readers read alike: width, layers, attention heads (`attention_shape`),
-    vocabulary, positions, and the tied head (`tie`: the config class's default); `fields` set the rest."""
+def decoder_of(cfg: Mapping, mt: str, inter: int = 0, *, tie: bool = False, shape: Mapping | None = None,
+               **fields) -> Decoder:
+    """A Decoder of the shapes most readers read alike: width, layers, attention heads (`attention_shape`
+    with the keywords `shape`), vocabulary, positions, and the tied head (`tie`: the config class's
+    default); `fields` set the rest."""
     h = get_int(cfg, HIDDEN, "hidden_size")
     L = get_int(cfg, LAYERS, "num_hidden_layers")
-    nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=head_dim_keys)
+    nh, nkv, hd = attention_shape(cfg, h, **(shape or {}))
     return Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=get_int(cfg, VOCAB, "vocab_size"),
                    inter=inter, max_pos=max_pos(cfg), tie=get_bool(cfg, "tie_word_embeddings", tie), **fields)
 

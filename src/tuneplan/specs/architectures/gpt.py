@@ -15,7 +15,6 @@ from tuneplan.specs.architectures.base import (
     LAYERS,
     VOCAB,
     Decoder,
-    attention_shape,
     decoder_of,
     decoder_spec,
     get_bool,
@@ -90,27 +89,24 @@ def read_chatglm(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
 
 @register("qwen")
 def read_qwen1(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
-    h, L, vocab = _hlv(cfg)
-    nh, _, hd = attention_shape(cfg, h, head_dim_keys=("kv_channels", "head_dim"), kv_keys=())
+    bias = not get_bool(cfg, "no_bias", True)
+    d = decoder_of(cfg, mt, shape={"head_dim_keys": ("kv_channels", "head_dim"), "kv_keys": ()}, fused_qkv=True,
+                   qkv_bias=True, o_bias=bias, mlp_bias=bias)
     inter = int_key(cfg, "intermediate_size")
     if inter % 2:
         raise InputError("intermediate_size", f"Qwen-1 intermediate_size is 2 x the SwiGLU width; got odd {inter}")
-    bias = not get_bool(cfg, "no_bias", True)
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nh, hd=hd, vocab=vocab, inter=inter // 2,
-                max_pos=max_pos(cfg), tie=get_bool(cfg, "tie_word_embeddings", False),
-                gated=True, fused_qkv=True, qkv_bias=True, o_bias=bias, mlp_bias=bias)
+    d.inter = inter // 2
     return decoder_spec(d, cfg, name, source)
 
 
 def _gpt_decoder(cfg: Mapping, mt: str) -> Decoder:
-    h, L, vocab = _hlv(cfg)
-    mq_keys = ("multi_query",) if mt == "gpt_bigcode" else ()
-    kv_keys: tuple[str, ...] = KV if mt in ("gpt_bigcode", "phi") else ()
-    nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=(), kv_keys=kv_keys, multi_query_keys=mq_keys,
-                                  multi_query_default=mt == "gpt_bigcode")
-    return Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=vocab,
-                   inter=get_int(cfg, INTER, "intermediate_size", 4 * h), max_pos=max_pos(cfg),
-                   tie=True, gated=False, qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True)
+    bigcode = mt == "gpt_bigcode"
+    shape = {"head_dim_keys": (), "kv_keys": KV if mt in ("gpt_bigcode", "phi") else (),
+             "multi_query_keys": ("multi_query",) if bigcode else (), "multi_query_default": bigcode}
+    d = decoder_of(cfg, mt, tie=True, shape=shape, gated=False, qkv_bias=True, o_bias=True, mlp_bias=True,
+                   norm_bias=True)
+    d.inter = get_int(cfg, INTER, "intermediate_size", 4 * d.h)
+    return d
 
 
 @register("gpt2", "gpt_bigcode", "gpt_neox", "bloom", "phi")
@@ -119,7 +115,6 @@ def read_gpt(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     if mt in ("gpt2", "gpt_bigcode"):
         d.fused_qkv = True
         d.pos_rows = get_int(cfg, ("n_positions", "max_position_embeddings"), "max_position_embeddings")
-        d.tie = get_bool(cfg, "tie_word_embeddings", True)
     elif mt == "gpt_neox":
         d.fused_qkv = True
         d.qkv_bias = d.o_bias = get_bool(cfg, "attention_bias", True)
@@ -128,7 +123,6 @@ def read_gpt(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     elif mt == "bloom":
         d.fused_qkv = True
         d.other_params += 2 * d.h  # word_embeddings_layernorm
-        d.tie = get_bool(cfg, "tie_word_embeddings", True)
     elif mt == "phi":
         d.norms_per_layer = 1  # parallel attention + MLP share one LayerNorm
         d.lm_head_bias = True
@@ -150,14 +144,13 @@ def read_opt(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
         d.other_params += 2 * wepd * d.h  # project_in / project_out (no bias)
     d.final_norm = get_bool(cfg, "do_layer_norm_before", True) and not cfg.get("_remove_final_layer_norm")
     d.pos_rows = int_key(cfg, "max_position_embeddings") + 2  # offset 2
-    d.tie = get_bool(cfg, "tie_word_embeddings", True)
     return decoder_spec(d, cfg, name, source)
 
 
 @register("falcon")
 def read_falcon(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     bias = get_bool(cfg, "bias", False)
-    d = decoder_of(cfg, "falcon", tie=True, head_dim_keys=(), gated=False, fused_qkv=True, qkv_bias=bias,
+    d = decoder_of(cfg, "falcon", tie=True, shape={"head_dim_keys": ()}, gated=False, fused_qkv=True, qkv_bias=bias,
                    o_bias=bias, mlp_bias=bias, norm_bias=True)
     d.inter = get_int(cfg, ("ffn_hidden_size", "intermediate_size"), "intermediate_size", 4 * d.h)
     new_arch = get_bool(cfg, "new_decoder_architecture", d.nkv not in (1, d.nh))
@@ -174,8 +167,8 @@ def read_starcoder2(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     """StarCoder2: GQA with biases everywhere (`use_bias`), LayerNorms with bias, a plain GELU MLP
     (c_fc / c_proj), tied embeddings, sliding-window attention in every layer."""
     bias = get_bool(cfg, "use_bias", True)
-    d = decoder_of(cfg, mt, tie=True, head_dim_keys=(), gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=bias,
-                   norm_bias=True)
+    d = decoder_of(cfg, mt, tie=True, shape={"head_dim_keys": ()}, gated=False, qkv_bias=bias, o_bias=bias,
+                   mlp_bias=bias, norm_bias=True)
     d.inter = get_int(cfg, INTER, "intermediate_size", 4 * d.h)
     apply_local_attention(d, cfg)
     return decoder_spec(d, cfg, name, source)
