@@ -61,12 +61,8 @@ ALL_LINEAR_NAMES = ("all", "all-linear", "all_linear")
 def optimizer(name: str) -> tuple[str | None, str]:
     """(tuneplan optimizer or None when unknown, a note)."""
     low = str(name).strip().lower()
-    if low in OPTIMIZERS:
-        return OPTIMIZERS[low], OPTIMIZER_NOTES.get(low, "")
-    short = low.rsplit(".", 1)[-1]
-    if short in OPTIMIZERS:
-        return OPTIMIZERS[short], OPTIMIZER_NOTES.get(short, "")
-    return None, ""
+    key = low if low in OPTIMIZERS else low.rsplit(".", 1)[-1]  # a class path by its class name
+    return OPTIMIZERS.get(key), OPTIMIZER_NOTES.get(key, "")
 
 
 OPTIMIZER_IMPLS_BY_NAME: dict[str, str] = {
