@@ -12,19 +12,15 @@ from collections.abc import Callable, Mapping
 from tuneplan.errors import InputError
 from tuneplan.specs.architectures.attention import apply_local_attention, mla_of
 from tuneplan.specs.architectures.base import (
-    HIDDEN,
     INTER,
-    LAYERS,
-    VOCAB,
     Decoder,
     Moe,
-    attention_shape,
+    decoder_of,
     decoder_spec,
     get_bool,
     get_int,
     has,
     int_key,
-    max_pos,
     register,
 )
 from tuneplan.specs.model import ModelSpec
@@ -162,22 +158,11 @@ _OPTIONS: dict[str, Callable[[Decoder, Mapping], None]] = {
 
 def llama_decoder(cfg: Mapping, mt: str) -> Decoder:
     """The llama-family Decoder of a config (shapes, MoE layout, family options, local attention)."""
-    h = get_int(cfg, HIDDEN, "hidden_size")
-    L = get_int(cfg, LAYERS, "num_hidden_layers")
-    vocab = get_int(cfg, VOCAB, "vocab_size")
-    if mt == "nemotron":
-        head_keys: tuple[str, ...] = ("head_dim", "kv_channels")
-    elif mt in ("qwen", "chatglm"):
-        head_keys = ("kv_channels", "head_dim")
-    else:
-        head_keys = ("head_dim",)
-    nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=head_keys)
-    kinds, moe, dense_width = moe_layout(cfg, mt, L)
-    if moe is None:
-        dense_width = get_int(cfg, INTER, "intermediate_size")
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=vocab, inter=dense_width,
-                max_pos=max_pos(cfg), tie=get_bool(cfg, "tie_word_embeddings", False), mlp_kinds=kinds,
-                moe=moe)
+    head_keys = ("head_dim", "kv_channels") if mt == "nemotron" else ("head_dim",)
+    d = decoder_of(cfg, mt, shape={"head_dim_keys": head_keys})
+    d.mlp_kinds, d.moe, d.inter = moe_layout(cfg, mt, d.n_layers)
+    if d.moe is None:
+        d.inter = get_int(cfg, INTER, "intermediate_size")
     d.qkv_bias = d.o_bias = get_bool(cfg, "attention_bias", False)
     d.mlp_bias = get_bool(cfg, "mlp_bias", False)
     for key, value in _FIXED.get(mt, {}).items():
