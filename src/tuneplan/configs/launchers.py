@@ -32,9 +32,7 @@ def read_deepspeed(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
         if isinstance(v, str) and v.strip().lower() == "auto":
             auto.append(key)
             return
-        n = doc.int(p + key)
-        if n is not None:
-            out.set(fld, n, f, p + key)
+        out.take(fld, doc.int(p + key), f, p + key)
 
     num("train_micro_batch_size_per_gpu", "micro_batch")
     num("gradient_accumulation_steps", "grad_accum")

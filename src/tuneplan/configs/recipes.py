@@ -190,12 +190,9 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
     if q == "bnb.int8-training":
         out.set("quant", "int8", f, "quantize")
     pr = precision(doc.get("precision"))
-    if pr:
-        out.set("precision", pr, f, "precision")
-        if str(doc.get("precision")).endswith("-true"):
-            out.set("master_weights", "none", f, "precision", "'-true': weights trained in that dtype")
-    else:
-        out.assume("precision", "bf16", f, "precision not set: litgpt's default bf16-true where supported")
+    out.take("precision", pr, f, "precision", "bf16", "precision not set: litgpt's default bf16-true where supported")
+    if pr and str(doc.get("precision")).endswith("-true"):
+        out.set("master_weights", "none", f, "precision", "'-true': weights trained in that dtype")
     devices = doc.get("devices", 1)
     nodes = doc.get("num_nodes", 1)
     dev = devices if isinstance(devices, int) and devices > 0 else 1

@@ -450,9 +450,7 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
     out.notes.append(f"{f}: read as {flavour} (defaults are {flavour}'s)")
     _model(doc, out, "model_name_or_path")
     for key in ("torch_dtype", "dtype"):
-        pr = precision(doc.get(key))
-        if pr:
-            out.set("precision", pr, f, key, "model loaded in it")
+        out.take("precision", precision(doc.get(key)), f, key, note="model loaded in it")
     if not _attention_impl(doc, out, "attn_implementation"):
         out.assume("flash_attn", True, f, "attn_implementation not set: transformers' default SDPA")
     b4, b8 = (k if doc.flag(k) else None for k in ("load_in_4bit", "load_in_8bit"))  # the keys that load 4 / 8 bits
