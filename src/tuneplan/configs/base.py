@@ -13,6 +13,9 @@ from tuneplan.errors import InputError
 FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed")
 """The training-config formats `--from` reads (`--format` forces one)."""
 
+NO_EFFECT = "a training hyper-parameter or output setting: no effect on time or memory"
+"""Why a key such as the learning rate or the output folder is ignored."""
+
 class ConfigError(InputError):
     """A config file tuneplan cannot read: one line naming the file, the key and the reason."""
 

@@ -4,7 +4,7 @@ axolotl utils/schemas, llamafactory/hparams, trl/trainer/*_config.py, transforme
 
 from __future__ import annotations
 
-from tuneplan.configs.base import ConfigRead, Doc
+from tuneplan.configs.base import NO_EFFECT, ConfigRead, Doc
 from tuneplan.configs.launchers import read_deepspeed, read_fsdp
 from tuneplan.configs.maps import attention, galore_rank, precision, set_optimizer, targets, truthy
 
@@ -66,7 +66,7 @@ def _why_ignored(key: str) -> str:
     if top in SAVE_KEYS:
         return "checkpoint settings: saves estimated from --save-every"
     if top in NO_EFFECT_KEYS or leaf in NO_EFFECT_LEAVES or top in NO_EFFECT_LEAVES:
-        return "a training hyper-parameter or output setting: no effect on time or memory"
+        return NO_EFFECT
     return "not read by tuneplan"
 
 
