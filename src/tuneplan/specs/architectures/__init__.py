@@ -90,10 +90,7 @@ def fill_inferred(config: Mapping) -> dict:
     cfg.update({k: v for k, v in inferred_values(config).items() if cfg.get(k) is None})
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and not has(cfg, *HIDDEN) and "vision_config" not in cfg:
-        merged = dict(text)
-        for k in ("tie_word_embeddings", "_published_params"):
-            if k in cfg and k not in merged:
-                merged[k] = cfg[k]
+        merged = {**{k: cfg[k] for k in ("tie_word_embeddings", "_published_params") if k in cfg}, **text}
         merged.setdefault("model_type", text.get("model_type") or cfg.get("model_type"))
         cfg = merged
     return cfg

@@ -31,15 +31,11 @@ def _from_layer_types(cfg: Mapping, n: int) -> int | None:
         return None
     if not isinstance(lt, list) or len(lt) != n:
         raise InputError("layer_types", f"must list one entry per layer ({n})")
-    local = 0
-    for t in lt:
-        t = str(t).lower()
-        if t in LOCAL_LAYER_TYPES:
-            local += 1
-        elif t not in GLOBAL_LAYER_TYPES:
-            raise InputError("layer_types", f"unknown layer type '{t}'",
-                             list(LOCAL_LAYER_TYPES + GLOBAL_LAYER_TYPES))
-    return local
+    types = [str(t).lower() for t in lt]
+    bad = [t for t in types if t not in LOCAL_LAYER_TYPES + GLOBAL_LAYER_TYPES]
+    if bad:
+        raise InputError("layer_types", f"unknown layer type '{bad[0]}'", list(LOCAL_LAYER_TYPES + GLOBAL_LAYER_TYPES))
+    return sum(t in LOCAL_LAYER_TYPES for t in types)
 
 
 def local_attention_layout(cfg: Mapping, mt: str, n: int) -> tuple[int, int, str]:

@@ -223,10 +223,7 @@ nested `text_config` leaves out: the Hub files omit values equal to the class de
 def _text_config(cfg: Mapping, mt: str) -> tuple[dict, str]:
     text = cfg.get("text_config", cfg.get("llm_config"))  # llm_config: InternVL's own layout
     if isinstance(text, Mapping):
-        t = dict(text)
-        for k in ("tie_word_embeddings", "vocab_size"):
-            if k in cfg and k not in t:
-                t[k] = cfg[k]
+        t = {**{k: cfg[k] for k in ("tie_word_embeddings", "vocab_size") if k in cfg}, **text}
         t.update({k: v for k, v in inferred_values(cfg).items() if t.get(k) is None})
         tmt = str(t.get("model_type") or {"llava": "llama", "llava_next": "mistral", "gemma3": "gemma3_text",
                                           "mistral3": "mistral"}.get(mt, "llama"))
