@@ -232,14 +232,10 @@ def _spec_of(r: _Resolved) -> ModelSpec:
 # resolution
 
 
-def _catalog_file(canonical: str) -> tuple[str, str]:
-    """(path, source label) of a catalog id's config file."""
+def _catalog_resolved(canonical: str, quant: str, requested: str, via: str, note: str = "",
+                      overrides: tuple[tuple[str, int], ...] = ()) -> _Resolved:
     path = model_catalog()[canonical]
-    return str(path), f"catalog:{path.name}"
-
-
-def _catalog_resolved(canonical: str, quant: str, requested: str, via: str) -> _Resolved:
-    return _Resolved(canonical, *_catalog_file(canonical), quant, requested, via)
+    return _Resolved(canonical, str(path), f"catalog:{path.name}", quant, requested, via, note, overrides)
 
 
 def _lookup_exact(name: str, quant: str, requested: str, via: str) -> _Resolved | None:
@@ -253,8 +249,7 @@ def _lookup_exact(name: str, quant: str, requested: str, via: str) -> _Resolved 
     al = model_aliases().get(low)
     if al is not None:
         q = al.quant if al.quant != "none" else quant
-        return _Resolved(al.target, *_catalog_file(al.target), q, requested,
-                         via or f"alias ({al.kind})", al.note, al.overrides)
+        return _catalog_resolved(al.target, q, requested, via or f"alias ({al.kind})", al.note, al.overrides)
     hits = _short_index().get(low.split("/")[-1], [])
     if not hits:
         return None
