@@ -309,12 +309,9 @@ def check_planner_inputs(args: Any) -> None:
     for name, upper in (("flops_per_param_token", MAX_FLOPS_PER_PARAM_TOKEN),
                         ("bytes_per_param", MAX_BYTES_PER_PARAM), ("peak_tflops", MAX_TFLOPS),
                         ("memory_gib", MAX_MEMORY_GIB)):
-        if getattr(args, name, None) is not None:
-            bound_number(name.replace("_", "-"), getattr(args, name), upper)
+        bound_number(name.replace("_", "-"), getattr(args, name, None), upper)  # None passes
     for name in ("examples", "tokens_per_example", "tokens", "epochs", "gpus", "rate"):
-        value = getattr(args, name, None)
-        if value is not None:
-            bound_job_field("rate_usd_per_gpu_hour" if name == "rate" else name, value)
+        bound_job_field("rate_usd_per_gpu_hour" if name == "rate" else name, getattr(args, name, None))
 
 
 def non_finite_figures(obj: Any, path: str = "", limit: int = 5) -> list[str]:
