@@ -469,9 +469,9 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
     if doc.has("num_generations"):
         out.set("stage", "grpo", f, "num_generations", "GRPOConfig's key (RLOO: --stage rloo)")
         _rl_keys(doc, out)
-    seq_key = next((k for k in ("max_length", "max_seq_length") if doc.has(k)), "max_length")
-    out.take("seq_len", doc.int(seq_key), f, seq_key, TRL_MAX_LENGTH_DEFAULT if is_trl else None,
-             "max_length not set: TRL SFTConfig default")
+    seq_key = next((k for k in ("max_length", "max_seq_length") if doc.has(k)), None)
+    out.take("seq_len", doc.int(seq_key) if seq_key else None, f, seq_key or "max_length",
+             TRL_MAX_LENGTH_DEFAULT if is_trl else None, "max_length not set: TRL SFTConfig default")
     out.take("packing", doc.flag("packing"), f, "packing")
     doc.touch("packing_strategy")
     if truthy(doc.get("padding_free", False)):
