@@ -435,12 +435,9 @@ class UnknownModelError(UnknownNameError):
 
     def __init__(self, name: str, hint: str = "") -> None:
         ids = list(model_catalog())
-        close = closest(name, ids)
         short_map = {i.split("/")[-1]: i for i in ids}
-        for s in closest(name.split("/")[-1], list(short_map)):
-            if short_map[s] not in close:
-                close.append(short_map[s])
-        self._named(FIELD, "model", name, close[:5], hint)
+        by_short = [short_map[s] for s in closest(name.split("/")[-1], list(short_map))]
+        self._named(FIELD, "model", name, list(dict.fromkeys(closest(name, ids) + by_short))[:5], hint)
 
 
 def _resolve(name_or_path: str, *, hub: bool = True) -> _Resolved:
