@@ -342,3 +342,14 @@ def test_linear_attention_hybrids():
     _within(mm.params_total, 456e9)
     _within(mm.params_active - mm.params_embedding - mm.params_lm_head, 45.9e9)
     assert mm.attention_layers == 10 and mm.ssm.kind == "lightning" and mm.ssm.n_layers == 70
+
+
+def test_mlp_linears_gated_and_plain_by_hand():
+    from tuneplan.specs.architectures.base import mlp_linears
+
+    gated = mlp_linears(8, 32, 2, gated=True)
+    assert [(x.name, x.in_features, x.out_features, x.n_layers) for x in gated] == [
+        ("gate", 8, 32, 2), ("up", 8, 32, 2), ("down", 32, 8, 2)]
+    fc1, fc2 = mlp_linears(8, 32, 2, gated=False, bias=True, count=4, active=2)
+    assert (fc1.name, fc2.name) == ("fc1", "fc2")
+    assert fc1.params == (8 * 32 + 32) * 4 * 2 and fc2.params == (32 * 8 + 8) * 4 * 2  # weights + biases, 4 experts

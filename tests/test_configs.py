@@ -424,3 +424,17 @@ def test_stages(tmp_path, body, want):
     p.write_text(body)
     j = read_configs([p]).job_kwargs()
     assert {k: j.get(k) for k in want} == want
+
+
+def test_take_sets_a_stated_value_else_assumes_the_default():
+    from tuneplan.configs.base import ConfigRead, Doc
+
+    doc = Doc({"max_steps": -1, "sample_packing": "yes", "seq": None}, "f.yaml")
+    assert doc.steps("max_steps") is None  # transformers' -1: not set
+    assert doc.flag("sample_packing") is True and doc.flag("seq") is None and doc.flag("absent") is None
+    out = ConfigRead()
+    out.take("packing", doc.flag("sample_packing"), "f.yaml", "sample_packing", False, "default off")
+    out.take("max_steps", doc.steps("max_steps"), "f.yaml", "max_steps")
+    out.take("epochs", None, "f.yaml", "num_epochs", 3.0, "num_epochs not set: default")
+    assert out.used() == ["packing=True <- f.yaml:sample_packing"]
+    assert out.assumed() == ["epochs=3.0 (num_epochs not set: default)"]

@@ -152,8 +152,8 @@ def test_fp8_weight_storage_per_recipe_by_hand(recipe, per_weight):
     transpose (2 + 1 + 1), torchao the bf16 weight alone (2), fp8 primary weights fp8 + transpose (1 + 1)."""
     from tuneplan.physics.memory import memory
     from tuneplan.physics.terms import build_arrays, model_terms
+    from tuneplan.specs.architectures import model_from_config
     from tuneplan.specs.gpu import resolve_gpu
-    from tuneplan.specs.model_config import model_from_config
 
     m = model_from_config(tiny_llama_config(), "tiny")
     job = make_job(method="full", precision="fp8", fp8_recipe=recipe, framework="generic", micro_batch=1, seq_len=64)
@@ -167,8 +167,8 @@ def test_fp8_lora_frozen_base_by_recipe():
     through accelerate), not the 4 of Transformer Engine's cached copies."""
     from tuneplan.physics.memory import memory
     from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.architectures import model_from_config
     from tuneplan.specs.gpu import resolve_gpu
-    from tuneplan.specs.model_config import model_from_config
 
     m = model_from_config(tiny_llama_config(), "tiny")
     gpu = resolve_gpu("H100-SXM5-80GB")
@@ -219,8 +219,8 @@ def test_four_bit_adamw_states_by_hand():
     from tuneplan.configs.maps import OPTIMIZERS
     from tuneplan.physics.memory import memory
     from tuneplan.physics.terms import build_arrays, model_terms
+    from tuneplan.specs.architectures import model_from_config
     from tuneplan.specs.gpu import resolve_gpu
-    from tuneplan.specs.model_config import model_from_config
 
     m = model_from_config(tiny_llama_config(), "tiny")
     gpu = resolve_gpu("H100-SXM5-80GB")

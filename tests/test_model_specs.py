@@ -31,7 +31,13 @@ from hypothesis import strategies as st
 from conftest import reference_dir, tiny_llama_config
 from tuneplan.errors import AmbiguousNameError, InputError, TuneplanError, UnknownNameError
 from tuneplan.specs import catalog
-from tuneplan.specs.architectures import UNSUPPORTED
+from tuneplan.specs.architectures import (
+    SUPPORTED_MODEL_TYPES,
+    UNSUPPORTED,
+    model_from_config,
+    quant_from_name,
+    split_quant_suffix,
+)
 from tuneplan.specs.architectures import detect_model_type as _detect
 from tuneplan.specs.catalog import (
     list_models,
@@ -40,12 +46,6 @@ from tuneplan.specs.catalog import (
     model_catalog,
     resolve_model,
     resolve_run_model,
-)
-from tuneplan.specs.model_config import (
-    SUPPORTED_MODEL_TYPES,
-    model_from_config,
-    quant_from_name,
-    split_quant_suffix,
 )
 
 CATALOG_IDS = sorted(model_catalog())

@@ -190,7 +190,7 @@ def test_trainable_count_is_peft_exact_on_transformers_5(model_type, extra):
     peft = pytest.importorskip("peft")
     if int(transformers.__version__.split(".")[0]) < 5:
         pytest.skip("transformers < 5 holds an nn.Linear per expert")
-    from tuneplan.specs.model_config import model_from_config
+    from tuneplan.specs.architectures import model_from_config
 
     cfg = {"model_type": model_type, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, **extra}

@@ -15,8 +15,8 @@ from conftest import tiny_llama_config
 from tuneplan.errors import InputError
 from tuneplan.physics.peft_methods import lokr_factorization, method_terms, peft_assumptions
 from tuneplan.physics.terms import build_arrays, model_terms
+from tuneplan.specs.architectures import model_from_config
 from tuneplan.specs.job import METHODS, make_job
-from tuneplan.specs.model_config import model_from_config
 
 peft = pytest.importorskip("peft")
 torch = pytest.importorskip("torch")

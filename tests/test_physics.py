@@ -12,9 +12,9 @@ from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
 from tuneplan.physics.memory import max_micro_batch, memory
 from tuneplan.physics.step import model_flops_per_step, step_time
 from tuneplan.physics.terms import build_arrays, model_terms
+from tuneplan.specs.architectures import model_from_config
 from tuneplan.specs.gpu import gpu_catalog
 from tuneplan.specs.job import make_job
-from tuneplan.specs.model_config import model_from_config
 
 H100 = gpu_catalog()["H100-SXM5-80GB"]
 

@@ -200,7 +200,7 @@ def test_estimate_command_line_reproduces_the_figures(client, extra):
 
 
 def test_estimate_from_pasted_config(client):
-    from tuneplan.specs.model_config import model_from_config
+    from tuneplan.specs.architectures import model_from_config
 
     cfg = tiny_llama_config(hidden_size=512, intermediate_size=1408, num_hidden_layers=4, vocab_size=32000)
     r = client.post("/api/estimate", json={"config_json": cfg, "config_name": "my-tiny", "gpu": "L4-24GB",

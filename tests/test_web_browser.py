@@ -285,7 +285,7 @@ def test_bad_input_shows_the_reason_and_recovers(page, server):
 
 def test_pasted_config_json(page, server):
     from conftest import tiny_llama_config
-    from tuneplan.specs.model_config import model_from_config
+    from tuneplan.specs.architectures import model_from_config
 
     cfg = tiny_llama_config(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, vocab_size=32000)
     page.goto(server + "/")

@@ -14,6 +14,7 @@ from pathlib import Path
 from tuneplan.configs.base import FORMATS, ConfigError, ConfigRead, Doc
 from tuneplan.configs.finish import fill_work, finish
 from tuneplan.configs.load import detect_format, load_file
+from tuneplan.errors import InputError
 
 __all__ = ["FORMATS", "ConfigError", "ConfigRead", "read_configs", "read_config_texts", "fill_work"]
 
@@ -102,13 +103,9 @@ def _formats(formats: list[str] | str | None, n: int) -> list[str | None]:
     items = [formats] if isinstance(formats, str) else list(formats)
     for f in items:
         if f not in FORMATS:
-            from tuneplan.errors import InputError
-
             raise InputError("format", f"unknown format '{f}'", FORMATS)
     if len(items) == 1:
         return items * n
     if len(items) != n:
-        from tuneplan.errors import InputError
-
         raise InputError("format", f"give one --format for all files or one per --from ({n}), not {len(items)}")
     return items

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneplan.configs.maps import truthy
 from tuneplan.errors import InputError
 
 FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed", "verl", "nemo-rl",
@@ -15,7 +16,6 @@ FORMATS = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate"
 
 NO_EFFECT = "a training hyper-parameter or output setting: no effect on time or memory"
 """Why a key such as the learning rate or the output folder is ignored."""
-
 
 class ConfigError(InputError):
     """A config file tuneplan cannot read: one line naming the file, the key and the reason."""
@@ -78,6 +78,16 @@ class Doc:
             want = "an integer" if minimum is None else f"an integer >= {minimum}"
             raise ConfigError(self.where, key, f"'{v}' is not {want}")
         return v
+
+    def steps(self, key: str) -> int | None:
+        """A step count where 0 or a negative value means "not set" (transformers' max_steps=-1)."""
+        v = self.int(key, minimum=None)
+        return v if v is not None and v > 0 else None
+
+    def flag(self, key: str) -> bool | None:
+        """A yes/no setting (`truthy`), None when absent or null."""
+        v = self.get(key)
+        return None if v is None else truthy(v)
 
     def strs(self, key: str, split: bool = True) -> list[str] | None:
         """A list of names (a string is split on commas unless `split` is False, for regular
@@ -164,6 +174,14 @@ class ConfigRead:
         """A framework default for a field the file does not set (never replaces a stated value)."""
         if self._get(fld) is None:
             self.values.append(Value(fld, value, file, "", False, why))
+
+    def take(self, fld: str, value: Any, file: str, key: str, default: Any = None, why: str = "",
+             note: str = "") -> None:
+        """`set` a value the file states (not None), else `assume` `default` (when not None) for `why`."""
+        if value is not None:
+            self.set(fld, value, file, key, note)
+        elif default is not None:
+            self.assume(fld, default, file, why)
 
     def ignore(self, file: str, key: str, why: str) -> None:
         self.ignored.append((file, key, why))

@@ -11,8 +11,8 @@ from tuneplan.configs.base import ConfigRead
 DEFAULT_STEPS = 1000
 """Optimizer steps estimated when neither the config nor the flags say how much data there is (the
 per-step figures do not depend on it; the wall clock and cost are for this many steps)."""
-LAYER_NAME = "model.layers.{i}.x"
-"""A parameter name of block i, matched against unfrozen_parameters' patterns."""
+LAYER_NAMES = ("model.layers.{i}.", "model.layers.{i}.block_sparse_moe.experts", "model.layers.{i}.mlp")
+"""Parameter names of block i, matched against unfrozen_parameters' patterns."""
 
 
 def _unfrozen_layers(out: ConfigRead) -> None:
@@ -40,9 +40,7 @@ def _unfrozen_layers(out: ConfigRead) -> None:
             regs.append(re.compile(p))
         except re.error:
             out.ignore(v.file, "unfrozen_parameters", f"pattern '{p}' is not a valid regular expression")
-    hit = [i for i in range(n_layers) if any(r.search(f"model.layers.{i}.") or r.search(
-        LAYER_NAME.format(i=i).replace(".x", ".block_sparse_moe.experts")) or r.search(
-        LAYER_NAME.format(i=i).replace(".x", ".mlp")) for r in regs)]
+    hit = [i for i in range(n_layers) if any(r.search(n.format(i=i)) for r in regs for n in LAYER_NAMES)]
     other = [p for p in pats if "layers" not in p]
     if not hit:
         out.notes.append(f"{v.file}: unfrozen_parameters names no block of the {n_layers}: estimated as freeze "

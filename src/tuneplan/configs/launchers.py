@@ -32,36 +32,13 @@ def read_deepspeed(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
         if isinstance(v, str) and v.strip().lower() == "auto":
             auto.append(key)
             return
-        n = doc.int(p + key)
-        if n is not None:
-            out.set(fld, n, f, p + key)
+        out.take(fld, doc.int(p + key), f, p + key)
 
     num("train_micro_batch_size_per_gpu", "micro_batch")
     num("gradient_accumulation_steps", "grad_accum")
     num("train_batch_size", "global_batch")
-    stage = doc.get(p + "zero_optimization.stage")
-    if stage is not None:
-        try:
-            stage_i = int(stage)
-        except (TypeError, ValueError):
-            stage_i = -1
-        sharding = ZERO_STAGES.get(stage_i)
-        if sharding is None:
-            out.ignore(f, p + "zero_optimization.stage", f"unknown ZeRO stage '{stage}' (allowed: 0, 1, 2, 3)")
-        else:
-            dev_p = str(doc.get(p + "zero_optimization.offload_param.device", "none")).lower()
-            dev_o = str(doc.get(p + "zero_optimization.offload_optimizer.device", "none")).lower()
-            key = p + "zero_optimization.stage"
-            if stage_i == 3 and (dev_p in OFFLOAD_DEVICES or dev_o in OFFLOAD_DEVICES):
-                what = " and ".join(x for x, d in (("parameters", dev_p), ("optimizer", dev_o))
-                                    if d in OFFLOAD_DEVICES)
-                out.set("sharding", "zero3-offload", f, key, f"ZeRO-3 with {what} offloaded to {dev_p if dev_p in OFFLOAD_DEVICES else dev_o}")
-            else:
-                out.set("sharding", sharding, f, key)
-                if dev_o in OFFLOAD_DEVICES:
-                    out.ignore(f, p + "zero_optimization.offload_optimizer.device",
-                               f"ZeRO-{stage_i} optimizer offload is not modelled: the optimizer state is "
-                               "counted on the GPU (an upper bound on memory)")
+    _zero_stage(doc, out, p + "zero_optimization.stage", p + "zero_optimization.offload_param.device",
+                p + "zero_optimization.offload_optimizer.device")
     for dtype in ("bf16", "fp16"):
         en = doc.get(p + f"{dtype}.enabled")
         if en is None:
@@ -82,6 +59,32 @@ def read_deepspeed(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
     if auto:
         out.notes.append(f"{f}: DeepSpeed 'auto' values ({', '.join(auto)}) take the training arguments' "
                          "values")
+
+
+def _zero_stage(doc: Doc, out: ConfigRead, stage_key: str, param_key: str, optimizer_key: str) -> None:
+    """A ZeRO stage -> sharding; ZeRO-3 with the parameters or the optimizer offloaded -> zero3-offload."""
+    f = doc.path
+    stage = doc.get(stage_key)
+    if stage is None:
+        return
+    try:
+        st = int(stage)
+    except (TypeError, ValueError):
+        st = -1
+    if st not in ZERO_STAGES:
+        out.ignore(f, stage_key, f"unknown ZeRO stage '{stage}' (allowed: 0, 1, 2, 3)")
+        return
+    devices = {what: str(doc.get(key, "none")).lower() for what, key in (("parameters", param_key),
+                                                                         ("optimizer", optimizer_key))}
+    offloaded = {what: dev for what, dev in devices.items() if dev in OFFLOAD_DEVICES}
+    if st == 3 and offloaded:
+        out.set("sharding", "zero3-offload", f, stage_key,
+                f"ZeRO-3 with {' and '.join(offloaded)} offloaded to {next(iter(offloaded.values()))}")
+    else:
+        out.set("sharding", ZERO_STAGES[st], f, stage_key)
+        if "optimizer" in offloaded:
+            out.ignore(f, optimizer_key, f"ZeRO-{st} optimizer offload is not modelled: the optimizer state is "
+                                         "counted on the GPU (an upper bound on memory)")
 
 
 def read_fsdp(doc: Doc, out: ConfigRead, list_key: str | None, cfg_key: str) -> bool:
@@ -140,17 +143,9 @@ def read_fsdp(doc: Doc, out: ConfigRead, list_key: str | None, cfg_key: str) -> 
 def read_accelerate(doc: Doc, out: ConfigRead, follow) -> None:
     """An accelerate config (`accelerate config` / `--config_file`)."""
     f = doc.path
-    n = doc.int("num_processes")
-    if isinstance(n, int) and n > 0:
-        out.set("gpus", n, f, "num_processes", "total processes (GPUs) over all machines")
-    m = doc.int("num_machines")
-    if isinstance(m, int) and m > 0:
-        out.set("nodes", m, f, "num_machines")
-    mp = doc.get("mixed_precision")
-    if mp is not None:
-        pr = precision(mp)
-        if pr:
-            out.set("precision", pr, f, "mixed_precision")
+    out.take("gpus", doc.int("num_processes"), f, "num_processes", note="total processes (GPUs) over all machines")
+    out.take("nodes", doc.int("num_machines"), f, "num_machines")
+    out.take("precision", precision(doc.get("mixed_precision")), f, "mixed_precision")
     if truthy(doc.get("use_cpu", False)):
         out.ignore(f, "use_cpu", "training on CPU is not estimated (GPU only)")
     dt = str(doc.get("distributed_type", "NO")).upper()
@@ -168,9 +163,7 @@ def read_accelerate(doc: Doc, out: ConfigRead, follow) -> None:
         doc.touch("distributed_type")
         for key, fld in (("megatron_lm_config.megatron_lm_tp_degree", "tp"),
                          ("megatron_lm_config.megatron_lm_pp_degree", "pp")):
-            v = doc.int(key)
-            if isinstance(v, int) and v > 0:
-                out.set(fld, v, f, key)
+            out.take(fld, doc.int(key), f, key)
     ids = doc.get("gpu_ids")
     if ids is not None and str(ids) != "all":
         out.set("gpu_ids", str(ids), f, "gpu_ids")
@@ -182,24 +175,7 @@ def _accelerate_deepspeed(doc: Doc, out: ConfigRead, follow) -> None:
     ref = doc.get(file_key)
     if ref:
         follow(ref, file_key)
-    stage = doc.get("deepspeed_config.zero_stage")
-    if stage is not None:
-        try:
-            st = int(stage)
-        except (TypeError, ValueError):
-            st = -1
-        if st not in ZERO_STAGES:
-            out.ignore(f, "deepspeed_config.zero_stage", f"unknown ZeRO stage '{stage}' (allowed: 0, 1, 2, 3)")
-        else:
-            dev_p = str(doc.get("deepspeed_config.offload_param_device", "none")).lower()
-            dev_o = str(doc.get("deepspeed_config.offload_optimizer_device", "none")).lower()
-            if st == 3 and (dev_p in OFFLOAD_DEVICES or dev_o in OFFLOAD_DEVICES):
-                out.set("sharding", "zero3-offload", f, "deepspeed_config.zero_stage")
-            else:
-                out.set("sharding", ZERO_STAGES[st], f, "deepspeed_config.zero_stage")
-                if dev_o in OFFLOAD_DEVICES:
-                    out.ignore(f, "deepspeed_config.offload_optimizer_device",
-                               f"ZeRO-{st} optimizer offload is not modelled: optimizer state counted on the GPU")
-    ga = doc.int("deepspeed_config.gradient_accumulation_steps")
-    if isinstance(ga, int) and ga > 0:
-        out.set("grad_accum", ga, f, "deepspeed_config.gradient_accumulation_steps")
+    _zero_stage(doc, out, "deepspeed_config.zero_stage", "deepspeed_config.offload_param_device",
+                "deepspeed_config.offload_optimizer_device")
+    out.take("grad_accum", doc.int("deepspeed_config.gradient_accumulation_steps"), f,
+             "deepspeed_config.gradient_accumulation_steps")

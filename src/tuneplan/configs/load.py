@@ -5,6 +5,7 @@ MAX_EXPANDED_NODES) and detecting its format from its keys."""
 from __future__ import annotations
 
 import json
+import re
 
 from tuneplan.configs.base import FORMATS, ConfigError
 from tuneplan.configs.rl import detect, openrlhf_args
@@ -65,8 +66,6 @@ def _safe_yaml(name: str, text: str):
 
 
 def _script_refs(text: str) -> str:
-    import re
-
     refs = re.findall(r"[\w./-]+\.(?:ya?ml|json)", text)
     uniq = list(dict.fromkeys(refs))
     return f" (it names {', '.join(uniq)})" if uniq else ""

@@ -61,12 +61,8 @@ ALL_LINEAR_NAMES = ("all", "all-linear", "all_linear")
 def optimizer(name: str) -> tuple[str | None, str]:
     """(tuneplan optimizer or None when unknown, a note)."""
     low = str(name).strip().lower()
-    if low in OPTIMIZERS:
-        return OPTIMIZERS[low], OPTIMIZER_NOTES.get(low, "")
-    short = low.rsplit(".", 1)[-1]
-    if short in OPTIMIZERS:
-        return OPTIMIZERS[short], OPTIMIZER_NOTES.get(short, "")
-    return None, ""
+    key = low if low in OPTIMIZERS else low.rsplit(".", 1)[-1]  # a class path by its class name
+    return OPTIMIZERS.get(key), OPTIMIZER_NOTES.get(key, "")
 
 
 OPTIMIZER_IMPLS_BY_NAME: dict[str, str] = {
@@ -105,8 +101,7 @@ def galore_rank(optim_args) -> int | None:
 
 
 def precision(name) -> str | None:
-    if name is None:
-        return None
+    """tuneplan's precision of a dtype / precision name; None when absent or unknown."""
     return PRECISIONS.get(str(name).strip().lower())
 
 
@@ -129,10 +124,8 @@ def targets(names) -> tuple[tuple[str, ...], list[str]]:
     return tuple(out), unknown
 
 
-def attention(name) -> bool | None:
+def attention(name) -> bool:
     """attn_implementation -> flash/SDPA memory-efficient attention (True) or eager (False)."""
-    if name is None:
-        return None
     return str(name).strip().lower() not in ("eager", "disabled", "false", "none")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tuneplan.configs.base import ConfigRead, Doc
 from tuneplan.configs.maps import precision, set_optimizer, truthy
-from tuneplan.configs.trainers import _common_ignored
+from tuneplan.configs.trainers import _common_ignored, _lora_rank_alpha
 
 TORCHTUNE_MODELS = Path(__file__).resolve().parent.parent / "data" / "torchtune_models.yaml"
 TORCHTUNE_LAUNCH = re.compile(r"tune\s+run\s+(?:--nnodes[ =](\d+)\s+)?(?:--nproc_per_node[ =](\d+)\s+)?"
@@ -66,11 +66,8 @@ def read_torchtune(doc: Doc, out: ConfigRead, follow, text: str = "") -> None:
     elif comp:
         out.ignore(f, "model._component_", f"builder '{builder}' is not in tuneplan's list: pass --model")
     if method != "full":
-        r = doc.int("model.lora_rank")
-        if isinstance(r, int) and r > 0:
-            out.set("lora_rank", r, f, "model.lora_rank")
-        if doc.get("model.lora_alpha") is not None:
-            out.set("lora_alpha", doc.get("model.lora_alpha"), f, "model.lora_alpha", "no effect on cost")
+        out.take("lora_rank", doc.int("model.lora_rank"), f, "model.lora_rank")
+        out.take("lora_alpha", doc.get("model.lora_alpha"), f, "model.lora_alpha", note="no effect on cost")
         t = [TORCHTUNE_TARGETS.get(str(x)) for x in doc.get("model.lora_attn_modules") or []]
         t = [x for x in t if x]
         if truthy(doc.get("model.apply_lora_to_mlp", False)):
@@ -89,32 +86,24 @@ def read_torchtune(doc: Doc, out: ConfigRead, follow, text: str = "") -> None:
 
 def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
     f = doc.path
-    for key, fld in (("batch_size", "micro_batch"), ("gradient_accumulation_steps", "grad_accum")):
-        v = doc.int(key)
-        if isinstance(v, int) and v > 0:
-            out.set(fld, v, f, key)
-    out.assume("grad_accum", 1, f, "gradient_accumulation_steps not set: torchtune recipes' default 1")
-    ep = doc.num("epochs")
-    if isinstance(ep, int | float) and ep > 0:
-        out.set("epochs", float(ep), f, "epochs")
-    ms = doc.int("max_steps_per_epoch", minimum=None)
-    if isinstance(ms, int) and ms > 0:
-        out.set("max_steps", ms, f, "max_steps_per_epoch", "optimizer steps per epoch")
+    out.take("micro_batch", doc.int("batch_size"), f, "batch_size")
+    out.take("grad_accum", doc.int("gradient_accumulation_steps"), f, "gradient_accumulation_steps", 1,
+             "gradient_accumulation_steps not set: torchtune recipes' default 1")
+    out.take("epochs", doc.num("epochs"), f, "epochs")
+    out.take("max_steps", doc.steps("max_steps_per_epoch"), f, "max_steps_per_epoch", note="optimizer steps per epoch")
     pr = precision(doc.get("dtype"))
     if pr:
         out.set("precision", pr, f, "dtype", "weights and compute in it (no fp32 master copy)")
         out.set("master_weights", "none", f, "dtype", "torchtune trains the low-precision weights in place")
     else:
         out.assume("precision", "fp32", f, "dtype not set: fp32")
-    out.set("grad_ckpt", truthy(doc.get("enable_activation_checkpointing", False)), f,
-            "enable_activation_checkpointing") if doc.has("enable_activation_checkpointing") else out.assume(
-        "grad_ckpt", False, f, "enable_activation_checkpointing not set: torchtune default off")
+    out.take("grad_ckpt", doc.flag("enable_activation_checkpointing"), f, "enable_activation_checkpointing", False,
+             "enable_activation_checkpointing not set: torchtune default off")
     if truthy(doc.get("enable_activation_offloading", False)):
         out.set("activation_offload", "true", f, "enable_activation_offloading", "not modelled")
     seq = doc.int("tokenizer.max_seq_len")
-    if isinstance(seq, int) and seq > 0:
-        out.set("seq_len", seq, f, "tokenizer.max_seq_len")
-    elif doc.has("tokenizer.max_seq_len"):
+    out.take("seq_len", seq, f, "tokenizer.max_seq_len")
+    if seq is None and doc.has("tokenizer.max_seq_len"):
         out.nulls.setdefault("seq_len", f"{f}: tokenizer.max_seq_len")
         out.notes.append(f"{f}: tokenizer.max_seq_len is null: samples are not truncated, so the length is the "
                          "data's (give --seq-len or --tokens-per-example)")
@@ -125,8 +114,8 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
         doc.touch("dataset.packed")
     elif isinstance(ds, list):
         packed = any(isinstance(d, dict) and truthy(d.get("packed", False)) for d in ds)
-    out.set("packing", truthy(packed), f, "dataset.packed") if packed is not None else out.assume(
-        "packing", False, f, "dataset.packed not set: torchtune default off")
+    out.take("packing", None if packed is None else truthy(packed), f, "dataset.packed", False,
+             "dataset.packed not set: torchtune default off")
     if not out.value("packing"):
         out.assume("padding", "longest", f, "unpacked batches padded to their longest sample "
                                              "(torchtune's padded_collate_sft)")
@@ -179,8 +168,7 @@ def _litgpt_model(ckpt: str) -> str:
 def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
     f = doc.path
     ckpt = doc.get("checkpoint_dir")
-    if ckpt:
-        out.set("model", _litgpt_model(str(ckpt)), f, "checkpoint_dir")
+    out.take("model", _litgpt_model(str(ckpt)) if ckpt else None, f, "checkpoint_dir")
     is_lora = any(doc.has(k) for k in ("lora_r", "lora_alpha", *LITGPT_TARGET_DEFAULTS))
     q = str(doc.get("quantize") or "")
     if is_lora:
@@ -188,11 +176,8 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("method", method, f, "lora_r" if doc.has("lora_r") else "lora_*")
         if q.startswith("bnb.nf4") or q.startswith("bnb.fp4"):
             out.set("quant", "nf4", f, "quantize")
-        r = doc.int("lora_r")
-        out.set("lora_rank", r, f, "lora_r") if isinstance(r, int) and r > 0 else out.assume(
-            "lora_rank", LITGPT_LORA_R_DEFAULT, f, "lora_r not set: litgpt default")
-        if doc.get("lora_alpha") is not None:
-            out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "no effect on cost")
+        _lora_rank_alpha(doc, out, "lora_r", LITGPT_LORA_R_DEFAULT, "lora_r not set: litgpt default",
+                         "no effect on cost")
         t = [code for k, code in LITGPT_TARGETS.items() if truthy(doc.get(k, LITGPT_TARGET_DEFAULTS[k]))]
         if truthy(doc.get("lora_mlp", False)):
             t += ["gate", "up", "down"]
@@ -205,12 +190,9 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
     if q == "bnb.int8-training":
         out.set("quant", "int8", f, "quantize")
     pr = precision(doc.get("precision"))
-    if pr:
-        out.set("precision", pr, f, "precision")
-        if str(doc.get("precision")).endswith("-true"):
-            out.set("master_weights", "none", f, "precision", "'-true': weights trained in that dtype")
-    else:
-        out.assume("precision", "bf16", f, "precision not set: litgpt's default bf16-true where supported")
+    out.take("precision", pr, f, "precision", "bf16", "precision not set: litgpt's default bf16-true where supported")
+    if pr and str(doc.get("precision")).endswith("-true"):
+        out.set("master_weights", "none", f, "precision", "'-true': weights trained in that dtype")
     devices = doc.get("devices", 1)
     nodes = doc.get("num_nodes", 1)
     dev = devices if isinstance(devices, int) and devices > 0 else 1
@@ -237,30 +219,19 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
 
 def _litgpt_train(doc: Doc, out: ConfigRead, world: int) -> None:
     f = doc.path
-    mb = doc.int("train.micro_batch_size")
-    mb = mb if isinstance(mb, int) and mb > 0 else 1
+    mb = doc.int("train.micro_batch_size") or 1
     out.set("micro_batch", mb, f, "train.micro_batch_size") if doc.has("train.micro_batch_size") else \
         out.assume("micro_batch", 1, f, "train.micro_batch_size not set: litgpt finetune default")
-    gb = doc.int("train.global_batch_size")
-    gb = gb if isinstance(gb, int) and gb > 0 else LITGPT_GLOBAL_BATCH_DEFAULT
+    gb = doc.int("train.global_batch_size") or LITGPT_GLOBAL_BATCH_DEFAULT
     ga = max(1, gb // world // mb)
     if doc.has("train.global_batch_size"):
         out.set("global_batch", gb, f, "train.global_batch_size")
         out.set("grad_accum", ga, f, "train.global_batch_size", f"{gb} // {world} device(s) // micro-batch {mb}")
     else:
         out.assume("grad_accum", ga, f, f"global_batch_size not set: litgpt default {gb} // devices // micro-batch")
-    seq = doc.int("train.max_seq_length")
-    if isinstance(seq, int) and seq > 0:
-        out.set("seq_len", seq, f, "train.max_seq_length")
-    ep = doc.num("train.epochs")
-    if isinstance(ep, int | float) and ep > 0:
-        out.set("epochs", float(ep), f, "train.epochs")
-    else:
-        out.assume("epochs", float(LITGPT_EPOCHS_DEFAULT), f, "train.epochs not set: litgpt finetune default")
-    ms = doc.int("train.max_steps", minimum=None)
-    if isinstance(ms, int) and ms > 0:
-        out.set("max_steps", ms, f, "train.max_steps")
-    mt = doc.num("train.max_tokens")
-    if isinstance(mt, int | float) and mt > 0:
-        out.set("tokens", float(mt), f, "train.max_tokens")
+    out.take("seq_len", doc.int("train.max_seq_length"), f, "train.max_seq_length")
+    out.take("epochs", doc.num("train.epochs"), f, "train.epochs", float(LITGPT_EPOCHS_DEFAULT),
+             "train.epochs not set: litgpt finetune default")
+    out.take("max_steps", doc.steps("train.max_steps"), f, "train.max_steps")
+    out.take("tokens", doc.num("train.max_tokens"), f, "train.max_tokens")
     out.assume("padding", "longest", f, "litgpt pads each batch to its longest sample")

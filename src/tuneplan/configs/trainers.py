@@ -4,7 +4,7 @@ axolotl utils/schemas, llamafactory/hparams, trl/trainer/*_config.py, transforme
 
 from __future__ import annotations
 
-from tuneplan.configs.base import ConfigRead, Doc
+from tuneplan.configs.base import NO_EFFECT, ConfigRead, Doc
 from tuneplan.configs.launchers import read_deepspeed, read_fsdp
 from tuneplan.configs.maps import attention, galore_rank, precision, set_optimizer, targets, truthy
 from tuneplan.configs.rl import read_trl_rl
@@ -67,13 +67,22 @@ def _why_ignored(key: str) -> str:
     if top in SAVE_KEYS:
         return "checkpoint settings: saves estimated from --save-every"
     if top in NO_EFFECT_KEYS or leaf in NO_EFFECT_LEAVES or top in NO_EFFECT_LEAVES:
-        return "a training hyper-parameter or output setting: no effect on time or memory"
+        return NO_EFFECT
     return "not read by tuneplan"
 
 
 def _common_ignored(doc: Doc, out: ConfigRead) -> None:
     for k in doc.unread():
         out.ignore(doc.path, k, _why_ignored(k))
+
+
+def _attention_impl(doc: Doc, out: ConfigRead, key: str) -> bool:
+    """An `attn_implementation`-style key: memory-efficient attention or eager. False when absent."""
+    impl = doc.get(key)
+    if impl is not None:
+        out.set("flash_attn", attention(impl), doc.path, key)
+        out.set("attention", str(impl), doc.path, key)
+    return impl is not None
 
 
 def _quant_method(out: ConfigRead, f: str, method: str, bits4_key: str | None, bits8_key: str | None) -> str:
@@ -103,25 +112,17 @@ def _distributed(doc: Doc, out: ConfigRead, follow) -> None:
 def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) -> None:
     """transformers TrainingArguments keys (shared by TRL and LLaMA-Factory configs)."""
     f = doc.path
-    for key, fld in (("per_device_train_batch_size", "micro_batch"), ("gradient_accumulation_steps", "grad_accum")):
-        v = doc.int(key)
-        if isinstance(v, int) and v > 0:
-            out.set(fld, v, f, key)
+    out.take("micro_batch", doc.int("per_device_train_batch_size"), f, "per_device_train_batch_size")
     if not doc.has("per_device_train_batch_size"):
         out.assume("micro_batch", HF_BATCH_DEFAULT, f, f"per_device_train_batch_size not set: {flavour} default")
-    out.assume("grad_accum", 1, f, f"gradient_accumulation_steps not set: {flavour} default")
-    ep = doc.num("num_train_epochs")
-    if isinstance(ep, int | float) and ep > 0:
-        out.set("epochs", float(ep), f, "num_train_epochs")
-    else:
-        out.assume("epochs", HF_EPOCHS_DEFAULT, f, f"num_train_epochs not set: {flavour} default")
-    ms = doc.int("max_steps", minimum=None)
-    if isinstance(ms, int) and ms > 0:
-        out.set("max_steps", ms, f, "max_steps", "optimizer steps; overrides num_train_epochs")
-    for key, pr in (("bf16", "bf16"), ("fp16", "fp16")):
-        v = doc.get(key)
-        if v is not None and truthy(v):
-            out.set("precision", pr, f, key)
+    out.take("grad_accum", doc.int("gradient_accumulation_steps"), f, "gradient_accumulation_steps", 1,
+             f"gradient_accumulation_steps not set: {flavour} default")
+    out.take("epochs", doc.num("num_train_epochs"), f, "num_train_epochs", HF_EPOCHS_DEFAULT,
+             f"num_train_epochs not set: {flavour} default")
+    out.take("max_steps", doc.steps("max_steps"), f, "max_steps", note="optimizer steps; overrides num_train_epochs")
+    for key in ("bf16", "fp16"):
+        if doc.flag(key):
+            out.set("precision", key, f, key)
     if "precision" in defaults:
         out.assume("precision", defaults["precision"], f, defaults["precision_why"])
     opt = doc.get("optim")
@@ -133,11 +134,8 @@ def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) ->
     out.assume("optimizer", "adamw", f, f"optim not set: {flavour} default adamw_torch_fused")
     out.assume("optimizer_impl", "fused", f, f"optim not set: {flavour} default adamw_torch_fused (transformers >= "
                                             "4.55 with torch >= 2.8; adamw_torch, foreach, before)")
-    gc = doc.get("gradient_checkpointing")
-    if gc is not None:
-        out.set("grad_ckpt", truthy(gc), f, "gradient_checkpointing")
-    elif "grad_ckpt" in defaults:
-        out.assume("grad_ckpt", defaults["grad_ckpt"], f, defaults["grad_ckpt_why"])
+    out.take("grad_ckpt", doc.flag("gradient_checkpointing"), f, "gradient_checkpointing", defaults.get("grad_ckpt"),
+             defaults.get("grad_ckpt_why", ""))
     doc.touch("gradient_checkpointing_kwargs")
     _distributed(doc, out, follow)
     if truthy(doc.get("use_liger_kernel", False)):
@@ -151,11 +149,7 @@ def _hf_args(doc: Doc, out: ConfigRead, follow, defaults: dict, flavour: str) ->
 
 def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
     f = doc.path
-    model = doc.get("base_model")
-    if model:
-        out.set("model", str(model), f, "base_model")
-    if doc.get("base_model_config"):
-        out.set("model", str(doc.get("base_model_config")), f, "base_model_config")
+    _model(doc, out, "base_model", "base_model_config")
     _axolotl_method(doc, out)
     rl = doc.get("rl")
     if rl:
@@ -177,9 +171,22 @@ def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
     for key, fld in (("tensor_parallel_size", "tp"), ("context_parallel_size", "cp"),
                      ("sequence_parallel_degree", "cp")):
         v = doc.int(key)
-        if isinstance(v, int) and v > 1:
+        if v is not None and v > 1:
             out.set(fld, v, f, key)
     _common_ignored(doc, out)
+
+
+def _model(doc: Doc, out: ConfigRead, *keys: str) -> None:
+    """The model id from the first of `keys` the file states (a later different one is a conflict)."""
+    for key in keys:
+        if doc.get(key):
+            out.set("model", str(doc.get(key)), doc.path, key)
+
+
+def _lora_rank_alpha(doc: Doc, out: ConfigRead, rank_key: str, default: int, why: str, alpha_note: str) -> None:
+    """The LoRA rank (else the framework's default) and alpha (reported: it does not change the cost)."""
+    out.take("lora_rank", doc.int(rank_key), doc.path, rank_key, default, why)
+    out.take("lora_alpha", doc.get("lora_alpha"), doc.path, "lora_alpha", note=alpha_note)
 
 
 def _target_modules(doc: Doc, out: ConfigRead, f: str) -> None:
@@ -196,8 +203,7 @@ def _target_modules(doc: Doc, out: ConfigRead, f: str) -> None:
 def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
     f = doc.path
     adapter = str(doc.get("adapter") or "").strip().lower()
-    b4 = "load_in_4bit" if truthy(doc.get("load_in_4bit", False)) else None
-    b8 = "load_in_8bit" if truthy(doc.get("load_in_8bit", False)) else None
+    b4, b8 = (k if doc.flag(k) else None for k in ("load_in_4bit", "load_in_8bit"))  # the keys that load 4 / 8 bits
     if adapter in ("lora", "qlora"):
         method = "dora" if truthy(doc.get("peft_use_dora", False)) else adapter
         if truthy(doc.get("gptq", False)):
@@ -207,13 +213,8 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
         if method == "dora" and b4:
             out.ignore(f, "load_in_4bit", "DoRA over a 4-bit base is estimated as DoRA over 16-bit weights")
         out.set("method", method, f, "adapter")
-        r = doc.int("lora_r")
-        if isinstance(r, int) and r > 0:
-            out.set("lora_rank", r, f, "lora_r")
-        else:
-            out.assume("lora_rank", PEFT_LORA_R_DEFAULT, f, "lora_r not set: peft's default r")
-        if doc.get("lora_alpha") is not None:
-            out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "scales the update: no effect on cost")
+        _lora_rank_alpha(doc, out, "lora_r", PEFT_LORA_R_DEFAULT, "lora_r not set: peft's default r",
+                         "scales the update: no effect on cost")
         if truthy(doc.get("lora_target_linear", False)):
             out.set("lora_targets", ("all-linear",), f, "lora_target_linear")
         _target_modules(doc, out, f)
@@ -239,29 +240,19 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
 def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
     f = doc.path
     mb = doc.int("micro_batch_size")
-    if isinstance(mb, int) and mb > 0:
-        out.set("micro_batch", mb, f, "micro_batch_size")
-    else:
-        out.assume("micro_batch", 1, f, "micro_batch_size not set: axolotl default")
+    out.take("micro_batch", mb, f, "micro_batch_size", 1, "micro_batch_size not set: axolotl default")
     ga = doc.int("gradient_accumulation_steps")
     bs = doc.int("batch_size")  # per GPU: axolotl's normalize_config derives GA from it, then x world size
-    if isinstance(ga, int) and ga > 0:
-        out.set("grad_accum", ga, f, "gradient_accumulation_steps")
-    elif bs:
+    if ga is None and bs:
         out.set("grad_accum", max(1, bs // (mb or 1)), f, "batch_size",
                 f"batch_size {bs} // micro_batch_size {mb or 1} (axolotl's normalize_config)")
-    else:
-        out.assume("grad_accum", 1, f, "gradient_accumulation_steps not set: axolotl default")
-    seq = doc.int("sequence_len")
-    if isinstance(seq, int) and seq > 0:
-        out.set("seq_len", seq, f, "sequence_len")
-    else:
-        out.assume("seq_len", AXOLOTL_SEQ_DEFAULT, f, "sequence_len not set: axolotl default")
-    pack = doc.get("sample_packing")
-    out.set("packing", truthy(pack), f, "sample_packing") if pack is not None else out.assume(
-        "packing", False, f, "sample_packing not set: axolotl default off")
+    out.take("grad_accum", ga, f, "gradient_accumulation_steps", 1, "gradient_accumulation_steps not set: axolotl default")
+    out.take("seq_len", doc.int("sequence_len"), f, "sequence_len", AXOLOTL_SEQ_DEFAULT,
+             "sequence_len not set: axolotl default")
+    pack = doc.flag("sample_packing")
+    out.take("packing", pack, f, "sample_packing", False, "sample_packing not set: axolotl default off")
     doc.touch("eval_sample_packing")
-    if not truthy(pack):
+    if not pack:
         if truthy(doc.get("pad_to_sequence_len", False)):
             out.set("padding", "max", f, "pad_to_sequence_len")
         else:
@@ -277,14 +268,8 @@ def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
     ao = doc.get("activation_offloading")
     if ao:
         out.set("activation_offload", str(ao), f, "activation_offloading", "not modelled: activations counted on the GPU")
-    ep = doc.num("num_epochs")
-    if isinstance(ep, int | float) and ep > 0:
-        out.set("epochs", float(ep), f, "num_epochs")
-    else:
-        out.assume("epochs", 1.0, f, "num_epochs not set: axolotl default")
-    ms = doc.int("max_steps", minimum=None)
-    if isinstance(ms, int) and ms > 0:
-        out.set("max_steps", ms, f, "max_steps")
+    out.take("epochs", doc.num("num_epochs"), f, "num_epochs", 1.0, "num_epochs not set: axolotl default")
+    out.take("max_steps", doc.steps("max_steps"), f, "max_steps")
 
 
 def _axolotl_precision(doc: Doc, out: ConfigRead) -> None:
@@ -306,10 +291,7 @@ def _axolotl_precision(doc: Doc, out: ConfigRead) -> None:
 
 def _axolotl_attention(doc: Doc, out: ConfigRead) -> None:
     f = doc.path
-    impl = doc.get("attn_implementation")
-    if impl is not None:
-        out.set("flash_attn", bool(attention(impl)), f, "attn_implementation")
-        out.set("attention", str(impl), f, "attn_implementation")
+    _attention_impl(doc, out, "attn_implementation")
     for key in ("flash_attention", "sdp_attention", "xformers_attention", "flex_attention"):
         if truthy(doc.get(key, False)):
             out.set("flash_attn", True, f, key)
@@ -322,9 +304,7 @@ def _axolotl_attention(doc: Doc, out: ConfigRead) -> None:
 
 def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
     f = doc.path
-    model = doc.get("model_name_or_path")
-    if model:
-        out.set("model", str(model), f, "model_name_or_path")
+    _model(doc, out, "model_name_or_path")
     ft = str(doc.get("finetuning_type") or "lora").lower()
     if not doc.has("finetuning_type"):
         out.notes.append(f"{f}: finetuning_type not set: LLaMA-Factory's default lora")
@@ -345,15 +325,9 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
             method = "qlora" if method == "lora" else method
         out.set("method", method, f, "finetuning_type") if doc.has("finetuning_type") else out.assume(
             "method", method, f, "finetuning_type not set: LLaMA-Factory default lora")
-        r = doc.int("lora_rank")
-        if isinstance(r, int) and r > 0:
-            out.set("lora_rank", r, f, "lora_rank")
-        else:
-            out.assume("lora_rank", LLAMAFACTORY_RANK_DEFAULT, f, "lora_rank not set: LLaMA-Factory default")
-        alpha = doc.get("lora_alpha")
-        out.set("lora_alpha", alpha, f, "lora_alpha", "no effect on cost") if alpha is not None else out.assume(
-            "lora_alpha", (r if isinstance(r, int) else LLAMAFACTORY_RANK_DEFAULT) * 2, f,
-            "lora_alpha not set: LLaMA-Factory default 2 x rank")
+        _lora_rank_alpha(doc, out, "lora_rank", LLAMAFACTORY_RANK_DEFAULT, "lora_rank not set: LLaMA-Factory default",
+                         "no effect on cost")
+        out.assume("lora_alpha", out.value("lora_rank") * 2, f, "lora_alpha not set: LLaMA-Factory default 2 x rank")
         tgt = doc.strs("lora_target") or ["all"]
         t, unknown = targets(tgt)
         if doc.has("lora_target"):
@@ -379,11 +353,8 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
             out.set("master_weights", "none", f, "pure_bf16", "bf16 weights trained in place")
         if truthy(doc.get("use_galore", False)):
             _llamafactory_galore(doc, out)
-    cut = doc.int("cutoff_len")
-    if isinstance(cut, int) and cut > 0:
-        out.set("seq_len", cut, f, "cutoff_len")
-    else:
-        out.assume("seq_len", LLAMAFACTORY_CUTOFF_DEFAULT, f, "cutoff_len not set: LLaMA-Factory default")
+    out.take("seq_len", doc.int("cutoff_len"), f, "cutoff_len", LLAMAFACTORY_CUTOFF_DEFAULT,
+             "cutoff_len not set: LLaMA-Factory default")
     stage = str(doc.get("stage") or "sft")
     pack = doc.get("packing")
     if truthy(doc.get("neat_packing", False)):
@@ -403,10 +374,7 @@ def read_llamafactory(doc: Doc, out: ConfigRead, follow) -> None:
         out.assume("grad_ckpt", True, f, "LLaMA-Factory enables gradient checkpointing unless "
                                          "disable_gradient_checkpointing is set")
     doc.touch("use_reentrant_gc")
-    fa = doc.get("flash_attn")
-    if fa is not None:
-        out.set("flash_attn", bool(attention(fa)), f, "flash_attn")
-        out.set("attention", str(fa), f, "flash_attn")
+    _attention_impl(doc, out, "flash_attn")
     out.assume("flash_attn", True, f, "flash_attn not set: LLaMA-Factory default auto (SDPA or FlashAttention)")
     if truthy(doc.get("enable_liger_kernel", False)):
         out.notes.append(f"{f}: enable_liger_kernel: Liger's fused kernels are not modelled")
@@ -434,11 +402,8 @@ def _llamafactory_galore(doc: Doc, out: ConfigRead) -> None:
     held: an upper bound); `galore_target` other than all is counted as all the block linears."""
     f = doc.path
     out.set("optimizer", "galore-adamw", f, "use_galore")
-    r = doc.int("galore_rank")
-    if isinstance(r, int):
-        out.set("galore_rank", r, f, "galore_rank")
-    else:
-        out.assume("galore_rank", LLAMAFACTORY_GALORE_RANK_DEFAULT, f, "galore_rank not set: LLaMA-Factory default")
+    out.take("galore_rank", doc.int("galore_rank"), f, "galore_rank", LLAMAFACTORY_GALORE_RANK_DEFAULT,
+             "galore_rank not set: LLaMA-Factory default")
     if truthy(doc.get("galore_layerwise", False)):
         out.ignore(f, "galore_layerwise", "layer-wise steps free each gradient early: counted with all of them held")
     tgt = doc.get("galore_target")
@@ -484,30 +449,18 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
     is_trl = any(doc.has(k) for k in TRL_KEYS)
     flavour = "TRL SFTConfig" if is_trl else "transformers TrainingArguments"
     out.notes.append(f"{f}: read as {flavour} (defaults are {flavour}'s)")
-    model = doc.get("model_name_or_path")
-    if model:
-        out.set("model", str(model), f, "model_name_or_path")
+    _model(doc, out, "model_name_or_path")
     for key in ("torch_dtype", "dtype"):
-        pr = precision(doc.get(key))
-        if pr:
-            out.set("precision", pr, f, key, "model loaded in it")
-    impl = doc.get("attn_implementation")
-    if impl is not None:
-        out.set("flash_attn", bool(attention(impl)), f, "attn_implementation")
-        out.set("attention", str(impl), f, "attn_implementation")
-    else:
+        out.take("precision", precision(doc.get(key)), f, key, note="model loaded in it")
+    if not _attention_impl(doc, out, "attn_implementation"):
         out.assume("flash_attn", True, f, "attn_implementation not set: transformers' default SDPA")
-    b4 = "load_in_4bit" if truthy(doc.get("load_in_4bit", False)) else None
-    b8 = "load_in_8bit" if truthy(doc.get("load_in_8bit", False)) else None
+    b4, b8 = (k if doc.flag(k) else None for k in ("load_in_4bit", "load_in_8bit"))  # the keys that load 4 / 8 bits
     if truthy(doc.get("use_peft", False)):
         method = "dora" if truthy(doc.get("use_dora", False)) else "lora"
         method = _quant_method(out, f, method, b4, b8)
         out.set("method", method, f, "use_peft")
-        r = doc.int("lora_r")
-        out.set("lora_rank", r, f, "lora_r") if isinstance(r, int) and r > 0 else out.assume(
-            "lora_rank", TRL_LORA_R_DEFAULT, f, "lora_r not set: TRL ModelConfig default")
-        if doc.get("lora_alpha") is not None:
-            out.set("lora_alpha", doc.get("lora_alpha"), f, "lora_alpha", "no effect on cost")
+        _lora_rank_alpha(doc, out, "lora_r", TRL_LORA_R_DEFAULT, "lora_r not set: TRL ModelConfig default",
+                         "no effect on cost")
         _target_modules(doc, out, f)
         out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "lora_target_modules not set: peft's default q_proj, v_proj")
     else:
@@ -519,14 +472,9 @@ def read_trl(doc: Doc, out: ConfigRead, follow) -> None:
         _rl_keys(doc, out)
     read_trl_rl(doc, out)
     seq_key = next((k for k in ("max_length", "max_seq_length") if doc.has(k)), None)
-    seq = doc.int(seq_key) if seq_key else None
-    if isinstance(seq, int) and seq > 0:
-        out.set("seq_len", seq, f, seq_key)
-    elif is_trl:
-        out.assume("seq_len", TRL_MAX_LENGTH_DEFAULT, f, "max_length not set: TRL SFTConfig default")
-    pack = doc.get("packing")
-    if pack is not None:
-        out.set("packing", truthy(pack), f, "packing")
+    out.take("seq_len", doc.int(seq_key) if seq_key else None, f, seq_key or "max_length",
+             TRL_MAX_LENGTH_DEFAULT if is_trl else None, "max_length not set: TRL SFTConfig default")
+    out.take("packing", doc.flag("packing"), f, "packing")
     doc.touch("packing_strategy")
     if truthy(doc.get("padding_free", False)):
         out.set("packing", True, f, "padding_free", "padding-free batches: no padding, as packing")

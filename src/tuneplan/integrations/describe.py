@@ -164,7 +164,7 @@ def describe_run(model, args, world: int, device: str, model_name: str | None) -
     }
     if config is not None:
         try:
-            from tuneplan.specs.model_config import model_from_config
+            from tuneplan.specs.architectures import model_from_config
 
             row["params_b"] = model_from_config(config.to_dict(), name or "model").params_total / 1e9
         except Exception:  # noqa: BLE001 - an architecture tuneplan cannot describe: count the tensors
@@ -175,9 +175,9 @@ def describe_run(model, args, world: int, device: str, model_name: str | None) -
 def predict_row(row: dict[str, Any], model, gpu) -> dict[str, Any] | None:
     """tuneplan's estimate for the recorded configuration; None when there is no GPU to predict for."""
     from tuneplan.api import estimate
+    from tuneplan.specs.architectures import model_from_config
     from tuneplan.specs.gpu import GPUSpec, resolve_gpu
     from tuneplan.specs.job import METHODS, OPTIMIZERS, STAGES
-    from tuneplan.specs.model_config import model_from_config
 
     if not gpu and str(row.get("gpu", "")).startswith("local-"):
         return None

@@ -98,8 +98,8 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
 
 def truncated(model: ModelSpec, layers: int, name_or_path: str) -> ModelSpec:
     """The same architecture with `layers` blocks (a profiler row measured with --layers N)."""
+    from tuneplan.specs.architectures import model_from_config
     from tuneplan.specs.catalog import load_model_config
-    from tuneplan.specs.model_config import model_from_config
 
     if layers < 1:
         raise InputError("layers", f"must be >= 1, got {layers}")

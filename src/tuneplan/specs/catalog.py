@@ -19,12 +19,11 @@ Resolution order for a name (case-insensitive throughout):
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from tuneplan.errors import (
     AmbiguousNameError,
@@ -38,21 +37,19 @@ from tuneplan.errors import (
     shown,
 )
 from tuneplan.specs.architectures import (
+    UNSUPPORTED,
     detect_model_type,
     looks_llama_like,
     model_from_config,
     split_quant_suffix,
 )
-from tuneplan.specs.architectures.base import inferred_value
+from tuneplan.specs.architectures.base import inferred_values
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "data", "models")
-"""The catalog's folder (a path string: resolving a catalog name imports no pathlib)."""
-ALIASES_FILE = os.path.join(MODELS_DIR, "ALIASES.md")
+MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
+"""The catalog's folder."""
+ALIASES_FILE = MODELS_DIR / "ALIASES.md"
 FIELD = "model"
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
@@ -68,23 +65,9 @@ _QUANT_WORDS = {"gptq": "gptq-int4", "awq": "awq-int4", "aqlm": "aqlm-2bit", "in
 
 
 @lru_cache(maxsize=1)
-def catalog_files() -> dict[str, str]:
-    """Canonical Hub id (the file's `_hf_id`, e.g. "meta-llama/Llama-3.1-8B") -> the config file's name
-    in MODELS_DIR, sorted by name."""
-    out: dict[str, str] = {}
-    for name in sorted(n for n in os.listdir(MODELS_DIR) if n.endswith(".json")):
-        stem = name[: -len(".json")]
-        out[stem.replace("__", "/", 1) if "__" in stem else stem] = name
-    return out
-
-
-@lru_cache(maxsize=1)
 def model_catalog() -> dict[str, Path]:
-    """Canonical Hub id (the file's `_hf_id`, e.g. "meta-llama/Llama-3.1-8B") -> config file."""
-    from pathlib import Path
-
-    folder = Path(MODELS_DIR)
-    return {hub_id: folder / name for hub_id, name in catalog_files().items()}
+    """Canonical Hub id (the file's `_hf_id`, e.g. "meta-llama/Llama-3.1-8B") -> config file, by file name."""
+    return {p.stem.replace("__", "/", 1): p for p in sorted(MODELS_DIR.glob("*.json"))}
 
 
 @dataclass(frozen=True)
@@ -99,28 +82,12 @@ class Alias:
     overrides: tuple[tuple[str, int], ...] = ()
 
 
-def _split_cell(cell: str) -> list[str]:
-    """Split an alias cell on commas / semicolons outside parentheses."""
-    parts, depth, cur = [], 0, []
-    for ch in cell:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
-        if ch in ",;" and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
-
-
 def _expand_alias_cell(cell: str) -> list[str]:
     """`a/B(-Instruct), C` -> ["a/B", "a/B-Instruct", "a/C"]; drops commentary and wildcards."""
     ids: list[str] = []
     org = ""
-    for part in _split_cell(cell.replace("`", "")):
+    for part in re.split(r"[,;](?![^()]*\))", cell.replace("`", "")):  # commas outside parentheses
+        part = part.strip()
         m = re.match(r"^([A-Za-z0-9][\w.\-/*]*)(\((-[^)\s]+)\))?(.*)$", part)
         if not m:
             continue
@@ -156,16 +123,14 @@ def _quant_from_text(text: str) -> str:
 @lru_cache(maxsize=1)
 def model_aliases() -> dict[str, Alias]:
     """Lower-cased alias id -> Alias, parsed from ALIASES.md (cached)."""
-    catalog = catalog_files()
-    by_file = {name: hub_id for hub_id, name in catalog.items()}
+    catalog = model_catalog()
+    by_file = {path.name: hub_id for hub_id, path in catalog.items()}
     out: dict[str, Alias] = {}
-    if not os.path.exists(ALIASES_FILE):
+    if not ALIASES_FILE.exists():
         return out
     section = ""
     catalog_lower = {c.lower() for c in catalog}
-    with open(ALIASES_FILE, encoding="utf-8") as f:
-        alias_text = f.read()
-    for lineno, line in enumerate(alias_text.splitlines(), start=1):
+    for lineno, line in enumerate(ALIASES_FILE.read_text(encoding="utf-8").splitlines(), start=1):
         s = line.strip()
         if s.startswith("#"):
             low = s.lower()
@@ -183,7 +148,7 @@ def model_aliases() -> dict[str, Alias]:
             continue
         target = by_file.get(fm.group(1))
         if target is None:
-            raise DataFileError(ALIASES_FILE, lineno, f"unknown model file '{fm.group(1)}'")
+            raise DataFileError(str(ALIASES_FILE), lineno, f"unknown model file '{fm.group(1)}'")
         quant = _quant_from_text(cells[2]) if section == "quantized" else "none"
         note = cells[2] if section == "look-alike" else ""
         overrides: list[tuple[str, int]] = []
@@ -207,19 +172,16 @@ def model_aliases() -> dict[str, Alias]:
 def _full_index() -> dict[str, str]:
     """Lower full id -> canonical id, of the catalog files alone (a catalog id is found without
     parsing ALIASES.md)."""
-    return {hub_id.lower(): hub_id for hub_id in catalog_files()}
+    return {hub_id.lower(): hub_id for hub_id in model_catalog()}
 
 
 @lru_cache(maxsize=1)
-def _index() -> tuple[dict[str, str], dict[str, list[tuple[str, str]]]]:
-    """(lower full id -> canonical id, lower short name -> [(full id as written, canonical id)])."""
-    full: dict[str, str] = dict(_full_index())
-    short: dict[str, list[tuple[str, str]]] = {}
-    for hub_id in catalog_files():
-        short.setdefault(hub_id.split("/")[-1].lower(), []).append((hub_id, hub_id))
-    for key, al in model_aliases().items():
-        short.setdefault(key.split("/")[-1], []).append((al.alias, al.alias))
-    return full, short
+def _short_index() -> dict[str, list[str]]:
+    """Lower short name (no org) -> the catalog and alias ids (as written) that have it."""
+    short: dict[str, list[str]] = {}
+    for hub_id in [*model_catalog(), *(al.alias for al in model_aliases().values())]:
+        short.setdefault(hub_id.split("/")[-1].lower(), []).append(hub_id)
+    return short
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -260,31 +222,20 @@ def _config_of(r: _Resolved) -> dict:
 @lru_cache(maxsize=512)
 def _spec_of(r: _Resolved) -> ModelSpec:
     spec = model_from_config(_config_of(r), r.name, r.source)
-    extra = dict(spec.extra)
-    if r.requested and r.requested != r.name:
-        extra["requested"] = r.requested
-    if r.via:
-        extra["resolved_via"] = r.via
-    if r.alias_note:
-        extra["alias_note"] = r.alias_note
-    if r.overrides:
-        extra["alias_overrides"] = dict(r.overrides)
-    quant = r.quant if r.quant != "none" else spec.quant
-    return replace(spec, quant=quant, extra=extra)
+    how = {"requested": r.requested if r.requested != r.name else "", "resolved_via": r.via,
+           "alias_note": r.alias_note, "alias_overrides": dict(r.overrides)}
+    extra = {**spec.extra, **{k: v for k, v in how.items() if v}}
+    return replace(spec, quant=r.quant if r.quant != "none" else spec.quant, extra=extra)
 
 
 # ----------------------------------------------------------------------------------------------------
 # resolution
 
 
-def _catalog_file(canonical: str) -> tuple[str, str]:
-    """(path, source label) of a catalog id's config file."""
-    name = catalog_files()[canonical]
-    return os.path.join(MODELS_DIR, name), f"catalog:{name}"
-
-
-def _catalog_resolved(canonical: str, quant: str, requested: str, via: str) -> _Resolved:
-    return _Resolved(canonical, *_catalog_file(canonical), quant, requested, via)
+def _catalog_resolved(canonical: str, quant: str, requested: str, via: str, note: str = "",
+                      overrides: tuple[tuple[str, int], ...] = ()) -> _Resolved:
+    path = model_catalog()[canonical]
+    return _Resolved(canonical, str(path), f"catalog:{path.name}", quant, requested, via, note, overrides)
 
 
 def _lookup_exact(name: str, quant: str, requested: str, via: str) -> _Resolved | None:
@@ -293,31 +244,26 @@ def _lookup_exact(name: str, quant: str, requested: str, via: str) -> _Resolved 
     full = _full_index()
     if low in full:
         return _catalog_resolved(full[low], quant, requested, via)
-    _, short = _index()
     if not low or "/" in low.split("/", 1)[-1]:
         return None
     al = model_aliases().get(low)
     if al is not None:
         q = al.quant if al.quant != "none" else quant
-        return _Resolved(al.target, *_catalog_file(al.target), q, requested,
-                         via or f"alias ({al.kind})", al.note, al.overrides)
-    short_name = low.split("/")[-1]
-    hits = short.get(short_name, [])
+        return _catalog_resolved(al.target, q, requested, via or f"alias ({al.kind})", al.note, al.overrides)
+    hits = _short_index().get(low.split("/")[-1], [])
     if not hits:
         return None
-    targets = {_target_of(written) for written, _ in hits}
+    targets = {_target_of(written) for written in hits}
     if len(targets) == 1:
-        return _lookup_exact(hits[0][0], quant, requested, via or "short name")
+        return _lookup_exact(hits[0], quant, requested, via or "short name")
     raise AmbiguousNameError(FIELD, requested or name, sorted(targets))
 
 
 def _target_of(written: str) -> str:
-    full, _ = _index()
+    """The canonical catalog id of a catalog or alias id."""
     low = written.lower()
-    if low in full:
-        return full[low]
     al = model_aliases().get(low)
-    return al.target if al else written
+    return _full_index().get(low) or (al.target if al else written)
 
 
 def _strip_edits(cur: str) -> list[str]:
@@ -368,17 +314,15 @@ def _prefix_matches(name: str) -> set[str]:
     a different model, e.g. ibm/granite-20b is not ibm-granite/granite-20b-code-base). When catalog
     files match, aliases are not counted (Qwen3-30B is the Qwen3-30B-A3B file, not the -2507 aliases).
     """
-    full, short = _index()
     org, _, q = name.lower().rpartition("/")
     out: set[str] = set()
     own: set[str] = set()  # catalog files' own names win over aliases that share a file's shapes
-    for s, hits in short.items():
-        if s.startswith(q + "-"):
-            for written, _ in hits:
-                if not org or written.lower().split("/")[0] == org:
-                    out.add(_target_of(written))
-                    if written.lower() in full:
-                        own.add(_target_of(written))
+    for s, hits in _short_index().items():
+        for written in hits:
+            if s.startswith(q + "-") and (not org or written.lower().split("/")[0] == org):
+                out.add(_target_of(written))
+                if written.lower() in _full_index():
+                    own.add(_target_of(written))
     return own or out
 
 
@@ -401,51 +345,22 @@ def _resolve_catalog(name: str) -> _Resolved | None:
 
 
 def _as_path(name: str) -> Path | None:
+    """The config.json a name is a path to (a file, or a folder holding one); None for a name that is
+    not a path; InputError for a path to nothing, or to something that is not a readable file."""
     check_name(FIELD, name)
+    p = Path(os.path.expanduser(name))
     try:
-        return _as_existing_path(name)
+        if p.is_dir():
+            p = p / "config.json"
+            if not p.is_file():
+                raise InputError(FIELD, f"folder '{name}' holds no config.json")
+        if p.is_file():
+            return p
+        if p.exists():  # a FIFO or a device: reading it would block
+            check_regular_file(p, FIELD, "config.json")
     except OSError as exc:  # a name too long for the file system, a path through a file...
         raise InputError(FIELD, f"'{shown(name)}' is not a readable path nor a catalog name: "
                                 f"{exc.strerror or exc}") from None
-
-
-_STAT_IGNORED = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
-"""The stat errors pathlib's is_file / is_dir read as "no" (others are raised)."""
-
-
-def _nothing_there(path: str) -> bool:
-    """Whether pathlib would find neither a file nor a folder at `path`, asked without pathlib where the
-    string is one pathlib keeps as written (POSIX, no empty, '.' or trailing parts); a catalog name is
-    resolved so without importing pathlib."""
-    parts = path.split("/")
-    if os.sep != "/" or os.altsep or not path or parts[0] == "." or any(p in ("", ".") for p in parts[1:]):
-        return False  # let pathlib decide
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno in _STAT_IGNORED:
-            return True
-        raise
-    except ValueError:
-        return True
-    return False
-
-
-def _as_existing_path(name: str) -> Path | None:
-    expanded = os.path.expanduser(name)
-    if not _nothing_there(expanded):
-        from pathlib import Path
-
-        p = Path(expanded)
-        if p.is_file():
-            return p
-        if p.is_dir():
-            cfg = p / "config.json"
-            if cfg.is_file():
-                return cfg
-            raise InputError(FIELD, f"folder '{name}' holds no config.json")
-        if p.exists():  # a FIFO or a device: reading it would block
-            check_regular_file(p, FIELD, "config.json")
     if name.lower().endswith(".json") or name.startswith((".", "/", "~", "\\")) or (
             os.sep != "/" and os.sep in name) or name.count("/") > 1:
         raise InputError(FIELD, f"no such config file or folder: '{name}'")
@@ -473,50 +388,46 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 def hub_cache_dir() -> Path:
     """Where fetched config.json files are kept: `$TUNEPLAN_HOME/hub` (default `~/.tuneplan/hub`)."""
-    from pathlib import Path
-
     return Path(os.environ.get("TUNEPLAN_HOME") or str(Path.home() / ".tuneplan")) / "hub"
 
 
+_PASS_PATH = "pass --model path/to/config.json"
+
+
 def _hub_config(repo_id: str) -> tuple[str | None, str]:
-    """(path to a downloaded / cached config.json, "") or (None, why it failed). Only config.json is
-    fetched (never weights, never code), into `hub_cache_dir()`."""
+    """(path to a downloaded / cached config.json, "") or (None, the one-line hint of why not). Only
+    config.json is fetched (never weights, never code), into `hub_cache_dir()`."""
     import importlib.util
 
     if importlib.util.find_spec("huggingface_hub") is None:
-        return None, "huggingface_hub is not installed"
+        return None, ("not in the catalog; pip install 'tuneplan[hub]' to fetch its config.json from the Hugging "
+                      f"Face Hub, or {_PASS_PATH}")
     try:
         from huggingface_hub import hf_hub_download
     except Exception:  # noqa: BLE001
-        return None, "huggingface_hub cannot be imported"
+        return None, f"not in the catalog; huggingface_hub cannot be imported; {_PASS_PATH}"
+    offline = f"the Hugging Face Hub cannot be reached and the model is not in the catalog; {_PASS_PATH}"
     cache = str(hub_cache_dir())
     try:
         return hf_hub_download(repo_id, "config.json", local_files_only=True, cache_dir=cache), ""
     except Exception:  # noqa: BLE001 - not cached; try the network below
         pass
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or not _hub_reachable():
-        return None, "offline"
+        return None, offline
     try:
         return hf_hub_download(repo_id, "config.json", etag_timeout=5, cache_dir=cache), ""
     except Exception as exc:  # noqa: BLE001 - classify by name, the classes move between versions
         kinds = {c.__name__ for c in type(exc).__mro__}
         if "GatedRepoError" in kinds:
-            return None, "gated on the Hub (log in with a token that has access, or pass its config.json)"
-        if "RepositoryNotFoundError" in kinds:
-            return None, "not found on the Hub either"
-        if "RemoteEntryNotFoundError" in kinds or "EntryNotFoundError" in kinds and \
+            why = "; gated on the Hub (log in with a token that has access, or pass its config.json)"
+        elif "RepositoryNotFoundError" in kinds:
+            why = " and not found on the Hub either"
+        elif "RemoteEntryNotFoundError" in kinds or "EntryNotFoundError" in kinds and \
                 "LocalEntryNotFoundError" not in kinds:
-            return None, "the Hub repository has no config.json"
-        return None, "offline"
-
-
-HUB_HINTS = {
-    "offline": "the Hugging Face Hub cannot be reached and the model is not in the catalog; pass "
-               "--model path/to/config.json",
-    "huggingface_hub is not installed": "not in the catalog; pip install 'tuneplan[hub]' to fetch its config.json "
-                                        "from the Hugging Face Hub, or pass --model path/to/config.json",
-}
-"""The one-line hint of an unknown Hub id, by why the Hub could not give its config.json."""
+            why = "; the Hub repository has no config.json"
+        else:
+            return None, offline
+        return None, f"not in the catalog{why}; {_PASS_PATH}"
 
 
 class UnknownModelError(UnknownNameError):
@@ -524,12 +435,9 @@ class UnknownModelError(UnknownNameError):
 
     def __init__(self, name: str, hint: str = "") -> None:
         ids = list(model_catalog())
-        close = closest(name, ids)
         short_map = {i.split("/")[-1]: i for i in ids}
-        for s in closest(name.split("/")[-1], list(short_map)):
-            if short_map[s] not in close:
-                close.append(short_map[s])
-        self._named(FIELD, "model", name, close[:5], hint)
+        by_short = [short_map[s] for s in closest(name.split("/")[-1], list(short_map))]
+        self._named(FIELD, "model", name, list(dict.fromkeys(closest(name, ids) + by_short))[:5], hint)
 
 
 def _resolve(name_or_path: str, *, hub: bool = True) -> _Resolved:
@@ -548,25 +456,18 @@ def _resolve(name_or_path: str, *, hub: bool = True) -> _Resolved:
     hit = _resolve_catalog(name)
     if hit is not None:
         return hit
-    quant = split_quant_suffix(name)[1]
-    hint = "not in the catalog; pass --model path/to/config.json"
+    hint = f"not in the catalog; {_PASS_PATH}"
     if hub and _HUB_ID.match(name):
-        got, why = _hub_config(name)
+        got, hint = _hub_config(name)
         if got is not None:
-            return _Resolved(name, got, f"hub:{name}", quant, name,
+            return _Resolved(name, got, f"hub:{name}", split_quant_suffix(name)[1], name,
                              f"config.json fetched from the Hugging Face Hub (no weights, no code), cached at {got}")
-        if why in HUB_HINTS:
-            hint = HUB_HINTS[why]
-        elif why:
-            hint = (f"not in the catalog and {why}" if why.startswith("not found") else
-                    f"not in the catalog; {why}") + "; pass --model path/to/config.json"
     raise UnknownModelError(name, hint)
 
 
 def resolve_model(name_or_path: str) -> ModelSpec:
     """A ModelSpec for a catalog name, alias, checkpoint variant, config path/folder or Hub id."""
-    r = _resolve(name_or_path)
-    return _spec_of(r)
+    return _spec_of(_resolve(name_or_path))
 
 
 def load_model_config(name_or_path: str) -> dict:
@@ -583,11 +484,7 @@ def load_model_config(name_or_path: str) -> dict:
     r = _resolve(name_or_path)
     raw = _config_of(r)
     out = {k: v for k, v in raw.items() if not k.startswith("_")}
-    inferred = raw.get("_inferred_not_stated")
-    if isinstance(inferred, dict):
-        for k, v in inferred.items():
-            if k != "basis" and not k.endswith("_alternative") and out.get(k) is None:
-                out[k] = inferred_value(v)
+    out.update({k: v for k, v in inferred_values(raw).items() if out.get(k) is None})
     mt = detect_model_type(out)
     if not out.get("model_type"):
         if looks_llama_like(raw):
@@ -627,8 +524,6 @@ def model_from_run_notes(model: str, notes: str, seq_len: float | None) -> Model
     cfg = {"model_type": "mpt", "d_model": d, "n_layers": layers, "n_heads": heads, "expansion_ratio": 4,
            "vocab_size": vocab, "max_seq_len": int(seq_len or 2048), "no_bias": True,
            "attn_config": {"alibi": not learned}}
-    from tuneplan.specs.architectures import model_from_config
-
     return model_from_config(cfg, model, source="architecture stated in the run's notes")
 
 
@@ -689,11 +584,5 @@ def _resolve_run_model(model: str, model_hf_id: str) -> ModelSpec:
 def list_models() -> list[ModelSpec]:
     """Every catalog model tuneplan can read (parses all files: for `tuneplan models`, not for a single
     estimate); files of architectures no reader describes (`architectures.UNSUPPORTED`) are left out."""
-    from tuneplan.specs.architectures import UNSUPPORTED
-
-    out = []
-    for hub_id, path in model_catalog().items():
-        if detect_model_type(_read_json(str(path))) in UNSUPPORTED:
-            continue
-        out.append(_spec_of(_catalog_resolved(hub_id, "none", "", "")))
-    return out
+    return [_spec_of(_catalog_resolved(hub_id, "none", "", "")) for hub_id, path in model_catalog().items()
+            if detect_model_type(_read_json(str(path))) not in UNSUPPORTED]

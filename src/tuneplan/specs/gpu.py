@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from tuneplan.errors import (
     AmbiguousNameError,
@@ -26,9 +26,6 @@ from tuneplan.errors import (
     read_user_text,
 )
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_gpu_figures
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """The catalog's dense peak columns (`<p>_tflops`)."""
@@ -127,12 +124,8 @@ class GPUSpec:
 
 
 def _num(s: str | None) -> float:
-    if s is None:
-        return 0.0
-    s = s.strip()
-    if not s:
-        return 0.0
-    m = re.match(r"^[-+]?\d+(\.\d+)?([eE][-+]?\d+)?", s)
+    """The number a catalog cell leads with ("989 (dense)" -> 989.0); 0 for an empty cell."""
+    m = re.match(r"\s*[-+]?\d+(\.\d+)?([eE][-+]?\d+)?", s or "")
     return float(m.group(0)) if m else 0.0
 
 
@@ -176,26 +169,16 @@ class _Catalog:
 
 
 def _row_spec(row: dict[str, str]) -> GPUSpec:
-    name = row["name"].strip()
     peaks = {p: _num(row.get(f"{p}_tflops")) for p in PRECISIONS}
-    bidir = _num(row.get("intra_node_gbs_bidir"))
     return GPUSpec(
-        name=name,
-        memory_gib=_num(row.get("memory_gib")),
-        memory_bandwidth_gbs=_num(row.get("memory_bandwidth_gbs")),
-        peak_tflops={k: v for k, v in peaks.items() if v > 0},
-        tdp_w=_num(row.get("tdp_w")),
-        matmul_efficiency=_num(row.get("matmul_efficiency")),
-        intra_node_gbs=bidir / 2.0,
+        name=row["name"].strip(), peak_tflops={k: v for k, v in peaks.items() if v > 0},
+        **{k: _num(row.get(k)) for k in ("memory_gib", "memory_bandwidth_gbs", "tdp_w", "matmul_efficiency")},
+        **{k: row.get(k, "") for k in ("vendor", "architecture", "source", "notes")},
+        intra_node_gbs=_num(row.get("intra_node_gbs_bidir")) / 2.0,
         inter_node_gbps=_num(row.get("inter_node_gbps_per_gpu")),
         intra_node_link=row.get("intra_node_interconnect", ""),
         nvlink_domain_gpus=int(_num(row.get("nvlink_domain_gpus"))),
-        vendor=row.get("vendor", ""),
-        architecture=row.get("architecture", ""),
-        source=row.get("source", ""),
-        notes=row.get("notes", ""),
-        missing=tuple(_items(row.get("missing"))),
-        not_in_hardware=tuple(_items(row.get("not_in_hardware"))),
+        missing=tuple(_items(row.get("missing"))), not_in_hardware=tuple(_items(row.get("not_in_hardware"))),
         sources=parse_figure_sources(row.get("figure_sources", "")),
     )
 
@@ -254,16 +237,9 @@ def gpu_families() -> dict[str, Family]:
     return {f.name: f for f in _load_catalog().families.values()}
 
 
-def _user_gpu_folder() -> str:
-    home = os.environ.get("TUNEPLAN_HOME") or os.path.join(os.path.expanduser("~"), ".tuneplan")
-    return os.path.join(home, "gpus")
-
-
 def user_gpu_dir() -> Path:
     """Where `tuneplan probe` saves the user's own GPU entries."""
-    from pathlib import Path
-
-    return Path(_user_gpu_folder())
+    return Path(os.environ.get("TUNEPLAN_HOME") or Path.home() / ".tuneplan") / "gpus"
 
 
 def _str_tuple(v) -> tuple[str, ...]:
@@ -294,46 +270,27 @@ def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
             raise InputError("peak_tflops", f"unknown precision '{k}'", PRECISIONS)
         if v <= 0:
             raise InputError(f"peak_tflops.{k}", "must be > 0")
-    mem = float(d.get("memory_gib", 0) or 0)
-    bw = float(d.get("memory_bandwidth_gbs", 0) or 0)
-    if mem <= 0:
-        raise InputError("memory_gib", "must be > 0")
-    if bw <= 0:
-        raise InputError("memory_bandwidth_gbs", "must be > 0")
-    eff = float(d.get("matmul_efficiency", 0) or 0)
-    if not 0 <= eff <= 1:
+    figures = {k: float(d.get(k, 0) or 0) for k in ("memory_gib", "memory_bandwidth_gbs", "tdp_w",
+                                                     "matmul_efficiency", "intra_node_gbs", "inter_node_gbps")}
+    for key in ("memory_gib", "memory_bandwidth_gbs"):
+        if figures[key] <= 0:
+            raise InputError(key, "must be > 0")
+    if not 0 <= figures["matmul_efficiency"] <= 1:
         raise InputError("matmul_efficiency", "must be between 0 and 1 (achievable / datasheet matmul TFLOP/s; "
                                               "0 or absent: not measured)")
-    known = {f for f in GPUSpec.__dataclass_fields__}
-    extra = {k: v for k, v in d.items() if k not in known}
+    texts = {k: str(d.get(k, "")) for k in ("intra_node_link", "vendor", "architecture", "notes")}
     return GPUSpec(
-        name=name,
-        memory_gib=mem,
-        memory_bandwidth_gbs=bw,
-        peak_tflops=peaks,
-        tdp_w=float(d.get("tdp_w", 0) or 0),
-        matmul_efficiency=eff,
-        intra_node_gbs=float(d.get("intra_node_gbs", 0) or 0),
-        inter_node_gbps=float(d.get("inter_node_gbps", 0) or 0),
-        intra_node_link=str(d.get("intra_node_link", "")),
+        name=name, peak_tflops=peaks, **figures, **texts, source=str(d.get("source", source)),
         nvlink_domain_gpus=int(float(d.get("nvlink_domain_gpus", 0) or 0)),
-        vendor=str(d.get("vendor", "")),
-        architecture=str(d.get("architecture", "")),
-        source=str(d.get("source", source)),
-        notes=str(d.get("notes", "")),
-        missing=_str_tuple(d.get("missing")),
-        not_in_hardware=_str_tuple(d.get("not_in_hardware")),
-        sources=_str_map(d.get("sources")),
-        filled=_str_map(d.get("filled")),
+        missing=_str_tuple(d.get("missing")), not_in_hardware=_str_tuple(d.get("not_in_hardware")),
+        sources=_str_map(d.get("sources")), filled=_str_map(d.get("filled")),
         resolved_as=str(d.get("resolved_as") or ""),
-        extra=extra,
+        extra={k: v for k, v in d.items() if k not in GPUSpec.__dataclass_fields__},
     )
 
 
 def load_gpu_file(path: str | Path) -> GPUSpec:
     """Read a user's GPU from YAML or JSON."""
-    from pathlib import Path
-
     p = Path(path)
     if not p.exists():
         raise InputError("gpu-file", f"no such file: {p}")
@@ -347,26 +304,20 @@ def load_gpu_file(path: str | Path) -> GPUSpec:
 
 
 def user_gpus() -> dict[str, GPUSpec]:
+    """The GPU entries `tuneplan probe` saved (unreadable ones skipped), by name."""
     out: dict[str, GPUSpec] = {}
-    if not os.path.isdir(_user_gpu_folder()):  # the usual case: no pathlib needed
-        return out
     d = user_gpu_dir()
-    if d.is_dir():
-        for p in sorted(d.glob("*.y*ml")) + sorted(d.glob("*.json")):
-            try:
-                g = load_gpu_file(p)
-            except InputError:
-                continue
-            out[g.name] = g
+    for p in sorted(d.glob("*.y*ml")) + sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            g = load_gpu_file(p)
+        except InputError:
+            continue
+        out[g.name] = g
     return out
 
 
-_GPU_NORMALISE = [
-    (re.compile(r"^nvidia[-_ ]", re.I), ""),
-    (re.compile(r"^amd[-_ ]", re.I), ""),
-    (re.compile(r"^intel[-_ ]", re.I), ""),
-    (re.compile(r"^(tesla|geforce|instinct|habana)[-_ ]", re.I), ""),
-]
+_VENDOR_PREFIX = re.compile(r"^((nvidia|amd|intel|tesla|geforce|instinct|habana)[-_ ])+", re.I)
+"""Vendor and product-line words a GPU name may start with ("NVIDIA Tesla V100", "AMD Instinct MI300X")."""
 
 _GPU_MEM_SUFFIX = re.compile(r"^(.+?)[-_ ]?(\d+(?:\.\d+)?)\s*GB$", re.IGNORECASE)
 
@@ -384,11 +335,7 @@ def _squash(s: str) -> str:
 
 
 def _strip_vendor(name: str) -> str:
-    n = name.strip()
-    for _ in range(2):
-        for rx, rep in _GPU_NORMALISE:
-            n = rx.sub(rep, n)
-    return n
+    return _VENDOR_PREFIX.sub("", name.strip())
 
 
 def _tokens(s: str) -> list[str]:

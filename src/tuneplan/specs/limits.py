@@ -177,12 +177,6 @@ def check_config_sizes(config: Mapping[str, Any], where: str = "config", depth: 
             bound_number(field, value, CONFIG_BOUNDS[key])
 
 
-def _targets_problems(targets: Iterable[str], known: Iterable[str]) -> list[str]:
-    names = [t for t in targets if t not in ("all-linear", "all")]
-    allowed = set(known)
-    return [t for t in names if t not in allowed]
-
-
 def check_job_for_model(model: Any, job: Any, seq_len: int | None, known_targets: Iterable[str]) -> list[str]:
     """Refuse a job the model cannot run (InputError naming the constraint); return warnings for the
     legal but odd ones. `model` is a ModelSpec, `job` a JobSpec."""
@@ -207,7 +201,8 @@ def check_job_for_model(model: Any, job: Any, seq_len: int | None, known_targets
     if layers and job.method == "freeze" and job.trainable_layers > layers:
         raise InputError("trainable-layers", f"{job.trainable_layers} is more than the model's {layers} layers "
                                              "(use --method full to train every layer)")
-    unknown = _targets_problems(job.lora_targets, known_targets)
+    known_targets = list(known_targets)
+    unknown = [t for t in job.lora_targets if t not in ("all-linear", "all", *known_targets)]
     if unknown and job.method in ("lora", "qlora", "gptq-lora", "alora", "dora"):
         raise InputError("lora-targets", f"unknown module(s) {', '.join(repr(t) for t in unknown)}",
                          ["all-linear", *known_targets])
@@ -316,12 +311,9 @@ def check_planner_inputs(args: Any) -> None:
     for name, upper in (("flops_per_param_token", MAX_FLOPS_PER_PARAM_TOKEN),
                         ("bytes_per_param", MAX_BYTES_PER_PARAM), ("peak_tflops", MAX_TFLOPS),
                         ("memory_gib", MAX_MEMORY_GIB)):
-        if getattr(args, name, None) is not None:
-            bound_number(name.replace("_", "-"), getattr(args, name), upper)
+        bound_number(name.replace("_", "-"), getattr(args, name, None), upper)  # None passes
     for name in ("examples", "tokens_per_example", "tokens", "epochs", "gpus", "rate"):
-        value = getattr(args, name, None)
-        if value is not None:
-            bound_job_field("rate_usd_per_gpu_hour" if name == "rate" else name, value)
+        bound_job_field("rate_usd_per_gpu_hour" if name == "rate" else name, getattr(args, name, None))
 
 
 def non_finite_figures(obj: Any, path: str = "", limit: int = 5) -> list[str]:

@@ -170,10 +170,6 @@ class ModelSpec:
         return self.params_total - self.params_embedding - self.params_lm_head - self.params_vision
 
     @property
-    def params_per_layer(self) -> float:
-        return self.params_block / max(1, self.n_layers)
-
-    @property
     def matmul_params_active(self) -> float:
         """Weights of block matmuls a token passes through (for 2 FLOPs per weight)."""
         return float(sum(lin.active_params for lin in self.linears))

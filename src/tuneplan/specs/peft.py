@@ -15,9 +15,6 @@ from functools import cache
 
 from tuneplan.errors import InputError
 
-PEFT_VERSION = "0.21"
-"""The peft release whose defaults and layer code these entries follow (the tests build its models)."""
-
 PEFT_TESTED_VERSIONS = ("0.21", "0.22")
 """peft releases (major.minor) whose LoRA over transformers 5's stacked MoE experts the physics knows
 (physics/moe_lora.py, read from each release's utils/transformers_weight_conversion.py). The newest
@@ -81,11 +78,7 @@ class PeftMethod:
     lora_like: bool = False  # trained exactly like LoRA (same shapes, same passes): the LoRA physics
 
 
-def _opt(default, why: str) -> Option:
-    return Option(default, why)
-
-
-_VT = _opt(DEFAULT_VIRTUAL_TOKENS, "peft has no default; 20 as in peft's prompt-based methods guide")
+_VT = Option(DEFAULT_VIRTUAL_TOKENS, "peft has no default; 20 as in peft's prompt-based methods guide")
 
 CATALOGUE: dict[str, PeftMethod] = {m.name: m for m in (
     PeftMethod("rslora", "LoraConfig(use_rslora=True)", "LoRA with rank-stabilised scaling alpha/sqrt(r): "
@@ -103,44 +96,44 @@ CATALOGUE: dict[str, PeftMethod] = {m.name: m for m in (
                "frozen: only B trains, no copy of each adapted module's input kept for A's gradient"),
     PeftMethod("adalora", "AdaLoraConfig", "SVD-form LoRA P diag(E) Q at init_r, pruned towards target_r "
                "(all init_r ranks stay allocated and trained); importance scores per trainable parameter",
-               options={"init_r": _opt(12, "AdaLoraConfig.init_r"),
-                        "target_r": _opt(8, "AdaLoraConfig.target_r (the budget; does not change memory)")}),
+               options={"init_r": Option(12, "AdaLoraConfig.init_r"),
+                        "target_r": Option(8, "AdaLoraConfig.target_r (the budget; does not change memory)")}),
     PeftMethod("ia3", "IA3Config", "learned vectors scaling the keys, values and the MLP down projection's input",
                targets="ia3"),
     PeftMethod("loha", "LoHaConfig", "Hadamard product of two low-rank pairs; the delta weight is built every "
                "forward and multiplied in fp32", rank=8),
     PeftMethod("lokr", "LoKrConfig", "Kronecker product of a small matrix and a (low-rank) matrix; the delta "
                "weight is built every forward and multiplied in fp32", rank=8,
-               options={"decompose_both": _opt(False, "LoKrConfig.decompose_both"),
-                        "decompose_factor": _opt(-1, "LoKrConfig.decompose_factor")}),
+               options={"decompose_both": Option(False, "LoKrConfig.decompose_both"),
+                        "decompose_factor": Option(-1, "LoKrConfig.decompose_factor")}),
     PeftMethod("oft", "OFTConfig", "block-diagonal orthogonal rotation of each adapted module's input "
                "(Cayley-Neumann parametrisation)",
-               options={"oft_block_size": _opt(32, "OFTConfig.oft_block_size"),
-                        "r": _opt(0, "OFTConfig.r (blocks; 0: in_features / oft_block_size)"),
-                        "num_cayley_neumann_terms": _opt(5, "OFTConfig.num_cayley_neumann_terms")}),
+               options={"oft_block_size": Option(32, "OFTConfig.oft_block_size"),
+                        "r": Option(0, "OFTConfig.r (blocks; 0: in_features / oft_block_size)"),
+                        "num_cayley_neumann_terms": Option(5, "OFTConfig.num_cayley_neumann_terms")}),
     PeftMethod("boft", "BOFTConfig", "butterfly product of block-diagonal orthogonal matrices, built as dense "
                "in_features x in_features products every forward, and an output scale",
-               options={"boft_block_size": _opt(4, "BOFTConfig.boft_block_size"),
-                        "boft_block_num": _opt(0, "BOFTConfig.boft_block_num"),
-                        "boft_n_butterfly_factor": _opt(1, "BOFTConfig.boft_n_butterfly_factor; peft keeps a "
+               options={"boft_block_size": Option(4, "BOFTConfig.boft_block_size"),
+                        "boft_block_num": Option(0, "BOFTConfig.boft_block_num"),
+                        "boft_n_butterfly_factor": Option(1, "BOFTConfig.boft_n_butterfly_factor; peft keeps a "
                                                            "value above 1 only where its fbd CUDA extension "
                                                            "builds, else it trains with 1")}),
     PeftMethod("vera", "VeraConfig", "shared frozen random projections A and B (one pair for the model) with "
                "trained scaling vectors per module", rank=256),
     PeftMethod("fourierft", "FourierFTConfig", "n_frequency trained spectral coefficients per module; the delta "
                "weight is an inverse 2-D FFT built every forward and multiplied in fp32",
-               options={"n_frequency": _opt(1000, "FourierFTConfig.n_frequency")}),
+               options={"n_frequency": Option(1000, "FourierFTConfig.n_frequency")}),
     PeftMethod("hra", "HRAConfig", "r Householder reflections of the input space; the adapted weight W H is "
                "built every forward and replaces the base matmul, in fp32", rank=8),
     PeftMethod("bone", "MissConfig (Bone, renamed MiSS in peft 0.17)", "block-shared matrix added to the "
                "output from the input's r-sized chunks summed", rank=64,
-               options={"init_weights": _opt("true", "MissConfig.init_weights (true: MiSS; bat: Bone's "
+               options={"init_weights": Option("true", "MissConfig.init_weights (true: MiSS; bat: Bone's "
                                                      "block-affine form, the weight built every forward)")}),
     PeftMethod("prefix-tuning", "PrefixTuningConfig", "trained key/value prefixes in every attention layer: "
                "attention runs over seq_len + num_virtual_tokens keys", targets="none",
                options={"num_virtual_tokens": _VT,
-                        "prefix_projection": _opt(False, "PrefixTuningConfig.prefix_projection"),
-                        "encoder_hidden_size": _opt(0, "PrefixTuningConfig.encoder_hidden_size "
+                        "prefix_projection": Option(False, "PrefixTuningConfig.prefix_projection"),
+                        "encoder_hidden_size": Option(0, "PrefixTuningConfig.encoder_hidden_size "
                                                        "(0: the hidden size)")}),
     PeftMethod("prompt-tuning", "PromptTuningConfig", "trained input embeddings prepended to every sample: "
                "the model runs over seq_len + num_virtual_tokens positions", targets="none",
@@ -148,11 +141,11 @@ CATALOGUE: dict[str, PeftMethod] = {m.name: m for m in (
     PeftMethod("p-tuning", "PromptEncoderConfig", "virtual tokens from a trained prompt encoder (an MLP) "
                "prepended to every sample", targets="none",
                options={"num_virtual_tokens": _VT,
-                        "encoder_hidden_size": _opt(0, "PromptEncoderConfig.encoder_hidden_size "
+                        "encoder_hidden_size": Option(0, "PromptEncoderConfig.encoder_hidden_size "
                                                        "(0: the hidden size)"),
-                        "encoder_reparameterization_type": _opt("MLP", "PromptEncoderConfig "
+                        "encoder_reparameterization_type": Option("MLP", "PromptEncoderConfig "
                                                                 "(MLP or LSTM)"),
-                        "encoder_num_layers": _opt(2, "PromptEncoderConfig.encoder_num_layers (LSTM only)")}),
+                        "encoder_num_layers": Option(2, "PromptEncoderConfig.encoder_num_layers (LSTM only)")}),
     PeftMethod("ln-tuning", "LNTuningConfig", "the normalisation layers trained (every block parameter outside "
                "the linear layers, and the final norm)", targets="norms"),
     PeftMethod("adapter", "any other adapter (--trainable-params N)", "a generic adapter of N trainable "

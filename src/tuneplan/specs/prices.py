@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date
 from functools import lru_cache
 from typing import Any
@@ -62,9 +62,7 @@ class Price:
         return f"${self.usd_per_gpu_hour:.2f}/GPU-h, {self.provider} {self.offer} ({self.pricing_kind}, {self.date_seen})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"provider": self.provider, "gpu": self.gpu, "usd_per_gpu_hour": self.usd_per_gpu_hour,
-                "pricing_kind": self.pricing_kind, "offer": self.offer, "region": self.region,
-                "date_seen": self.date_seen, "source": self.source, "notes": self.notes}
+        return {k: v for k, v in asdict(self).items() if k not in ("gpus_per_instance", "line")}
 
 
 def _text(v: Any) -> str:
@@ -221,10 +219,9 @@ def price_for(gpu: str, provider: str | None = None, path: str | None = None,
 
 def price_age_days(p: Price, today: date | None = None) -> int | None:
     """Days from a price's `date_seen` (YYYY-MM reads as the 1st) to today; None without a date."""
-    m = re.match(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$", p.date_seen or "")
-    if not m:
+    if not DATE_RE.match(p.date_seen or ""):
         return None
-    seen = date(int(m.group(1)), int(m.group(2)), int(m.group(3) or 1))
+    seen = date.fromisoformat(p.date_seen if len(p.date_seen) > 7 else p.date_seen + "-01")
     return ((today or date.today()) - seen).days
 
 

@@ -178,7 +178,7 @@ class _ConfigCache:
         self._lock = threading.Lock()
 
     def get(self, config: dict[str, Any], name: str) -> Any:
-        from tuneplan.specs.model_config import model_from_config
+        from tuneplan.specs.architectures import model_from_config
 
         key = hashlib.sha256((name + "\0" + json.dumps(config, sort_keys=True, default=str)).encode()).hexdigest()
         with self._lock:

@@ -26,7 +26,7 @@ from tuneplan.specs.architectures.base import (
     READERS,
     VOCAB,
     has,
-    inferred_value,
+    inferred_values,
     with_extra,
 )
 from tuneplan.specs.architectures.quant import quant_from_config, quant_from_name, split_quant_suffix
@@ -87,19 +87,10 @@ def detect_model_type(config: Mapping) -> str:
 def fill_inferred(config: Mapping) -> dict:
     """The config with curator-inferred values filled in; a text_config-only file read as its text part."""
     cfg = dict(config)
-    inferred = config.get("_inferred_not_stated")
-    if isinstance(inferred, Mapping):
-        for k, v in inferred.items():
-            if k == "basis" or k.startswith("_") or k.endswith("_alternative"):
-                continue
-            if cfg.get(k) is None:
-                cfg[k] = inferred_value(v)
+    cfg.update({k: v for k, v in inferred_values(config).items() if cfg.get(k) is None})
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and not has(cfg, *HIDDEN) and "vision_config" not in cfg:
-        merged = dict(text)
-        for k in ("tie_word_embeddings", "_published_params"):
-            if k in cfg and k not in merged:
-                merged[k] = cfg[k]
+        merged = {**{k: cfg[k] for k in ("tie_word_embeddings", "_published_params") if k in cfg}, **text}
         merged.setdefault("model_type", text.get("model_type") or cfg.get("model_type"))
         cfg = merged
     return cfg

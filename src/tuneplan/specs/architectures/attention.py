@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures.base import Decoder, get_bool, get_int, is_num
+from tuneplan.specs.architectures.base import Decoder, get_bool, int_key, is_num
 
 LOCAL_LAYER_TYPES = ("sliding_attention", "chunked_attention", "local_attention", "sliding", "local")
 GLOBAL_LAYER_TYPES = ("full_attention", "attention", "global_attention", "global", "full")
@@ -31,15 +31,11 @@ def _from_layer_types(cfg: Mapping, n: int) -> int | None:
         return None
     if not isinstance(lt, list) or len(lt) != n:
         raise InputError("layer_types", f"must list one entry per layer ({n})")
-    local = 0
-    for t in lt:
-        t = str(t).lower()
-        if t in LOCAL_LAYER_TYPES:
-            local += 1
-        elif t not in GLOBAL_LAYER_TYPES:
-            raise InputError("layer_types", f"unknown layer type '{t}'",
-                             list(LOCAL_LAYER_TYPES + GLOBAL_LAYER_TYPES))
-    return local
+    types = [str(t).lower() for t in lt]
+    bad = [t for t in types if t not in LOCAL_LAYER_TYPES + GLOBAL_LAYER_TYPES]
+    if bad:
+        raise InputError("layer_types", f"unknown layer type '{bad[0]}'", list(LOCAL_LAYER_TYPES + GLOBAL_LAYER_TYPES))
+    return sum(t in LOCAL_LAYER_TYPES for t in types)
 
 
 def local_attention_layout(cfg: Mapping, mt: str, n: int) -> tuple[int, int, str]:
@@ -65,14 +61,14 @@ def local_attention_layout(cfg: Mapping, mt: str, n: int) -> tuple[int, int, str
         if mt == "gemma2":
             local = (n + 1) // 2
         elif mt.startswith("gemma3"):
-            pattern = get_int(cfg, ("sliding_window_pattern",), "sliding_window_pattern", 6)
+            pattern = int_key(cfg, "sliding_window_pattern", 6)
             local = n - n // pattern
         elif mt in ALL_LAYER_SLIDING:
             local = n
         elif mt in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_5_vl", "qwen2_vl"):
-            if not get_bool(cfg, ("use_sliding_window",), False):
+            if not get_bool(cfg, "use_sliding_window", False):
                 return 0, 0, ""
-            first_full = get_int(cfg, ("max_window_layers",), "max_window_layers", n, minimum=0)
+            first_full = int_key(cfg, "max_window_layers", n, minimum=0)
             local = max(0, n - min(first_full, n))  # layers from max_window_layers on slide
         else:
             return 0, 0, ""
@@ -87,11 +83,11 @@ def apply_local_attention(d: Decoder, cfg: Mapping) -> None:
 
 def mla_of(cfg: Mapping) -> dict:
     """DeepSeek-V2/V3 (and Kimi-K2, MiniCPM3) multi-head latent attention ranks and head widths."""
-    nope = get_int(cfg, ("qk_nope_head_dim",), "qk_nope_head_dim")
+    nope = int_key(cfg, "qk_nope_head_dim")
     return {
-        "q_lora_rank": get_int(cfg, ("q_lora_rank",), "q_lora_rank", 0, minimum=0),
-        "kv_lora_rank": get_int(cfg, ("kv_lora_rank",), "kv_lora_rank"),
+        "q_lora_rank": int_key(cfg, "q_lora_rank", 0, minimum=0),
+        "kv_lora_rank": int_key(cfg, "kv_lora_rank"),
         "qk_nope_head_dim": nope,
-        "qk_rope_head_dim": get_int(cfg, ("qk_rope_head_dim",), "qk_rope_head_dim"),
-        "v_head_dim": get_int(cfg, ("v_head_dim",), "v_head_dim", nope),
+        "qk_rope_head_dim": int_key(cfg, "qk_rope_head_dim"),
+        "v_head_dim": int_key(cfg, "v_head_dim", nope),
     }

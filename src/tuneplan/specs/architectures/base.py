@@ -86,8 +86,23 @@ def inferred_value(v: object) -> object:
     return {"true": True, "false": False}.get(tok, tok)
 
 
-def get_bool(cfg: Mapping, keys: Iterable[str], default: bool) -> bool:
-    for k in keys:
+def inferred_values(config: Mapping) -> dict:
+    """A catalog file's `_inferred_not_stated` values (through `inferred_value`), without its notes
+    (`basis`, `_...`, `..._alternative`): they fill keys the file leaves absent or null."""
+    inferred = config.get("_inferred_not_stated")
+    if not isinstance(inferred, Mapping):
+        return {}
+    return {k: inferred_value(v) for k, v in inferred.items()
+            if k != "basis" and not k.startswith("_") and not k.endswith("_alternative")}
+
+
+def int_key(cfg: Mapping, key: str, default: object = MISSING, *, minimum: int = 1) -> int:
+    """`get_int` of one key, which also names the field in errors."""
+    return get_int(cfg, (key,), key, default, minimum=minimum)
+
+
+def get_bool(cfg: Mapping, keys: Iterable[str] | str, default: bool) -> bool:
+    for k in (keys,) if isinstance(keys, str) else keys:
         if k in cfg and cfg[k] is not None:
             return bool(cfg[k])
     return default
@@ -252,6 +267,18 @@ class Decoder:
     extra: dict = field(default_factory=dict)
 
 
+def decoder_of(cfg: Mapping, mt: str, inter: int = 0, *, tie: bool = False, shape: Mapping | None = None,
+               **fields) -> Decoder:
+    """A Decoder of the shapes most readers read alike: width, layers, attention heads (`attention_shape`
+    with the keywords `shape`), vocabulary, positions, and the tied head (`tie`: the config class's
+    default); `fields` set the rest."""
+    h = get_int(cfg, HIDDEN, "hidden_size")
+    L = get_int(cfg, LAYERS, "num_hidden_layers")
+    nh, nkv, hd = attention_shape(cfg, h, **(shape or {}))
+    return Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=get_int(cfg, VOCAB, "vocab_size"),
+                   inter=inter, max_pos=max_pos(cfg), tie=get_bool(cfg, "tie_word_embeddings", tie), **fields)
+
+
 def lin(name: str, i: int, o: int, n_layers: int, bias: bool = False, count: int = 1,
         active: float = 1.0) -> LinearShape | None:
     if n_layers <= 0 or i <= 0 or o <= 0 or count <= 0:
@@ -346,15 +373,19 @@ def _linear_attn_linears(d: Decoder, ll: int) -> tuple[list[LinearShape | None],
     return [lin(n, i, o, ll) for n, i, o in d.linear.projections], d.linear.other_per_layer * ll
 
 
+def mlp_linears(x: int, width: int, n_layers: int, gated: bool, bias: bool = False, count: int = 1,
+                active: float = 1.0) -> list[LinearShape | None]:
+    """An MLP from width `x` through `width` and back: gated (gate, up, down) or plain (fc1, fc2)."""
+    names = (("gate", x, width), ("up", x, width), ("down", width, x)) if gated else (
+        ("fc1", x, width), ("fc2", width, x))
+    return [lin(n, i, o, n_layers, bias, count, active) for n, i, o in names]
+
+
 def _mlp_linears(d: Decoder, ld: int, le: int) -> list[LinearShape | None]:
     h = d.h
     lins: list[LinearShape | None] = []
     if ld and d.inter:
-        if d.gated:
-            lins += [lin("gate", h, d.inter, ld, d.mlp_bias), lin("up", h, d.inter, ld, d.mlp_bias),
-                     lin("down", d.inter, h, ld, d.mlp_bias)]
-        else:
-            lins += [lin("fc1", h, d.inter, ld, d.mlp_bias), lin("fc2", d.inter, h, ld, d.mlp_bias)]
+        lins += mlp_linears(h, d.inter, ld, d.gated, d.mlp_bias)
     if le and d.moe:
         mo = d.moe
         e, k, b = mo.n_experts, mo.top_k, d.mlp_bias or mo.expert_bias
@@ -362,11 +393,7 @@ def _mlp_linears(d: Decoder, ld: int, le: int) -> list[LinearShape | None]:
         x = mo.latent or h  # the experts' input / output width
         if mo.latent:
             lins += [lin("latent_in", h, x, le), lin("latent_out", x, h, le)]
-        if mo.gated:
-            lins += [lin("gate", x, mo.width, le, b, e, k), lin("up", x, mo.width, le, b, e, k),
-                     lin("down", mo.width, x, le, b, e, k)]
-        else:
-            lins += [lin("fc1", x, mo.width, le, b, e, k), lin("fc2", mo.width, x, le, b, e, k)]
+        lins += mlp_linears(x, mo.width, le, mo.gated, b, e, k)
         if mo.shared_width:
             if mo.gated:
                 lins += [lin("shared_gate", h, mo.shared_width, le), lin("shared_up", h, mo.shared_width, le)]

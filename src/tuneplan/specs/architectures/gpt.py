@@ -15,11 +15,12 @@ from tuneplan.specs.architectures.base import (
     LAYERS,
     VOCAB,
     Decoder,
-    attention_shape,
+    decoder_of,
     decoder_spec,
     get_bool,
     get_int,
     has,
+    int_key,
     is_num,
     max_pos,
     register,
@@ -46,7 +47,7 @@ def read_mpt(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
             attn, ("kv_n_heads",), "num_key_value_heads", nh)
         if nh % nkv:
             raise InputError("num_key_value_heads", f"{nkv} key/value heads must divide {nh} heads")
-    no_bias = get_bool(cfg, ("no_bias",), True)
+    no_bias = get_bool(cfg, "no_bias", True)
     ratio = cfg.get("expansion_ratio", 4)
     if not is_num(ratio) or ratio <= 0:
         raise InputError("intermediate_size", f"'expansion_ratio' must be > 0, got {ratio!r}")
@@ -55,7 +56,7 @@ def read_mpt(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
                 max_pos=max_pos(cfg), tie=True, gated=str(ffn.get("ffn_type", "mptmlp")) == "mptglu",
                 fused_qkv=True, qkv_bias=not no_bias, o_bias=not no_bias, mlp_bias=not no_bias,
                 norm_bias=not no_bias)
-    if not bool(attn.get("alibi", True)) and get_bool(cfg, ("learned_pos_emb",), True):
+    if not bool(attn.get("alibi", True)) and get_bool(cfg, "learned_pos_emb", True):
         d.pos_rows = get_int(cfg, ("max_seq_len",), "max_position_embeddings")
     if attn.get("qk_ln"):
         d.other_params += L * (h + nkv * d.hd) * (1 if no_bias else 2)
@@ -67,48 +68,45 @@ def read_chatglm(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     """ChatGLM2/3 and GLM-4-9B (ChatGLM key names): fused QKV with a bias, multi-query groups."""
     h, L, vocab = _hlv(cfg, ("padded_vocab_size", "vocab_size"))
     nh = get_int(cfg, HEADS, "num_attention_heads")
-    hd = get_int(cfg, ("kv_channels",), "kv_channels", 0) or (h // nh)
+    hd = int_key(cfg, "kv_channels", 0) or (h // nh)
     if not has(cfg, "kv_channels") and h % nh:
         raise InputError("num_attention_heads", f"{nh} heads do not divide hidden_size {h}")
     nkv = nh
-    if get_bool(cfg, ("multi_query_attention",), False):
-        nkv = get_int(cfg, ("multi_query_group_num",), "multi_query_group_num", 1)
+    if get_bool(cfg, "multi_query_attention", False):
+        nkv = int_key(cfg, "multi_query_group_num", 1)
     if nh % nkv:
         raise InputError("multi_query_group_num", f"{nkv} groups must divide {nh} heads")
-    bias = get_bool(cfg, ("add_bias_linear",), False)
+    bias = get_bool(cfg, "add_bias_linear", False)
     d = Decoder(model_type="chatglm", h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=vocab,
                 inter=get_int(cfg, ("ffn_hidden_size", "intermediate_size"), "ffn_hidden_size"),
-                max_pos=max_pos(cfg), tie=get_bool(cfg, ("tie_word_embeddings",), False),
-                gated=True, fused_qkv=True, qkv_bias=get_bool(cfg, ("add_qkv_bias",), False) or bias,
-                o_bias=bias, mlp_bias=bias, norm_bias=not get_bool(cfg, ("rmsnorm",), True),
-                final_norm=get_bool(cfg, ("post_layer_norm",), True),
+                max_pos=max_pos(cfg), tie=get_bool(cfg, "tie_word_embeddings", False),
+                gated=True, fused_qkv=True, qkv_bias=get_bool(cfg, "add_qkv_bias", False) or bias,
+                o_bias=bias, mlp_bias=bias, norm_bias=not get_bool(cfg, "rmsnorm", True),
+                final_norm=get_bool(cfg, "post_layer_norm", True),
                 extra={"fused": {"gate_up": ["gate", "up"]}})
     return decoder_spec(d, cfg, name, source)
 
 
 @register("qwen")
 def read_qwen1(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
-    h, L, vocab = _hlv(cfg)
-    nh, _, hd = attention_shape(cfg, h, head_dim_keys=("kv_channels", "head_dim"), kv_keys=())
-    inter = get_int(cfg, ("intermediate_size",), "intermediate_size")
+    bias = not get_bool(cfg, "no_bias", True)
+    d = decoder_of(cfg, mt, shape={"head_dim_keys": ("kv_channels", "head_dim"), "kv_keys": ()}, fused_qkv=True,
+                   qkv_bias=True, o_bias=bias, mlp_bias=bias)
+    inter = int_key(cfg, "intermediate_size")
     if inter % 2:
         raise InputError("intermediate_size", f"Qwen-1 intermediate_size is 2 x the SwiGLU width; got odd {inter}")
-    bias = not get_bool(cfg, ("no_bias",), True)
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nh, hd=hd, vocab=vocab, inter=inter // 2,
-                max_pos=max_pos(cfg), tie=get_bool(cfg, ("tie_word_embeddings",), False),
-                gated=True, fused_qkv=True, qkv_bias=True, o_bias=bias, mlp_bias=bias)
+    d.inter = inter // 2
     return decoder_spec(d, cfg, name, source)
 
 
 def _gpt_decoder(cfg: Mapping, mt: str) -> Decoder:
-    h, L, vocab = _hlv(cfg)
-    mq_keys = ("multi_query",) if mt == "gpt_bigcode" else ()
-    kv_keys: tuple[str, ...] = KV if mt in ("gpt_bigcode", "phi") else ()
-    nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=(), kv_keys=kv_keys, multi_query_keys=mq_keys,
-                                  multi_query_default=mt == "gpt_bigcode")
-    return Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=vocab,
-                   inter=get_int(cfg, INTER, "intermediate_size", 4 * h), max_pos=max_pos(cfg),
-                   tie=True, gated=False, qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True)
+    bigcode = mt == "gpt_bigcode"
+    shape = {"head_dim_keys": (), "kv_keys": KV if mt in ("gpt_bigcode", "phi") else (),
+             "multi_query_keys": ("multi_query",) if bigcode else (), "multi_query_default": bigcode}
+    d = decoder_of(cfg, mt, tie=True, shape=shape, gated=False, qkv_bias=True, o_bias=True, mlp_bias=True,
+                   norm_bias=True)
+    d.inter = get_int(cfg, INTER, "intermediate_size", 4 * d.h)
+    return d
 
 
 @register("gpt2", "gpt_bigcode", "gpt_neox", "bloom", "phi")
@@ -117,20 +115,18 @@ def read_gpt(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     if mt in ("gpt2", "gpt_bigcode"):
         d.fused_qkv = True
         d.pos_rows = get_int(cfg, ("n_positions", "max_position_embeddings"), "max_position_embeddings")
-        d.tie = get_bool(cfg, ("tie_word_embeddings",), True)
     elif mt == "gpt_neox":
         d.fused_qkv = True
-        d.qkv_bias = d.o_bias = get_bool(cfg, ("attention_bias",), True)
-        d.tie = get_bool(cfg, ("tie_word_embeddings",), False)
-        d.extra["parallel_residual"] = get_bool(cfg, ("use_parallel_residual",), True)
+        d.qkv_bias = d.o_bias = get_bool(cfg, "attention_bias", True)
+        d.tie = get_bool(cfg, "tie_word_embeddings", False)
+        d.extra["parallel_residual"] = get_bool(cfg, "use_parallel_residual", True)
     elif mt == "bloom":
         d.fused_qkv = True
         d.other_params += 2 * d.h  # word_embeddings_layernorm
-        d.tie = get_bool(cfg, ("tie_word_embeddings",), True)
     elif mt == "phi":
         d.norms_per_layer = 1  # parallel attention + MLP share one LayerNorm
         d.lm_head_bias = True
-        d.tie = get_bool(cfg, ("tie_word_embeddings",), False)
+        d.tie = get_bool(cfg, "tie_word_embeddings", False)
         if cfg.get("qk_layernorm"):
             d.qk_norm, d.qk_norm_bias = "head", True
     return decoder_spec(d, cfg, name, source)
@@ -139,38 +135,30 @@ def read_gpt(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
 @register("opt")
 def read_opt(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     d = _gpt_decoder(cfg, mt)
-    bias = get_bool(cfg, ("enable_bias",), True)
+    bias = get_bool(cfg, "enable_bias", True)
     d.qkv_bias = d.o_bias = d.mlp_bias = bias
-    d.norm_bias = get_bool(cfg, ("layer_norm_elementwise_affine",), True)
-    wepd = get_int(cfg, ("word_embed_proj_dim",), "word_embed_proj_dim", d.h)
+    d.norm_bias = get_bool(cfg, "layer_norm_elementwise_affine", True)
+    wepd = int_key(cfg, "word_embed_proj_dim", d.h)
     d.emb_dim = wepd
     if wepd != d.h:
         d.other_params += 2 * wepd * d.h  # project_in / project_out (no bias)
-    d.final_norm = get_bool(cfg, ("do_layer_norm_before",), True) and not cfg.get("_remove_final_layer_norm")
-    d.pos_rows = get_int(cfg, ("max_position_embeddings",), "max_position_embeddings") + 2  # offset 2
-    d.tie = get_bool(cfg, ("tie_word_embeddings",), True)
+    d.final_norm = get_bool(cfg, "do_layer_norm_before", True) and not cfg.get("_remove_final_layer_norm")
+    d.pos_rows = int_key(cfg, "max_position_embeddings") + 2  # offset 2
     return decoder_spec(d, cfg, name, source)
 
 
 @register("falcon")
 def read_falcon(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
-    h, L, vocab = _hlv(cfg)
-    nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=())
-    new_arch = get_bool(cfg, ("new_decoder_architecture",), nkv not in (1, nh))
-    parallel = get_bool(cfg, ("parallel_attn",), True)
-    if new_arch:
-        norms = get_int(cfg, ("num_ln_in_parallel_attn",), "num_ln_in_parallel_attn", 2)
-    else:
-        norms = 1 if parallel else 2
-    bias = get_bool(cfg, ("bias",), False)
-    if not new_arch and nkv not in (1, nh):
+    bias = get_bool(cfg, "bias", False)
+    d = decoder_of(cfg, "falcon", tie=True, shape={"head_dim_keys": ()}, gated=False, fused_qkv=True, qkv_bias=bias,
+                   o_bias=bias, mlp_bias=bias, norm_bias=True)
+    d.inter = get_int(cfg, ("ffn_hidden_size", "intermediate_size"), "intermediate_size", 4 * d.h)
+    new_arch = get_bool(cfg, "new_decoder_architecture", d.nkv not in (1, d.nh))
+    parallel = get_bool(cfg, "parallel_attn", True)
+    d.norms_per_layer = int_key(cfg, "num_ln_in_parallel_attn", 2) if new_arch else 1 if parallel else 2
+    if not new_arch and d.nkv not in (1, d.nh):
         raise InputError("num_key_value_heads", "grouped KV heads need new_decoder_architecture true")
-    d = Decoder(model_type="falcon", h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=vocab,
-                inter=get_int(cfg, ("ffn_hidden_size", "intermediate_size"), "intermediate_size", 4 * h),
-                max_pos=max_pos(cfg), tie=get_bool(cfg, ("tie_word_embeddings",), True),
-                gated=False, fused_qkv=True, qkv_bias=bias, o_bias=bias, mlp_bias=bias,
-                norms_per_layer=norms, norm_bias=True,
-                extra={"parallel_attn": parallel, "new_decoder_architecture": new_arch})
+    d.extra = {"parallel_attn": parallel, "new_decoder_architecture": new_arch}
     return decoder_spec(d, cfg, name, source)
 
 
@@ -178,13 +166,10 @@ def read_falcon(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
 def read_starcoder2(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     """StarCoder2: GQA with biases everywhere (`use_bias`), LayerNorms with bias, a plain GELU MLP
     (c_fc / c_proj), tied embeddings, sliding-window attention in every layer."""
-    h, L, vocab = _hlv(cfg)
-    nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=())
-    bias = get_bool(cfg, ("use_bias",), True)
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=vocab,
-                inter=get_int(cfg, INTER, "intermediate_size", 4 * h), max_pos=max_pos(cfg),
-                tie=get_bool(cfg, ("tie_word_embeddings",), True), gated=False, qkv_bias=bias, o_bias=bias,
-                mlp_bias=bias, norm_bias=True)
+    bias = get_bool(cfg, "use_bias", True)
+    d = decoder_of(cfg, mt, tie=True, shape={"head_dim_keys": ()}, gated=False, qkv_bias=bias, o_bias=bias,
+                   mlp_bias=bias, norm_bias=True)
+    d.inter = get_int(cfg, INTER, "intermediate_size", 4 * d.h)
     apply_local_attention(d, cfg)
     return decoder_spec(d, cfg, name, source)
 
@@ -192,14 +177,10 @@ def read_starcoder2(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
 @register("cohere", "cohere2")
 def read_cohere(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     """Command-R / Aya: parallel attention and gated MLP behind one LayerNorm (no bias), tied head."""
-    h, L, vocab = _hlv(cfg)
-    nh, nkv, hd = attention_shape(cfg, h)
-    attn_bias = get_bool(cfg, ("attention_bias",), False)
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=vocab,
-                inter=get_int(cfg, INTER, "intermediate_size"), max_pos=max_pos(cfg),
-                tie=get_bool(cfg, ("tie_word_embeddings",), True), qkv_bias=attn_bias, o_bias=attn_bias,
-                norms_per_layer=1, extra={"parallel_attn": True})
+    attn_bias = get_bool(cfg, "attention_bias", False)
+    d = decoder_of(cfg, mt, get_int(cfg, INTER, "intermediate_size"), tie=True, qkv_bias=attn_bias, o_bias=attn_bias,
+                   norms_per_layer=1, extra={"parallel_attn": True})
     if cfg.get("use_qk_norm"):
-        d.other_params += L * (nh + nkv) * hd  # per-head LayerNorm weights over (heads, head_dim)
+        d.other_params += d.n_layers * (d.nh + d.nkv) * d.hd  # per-head LayerNorm weights over (heads, head_dim)
     apply_local_attention(d, cfg)
     return decoder_spec(d, cfg, name, source)

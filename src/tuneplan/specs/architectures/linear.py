@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures.base import LinearAttn, decoder_spec, get_int, register
+from tuneplan.specs.architectures.base import LinearAttn, decoder_spec, int_key, register
 from tuneplan.specs.architectures.llama import llama_decoder
 from tuneplan.specs.model import ModelSpec
 
@@ -25,16 +25,16 @@ def read_qwen3_next(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     an MoE with a sigmoid-gated shared expert in every layer."""
     d = llama_decoder(cfg, mt)
     L, h = d.n_layers, d.h
-    every = get_int(cfg, ("full_attention_interval",), "full_attention_interval", 4)
+    every = int_key(cfg, "full_attention_interval", 4)
     d.mixers = ["attention" if (i + 1) % every == 0 else "linear" for i in range(L)]
-    nk = get_int(cfg, ("linear_num_key_heads",), "linear_num_key_heads")
-    nv = get_int(cfg, ("linear_num_value_heads",), "linear_num_value_heads")
-    kd = get_int(cfg, ("linear_key_head_dim",), "linear_key_head_dim")
-    vd = get_int(cfg, ("linear_value_head_dim",), "linear_value_head_dim")
+    nk = int_key(cfg, "linear_num_key_heads")
+    nv = int_key(cfg, "linear_num_value_heads")
+    kd = int_key(cfg, "linear_key_head_dim")
+    vd = int_key(cfg, "linear_value_head_dim")
     if nv % nk:
         raise InputError("linear_num_value_heads", f"{nv} value heads must be a multiple of {nk} key heads")
     key, value = nk * kd, nv * vd
-    kernel = get_int(cfg, ("linear_conv_kernel_dim",), "linear_conv_kernel_dim", 4)
+    kernel = int_key(cfg, "linear_conv_kernel_dim", 4)
     conv = 2 * key + value
     d.linear = LinearAttn(
         kind="deltanet",

@@ -12,18 +12,15 @@ from collections.abc import Callable, Mapping
 from tuneplan.errors import InputError
 from tuneplan.specs.architectures.attention import apply_local_attention, mla_of
 from tuneplan.specs.architectures.base import (
-    HIDDEN,
     INTER,
-    LAYERS,
-    VOCAB,
     Decoder,
     Moe,
-    attention_shape,
+    decoder_of,
     decoder_spec,
     get_bool,
     get_int,
     has,
-    max_pos,
+    int_key,
     register,
 )
 from tuneplan.specs.model import ModelSpec
@@ -48,39 +45,39 @@ def moe_layout(cfg: Mapping, mt: str, L: int) -> tuple[list[str], Moe | None, in
         raise InputError("num_experts_per_tok", f"{top_k} experts per token but only {n_exp} experts")
     kinds = ["moe"] * L
     if mt in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe") or "first_k_dense_replace" in cfg:
-        first_dense = get_int(cfg, ("first_k_dense_replace",), "first_k_dense_replace", 0, minimum=0)
-        freq = get_int(cfg, ("moe_layer_freq",), "moe_layer_freq", 1)
+        first_dense = int_key(cfg, "first_k_dense_replace", 0, minimum=0)
+        freq = int_key(cfg, "moe_layer_freq", 1)
         kinds = ["moe" if (i >= first_dense and i % freq == 0) else "dense" for i in range(L)]
     elif "decoder_sparse_step" in cfg or "mlp_only_layers" in cfg:
-        step = get_int(cfg, ("decoder_sparse_step",), "decoder_sparse_step", 1)
+        step = int_key(cfg, "decoder_sparse_step", 1)
         only = set(cfg.get("mlp_only_layers") or [])
         kinds = ["moe" if ((i + 1) % step == 0 and i not in only) else "dense" for i in range(L)]
     elif "moe_layer_start_index" in cfg:  # ERNIE 4.5
-        start = get_int(cfg, ("moe_layer_start_index",), "moe_layer_start_index", 0, minimum=0)
-        end = get_int(cfg, ("moe_layer_end_index",), "moe_layer_end_index", L - 1, minimum=0)
-        step = get_int(cfg, ("moe_layer_interval",), "moe_layer_interval", 1)
+        start = int_key(cfg, "moe_layer_start_index", 0, minimum=0)
+        end = int_key(cfg, "moe_layer_end_index", L - 1, minimum=0)
+        step = int_key(cfg, "moe_layer_interval", 1)
         kinds = ["moe" if (start <= i <= end and (i - start) % step == 0) else "dense" for i in range(L)]
     if mt in ("granitemoe", "granitemoeshared", "granitemoehybrid"):
-        width = get_int(cfg, ("intermediate_size",), "intermediate_size")  # per-expert width
+        width = int_key(cfg, "intermediate_size")  # per-expert width
     else:
         width = get_int(cfg, ("moe_intermediate_size", "intermediate_size"), "moe_intermediate_size")
     n_shared, shared_width, scalar = _shared_experts(cfg, mt, width)
     moe = Moe(n_experts=n_exp, top_k=top_k, width=width, n_shared=n_shared, shared_width=shared_width,
               shared_gate_scalar=scalar)
-    dense_width = get_int(cfg, ("intermediate_size",), "intermediate_size") if "dense" in kinds else 0
+    dense_width = int_key(cfg, "intermediate_size") if "dense" in kinds else 0
     return kinds, moe, dense_width
 
 
 def _shared_experts(cfg: Mapping, mt: str, width: int) -> tuple[int, int, bool]:
     """(shared experts, their total MLP width, sigmoid-gated) of a MoE layer."""
     if mt in ("qwen2_moe", "qwen3_next") or "shared_expert_intermediate_size" in cfg:
-        w = get_int(cfg, ("shared_expert_intermediate_size",), "shared_expert_intermediate_size", 0, minimum=0)
+        w = int_key(cfg, "shared_expert_intermediate_size", 0, minimum=0)
         return (1 if w else 0), w, bool(w)
     if has(cfg, "n_shared_experts", "moe_num_shared_experts"):
         n = get_int(cfg, ("n_shared_experts", "moe_num_shared_experts"), "n_shared_experts", 0, minimum=0)
         return n, n * width, False
     if has(cfg, "shared_intermediate_size"):
-        w = get_int(cfg, ("shared_intermediate_size",), "shared_intermediate_size", 0, minimum=0)
+        w = int_key(cfg, "shared_intermediate_size", 0, minimum=0)
         return (1 if w else 0), w, False
     return 0, 0, False
 
@@ -89,24 +86,12 @@ def _shared_experts(cfg: Mapping, mt: str, width: int) -> tuple[int, int, bool]:
 # per-family options
 
 
-def _qwen2(d: Decoder, cfg: Mapping) -> None:
-    d.qkv_bias, d.o_bias = True, False
-
-
 def _gemma(d: Decoder, cfg: Mapping) -> None:
-    d.tie = get_bool(cfg, ("tie_word_embeddings",), True)
+    d.tie = get_bool(cfg, "tie_word_embeddings", True)
     if d.model_type != "gemma":
         d.norms_per_layer = 4
     if d.model_type.startswith("gemma3"):
         d.qk_norm = "head"
-
-
-def _qk_head(d: Decoder, cfg: Mapping) -> None:
-    d.qk_norm = "head"
-
-
-def _olmo2(d: Decoder, cfg: Mapping) -> None:
-    d.qk_norm = "full"
 
 
 def _fused_qkv(d: Decoder, cfg: Mapping) -> None:
@@ -117,7 +102,7 @@ def _fused_qkv(d: Decoder, cfg: Mapping) -> None:
 
 def _internlm2(d: Decoder, cfg: Mapping) -> None:
     d.fused_qkv = True  # wqkv
-    d.qkv_bias = d.o_bias = d.mlp_bias = get_bool(cfg, ("bias",), False)
+    d.qkv_bias = d.o_bias = d.mlp_bias = get_bool(cfg, "bias", False)
 
 
 def _mla(d: Decoder, cfg: Mapping) -> None:
@@ -129,20 +114,13 @@ def _mla(d: Decoder, cfg: Mapping) -> None:
 
 def _glm4_moe(d: Decoder, cfg: Mapping) -> None:
     d.o_bias = False  # attention_bias puts biases on q, k, v only
-    if get_bool(cfg, ("use_qk_norm",), False):
+    if get_bool(cfg, "use_qk_norm", False):
         d.qk_norm = "head"
 
 
-def _glm4(d: Decoder, cfg: Mapping) -> None:
-    # GLM-4-0414 (transformers' Glm4): sandwich norms (input, post_self_attn, post_attention, post_mlp)
-    # and biases on q, k, v only; partial RoPE changes no shape
-    d.norms_per_layer = 4
-    d.o_bias = False
-
-
 def _ernie(d: Decoder, cfg: Mapping) -> None:
-    d.qkv_bias = d.o_bias = d.mlp_bias = get_bool(cfg, ("use_bias",), False)
-    d.tie = get_bool(cfg, ("tie_word_embeddings",), True)
+    d.qkv_bias = d.o_bias = d.mlp_bias = get_bool(cfg, "use_bias", False)
+    d.tie = get_bool(cfg, "tie_word_embeddings", True)
 
 
 def _nemotron(d: Decoder, cfg: Mapping) -> None:
@@ -151,7 +129,7 @@ def _nemotron(d: Decoder, cfg: Mapping) -> None:
     act = str(cfg.get("activation_func", cfg.get("hidden_act", "relu2"))).lower()
     d.gated = "glu" in act or bool(cfg.get("gated_linear_unit", False))
     d.norm_bias = True
-    bias_lin = get_bool(cfg, ("add_bias_linear",), False)
+    bias_lin = get_bool(cfg, "add_bias_linear", False)
     d.qkv_bias = d.o_bias = bias_lin or d.qkv_bias
     d.mlp_bias = bias_lin or d.mlp_bias
     if "share_embeddings_and_output_weights" in cfg and "tie_word_embeddings" not in cfg:
@@ -160,38 +138,37 @@ def _nemotron(d: Decoder, cfg: Mapping) -> None:
         d.extra["rotary_fraction"] = cfg.get("rotary_percent", cfg.get("partial_rotary_factor"))
 
 
-_OPTIONS: dict[str, Callable[[Decoder, Mapping], None]] = {
-    "qwen2": _qwen2, "qwen2_moe": _qwen2, "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma,
-    "gemma3_text": _gemma, "qwen3": _qk_head, "qwen3_moe": _qk_head, "olmo2": _olmo2, "olmoe": _olmo2,
-    "phi3": _fused_qkv, "baichuan": _fused_qkv, "internlm2": _internlm2, "deepseek_v2": _mla,
-    "deepseek_v3": _mla, "kimi_k2": _mla, "minicpm3": _mla, "nemotron": _nemotron, "glm4_moe": _glm4_moe,
-    "glm4": _glm4, "ernie4_5": _ernie, "ernie4_5_moe": _ernie,
+_FIXED: dict[str, dict] = {
+    **dict.fromkeys(("qwen2", "qwen2_moe"), {"qkv_bias": True, "o_bias": False}),
+    **dict.fromkeys(("qwen3", "qwen3_moe"), {"qk_norm": "head"}),
+    **dict.fromkeys(("olmo2", "olmoe"), {"qk_norm": "full"}),
+    # GLM-4-0414 (transformers' Glm4): sandwich norms (input, post_self_attn, post_attention, post_mlp)
+    # and biases on q, k, v only; partial RoPE changes no shape
+    "glm4": {"norms_per_layer": 4, "o_bias": False},
 }
+"""Families whose layout differs from llama's by fixed settings of the Decoder."""
+
+_OPTIONS: dict[str, Callable[[Decoder, Mapping], None]] = {
+    "gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma, "gemma3_text": _gemma, "phi3": _fused_qkv,
+    "baichuan": _fused_qkv, "internlm2": _internlm2, "deepseek_v2": _mla, "deepseek_v3": _mla, "kimi_k2": _mla,
+    "minicpm3": _mla, "nemotron": _nemotron, "glm4_moe": _glm4_moe, "ernie4_5": _ernie, "ernie4_5_moe": _ernie,
+}
+"""Families whose layout the config decides: the function that reads it into the Decoder."""
 
 
 def llama_decoder(cfg: Mapping, mt: str) -> Decoder:
     """The llama-family Decoder of a config (shapes, MoE layout, family options, local attention)."""
-    h = get_int(cfg, HIDDEN, "hidden_size")
-    L = get_int(cfg, LAYERS, "num_hidden_layers")
-    vocab = get_int(cfg, VOCAB, "vocab_size")
-    if mt == "nemotron":
-        head_keys: tuple[str, ...] = ("head_dim", "kv_channels")
-    elif mt in ("qwen", "chatglm"):
-        head_keys = ("kv_channels", "head_dim")
-    else:
-        head_keys = ("head_dim",)
-    nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=head_keys)
-    kinds, moe, dense_width = moe_layout(cfg, mt, L)
-    if moe is None:
-        dense_width = get_int(cfg, INTER, "intermediate_size")
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=vocab, inter=dense_width,
-                max_pos=max_pos(cfg), tie=get_bool(cfg, ("tie_word_embeddings",), False), mlp_kinds=kinds,
-                moe=moe)
-    d.qkv_bias = d.o_bias = get_bool(cfg, ("attention_bias",), False)
-    d.mlp_bias = get_bool(cfg, ("mlp_bias",), False)
-    option = _OPTIONS.get(mt)
-    if option is not None:
-        option(d, cfg)
+    head_keys = ("head_dim", "kv_channels") if mt == "nemotron" else ("head_dim",)
+    d = decoder_of(cfg, mt, shape={"head_dim_keys": head_keys})
+    d.mlp_kinds, d.moe, d.inter = moe_layout(cfg, mt, d.n_layers)
+    if d.moe is None:
+        d.inter = get_int(cfg, INTER, "intermediate_size")
+    d.qkv_bias = d.o_bias = get_bool(cfg, "attention_bias", False)
+    d.mlp_bias = get_bool(cfg, "mlp_bias", False)
+    for key, value in _FIXED.get(mt, {}).items():
+        setattr(d, key, value)
+    if mt in _OPTIONS:
+        _OPTIONS[mt](d, cfg)
     apply_local_attention(d, cfg)
     return d
 

@@ -11,16 +11,13 @@ from collections.abc import Mapping
 from tuneplan.errors import InputError
 from tuneplan.specs.architectures.attention import apply_local_attention
 from tuneplan.specs.architectures.base import (
-    HIDDEN,
     LAYERS,
-    VOCAB,
-    Decoder,
     Moe,
-    attention_shape,
+    decoder_of,
     decoder_spec,
     get_bool,
     get_int,
-    max_pos,
+    int_key,
     register,
     uniform_list,
 )
@@ -32,19 +29,15 @@ from tuneplan.specs.model import ModelSpec
 def read_gpt_oss(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     """OpenAI gpt-oss: GQA with biases and a learned sink per head, alternating sliding-window (128)
     and full attention layers, every layer MoE (gated experts with biases, a router with a bias)."""
-    h = get_int(cfg, HIDDEN, "hidden_size")
-    L = get_int(cfg, LAYERS, "num_hidden_layers")
-    nh, nkv, hd = attention_shape(cfg, h)
+    bias = get_bool(cfg, "attention_bias", True)
+    d = decoder_of(cfg, mt, qkv_bias=bias, o_bias=bias, attn_sinks=True)
     n_exp = get_int(cfg, ("num_local_experts", "num_experts"), "num_local_experts")
     top_k = get_int(cfg, ("num_experts_per_tok", "experts_per_token"), "num_experts_per_tok")
     if top_k > n_exp:
         raise InputError("num_experts_per_tok", f"{top_k} experts per token but only {n_exp} experts")
-    moe = Moe(n_experts=n_exp, top_k=top_k, width=get_int(cfg, ("intermediate_size",), "intermediate_size"),
-              router_bias=True, expert_bias=True)
-    bias = get_bool(cfg, ("attention_bias",), True)
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=get_int(cfg, VOCAB, "vocab_size"),
-                inter=0, max_pos=max_pos(cfg), tie=get_bool(cfg, ("tie_word_embeddings",), False),
-                qkv_bias=bias, o_bias=bias, attn_sinks=True, mlp_kinds=["moe"] * L, moe=moe)
+    d.moe = Moe(n_experts=n_exp, top_k=top_k, width=int_key(cfg, "intermediate_size"), router_bias=True,
+                expert_bias=True)
+    d.mlp_kinds = ["moe"] * d.n_layers
     apply_local_attention(d, cfg)
     return decoder_spec(d, cfg, name, source)
 
@@ -55,23 +48,19 @@ def read_llama4(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     intermediate_size, top-1, plus one shared expert of the same width), dense layers of
     intermediate_size_mlp elsewhere; chunked attention (8192) in 3 of 4 layers, NoPE global in the 4th;
     the q/k norm is a weightless L2 norm."""
-    h = get_int(cfg, HIDDEN, "hidden_size")
-    L = get_int(cfg, LAYERS, "num_hidden_layers")
-    nh, nkv, hd = attention_shape(cfg, h)
-    step = get_int(cfg, ("interleave_moe_layer_step",), "interleave_moe_layer_step", 1)
+    d = decoder_of(cfg, "llama4")
+    L = d.n_layers
+    step = int_key(cfg, "interleave_moe_layer_step", 1)
     moe_layers = cfg.get("moe_layers")
     if isinstance(moe_layers, list):
-        kinds = ["moe" if i in set(moe_layers) else "dense" for i in range(L)]
+        d.mlp_kinds = ["moe" if i in set(moe_layers) else "dense" for i in range(L)]
     else:
-        kinds = ["moe" if (i + 1) % step == 0 else "dense" for i in range(L)]
-    width = get_int(cfg, ("intermediate_size",), "intermediate_size")
-    moe = Moe(n_experts=get_int(cfg, ("num_local_experts",), "num_local_experts"),
-              top_k=get_int(cfg, ("num_experts_per_tok",), "num_experts_per_tok", 1), width=width,
-              n_shared=1, shared_width=width)
-    d = Decoder(model_type="llama4", h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=get_int(cfg, VOCAB, "vocab_size"),
-                inter=get_int(cfg, ("intermediate_size_mlp",), "intermediate_size_mlp") if "dense" in kinds else 0,
-                max_pos=max_pos(cfg), tie=get_bool(cfg, ("tie_word_embeddings",), False), mlp_kinds=kinds, moe=moe)
-    d.qkv_bias = d.o_bias = get_bool(cfg, ("attention_bias",), False)
+        d.mlp_kinds = ["moe" if (i + 1) % step == 0 else "dense" for i in range(L)]
+    width = int_key(cfg, "intermediate_size")
+    d.moe = Moe(n_experts=int_key(cfg, "num_local_experts"), top_k=int_key(cfg, "num_experts_per_tok", 1),
+                width=width, n_shared=1, shared_width=width)
+    d.inter = int_key(cfg, "intermediate_size_mlp") if "dense" in d.mlp_kinds else 0
+    d.qkv_bias = d.o_bias = get_bool(cfg, "attention_bias", False)
     apply_local_attention(d, cfg)
     return decoder_spec(d, cfg, name, source)
 
@@ -89,11 +78,11 @@ def read_hunyuan(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     flat["num_experts_per_tok"] = flat.get("moe_topk", 1)
     flat.pop("n_shared_experts", None)
     d = llama_decoder(flat, "hunyuan_v1_moe")
-    if d.moe is not None and get_bool(cfg, ("use_mixed_mlp_moe",), True):
-        n_shared = get_int(flat, ("num_shared_expert",), "num_shared_expert", 1, minimum=0)
+    if d.moe is not None and get_bool(cfg, "use_mixed_mlp_moe", True):
+        n_shared = int_key(flat, "num_shared_expert", 1, minimum=0)
         d.moe.n_shared = n_shared
-        d.moe.shared_width = n_shared * get_int(cfg, ("intermediate_size",), "intermediate_size")
-    if get_bool(cfg, ("use_qk_norm",), False):
+        d.moe.shared_width = n_shared * int_key(cfg, "intermediate_size")
+    if get_bool(cfg, "use_qk_norm", False):
         d.qk_norm = "head"
-    d.tie = get_bool(cfg, ("tie_word_embeddings",), True)
+    d.tie = get_bool(cfg, "tie_word_embeddings", True)
     return decoder_spec(d, cfg, name, source)

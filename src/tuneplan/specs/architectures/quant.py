@@ -5,20 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-_QUANT_SUFFIXES: tuple[tuple[str, str], ...] = (
-    # (case-insensitive suffix regex, quant); longest first, applied repeatedly
-    (r"-gptq-int4$", "gptq-int4"),
-    (r"-gptq-int8$", "int8"),
-    (r"-awq-int4$", "awq-int4"),
-    (r"-bnb-4bit$", "nf4"),
-    (r"-bnb-8bit$", "int8"),
-    (r"-gptq$", "gptq-int4"),
-    (r"-awq$", "awq-int4"),
-    (r"-int4$", "gptq-int4"),
-    (r"-int8$", "int8"),
-    (r"-4bit$", "nf4"),
-    (r"-8bit$", "int8"),
-)
+_QUANT_OF = {"gptq-int4": "gptq-int4", "gptq-int8": "int8", "awq-int4": "awq-int4", "bnb-4bit": "nf4",
+             "bnb-8bit": "int8", "gptq": "gptq-int4", "awq": "awq-int4", "int4": "gptq-int4", "int8": "int8",
+             "4bit": "nf4", "8bit": "int8"}
+"""Checkpoint-name quantisation suffixes (case-insensitive) -> weight storage; a suffix before any it ends with."""
+_QUANT_SUFFIX = re.compile(r"(?<=.)-(" + "|".join(_QUANT_OF) + ")$", re.IGNORECASE)  # never the whole name
 
 
 def split_quant_suffix(name: str) -> tuple[str, str]:
@@ -27,19 +18,10 @@ def split_quant_suffix(name: str) -> tuple[str, str]:
     Suffixes (case-insensitive): -Int4 / -GPTQ / -GPTQ-Int4 -> gptq-int4, -Int8 / -GPTQ-Int8 / -8bit ->
     int8, -AWQ -> awq-int4, -bnb-4bit / -4bit -> nf4. The first (outermost) suffix decides the quant.
     """
-    quant = "none"
-    base = name.strip()
-    changed = True
-    while changed:
-        changed = False
-        for pattern, q in _QUANT_SUFFIXES:
-            m = re.search(pattern, base, flags=re.IGNORECASE)
-            if m and m.start() > 0:
-                base = base[: m.start()]
-                if quant == "none":
-                    quant = q
-                changed = True
-                break
+    quant, base = "none", name.strip()
+    while m := _QUANT_SUFFIX.search(base):  # stacked suffixes are all stripped
+        base = base[: m.start()]
+        quant = _QUANT_OF[m.group(1).lower()] if quant == "none" else quant
     return base, quant
 
 

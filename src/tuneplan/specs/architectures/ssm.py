@@ -22,10 +22,12 @@ from tuneplan.specs.architectures.base import (
     Mamba2,
     Moe,
     attention_shape,
+    decoder_of,
     decoder_spec,
     get_bool,
     get_int,
     has,
+    int_key,
     is_num,
     max_pos,
     register,
@@ -47,14 +49,14 @@ def read_mamba(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     """Mamba-1 (state-spaces/mamba-*-hf, Falcon-Mamba): one Mamba mixer per layer, no MLP, no attention."""
     h = get_int(cfg, HIDDEN, "hidden_size")
     L = get_int(cfg, LAYERS, "num_hidden_layers")
-    expand = get_int(cfg, ("expand",), "expand", 2)
-    m1 = Mamba1(d_inner=get_int(cfg, ("intermediate_size",), "intermediate_size", expand * h),
+    expand = int_key(cfg, "expand", 2)
+    m1 = Mamba1(d_inner=int_key(cfg, "intermediate_size", expand * h),
                 d_state=get_int(cfg, ("state_size", "d_state"), "state_size", 16),
                 d_conv=get_int(cfg, ("conv_kernel", "d_conv"), "conv_kernel", 4), dt_rank=_dt_rank(cfg, "time_step_rank", h),
-                conv_bias=get_bool(cfg, ("use_conv_bias",), True), proj_bias=get_bool(cfg, ("use_bias",), False),
+                conv_bias=get_bool(cfg, "use_conv_bias", True), proj_bias=get_bool(cfg, "use_bias", False),
                 inner_norms=mt == "falcon_mamba")
     d = Decoder(model_type=mt, h=h, n_layers=L, nh=0, nkv=0, hd=0, vocab=get_int(cfg, VOCAB, "vocab_size"),
-                inter=0, max_pos=None, tie=get_bool(cfg, ("tie_word_embeddings",), True), gated=False,
+                inter=0, max_pos=None, tie=get_bool(cfg, "tie_word_embeddings", True), gated=False,
                 norms_per_layer=1, mixers=["mamba"] * L, mamba1=m1, mlp_kinds=["none"] * L)
     return decoder_spec(d, cfg, name, source)
 
@@ -90,14 +92,13 @@ def read_blackmamba(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     if n_exp and top_k > n_exp:
         raise InputError("num_experts_per_tok", f"{top_k} experts per token but only {n_exp} experts")
     bias = get_bool(cfg, ("add_bias_linear", "bias"), False)
-    d_inner = get_int(cfg, ("expansion_factor",), "expansion_factor", 2) * h
-    m1 = Mamba1(d_inner=d_inner, d_state=get_int(cfg, ("state_size",), "state_size", 16),
-                d_conv=get_int(cfg, ("conv_dimension",), "conv_dimension", 4), dt_rank=math.ceil(h / 16),
-                proj_bias=bias)
-    moe = Moe(n_experts=n_exp, top_k=top_k, width=get_int(cfg, ("ffn_hidden_size",), "ffn_hidden_size"),
-              gated=get_bool(cfg, ("swiglu",), True)) if n_exp else None
+    d_inner = int_key(cfg, "expansion_factor", 2) * h
+    m1 = Mamba1(d_inner=d_inner, d_state=int_key(cfg, "state_size", 16), d_conv=int_key(cfg, "conv_dimension", 4),
+                dt_rank=math.ceil(h / 16), proj_bias=bias)
+    moe = Moe(n_experts=n_exp, top_k=top_k, width=int_key(cfg, "ffn_hidden_size"),
+              gated=get_bool(cfg, "swiglu", True)) if n_exp else None
     d = Decoder(model_type=mt, h=h, n_layers=L, nh=0, nkv=0, hd=0, vocab=get_int(cfg, VOCAB, "vocab_size"),
-                inter=0, max_pos=max_pos(cfg), tie=get_bool(cfg, ("tie_word_embeddings",), True),
+                inter=0, max_pos=max_pos(cfg), tie=get_bool(cfg, "tie_word_embeddings", True),
                 gated=moe.gated if moe else False, mlp_bias=bias, norms_per_layer=1,
                 mixers=[k if k == "mamba" else "none" for k in kinds], mamba1=m1,
                 mlp_kinds=["moe" if k == "moe" else "none" for k in kinds], moe=moe)
@@ -136,31 +137,34 @@ def read_nemotron_h(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     if len(pattern) != L:
         raise InputError("hybrid_override_pattern", f"has {len(pattern)} layers but num_hidden_layers is {L}")
     nh, nkv, hd = attention_shape(cfg, h, head_dim_keys=("head_dim", "attention_head_dim"))
-    n_m = get_int(cfg, ("mamba_num_heads",), "mamba_num_heads")
-    mb = Mamba2(d_inner=n_m * get_int(cfg, ("mamba_head_dim",), "mamba_head_dim"), n_heads=n_m,
-                n_groups=get_int(cfg, ("n_groups",), "n_groups", 8), d_state=get_int(cfg, ("ssm_state_size",),
-                                                                                     "ssm_state_size", 128),
-                d_conv=get_int(cfg, ("conv_kernel",), "conv_kernel", 4),
-                conv_bias=get_bool(cfg, ("use_conv_bias",), True), proj_bias=get_bool(cfg, ("use_bias",), False),
-                chunk=get_int(cfg, ("chunk_size",), "chunk_size", 128))
+    n_m = int_key(cfg, "mamba_num_heads")
+    mb = Mamba2(d_inner=n_m * int_key(cfg, "mamba_head_dim"), n_heads=n_m, n_groups=int_key(cfg, "n_groups", 8),
+                d_state=int_key(cfg, "ssm_state_size", 128), d_conv=int_key(cfg, "conv_kernel", 4),
+                conv_bias=get_bool(cfg, "use_conv_bias", True), proj_bias=get_bool(cfg, "use_bias", False),
+                chunk=int_key(cfg, "chunk_size", 128))
     moe = None
     if "E" in pattern:
-        n_exp = get_int(cfg, ("n_routed_experts",), "n_routed_experts")
-        width = get_int(cfg, ("moe_intermediate_size",), "moe_intermediate_size")
-        shared = get_int(cfg, ("moe_shared_expert_intermediate_size",), "moe_shared_expert_intermediate_size",
-                         0, minimum=0)
-        moe = Moe(n_experts=n_exp, top_k=get_int(cfg, ("num_experts_per_tok",), "num_experts_per_tok"),
-                  width=width, gated=False, n_shared=get_int(cfg, ("n_shared_experts",), "n_shared_experts",
-                                                             1 if shared else 0, minimum=0), shared_width=shared,
-                  latent=get_int(cfg, ("moe_latent_size",), "moe_latent_size", 0, minimum=0))
-    bias = get_bool(cfg, ("attention_bias",), False)
+        shared = int_key(cfg, "moe_shared_expert_intermediate_size", 0, minimum=0)
+        moe = Moe(n_experts=int_key(cfg, "n_routed_experts"), top_k=int_key(cfg, "num_experts_per_tok"),
+                  width=int_key(cfg, "moe_intermediate_size"), gated=False, shared_width=shared,
+                  n_shared=int_key(cfg, "n_shared_experts", 1 if shared else 0, minimum=0),
+                  latent=int_key(cfg, "moe_latent_size", 0, minimum=0))
+    bias = get_bool(cfg, "attention_bias", False)
     d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=get_int(cfg, VOCAB, "vocab_size"),
                 inter=get_int(cfg, INTER, "intermediate_size") if "-" in pattern else 0, max_pos=max_pos(cfg),
-                tie=get_bool(cfg, ("tie_word_embeddings",), False), gated=False, qkv_bias=bias, o_bias=bias,
-                mlp_bias=get_bool(cfg, ("mlp_bias",), False), norms_per_layer=1,
+                tie=get_bool(cfg, "tie_word_embeddings", False), gated=False, qkv_bias=bias, o_bias=bias,
+                mlp_bias=get_bool(cfg, "mlp_bias", False), norms_per_layer=1,
                 mixers=[NEMOTRON_H_CHARS[c][0] for c in pattern], mamba2=mb,
                 mlp_kinds=[NEMOTRON_H_CHARS[c][1] for c in pattern], moe=moe)
     return decoder_spec(d, cfg, name, source)
+
+
+def _mamba2(cfg: Mapping, d_inner: int, n_heads: int, gated_norm: bool = True) -> Mamba2:
+    """A Mamba-2 mixer of `mamba_`-prefixed keys (Granite-4.0-H, Falcon-H1), at transformers' defaults."""
+    return Mamba2(d_inner=d_inner, n_heads=n_heads, n_groups=int_key(cfg, "mamba_n_groups", 1),
+                  d_state=int_key(cfg, "mamba_d_state", 256), d_conv=int_key(cfg, "mamba_d_conv", 4),
+                  conv_bias=get_bool(cfg, "mamba_conv_bias", True), proj_bias=get_bool(cfg, "mamba_proj_bias", False),
+                  chunk=int_key(cfg, "mamba_chunk_size", MAMBA2_DEFAULT_CHUNK), gated_norm=gated_norm)
 
 
 def _granite_layout(cfg: Mapping, L: int, extra: dict) -> list[str]:
@@ -191,17 +195,12 @@ def read_granite_hybrid(cfg: Mapping, mt: str, name: str, source: str) -> ModelS
     """Granite-4.0-H: Mamba-2 or attention mixer + MoE (with a shared dense MLP) in every layer."""
     d = llama_decoder(cfg, mt)
     d.mixers = _granite_layout(cfg, d.n_layers, d.extra)
-    h_m = get_int(cfg, ("mamba_n_heads",), "mamba_n_heads", 128)
+    h_m = int_key(cfg, "mamba_n_heads", 128)
     d_head = cfg.get("mamba_d_head", "auto")
-    d_inner = h_m * int(d_head) if is_num(d_head) else get_int(cfg, ("mamba_expand",), "mamba_expand", 2) * d.h
-    d.mamba2 = Mamba2(d_inner=d_inner, n_heads=h_m, n_groups=get_int(cfg, ("mamba_n_groups",), "mamba_n_groups", 1),
-                      d_state=get_int(cfg, ("mamba_d_state",), "mamba_d_state", 256),
-                      d_conv=get_int(cfg, ("mamba_d_conv",), "mamba_d_conv", 4),
-                      conv_bias=get_bool(cfg, ("mamba_conv_bias",), True),
-                      proj_bias=get_bool(cfg, ("mamba_proj_bias",), False),
-                      chunk=get_int(cfg, ("mamba_chunk_size",), "mamba_chunk_size", MAMBA2_DEFAULT_CHUNK))
+    d_inner = h_m * int(d_head) if is_num(d_head) else int_key(cfg, "mamba_expand", 2) * d.h
+    d.mamba2 = _mamba2(cfg, d_inner, h_m)
     if d.moe is None and has(cfg, "shared_intermediate_size"):
-        d.inter = get_int(cfg, ("shared_intermediate_size",), "shared_intermediate_size")
+        d.inter = int_key(cfg, "shared_intermediate_size")
     d.window = d.local_layers = 0
     return decoder_spec(d, cfg, name, source)
 
@@ -210,47 +209,31 @@ def read_granite_hybrid(cfg: Mapping, mt: str, name: str, source: str) -> ModelS
 def read_jamba(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     """AI21 Jamba: Mamba-1 mixers with one attention layer every `attn_layer_period` (at the offset),
     MoE MLPs every `expert_layer_period` layers (at the offset), dense gated MLPs elsewhere."""
-    h = get_int(cfg, HIDDEN, "hidden_size")
-    L = get_int(cfg, LAYERS, "num_hidden_layers")
-    nh, nkv, hd = attention_shape(cfg, h)
-    ap = get_int(cfg, ("attn_layer_period",), "attn_layer_period", 8)
-    ao = get_int(cfg, ("attn_layer_offset",), "attn_layer_offset", 4, minimum=0)
-    ep = get_int(cfg, ("expert_layer_period",), "expert_layer_period", 2)
-    eo = get_int(cfg, ("expert_layer_offset",), "expert_layer_offset", 1, minimum=0)
-    n_exp = get_int(cfg, ("num_experts",), "num_experts", 16)
-    inter = get_int(cfg, INTER, "intermediate_size")
-    moe = Moe(n_experts=n_exp, top_k=get_int(cfg, ("num_experts_per_tok",), "num_experts_per_tok", 2),
-              width=inter) if n_exp > 1 else None
-    m1 = Mamba1(d_inner=get_int(cfg, ("mamba_expand",), "mamba_expand", 2) * h,
-                d_state=get_int(cfg, ("mamba_d_state",), "mamba_d_state", 16),
-                d_conv=get_int(cfg, ("mamba_d_conv",), "mamba_d_conv", 4), dt_rank=_dt_rank(cfg, "mamba_dt_rank", h),
-                conv_bias=get_bool(cfg, ("mamba_conv_bias",), True),
-                proj_bias=get_bool(cfg, ("mamba_proj_bias",), False), inner_norms=True)
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=get_int(cfg, VOCAB, "vocab_size"),
-                inter=inter, max_pos=max_pos(cfg), tie=get_bool(cfg, ("tie_word_embeddings",), False),
-                mixers=["attention" if i % ap == ao else "mamba" for i in range(L)], mamba1=m1,
-                mlp_kinds=["moe" if (moe and i % ep == eo) else "dense" for i in range(L)], moe=moe)
+    d = decoder_of(cfg, mt, get_int(cfg, INTER, "intermediate_size"))
+    ap = int_key(cfg, "attn_layer_period", 8)
+    ao = int_key(cfg, "attn_layer_offset", 4, minimum=0)
+    ep = int_key(cfg, "expert_layer_period", 2)
+    eo = int_key(cfg, "expert_layer_offset", 1, minimum=0)
+    n_exp = int_key(cfg, "num_experts", 16)
+    if n_exp > 1:
+        d.moe = Moe(n_experts=n_exp, top_k=int_key(cfg, "num_experts_per_tok", 2), width=d.inter)
+    d.mamba1 = Mamba1(d_inner=int_key(cfg, "mamba_expand", 2) * d.h, d_state=int_key(cfg, "mamba_d_state", 16),
+                      d_conv=int_key(cfg, "mamba_d_conv", 4), dt_rank=_dt_rank(cfg, "mamba_dt_rank", d.h),
+                      conv_bias=get_bool(cfg, "mamba_conv_bias", True),
+                      proj_bias=get_bool(cfg, "mamba_proj_bias", False), inner_norms=True)
+    d.mixers = ["attention" if i % ap == ao else "mamba" for i in range(d.n_layers)]
+    d.mlp_kinds = ["moe" if (d.moe and i % ep == eo) else "dense" for i in range(d.n_layers)]
     return decoder_spec(d, cfg, name, source)
 
 
 @register("falcon_h1")
 def read_falcon_h1(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     """TII Falcon-H1: attention and a Mamba-2 mixer in parallel in every layer, then a gated MLP."""
-    h = get_int(cfg, HIDDEN, "hidden_size")
-    L = get_int(cfg, LAYERS, "num_hidden_layers")
-    nh, nkv, hd = attention_shape(cfg, h)
-    n_m = get_int(cfg, ("mamba_n_heads",), "mamba_n_heads", 128)
-    d_head = get_int(cfg, ("mamba_d_head",), "mamba_d_head", 64)
-    mb = Mamba2(d_inner=get_int(cfg, ("mamba_d_ssm",), "mamba_d_ssm", n_m * d_head), n_heads=n_m,
-                n_groups=get_int(cfg, ("mamba_n_groups",), "mamba_n_groups", 1),
-                d_state=get_int(cfg, ("mamba_d_state",), "mamba_d_state", 256),
-                d_conv=get_int(cfg, ("mamba_d_conv",), "mamba_d_conv", 4),
-                conv_bias=get_bool(cfg, ("mamba_conv_bias",), True), proj_bias=get_bool(cfg, ("mamba_proj_bias",), False),
-                chunk=get_int(cfg, ("mamba_chunk_size",), "mamba_chunk_size", MAMBA2_DEFAULT_CHUNK),
-                gated_norm=get_bool(cfg, ("mamba_rms_norm",), False))
-    bias = get_bool(cfg, ("attention_bias",), False)
-    d = Decoder(model_type=mt, h=h, n_layers=L, nh=nh, nkv=nkv, hd=hd, vocab=get_int(cfg, VOCAB, "vocab_size"),
-                inter=get_int(cfg, INTER, "intermediate_size"), max_pos=max_pos(cfg),
-                tie=get_bool(cfg, ("tie_word_embeddings",), False), qkv_bias=bias, o_bias=bias,
-                mlp_bias=get_bool(cfg, ("mlp_bias",), False), mixers=["attention+mamba"] * L, mamba2=mb)
+    bias = get_bool(cfg, "attention_bias", False)
+    d = decoder_of(cfg, mt, get_int(cfg, INTER, "intermediate_size"), qkv_bias=bias, o_bias=bias,
+                   mlp_bias=get_bool(cfg, "mlp_bias", False))
+    d.mixers = ["attention+mamba"] * d.n_layers
+    n_m = int_key(cfg, "mamba_n_heads", 128)
+    d_inner = int_key(cfg, "mamba_d_ssm", n_m * int_key(cfg, "mamba_d_head", 64))
+    d.mamba2 = _mamba2(cfg, d_inner, n_m, gated_norm=get_bool(cfg, "mamba_rms_norm", False))
     return decoder_spec(d, cfg, name, source)

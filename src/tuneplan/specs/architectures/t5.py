@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures.base import VOCAB, Counts, counts_spec, get_bool, get_int, lin, register
+from tuneplan.specs.architectures.base import (
+    VOCAB,
+    Counts,
+    counts_spec,
+    get_bool,
+    get_int,
+    int_key,
+    lin,
+    mlp_linears,
+    register,
+)
 from tuneplan.specs.model import ModelSpec
 
 
@@ -13,9 +23,9 @@ from tuneplan.specs.model import ModelSpec
 def read_t5(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     h = get_int(cfg, ("d_model", "hidden_size"), "hidden_size")
     n_enc = get_int(cfg, ("num_layers", "num_hidden_layers"), "num_hidden_layers")
-    n_dec = get_int(cfg, ("num_decoder_layers",), "num_decoder_layers", n_enc)
+    n_dec = int_key(cfg, "num_decoder_layers", n_enc)
     nh = get_int(cfg, ("num_heads", "num_attention_heads"), "num_attention_heads")
-    dkv = get_int(cfg, ("d_kv",), "d_kv", 0)
+    dkv = int_key(cfg, "d_kv", 0)
     if not dkv:
         if h % nh:
             raise InputError("num_attention_heads", f"{nh} heads do not divide d_model {h}")
@@ -23,19 +33,16 @@ def read_t5(cfg: Mapping, mt: str, name: str, source: str) -> ModelSpec:
     dff = get_int(cfg, ("d_ff", "intermediate_size"), "d_ff")
     vocab = get_int(cfg, VOCAB, "vocab_size")
     gated = str(cfg.get("feed_forward_proj", "relu")).lower().startswith("gated")
-    buckets = get_int(cfg, ("relative_attention_num_buckets",), "relative_attention_num_buckets", 32)
+    buckets = int_key(cfg, "relative_attention_num_buckets", 32)
     inner = nh * dkv
     attn_layers = n_enc + 2 * n_dec  # encoder self, decoder self + cross
     mlp_layers = n_enc + n_dec
     lins = [lin("q", h, inner, attn_layers), lin("k", h, inner, attn_layers),
             lin("v", h, inner, attn_layers), lin("o", inner, h, attn_layers)]
-    if gated:
-        lins += [lin("gate", h, dff, mlp_layers), lin("up", h, dff, mlp_layers), lin("down", dff, h, mlp_layers)]
-    else:
-        lins += [lin("fc1", h, dff, mlp_layers), lin("fc2", dff, h, mlp_layers)]
+    lins += mlp_linears(h, dff, mlp_layers, gated)
     norms = (2 * n_enc + 3 * n_dec + 2) * h  # RMS LayerNorms (weight only) + final norm of each stack
     rel = 2 * buckets * nh  # relative attention bias in the first layer of each stack
-    tie = get_bool(cfg, ("tie_word_embeddings",), mt == "t5")
+    tie = get_bool(cfg, "tie_word_embeddings", mt == "t5")
     counts = Counts([x for x in lins if x is not None], norms + rel, vocab * h, 0 if tie else vocab * h, -1, 0)
     return counts_spec(counts, cfg, name, source, mt, n_layers=n_enc + n_dec, hidden_size=h, n_heads=nh,
                        n_kv_heads=nh, head_dim=dkv, intermediate_size=dff, vocab_size=vocab,

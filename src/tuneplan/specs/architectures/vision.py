@@ -1,12 +1,10 @@
 """Vision-language models: a vision tower (ViT over image patches) + projector in front of a text decoder.
 
-Towers read here: SigLIP (Gemma 3), CLIP (LLaVA-1.5, LLaVA-NeXT), the Qwen2-VL / Qwen2.5-VL
-vision transformer (dynamic resolution, 2x2 patch merger, windowed attention in Qwen2.5-VL) the
-Qwen3-VL / Qwen3.5 one (learned positions, GELU MLP, DeepStack mergers), and InternVL's InternViT (one
-448 px tile; pixel shuffle to 256 tokens). The text
-decoder is read by its own reader; the tower's parameters are added to the total (and kept apart in
-`params_vision`), its matmuls live in `ModelSpec.vision` (they run once per image patch, not per text
-token).
+Towers read here: SigLIP (Gemma 3), CLIP (LLaVA-1.5, LLaVA-NeXT), the Qwen vision transformers
+(Qwen2-VL, Qwen2.5-VL, Qwen3-VL / Qwen3.5: dynamic resolution, 2x2 patch merger) and InternVL's
+InternViT (one 448 px tile; pixel shuffle to 256 tokens). The text decoder is read by its own reader;
+the tower's parameters are added to the total (and kept apart in `params_vision`), its matmuls live in
+`ModelSpec.vision` (they run once per image patch, not per text token).
 """
 
 from __future__ import annotations
@@ -15,7 +13,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from tuneplan.errors import InputError
-from tuneplan.specs.architectures.base import READERS, get_bool, get_int, has, inferred_value, lin
+from tuneplan.specs.architectures.base import (
+    READERS,
+    get_bool,
+    get_int,
+    has,
+    inferred_values,
+    int_key,
+    lin,
+    mlp_linears,
+)
 from tuneplan.specs.model import LinearShape, ModelSpec, VisionTower
 
 DYNAMIC_IMAGE_SIDE_PX = 448
@@ -47,11 +54,7 @@ def _vit_linears(hidden: int, inter: int, depth: int, gated: bool, fused_qkv: bo
         lins = [lin("qkv", hidden, 3 * hidden, depth, True), lin("o", hidden, hidden, depth, True)]
     else:
         lins = [lin(n, hidden, hidden, depth, True) for n in ("q", "k", "v", "o")]
-    if gated:
-        lins += [lin("gate", hidden, inter, depth, True), lin("up", hidden, inter, depth, True),
-                 lin("down", inter, hidden, depth, True)]
-    else:
-        lins += [lin("fc1", hidden, inter, depth, True), lin("fc2", inter, hidden, depth, True)]
+    lins += mlp_linears(hidden, inter, depth, gated, True)
     return [x for x in lins if x is not None]
 
 
@@ -59,16 +62,21 @@ def _params(lins: list[LinearShape]) -> int:
     return sum(x.params for x in lins)
 
 
-def _vit_tower(vc: Mapping, kind: str, text_hidden: int, top: Mapping) -> VisionTower:
-    """SigLIP / CLIP towers at their fixed resolution, and the LLaVA / Gemma-3 projectors."""
-    hidden = get_int(vc, ("hidden_size",), "vision_config.hidden_size")
-    depth = get_int(vc, ("num_hidden_layers",), "vision_config.num_hidden_layers")
-    heads = get_int(vc, ("num_attention_heads",), "vision_config.num_attention_heads")
-    inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
-    size = get_int(vc, ("image_size",), "vision_config.image_size", 224)
+def _vit_dims(vc: Mapping, size_default: int) -> tuple[int, int, int, int, int, int]:
+    """(hidden, depth, heads, MLP width, image side px, patch px) of a fixed-resolution ViT config."""
+    dims = [get_int(vc, (k,), f"vision_config.{k}")
+            for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")]
+    size = get_int(vc, ("image_size",), "vision_config.image_size", size_default)
     patch = get_int(vc, ("patch_size",), "vision_config.patch_size", 14)
     if size % patch:
         raise InputError("vision_config.image_size", f"{size} px is not a multiple of patch_size {patch}")
+    hidden, depth, heads, inter = dims
+    return hidden, depth, heads, inter, size, patch
+
+
+def _vit_tower(vc: Mapping, kind: str, text_hidden: int, top: Mapping) -> VisionTower:
+    """SigLIP / CLIP towers at their fixed resolution, and the LLaVA / Gemma-3 projectors."""
+    hidden, depth, heads, inter, size, patch = _vit_dims(vc, 224)
     side = size // patch
     patches = side * side
     clip = "clip" in str(vc.get("model_type") or ("clip" if kind.startswith("llava") else ""))
@@ -76,10 +84,10 @@ def _vit_tower(vc: Mapping, kind: str, text_hidden: int, top: Mapping) -> Vision
     # patch embedding conv (3 x p x p -> hidden), positions (CLIP: + class token), LayerNorms with bias
     other = 3 * patch * patch * hidden + (0 if clip else hidden) + (patches + (1 if clip else 0)) * hidden
     other += depth * 4 * hidden + (4 if clip else 2) * hidden + (hidden if clip else 0)  # norms; CLIP cls
-    if get_bool(vc, ("vision_use_head",), False):
+    if get_bool(vc, "vision_use_head", False):
         raise InputError("vision_config.vision_use_head", "a SigLIP attention-pooling head is not modelled")
     if kind == "gemma3":
-        tokens = get_int(top, ("mm_tokens_per_image",), "mm_tokens_per_image", 256)
+        tokens = int_key(top, "mm_tokens_per_image", 256)
         merge = max(1, int(round((patches / tokens) ** 0.5)))
         proj = [lin("mm_input_projection", hidden, text_hidden, 1)]
         proj_other = hidden  # mm_soft_emb_norm
@@ -116,30 +124,47 @@ def _anyres(top: Mapping, size: int, side: int) -> tuple[int, int]:
 
 
 def _qwen_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> VisionTower:
-    """Qwen2-VL / Qwen2.5-VL vision transformer at an assumed image resolution."""
-    v25 = mt == "qwen2_5_vl"
-    # Qwen2-VL names the tower width embed_dim and the merger's output hidden_size; Qwen2.5-VL hidden_size
+    """The Qwen vision transformers at an assumed image resolution: a Conv3d patch embedding, pre-norm
+    blocks with a fused qkv, and the 2x2 patch merger.
+
+    Qwen2-VL: LayerNorms, a GELU MLP of mlp_ratio x the width; Qwen2.5-VL: RMSNorms, a gated MLP,
+    windowed attention outside `fullatt_block_indexes`; Qwen3-VL / Qwen3.5 (transformers'
+    Qwen3VLVisionModel): LayerNorms, a GELU MLP, a conv bias, learned position embeddings
+    (num_position_embeddings, interpolated to the grid), and one more merger (with its LayerNorm after
+    the 2x2 shuffle) per DeepStack layer, whose outputs are added to the text decoder's first layers.
+    """
+    v25, q3 = mt == "qwen2_5_vl", mt in QWEN3_TOWERS
+    # Qwen2-VL names the tower width embed_dim and the merger's output hidden_size; the others hidden_size
     # and out_hidden_size
-    hidden = get_int(vc, ("hidden_size",) if v25 else ("embed_dim", "hidden_size"), "vision_config.hidden_size")
+    v2 = not (v25 or q3)
+    hidden = get_int(vc, ("embed_dim", "hidden_size") if v2 else ("hidden_size",), "vision_config.hidden_size")
     depth = get_int(vc, ("depth", "num_hidden_layers"), "vision_config.depth")
     heads = get_int(vc, ("num_heads", "num_attention_heads"), "vision_config.num_heads")
-    patch = get_int(vc, ("patch_size", "spatial_patch_size"), "vision_config.patch_size", 14)
+    patch = get_int(vc, ("patch_size", "spatial_patch_size"), "vision_config.patch_size", 16 if q3 else 14)
     merge = get_int(vc, ("spatial_merge_size",), "vision_config.spatial_merge_size", 2)
     tp = get_int(vc, ("temporal_patch_size",), "vision_config.temporal_patch_size", 2)
-    out = get_int(vc, ("out_hidden_size",) if v25 else ("hidden_size",), "vision_config.out_hidden_size",
+    out = get_int(vc, ("hidden_size",) if v2 else ("out_hidden_size",), "vision_config.out_hidden_size",
                   text_hidden)
-    if v25:
-        inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
-    else:
+    if v2:
         inter = int(hidden * float(vc.get("mlp_ratio", 4)))
+    else:
+        inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
+    n_pos = get_int(vc, ("num_position_embeddings",), "vision_config.num_position_embeddings", 0, minimum=0)
+    deepstack = vc.get("deepstack_visual_indexes") or []
+    n_deep = len(deepstack) if isinstance(deepstack, list) else 0
     unit = patch * merge
     side = max(1, round(image_px / unit)) * merge  # the processor resizes to a multiple of patch x merge
     patches = side * side
     lins = _vit_linears(hidden, inter, depth, gated=v25, fused_qkv=True)
-    other = 3 * tp * patch * patch * hidden + depth * 2 * hidden * (1 if v25 else 2)  # conv3d; norms
+    norm = 1 if v25 else 2  # weights per norm: RMSNorm 1, LayerNorm 2 (with a bias)
+    # conv3d (Qwen3: with a bias); positions; two norms per block
+    other = 3 * tp * patch * patch * hidden + (hidden if q3 else 0) + n_pos * hidden + depth * 2 * hidden * norm
     m_in = hidden * merge * merge
-    proj = [x for x in (lin("merger_fc1", m_in, m_in, 1, True), lin("merger_fc2", m_in, out, 1, True)) if x]
-    proj_other = hidden * (1 if v25 else 2)  # ln_q
+    proj: list[LinearShape] = []
+    for i in range(1 + n_deep):
+        name = f"merger{i}" if q3 else "merger"
+        proj += [x for x in (lin(f"{name}_fc1", m_in, m_in, 1, True), lin(f"{name}_fc2", m_in, out, 1, True)) if x]
+    proj_other = hidden * norm + n_deep * 2 * m_in  # the merger's norm (ln_q); DeepStack mergers' post-shuffle norms
     window, n_full, window_px = 0, -1, 0
     if v25 and has(vc, "window_size"):
         window_px = get_int(vc, ("window_size",), "vision_config.window_size")
@@ -154,61 +179,19 @@ def _qwen_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> Vision
                        dynamic=True, window=window, n_full_layers=n_full, window_px=window_px)
 
 
-def _qwen3_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> VisionTower:
-    """Qwen3-VL / Qwen3.5 vision transformer (transformers' Qwen3VLVisionModel): a Conv3d patch embedding
-    with bias, learned position embeddings (num_position_embeddings, interpolated to the grid), pre-norm
-    blocks with LayerNorms, a fused qkv and a GELU MLP (fc1/fc2, all with biases), the 2x2 patch merger,
-    and one more merger (with its LayerNorm after the 2x2 shuffle) per DeepStack layer, whose outputs are
-    added to the text decoder's first layers."""
-    hidden = get_int(vc, ("hidden_size",), "vision_config.hidden_size")
-    depth = get_int(vc, ("depth", "num_hidden_layers"), "vision_config.depth")
-    heads = get_int(vc, ("num_heads", "num_attention_heads"), "vision_config.num_heads")
-    inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
-    patch = get_int(vc, ("patch_size",), "vision_config.patch_size", 16)
-    merge = get_int(vc, ("spatial_merge_size",), "vision_config.spatial_merge_size", 2)
-    tp = get_int(vc, ("temporal_patch_size",), "vision_config.temporal_patch_size", 2)
-    out = get_int(vc, ("out_hidden_size",), "vision_config.out_hidden_size", text_hidden)
-    n_pos = get_int(vc, ("num_position_embeddings",), "vision_config.num_position_embeddings", 0, minimum=0)
-    deepstack = vc.get("deepstack_visual_indexes") or []
-    n_deep = len(deepstack) if isinstance(deepstack, list) else 0
-    unit = patch * merge
-    side = max(1, round(image_px / unit)) * merge
-    patches = side * side
-    lins = _vit_linears(hidden, inter, depth, gated=False, fused_qkv=True)
-    other = 3 * tp * patch * patch * hidden + hidden + n_pos * hidden + depth * 4 * hidden  # conv3d; positions; norms
-    m_in = hidden * merge * merge
-    proj: list[LinearShape] = []
-    for i in range(1 + n_deep):
-        proj += [x for x in (lin(f"merger{i}_fc1", m_in, m_in, 1, True), lin(f"merger{i}_fc2", m_in, out, 1, True))
-                 if x]
-    proj_other = 2 * hidden + n_deep * 2 * m_in  # the merger's LayerNorm; DeepStack mergers' post-shuffle norms
-    return VisionTower(kind=mt, image_size=side * patch, patch_size=patch, merge=merge, depth=depth, hidden=hidden,
-                       n_heads=heads, intermediate=inter, gated=False, out_hidden=out,
-                       tokens_per_image=patches // (merge * merge), patches_per_image=patches, linears=tuple(lins),
-                       projector=tuple(proj), params=_params(lins) + other + _params(proj) + proj_other,
-                       dynamic=True, window=0, n_full_layers=-1, window_px=0)
-
-
 def _intern_vit_tower(vc: Mapping, text_hidden: int, top: Mapping) -> VisionTower:
     """InternViT (InternVL's InternVisionModel) on one 448 px tile: a class token and learned positions,
     pre-norm blocks with a fused qkv, a GELU MLP and two layer-scale vectors; the projector (`mlp1`)
     LayerNorms and maps the pixel-shuffled patches (downsample_ratio 0.5: 2x2 patches per token) to the
     text width through two linears."""
-    hidden = get_int(vc, ("hidden_size",), "vision_config.hidden_size")
-    depth = get_int(vc, ("num_hidden_layers",), "vision_config.num_hidden_layers")
-    heads = get_int(vc, ("num_attention_heads",), "vision_config.num_attention_heads")
-    inter = get_int(vc, ("intermediate_size",), "vision_config.intermediate_size")
-    size = get_int(vc, ("image_size",), "vision_config.image_size", 448)
-    patch = get_int(vc, ("patch_size",), "vision_config.patch_size", 14)
-    if size % patch:
-        raise InputError("vision_config.image_size", f"{size} px is not a multiple of patch_size {patch}")
+    hidden, depth, heads, inter, size, patch = _vit_dims(vc, 448)
     ratio = top.get("downsample_ratio", 0.5)
     if not isinstance(ratio, int | float) or not 0 < ratio <= 1 or round(1 / ratio) != 1 / ratio:
         raise InputError("downsample_ratio", f"must be 1/n for a whole n, got {ratio!r}")
     merge = int(round(1 / ratio))
     side = size // patch
     patches = side * side
-    qkv_bias = get_bool(vc, ("qkv_bias",), True)
+    qkv_bias = get_bool(vc, "qkv_bias", True)
     lins = [x for x in (lin("qkv", hidden, 3 * hidden, depth, qkv_bias), lin("o", hidden, hidden, depth, True),
                         lin("fc1", hidden, inter, depth, True), lin("fc2", inter, hidden, depth, True)) if x]
     layer_norm = str(vc.get("norm_type") or "layer_norm") == "layer_norm"
@@ -240,15 +223,8 @@ nested `text_config` leaves out: the Hub files omit values equal to the class de
 def _text_config(cfg: Mapping, mt: str) -> tuple[dict, str]:
     text = cfg.get("text_config", cfg.get("llm_config"))  # llm_config: InternVL's own layout
     if isinstance(text, Mapping):
-        t = dict(text)
-        for k in ("tie_word_embeddings", "vocab_size"):
-            if k in cfg and k not in t:
-                t[k] = cfg[k]
-        inferred = cfg.get("_inferred_not_stated")
-        if isinstance(inferred, Mapping):
-            for k, v in inferred.items():
-                if not k.startswith("_") and k != "basis" and t.get(k) is None:
-                    t[k] = inferred_value(v)
+        t = {**{k: cfg[k] for k in ("tie_word_embeddings", "vocab_size") if k in cfg}, **text}
+        t.update({k: v for k, v in inferred_values(cfg).items() if t.get(k) is None})
         tmt = str(t.get("model_type") or {"llava": "llama", "llava_next": "mistral", "gemma3": "gemma3_text",
                                           "mistral3": "mistral"}.get(mt, "llama"))
         defaulted = [k for k in TEXT_CLASS_DEFAULTS.get(tmt, {}) if t.get(k) is None]
@@ -272,10 +248,8 @@ def read_vlm(cfg: Mapping, mt: str, name: str, source: str, image_px: int = 0) -
     if reader is None:
         raise InputError("text_config.model_type", f"unsupported text decoder '{tmt}'")
     spec = reader(text, read_as, name, source)
-    if mt in ("qwen2_5_vl", "qwen2_vl"):
+    if mt in ("qwen2_5_vl", "qwen2_vl", *QWEN3_TOWERS):
         tower = _qwen_tower(vc, mt, spec.hidden_size, image_px or DYNAMIC_IMAGE_SIDE_PX)
-    elif mt in QWEN3_TOWERS:
-        tower = _qwen3_tower(vc, mt, spec.hidden_size, image_px or DYNAMIC_IMAGE_SIDE_PX)
     elif mt in INTERNVL_TYPES:
         tower = _intern_vit_tower(vc, spec.hidden_size, cfg)
     elif mt in ("llava", "llava_next", "gemma3"):
@@ -300,16 +274,13 @@ def with_image_size(spec: ModelSpec, image_px: int) -> ModelSpec:
         return spec
     vc = {"depth": v.depth, "num_heads": v.n_heads, "patch_size": v.patch_size, "spatial_merge_size": v.merge,
           "intermediate_size": v.intermediate, "mlp_ratio": v.intermediate / v.hidden}
-    if v.kind in QWEN3_TOWERS:
-        vc.update(hidden_size=v.hidden, out_hidden_size=v.out_hidden)
-        tower = _qwen3_tower(vc, v.kind, spec.hidden_size, image_px)
-        return replace(spec, vision=replace(tower, projector=v.projector, params=v.params))
-    if v.kind == "qwen2_5_vl":
-        vc.update(hidden_size=v.hidden, out_hidden_size=v.out_hidden)
-    else:
+    if v.kind == "qwen2_vl":
         vc.update(embed_dim=v.hidden, hidden_size=v.out_hidden)
+    else:
+        vc.update(hidden_size=v.hidden, out_hidden_size=v.out_hidden)
     if v.window_px:
         vc["window_size"] = v.window_px
         vc["fullatt_block_indexes"] = list(range(max(0, v.n_full_layers)))
+    # the projector and the parameter count do not depend on the image size
     tower = _qwen_tower(vc, v.kind, spec.hidden_size, image_px)
-    return replace(spec, vision=replace(tower, params=v.params))
+    return replace(spec, vision=replace(tower, projector=v.projector, params=v.params))
