@@ -125,11 +125,14 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     expert = a.get("expert_fwd_flops", np.zeros_like(a["fwd_block_flops"]))
     dense = a["fwd_block_flops"] - expert
     frac = a["bwd_layer_fraction"]
-    per_tok_fwd = (dense / block_rate + expert / expert_rate + (a["head_flops"] + a["adapter_flops"]) / bf16_rate
+    # the LM head sits whole on the last pipeline stage (with the loss, _memory_traffic_seconds), which
+    # sets the pipeline's pace: its FLOPs are split over tp only (x pp here, as the rest is over tp x pp)
+    head = a["head_flops"] * pp
+    per_tok_fwd = (dense / block_rate + expert / expert_rate + (head + a["adapter_flops"]) / bf16_rate
                    + attn_tok / attn_rate)
     per_tok_bwd = (frac * (a["bwd_block_factor"] * (dense / block_rate + expert / expert_rate)
                            + a["bwd_attn_factor"] * attn_tok / attn_rate + 2.0 * a["adapter_flops"] / bf16_rate)
-                   + a["bwd_head_factor"] * a["head_flops"] / bf16_rate)
+                   + a["bwd_head_factor"] * head / bf16_rate)
     mode = get(a, "ckpt_code")
     share = get(a, "ckpt_share") * a["recompute_fraction"] * (mode >= 2)
     per_tok_rec = frac * (share * (dense / block_rate + expert / expert_rate + a["adapter_flops"] / bf16_rate
