@@ -22,15 +22,18 @@ KINDS = {
 DOMAINS = ("inside", "across")
 
 
-def record(parts: dict, kind: str, b_in, b_out, s_in, s_out, times=1.0) -> None:
-    """Add a collective's bytes sent per GPU and seconds inside / across domains (x `times` calls)."""
+def record(parts: dict | None, kind: str, b_in, b_out, s_in, s_out, times=1.0) -> None:
+    """Add a collective's bytes sent per GPU and seconds inside / across domains (x `times` calls) to
+    `parts` (None: nothing recorded)."""
+    if parts is None:
+        return
     for dom, b, s in (("inside", b_in, s_in), ("across", b_out, s_out)):
         for unit, v in (("bytes", b), ("s", s)):
             key = f"comm_{kind}_{dom}_{unit}"
             parts[key] = parts.get(key, 0.0) + np.asarray(v, dtype=float) * times
 
 
-def record_where(parts: dict, kind: str, across, nbytes, seconds, times=1.0) -> None:
+def record_where(parts: dict | None, kind: str, across, nbytes, seconds, times=1.0) -> None:
     """A collective whose every transfer takes one link: across domains where `across`, else inside."""
     record(parts, kind, np.where(across, 0.0, nbytes), np.where(across, nbytes, 0.0),
            np.where(across, 0.0, seconds), np.where(across, seconds, 0.0), times)

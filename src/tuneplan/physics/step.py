@@ -54,6 +54,10 @@ from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
 
+DOMAIN_ROWS = 4096
+"""Rows up to which `step_time` records communication by domain unless told: an estimate's few rows; the
+planner's grids of thousands skip the bookkeeping."""
+
 PEFT_ADAPTER_PASSES = 4.0
 """Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
 (IA3's scaling vectors, the rest of physics/peft_methods.py), forward + backward (passes of 2-byte
@@ -207,8 +211,10 @@ def eager_norm_rope_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, rec_s
     return get(a, "eager_norm_rope") * tokens * per * layers / (a["tp"] * a["pp"]) / bw
 
 
-def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, ct: Arrays) -> Arrays:
-    """Tensor, context, expert and pipeline-parallel communication of one micro-step (s)."""
+def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, ct: Arrays,
+                            dom: Arrays | None) -> Arrays:
+    """Tensor, context, expert and pipeline-parallel communication of one micro-step (s), recorded by
+    domain in `dom` (None: not recorded)."""
     tp, pp, cp, ep = a["tp"], a["pp"], a["cp"], a["ep"]
     L = a["n_layers"]
     gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))  # the NVLink domain (parallel.py)
@@ -219,8 +225,6 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     tp_calls = (4.0 + 2.0 * rec_full) * L / pp
     tp_ring = ring_time(act_bytes, tp, a["intra_bw"], 2.0, c)
     t_tp = tp_exposed(tp_calls * tp_ring, ct["t_gemm"], get(a, "tp_overlap"), c)
-    dom: Arrays = {}  # by domain, before overlap (physics/comm_domains.py)
-    record_where(dom, "tensor", False, ring_bytes(act_bytes, tp, 2.0), tp_ring, tp_calls)
     # context parallel: ring attention passes K/V blocks (forward; K/V and their gradients backward),
     # overlapped with the attention of the block in hand; Ulysses: all-to-alls around attention
     cp_bw = link_bandwidth(tp * cp, gpn, a["intra_bw"], a["inter_bw"])
@@ -233,13 +237,6 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     uly = (3.0 + rec_full) * uly_once
     ulysses = get(a, "cp_ulysses") > 0
     t_cp = np.where(cp > 1, a["attn_layers"] / pp * np.where(ulysses, uly, ring), 0.0)
-    # the ring's K/V blocks (forward, again when recomputed; K/V and their gradients backward) before overlap;
-    # a group wider than the domain runs at the network's pace, so all of it is costed across
-    ring_sent = np.maximum(cp - 1.0, 0.0) * kv_local * (3.0 + rec_full)
-    cp_raw = np.where(ulysses, uly, ring_sent / (cp_bw * c.comm_efficiency)
-                      + np.maximum(cp - 1.0, 0.0) * (2.0 + rec_full) * c.comm_latency_s)
-    record_where(dom, "context", tp * cp > gpn, np.where(ulysses, (3.0 + rec_full) * uly_bytes, ring_sent),
-                 np.where(cp > 1, cp_raw, 0.0), a["attn_layers"] / pp)
     # expert parallel (Megatron-Core's all-to-all token dispatcher): each GPU sends its own tokens'
     # top-k copies to the experts' ranks (sequence parallel: the GPU holds 1/tp of the tokens), then the
     # expert-tensor-parallel group all-gathers what arrived; combine is the reverse (all-to-all after a
@@ -251,8 +248,6 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     etp_gather = ring_time(routed * etp, etp, a["intra_bw"], 1.0, c)
     ep_calls = np.where(ep * etp > 1, 4.0 * a["moe_layers"] / pp, 0.0)
     t_ep = ep_calls * (a2a + etp_gather)
-    record(dom, "expert", *expert_all_to_all_parts(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c), ep_calls)
-    record_where(dom, "expert_tensor", False, ring_bytes(routed * etp, etp, 1.0), etp_gather, ep_calls)
     # pipeline: activations to the next stage, forward and backward, once per virtual stage
     # (sequence parallel: each rank sends its 1/tp of the sequence, megatron-core p2p_communication's
     # tensor shape), at the intra-node link or the network share (parallel.pipeline_p2p_bandwidth)
@@ -260,16 +255,28 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     p2p_bytes = act_bytes / np.where(get(a, "seq_par") > 0, tp, 1.0)
     pp_sends = np.where(pp > 1, 2.0 * get(a, "vpp"), 0.0)
     t_pp_p2p = pp_sends * p2p_bytes / (pp_bw * c.comm_efficiency)
-    record_where(dom, "pipeline", tp * cp * a["dp"] >= gpn, p2p_bytes, p2p_bytes / (pp_bw * c.comm_efficiency),
-                 pp_sends)
-    return {"t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "t_pp_p2p": t_pp_p2p, "domains": dom}
+    if dom is not None:  # by domain, before overlap (physics/comm_domains.py)
+        record_where(dom, "tensor", False, ring_bytes(act_bytes, tp, 2.0), tp_ring, tp_calls)
+        # the ring's K/V blocks (forward, again when recomputed; K/V and their gradients backward); a group
+        # wider than the domain runs at the network's pace, so all of it is booked across
+        ring_sent = np.maximum(cp - 1.0, 0.0) * kv_local * (3.0 + rec_full)
+        cp_raw = np.where(ulysses, uly, ring_sent / (cp_bw * c.comm_efficiency)
+                          + np.maximum(cp - 1.0, 0.0) * (2.0 + rec_full) * c.comm_latency_s)
+        record_where(dom, "context", tp * cp > gpn, np.where(ulysses, (3.0 + rec_full) * uly_bytes, ring_sent),
+                     np.where(cp > 1, cp_raw, 0.0), a["attn_layers"] / pp)
+        record(dom, "expert", *expert_all_to_all_parts(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c),
+               ep_calls)
+        record_where(dom, "expert_tensor", False, ring_bytes(routed * etp, etp, 1.0), etp_gather, ep_calls)
+        record_where(dom, "pipeline", tp * cp * a["dp"] >= gpn, p2p_bytes,
+                     p2p_bytes / (pp_bw * c.comm_efficiency), pp_sends)
+    return {"t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "t_pp_p2p": t_pp_p2p}
 
 
-def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants, dom: Arrays,
+def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants, dom: Arrays | None,
                    times) -> np.ndarray:
     """`times` data-parallel collectives of `nbytes` per GPU (factor 2 all-reduce, 1 all-gather /
     reduce-scatter): a ring inside a domain, hierarchical across domains (parallel.hierarchical_allreduce_
-    parts), recorded by domain in `dom`. Gradients are reduced over data x context parallel ranks (context
+    parts), recorded by domain in `dom` (None: not recorded). Gradients are reduced over data x context parallel ranks (context
     ranks hold the same weights); the experts' share of the bytes only over the expert-data-parallel group,
     ep x etp / tp times smaller and as many times further apart (Megatron-Core's expert_data_parallel_group,
     memory.expert_split_ratio; each GPU holds that much less of them)."""
@@ -292,8 +299,8 @@ def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConst
     return total
 
 
-def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> tuple[np.ndarray, Arrays]:
-    """Data-parallel communication of one step by sharding (s), before overlap, and its parts by domain."""
+def _dp_seconds(a: Arrays, c: PhysicsConstants, dom: Arrays | None) -> np.ndarray:
+    """Data-parallel communication of one step by sharding (s), before overlap, recorded by domain in `dom`."""
     split = a["tp"] * a["pp"]
     dp, ga, shard = a["dp"], a["grad_accum"], a["sharding"]
     grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, c.ddp_grad_bytes)
@@ -303,7 +310,6 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> tuple[np.ndarray,
     train_bytes_sh = reduced / split * c.sharded_grad_bytes
     all_bytes = a["params_total"] / split * a["weight_bytes_compute"]
     t_comm = np.zeros_like(a["micro_batch"] + shard)
-    dom: Arrays = {}
     reduces = gradient_reductions(a)  # FSDP under no_sync: once, at the last micro-batch
     kinds = {k for k in ShardingCode if np.any(shard == k)}
 
@@ -330,13 +336,14 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> tuple[np.ndarray,
         record(dom, "data", ga * 2.0 * ring_bytes(all_bytes, g, 1.0) + reduces * ring_bytes(train_bytes_sh, g, 1.0),
                ring_bytes(train_bytes_sh / g, a["nodes"], 2.0), inner, outer, on)
         t_comm = t_comm + np.where(on, inner + outer, 0.0)
-    return t_comm, dom
+    return t_comm
 
 
-def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
+def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool | None = None) -> Arrays:
     """Breakdown of one optimizer step (s): forward, backward, recompute, dequant, overhead,
     tensor/context/expert-parallel communication, pipeline bubble, optimizer, data-parallel
-    communication (exposed after overlap), and the total."""
+    communication (exposed after overlap), and the total; with `domains` (default: up to DOMAIN_ROWS
+    rows, an estimate's) the communication by domain too (physics/comm_domains.py)."""
     mb, S, ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
     tp, pp, cp, dp = a["tp"], a["pp"], a["cp"], a["dp"]
     split = tp * pp
@@ -345,7 +352,8 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     ct = _compute_seconds(a, c, tokens)
     t_fwd, t_bwd, t_rec = ct["t_fwd"], ct["t_bwd"], ct["t_rec"]
     mt = _memory_traffic_seconds(a, c, tokens, bw, ct["rec_share"])
-    par = _model_parallel_seconds(a, c, tokens, ct)
+    micro_dom: Arrays | None = {} if (np.size(mb) <= DOMAIN_ROWS if domains is None else domains) else None
+    par = _model_parallel_seconds(a, c, tokens, ct, micro_dom)
     host = np.where(np.isfinite(get(a, "host_bw")), get(a, "host_bw"), c.cpu_offload_gbs * 1e9)
     t_offload = activation_offload_seconds(a, c, tokens, host, t_fwd + t_bwd)
     # PEFT methods' own work (physics/peft_methods.py): fp32 matmuls with built weights, weight products
@@ -385,7 +393,8 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     t_opt = t_opt + weight_cast_seconds((a["params_trainable"] + a["params_frozen_linear"]) / split,
                                         get(a, "lowp"), bw)
 
-    t_comm, dp_domains = _dp_seconds(a, c, ct)
+    step_dom: Arrays | None = None if micro_dom is None else scaled(micro_dom, ga)
+    t_comm = _dp_seconds(a, c, step_dom)
     # overlap: DDP buckets hide behind the last micro-step's backward; sharded collectives behind
     # every micro-step's forward and backward
     hide = np.where(shard >= ShardingCode.ZERO3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
@@ -408,7 +417,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "step_s": total,
         "efficiency": ct["eff"],
         "compute_s": ga * (t_fwd + t_bwd + t_rec),
-        **scaled(par["domains"], ga), **dp_domains,
+        **(step_dom or {}),
     }
 
 
