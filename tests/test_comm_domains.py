@@ -95,3 +95,11 @@ def test_domain_parts_add_up_to_the_collectives_time():
 def test_single_gpu_has_no_communication_by_domain():
     assert "communication_by_domain" not in estimate("Qwen/Qwen2.5-0.5B", "H100-SXM5-80GB", seq_len=512,
                                                      interval=None).to_dict()
+
+
+def test_domains_are_bookkeeping_only():
+    m, g = resolve_model("deepseek-ai/DeepSeek-V3"), gpu_catalog()["H100-SXM5-80GB"]
+    a = build_arrays([(m, g, make_job(seq_len=4096, **DSV3), 4096)])
+    with_, without = step_time(a, C, domains=True), step_time(a, C, domains=False)
+    assert not any(k.startswith("comm_") for k in without)
+    assert {k: float(v[0]) for k, v in without.items()} == {k: float(with_[k][0]) for k in without}

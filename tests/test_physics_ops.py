@@ -291,3 +291,13 @@ def test_bad_values_are_one_line_errors():
         make_job(grad_ckpt="sometimes")
     with pytest.raises(InputError, match="vpp"):
         make_job(vpp=2)
+
+
+def test_gptq_dequantises_in_eager_ops_forward_and_recompute_only():
+    m, g = resolve_model("meta-llama/Llama-3.1-8B"), gpu_catalog()["A100-SXM4-80GB"]
+    for ckpt, passes in ((False, 1.0), (True, 2.0)):
+        a = build_arrays([(m, g, make_job(method="gptq-lora", grad_ckpt=ckpt, micro_batch=1), 2048)])
+        assert float(a["dequant_bytes"][0]) == 4.0
+        # auto-gptq's unpacking: 16.5 bytes per weight per forward, again when the forward is recomputed
+        want = passes * 16.5 * float(a["params_frozen_linear"][0]) / (2039e9 * C.bandwidth_efficiency)
+        assert float(step_time(a, C)["dequant_s"][0]) == pytest.approx(want)
