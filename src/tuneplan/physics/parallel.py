@@ -117,9 +117,3 @@ def hierarchical_allreduce_parts(nbytes, dp, gpus_per_node, intra_bw, inter_bw, 
     b_out = np.where(n > 1, 2.0 * (n - 1.0) / n * (nbytes / g), 0.0)
     return (b_in, b_out, b_in / (intra_bw * eff) + 2.0 * (g - 1.0) * c.comm_latency_s,
             np.where(n > 1, b_out / (inter_bw * eff) + 2.0 * (n - 1.0) * c.comm_latency_s, 0.0))
-
-
-def hierarchical_allreduce(nbytes, dp, gpus_per_node, intra_bw, inter_bw, c):
-    """Seconds of `hierarchical_allreduce_parts`: its stages run one after the other."""
-    _, _, s_in, s_out = hierarchical_allreduce_parts(nbytes, dp, gpus_per_node, intra_bw, inter_bw, c)
-    return s_in + s_out
