@@ -100,3 +100,14 @@ def test_domains_are_bookkeeping_only():
     with_, without = step_time(a, C, domains=True), step_time(a, C, domains=False)
     assert not any(k.startswith("comm_") for k in without)
     assert {k: float(v[0]) for k, v in without.items()} == {k: float(with_[k][0]) for k in without}
+
+
+def test_text_output_prints_the_domains_table():
+    from tuneplan.report.tables import Table, estimate_items
+
+    r = estimate("meta-llama/Llama-3.1-70B", "GB200", seq_len=131072, nodes=16, interval=None, **LLAMA_CP)
+    tables = {t.title: t for t in estimate_items(r) if isinstance(t, Table)}
+    rows = {row[0]: row[1:] for row in tables["communication per GPU by domain (per step, before overlap)"].rows}
+    assert set(rows) == {"tensor", "context", "data"}
+    assert rows["context"][0].startswith(f"{r.to_dict()['communication_by_domain']['context']['inside_domain_gb']:,.2f} GB")
+    assert rows["context"][1].startswith("0.00 GB")
