@@ -285,11 +285,12 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
 def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants, dom: Arrays | None,
                    times) -> np.ndarray:
     """`times` data-parallel collectives of `nbytes` per GPU (factor 2 all-reduce, 1 all-gather /
-    reduce-scatter): a ring inside a domain, hierarchical across domains (parallel.hierarchical_allreduce_
-    parts), recorded by domain in `dom` (None: not recorded). Gradients are reduced over data x context parallel ranks (context
-    ranks hold the same weights); the experts' share of the bytes only over the expert-data-parallel group,
-    ep x etp / tp times smaller and as many times further apart (Megatron-Core's expert_data_parallel_group,
-    memory.expert_split_ratio; each GPU holds that much less of them)."""
+    reduce-scatter): a ring inside a domain, hierarchical across domains
+    (parallel.hierarchical_allreduce_parts), recorded by domain in `dom` (None: not recorded). Gradients
+    are reduced over data x context parallel ranks (context ranks hold the same weights); the experts'
+    share of the bytes only over the expert-data-parallel group, ep x etp / tp times smaller and as many
+    times further apart (Megatron-Core's expert_data_parallel_group, memory.expert_split_ratio; each GPU
+    holds that much less of them)."""
     gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
     # Megatron-Core orders ranks tp-cp-ep-dp-pp (parallel_state RankGenerator): a data x context group's
     # ranks are tp apart, an expert-data-parallel group's ep x etp apart
