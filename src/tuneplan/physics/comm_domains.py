@@ -45,6 +45,7 @@ def domain_seconds(out: dict) -> tuple[str, ...]:
 
 
 def scaled(parts: dict, factor) -> dict:
+    """The parts times `factor` (a micro-step's times the micro-steps of an optimizer step)."""
     return {k: v * factor for k, v in parts.items()}
 
 
