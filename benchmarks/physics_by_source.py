@@ -45,6 +45,11 @@ def evaluate(paths):
         "model": [c.model.name for c in ts.configs], "gpu": [c.gpu.name for c in ts.configs],
         "method": [c.job.method for c in ts.configs], "precision": [c.job.precision for c in ts.configs],
         "seq": [c.seq_len for c in ts.configs], "gpus": [c.job.gpus for c in ts.configs],
+        # the configuration's shape, for benchmarks/log_ratio_by_group.py's groups
+        **{k: [getattr(c.job, k) for c in ts.configs] for k in ("tp", "pp", "cp", "ep", "micro_batch", "grad_accum")},
+        "sharding": [c.job.sharding_kind() for c in ts.configs], "moe": [c.model.is_moe for c in ts.configs],
+        "quant": [c.job.base_quant(c.model.quant) for c in ts.configs],
+        "vendor": [c.gpu.vendor for c in ts.configs], "family": [c.gpu.architecture.split(" ")[0] for c in ts.configs],
         "measured_tps": ts.tokens_per_s, "pred_tps": p["tokens_per_s"],
         "measured_mem": ts.peak_mem_gib, "pred_mem": mem, "mem_kind": ts.mem_kind,
         "measured_fits": np.where(ts.is_oom, 0.0, np.where(np.isfinite(ts.peak_mem_gib) | ts.has_throughput,

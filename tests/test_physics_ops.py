@@ -21,7 +21,7 @@ from tuneplan.physics.ops import (
     logits_memory_bytes,
 )
 from tuneplan.physics.parallel import (
-    hierarchical_allreduce,
+    hierarchical_allreduce_parts,
     pipeline_bubble_fraction,
     pipeline_inflight_factor,
     ring_attention_exposed,
@@ -165,6 +165,9 @@ def test_pipeline_bubble_and_inflight_by_hand():
 
 def test_hierarchical_allreduce_within_a_node_is_the_ring():
     nbytes, bw = np.array(1e9), np.array(300e9)
+    def hierarchical_allreduce(*args):
+        return sum(hierarchical_allreduce_parts(*args)[2:])
+
     one_node = hierarchical_allreduce(nbytes, np.array(8.0), np.array(8.0), bw, np.array(50e9), C)
     assert float(one_node) == pytest.approx(float(ring_time(nbytes, np.array(8.0), bw, 2.0, C)))
     # 4 nodes of 8: the network carries each GPU's 1/8 shard: 2 x 3/4 x 1e9/8 over 50 GB/s
@@ -291,3 +294,13 @@ def test_bad_values_are_one_line_errors():
         make_job(grad_ckpt="sometimes")
     with pytest.raises(InputError, match="vpp"):
         make_job(vpp=2)
+
+
+def test_gptq_dequantises_in_eager_ops_forward_and_recompute_only():
+    m, g = resolve_model("meta-llama/Llama-3.1-8B"), gpu_catalog()["A100-SXM4-80GB"]
+    for ckpt, passes in ((False, 1.0), (True, 2.0)):
+        a = build_arrays([(m, g, make_job(method="gptq-lora", grad_ckpt=ckpt, micro_batch=1), 2048)])
+        assert float(a["dequant_bytes"][0]) == 4.0
+        # auto-gptq's unpacking: 16.5 bytes per weight per forward, again when the forward is recomputed
+        want = passes * 16.5 * float(a["params_frozen_linear"][0]) / (2039e9 * C.bandwidth_efficiency)
+        assert float(step_time(a, C)["dequant_s"][0]) == pytest.approx(want)

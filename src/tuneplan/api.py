@@ -338,6 +338,7 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
     breakdown = {k.removesuffix("_s"): _scalar(out, k) for k in parts
                  if k in out and (k != "vision_tower_s" or _scalar(out, k) > 0)}
     breakdown["total"] = step_s
+    from tuneplan.physics.comm_domains import by_domain
     from tuneplan.physics.terms import usable_memory_gib
 
     mem_total = _scalar(out, "memory_gib")
@@ -376,6 +377,8 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
         memory_allocated_gib=_scalar(out, "allocated_gib") if "allocated_gib" in out else None,
         memory_reserved_gib=_scalar(out, "reserved_gib") if "reserved_gib" in out else None,
         extra={**({"max_micro_batch_note": no_fit} if no_fit else {}),
+               # each parallel dimension's collectives inside / across the fast-link domain (physics/comm_domains.py)
+               **({"communication_by_domain": comm} if (comm := by_domain(out)) else {}),
                # the peak without the blocks cached for other batch shapes: what the fit is judged on
                **({"memory_fit_gib": mem_total - cached} if cached > 0 else {})},
     )

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from tuneplan.estimators.contract import MEMORY_PARTS, STEP_PARTS
+from tuneplan.physics.comm_domains import domain_seconds
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.memory import memory, settle_peaks
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
@@ -370,7 +371,7 @@ class TuneplanEstimator:
         thr_factor = np.minimum(thr_factor, out["step_s"] / np.maximum(floor, 1e-30))
         thr_factor = np.maximum(thr_factor, 1e-6)
         # time: every part scales with the learned factor, so the parts still add up to the step
-        for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s"):
+        for k in STEP_PARTS + ("step_s", "compute_s", "communication_total_s") + domain_seconds(out):
             if k in out:
                 out[k] = out[k] / thr_factor
         self._apply_memory_correction(a, out, mem_factor, mem_offset_gib)

@@ -36,26 +36,39 @@ def ring_attention_exposed(kv_bytes_local, cp, attn_seconds, bw, c):
 
 
 def ulysses_seconds(tokens_local, q_dim, kv_dim, el_bytes, cp, bw, c):
-    """Ulysses all-to-all time for one attention layer forward (s): q, k, v in and the output back,
-    each moving (cp - 1)/cp of the local tensor; not overlapped (the attention waits for them)."""
+    """Ulysses all-to-alls for one attention layer forward: (bytes each GPU sends, seconds): q, k, v in
+    and the output back, each moving (cp - 1)/cp of the local tensor; not overlapped (the attention
+    waits for them)."""
     p = np.maximum(cp, 1.0)
     volume = tokens_local * (2.0 * q_dim + 2.0 * kv_dim) * el_bytes * (p - 1.0) / p
-    return np.where(p > 1, volume / (bw * c.comm_efficiency) + ULYSSES_ALL_TO_ALLS_FWD * c.comm_latency_s, 0.0)
+    return volume, np.where(p > 1, volume / (bw * c.comm_efficiency) + ULYSSES_ALL_TO_ALLS_FWD * c.comm_latency_s,
+                            0.0)
+
+
+def expert_all_to_all_parts(nbytes, ep, etp, gpus_per_node, intra_bw, inter_bw, c):
+    """One expert-parallel all-to-all (dispatch or combine) of `nbytes` per GPU: (bytes sent inside the
+    domain, bytes sent across, seconds of each with one latency per peer). Megatron-Core orders the
+    expert ranks etp innermost, then ep (parallel_state RankGenerator, order tp-cp-ep-dp-pp), so an EP
+    group's ranks are etp apart and a domain holds gpus_per_node / etp of them: of the (ep - 1)/ep of the
+    bytes that leave the GPU, the domain's other members' share goes over the fast link, the other
+    domains' over the GPU's network share."""
+    p = np.maximum(ep, 1.0)
+    in_node = np.clip(np.floor(gpus_per_node / np.maximum(etp, 1.0)), 1.0, p)
+    eff, lat = c.comm_efficiency, c.comm_latency_s
+    b_in, b_out = nbytes * (in_node - 1.0) / p, nbytes * (p - in_node) / p
+    on = p > 1
+    return (np.where(on, b_in, 0.0), np.where(on, b_out, 0.0),
+            np.where(on, b_in / (intra_bw * eff) + (in_node - 1.0) * lat, 0.0),
+            np.where(on, b_out / (inter_bw * eff) + (p - in_node) * lat, 0.0))
 
 
 def expert_all_to_all(nbytes, ep, etp, gpus_per_node, intra_bw, inter_bw, c):
-    """One expert-parallel all-to-all (dispatch or combine) of `nbytes` per GPU (s). Megatron-Core orders
-    the expert ranks etp innermost, then ep (parallel_state RankGenerator, order tp-cp-ep-dp-pp), so an
-    EP group's ranks are etp apart and a node holds gpus_per_node / etp of them: the (ep - 1)/ep of the
-    bytes that leave the GPU go to the node's other members over the intra-node link and to the other
-    nodes' over the GPU's network share, both at once (NCCL posts every peer's send together); plus one
-    latency per peer."""
-    p = np.maximum(ep, 1.0)
-    in_node = np.clip(np.floor(gpus_per_node / np.maximum(etp, 1.0)), 1.0, p)
+    """Seconds of one expert-parallel all-to-all (`expert_all_to_all_parts`): the two domains' sends run
+    at once (NCCL posts every peer's send together), so the slower transfer plus a latency per peer."""
+    b_in, b_out, _, _ = expert_all_to_all_parts(nbytes, ep, etp, gpus_per_node, intra_bw, inter_bw, c)
     eff = c.comm_efficiency
-    inside = nbytes * (in_node - 1.0) / p / (intra_bw * eff)
-    across = nbytes * (p - in_node) / p / (inter_bw * eff)
-    return np.where(p > 1, np.maximum(inside, across) + (p - 1.0) * c.comm_latency_s, 0.0)
+    return np.where(ep > 1, np.maximum(b_in / (intra_bw * eff), b_out / (inter_bw * eff))
+                    + (np.maximum(ep, 1.0) - 1.0) * c.comm_latency_s, 0.0)
 
 
 def pipeline_bubble_fraction(pp, vpp):
@@ -92,16 +105,15 @@ def tp_exposed(t_tp, t_gemm, overlap, c):
     return t_tp - hidden
 
 
-def hierarchical_allreduce(nbytes, dp, gpus_per_node, intra_bw, inter_bw, c):
-    """All-reduce over dp ranks that span nodes, hierarchically (s): reduce-scatter inside each node,
+def hierarchical_allreduce_parts(nbytes, dp, gpus_per_node, intra_bw, inter_bw, c):
+    """All-reduce over dp ranks that span nodes, hierarchically: reduce-scatter inside each node,
     all-reduce of each GPU's 1/g shard across the nodes over its own network share, all-gather inside
-    the node (NCCL's multi-ring / tree across NICs; Sergeev & Del Balso, Horovod 2018). Within one
-    node it is the plain ring."""
+    the node (NCCL's multi-ring / tree across NICs; Sergeev & Del Balso, Horovod 2018); within one node
+    it is the plain ring. (bytes each GPU sends inside the domain, across, seconds inside, across)."""
     g = np.maximum(np.minimum(dp, gpus_per_node), 1.0)
     n = np.maximum(dp / g, 1.0)
     eff = c.comm_efficiency
-    intra = 2.0 * (g - 1.0) / g * nbytes / (intra_bw * eff) + 2.0 * (g - 1.0) * c.comm_latency_s
-    inter = np.where(n > 1, 2.0 * (n - 1.0) / n * (nbytes / g) / (inter_bw * eff) + 2.0 * (n - 1.0) * c.comm_latency_s,
-                     0.0)
-    return intra + inter
-
+    b_in = 2.0 * (g - 1.0) / g * nbytes
+    b_out = np.where(n > 1, 2.0 * (n - 1.0) / n * (nbytes / g), 0.0)
+    return (b_in, b_out, b_in / (intra_bw * eff) + 2.0 * (g - 1.0) * c.comm_latency_s,
+            np.where(n > 1, b_out / (inter_bw * eff) + 2.0 * (n - 1.0) * c.comm_latency_s, 0.0))

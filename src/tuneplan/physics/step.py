@@ -12,8 +12,10 @@ import numpy as np
 from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.codes import MethodCode, ShardingCode, lora_family
+from tuneplan.physics.comm_domains import record, record_where, scaled
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.fsdp import flat_parameter_gradients, gradient_reductions
+from tuneplan.physics.memory import expert_split_ratio
 from tuneplan.physics.moe_lora import stacked_lora_seconds
 from tuneplan.physics.ops import (
     EAGER_FORWARD_SHARE,
@@ -32,7 +34,8 @@ from tuneplan.physics.ops import (
 from tuneplan.physics.parallel import (
     domain_gpus,
     expert_all_to_all,
-    hierarchical_allreduce,
+    expert_all_to_all_parts,
+    hierarchical_allreduce_parts,
     link_bandwidth,
     pipeline_bubble_fraction,
     pipeline_p2p_bandwidth,
@@ -51,6 +54,18 @@ from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
 
+GPTQ_EAGER_DEQUANT_BYTES = 16.5
+"""Memory traffic per 4-bit GPTQ weight per forward beyond the GEMM's own read (bytes), as auto-gptq's
+QuantLinear trains (0.5.1 nn_modules/qlinear/qlinear_cuda_old.py and qlinear_cuda.py forward: at 128 rows
+or more, the kernel_switch_threshold, it unpacks the weight in eager PyTorch ops; the exllama kernels
+have no backward): bitwise_right_shift of the expanded int32 words (read 0.5, write 4), .to(int8) (4 + 1),
+bitwise_and (1 + 1), minus the zeros (1 + 1), times the fp16 scales (1 + 2), then torch.matmul. The
+dequantised weight is what matmul saves for the input gradient, so the backward does not rebuild it."""
+
+DOMAIN_ROWS = 4096
+"""Rows up to which `step_time` records communication by domain unless told: an estimate's few rows; the
+planner's grids of thousands skip the bookkeeping."""
+
 PEFT_ADAPTER_PASSES = 4.0
 """Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
 (IA3's scaling vectors, the rest of physics/peft_methods.py), forward + backward (passes of 2-byte
@@ -65,6 +80,12 @@ def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
     p = np.maximum(p, 1.0)
     hops = p - 1.0  # zero on one rank: no time
     return factor * hops * (nbytes / (p * bw * c.comm_efficiency) + c.comm_latency_s)
+
+
+def ring_bytes(nbytes: np.ndarray, p: np.ndarray, factor: float) -> np.ndarray:
+    """Bytes each rank sends in `ring_time`'s collective: factor x (p-1)/p x bytes."""
+    p = np.maximum(p, 1.0)
+    return factor * (p - 1.0) / p * nbytes
 
 
 def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
@@ -116,11 +137,14 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     expert = a.get("expert_fwd_flops", np.zeros_like(a["fwd_block_flops"]))
     dense = a["fwd_block_flops"] - expert
     frac = a["bwd_layer_fraction"]
-    per_tok_fwd = (dense / block_rate + expert / expert_rate + (a["head_flops"] + a["adapter_flops"]) / bf16_rate
+    # the LM head sits whole on the last pipeline stage (with the loss, _memory_traffic_seconds), which
+    # sets the pipeline's pace: its FLOPs are split over tp only (x pp here, as the rest is over tp x pp)
+    head = a["head_flops"] * pp
+    per_tok_fwd = (dense / block_rate + expert / expert_rate + (head + a["adapter_flops"]) / bf16_rate
                    + attn_tok / attn_rate)
     per_tok_bwd = (frac * (a["bwd_block_factor"] * (dense / block_rate + expert / expert_rate)
                            + a["bwd_attn_factor"] * attn_tok / attn_rate + 2.0 * a["adapter_flops"] / bf16_rate)
-                   + a["bwd_head_factor"] * a["head_flops"] / bf16_rate)
+                   + a["bwd_head_factor"] * head / bf16_rate)
     mode = get(a, "ckpt_code")
     share = get(a, "ckpt_share") * a["recompute_fraction"] * (mode >= 2)
     per_tok_rec = frac * (share * (dense / block_rate + expert / expert_rate + a["adapter_flops"] / bf16_rate
@@ -139,10 +163,12 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     and the low-precision casts; each by the kernels the framework runs (physics/ops.py)."""
     split = a["tp"] * a["pp"]
     L = a["n_layers"]
-    passes = 2.0 + rec_share
-    dq_table = np.asarray((0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, FP8_DEQUANT_BYTES), dtype=float)
-    dq_bytes = dq_table[np.asarray(a["dequant_bytes"]).astype(np.intp)]
-    t_dequant = passes * dq_bytes * a["params_frozen_linear"] / split / bw
+    kind = np.asarray(a["dequant_bytes"]).astype(np.intp)
+    # GPTQ's eager path dequantises in the forward (and its recompute) only: autograd keeps the weight it built
+    passes = np.where(kind == 4, 1.0, 2.0) + rec_share
+    dq_table = np.asarray((0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, FP8_DEQUANT_BYTES,
+                           GPTQ_EAGER_DEQUANT_BYTES), dtype=float)
+    t_dequant = passes * dq_table[kind] * a["params_frozen_linear"] / split / bw
     is_dora = (a["method_code"] == MethodCode.DORA).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw
     # LoRA-family: element-wise work per token on the adapted modules' inputs and outputs, and the
@@ -195,8 +221,10 @@ def eager_norm_rope_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, rec_s
     return get(a, "eager_norm_rope") * tokens * per * layers / (a["tp"] * a["pp"]) / bw
 
 
-def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, ct: Arrays) -> Arrays:
-    """Tensor, context, expert and pipeline-parallel communication of one micro-step (s)."""
+def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, ct: Arrays,
+                            dom: Arrays | None) -> Arrays:
+    """Tensor, context, expert and pipeline-parallel communication of one micro-step (s), recorded by
+    domain in `dom` (None: not recorded)."""
     tp, pp, cp, ep = a["tp"], a["pp"], a["cp"], a["ep"]
     L = a["n_layers"]
     gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))  # the NVLink domain (parallel.py)
@@ -205,7 +233,8 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     # layer activations forward, 2 backward (+2 recompute); overlapped with the GEMMs where the framework does
     act_bytes = tokens * a["hidden"] * a["weight_bytes_compute"]
     tp_calls = (4.0 + 2.0 * rec_full) * L / pp
-    t_tp = tp_exposed(tp_calls * ring_time(act_bytes, tp, a["intra_bw"], 2.0, c), ct["t_gemm"], get(a, "tp_overlap"), c)
+    tp_ring = ring_time(act_bytes, tp, a["intra_bw"], 2.0, c)
+    t_tp = tp_exposed(tp_calls * tp_ring, ct["t_gemm"], get(a, "tp_overlap"), c)
     # context parallel: ring attention passes K/V blocks (forward; K/V and their gradients backward),
     # overlapped with the attention of the block in hand; Ulysses: all-to-alls around attention
     cp_bw = link_bandwidth(tp * cp, gpn, a["intra_bw"], a["inter_bw"])
@@ -213,9 +242,11 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     t_attn = ct["t_attn_fwd_layer"]
     ring = (ring_attention_exposed(kv_local, cp, t_attn, cp_bw, c) * (1.0 + rec_full)
             + ring_attention_exposed(2.0 * kv_local, cp, a["bwd_attn_factor"] * t_attn, cp_bw, c))
-    uly = (3.0 + rec_full) * ulysses_seconds(tokens, a["q_dim"] / tp, a["kv_dim"] / tp, a["weight_bytes_compute"],
-                                             cp, cp_bw, c)
-    t_cp = np.where(cp > 1, a["attn_layers"] / pp * np.where(get(a, "cp_ulysses") > 0, uly, ring), 0.0)
+    uly_bytes, uly_once = ulysses_seconds(tokens, a["q_dim"] / tp, a["kv_dim"] / tp, a["weight_bytes_compute"],
+                                          cp, cp_bw, c)
+    uly = (3.0 + rec_full) * uly_once
+    ulysses = get(a, "cp_ulysses") > 0
+    t_cp = np.where(cp > 1, a["attn_layers"] / pp * np.where(ulysses, uly, ring), 0.0)
     # expert parallel (Megatron-Core's all-to-all token dispatcher): each GPU sends its own tokens'
     # top-k copies to the experts' ranks (sequence parallel: the GPU holds 1/tp of the tokens), then the
     # expert-tensor-parallel group all-gathers what arrived; combine is the reverse (all-to-all after a
@@ -225,31 +256,62 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
         * a["weight_bytes_compute"]
     a2a = expert_all_to_all(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c)
     etp_gather = ring_time(routed * etp, etp, a["intra_bw"], 1.0, c)
-    t_ep = np.where(ep * etp > 1, 4.0 * a["moe_layers"] / pp * (a2a + etp_gather), 0.0)
+    ep_calls = np.where(ep * etp > 1, 4.0 * a["moe_layers"] / pp, 0.0)
+    t_ep = ep_calls * (a2a + etp_gather)
     # pipeline: activations to the next stage, forward and backward, once per virtual stage
     # (sequence parallel: each rank sends its 1/tp of the sequence, megatron-core p2p_communication's
     # tensor shape), at the intra-node link or the network share (parallel.pipeline_p2p_bandwidth)
     pp_bw = pipeline_p2p_bandwidth(tp, cp, a["dp"], gpn, a["intra_bw"], a["inter_bw"])
     p2p_bytes = act_bytes / np.where(get(a, "seq_par") > 0, tp, 1.0)
-    t_pp_p2p = np.where(pp > 1, 2.0 * get(a, "vpp") * p2p_bytes / (pp_bw * c.comm_efficiency), 0.0)
+    pp_sends = np.where(pp > 1, 2.0 * get(a, "vpp"), 0.0)
+    t_pp_p2p = pp_sends * p2p_bytes / (pp_bw * c.comm_efficiency)
+    if dom is not None:  # by domain, before overlap (physics/comm_domains.py)
+        record_where(dom, "tensor", False, ring_bytes(act_bytes, tp, 2.0), tp_ring, tp_calls)
+        # the ring's K/V blocks (forward, again when recomputed; K/V and their gradients backward); a group
+        # wider than the domain runs at the network's pace, so all of it is booked across
+        ring_sent = np.maximum(cp - 1.0, 0.0) * kv_local * (3.0 + rec_full)
+        cp_raw = np.where(ulysses, uly, ring_sent / (cp_bw * c.comm_efficiency)
+                          + np.maximum(cp - 1.0, 0.0) * (2.0 + rec_full) * c.comm_latency_s)
+        record_where(dom, "context", tp * cp > gpn, np.where(ulysses, (3.0 + rec_full) * uly_bytes, ring_sent),
+                     np.where(cp > 1, cp_raw, 0.0), a["attn_layers"] / pp)
+        record(dom, "expert", *expert_all_to_all_parts(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c),
+               ep_calls)
+        record_where(dom, "expert_tensor", False, ring_bytes(routed * etp, etp, 1.0), etp_gather, ep_calls)
+        record_where(dom, "pipeline", tp * cp * a["dp"] >= gpn, p2p_bytes,
+                     p2p_bytes / (pp_bw * c.comm_efficiency), pp_sends)
     return {"t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "t_pp_p2p": t_pp_p2p}
 
 
-def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants) -> np.ndarray:
-    """A data-parallel collective (factor 2 all-reduce, 1 all-gather / reduce-scatter): a ring inside a
-    node, hierarchical across nodes (physics/parallel.py)."""
-    # gradients are reduced over data x context parallel ranks (context-parallel ranks hold the same weights)
-    model_par = a["tp"] * a["pp"]
-    group = a["dp"] * a["cp"]
+def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants, dom: Arrays | None,
+                   times) -> np.ndarray:
+    """`times` data-parallel collectives of `nbytes` per GPU (factor 2 all-reduce, 1 all-gather /
+    reduce-scatter): a ring inside a domain, hierarchical across domains
+    (parallel.hierarchical_allreduce_parts), recorded by domain in `dom` (None: not recorded). Gradients
+    are reduced over data x context parallel ranks (context ranks hold the same weights); the experts'
+    share of the bytes only over the expert-data-parallel group, ep x etp / tp times smaller and as many
+    times further apart (Megatron-Core's expert_data_parallel_group, memory.expert_split_ratio; each GPU
+    holds that much less of them)."""
     gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
-    spans = group * model_par > gpn
-    per_node = np.maximum(gpn / model_par, 1.0)
-    hier = hierarchical_allreduce(nbytes, group, per_node, a["intra_bw"], a["inter_bw"], c) * factor / 2.0
-    return np.where(spans, hier, ring_time(nbytes, group, a["intra_bw"], factor, c))
+    # Megatron-Core orders ranks tp-cp-ep-dp-pp (parallel_state RankGenerator): a data x context group's
+    # ranks are tp apart, an expert-data-parallel group's ep x etp apart
+    stride, group = a["tp"], a["dp"] * a["cp"]
+    share = np.where(a["params_total"] > 0, a["params_expert"] / a["params_total"], 0.0) * (a["ep"] > 1)
+    r = expert_split_ratio(a)
+    parts = [(nbytes * (1.0 - share), group, stride, True)]
+    if np.any(share > 0):
+        parts.append((nbytes * share / r, group / r, a["ep"] * get(a, "etp"), share > 0))
+    total = 0.0
+    for b, g, st, on in parts:
+        b_in, b_out, s_in, s_out = hierarchical_allreduce_parts(b, np.maximum(g, 1.0), np.maximum(gpn / st, 1.0),
+                                                                a["intra_bw"], a["inter_bw"], c)
+        w = np.where(on, times * factor / 2.0, 0.0)
+        record(dom, "data", b_in, b_out, s_in, s_out, w)
+        total = total + (s_in + s_out) * w
+    return total
 
 
-def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> np.ndarray:
-    """Data-parallel communication of one step by sharding (s), before overlap."""
+def _dp_seconds(a: Arrays, c: PhysicsConstants, dom: Arrays | None) -> np.ndarray:
+    """Data-parallel communication of one step by sharding (s), before overlap, recorded by domain in `dom`."""
     split = a["tp"] * a["pp"]
     dp, ga, shard = a["dp"], a["grad_accum"], a["sharding"]
     grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, c.ddp_grad_bytes)
@@ -261,30 +323,38 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, ct: Arrays) -> np.ndarray:
     t_comm = np.zeros_like(a["micro_batch"] + shard)
     reduces = gradient_reductions(a)  # FSDP under no_sync: once, at the last micro-batch
     kinds = {k for k in ShardingCode if np.any(shard == k)}
+
+    def coll(nbytes, factor, times, on):
+        return _dp_collective(a, nbytes, factor, c, dom, np.where(on, times, 0.0))
+
     if kinds & {ShardingCode.NONE, ShardingCode.ZERO1}:  # DDP / ZeRO-1 / distributed optimizer: one all-reduce (RS + AG) of the gradients
-        t_comm = np.where(shard <= ShardingCode.ZERO1, _dp_collective(a, train_bytes_ddp, 2.0, c), t_comm)
+        t_comm = t_comm + coll(train_bytes_ddp, 2.0, 1.0, shard <= ShardingCode.ZERO1)
     if ShardingCode.ZERO2 in kinds:  # ZeRO-2: reduce-scatter every micro-step, all-gather the updated weights
-        zero2 = _dp_collective(a, train_bytes_sh, 1.0, c) * reduces + _dp_collective(
-            a, a["params_trainable"] / split * a["weight_bytes_compute"], 1.0, c)
-        t_comm = np.where(shard == ShardingCode.ZERO2, zero2, t_comm)
+        on = shard == ShardingCode.ZERO2
+        t_comm = t_comm + coll(train_bytes_sh, 1.0, reduces, on) + coll(
+            a["params_trainable"] / split * a["weight_bytes_compute"], 1.0, 1.0, on)
     if kinds & {ShardingCode.ZERO3, ShardingCode.OFFLOAD}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
-        zero3 = ga * 2.0 * _dp_collective(a, all_bytes, 1.0, c) + reduces * _dp_collective(a, train_bytes_sh, 1.0, c)
-        offload_xfer = ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9)
-        t_comm = np.where(shard == ShardingCode.ZERO3, zero3,
-                          np.where(shard == ShardingCode.OFFLOAD, zero3 + offload_xfer, t_comm))
+        on = (shard == ShardingCode.ZERO3) | (shard == ShardingCode.OFFLOAD)
+        t_comm = t_comm + coll(all_bytes, 1.0, ga * 2.0, on) + coll(train_bytes_sh, 1.0, reduces, on)
+        t_comm = t_comm + np.where(shard == ShardingCode.OFFLOAD, ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9),
+                                   0.0)
     if ShardingCode.HYBRID in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
-        gpn = a["gpus"] / a["nodes"]
-        hybrid = (ga * 2.0 * ring_time(all_bytes, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)
-                  + reduces * ring_time(train_bytes_sh, np.minimum(dp, gpn), a["intra_bw"], 1.0, c)) + ring_time(
-            train_bytes_sh / np.minimum(dp, gpn), a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
-        t_comm = np.where(shard == ShardingCode.HYBRID, hybrid, t_comm)
+        on = shard == ShardingCode.HYBRID
+        g = np.minimum(dp, a["gpus"] / a["nodes"])
+        inner = (ga * 2.0 * ring_time(all_bytes, g, a["intra_bw"], 1.0, c)
+                 + reduces * ring_time(train_bytes_sh, g, a["intra_bw"], 1.0, c))
+        outer = ring_time(train_bytes_sh / g, a["nodes"], np.minimum(a["intra_bw"], a["inter_bw"]), 2.0, c)
+        record(dom, "data", ga * 2.0 * ring_bytes(all_bytes, g, 1.0) + reduces * ring_bytes(train_bytes_sh, g, 1.0),
+               ring_bytes(train_bytes_sh / g, a["nodes"], 2.0), inner, outer, on)
+        t_comm = t_comm + np.where(on, inner + outer, 0.0)
     return t_comm
 
 
-def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
+def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool | None = None) -> Arrays:
     """Breakdown of one optimizer step (s): forward, backward, recompute, dequant, overhead,
     tensor/context/expert-parallel communication, pipeline bubble, optimizer, data-parallel
-    communication (exposed after overlap), and the total."""
+    communication (exposed after overlap), and the total; with `domains` (default: up to DOMAIN_ROWS
+    rows, an estimate's) the communication by domain too (physics/comm_domains.py)."""
     mb, S, ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
     tp, pp, cp, dp = a["tp"], a["pp"], a["cp"], a["dp"]
     split = tp * pp
@@ -293,7 +363,8 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     ct = _compute_seconds(a, c, tokens)
     t_fwd, t_bwd, t_rec = ct["t_fwd"], ct["t_bwd"], ct["t_rec"]
     mt = _memory_traffic_seconds(a, c, tokens, bw, ct["rec_share"])
-    par = _model_parallel_seconds(a, c, tokens, ct)
+    micro_dom: Arrays | None = {} if (np.size(mb) <= DOMAIN_ROWS if domains is None else domains) else None
+    par = _model_parallel_seconds(a, c, tokens, ct, micro_dom)
     host = np.where(np.isfinite(get(a, "host_bw")), get(a, "host_bw"), c.cpu_offload_gbs * 1e9)
     t_offload = activation_offload_seconds(a, c, tokens, host, t_fwd + t_bwd)
     # PEFT methods' own work (physics/peft_methods.py): fp32 matmuls with built weights, weight products
@@ -333,7 +404,8 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     t_opt = t_opt + weight_cast_seconds((a["params_trainable"] + a["params_frozen_linear"]) / split,
                                         get(a, "lowp"), bw)
 
-    t_comm = _dp_seconds(a, c, ct)
+    step_dom: Arrays | None = None if micro_dom is None else scaled(micro_dom, ga)
+    t_comm = _dp_seconds(a, c, step_dom)
     # overlap: DDP buckets hide behind the last micro-step's backward; sharded collectives behind
     # every micro-step's forward and backward
     hide = np.where(shard >= ShardingCode.ZERO3, ga * (t_fwd + t_bwd + t_rec), t_bwd + t_rec) * c.overlap_fraction
@@ -356,6 +428,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "step_s": total,
         "efficiency": ct["eff"],
         "compute_s": ga * (t_fwd + t_bwd + t_rec),
+        **(step_dom or {}),
     }
 
 

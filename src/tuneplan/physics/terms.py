@@ -39,9 +39,10 @@ QUANT_BYTES_PER_WEIGHT = {
     # (1 MiB, 1/16 byte per weight of a 4096 x 4096 layer) and fp16 per-channel scales
     "aqlm-2bit": 2.0 / 8 + 2**16 * 8 * 2 / (4096 * 4096) + 2.0 / 4096,
 }
-DEQUANT_KIND = {"nf4": 1.0, "gptq-int4": 2.0, "awq-int4": 2.0, "int8": 2.0, "aqlm-2bit": 2.0, "fp8": 3.0}
-"""Dequantisation traffic per pass: 1 NF4 (bitsandbytes), 2 fused int kernels (GPTQ/AWQ/int8; AQLM's
-codebook kernels taken as the same class); 3 fp8 base weights (physics/precision.FP8_DEQUANT_BYTES)."""
+DEQUANT_KIND = {"nf4": 1.0, "gptq-int4": 4.0, "awq-int4": 2.0, "int8": 2.0, "aqlm-2bit": 2.0, "fp8": 3.0}
+"""Dequantisation traffic per pass: 1 NF4 (bitsandbytes), 2 fused int kernels (AWQ/int8; AQLM's
+codebook kernels taken as the same class); 3 fp8 base weights (physics/precision.FP8_DEQUANT_BYTES);
+4 GPTQ unpacked in eager PyTorch ops in the forward (step.GPTQ_EAGER_DEQUANT_BYTES)."""
 
 ROW_PARALLEL = frozenset({"o", "down", "fc2", "out_proj", "dense", "wo", "shared_down", "dense_4h_to_h"})
 """Linears tensor parallelism splits along their input (row-parallel: attention output, MLP down); the
@@ -70,7 +71,7 @@ class ModelTerms:
     params_expert: float  # expert weights (divided by expert parallelism)
     frozen_linear_bytes: float  # bytes per frozen block weight
     frozen_other_bytes: float
-    dequant_bytes: float  # dequantisation kind per pass: 0 none, 1 NF4 (bitsandbytes), 2 GPTQ/AWQ/int8 kernels
+    dequant_bytes: float  # dequantisation kind: 0 none, 1 NF4, 2 AWQ/int8 kernels, 3 fp8, 4 GPTQ eager (DEQUANT_KIND)
     optimizer_code: int
     galore_rank: float  # GaLore's projection rank r (physics/memory.py galore_state_elements)
     galore_min_dims: float  # block linears: sum of min(in, out) over every matrix (GaLore's projector, per rank)

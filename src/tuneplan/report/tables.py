@@ -105,6 +105,13 @@ def estimate_items(r) -> list:
     memt.rows.append(_cells("peak (nvidia-smi)", f"{d['memory_per_gpu_gib']:,.2f}"))
 
     items: list = [main, parts, memt]
+    if d.get("communication_by_domain"):  # physics/comm_domains.py: before overlap, per optimizer step
+        comm = Table("communication per GPU by domain (per step, before overlap)",
+                     ["collectives", "inside the NVLink domain", "across domains"], ["left", "right", "right"])
+        for k, v in d["communication_by_domain"].items():
+            comm.rows.append(_cells(k.replace("_", " "), *(f"{v[f'{dom}_gb']:,.2f} GB, {duration(v[f'{dom}_s'])}"
+                                                           for dom in ("inside_domain", "across_domains"))))
+        items.insert(2, comm)
     if st and st.get("train_parts_s"):
         tp = st["train_parts_s"]
         items.insert(1, Styled("training time by stage part: " + ", ".join(
