@@ -268,6 +268,12 @@ class JobSpec:
     ckpt_mode: Literal["auto", "none", "selective", "full", "offload"] = "auto"
     ckpt_every: int = option(1, "checkpoint one layer in every N (default 1: all)", "method")
     act_offload: bool = option(False, "offload saved activations to host memory (default off)", "method")
+    optimizer_in_bwd: bool = option(False, "optimizer step inside the backward, each parameter's as soon as its "
+                                           "gradient is ready (torchtune optimizer_in_bwd): one gradient alive at a "
+                                           "time; needs --grad-accum 1 (default off)", "method")
+    expandable_segments: bool | None = option(None, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching "
+                                                    "allocator grows one segment, so batches of other lengths keep no "
+                                                    "blocks of their own (default: the framework's)", "method")
     framework: str = option(FRAMEWORK_DEFAULT, "the training stack, NAME or NAME@VERSION (hf-trainer@4.46): its "
                                                "kernels and defaults (data/frameworks.yaml, `tuneplan frameworks`; "
                                                "default hf-trainer, the HF Trainer's current defaults)", "method",
@@ -350,6 +356,9 @@ class JobSpec:
                                        number="nonneg")
     eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work and money", number="nonneg")
     eval_examples: int = option(0, "examples per evaluation", "work and money", number="nonneg")
+    eval_batch_size: int | None = option(None, "samples per GPU in an evaluation pass (default: the framework's, "
+                                               "HF Trainer per_device_eval_batch_size 8; else the micro-batch)",
+                                         "work and money")
     save_every: int = option(0, "optimizer steps between checkpoint saves (default 0: only at the end)", "work and money",
                              number="nonneg")
     save_final: bool = True
@@ -424,6 +433,9 @@ class JobSpec:
                              f"({self.ep} x {self.expert_tp})")
         if self.method in ("qlora", "gptq-lora", "loftq") and self.precision == "fp32":
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
+        if self.optimizer_in_bwd and self.grad_accum > 1:  # torchtune's recipes refuse it too
+            raise ValueError(f"optimizer-in-bwd steps each parameter during the backward: it needs grad-accum 1, "
+                             f"not {self.grad_accum}")
         if self.vpp > 1 and self.pp == 1:
             raise ValueError(f"vpp ({self.vpp}) needs pipeline parallelism (pp > 1)")
         if self.optimizer == "galore-adamw" and self.method != "full":
@@ -546,6 +558,13 @@ class JobSpec:
         if self.master_weights is None:
             return DEFAULT_MASTER_WEIGHTS == "fp32"  # not given: mixed precision over fp32 weights
         return self.sharding.startswith("zero") or self.tp > 1 or self.precision in LOW_PRECISIONS
+
+    def eval_batch(self) -> int:
+        """Samples per GPU in an evaluation pass: as given, else the framework's default
+        (data/frameworks.yaml `eval_batch`), else the training micro-batch."""
+        from tuneplan.specs.framework import get_framework
+
+        return self.eval_batch_size or get_framework(self.framework).eval_batch or self.micro_batch
 
     def variable_shapes(self) -> bool:
         """Whether batches vary in length from step to step: unpacked samples padded only to the
