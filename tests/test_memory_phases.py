@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.conftest import tiny_llama_config
+from tests.conftest import reference_dir, tiny_llama_config
 
 from tuneplan.errors import InputError
 from tuneplan.physics.activations import activation_bytes_per_token_layer
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
 from tuneplan.physics.memory import EVAL_LOGITS_BYTES_PER_ELEMENT, memory, settle_peaks
+from tuneplan.physics.ops import FUSED_CE_CHUNK_TOKENS
 from tuneplan.physics.terms import build_arrays
 from tuneplan.specs.framework import get_framework
 from tuneplan.specs.gpu import gpu_catalog
@@ -106,3 +107,39 @@ def test_expandable_segments_cache_no_other_shapes():
     assert grown["reserved_gib"] < cached["reserved_gib"]
     assert get_framework("verl").expandable_segments  # verl trains with them (its source in frameworks.yaml)
     assert make_job(framework="verl").expandable_segments is None  # unset: the profile's, said in the assumptions
+
+
+def test_deepspeed_zero_keeps_fp32_masters_under_an_in_place_framework():
+    # ms-swift trains 16-bit weights in place on its own; under DeepSpeed ZeRO the engine's optimizer holds
+    # fp32 partitions of the weights (and so fp32 moments): 4 + 8 bytes per parameter over the 4 ranks
+    job = dict(method="full", precision="bf16", framework="ms-swift", gpus=4, micro_batch=1)
+    assert not make_job(**job, sharding="ddp").fp32_master()
+    assert make_job(**job, sharding="zero3").fp32_master()
+    assert not make_job(**job, sharding="zero3", master_weights="none").fp32_master()  # as set
+    m, _, out = mem(make_job(**job, sharding="zero3"))
+    P = m.params_total
+    assert out["master_weights_gib"] * G == pytest.approx(4 * P / 4)
+    assert out["optimizer_gib"] * G == pytest.approx(8 * P / 4)
+
+
+def test_a_rows_fused_loss_holds_one_chunk_of_logits():
+    from tuneplan.learn.dataset import row_to_config
+
+    row = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "full", "seq_len": 8192,
+           "micro_batch_size": 1, "gpus": 1, "framework": "ms-swift"}
+    plain, fused = row_to_config(row), row_to_config({**row, "fused_ce": 1})
+    assert plain.job.fused_ce is None and fused.job.fused_ce is True
+    logits = [memory(build_arrays([(c.model, c.gpu, c.job, c.seq_len)]))["logits_gib"][0] for c in (plain, fused)]
+    # one chunk of tokens at 6 bytes per element (physics/ops.py logits_memory_bytes), not 8192 x vocab at 14
+    assert logits[1] * G == pytest.approx(min(8192, FUSED_CE_CHUNK_TOKENS) * plain.model.vocab_size * 6.0)
+    assert logits[0] * G == pytest.approx(8192 * plain.model.vocab_size * DEFAULT_CONSTANTS.logits_bytes_per_element)
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="shared reference runs not present")
+def test_ms_swift_examples_liger_rows_read_as_fused_loss():
+    from tuneplan.runs import read_runs
+
+    df = read_runs(reference_dir() / "ms-swift-examples.csv").df.set_index("id")
+    assert str(df.loc["ms-swift-examples-42", "fused_ce"]) in ("1", "1.0")  # 'use_liger_kernel true' in its notes
+    assert "fused_ce" in str(df.loc["ms-swift-examples-42", "defaults_used"])
+    assert str(df.loc["ms-swift-examples-43", "fused_ce"]) in ("", "nan", "None")  # 'Not using use_liger_kernel'

@@ -83,18 +83,30 @@ loss/loss_utils.py ForCausalLMLoss `logits.float()`) and cross_entropy's fp32 lo
 gradients under the Trainer's `torch.no_grad()` (prediction_step)."""
 
 
-def eval_pass_bytes(a: Arrays, states: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
+def eval_pass_bytes(a: Arrays, states: np.ndarray, grads: np.ndarray,
+                    c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
     """Peak of an evaluation pass per GPU (bytes), a phase between optimizer steps; 0 where the job does
-    not evaluate (`eval_batch` 0). The persistent `states` (weights, master copy, moments, gradient buffers
-    that outlive the step: HF's zero_grad(set_to_none=True) frees the rest) and a forward without autograd
-    at the evaluation batch: one layer's tensors at a time, nothing saved for a backward, and the batch's
-    logits at the loss (`EVAL_LOGITS_BYTES_PER_ELEMENT`; a chunked or fused loss as in training)."""
+    not evaluate (`eval_batch` 0). The persistent `states` (weights, master copy, moments), the step's
+    `grads` only where they live in persistent buffers (HF's zero_grad(set_to_none=True) frees them), and
+    a forward without autograd at the evaluation batch: one layer's tensors at a time, nothing saved for a
+    backward, and the batch's logits at the loss (`EVAL_LOGITS_BYTES_PER_ELEMENT`; a chunked or fused
+    loss as in training)."""
+    states = states + np.where(get(a, "grad_buffers") > 0, grads, 0.0)
     eb = get(a, "eval_batch")
     tokens = eb * a["seq_len"] / a["cp"]
     per = activation_bytes_per_token_layer(a, c)
     layer = tokens * np.maximum(per["dense"], per["moe"]) * c.activation_scale / a["tp"]
     logits = logits_memory_bytes(tokens, a["vocab"], a["tp"], get(a, "ce_code"), EVAL_LOGITS_BYTES_PER_ELEMENT)
     return np.where(eb > 0, states + layer + logits, 0.0)
+
+
+def variable_shape_bytes(a: Arrays, per_token_bytes: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
+    """Blocks the caching allocator keeps for batches of other lengths (bytes, reserved only):
+    `variable_shape_reserve` x the per-token transients where batch shapes vary; none under expandable
+    segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment grows and its freed pages
+    serve any size, so a shorter batch's blocks are reused by a longer one instead of held beside it)."""
+    vary = (a["variable_shapes"] > 0) & (get(a, "expandable_segments") == 0)
+    return np.where(vary, c.variable_shape_reserve * per_token_bytes, 0.0)
 
 
 def galore_state_elements(a: Arrays) -> np.ndarray:
@@ -160,7 +172,8 @@ def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, gra
     whole = np.where(flat_parameter_gradients(a), trainable * a["weight_bytes_compute"]
                      + frozen_lin * a["frozen_linear_bytes"], trainable * grad_bytes)
     sharded = whole / np.maximum(shards, 1.0)
-    return np.where(accumulated_unsharded(a, shards), whole, sharded), sharded
+    # the optimizer inside the backward (optimizer_in_backward_bytes) leaves none for a step of its own
+    return np.where(accumulated_unsharded(a, shards), whole, sharded), np.where(get(a, "opt_in_bwd") > 0, 0.0, sharded)
 
 
 def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> tuple[np.ndarray, np.ndarray]:
@@ -238,7 +251,6 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     grad_bytes = np.where(full | freeze, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
     grads, step_grads = gradient_bytes(a, trainable, frozen_lin, grad_bytes, np.where(offload, sdeg, g_div))
     in_bwd = get(a, "opt_in_bwd") > 0  # each parameter stepped in the backward: one gradient at a time, no step peak
-    step_grads = np.where(in_bwd, 0.0, step_grads)
     master, opt = master_and_states(a, trainable, full, full | freeze, ep_factor / split)
     master, opt = master / o_div, opt / o_div
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
@@ -273,17 +285,12 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # in the backward's step: the first (largest) gradient is written while every activation is still held
     grads = np.where(in_bwd, optimizer_in_backward_bytes(a, trainable, grad_bytes, split), grads)
     backward = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
-    variable = a["variable_shapes"] * c.variable_shape_reserve * (acts - stacked + logits)  # W + BA: one shape
-    # expandable segments (PYTORCH_CUDA_ALLOC_CONF): the allocator grows one segment and maps freed pages to
-    # any size, so the blocks of another batch length are reused instead of held beside the longest's
-    variable = np.where(get(a, "expandable_segments") > 0, 0.0, variable)
+    variable = variable_shape_bytes(a, acts - stacked + logits, c)  # W + BA: one shape
     # the optimizer step, after the backward freed the activations: every gradient, the states and the
     # step's own temporaries; its blocks come from those the backward freed (new segments only beyond them)
     step = weights + step_grads + master + opt + ddp_buckets + workspace
     step = step + np.where(host_states | in_bwd, 0.0, optimizer_step_bytes(opt, a))
-    # the evaluation pass: the states that outlive the step (gradients only in persistent buffers)
-    kept_grads = np.where(get(a, "grad_buffers") > 0, step_grads, 0.0)
-    evaluation = eval_pass_bytes(a, weights + master + opt + gathered + ddp_buckets + workspace + kept_grads, c)
+    evaluation = eval_pass_bytes(a, weights + master + opt + gathered + ddp_buckets + workspace, step_grads, c)
     g = BYTES_PER_GIB
     out = {
         "weights_gib": weights / g,

@@ -185,9 +185,15 @@ FP8_RECIPE_WORDS = {
 
 
 def phase_assumptions(fw, job) -> list[str]:
-    """The evaluation pass, the optimizer inside the backward and the allocator's segments, each with
-    where its value came from (physics/memory.py eval_pass_bytes, optimizer_in_backward_bytes)."""
+    """DeepSpeed's fp32 master copy over a framework that trains in place, the evaluation pass, the
+    optimizer inside the backward and the allocator's segments, each with where its value came from (physics/memory.py eval_pass_bytes, optimizer_in_backward_bytes)."""
+    from tuneplan.specs.job import ZERO_FP32_MASTER
+
     out = []
+    if job.method in ("full", "freeze") and job.sharding.startswith("zero") and job.master_weights in (None, "auto") \
+            and fw.master_weights == "none":
+        out.append(f"fp32 master weights and moments under DeepSpeed ZeRO, though {fw.label} trains 16-bit weights in "
+                   f"place on its own ({ZERO_FP32_MASTER}).")
     if job.eval_every > 0:
         b = job.eval_batch()
         whose = ("as set" if job.eval_batch_size else

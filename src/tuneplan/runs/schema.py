@@ -47,7 +47,7 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 
 SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params",
                                     "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap",
-                                    "galore_rank")
+                                    "galore_rank", "fused_ce")
 """Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
 `padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
 sample, so batch shapes vary; a per-source default for sources that say so); `adapter_dtype` = fp32
@@ -64,7 +64,10 @@ gradient accumulation: every-micro-batch (each GPU keeps its shard) or no-sync (
 micro-batch: every GPU holds the unsharded gradients; empty: the framework's default); `fsdp_adapter_wrap` =
 where FSDP put a PEFT method's adapters: separate (their own units, or FSDP2) or with-block (inside each
 block's FSDP1 flat parameter: the frozen weights' gradient allocated too; empty: the framework's default);
-`galore_rank` = GaLore's projection rank for optimizer `galore-adamw` (empty: 128, transformers' default)."""
+`galore_rank` = GaLore's projection rank for optimizer `galore-adamw` (empty: 128, transformers' default);
+`fused_ce` = 1 where the run fused the output projection with the cross-entropy (Liger's
+`use_liger_kernel`, Cut Cross-Entropy: the logits never held whole), 0 where it ran torch's loss (empty:
+the framework's loss kernel, data/frameworks.yaml)."""
 
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",

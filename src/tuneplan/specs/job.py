@@ -56,6 +56,11 @@ DEFAULT_MASTER_WEIGHTS = "fp32"
 """A full fine-tuning in 16 bits keeps an fp32 master copy unless told otherwise (--master-weights) or the
 framework says (data/frameworks.yaml): mixed precision over fp32 weights (HF Trainer's bf16=True on a
 model loaded in fp32, PyTorch AMP, DeepSpeed, Megatron) is what most recipes run; 16 bytes/param with AdamW."""
+ZERO_FP32_MASTER = ("deepspeed 0.19.8 runtime/zero/stage_1_and_2.py single_partition_of_fp32_groups ('A partition of the "
+                    "fp32 master weights that will be updated by this process') and stage3.py "
+                    "fp32_partitioned_groups_flat, in master_weights_and_grads_dtype: float32 unless "
+                    "bf16/fp16_master_weights_and_gradients is set")
+"""Why DeepSpeed ZeRO keeps fp32 master weights (and so fp32 moments) whichever trainer runs above it."""
 OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
               "galore-adamw")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
@@ -545,11 +550,14 @@ class JobSpec:
         (one GPU, DDP, FSDP, a model split over GPUs layer by layer with a device map) trains the
         16-bit weights in place, unless the framework (data/frameworks.yaml `master_weights`) keeps
         fp32 masters (Megatron, torchtitan, llm-foundry, DeepSpeed) or trains in place (unsloth,
-        torchtune, ms-swift, litgpt). Not given (None, the default): the framework's choice when
-        data/frameworks.yaml states one, else fp32 (`DEFAULT_MASTER_WEIGHTS`); measured runs that
-        do not say are read with `auto` (learn/dataset.py)."""
+        torchtune, ms-swift, litgpt). Under DeepSpeed ZeRO (`--sharding zero*`) the engine's
+        optimizer keeps them whichever trainer runs above it (`ZERO_FP32_MASTER`). Not given (None,
+        the default): the framework's choice when data/frameworks.yaml states one, else fp32
+        (`DEFAULT_MASTER_WEIGHTS`); measured runs that do not say are read with `auto` (learn/dataset.py)."""
         if self.master_weights in ("fp32", "none"):
             return self.master_weights == "fp32"
+        if self.sharding.startswith("zero"):
+            return True  # ZERO_FP32_MASTER
         from tuneplan.specs.framework import get_framework
 
         fw_master = get_framework(self.framework).master_weights
