@@ -143,3 +143,14 @@ def test_ms_swift_examples_liger_rows_read_as_fused_loss():
     assert str(df.loc["ms-swift-examples-42", "fused_ce"]) in ("1", "1.0")  # 'use_liger_kernel true' in its notes
     assert "fused_ce" in str(df.loc["ms-swift-examples-42", "defaults_used"])
     assert str(df.loc["ms-swift-examples-43", "fused_ce"]) in ("", "nan", "None")  # 'Not using use_liger_kernel'
+
+
+def test_rl_stacks_of_the_shared_runs_have_profiles():
+    from tuneplan.specs.framework import framework_for_text
+
+    assert framework_for_text("areal") == "areal" and framework_for_text("skyrl") == "skyrl"
+    areal, skyrl = get_framework("areal"), get_framework("skyrl-train")
+    # both keep fp32 weights (FSDP2 computes in bf16) and reduce fp32 gradients
+    assert areal.master_weights == skyrl.master_weights == "fp32" and areal.fp32_grads and skyrl.fp32_grads
+    assert (areal.grad_ckpt, areal.optimizer_impl) == (False, "fused")
+    assert (skyrl.grad_ckpt, skyrl.micro_batch, skyrl.optimizer_impl) == (True, 1, "foreach")
