@@ -154,3 +154,23 @@ def test_rl_stacks_of_the_shared_runs_have_profiles():
     assert areal.master_weights == skyrl.master_weights == "fp32" and areal.fp32_grads and skyrl.fp32_grads
     assert (areal.grad_ckpt, areal.optimizer_impl) == (False, "fused")
     assert (skyrl.grad_ckpt, skyrl.micro_batch, skyrl.optimizer_impl) == (True, 1, "foreach")
+
+
+def test_fp32_gradient_buffers_as_set_or_by_framework():
+    # megatron's profile (Megatron-Bridge performance recipes) reduces 16-bit gradients; --fp32-grads (Megatron-LM /
+    # Megatron-SWIFT's main_grad in fp32) holds 4 bytes per trained parameter instead of 2
+    job = dict(method="full", precision="bf16", framework="megatron", micro_batch=1)
+    m, _, bf16 = mem(make_job(**job), seq=8)
+    _, _, fp32 = mem(make_job(**job, fp32_grads=True), seq=8)
+    P = m.params_total
+    assert (fp32["step_peak_gib"] - bf16["step_peak_gib"]) * G == pytest.approx(2 * P)
+    assert make_job(**job, fp32_grads=True).fp32_grads is True and make_job(**job).fp32_grads is None
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="shared reference runs not present")
+def test_megatron_swift_rows_read_with_fp32_gradients():
+    from tuneplan.runs import read_runs
+
+    df = read_runs(reference_dir() / "ms-swift-megatron.csv").df.set_index("id")
+    assert str(df.loc["ms-swift-megatron-1", "fp32_grads"]) in ("1", "1.0")  # framework megatron: Megatron-SWIFT
+    assert str(df.loc["ms-swift-megatron-3", "fp32_grads"]) in ("", "nan", "None")  # DeepSpeed ZeRO-3 under swift sft

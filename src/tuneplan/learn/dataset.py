@@ -395,7 +395,7 @@ BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
                 "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version", "peft_version",
                 "model_config_json", "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank", "trl_version",
-                "fused_ce")
+                "fused_ce", "fp32_grads")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -465,9 +465,9 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     }
     if quant is not None and method != "full":
         kw["quant"] = quant
-    fused = _get(row, "fused_ce")  # a fused linear + cross-entropy the row states (Liger); empty: the framework's loss
-    if fused is not None:
-        kw["fused_ce"] = bool(int(float(fused)))
+    for key in ("fused_ce", "fp32_grads"):  # a fused loss (Liger), fp32 gradient buffers; empty: the framework's
+        if _get(row, key) is not None:
+            kw[key] = bool(int(float(_get(row, key))))
     rank = _get(row, "galore_rank")
     if rank is not None and optimizer == "galore-adamw":
         kw["galore_rank"] = _positive_int(rank, "galore_rank")

@@ -101,7 +101,7 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         # DeepSpeed ZeRO (--sharding zero*) keeps contiguous gradient partitions whatever the trainer
         "grad_buffers": float(fw.grad_buffers or job.sharding.startswith("zero")),
         "dist_opt": float(fw.distributed_optimizer),
-        "fp32_grads": float(fw.fp32_grads), "seq_par": float(bool(seq_par) and job.tp > 1),
+        "fp32_grads": float(fw.fp32_grads if job.fp32_grads is None else job.fp32_grads), "seq_par": float(bool(seq_par) and job.tp > 1),
         "tp_overlap": float(fw.tp_comm_overlap), "cp_ulysses": float(job.cp_mode == "ulysses"),
         "vpp": float(job.vpp), "etp": float(job.expert_tp), "offload_code": float(OFFLOAD_CODES[job.offload]),
         "attn_kernel": float(ATTENTION_KERNEL_CODES[kernel]), "gpu_gen": float(gpu_generation(gpu)),
@@ -194,6 +194,9 @@ def phase_assumptions(fw, job) -> list[str]:
             and fw.master_weights == "none":
         out.append(f"fp32 master weights and moments under DeepSpeed ZeRO, though {fw.label} trains 16-bit weights in "
                    f"place on its own ({ZERO_FP32_MASTER}).")
+    if job.fp32_grads is not None and job.fp32_grads != fw.fp32_grads and job.method in ("full", "freeze"):
+        out.append(f"Gradients {'in an fp32 buffer' if job.fp32_grads else 'in the compute dtype'} (as set; "
+                   f"{fw.label}'s default: {'fp32' if fw.fp32_grads else 'the compute dtype'}).")
     if job.eval_every > 0:
         b = job.eval_batch()
         whose = ("as set" if job.eval_batch_size else

@@ -47,7 +47,7 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 
 SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params",
                                     "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap",
-                                    "galore_rank", "fused_ce")
+                                    "galore_rank", "fused_ce", "fp32_grads")
 """Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
 `padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
 sample, so batch shapes vary; a per-source default for sources that say so); `adapter_dtype` = fp32
@@ -67,7 +67,9 @@ block's FSDP1 flat parameter: the frozen weights' gradient allocated too; empty:
 `galore_rank` = GaLore's projection rank for optimizer `galore-adamw` (empty: 128, transformers' default);
 `fused_ce` = 1 where the run fused the output projection with the cross-entropy (Liger's
 `use_liger_kernel`, Cut Cross-Entropy: the logits never held whole), 0 where it ran torch's loss (empty:
-the framework's loss kernel, data/frameworks.yaml)."""
+the framework's loss kernel, data/frameworks.yaml); `fp32_grads` = 1 where a full fine-tune accumulated
+and reduced its gradients in an fp32 buffer (Megatron's main_grad in fp32), 0 in the compute dtype
+(empty: the framework's)."""
 
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",

@@ -276,6 +276,9 @@ class JobSpec:
     optimizer_in_bwd: bool = option(False, "optimizer step inside the backward, each parameter's as soon as its "
                                            "gradient is ready (torchtune optimizer_in_bwd): one gradient alive at a "
                                            "time; needs --grad-accum 1 (default off)", "method")
+    fp32_grads: bool | None = option(None, "full fine-tuning: gradients accumulated and reduced in an fp32 buffer "
+                                           "(Megatron's main_grad with --accumulate-allreduce-grads-in-fp32, FSDP2 "
+                                           "reduce_dtype fp32 over fp32 weights; default: the framework's)", "precision")
     expandable_segments: bool | None = option(None, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching "
                                                     "allocator grows one segment, so batches of other lengths keep no "
                                                     "blocks of their own (default: the framework's)", "method")
