@@ -174,3 +174,14 @@ def test_megatron_swift_rows_read_with_fp32_gradients():
     df = read_runs(reference_dir() / "ms-swift-megatron.csv").df.set_index("id")
     assert str(df.loc["ms-swift-megatron-1", "fp32_grads"]) in ("1", "1.0")  # framework megatron: Megatron-SWIFT
     assert str(df.loc["ms-swift-megatron-3", "fp32_grads"]) in ("", "nan", "None")  # DeepSpeed ZeRO-3 under swift sft
+
+
+def test_a_bad_loss_or_gradient_cell_is_the_rows_problem(tmp_path):
+    from tuneplan.runs import read_runs
+
+    head = "id,model,gpu,method,seq_len,micro_batch_size,gpus,tokens_per_s,fused_ce,fp32_grads\n"
+    good = "x-1,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,full,512,1,1,1000,true,0\n"
+    (tmp_path / "r.csv").write_text(head + good + "x-2,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,full,512,1,1,1000,abc,1\n")
+    table = read_runs(tmp_path / "r.csv")
+    assert [float(x) for x in table.df["fused_ce"]] == [1.0] and [float(x) for x in table.df["fp32_grads"]] == [0.0]
+    assert [p.line for p in table.problems] == [3] and "fused_ce" in table.problems[0].message

@@ -185,8 +185,9 @@ FP8_RECIPE_WORDS = {
 
 
 def phase_assumptions(fw, job) -> list[str]:
-    """DeepSpeed's fp32 master copy over a framework that trains in place, the evaluation pass, the
-    optimizer inside the backward and the allocator's segments, each with where its value came from (physics/memory.py eval_pass_bytes, optimizer_in_backward_bytes)."""
+    """DeepSpeed's fp32 master copy over a framework that trains in place, fp32 gradients as set, the
+    evaluation pass, the optimizer inside the backward and the allocator's segments, each with where its
+    value came from (physics/memory.py eval_pass_bytes, optimizer_in_backward_bytes, variable_shape_bytes)."""
     from tuneplan.specs.job import ZERO_FP32_MASTER
 
     out = []

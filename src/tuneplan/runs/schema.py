@@ -30,8 +30,8 @@ EXTRA_NUMERIC_COLUMNS: tuple[str, ...] = ("peak_mem_reserved_gib", "peak_mem_all
 """Profiler columns checked as numbers when present (other extra columns pass through as text, and
 are typed as numbers in the table only when every value is one)."""
 
-FLAG_COLUMNS: tuple[str, ...] = ("grad_ckpt", "flash_attn")
-"""0/1 columns; `true`/`false`/`yes`/`no` are accepted and stored as 1/0."""
+FLAG_COLUMNS: tuple[str, ...] = ("grad_ckpt", "flash_attn", "fused_ce", "fp32_grads")
+"""0/1 columns; `true`/`false`/`yes`/`no` are accepted and stored as 1/0 (any other value is the row's error)."""
 
 THROUGHPUT_COLUMNS: tuple[str, ...] = (
     "tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "step_time_s", "runtime_s",
