@@ -185,3 +185,15 @@ def test_a_bad_loss_or_gradient_cell_is_the_rows_problem(tmp_path):
     table = read_runs(tmp_path / "r.csv")
     assert [float(x) for x in table.df["fused_ce"]] == [1.0] and [float(x) for x in table.df["fp32_grads"]] == [0.0]
     assert [p.line for p in table.problems] == [3] and "fused_ce" in table.problems[0].message
+
+
+def test_runs_sharding_reads_optimizer_and_parameter_offload():
+    from tuneplan.learn.dataset import parse_sharding
+
+    # Megatron's optimizer_cpu_offload (ms-swift examples: 'tp8+optim-offload'): master and moments on the host
+    assert parse_sharding("tp8+optim-offload") == {"sharding": "ddp", "tp": 8, "offload": "optimizer"}
+    assert parse_sharding("fsdp-full+offload") == parse_sharding("fsdp-full+cpu-offload") == {"sharding": "fsdp-offload"}
+    job = make_job(method="full", precision="bf16", framework="megatron", gpus=8, tp=8, micro_batch=1,
+                   **{k: v for k, v in parse_sharding("tp8+optim-offload").items() if k != "tp"})
+    _, _, out = mem(job)
+    assert out["master_weights_gib"] == 0.0 and out["optimizer_gib"] == 0.0 and out["weights_gib"] > 0

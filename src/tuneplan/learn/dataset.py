@@ -72,12 +72,13 @@ def _get(row: dict, key: str) -> Any:
 
 
 def parse_sharding(text: str | None) -> dict[str, Any]:
-    """'ddp+tp4+pp8+cp2', 'fsdp-full+cpu-offload', 'zero3+sp8' -> JobSpec fields."""
+    """'ddp+tp4+pp8+cp2', 'fsdp-full+cpu-offload' (or '+offload'), 'zero3+sp8', 'tp8+optim-offload'
+    (Megatron's optimizer_cpu_offload: master weights and moments on the host) -> JobSpec fields."""
     out: dict[str, Any] = {"sharding": "ddp"}
     if not text:
         return out
     parts = [p.strip().lower() for p in str(text).split("+") if p.strip()]
-    offload = "cpu-offload" in parts
+    offload = "cpu-offload" in parts or "offload" in parts
     for p in parts:
         m = re.fullmatch(r"(tp|pp|cp|ep|sp)(\d+)", p)
         if m:
@@ -89,7 +90,9 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
             out["sharding"] = "fsdp-offload" if offload else "fsdp"
         elif p in ("fsdp-grad-op", "fsdp-hybrid", "zero1", "zero2", "zero3", "zero3-offload", "ddp", "none"):
             out["sharding"] = p
-        elif p == "cpu-offload":
+        elif p == "optim-offload":
+            out["offload"] = "optimizer"
+        elif p in ("cpu-offload", "offload"):
             continue
         else:
             raise InputError("sharding", f"cannot read '{p}' in '{text}'")
