@@ -10,7 +10,9 @@ constants (`PhysicsConstants()`), which is what `tuneplan validate --split by-so
     python benchmarks/physics_by_source.py [--runs DIR_OR_FILE ...] [--worst 10] [--csv out.csv] [--by framework]
 
 `--by framework` groups the same figures by the framework profile each row was costed with (its
-`framework` cell read through data/frameworks.yaml: names, aliases, NAME@VERSION; generic when unknown).
+`framework` cell read through data/frameworks.yaml: names, aliases, NAME@VERSION; generic when unknown),
+and lists every `framework` cell of the runs files (RL and preference rows included) that no profile
+names: those fall to generic.
 """
 
 from __future__ import annotations
@@ -63,6 +65,17 @@ def evaluate(paths):
     return out
 
 
+def generic_cells(paths):
+    """(framework cell, rows) of every runs row whose framework no profile names (it falls to generic)."""
+    from tuneplan.runs import read_runs
+    from tuneplan.specs.framework import framework_for_text
+
+    df = read_runs([p for p in paths if Path(p).exists()]).df
+    cells = df["framework"].fillna("").astype(str) if "framework" in df.columns else []
+    counts = cells.value_counts()
+    return [(cell, int(n)) for cell, n in counts.items() if framework_for_text(cell) == "generic"]
+
+
 def summary(out, by: str = "source"):
     import pandas as pd
 
@@ -106,6 +119,11 @@ def main(argv=None) -> int:
         print(f"\nwrong fit verdicts ({len(bad)}):")
         print(bad[["id", "model", "gpu", "method", "seq", "gpus", "measured_mem", "pred_mem", "measured_fits"]]
               .to_string(index=False))
+    if args.by != "source":
+        cells = generic_cells(args.runs)
+        print(f"\nframework cells no profile names (costed as generic): {len(cells)}")
+        for cell, n in cells:
+            print(f"  {cell or '(empty)'}: {n} rows")
     if args.csv:
         out.to_csv(args.csv, index=False)
     print(f"\n{len(out)} rows in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -385,7 +385,7 @@ def _result(est, stage, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, wl: Wo
 
 
 STATIC_MEMORY_PARTS = ("weights", "gradients", "gradient_buckets", "master_weights", "optimizer", "gathered_params", "optimizer_step",
-                       "workspace")
+                       "eval_pass", "workspace")
 """Memory parts counted byte by byte (the learned correction never changes them)."""
 AFTER_ALLOCATION_PARTS = ("allocator", "cuda_context", "variable_shape")
 """Memory on top of what tensors hold (the allocator's reserve, the CUDA context)."""
@@ -398,6 +398,10 @@ def step_peak_said(parts: dict[str, float], assumptions: list[str]) -> dict[str,
         assumptions.append(f"Memory: the peak is the optimizer step's, {parts['optimizer_step']:.2f} GiB above the "
                            "backward's: every gradient and the states, plus torch's foreach AdamW temporary (one "
                            "second moment for all trained weights) where the step is foreach (--optimizer-impl).")
+    if parts.get("eval_pass", 0.0) > 0:
+        assumptions.append(f"Memory: the peak is the evaluation pass's, {parts['eval_pass']:.2f} GiB above the "
+                           "training step's: the evaluation batch's logits at the loss beside the weights and optimizer "
+                           "states (--eval-batch-size).")
     return parts
 
 

@@ -28,11 +28,12 @@ STEP_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwis
               "pipeline_bubble_s", "optimizer_s", "communication_s", "vision_tower_s")
 """The parts of an optimizer step an estimator may report; those it reports add up to `step_s`."""
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "gradient_buckets_gib", "master_weights_gib", "optimizer_gib", "gathered_params_gib",
-                "activations_gib", "logits_gib", "workspace_gib", "optimizer_step_gib", "calibration_gib", "allocator_gib",
+                "activations_gib", "logits_gib", "workspace_gib", "optimizer_step_gib", "eval_pass_gib", "calibration_gib", "allocator_gib",
                 "cuda_context_gib")
 """The parts of tuneplan's memory model (they add up to `memory_gib`; gradients are those at the backward's peak:
 physics/activations.backward_peak_bytes; `optimizer_step_gib` is the optimizer step's peak above the
-backward's, where the step's is the higher: physics/memory.settle_peaks)."""
+backward's, where the step's is the higher, and `eval_pass_gib` an evaluation pass's above both:
+physics/memory.settle_peaks)."""
 
 
 class Estimator(Protocol):

@@ -11,7 +11,7 @@ import numpy as np
 
 from tuneplan.physics import stages as ps
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
-from tuneplan.physics.memory import settle_peaks
+from tuneplan.physics.memory import backward_peak_gib, settle_peaks
 from tuneplan.specs.job import JobSpec
 
 POLICY_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s",
@@ -77,8 +77,10 @@ def add_memory(out: dict, extra_bytes: dict[str, np.ndarray], engine_bytes, c=DE
     if np.any(np.asarray(engine_bytes) > 0):
         out["rollout_engine_gib"] = np.asarray(engine_bytes, dtype=float) * ones / g
     # the stage's tensors (reference / reward / value models, buffers) are held through the step too
-    backward = out["allocated_gib"] - out.get("optimizer_step_gib", 0.0) + add / g
+    backward = backward_peak_gib(out) + add / g
     out["step_peak_gib"] = out.get("step_peak_gib", backward - add / g) + add / g
+    if "eval_peak_gib" in out:  # held through an evaluation pass too
+        out["eval_peak_gib"] = np.where(out["eval_peak_gib"] > 0, out["eval_peak_gib"] + add / g, 0.0)
     settle_peaks(out, backward, c, np.asarray(engine_bytes) / g)
     out["memory_gib"] = out["nvidia_smi_gib"]
 

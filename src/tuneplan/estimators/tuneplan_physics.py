@@ -15,7 +15,7 @@ import numpy as np
 from tuneplan.estimators.contract import MEMORY_PARTS, STEP_PARTS
 from tuneplan.physics.comm_domains import domain_seconds
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
-from tuneplan.physics.memory import memory, settle_peaks
+from tuneplan.physics.memory import backward_peak_gib, memory, settle_peaks
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
 
 Arrays = dict[str, np.ndarray]
@@ -383,7 +383,7 @@ class TuneplanEstimator:
         static = (out["weights_gib"] + out["gradients_gib"] + out["gradient_buckets_gib"] + out["master_weights_gib"]
                   + out["optimizer_gib"] + out["gathered_params_gib"])
         # the backward's peak is corrected; the optimizer step's (byte-counted states and temporaries) is not
-        backward = out["allocated_gib"] - out["optimizer_step_gib"]
+        backward = backward_peak_gib(out)
         corrected = np.maximum(backward * mem_factor + mem_offset_gib, static + out["workspace_gib"])
         out["calibration_gib"] = corrected - backward
         # the cached blocks of other batch shapes (memory()'s variable_shape_gib) are not rescaled

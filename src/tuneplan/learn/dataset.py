@@ -72,12 +72,13 @@ def _get(row: dict, key: str) -> Any:
 
 
 def parse_sharding(text: str | None) -> dict[str, Any]:
-    """'ddp+tp4+pp8+cp2', 'fsdp-full+cpu-offload', 'zero3+sp8' -> JobSpec fields."""
+    """'ddp+tp4+pp8+cp2', 'fsdp-full+cpu-offload' (or '+offload'), 'zero3+sp8', 'tp8+optim-offload'
+    (Megatron's optimizer_cpu_offload: master weights and moments on the host) -> JobSpec fields."""
     out: dict[str, Any] = {"sharding": "ddp"}
     if not text:
         return out
     parts = [p.strip().lower() for p in str(text).split("+") if p.strip()]
-    offload = "cpu-offload" in parts
+    offload = "cpu-offload" in parts or "offload" in parts
     for p in parts:
         m = re.fullmatch(r"(tp|pp|cp|ep|sp)(\d+)", p)
         if m:
@@ -89,7 +90,9 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
             out["sharding"] = "fsdp-offload" if offload else "fsdp"
         elif p in ("fsdp-grad-op", "fsdp-hybrid", "zero1", "zero2", "zero3", "zero3-offload", "ddp", "none"):
             out["sharding"] = p
-        elif p == "cpu-offload":
+        elif p == "optim-offload":
+            out["offload"] = "optimizer"
+        elif p in ("cpu-offload", "offload"):
             continue
         else:
             raise InputError("sharding", f"cannot read '{p}' in '{text}'")
@@ -394,7 +397,8 @@ BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "
                 "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
                 "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version", "peft_version",
-                "model_config_json", "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank", "trl_version")
+                "model_config_json", "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank", "trl_version",
+                "fused_ce", "fp32_grads")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -464,6 +468,9 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     }
     if quant is not None and method != "full":
         kw["quant"] = quant
+    for key in ("fused_ce", "fp32_grads"):  # a fused loss (Liger), fp32 gradient buffers; empty: the framework's
+        if _get(row, key) is not None:
+            kw[key] = bool(int(float(_get(row, key))))
     rank = _get(row, "galore_rank")
     if rank is not None and optimizer == "galore-adamw":
         kw["galore_rank"] = _positive_int(rank, "galore_rank")

@@ -65,6 +65,50 @@ def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
     return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
 
 
+def optimizer_in_backward_bytes(a: Arrays, trainable: np.ndarray, grad_bytes: np.ndarray,
+                                split: np.ndarray) -> np.ndarray:
+    """Gradient bytes alive at once with the optimizer inside the backward (torchtune 0.6.1
+    training/memory.py register_optim_in_bwd_hooks, `optimizer_in_bwd: True`): a post-accumulate-grad hook
+    on every trained parameter runs that parameter's own optimizer step and `zero_grad()` as soon as its
+    gradient is ready, so one parameter's gradient is held at a time: the largest trained tensor's (the
+    embedding or output projection, vocab x hidden, else an MLP matrix), at most all trained weights'."""
+    largest = np.maximum(a["vocab"], np.maximum(a["intermediate"], a["moe_intermediate"])) * a["hidden"] / split
+    return np.minimum(largest, trainable) * grad_bytes
+
+
+EVAL_LOGITS_BYTES_PER_ELEMENT = 10.0
+"""Bytes per (token x vocab) an evaluation forward holds at its loss with torch's cross-entropy over
+upcast logits (bytes): the model's 16-bit logits (2, kept in its output), their fp32 copy (4, transformers
+loss/loss_utils.py ForCausalLMLoss `logits.float()`) and cross_entropy's fp32 log-softmax (4); no
+gradients under the Trainer's `torch.no_grad()` (prediction_step)."""
+
+
+def eval_pass_bytes(a: Arrays, states: np.ndarray, grads: np.ndarray,
+                    c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
+    """Peak of an evaluation pass per GPU (bytes), a phase between optimizer steps; 0 where the job does
+    not evaluate (`eval_batch` 0). The persistent `states` (weights, master copy, moments), the step's
+    `grads` only where they live in persistent buffers (HF's zero_grad(set_to_none=True) frees them), and
+    a forward without autograd at the evaluation batch: one layer's tensors at a time, nothing saved for a
+    backward, and the batch's logits at the loss (`EVAL_LOGITS_BYTES_PER_ELEMENT`; a chunked or fused
+    loss as in training)."""
+    states = states + np.where(get(a, "grad_buffers") > 0, grads, 0.0)
+    eb = get(a, "eval_batch")
+    tokens = eb * a["seq_len"] / a["cp"]
+    per = activation_bytes_per_token_layer(a, c)
+    layer = tokens * np.maximum(per["dense"], per["moe"]) * c.activation_scale / a["tp"]
+    logits = logits_memory_bytes(tokens, a["vocab"], a["tp"], get(a, "ce_code"), EVAL_LOGITS_BYTES_PER_ELEMENT)
+    return np.where(eb > 0, states + layer + logits, 0.0)
+
+
+def variable_shape_bytes(a: Arrays, per_token_bytes: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
+    """Blocks the caching allocator keeps for batches of other lengths (bytes, reserved only):
+    `variable_shape_reserve` x the per-token transients where batch shapes vary; none under expandable
+    segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment grows and its freed pages
+    serve any size, so a shorter batch's blocks are reused by a longer one instead of held beside it)."""
+    vary = (a["variable_shapes"] > 0) & (get(a, "expandable_segments") == 0)
+    return np.where(vary, c.variable_shape_reserve * per_token_bytes, 0.0)
+
+
 def galore_state_elements(a: Arrays) -> np.ndarray:
     """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0
     GaLoreAdamW + GaLoreProjector, which transformers' `galore_adamw` optim and ms-swift run): each
@@ -128,7 +172,8 @@ def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, gra
     whole = np.where(flat_parameter_gradients(a), trainable * a["weight_bytes_compute"]
                      + frozen_lin * a["frozen_linear_bytes"], trainable * grad_bytes)
     sharded = whole / np.maximum(shards, 1.0)
-    return np.where(accumulated_unsharded(a, shards), whole, sharded), sharded
+    # the optimizer inside the backward (optimizer_in_backward_bytes) leaves none for a step of its own
+    return np.where(accumulated_unsharded(a, shards), whole, sharded), np.where(get(a, "opt_in_bwd") > 0, 0.0, sharded)
 
 
 def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> tuple[np.ndarray, np.ndarray]:
@@ -205,6 +250,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # gradients in the compute dtype, or in an fp32 buffer (Megatron's main_grad, FSDP2 fp32 reduce)
     grad_bytes = np.where(full | freeze, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
     grads, step_grads = gradient_bytes(a, trainable, frozen_lin, grad_bytes, np.where(offload, sdeg, g_div))
+    in_bwd = get(a, "opt_in_bwd") > 0  # each parameter stepped in the backward: one gradient at a time, no step peak
     master, opt = master_and_states(a, trainable, full, full | freeze, ep_factor / split)
     master, opt = master / o_div, opt / o_div
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
@@ -236,12 +282,15 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     # gradients at the peak: those not written into memory the backward has freed
     # (activations.backward_peak_bytes; all of them where they accumulate or live in a buffer)
     grads = backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
+    # in the backward's step: the first (largest) gradient is written while every activation is still held
+    grads = np.where(in_bwd, optimizer_in_backward_bytes(a, trainable, grad_bytes, split), grads)
     backward = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
-    variable = a["variable_shapes"] * c.variable_shape_reserve * (acts - stacked + logits)  # W + BA: one shape
+    variable = variable_shape_bytes(a, acts - stacked + logits, c)  # W + BA: one shape
     # the optimizer step, after the backward freed the activations: every gradient, the states and the
     # step's own temporaries; its blocks come from those the backward freed (new segments only beyond them)
     step = weights + step_grads + master + opt + ddp_buckets + workspace
-    step = step + np.where(host_states, 0.0, optimizer_step_bytes(opt, a))
+    step = step + np.where(host_states | in_bwd, 0.0, optimizer_step_bytes(opt, a))
+    evaluation = eval_pass_bytes(a, weights + master + opt + gathered + ddp_buckets + workspace, step_grads, c)
     g = BYTES_PER_GIB
     out = {
         "weights_gib": weights / g,
@@ -258,6 +307,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
         "capacity_gib": a["memory_bytes"] / g,
         "variable_shape_gib": variable / g,
         "step_peak_gib": step / g,
+        "eval_peak_gib": evaluation / g,
     }
     settle_peaks(out, backward / g, c)
     return out
@@ -265,26 +315,37 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
 def settle_peaks(out: Arrays, backward_gib: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS,
                  outside_gib: np.ndarray | float = 0.0) -> None:
-    """The peaks from the backward's allocated peak and the optimizer step's (`out["step_peak_gib"]`):
-    allocated, the step's share above the backward (`optimizer_step_gib`), reserved, nvidia-smi and the fit.
+    """The peaks from the step's phases: the backward's allocated peak, the optimizer step's
+    (`out["step_peak_gib"]`) and an evaluation pass's (`out["eval_peak_gib"]`, 0 without one); allocated =
+    the largest, with the step's share above the backward (`optimizer_step_gib`) and the evaluation's above
+    both (`eval_pass_gib`), reserved, nvidia-smi and the fit.
 
     The backward's blocks carry the caching allocator's fragmentation (`allocator_overhead`); the step's
-    tensors are allocated after the backward freed the activations and reuse the blocks it cached (those
-    of other batch shapes, `variable_shape_gib`, included), so the step reserves new segments only beyond
-    them and adds no fragmentation of its own. The blocks cached for other batch shapes are freed and
-    retried before an allocation fails: they show in reserved / nvidia-smi but do not decide the fit.
-    `outside_gib`: memory outside torch's allocator (an inference engine's pool) on top of the CUDA context."""
+    and the evaluation's tensors are allocated after the backward freed the activations and reuse the
+    blocks it cached (those of other batch shapes, `variable_shape_gib`, included), so they reserve new
+    segments only beyond them and add no fragmentation of their own. The blocks cached for other batch
+    shapes are freed and retried before an allocation fails: they show in reserved / nvidia-smi but do
+    not decide the fit. `outside_gib`: memory outside torch's allocator (an inference engine's pool) on
+    top of the CUDA context."""
     step = out["step_peak_gib"]
-    allocated = np.maximum(backward_gib, step)
+    trained = np.maximum(backward_gib, step)
+    after = np.maximum(step, out.get("eval_peak_gib", 0.0))  # the phases after the backward freed its tensors
+    allocated = np.maximum(backward_gib, after)
     backward_held = backward_gib * (1.0 + c.allocator_overhead)
-    held = np.maximum(backward_held, step)
-    reserved = np.maximum(backward_held + out["variable_shape_gib"], step)
+    held = np.maximum(backward_held, after)
+    reserved = np.maximum(backward_held + out["variable_shape_gib"], after)
     out["allocated_gib"] = allocated
-    out["optimizer_step_gib"] = allocated - backward_gib
+    out["optimizer_step_gib"] = trained - backward_gib
+    out["eval_pass_gib"] = allocated - trained
     out["reserved_gib"] = reserved
     out["allocator_gib"] = reserved - allocated
     out["nvidia_smi_gib"] = reserved + c.cuda_context_gib + outside_gib
     out["fits"] = held + c.cuda_context_gib + outside_gib <= out["capacity_gib"]
+
+
+def backward_peak_gib(out: Arrays) -> np.ndarray:
+    """The backward's allocated peak of settled figures: allocated less the step's and the evaluation's shares."""
+    return out["allocated_gib"] - out.get("optimizer_step_gib", 0.0) - out.get("eval_pass_gib", 0.0)
 
 
 def max_micro_batch(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, upper: int = 4096) -> np.ndarray:

@@ -25,7 +25,7 @@ STACK_DEFAULTS = {
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
     "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
     "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0, "fp8_recipe": 0.0,
-    "etp": np.nan, "nvlink_domain": 0.0,
+    "etp": np.nan, "nvlink_domain": 0.0, "eval_batch": 0.0, "opt_in_bwd": 0.0, "expandable_segments": 0.0,
 }
 """Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
 
@@ -101,7 +101,7 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         # DeepSpeed ZeRO (--sharding zero*) keeps contiguous gradient partitions whatever the trainer
         "grad_buffers": float(fw.grad_buffers or job.sharding.startswith("zero")),
         "dist_opt": float(fw.distributed_optimizer),
-        "fp32_grads": float(fw.fp32_grads), "seq_par": float(bool(seq_par) and job.tp > 1),
+        "fp32_grads": float(fw.fp32_grads if job.fp32_grads is None else job.fp32_grads), "seq_par": float(bool(seq_par) and job.tp > 1),
         "tp_overlap": float(fw.tp_comm_overlap), "cp_ulysses": float(job.cp_mode == "ulysses"),
         "vpp": float(job.vpp), "etp": float(job.expert_tp), "offload_code": float(OFFLOAD_CODES[job.offload]),
         "attn_kernel": float(ATTENTION_KERNEL_CODES[kernel]), "gpu_gen": float(gpu_generation(gpu)),
@@ -113,6 +113,12 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         "accum_no_sync": float(job.grad_accum_sync == "no-sync"), "fsdp": float(job.sharding.startswith("fsdp")),
         "adapters_in_blocks": float(job.fsdp_adapter_wrap == "with-block"),
         "fp8_recipe": float(FP8_RECIPE_CODES[job.fp8_recipe or fw.fp8_recipe]),
+        # phases and allocator (physics/memory.py): the evaluation pass's batch (0: no evaluation), the
+        # optimizer inside the backward, expandable allocator segments
+        "eval_batch": float(job.eval_batch() if job.eval_every > 0 else 0),
+        "opt_in_bwd": float(job.optimizer_in_bwd),
+        "expandable_segments": float(fw.expandable_segments if job.expandable_segments is None
+                                     else job.expandable_segments),
     }
     if not with_ckpt:
         out.pop("ckpt_code")
@@ -178,6 +184,41 @@ FP8_RECIPE_WORDS = {
 """What each fp8 recipe stores (physics/precision.py FP8_RECIPE_WEIGHT_BYTES), for the assumptions."""
 
 
+def phase_assumptions(fw, job) -> list[str]:
+    """DeepSpeed's fp32 master copy over a framework that trains in place, fp32 gradients as set, the
+    evaluation pass, the optimizer inside the backward and the allocator's segments, each with where its
+    value came from (physics/memory.py eval_pass_bytes, optimizer_in_backward_bytes, variable_shape_bytes)."""
+    from tuneplan.specs.job import ZERO_FP32_MASTER
+
+    out = []
+    if job.method in ("full", "freeze") and job.sharding.startswith("zero") and job.master_weights in (None, "auto") \
+            and fw.master_weights == "none":
+        out.append(f"fp32 master weights and moments under DeepSpeed ZeRO, though {fw.label} trains 16-bit weights in "
+                   f"place on its own ({ZERO_FP32_MASTER}).")
+    if job.fp32_grads is not None and job.fp32_grads != fw.fp32_grads and job.method in ("full", "freeze"):
+        out.append(f"Gradients {'in an fp32 buffer' if job.fp32_grads else 'in the compute dtype'} (as set; "
+                   f"{fw.label}'s default: {'fp32' if fw.fp32_grads else 'the compute dtype'}).")
+    if job.eval_every > 0:
+        b = job.eval_batch()
+        whose = ("as set" if job.eval_batch_size else
+                 f"{fw.label}'s default: {fw.sources.get('eval_batch', '')}" if fw.eval_batch else
+                 "the training micro-batch: the framework states no evaluation batch")
+        out.append(f"Evaluation pass every {job.eval_every} steps at {b} sample{'s' if b > 1 else ''} per GPU ({whose}): "
+                   "forward only, one layer's tensors and the batch's logits beside the weights and optimizer "
+                   "states; its peak is a phase of the step's (memory breakdown: eval_pass).")
+    if job.optimizer_in_bwd:
+        out.append("Optimizer in the backward (--optimizer-in-bwd, torchtune optimizer_in_bwd): each parameter is "
+                   "stepped and its gradient freed as soon as it is ready, so one gradient (the largest trained "
+                   "tensor's) is alive at a time and the step has no peak of its own.")
+    exp = fw.expandable_segments if job.expandable_segments is None else job.expandable_segments
+    if exp:
+        whose = (f"{fw.label}'s default: {fw.sources.get('expandable_segments', '')}"
+                 if job.expandable_segments is None else "as set")
+        out.append(f"Allocator expandable_segments ({whose}): one growing segment, so batches of other lengths "
+                   "cache no blocks of their own in the reserved peak.")
+    return out
+
+
 def stack_assumptions(model, gpu, job) -> list[str]:
     """What the estimate assumed about the stack: the framework's kernels, which operations run at which
     precision (and any fallback), the checkpointing and offload modes, the parallel modes."""
@@ -213,6 +254,7 @@ def stack_assumptions(model, gpu, job) -> list[str]:
         whose = (f"{fw.label}'s default: {fw.sources.get('fp8_recipe', 'Transformer Engine, the common fp8 path')}"
                  if recipe == fw.fp8_recipe else "as set")
         out.append(f"fp8 recipe {recipe} ({whose}): {FP8_RECIPE_WORDS[recipe]}.")
+    out += phase_assumptions(fw, job)
     line = ops_by_precision(job.precision, job.base_quant(getattr(model, "quant", "none")))
     if line:
         out.append(line)

@@ -106,7 +106,7 @@ def parse_numbers(raw: dict[str, str], extra_numeric: tuple[str, ...] = ()) -> t
     """Typed values (floats for numeric columns, stripped text otherwise) and the problems found."""
     out: dict[str, Any] = {}
     errors: list[str] = []
-    numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS) | set(extra_numeric)
+    numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS) | set(FLAG_COLUMNS) | set(extra_numeric)
     for col, text in raw.items():
         if col in numeric:
             try:

@@ -30,8 +30,8 @@ EXTRA_NUMERIC_COLUMNS: tuple[str, ...] = ("peak_mem_reserved_gib", "peak_mem_all
 """Profiler columns checked as numbers when present (other extra columns pass through as text, and
 are typed as numbers in the table only when every value is one)."""
 
-FLAG_COLUMNS: tuple[str, ...] = ("grad_ckpt", "flash_attn")
-"""0/1 columns; `true`/`false`/`yes`/`no` are accepted and stored as 1/0."""
+FLAG_COLUMNS: tuple[str, ...] = ("grad_ckpt", "flash_attn", "fused_ce", "fp32_grads")
+"""0/1 columns; `true`/`false`/`yes`/`no` are accepted and stored as 1/0 (any other value is the row's error)."""
 
 THROUGHPUT_COLUMNS: tuple[str, ...] = (
     "tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "step_time_s", "runtime_s",
@@ -47,7 +47,7 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 
 SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params",
                                     "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap",
-                                    "galore_rank")
+                                    "galore_rank", "fused_ce", "fp32_grads")
 """Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
 `padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
 sample, so batch shapes vary; a per-source default for sources that say so); `adapter_dtype` = fp32
@@ -64,7 +64,12 @@ gradient accumulation: every-micro-batch (each GPU keeps its shard) or no-sync (
 micro-batch: every GPU holds the unsharded gradients; empty: the framework's default); `fsdp_adapter_wrap` =
 where FSDP put a PEFT method's adapters: separate (their own units, or FSDP2) or with-block (inside each
 block's FSDP1 flat parameter: the frozen weights' gradient allocated too; empty: the framework's default);
-`galore_rank` = GaLore's projection rank for optimizer `galore-adamw` (empty: 128, transformers' default)."""
+`galore_rank` = GaLore's projection rank for optimizer `galore-adamw` (empty: 128, transformers' default);
+`fused_ce` = 1 where the run fused the output projection with the cross-entropy (Liger's
+`use_liger_kernel`, Cut Cross-Entropy: the logits never held whole), 0 where it ran torch's loss (empty:
+the framework's loss kernel, data/frameworks.yaml); `fp32_grads` = 1 where a full fine-tune accumulated
+and reduced its gradients in an fp32 buffer (Megatron's main_grad in fp32), 0 in the compute dtype
+(empty: the framework's)."""
 
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",

@@ -77,6 +77,10 @@ class FrameworkSpec:
     """Where its FSDP wrapping puts PEFT adapters (FSDP_ADAPTER_WRAPS; separate when left out)."""
     fp8_recipe: str = "te"
     """What its fp8 training stores per linear weight (FP8_RECIPES; te when left out)."""
+    eval_batch: int | None = None
+    """Samples per GPU in an evaluation pass by default (None: the framework does not say; the micro-batch)."""
+    expandable_segments: bool = False
+    """Whether it runs training under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (physics/memory.py)."""
     aliases: tuple[str, ...] = ()
     """Other names `--framework` and a runs file's `framework` cell accept for it (nemo-toolkit, xtuner...)."""
     version_of: str = ""
@@ -113,7 +117,9 @@ class FrameworkSpec:
                 + ("" if self.grad_ckpt is None else
                    f", activation checkpointing {'on' if self.grad_ckpt else 'off'} by default")
                 + ("" if self.micro_batch is None else f", micro-batch {self.micro_batch} by default")
-                + (", MoE experts as stacked tensors" if self.moe_experts == "stacked" else ""))
+                + (", MoE experts as stacked tensors" if self.moe_experts == "stacked" else "")
+                + ("" if self.eval_batch is None else f", evaluation batch {self.eval_batch} by default")
+                + (", expandable allocator segments" if self.expandable_segments else ""))
 
 
 CROSS_ENTROPY_WORDS = {"none": "unfused (fp32 copy of the logits)", "chunked": "chunked", "fused": "fused with the output "
@@ -157,6 +163,8 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         grad_accum_sync=_choice(name, d, "grad_accum_sync", GRAD_ACCUM_SYNCS),
         fsdp_adapter_wrap=_choice(name, d, "fsdp_adapter_wrap", FSDP_ADAPTER_WRAPS),
         fp8_recipe=_choice(name, d, "fp8_recipe", FP8_RECIPES),
+        eval_batch=_optional(name, d, "eval_batch", int),
+        expandable_segments=bool(_optional(name, d, "expandable_segments", bool)),
         aliases=tuple(str(a).lower() for a in d.get("aliases") or ()),
         version_of=str(d.get("version_of") or ""), current=str(d.get("current") or ""),
         **{k: bool(d[k]) for k in BOOL_FIELDS},

@@ -56,6 +56,11 @@ DEFAULT_MASTER_WEIGHTS = "fp32"
 """A full fine-tuning in 16 bits keeps an fp32 master copy unless told otherwise (--master-weights) or the
 framework says (data/frameworks.yaml): mixed precision over fp32 weights (HF Trainer's bf16=True on a
 model loaded in fp32, PyTorch AMP, DeepSpeed, Megatron) is what most recipes run; 16 bytes/param with AdamW."""
+ZERO_FP32_MASTER = ("deepspeed 0.19.8 runtime/zero/stage_1_and_2.py single_partition_of_fp32_groups ('A partition of the "
+                    "fp32 master weights that will be updated by this process') and stage3.py "
+                    "fp32_partitioned_groups_flat, in master_weights_and_grads_dtype: float32 unless "
+                    "bf16/fp16_master_weights_and_gradients is set")
+"""Why DeepSpeed ZeRO keeps fp32 master weights (and so fp32 moments) whichever trainer runs above it."""
 OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
               "galore-adamw")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
@@ -268,6 +273,15 @@ class JobSpec:
     ckpt_mode: Literal["auto", "none", "selective", "full", "offload"] = "auto"
     ckpt_every: int = option(1, "checkpoint one layer in every N (default 1: all)", "method")
     act_offload: bool = option(False, "offload saved activations to host memory (default off)", "method")
+    optimizer_in_bwd: bool = option(False, "optimizer step inside the backward, each parameter's as soon as its "
+                                           "gradient is ready (torchtune optimizer_in_bwd): one gradient alive at a "
+                                           "time; needs --grad-accum 1 (default off)", "method")
+    fp32_grads: bool | None = option(None, "full fine-tuning: gradients accumulated and reduced in an fp32 buffer "
+                                           "(Megatron's main_grad with --accumulate-allreduce-grads-in-fp32, FSDP2 "
+                                           "reduce_dtype fp32 over fp32 weights; default: the framework's)", "precision")
+    expandable_segments: bool | None = option(None, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching "
+                                                    "allocator grows one segment, so batches of other lengths keep no "
+                                                    "blocks of their own (default: the framework's)", "method")
     framework: str = option(FRAMEWORK_DEFAULT, "the training stack, NAME or NAME@VERSION (hf-trainer@4.46): its "
                                                "kernels and defaults (data/frameworks.yaml, `tuneplan frameworks`; "
                                                "default hf-trainer, the HF Trainer's current defaults)", "method",
@@ -350,6 +364,9 @@ class JobSpec:
                                        number="nonneg")
     eval_every: int = option(0, "optimizer steps between evaluations (default 0: none)", "work and money", number="nonneg")
     eval_examples: int = option(0, "examples per evaluation", "work and money", number="nonneg")
+    eval_batch_size: int | None = option(None, "samples per GPU in an evaluation pass (default: the framework's, "
+                                               "HF Trainer per_device_eval_batch_size 8; else the micro-batch)",
+                                         "work and money")
     save_every: int = option(0, "optimizer steps between checkpoint saves (default 0: only at the end)", "work and money",
                              number="nonneg")
     save_final: bool = True
@@ -450,6 +467,9 @@ class JobSpec:
                              f"({self.ep} x {self.expert_tp})")
         if self.method in ("qlora", "gptq-lora", "loftq") and self.precision == "fp32":
             raise ValueError(f"{self.method} needs a 16-bit compute precision (bf16 or fp16), not fp32")
+        if self.optimizer_in_bwd and self.grad_accum > 1:  # torchtune's recipes refuse it too
+            raise ValueError(f"optimizer-in-bwd steps each parameter during the backward: it needs grad-accum 1, "
+                             f"not {self.grad_accum}")
         if self.vpp > 1 and self.pp == 1:
             raise ValueError(f"vpp ({self.vpp}) needs pipeline parallelism (pp > 1)")
         if self.optimizer == "galore-adamw" and self.method != "full":
@@ -590,11 +610,14 @@ class JobSpec:
         (one GPU, DDP, FSDP, a model split over GPUs layer by layer with a device map) trains the
         16-bit weights in place, unless the framework (data/frameworks.yaml `master_weights`) keeps
         fp32 masters (Megatron, torchtitan, llm-foundry, DeepSpeed) or trains in place (unsloth,
-        torchtune, ms-swift, litgpt). Not given (None, the default): the framework's choice when
-        data/frameworks.yaml states one, else fp32 (`DEFAULT_MASTER_WEIGHTS`); measured runs that
-        do not say are read with `auto` (learn/dataset.py)."""
+        torchtune, ms-swift, litgpt). Under DeepSpeed ZeRO (`--sharding zero*`) the engine's
+        optimizer keeps them whichever trainer runs above it (`ZERO_FP32_MASTER`). Not given (None,
+        the default): the framework's choice when data/frameworks.yaml states one, else fp32
+        (`DEFAULT_MASTER_WEIGHTS`); measured runs that do not say are read with `auto` (learn/dataset.py)."""
         if self.master_weights in ("fp32", "none"):
             return self.master_weights == "fp32"
+        if self.sharding.startswith("zero"):
+            return True  # ZERO_FP32_MASTER
         from tuneplan.specs.framework import get_framework
 
         fw_master = get_framework(self.framework).master_weights
@@ -603,6 +626,13 @@ class JobSpec:
         if self.master_weights is None:
             return DEFAULT_MASTER_WEIGHTS == "fp32"  # not given: mixed precision over fp32 weights
         return self.sharding.startswith("zero") or self.tp > 1 or self.precision in LOW_PRECISIONS
+
+    def eval_batch(self) -> int:
+        """Samples per GPU in an evaluation pass: as given, else the framework's default
+        (data/frameworks.yaml `eval_batch`), else the training micro-batch."""
+        from tuneplan.specs.framework import get_framework
+
+        return self.eval_batch_size or get_framework(self.framework).eval_batch or self.micro_batch
 
     def variable_shapes(self) -> bool:
         """Whether batches vary in length from step to step: unpacked samples padded only to the

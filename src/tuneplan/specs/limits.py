@@ -79,6 +79,7 @@ MAX_CONFIG_FILE_BYTES = 16 * 1024 * 1024
 JOB_BOUNDS: dict[str, float] = {
     "gpus": MAX_GPUS, "nodes": MAX_GPUS, "tp": MAX_PARALLEL_DEGREE, "pp": MAX_PARALLEL_DEGREE,
     "cp": MAX_PARALLEL_DEGREE, "ep": MAX_PARALLEL_DEGREE, "etp": MAX_PARALLEL_DEGREE, "micro_batch": MAX_MICRO_BATCH,
+    "eval_batch_size": MAX_MICRO_BATCH,
     "grad_accum": MAX_GRAD_ACCUM, "lora_rank": MAX_LORA_RANK, "galore_rank": MAX_LORA_RANK, "trainable_layers": MAX_LAYERS,
     "seq_len": MAX_SEQ_LEN, "examples": MAX_EXAMPLES, "tokens_per_example": MAX_SEQ_LEN, "tokens": MAX_TOKENS,
     "epochs": MAX_EPOCHS, "eval_every": MAX_STEPS_BETWEEN, "eval_examples": MAX_STEPS_BETWEEN,
