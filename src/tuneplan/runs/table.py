@@ -31,30 +31,24 @@ class Problem:
         return {"path": self.path, "line": self.line, "message": self.message}
 
 
-def _canon(value: Any) -> str:
-    """A cell as canonical text: stable across platforms and pandas versions."""
+def cell_str(value: Any, float_format: str | None = None) -> str:
+    """A cell as text, stable across platforms and pandas versions: '' when empty (None, NaN, pd.NA),
+    bools 1/0, whole floats without '.0', other floats as `repr` (or in `float_format`)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
     if isinstance(value, float):
         if math.isnan(value):
             return ""
         if value.is_integer() and abs(value) < 1e15:
             return str(int(value))
-        return format(value, ".12g")
-    try:
-        import pandas as pd
+        return repr(value) if float_format is None else format(value, float_format)
+    if hasattr(value, "item") and not isinstance(value, str):  # numpy scalars
+        return cell_str(value.item(), float_format)
+    import pandas as pd
 
-        if value is pd.NA:
-            return ""
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pass
-    if hasattr(value, "item"):  # numpy scalars
-        return _canon(value.item())
-    return str(value)
+    return "" if value is pd.NA or value is pd.NaT else str(value)
 
 
 @dataclass
@@ -103,7 +97,7 @@ class RunTable:
         import csv
 
         cols = sorted(c for c in self.df.columns if c not in FINGERPRINT_EXCLUDE)
-        rows = [[_canon(v) for v in rec] for rec in self.df[cols].itertuples(index=False, name=None)]
+        rows = [[cell_str(v, ".12g") for v in rec] for rec in self.df[cols].itertuples(index=False, name=None)]
         rows.sort()
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
