@@ -48,24 +48,41 @@ def nonneg_int(text: str) -> int:
     return _int_from(text, 0, ">= 0")
 
 
-def positive_float(text: str) -> float:
+def _float_from(text: str, positive: bool) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    if v != v or (v <= 0 or v == float("inf") if positive else v < 0):
+        raise argparse.ArgumentTypeError(f"must be {'a positive number' if positive else '>= 0'}, got {text}")
     return v
+
+
+def positive_float(text: str) -> float:
+    return _float_from(text, True)
 
 
 def nonneg_float(text: str) -> float:
+    return _float_from(text, False)
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of positive integers (1,2,4,8)."""
     try:
-        v = float(text)
+        out = [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if v < 0 or v != v:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return v
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
+    if not out or any(v < 1 for v in out):
+        raise argparse.ArgumentTypeError(f"'{text}': give positive integers, e.g. 1,2,4,8")
+    return out
+
+
+def name_list(text: str) -> list[str]:
+    """A comma-separated list of names (a;b is read as a,b)."""
+    out = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return out
 
 
 def add_gpu_args(p: argparse.ArgumentParser, gpu_required: bool = False) -> None:

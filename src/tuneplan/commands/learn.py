@@ -15,11 +15,7 @@ def register(sub) -> None:
                                    "from 1 run, per-method scales; from 8 runs a memory offset and a fit on your "
                                    "runs alone when it predicts your held-out runs better), or with "
                                    "--from-scratch fit a learner on the rows alone, from the uncalibrated physics. "
-                                   "Writes a versioned calibration file with its training data's fingerprint.",
-                       epilog="examples:\n  tuneplan calibrate --runs my_runs.csv --out mine.json\n"
-                              "  tuneplan calibrate --runs ../shared/reference/runs reference/runs --from-scratch "
-                              "--out default.json --force",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   "Writes a versioned calibration file with its training data's fingerprint.")
     c.add_argument("--runs", nargs="+", help="runs files (CSV/Parquet) or folders of them (default: the runs "
                    "TuneplanCallback recorded, $TUNEPLAN_HOME/runs/runs.csv)")
     c.add_argument("--out", required=True, help="calibration file to write (.json; an existing file only with "

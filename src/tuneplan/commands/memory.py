@@ -7,20 +7,7 @@ import argparse
 import json
 import sys
 
-from tuneplan.commands.common import add_data_args, positive_int
-
-EXAMPLES = """examples:
-  tuneplan memory meta-llama/Llama-3.1-8B
-  tuneplan memory Qwen/Qwen2.5-7B --seq-len 4096 --micro-batch 2 --grad-ckpt
-  tuneplan memory meta-llama/Llama-3.1-70B --methods lora,qlora --gpus 8 --sharding fsdp --json
-  tuneplan memory Qwen/Qwen2.5-7B --data train.jsonl --tokenizer ./tokenizer.json --seq-len 4096"""
-
-
-def _list(text: str) -> list[str]:
-    out = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError("give at least one name")
-    return out
+from tuneplan.commands.common import add_data_args, name_list, positive_int
 
 
 def register(sub) -> None:
@@ -30,11 +17,10 @@ def register(sub) -> None:
     p = sub.add_parser("memory", help="memory per GPU of a model by method and precision, and the GPUs it fits on",
                        description="Will it fit? Memory per GPU (as nvidia-smi shows it) of fine-tuning MODEL with "
                                    "each method and precision at one sequence length and micro-batch, and which "
-                                   "common GPUs it fits on. No GPU or data size needed.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   "common GPUs it fits on. No GPU or data size needed.")
     p.add_argument("model", help="catalog name or Hugging Face id, or a config.json (or folder)")
-    p.add_argument("--methods", type=_list, help=f"comma-separated (default {','.join(DEFAULT_METHODS)})")
-    p.add_argument("--precisions", type=_list, help=f"comma-separated (default {','.join(DEFAULT_PRECISIONS)})")
+    p.add_argument("--methods", type=name_list, help=f"comma-separated (default {','.join(DEFAULT_METHODS)})")
+    p.add_argument("--precisions", type=name_list, help=f"comma-separated (default {','.join(DEFAULT_PRECISIONS)})")
     p.add_argument("--seq-len", type=positive_int, help=f"tokens per sample (default {DEFAULT_SEQ_LEN})")
     p.add_argument("--micro-batch", type=positive_int, help="samples per GPU (default 1)")
     p.add_argument("--grad-ckpt", nargs="?", const="full", choices=("none", "selective", "full", "offload"),
@@ -46,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("--gpus", type=positive_int, help="GPUs per run (default 1); memory is per GPU")
     p.add_argument("--sharding", help="with --gpus > 1: ddp (default), fsdp, zero2, zero3, ...")
     p.add_argument("--lora-rank", type=positive_int, help="LoRA rank (default 16)")
-    p.add_argument("--on", type=_list, help="GPUs to check instead of the common ones (catalog names)")
+    p.add_argument("--on", type=name_list, help="GPUs to check instead of the common ones (catalog names)")
     p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_data_args(p, collator=False)

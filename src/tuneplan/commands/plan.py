@@ -21,31 +21,16 @@ from tuneplan.commands.common import (
     add_job_args,
     add_strict_names,
     check_out,
+    int_list,
     job_fields,
     job_kwargs,
+    name_list,
     positive_float,
     positive_int,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
 from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs.job import METHODS, SHARDINGS, plan_axes
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
-    if not out or any(v < 1 for v in out):
-        raise argparse.ArgumentTypeError(f"'{text}': give positive integers, e.g. 1,2,4,8")
-    return out
-
-
-def _str_list(text: str) -> list[str]:
-    out = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError("give at least one name")
-    return out
 
 
 def register(sub) -> None:
@@ -57,24 +42,24 @@ def register(sub) -> None:
                     "Exit code 1 when nothing meets the constraints, 2 for bad input.")
     p.add_argument("--model", help="catalog name or Hugging Face id, or a config.json (or folder)")
     s = p.add_argument_group("search")
-    s.add_argument("--gpus", type=_str_list, help="GPU types, comma-separated (default: every GPU the price "
+    s.add_argument("--gpus", type=name_list, help="GPU types, comma-separated (default: every GPU the price "
                    "file prices), e.g. A100-SXM4-80GB,H100-SXM5-80GB,L40S-48GB")
-    s.add_argument("--methods", type=_str_list, help=f"methods, comma-separated (default full,lora,qlora; "
+    s.add_argument("--methods", type=name_list, help=f"methods, comma-separated (default full,lora,qlora; "
                    f"any of {','.join(METHODS)})")
-    s.add_argument("--method", dest="methods", type=_str_list, help=argparse.SUPPRESS)
+    s.add_argument("--method", dest="methods", type=name_list, help=argparse.SUPPRESS)
     s.add_argument("--max-gpus", type=positive_int, default=8, help="largest GPU count (powers of two up to it; "
                    "default 8)")
-    s.add_argument("--gpu-counts", type=_int_list, help="GPU counts to try instead of powers of two")
+    s.add_argument("--gpu-counts", type=int_list, help="GPU counts to try instead of powers of two")
     s.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)")
     add_strict_names(s)
-    s.add_argument("--micro-batches", type=_int_list, help="micro-batches to try (default 1,2,4,...,64)")
+    s.add_argument("--micro-batches", type=int_list, help="micro-batches to try (default 1,2,4,...,64)")
     s.add_argument("--micro-batch", type=positive_int, help="pin the micro-batch")
     s.add_argument("--global-batch", type=positive_int, help="samples per optimizer step kept by gradient "
                    "accumulation (default 32)")
-    s.add_argument("--grad-accums", type=_int_list, help="gradient-accumulation steps to try instead of "
+    s.add_argument("--grad-accums", type=int_list, help="gradient-accumulation steps to try instead of "
                    "keeping --global-batch")
     s.add_argument("--grad-accum", type=positive_int, help="pin the gradient accumulation")
-    s.add_argument("--shardings", type=_str_list, help=f"shardings for >1 GPU (default ddp,fsdp; any of "
+    s.add_argument("--shardings", type=name_list, help=f"shardings for >1 GPU (default ddp,fsdp; any of "
                    f"{','.join(SHARDINGS)})")
     s.add_argument("--sharding", choices=SHARDINGS, help="pin the sharding")
     s.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,

@@ -3,30 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-
-M_TOP_PAD = -2
-"""glibc's `mallopt` parameter for the heap's top pad (malloc.h)."""
-HEAP_TOP_PAD_BYTES = 256 << 20
-"""Bytes (256 MiB) glibc's malloc keeps at the top of the heap when it trims it (its default: 128 KiB).
-`predict` allocates and frees columns of a few MB thousands of times; with the default each trim hands
-the pages back to the kernel and the next column faults them in again (200,000 rows, measured on the
-development machine: docs/benchmarks-history.md)."""
-
-
-def keep_heap_pages() -> None:
-    """Let glibc's malloc keep freed heap pages for the next allocation (`HEAP_TOP_PAD_BYTES`). Only the
-    allocator's bookkeeping changes, never a figure; elsewhere than glibc (macOS, musl), nothing."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt(M_TOP_PAD, HEAP_TOP_PAD_BYTES)
 
 
 def register(sub) -> None:
@@ -63,7 +39,6 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.runs import read_runs
 
     check_predict_paths(args)
-    keep_heap_pages()
     # names resolved as `calibrate` resolves them (with each source's defaults); rows the catalogs
     # cannot resolve are reported and still written, with the reason in their error column
     # one reading: the rows set aside only because a name did not resolve come back name-free

@@ -31,9 +31,9 @@ from tuneplan.errors import (
     DataFileError,
     InputError,
     UnknownNameError,
-    check_regular_file,
     closest,
     parse_user_json,
+    read_user_bytes,
     read_user_text,
     shown,
 )
@@ -445,7 +445,7 @@ def _as_existing_path(name: str) -> Path | None:
                 return cfg
             raise InputError(FIELD, f"folder '{name}' holds no config.json")
         if p.exists():  # a FIFO or a device: reading it would block
-            check_regular_file(p, FIELD, "config.json")
+            read_user_bytes(p, FIELD, "config.json")  # refuses it without reading
     if name.lower().endswith(".json") or name.startswith((".", "/", "~", "\\")) or (
             os.sep != "/" and os.sep in name) or name.count("/") > 1:
         raise InputError(FIELD, f"no such config file or folder: '{name}'")
