@@ -21,13 +21,11 @@ refused before it starts. The page itself (`static/`) needs no network: its char
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import functools
 import json
 import logging
 import math
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -169,38 +167,28 @@ def _looks_like_path(name: str) -> bool:
         return True
 
 
-class _ConfigCache:
-    """Model specs of pasted configs, by content (a page re-sends the same config on every change)."""
+def config_spec(config: dict[str, Any], name: str) -> Any:
+    """The model spec of a pasted config.json (cached by content: a page re-sends the same config on
+    every change); a config that cannot be read is a 422 at `config_json`."""
+    return _config_spec(json.dumps(config, sort_keys=True, default=str), name)
 
-    def __init__(self, size: int = 32) -> None:
-        self._d: OrderedDict[str, Any] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
 
-    def get(self, config: dict[str, Any], name: str) -> Any:
-        from tuneplan.specs.model_config import model_from_config
+@functools.lru_cache(maxsize=32)
+def _config_spec(config_text: str, name: str) -> Any:
+    from tuneplan.specs.model_config import model_from_config
 
-        key = hashlib.sha256((name + "\0" + json.dumps(config, sort_keys=True, default=str)).encode()).hexdigest()
-        with self._lock:
-            if key in self._d:
-                self._d.move_to_end(key)
-                return self._d[key]
-        try:
-            spec = model_from_config(dict(config), name, "pasted config.json")
-        except InputError as exc:
-            d = _input_error_detail(exc)
-            raise RequestError(["config_json", *d["loc"][1:]], d["msg"]) from None
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError,
-                OverflowError) as exc:
-            raise RequestError(["config_json"], f"cannot read this config.json: {type(exc).__name__}: {exc}"
-                               ) from None
-        if spec.params_total <= 0 or spec.n_layers <= 0 or spec.hidden_size <= 0:
-            raise RequestError(["config_json"], "this config.json describes no layers / parameters")
-        with self._lock:
-            self._d[key] = spec
-            while len(self._d) > self._size:
-                self._d.popitem(last=False)
-        return spec
+    try:
+        spec = model_from_config(json.loads(config_text), name, "pasted config.json")
+    except InputError as exc:
+        d = _input_error_detail(exc)
+        raise RequestError(["config_json", *d["loc"][1:]], d["msg"]) from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError,
+            OverflowError) as exc:
+        raise RequestError(["config_json"], f"cannot read this config.json: {type(exc).__name__}: {exc}"
+                           ) from None
+    if spec.params_total <= 0 or spec.n_layers <= 0 or spec.hidden_size <= 0:
+        raise RequestError(["config_json"], "this config.json describes no layers / parameters")
+    return spec
 
 
 def _model_summary(spec: Any) -> dict[str, Any]:
@@ -219,8 +207,6 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
     """The web planner app. `allow_hub`: resolve model ids outside the catalog on the Hugging Face Hub
     (off by default: a page typing names would otherwise fire a network look-up per keystroke).
     `warm_up`: load the catalogs and estimators at startup so the first estimate answers fast."""
-    configs = _ConfigCache()
-
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         from tuneplan.web import pool
@@ -246,8 +232,8 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, paths=UPLOAD_LIMITS)  # chunked bodies too
 
     _add_error_handlers(app)
-    _add_catalog_routes(app, configs)
-    _add_run_routes(app, configs, allow_hub)
+    _add_catalog_routes(app)
+    _add_run_routes(app, allow_hub)
     return app
 
 
@@ -255,23 +241,6 @@ def _add_error_handlers(app: FastAPI) -> None:
     """Every failure as a JSON `detail` list: the body size limit, pydantic's checks, InputError and
     the other tuneplan errors (422), anything unexpected (500, logged)."""
     # -- errors -------------------------------------------------------------------------------------
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Callable):
-        from tuneplan.web.data_upload import UPLOAD_LIMITS
-
-        length = request.headers.get("content-length")
-        limit = UPLOAD_LIMITS.get(request.url.path, MAX_BODY_BYTES)
-        if length is not None:
-            try:
-                too_big = int(length) > limit
-            except ValueError:
-                too_big = True
-            if too_big:
-                return JSONResponse(status_code=413, content={"detail": [{
-                    "loc": ["body"], "msg": f"request body over {limit // (1024 * 1024)} MiB",
-                    "type": "too_large"}]})
-        return await call_next(request)
-
     @app.exception_handler(RequestValidationError)
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         detail = []
@@ -304,7 +273,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=503 if exc.kind == "busy" else 422, content={"detail": [exc.detail()]})
 
 
-def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
+def _add_catalog_routes(app: FastAPI) -> None:
     """The page, liveness, and the catalogs the form offers."""
     # -- pages --------------------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
@@ -330,7 +299,7 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
             "stages": list(STAGES), "rollout_engines": list(ROLLOUT_ENGINES),
             "frameworks": list(framework_names()), "ckpt_modes": ["none", "selective", "full", "offload"],
             "providers": providers(), "defaults": jsonable(JOB_DEFAULTS),
-            "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,
+            "default_interval": DEFAULT_INTERVAL, "plan_available": True,
             "limits": {"max_plan_configs": MAX_PLAN_CONFIGS, "max_body_bytes": MAX_BODY_BYTES},
         }
 
@@ -363,7 +332,7 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
 
     @app.post("/api/model-config", tags=["catalogs"], summary="read a pasted config.json")
     def model_config(req: ModelConfigRequest) -> dict[str, Any]:
-        spec = configs.get(req.config_json, req.config_name or "custom-model")
+        spec = config_spec(req.config_json, req.config_name or "custom-model")
         return jsonable(_model_summary(spec))
 
     from tuneplan.web.from_config import register as register_from_config
@@ -374,12 +343,12 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
     register_data(app)
 
 
-def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> None:
+def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
     """`POST /api/estimate` and `POST /api/plan`."""
     # -- estimate and plan --------------------------------------------------------------------------
     def model_spec(req: ModelChoice) -> Any:
         if req.config_json is not None:
-            return configs.get(req.config_json, req.config_name or "custom-model")
+            return config_spec(req.config_json, req.config_name or "custom-model")
         name = str(req.model)
         if _looks_like_path(name):
             raise RequestError(["model"], "file paths are not read over the web: paste the config.json "
@@ -411,9 +380,6 @@ def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> Non
 
     @app.post("/api/plan", tags=["plan"], summary="search GPU type x count x method x batch")
     def plan_endpoint(req: PlanRequest) -> dict[str, Any]:
-        plan = _plan_fn()
-        if plan is None:
-            raise RequestError([], "the planner is not installed in this version", kind="unavailable")
         size = plan_space_size(req)
         if size > MAX_PLAN_CONFIGS:
             raise RequestError([], f"this search would enumerate {size:,} configurations, over the limit of "
@@ -458,14 +424,6 @@ def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None, kind: 
         raise RequestError([], f"cannot compute this configuration: {exc}", kind="value_error") from None
 
 
-def _plan_fn() -> Callable[..., Any] | None:
-    try:
-        from tuneplan.plan.search import plan_run
-    except ImportError:
-        return None
-    return plan_run
-
-
 def _plan_points(res: Any) -> list[dict[str, Any]]:
     """The best candidate (for the objective) of each GPU type x count x method, plus every Pareto
     candidate: what the page's chart and table show (all candidates can be tens of thousands)."""
@@ -492,8 +450,8 @@ def _warm() -> None:
         gpu = next(iter(gpu_catalog()))
         model = next(iter(model_catalog()))
         estimate(model, gpu, examples=100, tokens_per_example=128)
-        plan = _plan_fn()
-        if plan is not None:
-            plan(model, gpus=[gpu], methods=["lora"], max_gpus=2, examples=100, tokens_per_example=128, rate=1.0)
+        from tuneplan.plan.search import plan_run
+
+        plan_run(model, gpus=[gpu], methods=["lora"], max_gpus=2, examples=100, tokens_per_example=128, rate=1.0)
     except Exception as exc:  # noqa: BLE001 - warm-up is best effort; requests report their own errors
         log.warning("warm-up failed: %s", exc)
