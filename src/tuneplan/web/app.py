@@ -40,24 +40,7 @@ from fastapi.staticfiles import StaticFiles
 from tuneplan import __version__
 from tuneplan.errors import InputError, TuneplanError, UnknownNameError
 from tuneplan.plan.objectives import OBJECTIVES
-from tuneplan.specs.job import (
-    ADAPTER_DTYPES,
-    FSDP_ADAPTER_WRAPS,
-    GRAD_ACCUM_SYNCS,
-    LORA_FAMILY,
-    MASTER_WEIGHTS,
-    METHODS,
-    MOE_EXPERT_LAYOUTS,
-    MOE_MODES,
-    OPTIMIZER_IMPLS,
-    OPTIMIZERS,
-    PADDINGS,
-    PRECISIONS,
-    QUANTS,
-    ROLLOUT_ENGINES,
-    SHARDINGS,
-    STAGES,
-)
+from tuneplan.specs import job as jobspec
 from tuneplan.web.command_line import (
     JOB_DEFAULTS,
     estimate_command,
@@ -253,24 +236,21 @@ def _add_error_handlers(app: FastAPI) -> None:
             detail.append(d)
         return JSONResponse(status_code=422, content={"detail": detail})
 
-    @app.exception_handler(InputError)
-    async def on_input_error(request: Request, exc: InputError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": [_input_error_detail(exc)]})
+    async def on_user_error(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, RequestError):
+            return JSONResponse(status_code=503 if exc.kind == "busy" else 422, content={"detail": [exc.detail()]})
+        d = (_input_error_detail(exc) if isinstance(exc, InputError)
+             else {"loc": ["body"], "msg": str(exc), "type": "value_error"})
+        return JSONResponse(status_code=422, content={"detail": [d]})
 
-    @app.exception_handler(TuneplanError)
-    async def on_tuneplan_error(request: Request, exc: TuneplanError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": [{"loc": ["body"], "msg": str(exc),
-                                                                  "type": "value_error"}]})
+    for cls in (RequestError, InputError, TuneplanError):
+        app.add_exception_handler(cls, on_user_error)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("internal error on %s", request.url.path)
         return JSONResponse(status_code=500, content={"detail": [{
             "loc": [], "msg": f"internal error ({type(exc).__name__}): please report it", "type": "internal"}]})
-
-    @app.exception_handler(RequestError)
-    async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse(status_code=503 if exc.kind == "busy" else 422, content={"detail": [exc.detail()]})
 
 
 def _add_catalog_routes(app: FastAPI) -> None:
@@ -293,10 +273,10 @@ def _add_catalog_routes(app: FastAPI) -> None:
         from tuneplan.specs.prices import providers
 
         return {
-            "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
-            "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
-            "moe_modes": list(MOE_MODES), "moe_experts": list(MOE_EXPERT_LAYOUTS), "optimizer_impls": list(OPTIMIZER_IMPLS), "grad_accum_syncs": list(GRAD_ACCUM_SYNCS), "fsdp_adapter_wraps": list(FSDP_ADAPTER_WRAPS), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
-            "stages": list(STAGES), "rollout_engines": list(ROLLOUT_ENGINES),
+            "methods": list(jobspec.METHODS), "lora_family": list(jobspec.LORA_FAMILY), "precisions": list(jobspec.PRECISIONS),
+            "optimizers": list(jobspec.OPTIMIZERS), "master_weights": list(jobspec.MASTER_WEIGHTS), "shardings": list(jobspec.SHARDINGS), "quants": list(jobspec.QUANTS),
+            "moe_modes": list(jobspec.MOE_MODES), "moe_experts": list(jobspec.MOE_EXPERT_LAYOUTS), "optimizer_impls": list(jobspec.OPTIMIZER_IMPLS), "grad_accum_syncs": list(jobspec.GRAD_ACCUM_SYNCS), "fsdp_adapter_wraps": list(jobspec.FSDP_ADAPTER_WRAPS), "paddings": list(jobspec.PADDINGS), "adapter_dtypes": list(jobspec.ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
+            "stages": list(jobspec.STAGES), "rollout_engines": list(jobspec.ROLLOUT_ENGINES),
             "frameworks": list(framework_names()), "ckpt_modes": ["none", "selective", "full", "offload"],
             "providers": providers(), "defaults": jsonable(JOB_DEFAULTS),
             "default_interval": DEFAULT_INTERVAL, "plan_available": True,
