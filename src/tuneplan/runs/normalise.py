@@ -52,8 +52,6 @@ DUPLICATE_NOTE = re.compile(r"^\s*DUPLICATE of\b", re.IGNORECASE)
 ESTIMATE_NOTE = re.compile(r"^\s*estimated?\b", re.IGNORECASE)
 """Rows whose notes begin 'estimate' are not measurements (LLaMA-Factory's VRAM table)."""
 
-FITS_NOTE = re.compile(r"(largest|maximum) batch size that fits|feasibility point", re.IGNORECASE)
-
 NOT_STATED_GPU = re.compile(r"^(unnamed|unknown|n/?a|not stated)\b", re.IGNORECASE)
 """GPU cells that say the GPU was not named (e.g. peft's 'unnamed-40GB'): kept, gpu_resolved ''."""
 
@@ -287,12 +285,9 @@ def _catalog_gpu(name: str, strict: bool = False):
 
 
 def _catalog_model(model: str, hf_id: str, notes: str = "", seq_len: Any = None, config_json: str = ""):
-    from tuneplan.specs import catalog
+    from tuneplan.specs.catalog import resolve_run_model
 
-    fn = getattr(catalog, "resolve_run_model", None)
-    if fn is not None:
-        return fn(model, hf_id, notes, seq_len, config_json)
-    return catalog.resolve_model(hf_id or model)
+    return resolve_run_model(model, hf_id, notes, seq_len, config_json)
 
 
 def resolve_gpu_name(name: str, rules: SourceRules, strict: bool = False) -> tuple[Any, str | None]:
