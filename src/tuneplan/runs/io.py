@@ -14,11 +14,9 @@ from typing import Any
 
 from tuneplan.errors import (
     RUNS_SUFFIXES,
-    AmbiguousNameError,
     DataFileError,
     InputError,
     TuneplanError,
-    UnknownNameError,
     check_output_path,
 )
 from tuneplan.runs.defaults import Defaults, load_defaults
@@ -50,7 +48,6 @@ from tuneplan.runs.schema import (
     NUMERIC_COLUMNS,
     REFERENCE_COLUMNS,
     SETTING_COLUMNS,
-    STRING_ADDED,
     THROUGHPUT_COLUMNS,
     detect_schema,
     missing_required,
@@ -325,29 +322,17 @@ class _Reader:
             raise RowError("no model named (model and model_hf_id are empty); row skipped")
         arch = "MPT arch" in (notes or "")
         key = (model, hf_id, seq_len if arch else None, notes if arch else "", config_json)
-        if key not in self.model_cache:
-            try:
-                self.model_cache[key] = _catalog_model(model, hf_id, notes if arch else "", seq_len, config_json)
-            except (UnknownNameError, AmbiguousNameError, InputError) as exc:
-                self.model_cache[key] = exc
-            except ImportError as exc:
-                raise TuneplanError(f"the model catalog is not available ({exc}); "
-                                    "read with resolve=False") from None
-        got = self.model_cache[key]
-        if isinstance(got, Exception):
+        got = _lookup(self.model_cache, key, lambda: _catalog_model(model, hf_id, notes if arch else "", seq_len,
+                                                                     config_json))
+        if isinstance(got, InputError):
             names = f"'{model}'" + (f" (model_hf_id '{hf_id}')" if hf_id and hf_id != model else "")
             raise RowError(f"cannot resolve model {names}: {_reason(got)}; row skipped")
         return got
 
     def gpu(self, gpu: str, source: str) -> tuple[Any, str | None]:
-        key = (gpu, source)
-        if key not in self.gpu_cache:
-            try:
-                self.gpu_cache[key] = resolve_gpu_name(gpu, self.defaults.source(source), self.strict_names)
-            except (UnknownNameError, AmbiguousNameError, InputError) as exc:
-                self.gpu_cache[key] = exc
-        got = self.gpu_cache[key]
-        if isinstance(got, Exception):
+        got = _lookup(self.gpu_cache, (gpu, source),
+                      lambda: resolve_gpu_name(gpu, self.defaults.source(source), self.strict_names))
+        if isinstance(got, InputError):
             raise RowError(f"cannot resolve GPU '{gpu}': {_reason(got)}; row skipped")
         return got
 
@@ -362,12 +347,8 @@ class _Reader:
         if is_est and status == "ok":
             status = ""
         is_oom = status == "oom"
-        if resolve:
-            gpu_name = gpu_spec.name if gpu_spec is not None else ""
-            model_name = str(getattr(model_spec, "name", "") or "")
-        else:
-            gpu_name = ""
-            model_name = ""
+        gpu_name = gpu_spec.name if gpu_spec is not None else ""  # both None when not resolved
+        model_name = str(getattr(model_spec, "name", "") or "")
         has_gpu = bool(gpu_name) if resolve else bool(v.get("gpu"))
         clean = not (is_oom or is_est or is_dup or status == "failed")
         has_thr = any(v.get(c) is not None for c in THROUGHPUT_COLUMNS)
@@ -414,14 +395,7 @@ class _Reader:
         df = pd.DataFrame.from_records(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
         numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)
         for col in columns:
-            if col in extras and col not in numeric:
-                text = df[col].map(lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x))
-                                   else str(x).strip())
-                try:
-                    df[col] = pd.to_numeric(text.mask(text == "")).astype(float)
-                except (ValueError, TypeError):
-                    df[col] = text.astype(object)
-            elif col in numeric:
+            if col in numeric:
                 df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
             elif col in BOOL_ADDED:
                 df[col] = df[col].fillna(False).astype(bool)
@@ -429,10 +403,29 @@ class _Reader:
                 df[col] = df[col].astype("boolean")
             elif col == "line":
                 df[col] = df[col].astype(int)
-            elif col in STRING_ADDED or col not in numeric:
-                df[col] = df[col].map(lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x))
-                                      else str(x)).astype(object)
+            elif col in extras:  # numbers when every cell is one, else text
+                text = df[col].map(lambda x: _text(x).strip())
+                try:
+                    df[col] = pd.to_numeric(text.mask(text == "")).astype(float)
+                except (ValueError, TypeError):
+                    df[col] = text.astype(object)
+            else:
+                df[col] = df[col].map(_text).astype(object)
         return df
+
+
+def _text(x: Any) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
+
+
+def _lookup(cache: dict, key: tuple, resolve: Any) -> Any:
+    """`resolve()` once per key; a name that does not resolve is kept as its InputError."""
+    if key not in cache:
+        try:
+            cache[key] = resolve()
+        except InputError as exc:  # unknown and ambiguous names are InputErrors
+            cache[key] = exc
+    return cache[key]
 
 
 def _reason(exc: Exception) -> str:
