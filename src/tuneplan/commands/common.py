@@ -106,7 +106,7 @@ NUMBER_TYPES = {(int, "positive"): positive_int, (int, "nonneg"): nonneg_int,
                 (float, "positive"): positive_float, (float, "nonneg"): nonneg_float}
 
 
-def _plain_type(annotation):
+def plain_type(annotation):
     """The type inside `X | None`."""
     args = [t for t in typing.get_args(annotation) if t is not type(None)]
     return args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
@@ -121,7 +121,7 @@ def job_options() -> dict[str, tuple[str, str, dict]]:
     for name, opt in options().items():
         extra = opt.extra
         flag = extra.get("flag") or name.replace("_", "-")
-        kind = _plain_type(opt.type)
+        kind = plain_type(opt.type)
         kw: dict = {"dest": flag.replace("-", "_"), "default": None, "help": opt.help}
         if extra.get("repeat"):
             kw.update(action="append", metavar="NAME=VALUE")
@@ -168,12 +168,7 @@ def job_fields() -> dict[str, str]:
 
 def job_kwargs(args: argparse.Namespace) -> dict:
     """JobSpec keyword arguments from the job flags given (those left out take JobSpec's defaults)."""
-    out = {}
-    for attr, fld in job_fields().items():
-        v = getattr(args, attr, None)
-        if v is not None:
-            out[fld] = v
-    return out
+    return {fld: v for attr, fld in job_fields().items() if (v := getattr(args, attr, None)) is not None}
 
 
 DATA_SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")

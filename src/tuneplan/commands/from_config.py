@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuneplan.commands.common import job_fields
+from tuneplan.commands.common import job_fields, job_kwargs
 
 FORMAT_CHOICES = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed")
 """Same as tuneplan.configs.FORMATS (not imported here: the parser must not load the readers)."""
@@ -53,8 +53,7 @@ def apply_from(args: argparse.Namespace):
     if getattr(args, "examples", None) is None and getattr(args, "tokens", None) is None:
         from tuneplan.configs import fill_work
 
-        job = {k: getattr(args, a, None) for a, k in job_fields().items()}
-        job = {k: v for k, v in job.items() if v is not None}
+        job = job_kwargs(args)
         for note in fill_work(job, cfg):
             cfg.notes.append(note)
         args.examples = job["examples"]

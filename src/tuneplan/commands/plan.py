@@ -29,7 +29,9 @@ from tuneplan.commands.common import (
     positive_int,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
+from tuneplan.errors import InputError
 from tuneplan.plan.objectives import OBJECTIVES
+from tuneplan.plan.units import hours, money, parse_duration, parse_money
 from tuneplan.specs.job import METHODS, SHARDINGS, plan_axes
 
 
@@ -104,9 +106,6 @@ def register(sub) -> None:
 
 def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`plan_run(...)` keyword arguments from the flags (model excluded)."""
-    from tuneplan.errors import InputError
-    from tuneplan.plan.units import parse_duration, parse_money
-
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     if args.deadline is not None and args.deadline_h is not None:
@@ -140,8 +139,6 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
-
     check_out(args, args.out, "out", "CSV file")  # before any work: never over an input, nor an existing file
     sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from_plan(args)
@@ -187,8 +184,6 @@ def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict
     that fits holds the longest batch (time: an upper bound when batches are padded to their longest).
     Returns (the note the plan prints, the data summary) or None without --data."""
     from tuneplan.commands.common import read_data
-    from tuneplan.errors import InputError
-
     data = read_data(args)
     if data is None:
         return None
@@ -226,16 +221,14 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     if args.model:
         kw["model"] = args.model
     if args.plot:
-        from tuneplan.errors import InputError
-
-        raise InputError("plot", "draws one plan: leave it out with --runs")
+            raise InputError("plot", "draws one plan: leave it out with --runs")
 
     def show(r: dict) -> None:
         if args.json:
             return
         if r["status"] == "planned":
             print(f"{r['id']}: {r['model']}: {r['gpus']} x {r['gpu']} {r['method']}, "
-                  f"{_money(r.get('cost_usd'))} in {_hours(r['time_s'])}")
+                  f"{money(r.get('cost_usd'))} in {_hours(r['time_s'])}")
         else:
             print(f"{r['id']}: {r.get('model', '')}: {r['status']}: {r['message']}",
                   file=sys.stderr if r["status"] == "error" else sys.stdout)
@@ -251,15 +244,7 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
 
 
 def _hours(s: float | None) -> str:
-    from tuneplan.plan.units import hours
-
     return "-" if s is None else hours(s)
-
-
-def _money(v: float | None) -> str:
-    from tuneplan.plan.units import money
-
-    return money(v)
 
 
 def _interval_text(r: dict) -> str:
@@ -282,7 +267,7 @@ def print_plan(res, top: int = 10) -> None:
     if res.deadline_s is not None:
         cons.append(f"deadline {_hours(res.deadline_s)}")
     if res.budget_usd is not None:
-        cons.append(f"budget {_money(res.budget_usd)}")
+        cons.append(f"budget {money(res.budget_usd)}")
     con.print(f"Searched {res.n_evaluated:,} configurations ({len(res.gpus)} GPU type(s) x {len(res.methods)} "
               f"method(s) x counts {res.space['gpu_counts']} x micro-batch x sharding x checkpointing) in "
               f"{res.seconds:.2f} s: {res.n_fit:,} fit in memory, {res.n_eligible:,} meet the constraints "
@@ -290,8 +275,8 @@ def print_plan(res, top: int = 10) -> None:
     if res.ok:
         r = res.recommended
         con.print(f"\n[bold green]Recommended:[/bold green] {r['description']}")
-        con.print(f"  time {_hours(r['time_s'])} ({_interval_text(r)}), cost {_money(r['cost_usd'])} "
-                  f"at {_money(r['rate_usd_per_gpu_hour'])}/GPU-h, energy {r['energy_kwh']:.1f} kWh "
+        con.print(f"  time {_hours(r['time_s'])} ({_interval_text(r)}), cost {money(r['cost_usd'])} "
+                  f"at {money(r['rate_usd_per_gpu_hour'])}/GPU-h, energy {r['energy_kwh']:.1f} kWh "
                   f"({r['co2_kg']:.1f} kg CO2), {r['tokens_per_s']:,.0f} tokens/s, "
                   f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU"
                   + (" (blocks cached for other batch shapes included: torch frees them before it runs out)"
@@ -310,7 +295,7 @@ def print_plan(res, top: int = 10) -> None:
         for row in df.to_dict("records"):
             t.add_row(str(row["gpus"]), row["gpu"], row["method"], f"{row['micro_batch']} x {row['grad_accum']}",
                       row["sharding"], "on" if row["grad_ckpt"] else "off", _hours(row["time_s"]),
-                      _money(row["cost_usd"]), f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}",
+                      money(row["cost_usd"]), f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}",
                       f"{row['memory_per_gpu_gib']:.1f}", "yes" if row["eligible"] else "no")
         return t
 
@@ -331,8 +316,6 @@ def print_plan(res, top: int = 10) -> None:
 # --- curve --------------------------------------------------------------------------------------
 
 def run_curve(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
-
     cfg = apply_from(args)
     if not args.model:
         raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path)")
