@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneplan.runs.defaults import DefaultEntry, Defaults, SourceRules, cell_text
+from tuneplan.runs.defaults import Defaults, SourceRules, cell_text
 from tuneplan.runs.methods import method_from_notes
 from tuneplan.runs.schema import (
     EXTRA_NUMERIC_COLUMNS,
@@ -300,8 +300,7 @@ def resolve_gpu_name(name: str, rules: SourceRules, strict: bool = False) -> tup
     if not name or NOT_STATED_GPU.match(name):
         return None, None
     if name in rules.gpu_names:
-        target, _why = rules.gpu_names[name]
-        spec = _catalog_gpu(target)
+        spec = _catalog_gpu(rules.gpu_names[name].value)
         return spec, f"gpu={spec.name}(source default {rules.name}: '{name}' as written)"
     spec = _catalog_gpu(name, strict)
     if spec.resolved_as:
@@ -373,7 +372,7 @@ def _ctx(st: RowState, model_type: str) -> dict[str, Any]:
 def apply_flags(st: RowState, rules: SourceRules, model_type: str) -> None:
     ctx = _ctx(st, model_type)
     for flag in rules.flags:
-        if not flag.conditions.holds(ctx):
+        if not flag.holds(ctx):
             continue
         for key, val in flag.settings.items():
             if key == "caveat":
@@ -387,22 +386,14 @@ def apply_flags(st: RowState, rules: SourceRules, model_type: str) -> None:
 def apply_defaults(st: RowState, defaults: Defaults, rules: SourceRules, model_type: str) -> None:
     """Source defaults first, then framework defaults (in file order), empty cells only."""
     method_from_notes(st)  # method 'other': the PEFT method the notes name, else a generic adapter
-    entries: list[tuple[DefaultEntry, str]] = []
-    for entry in rules.defaults.values():
-        entries.append((entry, f"source default {rules.name}"))
     framework = str(st.v.get("framework") or "")
-    for fw in defaults.frameworks:
-        if framework and fw.matches(framework):
-            for entry in fw.defaults.values():
-                entries.append((entry, f"framework default {fw.name}"))
-    # 'method' first: other defaults are conditional on it
-    entries.sort(key=lambda e: 0 if e[0].column == "method" else 1)
-    for entry, label in entries:
-        if not st.empty(entry.column):
-            continue
-        value = entry.pick(_ctx(st, model_type))
-        if value is not None:
-            st.fill(entry.column, value, label)
+    entries = [(col, entry, f"source default {rules.name}") for col, entry in rules.defaults.items()]
+    entries += [(col, entry, f"framework default {fw.name}") for fw in defaults.frameworks
+                if framework and fw.matches(framework) for col, entry in fw.defaults.items()]
+    entries.sort(key=lambda e: e[0] != "method")  # 'method' first: other defaults are conditional on it
+    for col, entry, label in entries:
+        if st.empty(col) and (value := entry.pick(_ctx(st, model_type))) is not None:
+            st.fill(col, value, label)
 
 
 _DEGREE = re.compile(r"^(tp|pp|cp|sp|ep)(\d+)$")
