@@ -291,31 +291,22 @@ class _Reader:
     def normalise(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str, name: str,
                   line: int, resolve: bool) -> dict[str, Any]:
         """A parsed row's names resolved (when `resolve`), flags, defaults and derived figures applied."""
-        st, model_spec, gpu_spec = self.settings(v, records, source, schema, unit, resolve)
-        derive(st)
-        return self.finish(st, name, line, model_spec, gpu_spec, resolve)
-
-    def settings(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str,
-                 resolve: bool) -> tuple[RowState, Any, Any]:
-        """`normalise` up to the derived figures: names, flags, defaults, catalog figures."""
         rules = self.defaults.source(source)
-        model_spec = None
-        gpu_spec = None
-        gpu_record = None
+        model_spec = gpu_spec = None
         if resolve:
             model_spec = self.model(str(v.get("model") or ""), str(v.get("model_hf_id") or ""),
                                     str(v.get("notes") or ""), v.get("seq_len"), str(v.get("model_config_json") or ""))
             gpu_spec, gpu_record = self.gpu(str(v.get("gpu") or ""), source)
+            records += [gpu_record] if gpu_record else []
         st = RowState(v=v, source=source, defaults_used=records)
-        if gpu_record:
-            st.defaults_used.append(gpu_record)
         if schema == "llmftbench":
             finish_llmftbench(v, unit, getattr(gpu_spec, "memory_gib", None), st.defaults_used)
         model_type = str(getattr(model_spec, "model_type", "") or "").lower()
         apply_flags(st, rules, model_type)
         apply_defaults(st, self.defaults, rules, model_type)
         fill_from_catalog(st, model_spec)
-        return st, model_spec, gpu_spec
+        derive(st)
+        return self.finish(st, name, line, model_spec, gpu_spec, resolve)
 
     def model(self, model: str, hf_id: str, notes: str = "", seq_len: Any = None, config_json: str = "") -> Any:
         if not model and not hf_id and not config_json:
@@ -355,31 +346,14 @@ class _Reader:
         usable_thr = has_thr and clean and has_gpu and flags.get("usable_throughput", True) is not False
         usable_mem = (v.get("peak_mem_gib") is not None and clean
                       and flags.get("usable_memory", True) is not False)
-        if is_oom:
-            fits: bool | None = False
-        elif "fits" in flags:
+        fits: bool | None = {"oom": False, "ok": True}.get(status)
+        if "fits" in flags and not is_oom:
             fits = None if flags["fits"] is None else bool(flags["fits"])
-        elif status == "ok":
-            fits = True
-        else:
-            fits = None
-        row = dict(v)
-        row.update({
-            "file": name,
-            "line": line,
-            "model_resolved": model_name,
-            "gpu_resolved": gpu_name,
-            "status": status,
-            "is_oom": is_oom,
-            "fits": fits,
-            "is_duplicate": is_dup,
-            "is_estimate": is_est,
-            "usable_throughput": bool(usable_thr),
-            "usable_memory": bool(usable_mem),
-            "defaults_used": ";".join(r.replace(";", ",") for r in st.defaults_used),
-            "caveats": ";".join(st.caveats),
-        })
-        return row
+        return {**v, "file": name, "line": line, "model_resolved": model_name, "gpu_resolved": gpu_name,
+                "status": status, "is_oom": is_oom, "fits": fits, "is_duplicate": is_dup, "is_estimate": is_est,
+                "usable_throughput": bool(usable_thr), "usable_memory": bool(usable_mem),
+                "defaults_used": ";".join(r.replace(";", ",") for r in st.defaults_used),
+                "caveats": ";".join(st.caveats)}
 
     def table(self) -> RunTable:
         unresolved = self.frame(self.unresolved) if self.keep_unresolved else None
