@@ -317,14 +317,14 @@ class _Reader:
                                                                      config_json))
         if isinstance(got, InputError):
             names = f"'{model}'" + (f" (model_hf_id '{hf_id}')" if hf_id and hf_id != model else "")
-            raise RowError(f"cannot resolve model {names}: {_reason(got)}; row skipped")
+            raise RowError(f"cannot resolve model {names}: {str(got).removeprefix(f'{got.field}: ')}; row skipped")
         return got
 
     def gpu(self, gpu: str, source: str) -> tuple[Any, str | None]:
         got = _lookup(self.gpu_cache, (gpu, source),
                       lambda: resolve_gpu_name(gpu, self.defaults.source(source), self.strict_names))
         if isinstance(got, InputError):
-            raise RowError(f"cannot resolve GPU '{gpu}': {_reason(got)}; row skipped")
+            raise RowError(f"cannot resolve GPU '{gpu}': {str(got).removeprefix(f'{got.field}: ')}; row skipped")
         return got
 
     def finish(self, st: RowState, name: str, line: int, model_spec: Any, gpu_spec: Any,
@@ -402,23 +402,15 @@ def _lookup(cache: dict, key: tuple, resolve: Any) -> Any:
     return cache[key]
 
 
-def _reason(exc: Exception) -> str:
-    text = str(exc)
-    field = getattr(exc, "field", None)
-    if field and text.startswith(f"{field}: "):
-        text = text[len(field) + 2:]
-    return text
-
-
 def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, resolve: bool = True,
               defaults: Defaults | str | Path | None = None, strict_names: bool = False,
               keep_unresolved: bool = False) -> RunTable:
     """Read runs files into one `RunTable`.
 
     Each file is CSV (or Parquet, with pyarrow) in the reference schema or the LLMFineTuningBench
-    schema (detected by its header); a folder stands for the runs files in it. Problems (missing columns, non-numeric cells, throughput <= 0,
-    duplicate ids or rows, names the catalogs cannot resolve) are reported one per line with file
-    and line and the row (or file) is skipped; `strict=True` raises `DataFileError` at the first.
+    schema (detected by its header); a folder stands for the runs files in it. Problems (missing
+    columns, non-numeric cells, throughput <= 0, duplicate ids or rows, names the catalogs cannot
+    resolve) are reported one per line with file and line and the row (or file) is skipped; `strict=True` raises `DataFileError` at the first.
     `resolve=False` skips catalog look-ups (model_resolved / gpu_resolved stay '').
     `defaults`: a parsed `Defaults` or a YAML path; the shipped source_defaults.yaml when None.
     A GPU family name (A100-80GB) is read as the catalog's default variant, recorded in `defaults_used`;
@@ -431,13 +423,8 @@ def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, re
     defs = defaults if isinstance(defaults, Defaults) else load_defaults(defaults)
     reader = _Reader(strict=strict, resolve=resolve, defaults=defs, strict_names=strict_names,
                      keep_unresolved=keep_unresolved)
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            for f in reference_run_files(p):
-                reader.read_file(f)
-        else:
-            reader.read_file(p)
+    for f in (f for p in map(Path, paths) for f in (reference_run_files(p) if p.is_dir() else [p])):
+        reader.read_file(f)
     return reader.table()
 
 
