@@ -111,12 +111,7 @@ def cell_problem(cells: list[str]) -> str | None:
 
 def _parquet_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
     """Header, (1-based row number, cells as text) of each row and no delimiter, of a Parquet file."""
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise DataFileError(str(path), None, "reading Parquet needs pyarrow (pip install pyarrow), "
-                                             "or convert the file to CSV") from None
-    import pandas as pd
+    import pandas as pd  # with pyarrow, a dependency
 
     df = pd.read_parquet(path)
 
