@@ -38,7 +38,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from tuneplan import __version__
-from tuneplan.errors import InputError, TuneplanError, UnknownNameError
+from tuneplan.errors import AmbiguousNameError, InputError, TuneplanError, UnknownNameError
 from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs import job as jobspec
 from tuneplan.web.command_line import (
@@ -90,7 +90,7 @@ class RequestError(Exception):
 def _field_of(err: InputError) -> list[str]:
     """Body location of an InputError's field (`tokens-per-example` -> tokens_per_example)."""
     f = (err.field or "").replace("-", "_")
-    f = {"rate_usd_per_gpu_hour": "rate", "job": "", "gpu_file": "gpu", "interval": "interval"}.get(f, f)
+    f = {"rate_usd_per_gpu_hour": "rate", "job": "", "gpu_file": "gpu"}.get(f, f)
     return [f] if f else []
 
 
@@ -98,19 +98,15 @@ _CLI_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
 
 
 def _input_error_detail(err: InputError) -> dict[str, Any]:
-    text = str(err)
-    prefix = f"{err.field}: "
-    msg = text[len(prefix):] if text.startswith(prefix) else text
+    msg = str(err).removeprefix(f"{err.field}: ")
     msg = _CLI_FLAG.sub(lambda m: m.group(1).replace("-", "_"), msg)  # the page's field names, not flags
     d: dict[str, Any] = {"loc": ["body", *_field_of(err)], "msg": msg, "type": "value_error"}
     if err.allowed:
         d["allowed"] = list(err.allowed)
     if isinstance(err, UnknownNameError):
-        d["type"] = "unknown_name"
-        d["closest"] = list(getattr(err, "close", []) or [])
-    elif type(err).__name__ == "AmbiguousNameError":
-        d["type"] = "ambiguous_name"
-        d["candidates"] = list(getattr(err, "candidates", []) or [])
+        d.update(type="unknown_name", closest=list(err.close))
+    elif isinstance(err, AmbiguousNameError):
+        d.update(type="ambiguous_name", candidates=list(err.candidates))
     return d
 
 
