@@ -157,7 +157,7 @@ def _plan_job(spec, kwargs: dict):
     try:
         return ("ok", plan(spec, **kwargs))
     except InputError as exc:
-        return ("input", exc.field, str(exc))
+        return ("input", exc.field, str(exc).removeprefix(f"{exc.field}: "))
     except TuneplanError as exc:
         return ("tuneplan", "", str(exc))
 
@@ -192,9 +192,4 @@ def plan_in_worker(spec, kwargs: dict):
     if kind == "ok":
         return rest[0]
     field, text = rest
-    if kind == "input":
-        err = InputError.__new__(InputError)
-        Exception.__init__(err, text)
-        err.field, err.allowed = field, None
-        raise err
-    raise TuneplanError(text)
+    raise InputError(field, text) if kind == "input" else TuneplanError(text)
