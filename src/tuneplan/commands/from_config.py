@@ -108,20 +108,13 @@ def apply_from_plan(args: argparse.Namespace):
 
 def print_provenance(cfg, stream=None) -> None:
     """The used / assumed / ignored lists, ignored keys grouped by reason."""
-    out = stream or sys.stdout
-    print(f"Read from {', '.join(f'{f} ({k})' for f, k in zip(cfg.files, cfg.formats, strict=True))}:", file=out)
-    print("  used:", file=out)
-    for line in cfg.used():
-        print(f"    - {line}", file=out)
+    lines = [f"Read from {', '.join(f'{f} ({k})' for f, k in zip(cfg.files, cfg.formats, strict=True))}:",
+             "  used:", *(f"    - {line}" for line in cfg.used())]
     if cfg.assumed():
-        print("  assumed (the file does not say):", file=out)
-        for line in cfg.assumed():
-            print(f"    - {line}", file=out)
+        lines += ["  assumed (the file does not say):", *(f"    - {line}" for line in cfg.assumed())]
     if cfg.ignored:
-        print("  ignored:", file=out)
         by_why: dict[str, list[str]] = {}
         for f, k, why in cfg.ignored:
             by_why.setdefault(why, []).append(k if len(cfg.files) == 1 else f"{f}:{k}")
-        for why, keys in by_why.items():
-            print(f"    - {', '.join(keys)}: {why}", file=out)
-    print("  command-line flags override the file.", file=out)
+        lines += ["  ignored:", *(f"    - {', '.join(keys)}: {why}" for why, keys in by_why.items())]
+    print("\n".join([*lines, "  command-line flags override the file."]), file=stream or sys.stdout)
