@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from tuneplan.commands.catalogs import plain_table
 from tuneplan.commands.common import add_data_args, name_list, positive_int
 
 
@@ -93,19 +94,16 @@ def _fits_text(row: dict, gpus: list[tuple[str, float]]) -> str:
     return ", ".join(on)
 
 
+COLUMNS = (("method", "left"), ("precision / weights", "left"), ("GiB/GPU", "right"), ("fits on", "left"))
+
+
 def render(t) -> str:
     """The table as plain text (aligned columns; rich is not needed to read it in a pipe)."""
     head = (f"{t.model}: memory per GPU at seq_len {t.seq_len}, micro-batch {t.micro_batch}"
             f"{f', {t.gpus_per_run} GPUs' if t.gpus_per_run > 1 else ''}")
-    rows = [("method", "precision / weights", "GiB/GPU", "fits on")]
-    for r in t.rows:
-        rows.append((r["method"], r["weights"], f"{r['memory_per_gpu_gib']:,.1f}", _fits_text(r, t.gpus)))
-    w = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [head]
-    for i, r in enumerate(rows):
-        lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {r[3]}")
-        if i == 0:
-            lines.append("-" * (sum(w) + 4) + "  " + "-" * 24)
+    rows = [(r["method"], r["weights"], f"{r['memory_per_gpu_gib']:,.1f}", _fits_text(r, t.gpus)) for r in t.rows]
+    header, *body = plain_table(COLUMNS, rows).split("\n")
+    lines = [head, header, "-" * (header.index("fits on") - 2) + "  " + "-" * 24, *body]
     lines += ["", "GPUs checked (smallest first): " + ", ".join(f"{n} ({m:g} GiB)" for n, m in t.gpus)]
     lines += [f"- {n}" for n in t.notes]
     return "\n".join(lines)

@@ -285,12 +285,8 @@ def _add_catalog_routes(app: FastAPI) -> None:
         from tuneplan.specs.catalog import list_models
 
         words = [w for w in q.lower().replace("/", " ").split() if w]
-        out = []
-        for m in list_models():
-            low = m.name.lower()
-            if all(w in low for w in words):
-                out.append(_model_summary(m))
-        return jsonable(out[:limit])
+        found = [m for m in list_models() if all(w in m.name.lower() for w in words)]
+        return jsonable([_model_summary(m) for m in found[:limit]])
 
     @app.get("/api/gpus", tags=["catalogs"], summary="the GPU catalog with prices")
     def gpus() -> list[dict[str, Any]]:
