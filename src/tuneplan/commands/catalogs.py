@@ -49,16 +49,10 @@ def print_catalog(title: str, columns: tuple[tuple[str, str], ...], rows: list[t
         print(title)
         print(plain_table(columns, rows))
         return
-    from rich.table import Table
-
+    from tuneplan.commands.common import rich_table
     from tuneplan.report.tables import report_console
 
-    t = Table(title=title, title_justify="left")
-    for col, j in columns:
-        t.add_column(col, justify=j, no_wrap=col == "name")
-    for r in rows:
-        t.add_row(*r)
-    report_console().print(t)
+    report_console().print(rich_table(title, columns, rows))
 
 
 def plain_table(columns: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]]) -> str:

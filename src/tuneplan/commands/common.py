@@ -243,3 +243,16 @@ def check_out(args: argparse.Namespace, path: str | None, field: str = "out", wh
     if path is None:
         return None
     return check_output_path(path, field, what, input_paths(args), bool(getattr(args, "force", False)))
+
+
+def rich_table(title: str, columns, rows):
+    """A rich Table: `columns` as (header, justify), `rows` of cells; the title on the left, a catalog's
+    `name` column never wrapped."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for col, just in columns:
+        t.add_column(col, justify=just, no_wrap=col == "name")
+    for r in rows:
+        t.add_row(*r)
+    return t

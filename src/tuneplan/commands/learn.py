@@ -163,8 +163,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
+    from tuneplan.commands.common import rich_table
     from tuneplan.errors import InputError
     from tuneplan.learn.learners import LEARNER_NAMES
     from tuneplan.learn.validate import SPLITS, check_reveal, validate
@@ -205,18 +204,17 @@ def run_validate(args: argparse.Namespace) -> int:
     if not args.by_source:
         m = m[m["source"] == "ALL"]
     revealed = f"; {args.reveal} rows of each held-out source revealed to its fit" if args.reveal else ""
-    t = Table(title=f"held-out errors, split {args.split} (seed {args.seed}{revealed})", title_justify="left")
-    for col in ("estimator", "source", "n thr", "MdAPE thr", "MAPE thr", "<=10%", "<=25%", "n mem", "MdAPE mem",
-                "fit/OOM right"):
-        t.add_column(col, justify="left" if col in ("estimator", "source") else "right")
-
     def pct(v):
         return "-" if v != v else f"{100 * v:.1f}%"
 
-    for r in m.sort_values(["source", "throughput_mdape"]).to_dict("records"):
-        t.add_row(r["estimator"], r["source"], str(r["n_throughput"]), pct(r["throughput_mdape"]),
-                  pct(r["throughput_mape"]), pct(r["within_10"]), pct(r["within_25"]), str(r["n_memory"]),
-                  pct(r["memory_mdape"]), pct(r["fit_accuracy"]) + (f" of {r['n_fit']}" if r["n_fit"] else ""))
+    t = rich_table(f"held-out errors, split {args.split} (seed {args.seed}{revealed})", [
+        (col, "left" if col in ("estimator", "source") else "right") for col in (
+            "estimator", "source", "n thr", "MdAPE thr", "MAPE thr", "<=10%", "<=25%", "n mem", "MdAPE mem",
+            "fit/OOM right")], [
+        (r["estimator"], r["source"], str(r["n_throughput"]), pct(r["throughput_mdape"]), pct(r["throughput_mape"]),
+         pct(r["within_10"]), pct(r["within_25"]), str(r["n_memory"]), pct(r["memory_mdape"]),
+         pct(r["fit_accuracy"]) + (f" of {r['n_fit']}" if r["n_fit"] else ""))
+        for r in m.sort_values(["source", "throughput_mdape"]).to_dict("records")])
     out = report_console()
     out.print(t)
     for r in m[m["source"] == "ALL"].to_dict("records"):
@@ -227,13 +225,12 @@ def run_validate(args: argparse.Namespace) -> int:
         out.print(f"interval coverage of {k}: {100 * v:.1f}% of held-out rows inside the {100 * args.interval:.0f}% "
                   "interval")
     if report.coverage_groups:
-        g = Table(title=f"{100 * args.interval:.0f}% interval coverage of tuneplan by group (above / below: share "
-                        "of rows over the high bound / under the low bound)", title_justify="left")
-        for col in ("metric", "group", "value", "rows", "inside", "above", "below"):
-            g.add_column(col, justify="left" if col in ("metric", "group", "value") else "right")
-        for r in report.coverage_groups:
-            g.add_row(r["metric"], r["group"], r["value"], str(r["rows"]), pct(r["coverage"]), pct(r["above"]),
-                      pct(r["below"]))
+        g = rich_table(f"{100 * args.interval:.0f}% interval coverage of tuneplan by group (above / below: share "
+                       "of rows over the high bound / under the low bound)",
+                       [(col, "left" if col in ("metric", "group", "value") else "right")
+                        for col in ("metric", "group", "value", "rows", "inside", "above", "below")],
+                       [(r["metric"], r["group"], r["value"], str(r["rows"]), pct(r["coverage"]), pct(r["above"]),
+                         pct(r["below"])) for r in report.coverage_groups])
         out.print(g)
     for msg in report.messages:
         out.print(f"note: {msg}")

@@ -27,6 +27,7 @@ from tuneplan.commands.common import (
     name_list,
     positive_float,
     positive_int,
+    rich_table,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
 from tuneplan.errors import InputError
@@ -254,9 +255,12 @@ def _interval_text(r: dict) -> str:
     return f"{_hours(lo)} - {_hours(hi)}"
 
 
-def print_plan(res, top: int = 10) -> None:
-    from rich.table import Table
+PLAN_COLUMNS = (("GPUs", "right"), ("GPU", "left"), ("method", "left"), ("mb x ga", "right"), ("sharding", "left"),
+                ("ckpt", "center"), ("time", "right"), ("cost", "right"), ("kWh", "right"), ("tokens/s", "right"),
+                ("GiB/GPU", "right"), ("ok", "center"))
 
+
+def print_plan(res, top: int = 10) -> None:
     from tuneplan.report.tables import report_console
 
     con = report_console()
@@ -286,18 +290,12 @@ def print_plan(res, top: int = 10) -> None:
         head = "Nothing fits" if res.status == "nothing-fits" else "Nothing meets the constraints"
         con.print(f"\n[bold red]{head}:[/bold red] {res.message}")
 
-    def table(title: str, df) -> Table:
-        t = Table(title=title, title_justify="left", header_style="bold")
-        for col, just in (("GPUs", "right"), ("GPU", "left"), ("method", "left"), ("mb x ga", "right"),
-                          ("sharding", "left"), ("ckpt", "center"), ("time", "right"), ("cost", "right"),
-                          ("kWh", "right"), ("tokens/s", "right"), ("GiB/GPU", "right"), ("ok", "center")):
-            t.add_column(col, justify=just)
-        for row in df.to_dict("records"):
-            t.add_row(str(row["gpus"]), row["gpu"], row["method"], f"{row['micro_batch']} x {row['grad_accum']}",
-                      row["sharding"], "on" if row["grad_ckpt"] else "off", _hours(row["time_s"]),
-                      money(row["cost_usd"]), f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}",
-                      f"{row['memory_per_gpu_gib']:.1f}", "yes" if row["eligible"] else "no")
-        return t
+    def table(title: str, df):
+        return rich_table(title, PLAN_COLUMNS, [
+            (str(row["gpus"]), row["gpu"], row["method"], f"{row['micro_batch']} x {row['grad_accum']}",
+             row["sharding"], "on" if row["grad_ckpt"] else "off", _hours(row["time_s"]), money(row["cost_usd"]),
+             f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}", f"{row['memory_per_gpu_gib']:.1f}",
+             "yes" if row["eligible"] else "no") for row in df.to_dict("records")])
 
     if len(res.pareto):
         con.print(table("Pareto front of cost versus time (fastest first)", res.pareto.head(max(top, 12))))
@@ -333,20 +331,15 @@ def run_curve(args: argparse.Namespace) -> int:
         json.dump(res.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
         print()
         return 0
-    from rich.table import Table
-
     from tuneplan.report.tables import report_console
 
     con = report_console()
-    t = Table(title=f"{res.model} · {res.method} · {res.gpus} x {res.gpu} · seq_len {res.seq_len}",
-              title_justify="left", header_style="bold")
-    for col in ("micro-batch", "tokens/s", "step", "memory/GPU", "fits"):
-        t.add_column(col, justify="right")
     rows = shown_curve_rows(res.points.to_dict("records"), res.max_micro_batch)
-    for r in rows:
-        mark = " <- largest that fits" if r["micro_batch"] == res.max_micro_batch else ""
-        t.add_row(str(r["micro_batch"]), f"{r['tokens_per_s']:,.0f}", f"{r['step_s']:.3f} s",
-                  f"{r['memory_per_gpu_gib']:.1f} GiB", ("yes" if r["fits"] else "no") + mark)
+    t = rich_table(f"{res.model} · {res.method} · {res.gpus} x {res.gpu} · seq_len {res.seq_len}",
+                   [(col, "right") for col in ("micro-batch", "tokens/s", "step", "memory/GPU", "fits")],
+                   [(str(r["micro_batch"]), f"{r['tokens_per_s']:,.0f}", f"{r['step_s']:.3f} s",
+                     f"{r['memory_per_gpu_gib']:.1f} GiB", ("yes" if r["fits"] else "no")
+                     + (" <- largest that fits" if r["micro_batch"] == res.max_micro_batch else "")) for r in rows])
     con.print(t)
     con.print(f"largest micro-batch that fits: {res.max_micro_batch} ({res.memory_capacity_gib:g} GiB per GPU)")
     if len(rows) < len(res.points):
