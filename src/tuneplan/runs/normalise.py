@@ -123,22 +123,8 @@ COUNT_BOUNDS = {"gpus": MAX_GPUS, "nodes": MAX_GPUS, "micro_batch_size": MAX_MIC
 """Columns that count things (a whole number, at most the physical bound of tuneplan.specs.limits)."""
 
 
-def check_counts(v: dict[str, Any]) -> list[str]:
-    """Counts are whole numbers within their bounds (gpus=1.5 is a typo, not a run)."""
-    errors = []
-    for col, upper in COUNT_BOUNDS.items():
-        x = v.get(col)
-        if x is None or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-            continue
-        if x != int(x):
-            errors.append(f"column '{col}': must be a whole number (got {fmt(x)})")
-        elif x > upper:
-            errors.append(f"column '{col}': {fmt(x)} is beyond any physical run (at most {upper:,.0f})")
-    return errors
-
-
 def check_values(v: dict[str, Any]) -> list[str]:
-    """Range checks: throughput and counts > 0, flags 0/1, MFU a fraction."""
+    """Range checks: throughput and counts > 0, flags 0/1, counts whole and bounded, MFU a fraction."""
     errors = []
     for col in POSITIVE_COLUMNS:
         x = v.get(col)
@@ -153,7 +139,14 @@ def check_values(v: dict[str, Any]) -> list[str]:
         x = v.get(col)
         if x is not None and x not in (0.0, 1.0):
             errors.append(f"column '{col}': must be 0 or 1 (got {fmt(x)})")
-    errors += check_counts(v)
+    for col, upper in COUNT_BOUNDS.items():  # whole numbers within their bounds (gpus=1.5 is a typo, not a run)
+        x = v.get(col)
+        if x is None or not math.isfinite(x) or x <= 0:
+            continue
+        if x != int(x):
+            errors.append(f"column '{col}': must be a whole number (got {fmt(x)})")
+        elif x > upper:
+            errors.append(f"column '{col}': {fmt(x)} is beyond any physical run (at most {upper:,.0f})")
     mfu = v.get("mfu")
     if mfu is not None and mfu > 1:
         errors.append(f"column 'mfu': must be a fraction 0..1 (got {fmt(mfu)}; a percentage?)")
@@ -220,17 +213,9 @@ def map_llmftbench(raw: dict[str, str]) -> tuple[dict[str, str], list[str], list
 
 def memory_unit(values: list[float]) -> str:
     """Unit of a file's gpu_memory_utilization_peak column, from its largest value:
-    <= 1 fraction of the GPU, <= 100 percent, > 1e6 bytes, else MiB."""
-    if not values:
-        return "percent"
-    top = max(values)
-    if top <= 1.0:
-        return "fraction"
-    if top <= 100.0:
-        return "percent"
-    if top > 1e6:
-        return "bytes"
-    return "mib"
+    <= 1 fraction of the GPU, <= 100 percent (also when it has none), > 1e6 bytes, else MiB."""
+    top = max(values, default=100.0)
+    return "fraction" if top <= 1.0 else "percent" if top <= 100.0 else "bytes" if top > 1e6 else "mib"
 
 
 def finish_llmftbench(v: dict[str, Any], unit: str, gpu_memory_gib: float | None,
@@ -264,12 +249,10 @@ def finish_llmftbench(v: dict[str, Any], unit: str, gpu_memory_gib: float | None
                 if v.get("status") == "failed" and frac >= OOM_UTILISATION:
                     v["status"] = "oom"
                     records.append(f"status=oom(inferred: failed run at {fmt(frac * 100)}% of GPU memory)")
-        elif unit == "bytes":
-            gib = mem / 2**30
-            records.append(f"peak_mem_gib={fmt(gib)}(derived gpu_memory_utilization_peak bytes/2^30)")
         else:
-            gib = mem / 1024.0
-            records.append(f"peak_mem_gib={fmt(gib)}(derived gpu_memory_utilization_peak MiB/1024)")
+            per_gib, how = (2**30, "bytes/2^30") if unit == "bytes" else (1024.0, "MiB/1024")
+            gib = mem / per_gib
+            records.append(f"peak_mem_gib={fmt(gib)}(derived gpu_memory_utilization_peak {how})")
         if gib is not None:
             v["peak_mem_gib"] = gib
             if not v.get("mem_kind"):
