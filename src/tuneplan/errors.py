@@ -169,11 +169,9 @@ def _is_input(out: str, src: object) -> bool:
     """`out` is the input `src` (the same file, through links too) or, when `src` is a folder, a runs
     file inside it (a folder of runs stands for its runs files)."""
     src_text = _path_text(src)
-    try:
-        if os.path.exists(out) and os.path.exists(src_text) and os.path.samefile(src_text, out):
+    with contextlib.suppress(OSError):  # a path that does not exist yet is compared by name below
+        if os.path.samefile(src_text, out):
             return True
-    except OSError:
-        pass
     if os.path.realpath(src_text) == os.path.realpath(out):
         return True
     if os.path.isdir(src_text) and out.lower().endswith(RUNS_SUFFIXES):
