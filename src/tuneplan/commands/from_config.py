@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from tuneplan.commands.common import job_fields, job_kwargs
+from tuneplan.errors import InputError
 
 FORMAT_CHOICES = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed")
 """Same as tuneplan.configs.FORMATS (not imported here: the parser must not load the readers)."""
@@ -44,9 +45,7 @@ def apply_from(args: argparse.Namespace):
     attr_of = {fld: attr for attr, fld in job_fields().items()}
     for fld, value in cfg.job_kwargs().items():
         attr = attr_of.get(fld)
-        if attr is None or not hasattr(args, attr):
-            continue
-        if getattr(args, attr) is None:
+        if attr is not None and hasattr(args, attr) and getattr(args, attr) is None:
             setattr(args, attr, ",".join(value) if fld == "lora_targets" else value)
     if getattr(args, "model", None) is None and cfg.model:
         args.model = cfg.model
@@ -54,8 +53,7 @@ def apply_from(args: argparse.Namespace):
         from tuneplan.configs import fill_work
 
         job = job_kwargs(args)
-        for note in fill_work(job, cfg):
-            cfg.notes.append(note)
+        cfg.notes.extend(fill_work(job, cfg))
         args.examples = job["examples"]
         args.epochs = job.get("epochs", args.epochs)
     _check_nulls(args, cfg)
@@ -67,8 +65,6 @@ def _check_nulls(args: argparse.Namespace, cfg) -> None:
     the error names the file's key."""
     where = cfg.nulls.get("seq_len")
     if where and getattr(args, "seq_len", None) is None and getattr(args, "tokens_per_example", None) is None:
-        from tuneplan.errors import InputError
-
         raise InputError("seq-len", f"{where} is null (samples are not truncated, so the length is the data's): "
                          "give --seq-len or --tokens-per-example")
 
@@ -99,8 +95,7 @@ def apply_from_plan(args: argparse.Namespace):
         from tuneplan.configs import fill_work
 
         work = {k: v for k, v in job.items() if k in ("micro_batch", "grad_accum", "gpus")}
-        for note in fill_work(work, cfg):
-            cfg.notes.append(note)
+        cfg.notes.extend(fill_work(work, cfg))
         args.examples = work["examples"]
     _check_nulls(args, cfg)
     return cfg
