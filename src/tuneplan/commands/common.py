@@ -9,6 +9,8 @@ import sys
 import types
 import typing
 
+from tuneplan.errors import InputError, check_output_path
+
 BLAS_THREADS_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 """numpy's BLAS thread pool (OpenBLAS starts one thread per core when numpy is imported, ~0.07-0.1 s of
 CPU here) is pure start-up cost for a command that calls no BLAS routine (no matrix product, no linear
@@ -201,8 +203,6 @@ def read_data(args: argparse.Namespace):
     if not getattr(args, "data", None):
         for flag in ("tokenizer", "data_format"):
             if getattr(args, flag, None):
-                from tuneplan.errors import InputError
-
                 raise InputError(flag.replace("_", "-"), "applies with --data PATH")
         return None
     from tuneplan.corpus.summary import summarise
@@ -238,8 +238,6 @@ def input_paths(args: argparse.Namespace) -> list[str]:
 def check_out(args: argparse.Namespace, path: str | None, field: str = "out", what: str = "file") -> str | None:
     """An output path checked before any work (tuneplan.errors.check_output_path): never one of the
     command's inputs; an existing file only with --force."""
-    from tuneplan.errors import check_output_path
-
     if path is None:
         return None
     return check_output_path(path, field, what, input_paths(args), bool(getattr(args, "force", False)))

@@ -15,6 +15,7 @@ from tuneplan.commands.common import (
     single_threaded_blas,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, print_provenance
+from tuneplan.errors import InputError
 
 
 def register(sub) -> None:
@@ -40,7 +41,6 @@ def register(sub) -> None:
 
 
 def _planner_seed(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
     from tuneplan.estimators.planner import (
         BYTES_PER_PARAM,
         DEFAULT_MFU,
@@ -113,8 +113,6 @@ def _planner_seed(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
-
     single_threaded_blas()
     sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from(args)

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from tuneplan.errors import InputError, check_output_path, shown
+
 
 def register(sub) -> None:
     from tuneplan.commands.common import add_force_arg
@@ -58,8 +60,6 @@ def _read(paths, strict):
 
 def require_rows(table, paths) -> None:
     """InputError when the runs files gave no row at all (missing, empty, header-only, unreadable)."""
-    from tuneplan.errors import InputError, shown
-
     if len(table.df):
         return
     why = str(table.problems[0]) if table.problems else "no data rows under the header"
@@ -74,8 +74,6 @@ PLOT_SUFFIXES = (".png", ".svg")
 def check_plot_path(path: str | None, field: str = "plot") -> None:
     """A plot path that can be written, with a suffix matplotlib draws (checked before the work)."""
     import os
-
-    from tuneplan.errors import InputError, shown
 
     if path is None:
         return
@@ -97,7 +95,6 @@ def report_problems(problems, limit: int = 10) -> None:
 
 def _recorded_runs() -> str:
     """`calibrate` without --runs: the runs TuneplanCallback recorded, or a one-line error."""
-    from tuneplan.errors import InputError
     from tuneplan.runs.home import recorded_runs_path
 
     path = recorded_runs_path()
@@ -111,7 +108,6 @@ def _recorded_runs() -> str:
 def _base_calibration(args: argparse.Namespace):
     """The calibration a user's runs adapt: --base, else the shipped default; None with --from-scratch,
     for another learner, or when no default ships."""
-    from tuneplan.errors import InputError
     from tuneplan.estimators.calibration import default_calibration, load_calibration
 
     if args.from_scratch:
@@ -135,7 +131,6 @@ def _base_calibration(args: argparse.Namespace):
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from tuneplan.commands.common import input_paths
-    from tuneplan.errors import check_output_path
     from tuneplan.learn.calibration import fit_calibration
     from tuneplan.learn.learners import NotEnoughData
 
@@ -164,7 +159,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     from tuneplan.commands.common import rich_table
-    from tuneplan.errors import InputError
     from tuneplan.learn.learners import LEARNER_NAMES
     from tuneplan.learn.validate import SPLITS, check_reveal, validate
     from tuneplan.report.tables import report_console

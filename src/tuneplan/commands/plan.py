@@ -30,7 +30,7 @@ from tuneplan.commands.common import (
     rich_table,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, atomic_output
 from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.plan.units import hours, money, parse_duration, parse_money
 from tuneplan.specs.job import METHODS, SHARDINGS, plan_axes
@@ -207,8 +207,6 @@ def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict
 
 def _write_candidates(res, path: str) -> None:
     from pathlib import Path
-
-    from tuneplan.errors import atomic_output
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from tuneplan.errors import InputError, atomic_output
+
 
 def register(sub) -> None:
     p = sub.add_parser("predict", help="predict every row of a runs file",
@@ -32,7 +34,6 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from tuneplan.commands.learn import report_problems, require_rows
-    from tuneplan.errors import atomic_output
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
@@ -72,7 +73,6 @@ def check_predict_paths(args: argparse.Namespace) -> None:
     """Before any reading: the interval is a coverage, --out can be written, is none of the inputs
     (writing over a runs file would lose the measured runs) and, without --force, no existing file."""
     from tuneplan.commands.common import check_out
-    from tuneplan.errors import InputError
 
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1, or 0 for none (got {args.interval})")

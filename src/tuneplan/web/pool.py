@@ -15,6 +15,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tuneplan.errors import InputError, TuneplanError
+
 HEAVY_SLOTS = 1
 """Plan searches computed at once (each is up to MAX_PLAN_CONFIGS configurations, ~1 s of CPU)."""
 LIGHT_SLOTS = 32
@@ -151,7 +153,6 @@ def shutdown() -> None:
 def _plan_job(spec, kwargs: dict):
     """In the worker: the plan, or the user's error as plain data (errors with their own constructors
     do not survive pickling)."""
-    from tuneplan.errors import InputError, TuneplanError
     from tuneplan.plan.search import plan_run as plan
 
     try:
@@ -176,8 +177,6 @@ def plan_in_worker(spec, kwargs: dict):
     Falls back to this process if the worker cannot be used (it died, or the result cannot travel)."""
     from concurrent.futures import TimeoutError as FutureTimeout
     from concurrent.futures.process import BrokenProcessPool
-
-    from tuneplan.errors import InputError, TuneplanError
 
     try:
         kind, *rest = _executor().submit(_plan_job, spec, kwargs).result(timeout=PLAN_TIMEOUT_S)
