@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from tuneplan.commands.common import rich_table
+
 
 def register(sub) -> None:
     m = sub.add_parser("models", help="list the model catalog")
@@ -49,7 +51,6 @@ def print_catalog(title: str, columns: tuple[tuple[str, str], ...], rows: list[t
         print(title)
         print(plain_table(columns, rows))
         return
-    from tuneplan.commands.common import rich_table
     from tuneplan.report.tables import report_console
 
     report_console().print(rich_table(title, columns, rows))

@@ -12,6 +12,7 @@ from tuneplan.commands.common import (
     add_job_args,
     job_kwargs,
     positive_float,
+    read_data,
     single_threaded_blas,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, print_provenance
@@ -130,7 +131,6 @@ def run(args: argparse.Namespace) -> int:
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     from tuneplan.api import estimate
-    from tuneplan.commands.common import read_data
 
     ekw = dict(estimator=args.estimator, calibration=args.calibration, gpu_file=args.gpu_file,
                peak_tflops=args.peak_tflops, memory_gib=args.memory_gib, bandwidth_gbs=args.bandwidth_gbs,

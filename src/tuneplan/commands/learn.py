@@ -6,12 +6,11 @@ import argparse
 import json
 import sys
 
+from tuneplan.commands.common import add_force_arg, input_paths, rich_table
 from tuneplan.errors import InputError, check_output_path, shown
 
 
 def register(sub) -> None:
-    from tuneplan.commands.common import add_force_arg
-
     c = sub.add_parser("calibrate", help="fit a calibration on measured runs",
                        description="Adapt the shipped calibration to your runs (an overall throughput scale "
                                    "from 1 run, per-method scales; from 8 runs a memory offset and a fit on your "
@@ -130,7 +129,6 @@ def _base_calibration(args: argparse.Namespace):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from tuneplan.commands.common import input_paths
     from tuneplan.learn.calibration import fit_calibration
     from tuneplan.learn.learners import NotEnoughData
 
@@ -158,7 +156,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from tuneplan.commands.common import rich_table
     from tuneplan.learn.learners import LEARNER_NAMES
     from tuneplan.learn.validate import SPLITS, check_reveal, validate
     from tuneplan.report.tables import report_console

@@ -8,7 +8,7 @@ import json
 import sys
 
 from tuneplan.commands.catalogs import plain_table
-from tuneplan.commands.common import add_data_args, name_list, positive_int
+from tuneplan.commands.common import add_data_args, name_list, positive_int, read_data
 
 
 def register(sub) -> None:
@@ -65,8 +65,6 @@ def run(args: argparse.Namespace) -> int:
 def _data_seq_len(args: argparse.Namespace) -> tuple[str, dict] | None:
     """`--data`: the table at the longest batch the data makes (its longest example, truncated at --seq-len
     when given): every micro-batch holding that example is padded to it. (note, data summary) or None."""
-    from tuneplan.commands.common import read_data
-
     data = read_data(args)
     if data is None:
         return None

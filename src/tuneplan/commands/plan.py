@@ -27,6 +27,7 @@ from tuneplan.commands.common import (
     name_list,
     positive_float,
     positive_int,
+    read_data,
     rich_table,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
@@ -184,7 +185,6 @@ def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict
     --tokens-per-example; without --seq-len the sequence length is the longest example, so a configuration
     that fits holds the longest batch (time: an upper bound when batches are padded to their longest).
     Returns (the note the plan prints, the data summary) or None without --data."""
-    from tuneplan.commands.common import read_data
     data = read_data(args)
     if data is None:
         return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from tuneplan.commands.common import add_force_arg, add_strict_names, check_out, single_threaded_blas
+from tuneplan.commands.learn import report_problems, require_rows
 from tuneplan.errors import InputError, atomic_output
 
 
@@ -20,20 +22,15 @@ def register(sub) -> None:
     p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     p.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
     p.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
-    from tuneplan.commands.common import add_force_arg, add_strict_names
-
     add_strict_names(p)
     add_force_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuneplan.commands.common import single_threaded_blas
-
     single_threaded_blas()  # before numpy's import: predict's arrays call no BLAS routine
     import pandas as pd
 
-    from tuneplan.commands.learn import report_problems, require_rows
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
@@ -72,8 +69,6 @@ def run(args: argparse.Namespace) -> int:
 def check_predict_paths(args: argparse.Namespace) -> None:
     """Before any reading: the interval is a coverage, --out can be written, is none of the inputs
     (writing over a runs file would lose the measured runs) and, without --force, no existing file."""
-    from tuneplan.commands.common import check_out
-
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1, or 0 for none (got {args.interval})")
     check_out(args, args.out, "out", "CSV file")

@@ -48,6 +48,7 @@ from tuneplan.web.command_line import (
     plan_kwargs,
     plan_space_size,
 )
+from tuneplan.web.pool import BodyLimit, Busy, lane, plan_in_worker
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
     ESTIMATE_JOB,
@@ -206,7 +207,6 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
     )
     app.add_middleware(GZipMiddleware, minimum_size=2048)
     from tuneplan.web.data_upload import UPLOAD_LIMITS
-    from tuneplan.web.pool import BodyLimit
 
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, paths=UPLOAD_LIMITS)  # chunked bodies too
 
@@ -360,8 +360,6 @@ def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
                                configurations=size, limit=MAX_PLAN_CONFIGS)
         spec = model_spec(req)
         kwargs = plan_kwargs(req)
-        from tuneplan.web.pool import plan_in_worker
-
         res = _compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
         out = jsonable(res.to_dict(max_candidates=req.max_candidates))
         out["n_candidates"] = int(len(res.candidates))
@@ -375,8 +373,6 @@ def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None, kind: 
     """Run an estimate / a plan; arithmetic that an absurd (but well-typed) input breaks is a 422.
     `rename`: body field names for InputError fields that differ (the planner's `gpu` is `gpus`).
     Each computation holds a slot of its lane (tuneplan.web.pool): plans one at a time."""
-    from tuneplan.web.pool import Busy, lane
-
     try:
         with lane(kind):
             return fn()
