@@ -3,6 +3,7 @@ figures `tuneplan estimate` prints."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -168,8 +169,6 @@ def has_data_size(job: JobSpec) -> bool:
 def step_workload(job: JobSpec) -> Workload:
     """The work of one optimizer step, for a job without a data size ("does it fit?"): the figures of
     a step need only its shape (sequence length, micro-batch, accumulation, data parallel)."""
-    import math
-
     if job.seq_len is None and job.tokens_per_example is None:
         raise InputError("seq-len", "is needed (or --tokens-per-example): memory and step time depend on it")
     seq = int(job.seq_len if job.seq_len is not None else math.ceil(job.tokens_per_example))

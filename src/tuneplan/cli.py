@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -142,8 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # noqa: BLE001 - the last resort: a bug is one line too (TUNEPLAN_DEBUG=1 re-raises)
-        import os
-
         if os.environ.get("TUNEPLAN_DEBUG"):
             raise
         print(f"tuneplan {args.command}: internal error ({type(exc).__name__}: {str(exc)[:200]}); this is a bug "

@@ -5,6 +5,7 @@ that takes a job, with its help, default and choices (docs/architecture.md)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import types
 import typing
@@ -20,8 +21,6 @@ one thread unless the user's environment says otherwise."""
 
 def single_threaded_blas() -> None:
     """Before numpy is imported: one BLAS thread, unless the environment sets its own count."""
-    import os
-
     if "numpy" not in sys.modules and not any(os.environ.get(name) for name in BLAS_THREADS_VARS):
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
@@ -224,8 +223,6 @@ def add_force_arg(p) -> None:
 def input_paths(args: argparse.Namespace) -> list[str]:
     """The paths a command was given to read (runs files or folders, price, calibration, GPU and
     config files; a --model that names an existing file or folder)."""
-    import os
-
     out: list[str] = []
     for attr in INPUT_ATTRS:
         v = getattr(args, attr, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from tuneplan.commands.common import add_force_arg, input_paths, rich_table
@@ -72,8 +73,6 @@ PLOT_SUFFIXES = (".png", ".svg")
 
 def check_plot_path(path: str | None, field: str = "plot") -> None:
     """A plot path that can be written, with a suffix matplotlib draws (checked before the work)."""
-    import os
-
     if path is None:
         return
     if not str(path).strip() or os.path.isdir(path):
