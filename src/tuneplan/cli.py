@@ -101,9 +101,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     done: set[str] = set()
     for name, (module, help_text) in COMMANDS.items():
-        if only is not None and name != only:
-            continue
-        if module in done:
+        if (only is not None and name != only) or module in done:  # a module registers all its commands
             continue
         try:
             mod = importlib.import_module(module)
