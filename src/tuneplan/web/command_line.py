@@ -108,30 +108,25 @@ def plan_command(req: PlanRequest) -> tuple[str, str]:
     return shlex.join(["tuneplan", "plan", *args]), note
 
 
+PLAN_LISTS = {"gpus": "gpus", "methods": "methods", "gpu_counts": "gpu_counts_", "micro_batches": "micro_batches",
+              "grad_accums": "grad_accums", "shardings": "shardings"}
+"""Request field -> `plan_run` keyword of the values a plan searches (an empty list: the default)."""
+
+
 def plan_kwargs(req: PlanRequest) -> dict[str, Any]:
     """`tuneplan.plan.search.plan` keyword arguments for a request (the model apart)."""
     kw: dict[str, Any] = {"max_gpus": req.max_gpus, "objective": req.objective,
                           "interval": DEFAULT_INTERVAL if req.interval is None else (req.interval or None)}
-    for name, key in (("gpus", "gpus"), ("methods", "methods"), ("gpu_counts", "gpu_counts_"),
-                      ("micro_batches", "micro_batches"), ("grad_accums", "grad_accums"),
-                      ("shardings", "shardings")):
-        v = getattr(req, name)
-        if v:
-            kw[key] = list(v)
-    for name in ("gpus_per_node", "global_batch", "budget_usd", "provider", "rate"):
-        v = getattr(req, name)
-        if v is not None:
-            kw[name] = v
-    for name, field in PLAN_JOB.items():
-        v = getattr(req, name)
-        if v is not None and name != "rate":
-            kw[field] = v
+    kw |= {key: list(v) for name, key in PLAN_LISTS.items() if (v := getattr(req, name))}
+    kw |= {name: v for name in ("gpus_per_node", "global_batch", "budget_usd", "rate")
+           if (v := getattr(req, name)) is not None}
+    kw |= {field: v for name, field in PLAN_JOB.items() if name != "rate" and (v := getattr(req, name)) is not None}
+    if req.provider is not None and req.rate is None:  # a rate given replaces the provider's price
+        kw["provider"] = req.provider
     if req.grad_ckpt is not None:
         kw["grad_ckpt"] = (req.grad_ckpt,)
     if req.deadline_h is not None:
         kw["deadline_s"] = req.deadline_h * 3600.0
-    if req.rate is not None:
-        kw.pop("provider", None)
     return kw
 
 
@@ -142,12 +137,10 @@ def plan_space_size(req: PlanRequest) -> int:
     from tuneplan.plan.search import DEFAULT_METHODS, default_gpus
     from tuneplan.plan.space import DEFAULT_MICRO_BATCHES, DEFAULT_SHARDINGS, GPUS_PER_NODE, gpu_counts
 
-    n_types = len(set(req.gpus)) if req.gpus else len(default_gpus())
-    n_counts = (len(set(req.gpu_counts)) if req.gpu_counts
-                else len(gpu_counts(req.max_gpus, req.gpus_per_node or GPUS_PER_NODE)))
-    n_methods = len(set(req.methods)) if req.methods else len(DEFAULT_METHODS)
-    n_mb = len(set(req.micro_batches)) if req.micro_batches else len(DEFAULT_MICRO_BATCHES)
-    n_ga = len(set(req.grad_accums)) if req.grad_accums else 1
-    n_shard = len(set(req.shardings)) if req.shardings else len(DEFAULT_SHARDINGS)
-    n_ck = 1 if req.grad_ckpt is not None else 2
-    return n_types * n_counts * n_methods * n_mb * n_ga * n_shard * n_ck
+    def n(given: list | None, default) -> int:
+        return len(set(given)) if given else len(default())
+
+    return (n(req.gpus, default_gpus) * n(req.methods, lambda: DEFAULT_METHODS)
+            * n(req.gpu_counts, lambda: gpu_counts(req.max_gpus, req.gpus_per_node or GPUS_PER_NODE))
+            * n(req.micro_batches, lambda: DEFAULT_MICRO_BATCHES) * n(req.grad_accums, lambda: [1])
+            * n(req.shardings, lambda: DEFAULT_SHARDINGS) * (1 if req.grad_ckpt is not None else 2))
