@@ -475,14 +475,10 @@ def _as_records(rows_or_df: Any) -> list[dict[str, Any]]:
         rows_or_df = rows_or_df.df
     if hasattr(rows_or_df, "to_dict") and hasattr(rows_or_df, "columns"):
         return list(rows_or_df.to_dict(orient="records"))
-    if isinstance(rows_or_df, dict):
-        return [rows_or_df]
-    out = []
-    for r in rows_or_df:
-        if not isinstance(r, dict):
-            raise InputError("rows", "write_runs takes a DataFrame, a RunTable, a dict or dicts")
-        out.append(r)
-    return out
+    rows = [rows_or_df] if isinstance(rows_or_df, dict) else list(rows_or_df)
+    if not all(isinstance(r, dict) for r in rows):
+        raise InputError("rows", "write_runs takes a DataFrame, a RunTable, a dict or dicts")
+    return rows
 
 
 _ID_SUFFIX = re.compile(r"^(.*)-(\d+)$")
