@@ -1,16 +1,6 @@
 """The web planner's FastAPI app: the page at `/`, its static files, and the JSON API it calls.
 
-Endpoints (all documented by FastAPI at `/docs` and `/openapi.json`):
-
-- `GET /healthz` — liveness.
-- `GET /api/options` — the closed sets and defaults the form offers (methods, precisions, providers...).
-- `GET /api/models?q=&limit=` — the model catalog (search by substring).
-- `GET /api/gpus` — the GPU catalog with the cheapest on-demand price of each.
-- `POST /api/model-config` — read a pasted config.json: parameter counts, shapes.
-- `POST /api/estimate` — one run: `tuneplan.estimate(...).to_dict()` plus the equivalent command line.
-- `POST /api/plan` — the planner's search: `tuneplan.plan_run(...).to_dict()` plus the command line.
-- `POST /api/data` — an uploaded dataset file (multipart, at most 64 MiB): its token counts, length
-  histogram and collator, and the form fields it fills (web/data_upload.py).
+The endpoints are listed in docs/web.md and documented by FastAPI at `/docs` and `/openapi.json`.
 
 Every bad input answers 422 with `{"detail": [{"loc": [...], "msg": ..., "type": ...}]}`: pydantic's own
 checks on the request bodies, tuneplan's `InputError` (field, reason, allowed values) from deeper down,
