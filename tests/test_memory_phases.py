@@ -13,10 +13,10 @@ from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
 from tuneplan.physics.memory import EVAL_LOGITS_BYTES_PER_ELEMENT, memory, settle_peaks
 from tuneplan.physics.ops import FUSED_CE_CHUNK_TOKENS
 from tuneplan.physics.terms import build_arrays
+from tuneplan.specs.architectures import model_from_config
 from tuneplan.specs.framework import get_framework
 from tuneplan.specs.gpu import gpu_catalog
 from tuneplan.specs.job import make_job
-from tuneplan.specs.model_config import model_from_config
 
 H100 = gpu_catalog()["H100-SXM5-80GB"]
 G = BYTES_PER_GIB

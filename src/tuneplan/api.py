@@ -3,6 +3,7 @@ figures `tuneplan estimate` prints."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -55,6 +56,8 @@ class EstimateResult:
     interval: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     data_size_given: bool = True
+    """False when the job gives no data size (no --examples, no --tokens): the figures of one step
+    (memory, fit, step time, throughput) stand; the run totals (wall clock, cost, energy) are None."""
     memory_allocated_gib: float | None = None
     """The peak torch's allocator hands out (`torch.cuda.max_memory_allocated`'s kind); None when the
     estimator has no memory model."""
@@ -62,24 +65,12 @@ class EstimateResult:
     """The peak it reserves from the driver (`torch.cuda.max_memory_reserved`'s kind: the allocated peak
     plus the caching allocator's fragmentation and the blocks cached for other batch shapes); nvidia-smi's
     peak (`memory_per_gpu_gib`) adds the CUDA context on top. None without a memory model."""
-    """False when the job gives no data size (no --examples, no --tokens): the figures of one step
-    (memory, fit, step time, throughput) stand; the run totals (wall clock, cost, energy) are None."""
 
-    @property
-    def wall_clock_s(self) -> float | None:
-        return self.totals.wall_clock_s if self.data_size_given else None
-
-    @property
-    def device_hours(self) -> float | None:
-        return self.totals.device_hours if self.data_size_given else None
-
-    @property
-    def cost_usd(self) -> float | None:
-        return self.totals.cost_usd if self.data_size_given else None
-
-    @property
-    def energy_kwh(self) -> float | None:
-        return self.totals.energy_kwh if self.data_size_given else None
+    # the run totals, None without a data size
+    wall_clock_s = property(lambda self: self.totals.wall_clock_s if self.data_size_given else None)
+    device_hours = property(lambda self: self.totals.device_hours if self.data_size_given else None)
+    cost_usd = property(lambda self: self.totals.cost_usd if self.data_size_given else None)
+    energy_kwh = property(lambda self: self.totals.energy_kwh if self.data_size_given else None)
 
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -122,12 +113,9 @@ class EstimateResult:
             "warnings": self.warnings,
             "suggestions": self.suggestions,
         }
-        if self.interval:
-            d["interval"] = self.interval
-            d["wall_clock_s_low"] = self.interval["wall_clock_s_low"]
-            d["wall_clock_s_high"] = self.interval["wall_clock_s_high"]
-            d["low"] = self.interval["wall_clock_s_low"]
-            d["high"] = self.interval["wall_clock_s_high"]
+        if iv := self.interval:
+            lo, hi = iv["wall_clock_s_low"], iv["wall_clock_s_high"]
+            d.update(interval=iv, wall_clock_s_low=lo, wall_clock_s_high=hi, low=lo, high=hi)
         d.update(self.extra)
         if not self.data_size_given:
             _drop_run_totals(d)
@@ -181,8 +169,6 @@ def has_data_size(job: JobSpec) -> bool:
 def step_workload(job: JobSpec) -> Workload:
     """The work of one optimizer step, for a job without a data size ("does it fit?"): the figures of
     a step need only its shape (sequence length, micro-batch, accumulation, data parallel)."""
-    import math
-
     if job.seq_len is None and job.tokens_per_example is None:
         raise InputError("seq-len", "is needed (or --tokens-per-example): memory and step time depend on it")
     seq = int(job.seq_len if job.seq_len is not None else math.ceil(job.tokens_per_example))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -43,8 +44,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "memory": (
         "tuneplan memory meta-llama/Llama-3.1-8B",
-        "tuneplan memory Qwen/Qwen2.5-7B --seq-len 4096 --micro-batch 2 --grad-ckpt",
         "tuneplan memory meta-llama/Llama-3.1-70B --methods lora,qlora --gpus 8 --sharding fsdp --json",
+        "tuneplan memory Qwen/Qwen2.5-7B --data train.jsonl --tokenizer ./tokenizer.json --seq-len 4096",
     ),
     "data": ("tuneplan data train.jsonl --tokenizer ./tokenizer.json --seq-len 2048",
              "tuneplan data train.parquet --packing --seq-len 4096 --json",
@@ -54,9 +55,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "frameworks": ("tuneplan frameworks", "tuneplan frameworks trl@0.21", "tuneplan frameworks --json"),
     "predict": ("tuneplan predict --runs my_runs.csv --out predicted.csv",
                 "tuneplan predict --runs my_runs.csv --out predicted.csv --estimator kavier"),
-    "calibrate": ("tuneplan calibrate --runs my_runs.csv --out my_calibration.json",
-                  "tuneplan estimate --model meta-llama/Llama-3.1-8B --gpu local-cpu --seq-len 512 "
-                  "--calibration my_calibration.json"),
+    "calibrate": ("tuneplan calibrate --runs my_runs.csv --out mine.json",
+                  "tuneplan calibrate --runs ../shared/reference/runs reference/runs --from-scratch --out default.json "
+                  "--force"),
     "validate": ("tuneplan validate --runs my_runs.csv --split random",
                  "tuneplan validate --runs ../shared/reference/runs --split by-source --learners tuneplan"),
     "plan": (
@@ -86,34 +87,11 @@ def add_examples(sub: argparse._SubParsersAction) -> None:
             p.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-def terminal_columns() -> int:
-    """shutil.get_terminal_size().columns (COLUMNS, else the terminal's, else 80), without importing
-    shutil and the compression modules it loads."""
-    import os
-
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-        columns = columns or 80
-    return columns
-
-
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line (`tuneplan: error: ...`) with exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-    def _get_formatter(self) -> argparse.HelpFormatter:
-        # argparse's own, at the width it would take (the terminal's less 2); measured here since argparse
-        # imports shutil for it, and add_argument makes a formatter to check every flag
-        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -123,9 +101,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     done: set[str] = set()
     for name, (module, help_text) in COMMANDS.items():
-        if only is not None and name != only:
-            continue
-        if module in done:
+        if (only is not None and name != only) or module in done:  # a module registers all its commands
             continue
         try:
             mod = importlib.import_module(module)
@@ -165,8 +141,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # noqa: BLE001 - the last resort: a bug is one line too (TUNEPLAN_DEBUG=1 re-raises)
-        import os
-
         if os.environ.get("TUNEPLAN_DEBUG"):
             raise
         print(f"tuneplan {args.command}: internal error ({type(exc).__name__}: {str(exc)[:200]}); this is a bug "

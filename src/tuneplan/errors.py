@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import stat
 from collections.abc import Iterable, Iterator
 
@@ -100,31 +101,14 @@ def file_kind(mode: int) -> str:
     return "not a plain file"
 
 
-def check_regular_file(path: object, field: str, what: str = "file") -> str:
-    """`path` as text when it names a regular file (after links); else one InputError: missing, a
-    folder, a FIFO or a device (reading those blocks or never ends)."""
-    import os
-
-    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
-    if not text.strip():
-        raise InputError(field, f"empty path: give a {what}")
-    try:
-        st = os.stat(text)
-    except FileNotFoundError:
-        raise InputError(field, f"no such file: '{shown(text)}'") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(field, f"cannot read '{shown(text)}': {getattr(exc, 'strerror', None) or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(field, f"'{shown(text)}' is not a regular file ({file_kind(st.st_mode)}): give a {what}")
-    return text
+def _path_text(path: object) -> str:
+    return os.fspath(path) if isinstance(path, os.PathLike) else str(path)
 
 
 def read_user_bytes(path: object, field: str, what: str = "file", max_bytes: int = MAX_USER_FILE_BYTES) -> bytes:
     """A user's file as bytes; InputError (naming `field`) for an empty path, a folder, a FIFO or a
     device, a missing or unreadable file, a name too long, or a file over `max_bytes`."""
-    import os
-
-    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    text = _path_text(path)
     if not text.strip():
         raise InputError(field, f"empty path: give a {what}")
     try:
@@ -184,14 +168,10 @@ RUNS_SUFFIXES = (".csv", ".parquet", ".pq")
 def _is_input(out: str, src: object) -> bool:
     """`out` is the input `src` (the same file, through links too) or, when `src` is a folder, a runs
     file inside it (a folder of runs stands for its runs files)."""
-    import os
-
-    src_text = os.fspath(src) if isinstance(src, os.PathLike) else str(src)
-    try:
-        if os.path.exists(out) and os.path.exists(src_text) and os.path.samefile(src_text, out):
+    src_text = _path_text(src)
+    with contextlib.suppress(OSError):  # a path that does not exist yet is compared by name below
+        if os.path.samefile(src_text, out):
             return True
-    except OSError:
-        pass
     if os.path.realpath(src_text) == os.path.realpath(out):
         return True
     if os.path.isdir(src_text) and out.lower().endswith(RUNS_SUFFIXES):
@@ -206,9 +186,7 @@ def check_output_path(path: object, field: str, what: str = "file", inputs: Iter
     or device, a missing or read-only parent folder, a name too long; one of the command's `inputs`
     (writing it would lose them, even with --force); with `force=False`, an existing file (the
     command's --force replaces it). Returns the path as text."""
-    import os
-
-    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    text = _path_text(path)
     if not text.strip():
         raise InputError(field, f"empty path: give a {what} to write")
     if os.path.isdir(text):
@@ -249,10 +227,9 @@ def atomic_output(path: object, field: str, what: str = "file") -> Iterator[str]
     a writer that reads the format from it still does), then renames it over `path` (os.replace) when
     the block ends without an error. A crash, a full disk or an interrupt leaves the old file as it
     was, and two writers never interleave (the last rename wins). An OSError is one InputError."""
-    import os
     import tempfile
 
-    target = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    target = _path_text(path)
     if os.path.islink(target):  # written where the link points: the link stays a link
         target = os.path.realpath(target)
     folder = os.path.dirname(os.path.abspath(target))

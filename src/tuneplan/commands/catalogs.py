@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from tuneplan.commands.common import rich_table
+
 
 def register(sub) -> None:
     m = sub.add_parser("models", help="list the model catalog")
@@ -49,16 +51,9 @@ def print_catalog(title: str, columns: tuple[tuple[str, str], ...], rows: list[t
         print(title)
         print(plain_table(columns, rows))
         return
-    from rich.table import Table
-
     from tuneplan.report.tables import report_console
 
-    t = Table(title=title, title_justify="left")
-    for col, j in columns:
-        t.add_column(col, justify=j, no_wrap=col == "name")
-    for r in rows:
-        t.add_row(*r)
-    report_console().print(t)
+    report_console().print(rich_table(title, columns, rows))
 
 
 def plain_table(columns: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]]) -> str:

@@ -5,9 +5,12 @@ that takes a job, with its help, default and choices (docs/architecture.md)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import types
 import typing
+
+from tuneplan.errors import InputError, check_output_path
 
 BLAS_THREADS_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 """numpy's BLAS thread pool (OpenBLAS starts one thread per core when numpy is imported, ~0.07-0.1 s of
@@ -18,8 +21,6 @@ one thread unless the user's environment says otherwise."""
 
 def single_threaded_blas() -> None:
     """Before numpy is imported: one BLAS thread, unless the environment sets its own count."""
-    import os
-
     if "numpy" not in sys.modules and not any(os.environ.get(name) for name in BLAS_THREADS_VARS):
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
@@ -48,24 +49,41 @@ def nonneg_int(text: str) -> int:
     return _int_from(text, 0, ">= 0")
 
 
-def positive_float(text: str) -> float:
+def _float_from(text: str, positive: bool) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    if v != v or (v <= 0 or v == float("inf") if positive else v < 0):
+        raise argparse.ArgumentTypeError(f"must be {'a positive number' if positive else '>= 0'}, got {text}")
     return v
+
+
+def positive_float(text: str) -> float:
+    return _float_from(text, True)
 
 
 def nonneg_float(text: str) -> float:
+    return _float_from(text, False)
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of positive integers (1,2,4,8)."""
     try:
-        v = float(text)
+        out = [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if v < 0 or v != v:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return v
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
+    if not out or any(v < 1 for v in out):
+        raise argparse.ArgumentTypeError(f"'{text}': give positive integers, e.g. 1,2,4,8")
+    return out
+
+
+def name_list(text: str) -> list[str]:
+    """A comma-separated list of names (a;b is read as a,b)."""
+    out = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError("give at least one name")
+    return out
 
 
 def add_gpu_args(p: argparse.ArgumentParser, gpu_required: bool = False) -> None:
@@ -89,7 +107,7 @@ NUMBER_TYPES = {(int, "positive"): positive_int, (int, "nonneg"): nonneg_int,
                 (float, "positive"): positive_float, (float, "nonneg"): nonneg_float}
 
 
-def _plain_type(annotation):
+def plain_type(annotation):
     """The type inside `X | None`."""
     args = [t for t in typing.get_args(annotation) if t is not type(None)]
     return args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
@@ -104,7 +122,7 @@ def job_options() -> dict[str, tuple[str, str, dict]]:
     for name, opt in options().items():
         extra = opt.extra
         flag = extra.get("flag") or name.replace("_", "-")
-        kind = _plain_type(opt.type)
+        kind = plain_type(opt.type)
         kw: dict = {"dest": flag.replace("-", "_"), "default": None, "help": opt.help}
         if extra.get("repeat"):
             kw.update(action="append", metavar="NAME=VALUE")
@@ -151,12 +169,7 @@ def job_fields() -> dict[str, str]:
 
 def job_kwargs(args: argparse.Namespace) -> dict:
     """JobSpec keyword arguments from the job flags given (those left out take JobSpec's defaults)."""
-    out = {}
-    for attr, fld in job_fields().items():
-        v = getattr(args, attr, None)
-        if v is not None:
-            out[fld] = v
-    return out
+    return {fld: v for attr, fld in job_fields().items() if (v := getattr(args, attr, None)) is not None}
 
 
 DATA_SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
@@ -189,8 +202,6 @@ def read_data(args: argparse.Namespace):
     if not getattr(args, "data", None):
         for flag in ("tokenizer", "data_format"):
             if getattr(args, flag, None):
-                from tuneplan.errors import InputError
-
                 raise InputError(flag.replace("_", "-"), "applies with --data PATH")
         return None
     from tuneplan.corpus.summary import summarise
@@ -212,8 +223,6 @@ def add_force_arg(p) -> None:
 def input_paths(args: argparse.Namespace) -> list[str]:
     """The paths a command was given to read (runs files or folders, price, calibration, GPU and
     config files; a --model that names an existing file or folder)."""
-    import os
-
     out: list[str] = []
     for attr in INPUT_ATTRS:
         v = getattr(args, attr, None)
@@ -226,8 +235,19 @@ def input_paths(args: argparse.Namespace) -> list[str]:
 def check_out(args: argparse.Namespace, path: str | None, field: str = "out", what: str = "file") -> str | None:
     """An output path checked before any work (tuneplan.errors.check_output_path): never one of the
     command's inputs; an existing file only with --force."""
-    from tuneplan.errors import check_output_path
-
     if path is None:
         return None
     return check_output_path(path, field, what, input_paths(args), bool(getattr(args, "force", False)))
+
+
+def rich_table(title: str, columns, rows):
+    """A rich Table: `columns` as (header, justify), `rows` of cells; the title on the left, a catalog's
+    `name` column never wrapped."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for col, just in columns:
+        t.add_column(col, justify=just, no_wrap=col == "name")
+    for r in rows:
+        t.add_row(*r)
+    return t

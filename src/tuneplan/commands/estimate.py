@@ -12,9 +12,11 @@ from tuneplan.commands.common import (
     add_job_args,
     job_kwargs,
     positive_float,
+    read_data,
     single_threaded_blas,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, print_provenance
+from tuneplan.errors import InputError
 
 
 def register(sub) -> None:
@@ -40,7 +42,6 @@ def register(sub) -> None:
 
 
 def _planner_seed(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
     from tuneplan.estimators.planner import (
         BYTES_PER_PARAM,
         DEFAULT_MFU,
@@ -113,8 +114,6 @@ def _planner_seed(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
-
     single_threaded_blas()
     sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from(args)
@@ -132,7 +131,6 @@ def run(args: argparse.Namespace) -> int:
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     from tuneplan.api import estimate
-    from tuneplan.commands.common import read_data
 
     ekw = dict(estimator=args.estimator, calibration=args.calibration, gpu_file=args.gpu_file,
                peak_tflops=args.peak_tflops, memory_gib=args.memory_gib, bandwidth_gbs=args.bandwidth_gbs,

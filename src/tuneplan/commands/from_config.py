@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuneplan.commands.common import job_fields
+from tuneplan.commands.common import job_fields, job_kwargs
+from tuneplan.errors import InputError
 
 FORMAT_CHOICES = ("axolotl", "llamafactory", "torchtune", "trl", "litgpt", "accelerate", "deepspeed", "verl", "nemo-rl",
                   "openrlhf")
@@ -45,19 +46,15 @@ def apply_from(args: argparse.Namespace):
     attr_of = {fld: attr for attr, fld in job_fields().items()}
     for fld, value in cfg.job_kwargs().items():
         attr = attr_of.get(fld)
-        if attr is None or not hasattr(args, attr):
-            continue
-        if getattr(args, attr) is None:
+        if attr is not None and hasattr(args, attr) and getattr(args, attr) is None:
             setattr(args, attr, ",".join(value) if fld == "lora_targets" else value)
     if getattr(args, "model", None) is None and cfg.model:
         args.model = cfg.model
     if getattr(args, "examples", None) is None and getattr(args, "tokens", None) is None:
         from tuneplan.configs import fill_work
 
-        job = {k: getattr(args, a, None) for a, k in job_fields().items()}
-        job = {k: v for k, v in job.items() if v is not None}
-        for note in fill_work(job, cfg):
-            cfg.notes.append(note)
+        job = job_kwargs(args)
+        cfg.notes.extend(fill_work(job, cfg))
         args.examples = job["examples"]
         args.epochs = job.get("epochs", args.epochs)
     _check_nulls(args, cfg)
@@ -69,8 +66,6 @@ def _check_nulls(args: argparse.Namespace, cfg) -> None:
     the error names the file's key."""
     where = cfg.nulls.get("seq_len")
     if where and getattr(args, "seq_len", None) is None and getattr(args, "tokens_per_example", None) is None:
-        from tuneplan.errors import InputError
-
         raise InputError("seq-len", f"{where} is null (samples are not truncated, so the length is the data's): "
                          "give --seq-len or --tokens-per-example")
 
@@ -101,8 +96,7 @@ def apply_from_plan(args: argparse.Namespace):
         from tuneplan.configs import fill_work
 
         work = {k: v for k, v in job.items() if k in ("micro_batch", "grad_accum", "gpus")}
-        for note in fill_work(work, cfg):
-            cfg.notes.append(note)
+        cfg.notes.extend(fill_work(work, cfg))
         args.examples = work["examples"]
     _check_nulls(args, cfg)
     return cfg
@@ -110,20 +104,13 @@ def apply_from_plan(args: argparse.Namespace):
 
 def print_provenance(cfg, stream=None) -> None:
     """The used / assumed / ignored lists, ignored keys grouped by reason."""
-    out = stream or sys.stdout
-    print(f"Read from {', '.join(f'{f} ({k})' for f, k in zip(cfg.files, cfg.formats, strict=True))}:", file=out)
-    print("  used:", file=out)
-    for line in cfg.used():
-        print(f"    - {line}", file=out)
+    lines = [f"Read from {', '.join(f'{f} ({k})' for f, k in zip(cfg.files, cfg.formats, strict=True))}:",
+             "  used:", *(f"    - {line}" for line in cfg.used())]
     if cfg.assumed():
-        print("  assumed (the file does not say):", file=out)
-        for line in cfg.assumed():
-            print(f"    - {line}", file=out)
+        lines += ["  assumed (the file does not say):", *(f"    - {line}" for line in cfg.assumed())]
     if cfg.ignored:
-        print("  ignored:", file=out)
         by_why: dict[str, list[str]] = {}
         for f, k, why in cfg.ignored:
             by_why.setdefault(why, []).append(k if len(cfg.files) == 1 else f"{f}:{k}")
-        for why, keys in by_why.items():
-            print(f"    - {', '.join(keys)}: {why}", file=out)
-    print("  command-line flags override the file.", file=out)
+        lines += ["  ignored:", *(f"    - {', '.join(keys)}: {why}" for why, keys in by_why.items())]
+    print("\n".join([*lines, "  command-line flags override the file."]), file=stream or sys.stdout)

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+from tuneplan.commands.common import add_force_arg, input_paths, rich_table
+from tuneplan.errors import InputError, check_output_path, shown
 
 
 def register(sub) -> None:
-    from tuneplan.commands.common import add_force_arg
-
     c = sub.add_parser("calibrate", help="fit a calibration on measured runs",
                        description="Adapt the shipped calibration to your runs (an overall throughput scale "
                                    "from 1 run, per-method scales; from 8 runs a memory offset and a fit on your "
                                    "runs alone when it predicts your held-out runs better), or with "
                                    "--from-scratch fit a learner on the rows alone, from the uncalibrated physics. "
-                                   "Writes a versioned calibration file with its training data's fingerprint.",
-                       epilog="examples:\n  tuneplan calibrate --runs my_runs.csv --out mine.json\n"
-                              "  tuneplan calibrate --runs ../shared/reference/runs reference/runs --from-scratch "
-                              "--out default.json --force",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   "Writes a versioned calibration file with its training data's fingerprint.")
     c.add_argument("--runs", nargs="+", help="runs files (CSV/Parquet) or folders of them (default: the runs "
                    "TuneplanCallback recorded, $TUNEPLAN_HOME/runs/runs.csv)")
     c.add_argument("--out", required=True, help="calibration file to write (.json; an existing file only with "
@@ -62,8 +60,6 @@ def _read(paths, strict):
 
 def require_rows(table, paths) -> None:
     """InputError when the runs files gave no row at all (missing, empty, header-only, unreadable)."""
-    from tuneplan.errors import InputError, shown
-
     if len(table.df):
         return
     why = str(table.problems[0]) if table.problems else "no data rows under the header"
@@ -77,10 +73,6 @@ PLOT_SUFFIXES = (".png", ".svg")
 
 def check_plot_path(path: str | None, field: str = "plot") -> None:
     """A plot path that can be written, with a suffix matplotlib draws (checked before the work)."""
-    import os
-
-    from tuneplan.errors import InputError, shown
-
     if path is None:
         return
     if not str(path).strip() or os.path.isdir(path):
@@ -101,7 +93,6 @@ def report_problems(problems, limit: int = 10) -> None:
 
 def _recorded_runs() -> str:
     """`calibrate` without --runs: the runs TuneplanCallback recorded, or a one-line error."""
-    from tuneplan.errors import InputError
     from tuneplan.runs.home import recorded_runs_path
 
     path = recorded_runs_path()
@@ -115,7 +106,6 @@ def _recorded_runs() -> str:
 def _base_calibration(args: argparse.Namespace):
     """The calibration a user's runs adapt: --base, else the shipped default; None with --from-scratch,
     for another learner, or when no default ships."""
-    from tuneplan.errors import InputError
     from tuneplan.estimators.calibration import default_calibration, load_calibration
 
     if args.from_scratch:
@@ -138,8 +128,6 @@ def _base_calibration(args: argparse.Namespace):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from tuneplan.commands.common import input_paths
-    from tuneplan.errors import check_output_path
     from tuneplan.learn.calibration import fit_calibration
     from tuneplan.learn.learners import NotEnoughData
 
@@ -167,9 +155,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from tuneplan.errors import InputError
     from tuneplan.learn.learners import LEARNER_NAMES
     from tuneplan.learn.validate import SPLITS, check_reveal, validate
     from tuneplan.report.tables import report_console
@@ -209,18 +194,17 @@ def run_validate(args: argparse.Namespace) -> int:
     if not args.by_source:
         m = m[m["source"] == "ALL"]
     revealed = f"; {args.reveal} rows of each held-out source revealed to its fit" if args.reveal else ""
-    t = Table(title=f"held-out errors, split {args.split} (seed {args.seed}{revealed})", title_justify="left")
-    for col in ("estimator", "source", "n thr", "MdAPE thr", "MAPE thr", "<=10%", "<=25%", "n mem", "MdAPE mem",
-                "fit/OOM right"):
-        t.add_column(col, justify="left" if col in ("estimator", "source") else "right")
-
     def pct(v):
         return "-" if v != v else f"{100 * v:.1f}%"
 
-    for r in m.sort_values(["source", "throughput_mdape"]).to_dict("records"):
-        t.add_row(r["estimator"], r["source"], str(r["n_throughput"]), pct(r["throughput_mdape"]),
-                  pct(r["throughput_mape"]), pct(r["within_10"]), pct(r["within_25"]), str(r["n_memory"]),
-                  pct(r["memory_mdape"]), pct(r["fit_accuracy"]) + (f" of {r['n_fit']}" if r["n_fit"] else ""))
+    t = rich_table(f"held-out errors, split {args.split} (seed {args.seed}{revealed})", [
+        (col, "left" if col in ("estimator", "source") else "right") for col in (
+            "estimator", "source", "n thr", "MdAPE thr", "MAPE thr", "<=10%", "<=25%", "n mem", "MdAPE mem",
+            "fit/OOM right")], [
+        (r["estimator"], r["source"], str(r["n_throughput"]), pct(r["throughput_mdape"]), pct(r["throughput_mape"]),
+         pct(r["within_10"]), pct(r["within_25"]), str(r["n_memory"]), pct(r["memory_mdape"]),
+         pct(r["fit_accuracy"]) + (f" of {r['n_fit']}" if r["n_fit"] else ""))
+        for r in m.sort_values(["source", "throughput_mdape"]).to_dict("records")])
     out = report_console()
     out.print(t)
     for r in m[m["source"] == "ALL"].to_dict("records"):
@@ -231,13 +215,12 @@ def run_validate(args: argparse.Namespace) -> int:
         out.print(f"interval coverage of {k}: {100 * v:.1f}% of held-out rows inside the {100 * args.interval:.0f}% "
                   "interval")
     if report.coverage_groups:
-        g = Table(title=f"{100 * args.interval:.0f}% interval coverage of tuneplan by group (above / below: share "
-                        "of rows over the high bound / under the low bound)", title_justify="left")
-        for col in ("metric", "group", "value", "rows", "inside", "above", "below"):
-            g.add_column(col, justify="left" if col in ("metric", "group", "value") else "right")
-        for r in report.coverage_groups:
-            g.add_row(r["metric"], r["group"], r["value"], str(r["rows"]), pct(r["coverage"]), pct(r["above"]),
-                      pct(r["below"]))
+        g = rich_table(f"{100 * args.interval:.0f}% interval coverage of tuneplan by group (above / below: share "
+                       "of rows over the high bound / under the low bound)",
+                       [(col, "left" if col in ("metric", "group", "value") else "right")
+                        for col in ("metric", "group", "value", "rows", "inside", "above", "below")],
+                       [(r["metric"], r["group"], r["value"], str(r["rows"]), pct(r["coverage"]), pct(r["above"]),
+                         pct(r["below"])) for r in report.coverage_groups])
         out.print(g)
     for msg in report.messages:
         out.print(f"note: {msg}")

@@ -7,20 +7,8 @@ import argparse
 import json
 import sys
 
-from tuneplan.commands.common import add_data_args, positive_int
-
-EXAMPLES = """examples:
-  tuneplan memory meta-llama/Llama-3.1-8B
-  tuneplan memory Qwen/Qwen2.5-7B --seq-len 4096 --micro-batch 2 --grad-ckpt
-  tuneplan memory meta-llama/Llama-3.1-70B --methods lora,qlora --gpus 8 --sharding fsdp --json
-  tuneplan memory Qwen/Qwen2.5-7B --data train.jsonl --tokenizer ./tokenizer.json --seq-len 4096"""
-
-
-def _list(text: str) -> list[str]:
-    out = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError("give at least one name")
-    return out
+from tuneplan.commands.catalogs import plain_table
+from tuneplan.commands.common import add_data_args, name_list, positive_int, read_data
 
 
 def register(sub) -> None:
@@ -30,11 +18,10 @@ def register(sub) -> None:
     p = sub.add_parser("memory", help="memory per GPU of a model by method and precision, and the GPUs it fits on",
                        description="Will it fit? Memory per GPU (as nvidia-smi shows it) of fine-tuning MODEL with "
                                    "each method and precision at one sequence length and micro-batch, and which "
-                                   "common GPUs it fits on. No GPU or data size needed.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   "common GPUs it fits on. No GPU or data size needed.")
     p.add_argument("model", help="catalog name or Hugging Face id, or a config.json (or folder)")
-    p.add_argument("--methods", type=_list, help=f"comma-separated (default {','.join(DEFAULT_METHODS)})")
-    p.add_argument("--precisions", type=_list, help=f"comma-separated (default {','.join(DEFAULT_PRECISIONS)})")
+    p.add_argument("--methods", type=name_list, help=f"comma-separated (default {','.join(DEFAULT_METHODS)})")
+    p.add_argument("--precisions", type=name_list, help=f"comma-separated (default {','.join(DEFAULT_PRECISIONS)})")
     p.add_argument("--seq-len", type=positive_int, help=f"tokens per sample (default {DEFAULT_SEQ_LEN})")
     p.add_argument("--micro-batch", type=positive_int, help="samples per GPU (default 1)")
     p.add_argument("--grad-ckpt", nargs="?", const="full", choices=("none", "selective", "full", "offload"),
@@ -46,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--gpus", type=positive_int, help="GPUs per run (default 1); memory is per GPU")
     p.add_argument("--sharding", help="with --gpus > 1: ddp (default), fsdp, zero2, zero3, ...")
     p.add_argument("--lora-rank", type=positive_int, help="LoRA rank (default 16)")
-    p.add_argument("--on", type=_list, help="GPUs to check instead of the common ones (catalog names)")
+    p.add_argument("--on", type=name_list, help="GPUs to check instead of the common ones (catalog names)")
     p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_data_args(p, collator=False)
@@ -78,8 +65,6 @@ def run(args: argparse.Namespace) -> int:
 def _data_seq_len(args: argparse.Namespace) -> tuple[str, dict] | None:
     """`--data`: the table at the longest batch the data makes (its longest example, truncated at --seq-len
     when given): every micro-batch holding that example is padded to it. (note, data summary) or None."""
-    from tuneplan.commands.common import read_data
-
     data = read_data(args)
     if data is None:
         return None
@@ -107,19 +92,16 @@ def _fits_text(row: dict, gpus: list[tuple[str, float]]) -> str:
     return ", ".join(on)
 
 
+COLUMNS = (("method", "left"), ("precision / weights", "left"), ("GiB/GPU", "right"), ("fits on", "left"))
+
+
 def render(t) -> str:
     """The table as plain text (aligned columns; rich is not needed to read it in a pipe)."""
     head = (f"{t.model}: memory per GPU at seq_len {t.seq_len}, micro-batch {t.micro_batch}"
             f"{f', {t.gpus_per_run} GPUs' if t.gpus_per_run > 1 else ''}")
-    rows = [("method", "precision / weights", "GiB/GPU", "fits on")]
-    for r in t.rows:
-        rows.append((r["method"], r["weights"], f"{r['memory_per_gpu_gib']:,.1f}", _fits_text(r, t.gpus)))
-    w = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [head]
-    for i, r in enumerate(rows):
-        lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {r[3]}")
-        if i == 0:
-            lines.append("-" * (sum(w) + 4) + "  " + "-" * 24)
+    rows = [(r["method"], r["weights"], f"{r['memory_per_gpu_gib']:,.1f}", _fits_text(r, t.gpus)) for r in t.rows]
+    header, *body = plain_table(COLUMNS, rows).split("\n")
+    lines = [head, header, "-" * (header.index("fits on") - 2) + "  " + "-" * 24, *body]
     lines += ["", "GPUs checked (smallest first): " + ", ".join(f"{n} ({m:g} GiB)" for n, m in t.gpus)]
     lines += [f"- {n}" for n in t.notes]
     return "\n".join(lines)

@@ -21,31 +21,20 @@ from tuneplan.commands.common import (
     add_job_args,
     add_strict_names,
     check_out,
+    int_list,
     job_fields,
     job_kwargs,
+    name_list,
     positive_float,
     positive_int,
+    read_data,
+    rich_table,
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
+from tuneplan.errors import InputError, atomic_output
 from tuneplan.plan.objectives import OBJECTIVES
+from tuneplan.plan.units import hours, money, parse_duration, parse_money
 from tuneplan.specs.job import METHODS, SHARDINGS, plan_axes
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.replace(";", ",").split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of integers") from None
-    if not out or any(v < 1 for v in out):
-        raise argparse.ArgumentTypeError(f"'{text}': give positive integers, e.g. 1,2,4,8")
-    return out
-
-
-def _str_list(text: str) -> list[str]:
-    out = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError("give at least one name")
-    return out
 
 
 def register(sub) -> None:
@@ -57,24 +46,24 @@ def register(sub) -> None:
                     "Exit code 1 when nothing meets the constraints, 2 for bad input.")
     p.add_argument("--model", help="catalog name or Hugging Face id, or a config.json (or folder)")
     s = p.add_argument_group("search")
-    s.add_argument("--gpus", type=_str_list, help="GPU types, comma-separated (default: every GPU the price "
+    s.add_argument("--gpus", type=name_list, help="GPU types, comma-separated (default: every GPU the price "
                    "file prices), e.g. A100-SXM4-80GB,H100-SXM5-80GB,L40S-48GB")
-    s.add_argument("--methods", type=_str_list, help=f"methods, comma-separated (default full,lora,qlora; "
+    s.add_argument("--methods", type=name_list, help=f"methods, comma-separated (default full,lora,qlora; "
                    f"any of {','.join(METHODS)})")
-    s.add_argument("--method", dest="methods", type=_str_list, help=argparse.SUPPRESS)
+    s.add_argument("--method", dest="methods", type=name_list, help=argparse.SUPPRESS)
     s.add_argument("--max-gpus", type=positive_int, default=8, help="largest GPU count (powers of two up to it; "
                    "default 8)")
-    s.add_argument("--gpu-counts", type=_int_list, help="GPU counts to try instead of powers of two")
+    s.add_argument("--gpu-counts", type=int_list, help="GPU counts to try instead of powers of two")
     s.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)")
     add_strict_names(s)
-    s.add_argument("--micro-batches", type=_int_list, help="micro-batches to try (default 1,2,4,...,64)")
+    s.add_argument("--micro-batches", type=int_list, help="micro-batches to try (default 1,2,4,...,64)")
     s.add_argument("--micro-batch", type=positive_int, help="pin the micro-batch")
     s.add_argument("--global-batch", type=positive_int, help="samples per optimizer step kept by gradient "
                    "accumulation (default 32)")
-    s.add_argument("--grad-accums", type=_int_list, help="gradient-accumulation steps to try instead of "
+    s.add_argument("--grad-accums", type=int_list, help="gradient-accumulation steps to try instead of "
                    "keeping --global-batch")
     s.add_argument("--grad-accum", type=positive_int, help="pin the gradient accumulation")
-    s.add_argument("--shardings", type=_str_list, help=f"shardings for >1 GPU (default ddp,fsdp; any of "
+    s.add_argument("--shardings", type=name_list, help=f"shardings for >1 GPU (default ddp,fsdp; any of "
                    f"{','.join(SHARDINGS)})")
     s.add_argument("--sharding", choices=SHARDINGS, help="pin the sharding")
     s.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
@@ -119,9 +108,6 @@ def register(sub) -> None:
 
 def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`plan_run(...)` keyword arguments from the flags (model excluded)."""
-    from tuneplan.errors import InputError
-    from tuneplan.plan.units import parse_duration, parse_money
-
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
     if args.deadline is not None and args.deadline_h is not None:
@@ -155,8 +141,6 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
-
     check_out(args, args.out, "out", "CSV file")  # before any work: never over an input, nor an existing file
     sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from_plan(args)
@@ -201,9 +185,6 @@ def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict
     --tokens-per-example; without --seq-len the sequence length is the longest example, so a configuration
     that fits holds the longest batch (time: an upper bound when batches are padded to their longest).
     Returns (the note the plan prints, the data summary) or None without --data."""
-    from tuneplan.commands.common import read_data
-    from tuneplan.errors import InputError
-
     data = read_data(args)
     if data is None:
         return None
@@ -227,8 +208,6 @@ def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict
 def _write_candidates(res, path: str) -> None:
     from pathlib import Path
 
-    from tuneplan.errors import atomic_output
-
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with atomic_output(p, "out", "CSV file") as tmp:
@@ -241,16 +220,14 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     if args.model:
         kw["model"] = args.model
     if args.plot:
-        from tuneplan.errors import InputError
-
-        raise InputError("plot", "draws one plan: leave it out with --runs")
+            raise InputError("plot", "draws one plan: leave it out with --runs")
 
     def show(r: dict) -> None:
         if args.json:
             return
         if r["status"] == "planned":
             print(f"{r['id']}: {r['model']}: {r['gpus']} x {r['gpu']} {r['method']}, "
-                  f"{_money(r.get('cost_usd'))} in {_hours(r['time_s'])}")
+                  f"{money(r.get('cost_usd'))} in {_hours(r['time_s'])}")
         else:
             print(f"{r['id']}: {r.get('model', '')}: {r['status']}: {r['message']}",
                   file=sys.stderr if r["status"] == "error" else sys.stdout)
@@ -266,15 +243,7 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
 
 
 def _hours(s: float | None) -> str:
-    from tuneplan.plan.units import hours
-
     return "-" if s is None else hours(s)
-
-
-def _money(v: float | None) -> str:
-    from tuneplan.plan.units import money
-
-    return money(v)
 
 
 def _interval_text(r: dict) -> str:
@@ -284,9 +253,12 @@ def _interval_text(r: dict) -> str:
     return f"{_hours(lo)} - {_hours(hi)}"
 
 
-def print_plan(res, top: int = 10) -> None:
-    from rich.table import Table
+PLAN_COLUMNS = (("GPUs", "right"), ("GPU", "left"), ("method", "left"), ("mb x ga", "right"), ("sharding", "left"),
+                ("ckpt", "center"), ("time", "right"), ("cost", "right"), ("kWh", "right"), ("tokens/s", "right"),
+                ("GiB/GPU", "right"), ("ok", "center"))
 
+
+def print_plan(res, top: int = 10) -> None:
     from tuneplan.report.tables import report_console
 
     con = report_console()
@@ -297,7 +269,7 @@ def print_plan(res, top: int = 10) -> None:
     if res.deadline_s is not None:
         cons.append(f"deadline {_hours(res.deadline_s)}")
     if res.budget_usd is not None:
-        cons.append(f"budget {_money(res.budget_usd)}")
+        cons.append(f"budget {money(res.budget_usd)}")
     con.print(f"Searched {res.n_evaluated:,} configurations ({len(res.gpus)} GPU type(s) x {len(res.methods)} "
               f"method(s) x counts {res.space['gpu_counts']} x micro-batch x sharding x checkpointing) in "
               f"{res.seconds:.2f} s: {res.n_fit:,} fit in memory, {res.n_eligible:,} meet the constraints "
@@ -305,8 +277,8 @@ def print_plan(res, top: int = 10) -> None:
     if res.ok:
         r = res.recommended
         con.print(f"\n[bold green]Recommended:[/bold green] {r['description']}")
-        con.print(f"  time {_hours(r['time_s'])} ({_interval_text(r)}), cost {_money(r['cost_usd'])} "
-                  f"at {_money(r['rate_usd_per_gpu_hour'])}/GPU-h, energy {r['energy_kwh']:.1f} kWh "
+        con.print(f"  time {_hours(r['time_s'])} ({_interval_text(r)}), cost {money(r['cost_usd'])} "
+                  f"at {money(r['rate_usd_per_gpu_hour'])}/GPU-h, energy {r['energy_kwh']:.1f} kWh "
                   f"({r['co2_kg']:.1f} kg CO2), {r['tokens_per_s']:,.0f} tokens/s, "
                   f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU"
                   + (" (blocks cached for other batch shapes included: torch frees them before it runs out)"
@@ -316,18 +288,12 @@ def print_plan(res, top: int = 10) -> None:
         head = "Nothing fits" if res.status == "nothing-fits" else "Nothing meets the constraints"
         con.print(f"\n[bold red]{head}:[/bold red] {res.message}")
 
-    def table(title: str, df) -> Table:
-        t = Table(title=title, title_justify="left", header_style="bold")
-        for col, just in (("GPUs", "right"), ("GPU", "left"), ("method", "left"), ("mb x ga", "right"),
-                          ("sharding", "left"), ("ckpt", "center"), ("time", "right"), ("cost", "right"),
-                          ("kWh", "right"), ("tokens/s", "right"), ("GiB/GPU", "right"), ("ok", "center")):
-            t.add_column(col, justify=just)
-        for row in df.to_dict("records"):
-            t.add_row(str(row["gpus"]), row["gpu"], row["method"], f"{row['micro_batch']} x {row['grad_accum']}",
-                      row["sharding"], "on" if row["grad_ckpt"] else "off", _hours(row["time_s"]),
-                      _money(row["cost_usd"]), f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}",
-                      f"{row['memory_per_gpu_gib']:.1f}", "yes" if row["eligible"] else "no")
-        return t
+    def table(title: str, df):
+        return rich_table(title, PLAN_COLUMNS, [
+            (str(row["gpus"]), row["gpu"], row["method"], f"{row['micro_batch']} x {row['grad_accum']}",
+             row["sharding"], "on" if row["grad_ckpt"] else "off", _hours(row["time_s"]), money(row["cost_usd"]),
+             f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}", f"{row['memory_per_gpu_gib']:.1f}",
+             "yes" if row["eligible"] else "no") for row in df.to_dict("records")])
 
     if len(res.pareto):
         con.print(table("Pareto front of cost versus time (fastest first)", res.pareto.head(max(top, 12))))
@@ -346,8 +312,6 @@ def print_plan(res, top: int = 10) -> None:
 # --- curve --------------------------------------------------------------------------------------
 
 def run_curve(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
-
     cfg = apply_from(args)
     if not args.model:
         raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path)")
@@ -365,20 +329,15 @@ def run_curve(args: argparse.Namespace) -> int:
         json.dump(res.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
         print()
         return 0
-    from rich.table import Table
-
     from tuneplan.report.tables import report_console
 
     con = report_console()
-    t = Table(title=f"{res.model} · {res.method} · {res.gpus} x {res.gpu} · seq_len {res.seq_len}",
-              title_justify="left", header_style="bold")
-    for col in ("micro-batch", "tokens/s", "step", "memory/GPU", "fits"):
-        t.add_column(col, justify="right")
     rows = shown_curve_rows(res.points.to_dict("records"), res.max_micro_batch)
-    for r in rows:
-        mark = " <- largest that fits" if r["micro_batch"] == res.max_micro_batch else ""
-        t.add_row(str(r["micro_batch"]), f"{r['tokens_per_s']:,.0f}", f"{r['step_s']:.3f} s",
-                  f"{r['memory_per_gpu_gib']:.1f} GiB", ("yes" if r["fits"] else "no") + mark)
+    t = rich_table(f"{res.model} · {res.method} · {res.gpus} x {res.gpu} · seq_len {res.seq_len}",
+                   [(col, "right") for col in ("micro-batch", "tokens/s", "step", "memory/GPU", "fits")],
+                   [(str(r["micro_batch"]), f"{r['tokens_per_s']:,.0f}", f"{r['step_s']:.3f} s",
+                     f"{r['memory_per_gpu_gib']:.1f} GiB", ("yes" if r["fits"] else "no")
+                     + (" <- largest that fits" if r["micro_batch"] == res.max_micro_batch else "")) for r in rows])
     con.print(t)
     con.print(f"largest micro-batch that fits: {res.max_micro_batch} ({res.memory_capacity_gib:g} GiB per GPU)")
     if len(rows) < len(res.points):

@@ -3,30 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-M_TOP_PAD = -2
-"""glibc's `mallopt` parameter for the heap's top pad (malloc.h)."""
-HEAP_TOP_PAD_BYTES = 256 << 20
-"""Bytes (256 MiB) glibc's malloc keeps at the top of the heap when it trims it (its default: 128 KiB).
-`predict` allocates and frees columns of a few MB thousands of times; with the default each trim hands
-the pages back to the kernel and the next column faults them in again (200,000 rows, measured on the
-development machine: docs/benchmarks-history.md)."""
-
-
-def keep_heap_pages() -> None:
-    """Let glibc's malloc keep freed heap pages for the next allocation (`HEAP_TOP_PAD_BYTES`). Only the
-    allocator's bookkeeping changes, never a figure; elsewhere than glibc (macOS, musl), nothing."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt(M_TOP_PAD, HEAP_TOP_PAD_BYTES)
+from tuneplan.commands.common import add_force_arg, add_strict_names, check_out, single_threaded_blas
+from tuneplan.commands.learn import report_problems, require_rows
+from tuneplan.errors import InputError, atomic_output
 
 
 def register(sub) -> None:
@@ -42,28 +22,21 @@ def register(sub) -> None:
     p.add_argument("--calibration", help="calibration file or name (default: the shipped one)")
     p.add_argument("--interval", type=float, default=0.8, help="interval coverage (default 0.8; 0 for none)")
     p.add_argument("--strict", action="store_true", help="stop at the first problem in a runs file")
-    from tuneplan.commands.common import add_force_arg, add_strict_names
-
     add_strict_names(p)
     add_force_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuneplan.commands.common import single_threaded_blas
-
     single_threaded_blas()  # before numpy's import: predict's arrays call no BLAS routine
     import pandas as pd
 
-    from tuneplan.commands.learn import report_problems, require_rows
-    from tuneplan.errors import atomic_output
     from tuneplan.estimators.base import get_estimator
     from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
 
     check_predict_paths(args)
-    keep_heap_pages()
     # names resolved as `calibrate` resolves them (with each source's defaults); rows the catalogs
     # cannot resolve are reported and still written, with the reason in their error column
     # one reading: the rows set aside only because a name did not resolve come back name-free
@@ -96,9 +69,6 @@ def run(args: argparse.Namespace) -> int:
 def check_predict_paths(args: argparse.Namespace) -> None:
     """Before any reading: the interval is a coverage, --out can be written, is none of the inputs
     (writing over a runs file would lose the measured runs) and, without --force, no existing file."""
-    from tuneplan.commands.common import check_out
-    from tuneplan.errors import InputError
-
     if not (args.interval == 0 or 0 < args.interval < 1):
         raise InputError("interval", f"must be between 0 and 1, or 0 for none (got {args.interval})")
     check_out(args, args.out, "out", "CSV file")

@@ -7,14 +7,15 @@ framework's code.
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
+
 from tuneplan.errors import DataFileError
+from tuneplan.runs.table import cell_str
 
 FLAG_KEYS = ("usable_throughput", "usable_memory", "fits", "is_estimate", "full_length_samples",
              "step_time_is_micro_batch", "caveat")
@@ -22,201 +23,164 @@ FLAG_KEYS = ("usable_throughput", "usable_memory", "fits", "is_estimate", "full_
 
 
 def cell_text(value: Any) -> str:
-    """A cell as comparable text: '' for empty/NaN, integers without '.0', lower case."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ""
-        if value.is_integer():
-            return str(int(value))
-        return repr(value)
-    return str(value).strip().lower()
+    """A cell as comparable text: `cell_str`'s, stripped and in lower case."""
+    return cell_str(value).strip().lower()
 
 
-@dataclass(frozen=True)
-class Conditions:
+def _listed(values: Any) -> list:
+    return values if isinstance(values, list) else [values]
+
+
+class Conditions(BaseModel):
     """`when` / `unless` (exact, case-insensitive) and `match` (regex search) on row cells."""
 
-    when: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    unless: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    match: dict[str, re.Pattern[str]] = field(default_factory=dict)
+    when: dict[str, tuple[str, ...]] = {}
+    unless: dict[str, tuple[str, ...]] = {}
+    match: dict[str, re.Pattern[str]] = {}
+
+    @field_validator("when", "unless", mode="before")
+    @classmethod
+    def _cells(cls, spec: Any) -> Any:
+        if not isinstance(spec, dict):
+            return spec or {}
+        return {str(col): tuple(cell_text(v) for v in _listed(vals)) for col, vals in spec.items()}
+
+    @field_validator("match", mode="before")
+    @classmethod
+    def _patterns(cls, spec: Any) -> Any:
+        return {str(col): str(rx) for col, rx in spec.items()} if isinstance(spec, dict) else spec or {}
 
     def holds(self, ctx: dict[str, Any]) -> bool:
-        for col, allowed in self.when.items():
-            if cell_text(ctx.get(col)) not in allowed:
-                return False
-        for col, banned in self.unless.items():
-            if cell_text(ctx.get(col)) in banned:
-                return False
-        for col, rx in self.match.items():
-            raw = ctx.get(col)
-            if raw is None or not rx.search(str(raw)):
-                return False
-        return True
+        return (all(cell_text(ctx.get(col)) in allowed for col, allowed in self.when.items())
+                and not any(cell_text(ctx.get(col)) in banned for col, banned in self.unless.items())
+                and all(ctx.get(col) is not None and rx.search(str(ctx[col])) for col, rx in self.match.items()))
 
 
-@dataclass(frozen=True)
-class DefaultEntry:
-    """One default for one column."""
+def _why(text: str) -> str:
+    if not text.strip():
+        raise ValueError("needs a 'why' citing its source")
+    return text.strip()
 
-    column: str
+
+class DefaultEntry(Conditions):
+    """One default for one column: `value`, or the value of `values` the cell of column `by` selects
+    (`otherwise` for another cell)."""
+
     why: str
     value: Any = None
     by: str | None = None
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = {}
     otherwise: Any = None
-    conditions: Conditions = field(default_factory=Conditions)
+    check_why = field_validator("why")(_why)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _value_or_by(cls, d: Any) -> Any:
+        if isinstance(d, dict) and "value" not in d and "by" not in d:
+            raise ValueError("needs 'value' or 'by'")
+        return d
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _keys(cls, values: Any) -> Any:
+        return {cell_text(k): v for k, v in values.items()} if isinstance(values, dict) else values or {}
 
     def pick(self, ctx: dict[str, Any]) -> Any:
         """The value for this row, or None when the entry does not apply."""
-        if not self.conditions.holds(ctx):
+        if not self.holds(ctx):
             return None
         if self.by is None:
             return self.value
-        key = cell_text(ctx.get(self.by))
-        if key in self.values:
-            return self.values[key]
-        return self.otherwise
+        return self.values.get(cell_text(ctx.get(self.by)), self.otherwise)
 
 
-@dataclass(frozen=True)
-class Flag:
-    """A doubt or property of some rows of a source (see FLAG_KEYS)."""
+class Flag(Conditions):
+    """A doubt or property of some rows of a source (`settings`: the FLAG_KEYS it sets)."""
 
-    settings: dict[str, Any]
+    model_config = ConfigDict(extra="forbid")
     why: str
-    conditions: Conditions = field(default_factory=Conditions)
+    usable_throughput: Any = None
+    usable_memory: Any = None
+    fits: Any = None
+    is_estimate: Any = None
+    full_length_samples: Any = None
+    step_time_is_micro_batch: Any = None
+    caveat: Any = None
+    check_why = field_validator("why")(_why)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in FLAG_KEYS if k in self.model_fields_set}
+
+    @model_validator(mode="after")
+    def _sets_something(self) -> Flag:
+        if not self.settings:
+            raise ValueError(f"nothing to set (allowed: {', '.join(FLAG_KEYS)})")
+        return self
 
 
-@dataclass(frozen=True)
-class SourceRules:
+class GpuName(BaseModel):
+    value: str
+    why: str
+    check_why = field_validator("value", "why")(_why)
+
+
+class SourceRules(BaseModel):
     name: str
-    defaults: dict[str, DefaultEntry] = field(default_factory=dict)
-    gpu_names: dict[str, tuple[str, str]] = field(default_factory=dict)  # written -> (catalog, why)
+    defaults: dict[str, DefaultEntry] = {}
+    gpu_names: dict[str, GpuName] = {}  # as the source writes it -> the catalog's name
     flags: tuple[Flag, ...] = ()
 
+    @field_validator("defaults", "gpu_names", "flags", mode="before")
+    @classmethod
+    def _null_is_empty(cls, v: Any, info: ValidationInfo) -> Any:
+        return cls.model_fields[info.field_name].default if v is None else v
 
-@dataclass(frozen=True)
-class FrameworkRules:
-    name: str
+
+class FrameworkRules(SourceRules):
+    """Defaults of the rows whose `framework` cell contains one of `match` (case-insensitive)."""
+
     match: tuple[str, ...]
-    defaults: dict[str, DefaultEntry] = field(default_factory=dict)
+
+    @field_validator("match", mode="before")
+    @classmethod
+    def _lower(cls, match: Any) -> Any:
+        if not (out := tuple(str(m).lower() for m in _listed(match) if m)):
+            raise ValueError("needs the framework names it matches")
+        return out
 
     def matches(self, framework: str) -> bool:
         low = framework.lower()
         return any(m in low for m in self.match)
 
 
-@dataclass(frozen=True)
-class Defaults:
+class Defaults(BaseModel):
     frameworks: tuple[FrameworkRules, ...] = ()
-    sources: dict[str, SourceRules] = field(default_factory=dict)
+    sources: dict[str, SourceRules] = {}
     path: str = ""
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _named(cls, sources: Any) -> Any:
+        if not isinstance(sources, dict):
+            return sources or {}
+        return {str(n): {**(spec or {}), "name": str(n)} if isinstance(spec, dict | None) else spec
+                for n, spec in sources.items()}
 
     def source(self, name: str) -> SourceRules:
         return self.sources.get(name) or SourceRules(name=name)
 
 
-def _fail(path: str, message: str) -> DataFileError:
-    return DataFileError(path, None, message)
-
-
-def _conditions(d: dict, path: str, where: str) -> Conditions:
-    when: dict[str, tuple[str, ...]] = {}
-    unless: dict[str, tuple[str, ...]] = {}
-    match: dict[str, re.Pattern[str]] = {}
-    for key, out in (("when", when), ("unless", unless)):
-        spec = d.get(key) or {}
-        if not isinstance(spec, dict):
-            raise _fail(path, f"{where}: '{key}' must map columns to values")
-        for col, vals in spec.items():
-            vals = vals if isinstance(vals, list) else [vals]
-            out[str(col)] = tuple(cell_text(v) for v in vals)
-    spec = d.get("match") or {}
-    if not isinstance(spec, dict):
-        raise _fail(path, f"{where}: 'match' must map columns to regular expressions")
-    for col, rx in spec.items():
-        try:
-            match[str(col)] = re.compile(str(rx))
-        except re.error as exc:
-            raise _fail(path, f"{where}: bad regex for {col}: {exc}") from None
-    return Conditions(when=when, unless=unless, match=match)
-
-
-def _entry(column: str, d: Any, path: str, where: str) -> DefaultEntry:
-    if not isinstance(d, dict):
-        raise _fail(path, f"{where}.{column}: must be a mapping with value/by and why")
-    why = str(d.get("why") or "").strip()
-    if not why:
-        raise _fail(path, f"{where}.{column}: needs a 'why' citing its source")
-    if "value" not in d and "by" not in d:
-        raise _fail(path, f"{where}.{column}: needs 'value' or 'by'")
-    values = d.get("values") or {}
-    if "by" in d and not isinstance(values, dict):
-        raise _fail(path, f"{where}.{column}: 'values' must be a mapping")
-    return DefaultEntry(
-        column=column,
-        why=why,
-        value=d.get("value"),
-        by=str(d["by"]) if d.get("by") else None,
-        values={cell_text(k): v for k, v in values.items()},
-        otherwise=d.get("otherwise"),
-        conditions=_conditions(d, path, f"{where}.{column}"),
-    )
-
-
-def _entries(d: Any, path: str, where: str) -> dict[str, DefaultEntry]:
-    if d is None:
-        return {}
-    if not isinstance(d, dict):
-        raise _fail(path, f"{where}: 'defaults' must be a mapping of columns")
-    return {str(col): _entry(str(col), spec, path, where) for col, spec in d.items()}
-
-
 def parse_defaults(data: Any, path: str = "source_defaults.yaml") -> Defaults:
-    """Validate the YAML mapping and build `Defaults`."""
+    """Validate the YAML mapping and build `Defaults`; the first problem is one DataFileError line."""
     if not isinstance(data, dict):
-        raise _fail(path, "must be a mapping with 'frameworks' and 'sources'")
-    frameworks = []
-    for i, fw in enumerate(data.get("frameworks") or []):
-        if not isinstance(fw, dict) or not fw.get("name") or not fw.get("match"):
-            raise _fail(path, f"frameworks[{i}]: needs name and match")
-        match = fw["match"] if isinstance(fw["match"], list) else [fw["match"]]
-        frameworks.append(FrameworkRules(
-            name=str(fw["name"]),
-            match=tuple(str(m).lower() for m in match),
-            defaults=_entries(fw.get("defaults"), path, f"frameworks.{fw['name']}"),
-        ))
-    sources: dict[str, SourceRules] = {}
-    for name, spec in (data.get("sources") or {}).items():
-        spec = spec or {}
-        where = f"sources.{name}"
-        gpu_names: dict[str, tuple[str, str]] = {}
-        for written, g in (spec.get("gpu_names") or {}).items():
-            if not isinstance(g, dict) or not g.get("value") or not g.get("why"):
-                raise _fail(path, f"{where}.gpu_names.{written}: needs value and why")
-            gpu_names[str(written)] = (str(g["value"]), str(g["why"]))
-        flags = []
-        for j, f in enumerate(spec.get("flags") or []):
-            if not isinstance(f, dict) or not f.get("why"):
-                raise _fail(path, f"{where}.flags[{j}]: needs a 'why'")
-            settings = {k: f[k] for k in FLAG_KEYS if k in f}
-            unknown = set(f) - set(FLAG_KEYS) - {"why", "when", "unless", "match"}
-            if unknown or not settings:
-                raise _fail(path, f"{where}.flags[{j}]: unknown keys {sorted(unknown)} or nothing to set "
-                                  f"(allowed: {', '.join(FLAG_KEYS)})")
-            flags.append(Flag(settings=settings, why=str(f["why"]),
-                              conditions=_conditions(f, path, f"{where}.flags[{j}]")))
-        sources[str(name)] = SourceRules(
-            name=str(name),
-            defaults=_entries(spec.get("defaults"), path, where),
-            gpu_names=gpu_names,
-            flags=tuple(flags),
-        )
-    return Defaults(frameworks=tuple(frameworks), sources=sources, path=path)
+        raise DataFileError(path, None, "must be a mapping with 'frameworks' and 'sources'")
+    try:
+        return Defaults.model_validate({**data, "path": path})
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(x) for x in e["loc"])
+        raise DataFileError(path, None, f"{where}: {e['msg'].removeprefix('Value error, ')}") from None
 
 
 def load_defaults(path: str | Path | None = None) -> Defaults:

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from tuneplan.errors import (
-    AmbiguousNameError,
+    RUNS_SUFFIXES,
     DataFileError,
     InputError,
     TuneplanError,
-    UnknownNameError,
     check_output_path,
 )
 from tuneplan.runs.defaults import Defaults, load_defaults
@@ -49,18 +48,16 @@ from tuneplan.runs.schema import (
     NUMERIC_COLUMNS,
     REFERENCE_COLUMNS,
     SETTING_COLUMNS,
-    STRING_ADDED,
     THROUGHPUT_COLUMNS,
     detect_schema,
     missing_required,
 )
-from tuneplan.runs.table import Problem, RunTable
+from tuneplan.runs.table import Problem, RunTable, cell_str
 
 REFERENCE_DIR_ENV = "TUNEPLAN_REFERENCE_DIR"
 """Environment variable naming the shared reference runs folder (or the reference folder holding runs/)."""
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
-RUN_SUFFIXES = (".csv",) + PARQUET_SUFFIXES
 
 _LLMFT_SPECIAL_TARGETS = {"gpu_memory_utilization_peak": "peak_mem_gib", "train_steps_per_second": "step_time_s",
                           "is_valid": "status", "batch_size": "global_batch_size", "torch_dtype": "precision"}
@@ -71,135 +68,30 @@ _LLMFT_SPECIAL_TARGETS = {"gpu_memory_utilization_peak": "peak_mem_gib", "train_
 MAX_CELL_CHARS = 65_536
 """Characters in one cell of a runs file: the longest notes of the reference runs are under 2,000; a
 larger cell is a broken row (an unclosed quote, a pasted log), reported and skipped on its own."""
-BOM = b"\xef\xbb\xbf"
-READ_BLOCK = 4 << 20
-"""Bytes pyarrow parses at a time (its default, 1 MiB, parsed a 246 MB file slower)."""
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
-
-
-def _csv_dialect(first_line: bytes) -> str:
-    """',' or ';' (a spreadsheet's export in a locale with decimal commas) from the header line."""
-    return ";" if first_line.count(b";") > first_line.count(b",") else ","
-
-
-def _line_breaks(cells: Any, pc: Any) -> Any:
-    """Line ends inside each cell of a column ('\\r\\n', '\\n' or '\\r' alone: one each)."""
-    return pc.subtract(pc.add(pc.count_substring(cells, "\n"), pc.count_substring(cells, "\r")),
-                       pc.count_substring(cells, "\r\n"))
-
-
-_HIDE = {0xDC80 + b: 0x10FF80 + b for b in range(128)}
-"""Bytes that are not UTF-8 (surrogates once read with surrogateescape) as private-use characters
-while pyarrow parses the file (it takes UTF-8 only), and back (`_SHOW`) in the cells."""
-_SHOW = {v: k for k, v in _HIDE.items()}
-
-
-def _texts(cells: Any, pa: Any, hidden: bool) -> list[str]:
-    """A column of bytes as text, one string object per distinct cell (rows alike share their
-    cells, as predict's grouping by object expects); `hidden`: bytes that were not UTF-8 come back
-    as surrogates (`cell_problem` reports them)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    enc = pc.dictionary_encode(cells)
-    values = enc.dictionary.cast(pa.string()).to_pylist()
-    if hidden:
-        values = [v.translate(_SHOW) for v in values]
-    table = np.empty(len(values), dtype=object)
-    table[:] = values
-    return table[enc.indices.to_numpy(zero_copy_only=False)].tolist()
-
-
-def _parse(data: bytes, n_fields: int | None, delimiter: str, on_bad: Any = None) -> Any:
-    """pyarrow's CSV parse of `data` into byte columns (c0, c1...; named by the first record when
-    `n_fields` is None); records with another number of fields go to `on_bad`."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    names = None if n_fields is None else [f"c{i}" for i in range(n_fields)]
-    read = {"column_names": names, "autogenerate_column_names": names is None, "use_threads": False}
-    parse = pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True, ignore_empty_lines=False,
-                               invalid_row_handler=on_bad)
-    convert = pacsv.ConvertOptions(column_types={c: pa.binary() for c in names or ()}, null_values=[],
-                                   strings_can_be_null=False, quoted_strings_can_be_null=False)
-    try:
-        return pacsv.read_csv(pa.py_buffer(data), read_options=pacsv.ReadOptions(**read, block_size=READ_BLOCK),
-                              parse_options=parse, convert_options=convert)
-    except pa.ArrowInvalid:  # a record longer than a block (an unclosed quote): the file as one block
-        return pacsv.read_csv(pa.py_buffer(data), read_options=pacsv.ReadOptions(**read, block_size=len(data) + 1),
-                              parse_options=parse, convert_options=convert)
-
-
-def _cells_of(text: str, delimiter: str, hidden: bool) -> list[str]:
-    """The cells of one record's text (the header, a record with another number of fields); a quote
-    left open ends with the text, as Python's csv module ends it."""
-    import pyarrow as pa
-
-    for end in ("\n", '"\n'):
-        data = (text + end).encode("utf-8")
-        try:
-            n = _parse(data, None, delimiter).num_columns  # then again with every cell as bytes
-            table = _parse(data, n, delimiter)
-        except pa.ArrowInvalid:
-            continue
-        if table.num_rows:
-            return [_texts(table.column(j).combine_chunks(), pa, hidden)[0] for j in range(n)]
-    return [text.translate(_SHOW) if hidden else text]
 
 
 def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
     """Header, (first physical line, cells) of each record, and the delimiter of a CSV file.
 
-    pyarrow parses the file (quoted multi-line cells included); a record's line is counted from the
-    line ends inside the records before it. Bytes that are not UTF-8 are kept as surrogates and
-    reported on their row (`cell_problem`); a record with another number of fields than the header
-    comes back with its own cells. A semicolon-separated file is read with ';'."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    data = path.read_bytes()
-    if data.startswith(BOM):
-        data = data[len(BOM):]
-    try:
-        data.decode("utf-8")
-        hidden = False
-    except UnicodeDecodeError:
-        data = data.decode("utf-8", "surrogateescape").translate(_HIDE).encode("utf-8")
-        hidden = True
-    first = re.split(rb"[\r\n]", data, maxsplit=1)[0]
-    if not first.strip():
-        return [], [], ","
-    delimiter = _csv_dialect(first)
-    header = _cells_of(first.decode("utf-8"), delimiter, hidden)
-    bad: list[tuple[int, str]] = []
-
-    def on_bad(row: Any) -> str:
-        bad.append((row.number, row.text))
-        return "skip"
-
-    body = data[len(first):]
-    body = body[2:] if body.startswith(b"\r\n") else body[1:]
-    del data
-    table = _parse(body, len(header), delimiter, on_bad) if body else None
-    n_good = table.num_rows if table is not None else 0
-    columns = [_texts(table.column(j).combine_chunks(), pa, hidden) for j in range(len(header))] if n_good else []
-    breaks = np.zeros(n_good + len(bad), dtype=np.int64)  # line ends inside each record, by record
-    is_bad = np.zeros(len(breaks), dtype=bool)
-    bad.sort()
-    for number, text in bad:  # pyarrow numbers the body's records from 1
-        is_bad[number - 1] = True
-        breaks[number - 1] = text.count("\n") + text.count("\r") - text.count("\r\n")
-    plain = (body.count(b"\r") == body.count(b"\r\n")
-             and body.count(b"\n") == len(breaks) - (not body.endswith(b"\n")))
-    if n_good and not plain:  # a line end inside a cell somewhere
-        breaks[~is_bad] = sum(_line_breaks(table.column(j), pc).to_numpy() for j in range(len(header)))
-    del table, body  # the cells are text now
-    lines = (2 + np.arange(len(breaks)) + np.concatenate([[0], np.cumsum(breaks)[:-1]])).tolist()
-    good = zip(*columns, strict=True) if n_good else iter(())
-    texts = iter([text for _, text in bad])
-    records = [(line, _cells_of(next(texts), delimiter, hidden) if wrong else list(next(good)))
-               for line, wrong in zip(lines, is_bad.tolist(), strict=True)]
+    Python's csv module reads the records (quoted multi-line cells included) and counts the lines.
+    Bytes that are not UTF-8 are kept as surrogates and reported on their row (`cell_problem`). A
+    semicolon-separated file (a spreadsheet's export where the comma is the decimal point) is read
+    with ';'."""
+    csv.field_size_limit(2**31 - 1)  # a longer cell is reported on its row (MAX_CELL_CHARS), not fatal
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        first = f.readline()
+        if not first.strip():
+            return [], [], ","
+        delimiter = ";" if first.count(";") > first.count(",") else ","
+        f.seek(0)
+        reader = csv.reader(f, delimiter=delimiter)
+        header = next(reader)
+        records = []
+        start = reader.line_num + 1
+        for cells in reader:
+            records.append((start, cells))
+            start = reader.line_num + 1
     return header, records, delimiter
 
 
@@ -210,47 +102,28 @@ def cell_problem(cells: list[str]) -> str | None:
     for c in cells:
         if len(c) > MAX_CELL_CHARS:
             return f"a cell of {len(c):,} characters (at most {MAX_CELL_CHARS:,}); row skipped"
-        if _NOT_UTF8.search(c):
-            bad = _NOT_UTF8.search(c).group(0)
-            return f"not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02x} in '{_shown_cell(c)}'); row skipped"
+        if bad := _NOT_UTF8.search(c):
+            text = c.encode("utf-8", "surrogateescape").decode("latin-1")
+            shown = text if len(text) <= 40 else text[:40] + "..."
+            return f"not UTF-8 text (byte 0x{ord(bad.group(0)) - 0xDC00:02x} in '{shown}'); row skipped"
     return None
-
-
-def _shown_cell(c: str) -> str:
-    text = c.encode("utf-8", "surrogateescape").decode("latin-1")
-    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def _parquet_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
     """Header, (1-based row number, cells as text) of each row and no delimiter, of a Parquet file."""
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise DataFileError(str(path), None, "reading Parquet needs pyarrow (pip install pyarrow), "
-                                             "or convert the file to CSV") from None
-    import pandas as pd
+    import pandas as pd  # with pyarrow, a dependency
 
     df = pd.read_parquet(path)
-    header = [str(c) for c in df.columns]
 
     def text(x: Any) -> str:
-        if x is None:
-            return ""
         if isinstance(x, bool):
             return "true" if x else "false"
-        if isinstance(x, float):
-            if math.isnan(x):
-                return ""
-            return repr(x)
-        try:
-            if pd.isna(x):
-                return ""
-        except (TypeError, ValueError):
-            pass
-        return str(x)
+        if x is None or (not isinstance(x, str) and pd.api.types.is_scalar(x) and pd.isna(x)):
+            return ""
+        return repr(x) if isinstance(x, float) else str(x)
 
-    records = [(i, [text(x) for x in rec]) for i, rec in enumerate(df.itertuples(index=False, name=None), start=1)]
-    return header, records, ""
+    rows = df.itertuples(index=False, name=None)
+    return [str(c) for c in df.columns], [(i, [text(x) for x in r]) for i, r in enumerate(rows, start=1)], ""
 
 
 class _Reader:
@@ -283,12 +156,10 @@ class _Reader:
         if not path.is_file():  # a FIFO or device too: reading it would block
             self.report(name, None, "no such file" if not path.exists() else "not a regular file")
             return
-        parquet = path.suffix.lower() in PARQUET_SUFFIXES
-        if not parquet:
-            import pyarrow as pa
         try:
+            parquet = path.suffix.lower() in PARQUET_SUFFIXES
             header, records, delimiter = _parquet_records(path) if parquet else _csv_records(path)
-        except (OSError, pa.ArrowInvalid) as exc:
+        except (OSError, ValueError, csv.Error) as exc:  # pyarrow's ArrowInvalid is a ValueError
             self.report(name, 1, f"cannot read: {str(exc).splitlines()[0]}; file skipped")
             return
         if not header:
@@ -415,61 +286,40 @@ class _Reader:
     def normalise(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str, name: str,
                   line: int, resolve: bool) -> dict[str, Any]:
         """A parsed row's names resolved (when `resolve`), flags, defaults and derived figures applied."""
-        st, model_spec, gpu_spec = self.settings(v, records, source, schema, unit, resolve)
-        derive(st)
-        return self.finish(st, name, line, model_spec, gpu_spec, resolve)
-
-    def settings(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str,
-                 resolve: bool) -> tuple[RowState, Any, Any]:
-        """`normalise` up to the derived figures: names, flags, defaults, catalog figures."""
         rules = self.defaults.source(source)
-        model_spec = None
-        gpu_spec = None
-        gpu_record = None
+        model_spec = gpu_spec = None
         if resolve:
             model_spec = self.model(str(v.get("model") or ""), str(v.get("model_hf_id") or ""),
                                     str(v.get("notes") or ""), v.get("seq_len"), str(v.get("model_config_json") or ""))
             gpu_spec, gpu_record = self.gpu(str(v.get("gpu") or ""), source)
+            records += [gpu_record] if gpu_record else []
         st = RowState(v=v, source=source, defaults_used=records)
-        if gpu_record:
-            st.defaults_used.append(gpu_record)
         if schema == "llmftbench":
             finish_llmftbench(v, unit, getattr(gpu_spec, "memory_gib", None), st.defaults_used)
         model_type = str(getattr(model_spec, "model_type", "") or "").lower()
         apply_flags(st, rules, model_type)
         apply_defaults(st, self.defaults, rules, model_type)
         fill_from_catalog(st, model_spec)
-        return st, model_spec, gpu_spec
+        derive(st)
+        return self.finish(st, name, line, model_spec, gpu_spec, resolve)
 
     def model(self, model: str, hf_id: str, notes: str = "", seq_len: Any = None, config_json: str = "") -> Any:
         if not model and not hf_id and not config_json:
             raise RowError("no model named (model and model_hf_id are empty); row skipped")
         arch = "MPT arch" in (notes or "")
         key = (model, hf_id, seq_len if arch else None, notes if arch else "", config_json)
-        if key not in self.model_cache:
-            try:
-                self.model_cache[key] = _catalog_model(model, hf_id, notes if arch else "", seq_len, config_json)
-            except (UnknownNameError, AmbiguousNameError, InputError) as exc:
-                self.model_cache[key] = exc
-            except ImportError as exc:
-                raise TuneplanError(f"the model catalog is not available ({exc}); "
-                                    "read with resolve=False") from None
-        got = self.model_cache[key]
-        if isinstance(got, Exception):
+        got = _lookup(self.model_cache, key, lambda: _catalog_model(model, hf_id, notes if arch else "", seq_len,
+                                                                     config_json))
+        if isinstance(got, InputError):
             names = f"'{model}'" + (f" (model_hf_id '{hf_id}')" if hf_id and hf_id != model else "")
-            raise RowError(f"cannot resolve model {names}: {_reason(got)}; row skipped")
+            raise RowError(f"cannot resolve model {names}: {str(got).removeprefix(f'{got.field}: ')}; row skipped")
         return got
 
     def gpu(self, gpu: str, source: str) -> tuple[Any, str | None]:
-        key = (gpu, source)
-        if key not in self.gpu_cache:
-            try:
-                self.gpu_cache[key] = resolve_gpu_name(gpu, self.defaults.source(source), self.strict_names)
-            except (UnknownNameError, AmbiguousNameError, InputError) as exc:
-                self.gpu_cache[key] = exc
-        got = self.gpu_cache[key]
-        if isinstance(got, Exception):
-            raise RowError(f"cannot resolve GPU '{gpu}': {_reason(got)}; row skipped")
+        got = _lookup(self.gpu_cache, (gpu, source),
+                      lambda: resolve_gpu_name(gpu, self.defaults.source(source), self.strict_names))
+        if isinstance(got, InputError):
+            raise RowError(f"cannot resolve GPU '{gpu}': {str(got).removeprefix(f'{got.field}: ')}; row skipped")
         return got
 
     def finish(self, st: RowState, name: str, line: int, model_spec: Any, gpu_spec: Any,
@@ -483,43 +333,22 @@ class _Reader:
         if is_est and status == "ok":
             status = ""
         is_oom = status == "oom"
-        if resolve:
-            gpu_name = gpu_spec.name if gpu_spec is not None else ""
-            model_name = str(getattr(model_spec, "name", "") or "")
-        else:
-            gpu_name = ""
-            model_name = ""
+        gpu_name = gpu_spec.name if gpu_spec is not None else ""  # both None when not resolved
+        model_name = str(getattr(model_spec, "name", "") or "")
         has_gpu = bool(gpu_name) if resolve else bool(v.get("gpu"))
         clean = not (is_oom or is_est or is_dup or status == "failed")
         has_thr = any(v.get(c) is not None for c in THROUGHPUT_COLUMNS)
         usable_thr = has_thr and clean and has_gpu and flags.get("usable_throughput", True) is not False
         usable_mem = (v.get("peak_mem_gib") is not None and clean
                       and flags.get("usable_memory", True) is not False)
-        if is_oom:
-            fits: bool | None = False
-        elif "fits" in flags:
+        fits: bool | None = {"oom": False, "ok": True}.get(status)
+        if "fits" in flags and not is_oom:
             fits = None if flags["fits"] is None else bool(flags["fits"])
-        elif status == "ok":
-            fits = True
-        else:
-            fits = None
-        row = dict(v)
-        row.update({
-            "file": name,
-            "line": line,
-            "model_resolved": model_name,
-            "gpu_resolved": gpu_name,
-            "status": status,
-            "is_oom": is_oom,
-            "fits": fits,
-            "is_duplicate": is_dup,
-            "is_estimate": is_est,
-            "usable_throughput": bool(usable_thr),
-            "usable_memory": bool(usable_mem),
-            "defaults_used": ";".join(r.replace(";", ",") for r in st.defaults_used),
-            "caveats": ";".join(st.caveats),
-        })
-        return row
+        return {**v, "file": name, "line": line, "model_resolved": model_name, "gpu_resolved": gpu_name,
+                "status": status, "is_oom": is_oom, "fits": fits, "is_duplicate": is_dup, "is_estimate": is_est,
+                "usable_throughput": bool(usable_thr), "usable_memory": bool(usable_mem),
+                "defaults_used": ";".join(r.replace(";", ",") for r in st.defaults_used),
+                "caveats": ";".join(st.caveats)}
 
     def table(self) -> RunTable:
         unresolved = self.frame(self.unresolved) if self.keep_unresolved else None
@@ -535,14 +364,7 @@ class _Reader:
         df = pd.DataFrame.from_records(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
         numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)
         for col in columns:
-            if col in extras and col not in numeric:
-                text = df[col].map(lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x))
-                                   else str(x).strip())
-                try:
-                    df[col] = pd.to_numeric(text.mask(text == "")).astype(float)
-                except (ValueError, TypeError):
-                    df[col] = text.astype(object)
-            elif col in numeric:
+            if col in numeric:
                 df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
             elif col in BOOL_ADDED:
                 df[col] = df[col].fillna(False).astype(bool)
@@ -550,18 +372,29 @@ class _Reader:
                 df[col] = df[col].astype("boolean")
             elif col == "line":
                 df[col] = df[col].astype(int)
-            elif col in STRING_ADDED or col not in numeric:
-                df[col] = df[col].map(lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x))
-                                      else str(x)).astype(object)
+            elif col in extras:  # numbers when every cell is one, else text
+                text = df[col].map(lambda x: _text(x).strip())
+                try:
+                    df[col] = pd.to_numeric(text.mask(text == "")).astype(float)
+                except (ValueError, TypeError):
+                    df[col] = text.astype(object)
+            else:
+                df[col] = df[col].map(_text).astype(object)
         return df
 
 
-def _reason(exc: Exception) -> str:
-    text = str(exc)
-    field = getattr(exc, "field", None)
-    if field and text.startswith(f"{field}: "):
-        text = text[len(field) + 2:]
-    return text
+def _text(x: Any) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
+
+
+def _lookup(cache: dict, key: tuple, resolve: Any) -> Any:
+    """`resolve()` once per key; a name that does not resolve is kept as its InputError."""
+    if key not in cache:
+        try:
+            cache[key] = resolve()
+        except InputError as exc:  # unknown and ambiguous names are InputErrors
+            cache[key] = exc
+    return cache[key]
 
 
 def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, resolve: bool = True,
@@ -570,9 +403,9 @@ def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, re
     """Read runs files into one `RunTable`.
 
     Each file is CSV (or Parquet, with pyarrow) in the reference schema or the LLMFineTuningBench
-    schema (detected by its header); a folder stands for the runs files in it. Problems (missing columns, non-numeric cells, throughput <= 0,
-    duplicate ids or rows, names the catalogs cannot resolve) are reported one per line with file
-    and line and the row (or file) is skipped; `strict=True` raises `DataFileError` at the first.
+    schema (detected by its header); a folder stands for the runs files in it. Problems (missing
+    columns, non-numeric cells, throughput <= 0, duplicate ids or rows, names the catalogs cannot
+    resolve) are reported one per line with file and line and the row (or file) is skipped; `strict=True` raises `DataFileError` at the first.
     `resolve=False` skips catalog look-ups (model_resolved / gpu_resolved stay '').
     `defaults`: a parsed `Defaults` or a YAML path; the shipped source_defaults.yaml when None.
     A GPU family name (A100-80GB) is read as the catalog's default variant, recorded in `defaults_used`;
@@ -585,13 +418,8 @@ def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, re
     defs = defaults if isinstance(defaults, Defaults) else load_defaults(defaults)
     reader = _Reader(strict=strict, resolve=resolve, defaults=defs, strict_names=strict_names,
                      keep_unresolved=keep_unresolved)
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            for f in reference_run_files(p):
-                reader.read_file(f)
-        else:
-            reader.read_file(p)
+    for f in (f for p in map(Path, paths) for f in (reference_run_files(p) if p.is_dir() else [p])):
+        reader.read_file(f)
     return reader.table()
 
 
@@ -631,7 +459,7 @@ def reference_runs_dir() -> Path:
 def reference_run_files(directory: str | Path | None = None) -> list[Path]:
     """The runs files (CSV, Parquet) of a folder, sorted; the shared reference runs by default."""
     d = Path(directory) if directory is not None else reference_runs_dir()
-    return sorted(p for p in d.iterdir() if p.suffix.lower() in RUN_SUFFIXES and p.is_file())
+    return sorted(p for p in d.iterdir() if p.suffix.lower() in RUNS_SUFFIXES and p.is_file())
 
 
 def load_reference_runs(strict: bool = False, resolve: bool = True,
@@ -642,42 +470,15 @@ def load_reference_runs(strict: bool = False, resolve: bool = True,
 
 # --- writing ------------------------------------------------------------------------------------
 
-def _cell(x: Any) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, bool):
-        return "1" if x else "0"
-    if isinstance(x, float):
-        if math.isnan(x):
-            return ""
-        if x.is_integer() and abs(x) < 1e15:
-            return str(int(x))
-        return repr(x)
-    if hasattr(x, "item") and not isinstance(x, str):  # numpy scalars
-        return _cell(x.item())
-    try:
-        import pandas as pd
-
-        if x is pd.NA or x is pd.NaT:
-            return ""
-    except ImportError:  # pragma: no cover
-        pass
-    return str(x)
-
-
 def _as_records(rows_or_df: Any) -> list[dict[str, Any]]:
     if isinstance(rows_or_df, RunTable):
         rows_or_df = rows_or_df.df
     if hasattr(rows_or_df, "to_dict") and hasattr(rows_or_df, "columns"):
         return list(rows_or_df.to_dict(orient="records"))
-    if isinstance(rows_or_df, dict):
-        return [rows_or_df]
-    out = []
-    for r in rows_or_df:
-        if not isinstance(r, dict):
-            raise InputError("rows", "write_runs takes a DataFrame, a RunTable, a dict or dicts")
-        out.append(r)
-    return out
+    rows = [rows_or_df] if isinstance(rows_or_df, dict) else list(rows_or_df)
+    if not all(isinstance(r, dict) for r in rows):
+        raise InputError("rows", "write_runs takes a DataFrame, a RunTable, a dict or dicts")
+    return rows
 
 
 _ID_SUFFIX = re.compile(r"^(.*)-(\d+)$")
@@ -700,29 +501,26 @@ def write_runs(rows_or_df: Any, path: str | Path, append: bool = True) -> int:
     check_output_path(p, "out", "runs CSV")  # a regular file (a FIFO would block), in a writable folder
     created = not p.exists()
     with open(p, "a+", newline="", encoding="utf-8", errors="surrogateescape") as f:
-        _lock(f)
+        _lock(f)  # held until the file is closed
+        f.seek(0)
+        text = f.read()
+        exists = bool(text)
+        if exists and not append:
+            raise DataFileError(str(p), None, "file exists; refusing to overwrite it (append=True adds rows)")
         try:
-            f.seek(0)
-            text = f.read()
-            exists = bool(text)
-            if exists and not append:
-                raise DataFileError(str(p), None, "file exists; refusing to overwrite it (append=True adds rows)")
-            try:
-                header, lines = _new_lines(records, p, text.removeprefix("\ufeff"))
-            except DataFileError:
-                if created and not exists:  # nothing written: no empty file left behind either
-                    with contextlib.suppress(OSError):
-                        p.unlink()
-                raise
-            if exists and text[-1] not in "\n\r":
-                f.write("\n")
-            w = csv.writer(f, lineterminator="\n")
-            if not exists:
-                w.writerow(header)
-            w.writerows(lines)
-            f.flush()  # on disk before the lock is released: the next writer reads these ids
-        finally:
-            _unlock(f)
+            header, lines = _new_lines(records, p, text.removeprefix("\ufeff"))
+        except DataFileError:
+            if created and not exists:  # nothing written: no empty file left behind either
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            raise
+        if exists and text[-1] not in "\n\r":
+            f.write("\n")
+        w = csv.writer(f, lineterminator="\n")
+        if not exists:
+            w.writerow(header)
+        w.writerows(lines)
+        f.flush()  # on disk before the lock is released: the next writer reads these ids
     return len(lines)
 
 
@@ -737,28 +535,27 @@ def _new_lines(records: list[dict[str, Any]], p: Path, text: str) -> tuple[list[
         if not header:
             raise DataFileError(str(p), 1, "existing file has no header")
     else:
-        header = list(REFERENCE_COLUMNS)
-        for r in records:
-            for k in r:
-                if k not in header:
-                    header.append(k)
+        header = list(dict.fromkeys([*REFERENCE_COLUMNS, *(k for r in records for k in r)]))
         existing_ids = set()
     for i, r in enumerate(records):
-        extra = [k for k, val in r.items() if k not in header and _cell(val) != ""]
+        extra = [k for k, val in r.items() if k not in header and cell_str(val) != ""]
         if extra:
             raise DataFileError(str(p), 1, f"row {i + 1} has column(s) the file's header lacks: "
                                            f"{', '.join(extra)}")
-    counters: dict[str, int] = {}
-    for rid in existing_ids:
-        m = _ID_SUFFIX.match(rid)
-        if m:
+    counters: dict[str, int] = {}  # the largest n of each `<prefix>-<n>` id
+
+    def count(rid: str) -> None:
+        if m := _ID_SUFFIX.match(rid):
             counters[m.group(1)] = max(counters.get(m.group(1), 0), int(m.group(2)))
+
+    for rid in existing_ids:
+        count(rid)
     new_ids: set[str] = set()
     lines = []
     for i, r in enumerate(records):
-        rid = _cell(r.get("id"))
+        rid = cell_str(r.get("id"))
         if not rid and "id" in header:
-            prefix = _cell(r.get("source")) or p.stem
+            prefix = cell_str(r.get("source")) or p.stem
             counters[prefix] = counters.get(prefix, 0) + 1
             rid = f"{prefix}-{counters[prefix]}"
             r = {**r, "id": rid}
@@ -766,26 +563,16 @@ def _new_lines(records: list[dict[str, Any]], p: Path, text: str) -> tuple[list[
             raise DataFileError(str(p), None, f"row {i + 1}: id '{rid}' is already in the file; nothing written")
         if rid:
             new_ids.add(rid)
-            m = _ID_SUFFIX.match(rid)
-            if m:
-                counters[m.group(1)] = max(counters.get(m.group(1), 0), int(m.group(2)))
-        lines.append([_cell(r.get(col)) for col in header])
+            count(rid)
+        lines.append([cell_str(r.get(col)) for col in header])
     return header, lines
 
 
 def _lock(f: Any) -> None:
+    """An exclusive lock on the open file, released when it is closed."""
     try:
         import fcntl
 
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
     except (ImportError, OSError):  # pragma: no cover - Windows or unsupported filesystem
-        pass
-
-
-def _unlock(f: Any) -> None:
-    try:
-        import fcntl
-
-        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-    except (ImportError, OSError):  # pragma: no cover
         pass

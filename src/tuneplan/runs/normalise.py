@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneplan.runs.defaults import DefaultEntry, Defaults, SourceRules, cell_text
+from tuneplan.runs.defaults import Defaults, SourceRules, cell_text
 from tuneplan.runs.methods import method_from_notes
 from tuneplan.runs.schema import (
     EXTRA_NUMERIC_COLUMNS,
@@ -51,8 +51,6 @@ DUPLICATE_NOTE = re.compile(r"^\s*DUPLICATE of\b", re.IGNORECASE)
 
 ESTIMATE_NOTE = re.compile(r"^\s*estimated?\b", re.IGNORECASE)
 """Rows whose notes begin 'estimate' are not measurements (LLaMA-Factory's VRAM table)."""
-
-FITS_NOTE = re.compile(r"(largest|maximum) batch size that fits|feasibility point", re.IGNORECASE)
 
 NOT_STATED_GPU = re.compile(r"^(unnamed|unknown|n/?a|not stated)\b", re.IGNORECASE)
 """GPU cells that say the GPU was not named (e.g. peft's 'unnamed-40GB'): kept, gpu_resolved ''."""
@@ -125,22 +123,8 @@ COUNT_BOUNDS = {"gpus": MAX_GPUS, "nodes": MAX_GPUS, "micro_batch_size": MAX_MIC
 """Columns that count things (a whole number, at most the physical bound of tuneplan.specs.limits)."""
 
 
-def check_counts(v: dict[str, Any]) -> list[str]:
-    """Counts are whole numbers within their bounds (gpus=1.5 is a typo, not a run)."""
-    errors = []
-    for col, upper in COUNT_BOUNDS.items():
-        x = v.get(col)
-        if x is None or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-            continue
-        if x != int(x):
-            errors.append(f"column '{col}': must be a whole number (got {fmt(x)})")
-        elif x > upper:
-            errors.append(f"column '{col}': {fmt(x)} is beyond any physical run (at most {upper:,.0f})")
-    return errors
-
-
 def check_values(v: dict[str, Any]) -> list[str]:
-    """Range checks: throughput and counts > 0, flags 0/1, MFU a fraction."""
+    """Range checks: throughput and counts > 0, flags 0/1, counts whole and bounded, MFU a fraction."""
     errors = []
     for col in POSITIVE_COLUMNS:
         x = v.get(col)
@@ -155,7 +139,14 @@ def check_values(v: dict[str, Any]) -> list[str]:
         x = v.get(col)
         if x is not None and x not in (0.0, 1.0):
             errors.append(f"column '{col}': must be 0 or 1 (got {fmt(x)})")
-    errors += check_counts(v)
+    for col, upper in COUNT_BOUNDS.items():  # whole numbers within their bounds (gpus=1.5 is a typo, not a run)
+        x = v.get(col)
+        if x is None or not math.isfinite(x) or x <= 0:
+            continue
+        if x != int(x):
+            errors.append(f"column '{col}': must be a whole number (got {fmt(x)})")
+        elif x > upper:
+            errors.append(f"column '{col}': {fmt(x)} is beyond any physical run (at most {upper:,.0f})")
     mfu = v.get("mfu")
     if mfu is not None and mfu > 1:
         errors.append(f"column 'mfu': must be a fraction 0..1 (got {fmt(mfu)}; a percentage?)")
@@ -222,17 +213,9 @@ def map_llmftbench(raw: dict[str, str]) -> tuple[dict[str, str], list[str], list
 
 def memory_unit(values: list[float]) -> str:
     """Unit of a file's gpu_memory_utilization_peak column, from its largest value:
-    <= 1 fraction of the GPU, <= 100 percent, > 1e6 bytes, else MiB."""
-    if not values:
-        return "percent"
-    top = max(values)
-    if top <= 1.0:
-        return "fraction"
-    if top <= 100.0:
-        return "percent"
-    if top > 1e6:
-        return "bytes"
-    return "mib"
+    <= 1 fraction of the GPU, <= 100 percent (also when it has none), > 1e6 bytes, else MiB."""
+    top = max(values, default=100.0)
+    return "fraction" if top <= 1.0 else "percent" if top <= 100.0 else "bytes" if top > 1e6 else "mib"
 
 
 def finish_llmftbench(v: dict[str, Any], unit: str, gpu_memory_gib: float | None,
@@ -266,12 +249,10 @@ def finish_llmftbench(v: dict[str, Any], unit: str, gpu_memory_gib: float | None
                 if v.get("status") == "failed" and frac >= OOM_UTILISATION:
                     v["status"] = "oom"
                     records.append(f"status=oom(inferred: failed run at {fmt(frac * 100)}% of GPU memory)")
-        elif unit == "bytes":
-            gib = mem / 2**30
-            records.append(f"peak_mem_gib={fmt(gib)}(derived gpu_memory_utilization_peak bytes/2^30)")
         else:
-            gib = mem / 1024.0
-            records.append(f"peak_mem_gib={fmt(gib)}(derived gpu_memory_utilization_peak MiB/1024)")
+            per_gib, how = (2**30, "bytes/2^30") if unit == "bytes" else (1024.0, "MiB/1024")
+            gib = mem / per_gib
+            records.append(f"peak_mem_gib={fmt(gib)}(derived gpu_memory_utilization_peak {how})")
         if gib is not None:
             v["peak_mem_gib"] = gib
             if not v.get("mem_kind"):
@@ -287,12 +268,9 @@ def _catalog_gpu(name: str, strict: bool = False):
 
 
 def _catalog_model(model: str, hf_id: str, notes: str = "", seq_len: Any = None, config_json: str = ""):
-    from tuneplan.specs import catalog
+    from tuneplan.specs.catalog import resolve_run_model
 
-    fn = getattr(catalog, "resolve_run_model", None)
-    if fn is not None:
-        return fn(model, hf_id, notes, seq_len, config_json)
-    return catalog.resolve_model(hf_id or model)
+    return resolve_run_model(model, hf_id, notes, seq_len, config_json)
 
 
 def resolve_gpu_name(name: str, rules: SourceRules, strict: bool = False) -> tuple[Any, str | None]:
@@ -305,8 +283,7 @@ def resolve_gpu_name(name: str, rules: SourceRules, strict: bool = False) -> tup
     if not name or NOT_STATED_GPU.match(name):
         return None, None
     if name in rules.gpu_names:
-        target, _why = rules.gpu_names[name]
-        spec = _catalog_gpu(target)
+        spec = _catalog_gpu(rules.gpu_names[name].value)
         return spec, f"gpu={spec.name}(source default {rules.name}: '{name}' as written)"
     spec = _catalog_gpu(name, strict)
     if spec.resolved_as:
@@ -378,7 +355,7 @@ def _ctx(st: RowState, model_type: str) -> dict[str, Any]:
 def apply_flags(st: RowState, rules: SourceRules, model_type: str) -> None:
     ctx = _ctx(st, model_type)
     for flag in rules.flags:
-        if not flag.conditions.holds(ctx):
+        if not flag.holds(ctx):
             continue
         for key, val in flag.settings.items():
             if key == "caveat":
@@ -392,22 +369,14 @@ def apply_flags(st: RowState, rules: SourceRules, model_type: str) -> None:
 def apply_defaults(st: RowState, defaults: Defaults, rules: SourceRules, model_type: str) -> None:
     """Source defaults first, then framework defaults (in file order), empty cells only."""
     method_from_notes(st)  # method 'other': the PEFT method the notes name, else a generic adapter
-    entries: list[tuple[DefaultEntry, str]] = []
-    for entry in rules.defaults.values():
-        entries.append((entry, f"source default {rules.name}"))
     framework = str(st.v.get("framework") or "")
-    for fw in defaults.frameworks:
-        if framework and fw.matches(framework):
-            for entry in fw.defaults.values():
-                entries.append((entry, f"framework default {fw.name}"))
-    # 'method' first: other defaults are conditional on it
-    entries.sort(key=lambda e: 0 if e[0].column == "method" else 1)
-    for entry, label in entries:
-        if not st.empty(entry.column):
-            continue
-        value = entry.pick(_ctx(st, model_type))
-        if value is not None:
-            st.fill(entry.column, value, label)
+    entries = [(col, entry, f"source default {rules.name}") for col, entry in rules.defaults.items()]
+    entries += [(col, entry, f"framework default {fw.name}") for fw in defaults.frameworks
+                if framework and fw.matches(framework) for col, entry in fw.defaults.items()]
+    entries.sort(key=lambda e: e[0] != "method")  # 'method' first: other defaults are conditional on it
+    for col, entry, label in entries:
+        if st.empty(col) and (value := entry.pick(_ctx(st, model_type))) is not None:
+            st.fill(col, value, label)
 
 
 _DEGREE = re.compile(r"^(tp|pp|cp|sp|ep)(\d+)$")

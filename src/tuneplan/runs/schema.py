@@ -3,7 +3,7 @@
 The reference schema is `shared/reference/SCHEMA.md` (one row per measured configuration). The
 profiler writes the reference columns plus a few of its own (`status`, `peak_mem_reserved_gib`,
 `layers`, ...), which pass through untouched. LLMFineTuningBench (IBM's fms-hf-tuning benchmark) rows
-are mapped onto the reference columns by `map_llmftbench_row`.
+are mapped onto the reference columns by `tuneplan.runs.normalise.map_llmftbench`.
 """
 
 from __future__ import annotations
@@ -48,28 +48,8 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params",
                                     "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap",
                                     "galore_rank", "fused_ce", "fp32_grads")
-"""Settings tuneplan reads beyond the reference schema, kept in every table (empty when not given):
-`padding` = max (samples padded to seq_len, the default) or longest (each batch padded to its longest
-sample, so batch shapes vary; a per-source default for sources that say so); `adapter_dtype` = fp32
-(LoRA-family adapters in fp32 over 16-bit weights, peft >= 0.12's default: each adapted module keeps an
-fp32 copy of its input) or compute (adapters in the compute dtype: older peft, litgpt, Megatron); `stage`
-= sft (empty: supervised fine-tuning) or a preference / RL stage (dpo, orpo, kto, simpo, cpo, grpo, ppo,
-rloo: `tuneplan profile --stage` writes it); the learners train on SFT rows only (docs/stages.md);
-`peft_options` = a PEFT method's options in peft's names (`num_virtual_tokens=128,r=16`) and
-`trainable_params` = a generic adapter's trainable parameter count (both filled from the notes of a
-row of method `other`: runs/methods.py); `optimizer_impl` = how the AdamW step ran: foreach (torch's
-default multi-tensor path: one second-moment-sized temporary at the step), fused or for-loop (empty: the
-framework's default, data/frameworks.yaml); `grad_accum_sync` = how FSDP reduced the gradients under
-gradient accumulation: every-micro-batch (each GPU keeps its shard) or no-sync (no_sync until the last
-micro-batch: every GPU holds the unsharded gradients; empty: the framework's default); `fsdp_adapter_wrap` =
-where FSDP put a PEFT method's adapters: separate (their own units, or FSDP2) or with-block (inside each
-block's FSDP1 flat parameter: the frozen weights' gradient allocated too; empty: the framework's default);
-`galore_rank` = GaLore's projection rank for optimizer `galore-adamw` (empty: 128, transformers' default);
-`fused_ce` = 1 where the run fused the output projection with the cross-entropy (Liger's
-`use_liger_kernel`, Cut Cross-Entropy: the logits never held whole), 0 where it ran torch's loss (empty:
-the framework's loss kernel, data/frameworks.yaml); `fp32_grads` = 1 where a full fine-tune accumulated
-and reduced its gradients in an fp32 buffer (Megatron's main_grad in fp32), 0 in the compute dtype
-(empty: the framework's)."""
+"""Settings tuneplan reads beyond the reference schema (each described in docs/runs.md), kept in every
+table (empty when not given: the source's or the framework's default)."""
 
 ADDED_COLUMNS: tuple[str, ...] = (
     "file", "line", "model_resolved", "gpu_resolved", "status", "is_oom", "fits", "is_duplicate",
@@ -84,8 +64,6 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + ("peak_mem_gib",)
 OUTCOME_COLUMNS: tuple[str, ...] = ("status", "notes", "is_valid")
 """Columns that can carry an OOM mark (a file needs a measurement or one of these)."""
 
-MODEL_COLUMNS = ("model", "model_hf_id")
-GPU_COLUMNS = ("gpu",)
 
 # --- LLMFineTuningBench -------------------------------------------------------------------------
 
@@ -112,11 +90,6 @@ LLMFTBENCH_RENAMES: dict[str, str] = {
     "identifier": "id",
 }
 """LLMFineTuningBench column -> reference column, copied as is (units already match)."""
-
-LLMFTBENCH_SPECIAL = ("batch_size", "is_valid", "gpu_memory_utilization_peak", "torch_dtype",
-                      "gradient_checkpointing", "use_flash_attn", "train_steps_per_second",
-                      "model_max_length")
-"""LLMFineTuningBench columns converted by code (see `tuneplan.runs.normalise.map_llmftbench`)."""
 
 TORCH_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
                 "float32": "fp32", "fp32": "fp32", "float": "fp32"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,30 +32,24 @@ class Problem:
         return {"path": self.path, "line": self.line, "message": self.message}
 
 
-def _canon(value: Any) -> str:
-    """A cell as canonical text: stable across platforms and pandas versions."""
+def cell_str(value: Any, float_format: str | None = None) -> str:
+    """A cell as text, stable across platforms and pandas versions: '' when empty (None, NaN, pd.NA),
+    bools 1/0, whole floats without '.0', other floats as `repr` (or in `float_format`)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
     if isinstance(value, float):
         if math.isnan(value):
             return ""
         if value.is_integer() and abs(value) < 1e15:
             return str(int(value))
-        return format(value, ".12g")
-    try:
-        import pandas as pd
+        return repr(value) if float_format is None else format(value, float_format)
+    if hasattr(value, "item") and not isinstance(value, str):  # numpy scalars
+        return cell_str(value.item(), float_format)
+    import pandas as pd
 
-        if value is pd.NA:
-            return ""
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pass
-    if hasattr(value, "item"):  # numpy scalars
-        return _canon(value.item())
-    return str(value)
+    return "" if value is pd.NA or value is pd.NaT else str(value)
 
 
 @dataclass
@@ -103,7 +98,7 @@ class RunTable:
         import csv
 
         cols = sorted(c for c in self.df.columns if c not in FINGERPRINT_EXCLUDE)
-        rows = [[_canon(v) for v in rec] for rec in self.df[cols].itertuples(index=False, name=None)]
+        rows = [[cell_str(v, ".12g") for v in rec] for rec in self.df[cols].itertuples(index=False, name=None)]
         rows.sort()
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -119,23 +114,12 @@ class RunTable:
         return [str(p) for p in self.problems]
 
 
-def _count(df: pd.DataFrame, col: str) -> int:
-    if col not in df.columns:
-        return 0
-    return int(df[col].fillna(False).astype(bool).sum())
-
-
 def summarise(table: RunTable) -> dict[str, Any]:
     """Counts per source and overall: rows, usable for throughput / memory, OOM, duplicates,
     estimates, rows without a GPU, and the number of problems (rows skipped or files refused)."""
     df = table.df
-    by_source: dict[str, dict[str, int]] = {}
-    for src in table.sources():
-        d = df[df["source"] == src]
-        by_source[src] = _counts(d)
-    problems_by_file: dict[str, int] = {}
-    for p in table.problems:
-        problems_by_file[p.path] = problems_by_file.get(p.path, 0) + 1
+    by_source = {src: _counts(df[df["source"] == src]) for src in table.sources()}
+    problems_by_file = dict(Counter(p.path for p in table.problems))
     return {
         "rows": len(df),
         "problems": len(table.problems),
@@ -145,17 +129,15 @@ def summarise(table: RunTable) -> dict[str, Any]:
     }
 
 
+COUNTED = {"usable_throughput": "usable_throughput", "usable_memory": "usable_memory", "oom": "is_oom",
+           "duplicates": "is_duplicate", "estimates": "is_estimate"}
+"""Summary count -> the boolean column it counts."""
+
+
 def _counts(d: pd.DataFrame) -> dict[str, int]:
+    counts = {k: int(d[col].fillna(False).astype(bool).sum()) if col in d.columns else 0 for k, col in COUNTED.items()}
     no_gpu = int((d["gpu_resolved"] == "").sum()) if "gpu_resolved" in d.columns else 0
-    return {
-        "rows": len(d),
-        "usable_throughput": _count(d, "usable_throughput"),
-        "usable_memory": _count(d, "usable_memory"),
-        "oom": _count(d, "is_oom"),
-        "duplicates": _count(d, "is_duplicate"),
-        "estimates": _count(d, "is_estimate"),
-        "no_gpu": no_gpu,
-    }
+    return {"rows": len(d), **counts, "no_gpu": no_gpu}
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -163,10 +145,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     keys = ("rows", "usable_throughput", "usable_memory", "oom", "duplicates", "estimates", "no_gpu")
     heads = ("rows", "thr", "mem", "oom", "dup", "est", "no_gpu")
     width = max([len("source"), len("total")] + [len(s) for s in summary["by_source"]])
-    lines = ["source".ljust(width) + "".join(h.rjust(8) for h in heads)]
-    for src, c in summary["by_source"].items():
-        lines.append(src.ljust(width) + "".join(str(c[k]).rjust(8) for k in keys))
-    t = summary["totals"]
-    lines.append("total".ljust(width) + "".join(str(t[k]).rjust(8) for k in keys))
-    lines.append(f"problems: {summary['problems']}")
-    return "\n".join(lines)
+    rows = [("source", heads), *((src, [c[k] for k in keys]) for src, c in summary["by_source"].items()),
+            ("total", [summary["totals"][k] for k in keys])]
+    lines = [name.ljust(width) + "".join(str(x).rjust(8) for x in cells) for name, cells in rows]
+    return "\n".join([*lines, f"problems: {summary['problems']}"])

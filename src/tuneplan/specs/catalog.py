@@ -30,9 +30,9 @@ from tuneplan.errors import (
     DataFileError,
     InputError,
     UnknownNameError,
-    check_regular_file,
     closest,
     parse_user_json,
+    read_user_bytes,
     read_user_text,
     shown,
 )
@@ -357,7 +357,7 @@ def _as_path(name: str) -> Path | None:
         if p.is_file():
             return p
         if p.exists():  # a FIFO or a device: reading it would block
-            check_regular_file(p, FIELD, "config.json")
+            read_user_bytes(p, FIELD, "config.json")  # refuses it without reading
     except OSError as exc:  # a name too long for the file system, a path through a file...
         raise InputError(FIELD, f"'{shown(name)}' is not a readable path nor a catalog name: "
                                 f"{exc.strerror or exc}") from None

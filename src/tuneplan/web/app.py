@@ -1,16 +1,6 @@
 """The web planner's FastAPI app: the page at `/`, its static files, and the JSON API it calls.
 
-Endpoints (all documented by FastAPI at `/docs` and `/openapi.json`):
-
-- `GET /healthz` — liveness.
-- `GET /api/options` — the closed sets and defaults the form offers (methods, precisions, providers...).
-- `GET /api/models?q=&limit=` — the model catalog (search by substring).
-- `GET /api/gpus` — the GPU catalog with the cheapest on-demand price of each.
-- `POST /api/model-config` — read a pasted config.json: parameter counts, shapes.
-- `POST /api/estimate` — one run: `tuneplan.estimate(...).to_dict()` plus the equivalent command line.
-- `POST /api/plan` — the planner's search: `tuneplan.plan_run(...).to_dict()` plus the command line.
-- `POST /api/data` — an uploaded dataset file (multipart, at most 64 MiB): its token counts, length
-  histogram and collator, and the form fields it fills (web/data_upload.py).
+The endpoints are listed in docs/web.md and documented by FastAPI at `/docs` and `/openapi.json`.
 
 Every bad input answers 422 with `{"detail": [{"loc": [...], "msg": ..., "type": ...}]}`: pydantic's own
 checks on the request bodies, tuneplan's `InputError` (field, reason, allowed values) from deeper down,
@@ -21,13 +11,11 @@ refused before it starts. The page itself (`static/`) needs no network: its char
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import functools
 import json
 import logging
 import math
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,26 +28,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from tuneplan import __version__
-from tuneplan.errors import InputError, TuneplanError, UnknownNameError
+from tuneplan.errors import AmbiguousNameError, InputError, TuneplanError, UnknownNameError
 from tuneplan.plan.objectives import OBJECTIVES
-from tuneplan.specs.job import (
-    ADAPTER_DTYPES,
-    FSDP_ADAPTER_WRAPS,
-    GRAD_ACCUM_SYNCS,
-    LORA_FAMILY,
-    MASTER_WEIGHTS,
-    METHODS,
-    MOE_EXPERT_LAYOUTS,
-    MOE_MODES,
-    OPTIMIZER_IMPLS,
-    OPTIMIZERS,
-    PADDINGS,
-    PRECISIONS,
-    QUANTS,
-    ROLLOUT_ENGINES,
-    SHARDINGS,
-    STAGES,
-)
+from tuneplan.specs import job as jobspec
 from tuneplan.web.command_line import (
     JOB_DEFAULTS,
     estimate_command,
@@ -67,6 +38,7 @@ from tuneplan.web.command_line import (
     plan_kwargs,
     plan_space_size,
 )
+from tuneplan.web.pool import BodyLimit, Busy, lane, plan_in_worker
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
     ESTIMATE_JOB,
@@ -109,7 +81,7 @@ class RequestError(Exception):
 def _field_of(err: InputError) -> list[str]:
     """Body location of an InputError's field (`tokens-per-example` -> tokens_per_example)."""
     f = (err.field or "").replace("-", "_")
-    f = {"rate_usd_per_gpu_hour": "rate", "job": "", "gpu_file": "gpu", "interval": "interval"}.get(f, f)
+    f = {"rate_usd_per_gpu_hour": "rate", "job": "", "gpu_file": "gpu"}.get(f, f)
     return [f] if f else []
 
 
@@ -117,19 +89,15 @@ _CLI_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
 
 
 def _input_error_detail(err: InputError) -> dict[str, Any]:
-    text = str(err)
-    prefix = f"{err.field}: "
-    msg = text[len(prefix):] if text.startswith(prefix) else text
+    msg = str(err).removeprefix(f"{err.field}: ")
     msg = _CLI_FLAG.sub(lambda m: m.group(1).replace("-", "_"), msg)  # the page's field names, not flags
     d: dict[str, Any] = {"loc": ["body", *_field_of(err)], "msg": msg, "type": "value_error"}
     if err.allowed:
         d["allowed"] = list(err.allowed)
     if isinstance(err, UnknownNameError):
-        d["type"] = "unknown_name"
-        d["closest"] = list(getattr(err, "close", []) or [])
-    elif type(err).__name__ == "AmbiguousNameError":
-        d["type"] = "ambiguous_name"
-        d["candidates"] = list(getattr(err, "candidates", []) or [])
+        d.update(type="unknown_name", closest=list(err.close))
+    elif isinstance(err, AmbiguousNameError):
+        d.update(type="ambiguous_name", candidates=list(err.candidates))
     return d
 
 
@@ -169,38 +137,28 @@ def _looks_like_path(name: str) -> bool:
         return True
 
 
-class _ConfigCache:
-    """Model specs of pasted configs, by content (a page re-sends the same config on every change)."""
+def config_spec(config: dict[str, Any], name: str) -> Any:
+    """The model spec of a pasted config.json (cached by content: a page re-sends the same config on
+    every change); a config that cannot be read is a 422 at `config_json`."""
+    return _config_spec(json.dumps(config, sort_keys=True, default=str), name)
 
-    def __init__(self, size: int = 32) -> None:
-        self._d: OrderedDict[str, Any] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
 
-    def get(self, config: dict[str, Any], name: str) -> Any:
-        from tuneplan.specs.architectures import model_from_config
+@functools.lru_cache(maxsize=32)
+def _config_spec(config_text: str, name: str) -> Any:
+    from tuneplan.specs.architectures import model_from_config
 
-        key = hashlib.sha256((name + "\0" + json.dumps(config, sort_keys=True, default=str)).encode()).hexdigest()
-        with self._lock:
-            if key in self._d:
-                self._d.move_to_end(key)
-                return self._d[key]
-        try:
-            spec = model_from_config(dict(config), name, "pasted config.json")
-        except InputError as exc:
-            d = _input_error_detail(exc)
-            raise RequestError(["config_json", *d["loc"][1:]], d["msg"]) from None
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError,
-                OverflowError) as exc:
-            raise RequestError(["config_json"], f"cannot read this config.json: {type(exc).__name__}: {exc}"
-                               ) from None
-        if spec.params_total <= 0 or spec.n_layers <= 0 or spec.hidden_size <= 0:
-            raise RequestError(["config_json"], "this config.json describes no layers / parameters")
-        with self._lock:
-            self._d[key] = spec
-            while len(self._d) > self._size:
-                self._d.popitem(last=False)
-        return spec
+    try:
+        spec = model_from_config(json.loads(config_text), name, "pasted config.json")
+    except InputError as exc:
+        d = _input_error_detail(exc)
+        raise RequestError(["config_json", *d["loc"][1:]], d["msg"]) from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError,
+            OverflowError) as exc:
+        raise RequestError(["config_json"], f"cannot read this config.json: {type(exc).__name__}: {exc}"
+                           ) from None
+    if spec.params_total <= 0 or spec.n_layers <= 0 or spec.hidden_size <= 0:
+        raise RequestError(["config_json"], "this config.json describes no layers / parameters")
+    return spec
 
 
 def _model_summary(spec: Any) -> dict[str, Any]:
@@ -219,8 +177,6 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
     """The web planner app. `allow_hub`: resolve model ids outside the catalog on the Hugging Face Hub
     (off by default: a page typing names would otherwise fire a network look-up per keystroke).
     `warm_up`: load the catalogs and estimators at startup so the first estimate answers fast."""
-    configs = _ConfigCache()
-
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         from tuneplan.web import pool
@@ -241,13 +197,12 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
     )
     app.add_middleware(GZipMiddleware, minimum_size=2048)
     from tuneplan.web.data_upload import UPLOAD_LIMITS
-    from tuneplan.web.pool import BodyLimit
 
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, paths=UPLOAD_LIMITS)  # chunked bodies too
 
     _add_error_handlers(app)
-    _add_catalog_routes(app, configs)
-    _add_run_routes(app, configs, allow_hub)
+    _add_catalog_routes(app)
+    _add_run_routes(app, allow_hub)
     return app
 
 
@@ -255,23 +210,6 @@ def _add_error_handlers(app: FastAPI) -> None:
     """Every failure as a JSON `detail` list: the body size limit, pydantic's checks, InputError and
     the other tuneplan errors (422), anything unexpected (500, logged)."""
     # -- errors -------------------------------------------------------------------------------------
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Callable):
-        from tuneplan.web.data_upload import UPLOAD_LIMITS
-
-        length = request.headers.get("content-length")
-        limit = UPLOAD_LIMITS.get(request.url.path, MAX_BODY_BYTES)
-        if length is not None:
-            try:
-                too_big = int(length) > limit
-            except ValueError:
-                too_big = True
-            if too_big:
-                return JSONResponse(status_code=413, content={"detail": [{
-                    "loc": ["body"], "msg": f"request body over {limit // (1024 * 1024)} MiB",
-                    "type": "too_large"}]})
-        return await call_next(request)
-
     @app.exception_handler(RequestValidationError)
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         detail = []
@@ -284,14 +222,15 @@ def _add_error_handlers(app: FastAPI) -> None:
             detail.append(d)
         return JSONResponse(status_code=422, content={"detail": detail})
 
-    @app.exception_handler(InputError)
-    async def on_input_error(request: Request, exc: InputError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": [_input_error_detail(exc)]})
+    async def on_user_error(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, RequestError):
+            return JSONResponse(status_code=503 if exc.kind == "busy" else 422, content={"detail": [exc.detail()]})
+        d = (_input_error_detail(exc) if isinstance(exc, InputError)
+             else {"loc": ["body"], "msg": str(exc), "type": "value_error"})
+        return JSONResponse(status_code=422, content={"detail": [d]})
 
-    @app.exception_handler(TuneplanError)
-    async def on_tuneplan_error(request: Request, exc: TuneplanError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": [{"loc": ["body"], "msg": str(exc),
-                                                                  "type": "value_error"}]})
+    for cls in (RequestError, InputError, TuneplanError):
+        app.add_exception_handler(cls, on_user_error)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -299,12 +238,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=500, content={"detail": [{
             "loc": [], "msg": f"internal error ({type(exc).__name__}): please report it", "type": "internal"}]})
 
-    @app.exception_handler(RequestError)
-    async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse(status_code=503 if exc.kind == "busy" else 422, content={"detail": [exc.detail()]})
 
-
-def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
+def _add_catalog_routes(app: FastAPI) -> None:
     """The page, liveness, and the catalogs the form offers."""
     # -- pages --------------------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
@@ -324,13 +259,13 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
         from tuneplan.specs.prices import providers
 
         return {
-            "methods": list(METHODS), "lora_family": list(LORA_FAMILY), "precisions": list(PRECISIONS),
-            "optimizers": list(OPTIMIZERS), "master_weights": list(MASTER_WEIGHTS), "shardings": list(SHARDINGS), "quants": list(QUANTS),
-            "moe_modes": list(MOE_MODES), "moe_experts": list(MOE_EXPERT_LAYOUTS), "optimizer_impls": list(OPTIMIZER_IMPLS), "grad_accum_syncs": list(GRAD_ACCUM_SYNCS), "fsdp_adapter_wraps": list(FSDP_ADAPTER_WRAPS), "paddings": list(PADDINGS), "adapter_dtypes": list(ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
-            "stages": list(STAGES), "rollout_engines": list(ROLLOUT_ENGINES),
+            "methods": list(jobspec.METHODS), "lora_family": list(jobspec.LORA_FAMILY), "precisions": list(jobspec.PRECISIONS),
+            "optimizers": list(jobspec.OPTIMIZERS), "master_weights": list(jobspec.MASTER_WEIGHTS), "shardings": list(jobspec.SHARDINGS), "quants": list(jobspec.QUANTS),
+            "moe_modes": list(jobspec.MOE_MODES), "moe_experts": list(jobspec.MOE_EXPERT_LAYOUTS), "optimizer_impls": list(jobspec.OPTIMIZER_IMPLS), "grad_accum_syncs": list(jobspec.GRAD_ACCUM_SYNCS), "fsdp_adapter_wraps": list(jobspec.FSDP_ADAPTER_WRAPS), "paddings": list(jobspec.PADDINGS), "adapter_dtypes": list(jobspec.ADAPTER_DTYPES), "estimators": list(ESTIMATORS), "objectives": list(OBJECTIVES),
+            "stages": list(jobspec.STAGES), "rollout_engines": list(jobspec.ROLLOUT_ENGINES),
             "frameworks": list(framework_names()), "ckpt_modes": ["none", "selective", "full", "offload"],
             "providers": providers(), "defaults": jsonable(JOB_DEFAULTS),
-            "default_interval": DEFAULT_INTERVAL, "plan_available": _plan_fn() is not None,
+            "default_interval": DEFAULT_INTERVAL, "plan_available": True,
             "limits": {"max_plan_configs": MAX_PLAN_CONFIGS, "max_body_bytes": MAX_BODY_BYTES},
         }
 
@@ -340,12 +275,8 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
         from tuneplan.specs.catalog import list_models
 
         words = [w for w in q.lower().replace("/", " ").split() if w]
-        out = []
-        for m in list_models():
-            low = m.name.lower()
-            if all(w in low for w in words):
-                out.append(_model_summary(m))
-        return jsonable(out[:limit])
+        found = [m for m in list_models() if all(w in m.name.lower() for w in words)]
+        return jsonable([_model_summary(m) for m in found[:limit]])
 
     @app.get("/api/gpus", tags=["catalogs"], summary="the GPU catalog with prices")
     def gpus() -> list[dict[str, Any]]:
@@ -363,7 +294,7 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
 
     @app.post("/api/model-config", tags=["catalogs"], summary="read a pasted config.json")
     def model_config(req: ModelConfigRequest) -> dict[str, Any]:
-        spec = configs.get(req.config_json, req.config_name or "custom-model")
+        spec = config_spec(req.config_json, req.config_name or "custom-model")
         return jsonable(_model_summary(spec))
 
     from tuneplan.web.from_config import register as register_from_config
@@ -374,12 +305,12 @@ def _add_catalog_routes(app: FastAPI, configs: _ConfigCache) -> None:
     register_data(app)
 
 
-def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> None:
+def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
     """`POST /api/estimate` and `POST /api/plan`."""
     # -- estimate and plan --------------------------------------------------------------------------
     def model_spec(req: ModelChoice) -> Any:
         if req.config_json is not None:
-            return configs.get(req.config_json, req.config_name or "custom-model")
+            return config_spec(req.config_json, req.config_name or "custom-model")
         name = str(req.model)
         if _looks_like_path(name):
             raise RequestError(["model"], "file paths are not read over the web: paste the config.json "
@@ -411,9 +342,6 @@ def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> Non
 
     @app.post("/api/plan", tags=["plan"], summary="search GPU type x count x method x batch")
     def plan_endpoint(req: PlanRequest) -> dict[str, Any]:
-        plan = _plan_fn()
-        if plan is None:
-            raise RequestError([], "the planner is not installed in this version", kind="unavailable")
         size = plan_space_size(req)
         if size > MAX_PLAN_CONFIGS:
             raise RequestError([], f"this search would enumerate {size:,} configurations, over the limit of "
@@ -422,8 +350,6 @@ def _add_run_routes(app: FastAPI, configs: _ConfigCache, allow_hub: bool) -> Non
                                configurations=size, limit=MAX_PLAN_CONFIGS)
         spec = model_spec(req)
         kwargs = plan_kwargs(req)
-        from tuneplan.web.pool import plan_in_worker
-
         res = _compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
         out = jsonable(res.to_dict(max_candidates=req.max_candidates))
         out["n_candidates"] = int(len(res.candidates))
@@ -437,8 +363,6 @@ def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None, kind: 
     """Run an estimate / a plan; arithmetic that an absurd (but well-typed) input breaks is a 422.
     `rename`: body field names for InputError fields that differ (the planner's `gpu` is `gpus`).
     Each computation holds a slot of its lane (tuneplan.web.pool): plans one at a time."""
-    from tuneplan.web.pool import Busy, lane
-
     try:
         with lane(kind):
             return fn()
@@ -456,14 +380,6 @@ def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None, kind: 
     except (ZeroDivisionError, OverflowError, FloatingPointError, ValueError, MemoryError) as exc:
         log.info("rejected input: %s: %s", type(exc).__name__, exc)
         raise RequestError([], f"cannot compute this configuration: {exc}", kind="value_error") from None
-
-
-def _plan_fn() -> Callable[..., Any] | None:
-    try:
-        from tuneplan.plan.search import plan_run
-    except ImportError:
-        return None
-    return plan_run
 
 
 def _plan_points(res: Any) -> list[dict[str, Any]]:
@@ -492,8 +408,8 @@ def _warm() -> None:
         gpu = next(iter(gpu_catalog()))
         model = next(iter(model_catalog()))
         estimate(model, gpu, examples=100, tokens_per_example=128)
-        plan = _plan_fn()
-        if plan is not None:
-            plan(model, gpus=[gpu], methods=["lora"], max_gpus=2, examples=100, tokens_per_example=128, rate=1.0)
+        from tuneplan.plan.search import plan_run
+
+        plan_run(model, gpus=[gpu], methods=["lora"], max_gpus=2, examples=100, tokens_per_example=128, rate=1.0)
     except Exception as exc:  # noqa: BLE001 - warm-up is best effort; requests report their own errors
         log.warning("warm-up failed: %s", exc)

@@ -14,7 +14,6 @@ from tuneplan.web.schemas import (
     EstimateRequest,
     ModelChoice,
     PlanRequest,
-    PriceFields,
 )
 
 
@@ -63,9 +62,26 @@ def _job_flags(req: Any, names: dict[str, str]) -> list[str]:
     return out
 
 
-def _ckpt_mode_flags(req: EstimateRequest) -> list[str]:
-    """The request's checkpointing mode: the CLI's --grad-ckpt takes the mode word."""
-    return ["--grad-ckpt", req.ckpt_mode] if req.ckpt_mode is not None else []
+FLAGS = {"budget_usd": "budget", "ckpt_mode": "grad-ckpt"}
+"""Request fields whose CLI flag has another name (the others: the field's name with dashes)."""
+
+
+def _field_flags(req: Any, names: tuple[str, ...]) -> list[str]:
+    """`--flag value` of each of these request fields that is set and not at its default (the CLI's
+    default interval too): lists comma-separated, booleans as a switch and its --no- form."""
+    out: list[str] = []
+    for name in names:
+        v = getattr(req, name)
+        if v in (None, [], type(req).model_fields[name].default) or (name == "interval" and v == DEFAULT_INTERVAL):
+            continue
+        flag = "--" + FLAGS.get(name, name).replace("_", "-")
+        if isinstance(v, bool):
+            out.append(flag if v else "--no-" + flag[2:])
+        elif isinstance(v, list):
+            out += [flag, ",".join(str(x) for x in v)]
+        else:
+            out += [flag, _num_arg(v) if isinstance(v, int | float) else str(v)]
+    return out
 
 
 def _model_flags(req: ModelChoice) -> tuple[list[str], str]:
@@ -74,85 +90,43 @@ def _model_flags(req: ModelChoice) -> tuple[list[str], str]:
     return ["--model", str(req.model)], ""
 
 
-def _price_flags(req: PriceFields) -> list[str]:
-    out: list[str] = []
-    if req.rate is not None:
-        out += ["--rate", _num_arg(req.rate)]
-    if req.provider:
-        out += ["--provider", req.provider]
-    return out
-
-
 def estimate_command(req: EstimateRequest) -> tuple[str, str]:
     """The `tuneplan estimate ...` command line for a request, and a note when it needs a file."""
     args, note = _model_flags(req)
-    if req.gpu:
-        args += ["--gpu", req.gpu]
-    for name in ("peak_tflops", "memory_gib", "bandwidth_gbs"):
-        v = getattr(req, name)
-        if v is not None:
-            args += ["--" + name.replace("_", "-"), _num_arg(v)]
-    if req.estimator != "tuneplan":
-        args += ["--estimator", req.estimator]
-    if req.interval is not None and req.interval != DEFAULT_INTERVAL:
-        args += ["--interval", _num_arg(req.interval)]
-    args += _job_flags(req, ESTIMATE_JOB) + _ckpt_mode_flags(req)
-    args += _price_flags(req)
+    args += _field_flags(req, ("gpu", "peak_tflops", "memory_gib", "bandwidth_gbs", "estimator", "interval"))
+    args += _job_flags(req, ESTIMATE_JOB) + _field_flags(req, ("ckpt_mode", "rate", "provider"))
     return shlex.join(["tuneplan", "estimate", *args]), note
 
 
 def plan_command(req: PlanRequest) -> tuple[str, str]:
     """The `tuneplan plan ...` command line for a request."""
     args, note = _model_flags(req)
-    for name in ("gpus", "methods", "gpu_counts", "micro_batches", "grad_accums", "shardings"):
-        v = getattr(req, name)
-        if v:
-            args += ["--" + name.replace("_", "-"), ",".join(str(x) for x in v)]
-    if req.max_gpus != 8:
-        args += ["--max-gpus", str(req.max_gpus)]
-    for name in ("gpus_per_node", "global_batch"):
-        v = getattr(req, name)
-        if v is not None:
-            args += ["--" + name.replace("_", "-"), str(v)]
-    if req.grad_ckpt is not None:
-        args.append("--grad-ckpt" if req.grad_ckpt else "--no-grad-ckpt")
-    if req.deadline_h is not None:
-        args += ["--deadline-h", _num_arg(req.deadline_h)]
-    if req.budget_usd is not None:
-        args += ["--budget", _num_arg(req.budget_usd)]
-    if req.objective != "cheapest":
-        args += ["--objective", req.objective]
-    if req.interval is not None and req.interval != DEFAULT_INTERVAL:
-        args += ["--interval", _num_arg(req.interval)]
-    args += _job_flags(req, PLAN_JOB)
-    args += _price_flags(req)
+    args += _field_flags(req, ("gpus", "methods", "gpu_counts", "micro_batches", "grad_accums", "shardings",
+                               "max_gpus", "gpus_per_node", "global_batch", "grad_ckpt", "deadline_h", "budget_usd",
+                               "objective", "interval"))
+    args += _job_flags(req, PLAN_JOB) + _field_flags(req, ("rate", "provider"))
     return shlex.join(["tuneplan", "plan", *args]), note
+
+
+PLAN_LISTS = {"gpus": "gpus", "methods": "methods", "gpu_counts": "gpu_counts_", "micro_batches": "micro_batches",
+              "grad_accums": "grad_accums", "shardings": "shardings"}
+"""Request field -> `plan_run` keyword of the values a plan searches (an empty list: the default)."""
 
 
 def plan_kwargs(req: PlanRequest) -> dict[str, Any]:
     """`tuneplan.plan.search.plan` keyword arguments for a request (the model apart)."""
     kw: dict[str, Any] = {"max_gpus": req.max_gpus, "objective": req.objective,
                           "interval": DEFAULT_INTERVAL if req.interval is None else (req.interval or None)}
-    for name, key in (("gpus", "gpus"), ("methods", "methods"), ("gpu_counts", "gpu_counts_"),
-                      ("micro_batches", "micro_batches"), ("grad_accums", "grad_accums"),
-                      ("shardings", "shardings")):
-        v = getattr(req, name)
-        if v:
-            kw[key] = list(v)
-    for name in ("gpus_per_node", "global_batch", "budget_usd", "provider", "rate"):
-        v = getattr(req, name)
-        if v is not None:
-            kw[name] = v
-    for name, field in PLAN_JOB.items():
-        v = getattr(req, name)
-        if v is not None and name != "rate":
-            kw[field] = v
+    kw |= {key: list(v) for name, key in PLAN_LISTS.items() if (v := getattr(req, name))}
+    kw |= {name: v for name in ("gpus_per_node", "global_batch", "budget_usd", "rate")
+           if (v := getattr(req, name)) is not None}
+    kw |= {field: v for name, field in PLAN_JOB.items() if name != "rate" and (v := getattr(req, name)) is not None}
+    if req.provider is not None and req.rate is None:  # a rate given replaces the provider's price
+        kw["provider"] = req.provider
     if req.grad_ckpt is not None:
         kw["grad_ckpt"] = (req.grad_ckpt,)
     if req.deadline_h is not None:
         kw["deadline_s"] = req.deadline_h * 3600.0
-    if req.rate is not None:
-        kw.pop("provider", None)
     return kw
 
 
@@ -163,12 +137,10 @@ def plan_space_size(req: PlanRequest) -> int:
     from tuneplan.plan.search import DEFAULT_METHODS, default_gpus
     from tuneplan.plan.space import DEFAULT_MICRO_BATCHES, DEFAULT_SHARDINGS, GPUS_PER_NODE, gpu_counts
 
-    n_types = len(set(req.gpus)) if req.gpus else len(default_gpus())
-    n_counts = (len(set(req.gpu_counts)) if req.gpu_counts
-                else len(gpu_counts(req.max_gpus, req.gpus_per_node or GPUS_PER_NODE)))
-    n_methods = len(set(req.methods)) if req.methods else len(DEFAULT_METHODS)
-    n_mb = len(set(req.micro_batches)) if req.micro_batches else len(DEFAULT_MICRO_BATCHES)
-    n_ga = len(set(req.grad_accums)) if req.grad_accums else 1
-    n_shard = len(set(req.shardings)) if req.shardings else len(DEFAULT_SHARDINGS)
-    n_ck = 1 if req.grad_ckpt is not None else 2
-    return n_types * n_counts * n_methods * n_mb * n_ga * n_shard * n_ck
+    def n(given: list | None, default) -> int:
+        return len(set(given)) if given else len(default())
+
+    return (n(req.gpus, default_gpus) * n(req.methods, lambda: DEFAULT_METHODS)
+            * n(req.gpu_counts, lambda: gpu_counts(req.max_gpus, req.gpus_per_node or GPUS_PER_NODE))
+            * n(req.micro_batches, lambda: DEFAULT_MICRO_BATCHES) * n(req.grad_accums, lambda: [1])
+            * n(req.shardings, lambda: DEFAULT_SHARDINGS) * (1 if req.grad_ckpt is not None else 2))

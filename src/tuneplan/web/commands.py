@@ -7,6 +7,7 @@ import socket
 import sys
 
 from tuneplan.commands.common import nonneg_int
+from tuneplan.errors import InputError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -27,8 +28,6 @@ def register(sub) -> None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    from tuneplan.errors import InputError
-
     if port > 65535:
         raise InputError("port", f"must be at most 65535 (got {port})")
     try:
@@ -55,8 +54,6 @@ def _url(host: str, port: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuneplan.errors import InputError
-
     try:
         import uvicorn
 

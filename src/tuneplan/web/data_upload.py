@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 from fastapi import File, Form, UploadFile
 
+from tuneplan.errors import InputError
+
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
 """The largest request body of an upload: a dataset of tens of thousands of examples (a larger one is read
 by `tuneplan data` or `--data` on the command line, streamed)."""
@@ -24,8 +26,6 @@ SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".parquet", ".pq")
 
 def _save(upload, folder: Path, default: str, allowed: tuple[str, ...]) -> Path:
     """The upload copied into `folder` under a safe name keeping its suffix (which tells the file type)."""
-    from tuneplan.errors import InputError
-
     name = Path(upload.filename or default).name
     suffix = Path(name).suffix.lower()
     if suffix not in allowed:
@@ -87,7 +87,6 @@ def register(app) -> None:
                       group_by_length: Annotated[bool, Form()] = False,
                       framework: Annotated[str | None, Form(max_length=60)] = None,
                       skip_bad_rows: Annotated[bool, Form()] = False) -> dict[str, Any]:
-        from tuneplan.errors import InputError
         from tuneplan.web.app import _compute, jsonable
 
         with tempfile.TemporaryDirectory(prefix="tuneplan-upload-") as tmp:

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tuneplan.errors import InputError, TuneplanError
+
 HEAVY_SLOTS = 1
 """Plan searches computed at once (each is up to MAX_PLAN_CONFIGS configurations, ~1 s of CPU)."""
 LIGHT_SLOTS = 32
@@ -151,13 +153,12 @@ def shutdown() -> None:
 def _plan_job(spec, kwargs: dict):
     """In the worker: the plan, or the user's error as plain data (errors with their own constructors
     do not survive pickling)."""
-    from tuneplan.errors import InputError, TuneplanError
     from tuneplan.plan.search import plan_run as plan
 
     try:
         return ("ok", plan(spec, **kwargs))
     except InputError as exc:
-        return ("input", exc.field, str(exc))
+        return ("input", exc.field, str(exc).removeprefix(f"{exc.field}: "))
     except TuneplanError as exc:
         return ("tuneplan", "", str(exc))
 
@@ -177,8 +178,6 @@ def plan_in_worker(spec, kwargs: dict):
     from concurrent.futures import TimeoutError as FutureTimeout
     from concurrent.futures.process import BrokenProcessPool
 
-    from tuneplan.errors import InputError, TuneplanError
-
     try:
         kind, *rest = _executor().submit(_plan_job, spec, kwargs).result(timeout=PLAN_TIMEOUT_S)
     except FutureTimeout:
@@ -192,9 +191,4 @@ def plan_in_worker(spec, kwargs: dict):
     if kind == "ok":
         return rest[0]
     field, text = rest
-    if kind == "input":
-        err = InputError.__new__(InputError)
-        Exception.__init__(err, text)
-        err.field, err.allowed = field, None
-        raise err
-    raise TuneplanError(text)
+    raise InputError(field, text) if kind == "input" else TuneplanError(text)

@@ -5,12 +5,12 @@ and help text; a request field is named as the CLI flag (`rate`, `peft_option`).
 
 from __future__ import annotations
 
-import types
 import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+from tuneplan.commands.common import plain_type
 from tuneplan.specs.job import Method, Option, Sharding, job_options, plan_axes
 from tuneplan.specs.limits import JOB_BOUNDS
 
@@ -32,17 +32,11 @@ Targets = Annotated[str, Field(min_length=1, max_length=400, pattern=r"^[A-Za-z0
 """Comma-separated module names (`lora_targets`), as the CLI flag takes them."""
 
 
-def _plain_type(annotation):
-    """The type inside `X | None`."""
-    args = [t for t in typing.get_args(annotation) if t is not type(None)]
-    return args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1 else annotation
-
-
 def _request_type(name: str, opt: Option) -> Any:
     """A JobSpec option's type in a request: numbers with their bounds (positive, or zero and up, at
     most JOB_BOUNDS'), Literal choices as declared, names and module lists of bounded length."""
     extra = opt.extra
-    kind = _plain_type(opt.type)
+    kind = plain_type(opt.type)
     low = {"gt": 0} if extra.get("number", "positive") == "positive" else {"ge": 0}
     upper = JOB_BOUNDS.get(name, UNBOUNDED)
     if extra.get("repeat"):
