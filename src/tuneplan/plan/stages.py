@@ -7,6 +7,7 @@ gives, without the interval); the grid is smaller than the SFT planner's, candid
 
 from __future__ import annotations
 
+import itertools
 import math
 import time as _time
 from typing import Any
@@ -72,57 +73,51 @@ def placement_why(df, rec: dict) -> str:
 
 
 def _candidate(est, mspec, g, job, c, rate: float | None) -> dict[str, Any]:
-    from tuneplan.estimators.stages import run_stage, stage_run_totals
+    from tuneplan.estimators.stage_run import first_value
+    from tuneplan.estimators.stages import TRAIN_GROUPS, run_stage, stage_run_totals
     from tuneplan.physics.run import workload
 
     wl = workload(job)
     run = run_stage(est, mspec, g, job, wl.seq_len, wl.samples_per_epoch, search_max_mb=False)
     out = run.out
-    step = float(np.asarray(out["step_s"]).reshape(-1)[0])
+    step = first_value(out["step_s"])
     tj = run.totals_job
     totals, _ = stage_run_totals(run, wl, rate, c)
-    mem = float(np.asarray(out["memory_gib"]).reshape(-1)[0])
     return {"gpu": g.name, "gpus": job.gpus, "nodes": job.nodes, "method": job.method,
             "micro_batch": job.micro_batch, "grad_accum": tj.grad_accum, "global_batch": run.samples_per_step,
             "sharding": job.sharding, "grad_ckpt": job.grad_ckpt, "stage": job.stage,
             "rollout_engine": job.rollout_engine, "rollout_gpus": job.rollout_gpus,
             "rollout_tp": run.extra.get("stage", {}).get("rollout_tp"), "rollout_sleep": job.rollout_sleep,
-            "generation_s": sum(float(np.asarray(out[k]).reshape(-1)[0]) for k in (
-                "rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s", "rollout_weight_sync_s") if k in out),
+            "generation_s": sum(first_value(out[k]) for k in TRAIN_GROUPS["generation"] if k in out),
             "time_s": totals.wall_clock_s, "time_h": totals.wall_clock_s / 3600.0,
             "cost_usd": np.nan if totals.cost_usd is None else totals.cost_usd,
             "rate_usd_per_gpu_hour": np.nan if rate is None else rate, "device_hours": totals.device_hours,
             "energy_kwh": totals.energy_kwh, "co2_kg": totals.co2_kg, "step_s": step, "steps": totals.steps,
-            "tokens_per_s": float(np.asarray(out["tokens_per_step"]).reshape(-1)[0]) / step,
-            "memory_per_gpu_gib": mem, "memory_capacity_gib": g.memory_gib,
-            "fits": bool(np.asarray(out["fits"]).reshape(-1)[0])}
+            "tokens_per_s": first_value(out["tokens_per_step"]) / step,
+            "memory_per_gpu_gib": first_value(out["memory_gib"]), "memory_capacity_gib": g.memory_gib,
+            "fits": bool(first_value(out["fits"]))}
 
 
 def _jobs(stage: str, methods, counts, micro_batches, grad_ckpts, fixed: dict, work: dict):
     """Every valid job of the stage grid (invalid combinations are skipped)."""
-    for m in methods:
-        for n in counts:
-            shardings = [fixed["sharding"]] if "sharding" in fixed else (
-                ["ddp"] if n == 1 or m != "full" else ["ddp", "zero3"])
-            for eng, r, (tp, zz) in [(e, k, lay) for e, k in rollout_options(stage, n)
-                                     for lay in engine_layouts(e, n, k)]:
-                for mb in micro_batches:
-                    for sh in shardings:
-                        for gc in grad_ckpts:
-                            kw = {**fixed, **work, "method": m, "gpus": n, "micro_batch": mb, "sharding": sh,
-                                  "grad_ckpt": gc, "rollout_engine": eng, "rollout_gpus": r,
-                                  **({"rollout_tp": tp} if tp else {}), **({"rollout_sleep": True} if zz else {})}
-                            dp = (n - r) // int(kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1) or 1)
-                            if stage in RL_STAGES:
-                                kw.setdefault("prompts_per_step", None)
-                                if kw["prompts_per_step"] is None:
-                                    kw["grad_accum"] = max(1, math.ceil(STAGE_GLOBAL_BATCH / max(mb * dp, 1)))
-                            else:
-                                kw.setdefault("grad_accum", max(1, math.ceil(STAGE_GLOBAL_BATCH / max(mb * dp, 1))))
-                            try:
-                                yield make_job(**kw)
-                            except InputError:
-                                continue
+    for m, n in itertools.product(methods, counts):
+        shardings = [fixed["sharding"]] if "sharding" in fixed else (
+            ["ddp"] if n == 1 or m != "full" else ["ddp", "zero3"])
+        layouts = [(e, k, *lay) for e, k in rollout_options(stage, n) for lay in engine_layouts(e, n, k)]
+        for (eng, r, tp, sleep), mb, sh, gc in itertools.product(layouts, micro_batches, shardings, grad_ckpts):
+            kw = {**fixed, **work, "method": m, "gpus": n, "micro_batch": mb, "sharding": sh, "grad_ckpt": gc,
+                  "rollout_engine": eng, "rollout_gpus": r, **({"rollout_tp": tp} if tp else {}),
+                  **({"rollout_sleep": True} if sleep else {})}
+            dp = (n - r) // int(kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1) or 1)
+            grad_accum = max(1, math.ceil(STAGE_GLOBAL_BATCH / max(mb * dp, 1)))
+            if stage not in RL_STAGES:
+                kw.setdefault("grad_accum", grad_accum)
+            elif kw.setdefault("prompts_per_step", None) is None:
+                kw["grad_accum"] = grad_accum
+            try:
+                yield make_job(**kw)
+            except InputError:
+                continue
 
 
 def plan_stage(mspec, gpu_specs, method_list, counts, est, c, rates: dict[str, float | None], *, stage: str,
