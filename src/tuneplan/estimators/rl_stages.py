@@ -291,9 +291,8 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         if rm is not None and not jspec.reward_gpus:
             b["reward_model_gib"] = rm_bytes + 0.0 * tokens
         if value is not None and not jspec.critic_gpus:
-            b["value_model_gib"] = (value["weights_gib"] + value["gradients_gib"] + value["gradient_buckets_gib"]
-                                    + value["master_weights_gib"]
-                                    + value["optimizer_gib"] + value["activations_gib"]) * BYTES_PER_GIB
+            b["value_model_gib"] = sum(value[k] for k in ("weights_gib", "gradients_gib", "gradient_buckets_gib",
+                                       "master_weights_gib", "optimizer_gib", "activations_gib")) * BYTES_PER_GIB
         if not gen["vllm"]:  # HF generate's cache (doubled while torch.cat grows it) instead of activations
             held = (o["activations_gib"] + o["logits_gib"]) * BYTES_PER_GIB
             b["rollout_kv_cache_gib"] = np.maximum(gen["kv_hf_bytes"] - held, 0.0)

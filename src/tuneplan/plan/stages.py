@@ -73,8 +73,8 @@ def placement_why(df, rec: dict) -> str:
 
 
 def _candidate(est, mspec, g, job, c, rate: float | None) -> dict[str, Any]:
-    from tuneplan.estimators.stage_run import first_value
-    from tuneplan.estimators.stages import TRAIN_GROUPS, run_stage, stage_run_totals
+    from tuneplan.estimators.stage_run import TRAIN_GROUPS, first_value
+    from tuneplan.estimators.stages import run_stage, stage_run_totals
     from tuneplan.physics.run import workload
 
     wl = workload(job)
