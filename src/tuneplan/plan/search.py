@@ -606,30 +606,20 @@ def _why(objective: str, rec: dict, ru: dict | None, deadline_s: float | None, b
     if ru is None:
         return s + "; no other GPU type, count or method qualifies."
 
-    def cost_part() -> tuple[str, int]:
-        a, b = rec["cost_usd"], ru["cost_usd"]
-        if a is None or b is None:
+    def compare(key: str, tie: float, same: str, amount, more: str, less: str) -> tuple[str, int]:
+        if rec[key] is None or ru[key] is None:
             return "not comparable in cost (no price)", 0
-        d = b - a
-        if abs(d) < 0.005:
-            return "the same cost", 0
-        return (f"{money(d)} more", 1) if d > 0 else (f"{money(-d)} cheaper", -1)
+        d = ru[key] - rec[key]
+        if abs(d) < tie:
+            return same, 0
+        return (f"{amount(d)} {more}", 1) if d > 0 else (f"{amount(-d)} {less}", -1)
 
-    def time_part() -> tuple[str, int]:
-        d = ru["time_s"] - rec["time_s"]
-        if abs(d) < 1.0:
-            return "as fast", 0
-        return (f"{hours(d)} slower", 1) if d > 0 else (f"{hours(-d)} faster", -1)
-
-    def energy_part() -> tuple[str, int]:
-        d = ru["energy_kwh"] - rec["energy_kwh"]
-        if abs(d) < 0.05:
-            return "the same energy", 0
-        return (f"{d:.1f} kWh more", 1) if d > 0 else (f"{-d:.1f} kWh less", -1)
-
-    order = {"cheapest": (cost_part, time_part), "fastest": (time_part, cost_part),
-             "energy": (energy_part, cost_part, time_part), "balanced": (cost_part, time_part)}[objective]
-    parts = [f() for f in order]
+    cost = ("cost_usd", 0.005, "the same cost", money, "more", "cheaper")
+    time = ("time_s", 1.0, "as fast", hours, "slower", "faster")
+    energy = ("energy_kwh", 0.05, "the same energy", lambda v: f"{v:.1f} kWh", "more", "less")
+    order = {"cheapest": (cost, time), "fastest": (time, cost), "energy": (energy, cost, time),
+             "balanced": (cost, time)}[objective]
+    parts = [compare(*c) for c in order]
     text = parts[0][0]
     for p, sign in parts[1:]:
         text += (" but " if sign < 0 else " and ") + p
