@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time as _time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -422,11 +422,8 @@ def _space_notes(space: Space, objective: str) -> list[str]:
 
 
 def _space_dict(space: Space) -> dict[str, Any]:
-    return {"gpu_counts": list(space.gpu_counts), "micro_batches": list(space.micro_batches),
-            "shardings": list(space.shardings), "grad_ckpt": list(space.grad_ckpt),
-            "global_batch": space.global_batch,
-            "grad_accums": list(space.grad_accums) if space.grad_accums else None,
-            "gpus_per_node": space.gpus_per_node}
+    """The axes searched, JSON-ready (the global-batch tolerance is the planner's, not the question's)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(space).items() if k != "tolerance"}
 
 
 PIN_AS = {"micro_batches": int, "grad_accums": int, "grad_ckpt": bool}
