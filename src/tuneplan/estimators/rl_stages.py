@@ -17,7 +17,6 @@ from tuneplan.estimators.stage_run import (
     forward_only,
     reference_bytes,
     search_micro_batch,
-    shard_degree,
 )
 from tuneplan.physics import stages as ps
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
@@ -175,9 +174,9 @@ def _server_memory(gen: dict, a: dict, seq: int, c) -> dict[str, float]:
 
 
 def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
-    """Arrays of the reward model (a full-precision copy of its config), or None for a rule."""
+    """(ModelSpec, arrays) of the reward model (a full-precision copy of its config), or (None, None) for a rule."""
     if not jspec.reward_model:
-        return None
+        return None, None
     from tuneplan.physics.terms import build_arrays
     from tuneplan.specs.catalog import resolve_model
 
@@ -186,7 +185,7 @@ def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
     except InputError as exc:
         raise InputError("reward-model", str(exc).split(": ", 1)[-1]) from None
     rjob = jspec.training_job(jspec.reward_gpus or jspec.training_gpus, method="full", quant=None, stage="sft")
-    return rm, build_arrays([(rm, gspec, rjob, seq)], c), rjob
+    return rm, build_arrays([(rm, gspec, rjob, seq)], c)
 
 
 def _critic(est, jspec: JobSpec, gspec: GPUSpec, vspec: ModelSpec, n: int, seq: int, epochs: int, c):
@@ -254,8 +253,8 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
                          f"weights at rollout tp {gen['tp']}: shard them with a larger --rollout-tp, a larger "
                          "--gpu-memory-utilization, a larger GPU, or --rollout-engine hf")
-    rm = _reward_model(jspec, gspec, seq, c)
-    t_reward = 0.0 if rm is None else _reward_s(rm[1], jspec, seq, n / first_value(rm[1]["dp"]), c)
+    rm, ra = _reward_model(jspec, gspec, seq, c)
+    t_reward = 0.0 if rm is None else _reward_s(ra, jspec, seq, n / first_value(ra["dp"]), c)
     ref = beta > 0
     ref_weights = ref and not jspec.is_lora_family and not jspec.ref_gpus
     # the reference on GPUs of its own: the policy's no-grad pass at the GPU-count ratio
@@ -264,7 +263,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     old_logp = jspec.stage == "ppo" or minis > 1 or jspec.old_logprobs
     t_nograd = fwd if old_logp else 0.0
     critic = jspec.stage == "ppo" and jspec.value_model != "head"  # a head rides on the policy's own passes
-    value, v_fwd, v_upd = _critic(est, jspec, gspec, rm[0] if rm is not None else mspec, n, seq, epochs, c) \
+    value, v_fwd, v_upd = _critic(est, jspec, gspec, rm or mspec, n, seq, epochs, c) \
         if critic else (None, 0.0, 0.0)
     policy = first_value(out["step_s"])
     hidden = _hidden(jspec, policy, t_nograd, t_ref, t_reward, v_fwd, v_upd)
@@ -280,8 +279,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     for k, v in parts.items():
         out[k] = np.asarray(v, dtype=float) * np.ones_like(out["step_s"])
     out["step_s"] = out["step_s"] + sum(np.asarray(v) for v in parts.values())
-    rm_bytes = 0.0 if rm is None else first_value(rm[1]["params_total"] * rm[1]["weight_bytes_compute"]
-                                                  / (rm[1]["tp"] * rm[1]["pp"]) / shard_degree(rm[1]))
+    rm_bytes = 0.0 if rm is None else first_value(reference_bytes(ra))  # a frozen copy, sharded like the policy
 
     def extras(arr, o):
         tokens = arr["micro_batch"] * arr["seq_len"] / arr["cp"]
