@@ -83,7 +83,7 @@ def _engine(a: dict, gspec: GPUSpec, jspec: JobSpec, c) -> dict:
     pp = jspec.rollout_pp or 1
     tp = jspec.rollout_tp or ps.engine_tp(full, pool, pp, share * cap - c.workspace_gib * BYTES_PER_GIB)
     return {"vllm": True, "server": server, "split": float(tp * pp), "engines": pool // (tp * pp), "tp": tp,
-            "pp": pp, "weights": full / (tp * pp), "full": full, "share": share, "cap": cap, "pbytes": pbytes}
+            "weights": full / (tp * pp), "full": full, "share": share, "cap": cap, "pbytes": pbytes}
 
 
 def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c,
@@ -95,7 +95,7 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
     vllm, split = e["vllm"], e["split"]
     kv_tok = first_value(ps.kv_bytes_per_token(a["attn_layers"], a["kv_dim"], e["pbytes"])) / split
     batch = n / e["engines"]
-    waves, kv_room = 1, None
+    waves = 1
     if vllm:
         kv_room = e["share"] * e["cap"] - e["weights"] - c.workspace_gib * BYTES_PER_GIB
         need = ps.kv_cache_bytes(batch, prompt + completion, kv_tok)  # paged: the mean length's blocks
@@ -130,10 +130,8 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
         t_sync = first_value(ps.weight_sync_s(e["full"], (inter if e["server"] and jspec.nodes > 1 else intra)
                                               * c.comm_efficiency))
     kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + max(completion, longest or 0), kv_tok)
-    return {"prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync, "waves": waves,
-            "kv_room": kv_room, "kv_hf_bytes": kv_hf, "batch": batch, "server": e["server"], "vllm": vllm,
-            "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0, "server_weights": e["weights"],
-            "cap": e["cap"], "share": e["share"], "tp": e["tp"], "engines": e["engines"], "split": split}
+    return {**e, "prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync, "waves": waves,
+            "kv_hf_bytes": kv_hf, "batch": batch, "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0}
 
 
 def _longest(jspec: JobSpec, completion: int) -> int | None:
@@ -166,7 +164,7 @@ def mini_batches(out: dict, minis: int, micro_steps: int, even: bool = True) -> 
 
 def _server_memory(gen: dict, a: dict, seq: int, c) -> dict[str, float]:
     """A vLLM server GPU's memory: what it reserves and what the step's rollouts need (GiB)."""
-    used = gen["server_weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
+    used = gen["weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
         a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])) / gen["split"])
     return {"rollout_memory_per_gpu_gib": (gen["share"] * gen["cap"]
                                            + c.cuda_context_gib * BYTES_PER_GIB) / BYTES_PER_GIB,
