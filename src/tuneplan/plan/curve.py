@@ -4,7 +4,6 @@ runs file are overlaid when they match the model, GPU, method and GPU count."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -176,29 +175,21 @@ def measured_points(runs: Any, res: CurveResult, mspec: Any) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=cols)
 
-    def col(name: str, default: Any = "") -> pd.Series:
-        return df[name] if name in df.columns else pd.Series([default] * len(df), index=df.index)
-
+    txt = df.reindex(columns=["model_resolved", "model", "model_hf_id", "gpu_resolved", "gpu", "method", "id",
+                              "source"], fill_value="").astype(str)
+    num = df.reindex(columns=["gpus", "micro_batch_size", "tokens_per_s", "tokens_per_s_per_gpu", "peak_mem_gib",
+                              "seq_len"]).apply(pd.to_numeric, errors="coerce")
     names = {mspec.name.lower(), str(getattr(mspec, "hf_id", "") or "").lower()} - {""}
-    model_ok = (col("model_resolved").astype(str).str.lower().isin(names)
-                | col("model").astype(str).str.lower().isin(names)
-                | col("model_hf_id").astype(str).str.lower().isin(names))
-    gpu_ok = (col("gpu_resolved").astype(str) == res.gpu) | (col("gpu").astype(str) == res.gpu)
-    method = col("method").astype(str)
-    method_ok = (method == res.method) | (method == "") | (method == "nan")
-    gpus = pd.to_numeric(col("gpus", math.nan), errors="coerce")
-    gpus_ok = gpus.isna() | (gpus == res.gpus)
-    mb = pd.to_numeric(col("micro_batch_size", math.nan), errors="coerce")
-    tps = pd.to_numeric(col("tokens_per_s", math.nan), errors="coerce")
-    per_gpu = pd.to_numeric(col("tokens_per_s_per_gpu", math.nan), errors="coerce")
-    tps = tps.fillna(per_gpu * res.gpus)
-    mem = pd.to_numeric(col("peak_mem_gib", math.nan), errors="coerce")
+    model_ok = txt[["model_resolved", "model", "model_hf_id"]].apply(lambda c: c.str.lower().isin(names)).any(axis=1)
+    gpu_ok = (txt["gpu_resolved"] == res.gpu) | (txt["gpu"] == res.gpu)
+    method_ok = txt["method"].isin([res.method, "", "nan"])
+    gpus_ok = num["gpus"].isna() | (num["gpus"] == res.gpus)
+    mb, mem = num["micro_batch_size"], num["peak_mem_gib"]
+    tps = num["tokens_per_s"].fillna(num["tokens_per_s_per_gpu"] * res.gpus)
     keep = model_ok & gpu_ok & method_ok & gpus_ok & mb.notna() & (tps.notna() | mem.notna())
     n_model_gpu = int((model_ok & gpu_ok).sum())
-    seq = pd.to_numeric(col("seq_len", math.nan), errors="coerce")
     out = pd.DataFrame({"micro_batch": mb[keep].astype(int), "tokens_per_s": tps[keep], "peak_mem_gib": mem[keep],
-                        "seq_len": seq[keep],
-                        "id": col("id")[keep].astype(str), "source": col("source")[keep].astype(str)})
+                        "seq_len": num["seq_len"][keep], "id": txt["id"][keep], "source": txt["source"][keep]})
     res.notes.append(f"measured: {len(out)} run(s) of {res.model} on {res.gpu} ({res.method}, {res.gpus} GPU(s)) "
                      f"overlaid; {n_model_gpu - len(out)} other run(s) of this model and GPU differ in method, "
                      "GPU count or lack a micro-batch (measured runs keep their own sequence length and settings)")
