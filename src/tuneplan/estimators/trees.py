@@ -10,20 +10,14 @@ from functools import cached_property
 import numpy as np
 
 
+EXPORTED_NODE_FIELDS = {"value": "value", "feature": "feature_idx", "threshold": "num_threshold",
+                        "missing_left": "missing_go_to_left", "left": "left", "right": "right", "leaf": "is_leaf"}
+"""A tree's node lists as exported, by scikit-learn's node-array field."""
+
+
 def export_hgb(model, feature_names: list[str]) -> dict:
     """Numerical-feature HGB regressor (squared error) -> dict of trees."""
-    trees = []
-    for it in model._predictors:
-        nodes = it[0].nodes
-        trees.append({
-            "value": [float(v) for v in nodes["value"]],
-            "feature": [int(v) for v in nodes["feature_idx"]],
-            "threshold": [float(v) for v in nodes["num_threshold"]],
-            "missing_left": [int(v) for v in nodes["missing_go_to_left"]],
-            "left": [int(v) for v in nodes["left"]],
-            "right": [int(v) for v in nodes["right"]],
-            "leaf": [int(v) for v in nodes["is_leaf"]],
-        })
+    trees = [{k: it[0].nodes[field].tolist() for k, field in EXPORTED_NODE_FIELDS.items()} for it in model._predictors]
     return {"kind": "hgb-regressor", "baseline": float(np.asarray(model._baseline_prediction).ravel()[0]),
             "features": list(feature_names), "trees": trees}
 
