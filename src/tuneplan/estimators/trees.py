@@ -9,7 +9,6 @@ from functools import cached_property
 
 import numpy as np
 
-
 EXPORTED_NODE_FIELDS = {"value": "value", "feature": "feature_idx", "threshold": "num_threshold",
                         "missing_left": "missing_go_to_left", "left": "left", "right": "right", "leaf": "is_leaf"}
 """A tree's node lists as exported, by scikit-learn's node-array field."""
