@@ -38,7 +38,7 @@ from tuneplan.plan.space import (
 )
 from tuneplan.plan.units import hours, money
 from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, has_known_power
-from tuneplan.specs.job import METHODS, JobSpec, make_job, plan_axes
+from tuneplan.specs.job import METHODS, RL_STAGES, JobSpec, make_job, plan_axes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -291,13 +291,22 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
         gpu_counts(int(max_gpus), gpus_per_node))
     if fixed.get("stage", "sft") != "sft":  # preference / RL stages: candidate by candidate (plan/stages.py)
-        from tuneplan.plan.stages import stage_plan_result
+        from tuneplan.plan.stages import stage_table
 
-        return stage_plan_result(
-            mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, stage=fixed["stage"],
+        df, n_evaluated, space_d, more = stage_table(
+            mspec, gpu_specs, method_list, counts, calibration, rate_tab, stage=fixed["stage"],
             work={"examples": examples, "tokens_per_example": tokens_per_example, "epochs": epochs},
             fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
-            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective, t0=t0, notes=notes)
+            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective)
+        rec, ru, why, message, closest = _stage_answer(df, fixed["stage"], objective, deadline_s, budget_usd)
+        pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True) \
+            if len(df) else df
+        return PlanResult(
+            model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
+            pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=[], message=message,
+            closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
+            interval=None, n_evaluated=n_evaluated, seconds=_time.perf_counter() - t0, space=space_d,
+            notes=notes + more)
     space = Space(gpu_counts=counts,
                   micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
                   shardings=tuple(shardings or DEFAULT_SHARDINGS), grad_ckpt=tuple(bool(c) for c in grad_ckpt),
@@ -580,6 +589,23 @@ def _recommend(df, ev: dict, objective, deadline_s, budget_usd) -> tuple:
     else:
         message, closest = _no_plan(df, ev, deadline_s, budget_usd, objective)
     return rec, ru, why, message, closest
+
+
+def _stage_answer(df: pd.DataFrame, stage: str, objective: str, deadline_s, budget_usd) -> tuple:
+    """(recommended, runner-up, why, message, closest) of a stage plan's table: the runner-up differs in GPU
+    type, count, method or rollout split; RL adds why its placement wins."""
+    from tuneplan.plan.stages import placement_why
+
+    if not len(df) or not bool(df["eligible"].iloc[0]):
+        return None, None, "", ("no candidate fits in memory" if not len(df) else "no candidate meets the deadline "
+                                "and budget; the closest is listed first"), _row(df, 0) if len(df) else None
+    rec = _row(df, 0)
+    other = df["eligible"] & ((df["gpu"] != rec["gpu"]) | (df["gpus"] != rec["gpus"])
+                              | (df["method"] != rec["method"]) | (df["rollout_gpus"] != rec["rollout_gpus"]))
+    idx = np.flatnonzero(other.to_numpy())
+    ru = _row(df, int(idx[0])) if len(idx) else None
+    why = _why(objective, rec, ru, deadline_s, budget_usd) + (placement_why(df, rec) if stage in RL_STAGES else "")
+    return rec, ru, why, "", None
 
 
 def _row(df: pd.DataFrame, i: int) -> dict[str, Any]:

@@ -165,43 +165,21 @@ def rank(df, objective: str, deadline_s, budget_usd):
     return df
 
 
-def stage_plan_result(mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, *, stage,
-                      work, fixed, micro_batches, grad_ckpts, deadline_s, budget_usd, objective, t0, notes):
-    """The PlanResult of a stage plan (see `plan_stage`)."""
+def stage_table(mspec, gpu_specs, method_list, counts, calibration, rate_tab, *, stage, work, fixed, micro_batches,
+                grad_ckpts, deadline_s, budget_usd, objective):
+    """A stage plan's candidates, ranked (`plan_stage`, `rank`), how many were estimated, its space and its notes."""
     import pandas as pd
 
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.plan.search import PlanResult, _row, _why
 
     est = get_estimator("tuneplan", calibration)
     rates = {g.name: (None if math.isnan(r) else float(r)) for g, r in zip(gpu_specs, rate_tab, strict=True)}
-    rows, more = plan_stage(mspec, gpu_specs, method_list, counts, est, est.constants, rates, stage=stage,
-                            work=work, fixed=fixed, micro_batches=micro_batches, grad_ckpts=grad_ckpts,
-                            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective)
+    rows, notes = plan_stage(mspec, gpu_specs, method_list, counts, est, est.constants, rates, stage=stage,
+                             work=work, fixed=fixed, micro_batches=micro_batches, grad_ckpts=grad_ckpts,
+                             deadline_s=deadline_s, budget_usd=budget_usd, objective=objective)
     df = rank(pd.DataFrame(rows), objective, deadline_s, budget_usd) if rows else pd.DataFrame(rows)
-    rec = ru = None
-    why = message = ""
-    if len(df) and bool(df["eligible"].iloc[0]):
-        rec = _row(df, 0)
-        other = df["eligible"] & ((df["gpu"] != rec["gpu"]) | (df["gpus"] != rec["gpus"])
-                                  | (df["method"] != rec["method"]) | (df["rollout_gpus"] != rec["rollout_gpus"]))
-        idx = np.flatnonzero(other.to_numpy())
-        ru = _row(df, int(idx[0])) if len(idx) else None
-        why = _why(objective, rec, ru, deadline_s, budget_usd) + (placement_why(df, rec) if stage in RL_STAGES else "")
-    else:
-        message = ("no candidate fits in memory" if not len(df) else
-                   "no candidate meets the deadline and budget; the closest is listed first")
-    pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True) \
-        if len(df) else df
-    return PlanResult(
-        model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
-        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=[], message=message,
-        closest=None if rec or not len(df) else _row(df, 0), workload=wl, gpus=[g.name for g in gpu_specs],
-        methods=list(method_list), prices=price_info, interval=None, n_evaluated=len(rows),
-        seconds=_time.perf_counter() - t0,
-        space={"gpu_counts": list(counts), "micro_batches": list(micro_batches or STAGE_MICRO_BATCHES),
-               "shardings": [fixed["sharding"]] if "sharding" in fixed else ["ddp", "zero3"],
-               "grad_ckpt": list(grad_ckpts), "global_batch": STAGE_GLOBAL_BATCH, "grad_accums": None,
-               "gpus_per_node": 8, "stage": stage},
-        notes=notes + more,
-    )
+    space = {"gpu_counts": list(counts), "micro_batches": list(micro_batches or STAGE_MICRO_BATCHES),
+             "shardings": [fixed["sharding"]] if "sharding" in fixed else ["ddp", "zero3"],
+             "grad_ckpt": list(grad_ckpts), "global_batch": STAGE_GLOBAL_BATCH, "grad_accums": None,
+             "gpus_per_node": 8, "stage": stage}
+    return df, len(rows), space, notes
