@@ -6,7 +6,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuneplan.plan.pareto import pareto_mask, pareto_mask_bruteforce
+from tuneplan.plan.pareto import pareto_mask
+
+
+def pareto_mask_bruteforce(time: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """The O(n^2) definition: finite points that no other finite point is at least as good as in both
+    and strictly better in one."""
+    t, c = np.asarray(time, dtype=float), np.asarray(cost, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(c)
+    tj, cj = t[ok][None, :], c[ok][None, :]
+    dominated = ((tj <= t[:, None]) & (cj <= c[:, None]) & ((tj < t[:, None]) | (cj < c[:, None]))).any(axis=1)
+    return ok & ~dominated
 
 coord = st.one_of(st.integers(0, 6).map(float), st.floats(0, 100, allow_nan=False),
                   st.just(float("nan")), st.just(float("inf")))

@@ -92,8 +92,8 @@ def test_exported_hgb_predicts_as_scikit_learn():
 def test_calibration_forests_predict_the_walk_of_each_tree(calibrated_estimator):
     for f in (calibrated_estimator.residual.thr.forest,):
         model = {"baseline": f.baseline, "trees": f.trees}
-        n_feat = int(f.feature.max()) + 1
-        thr = f.threshold[~f.leaf]
+        n_feat = int(f.nodes["feature"].max()) + 1
+        thr = f.nodes["threshold"][~f.nodes["leaf"]]
         rng = np.random.default_rng(0)
         X = rng.choice(np.concatenate([thr, thr + 1e-9, thr - 1e-9, [np.nan]]), size=(500, n_feat))
         assert np.allclose(f.predict(X), reference_predict(model, X), rtol=0, atol=1e-12)

@@ -15,7 +15,7 @@ scales by Powell with an L2 pull toward 1 (its weight chosen on a 70/30 validati
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import resources
 
@@ -91,9 +91,7 @@ class KavierEstimator(BorrowsMemory):
         return est
 
     def payload(self) -> dict:
-        s = self.scales_
-        return {"gpu": s.gpu, "method": s.method, "model": s.model, "gpu_count": s.gpu_count, "comm": s.comm,
-                "interaction": s.interaction, "overhead_s": s.overhead_s, "l2_weight": self.l2_weight_}
+        return {**asdict(self.scales_), "l2_weight": self.l2_weight_}
 
     def fit(self, X: Arrays, y: np.ndarray) -> KavierEstimator:
         from tuneplan.estimators.residual_fit import MIN_ROWS, NotEnoughData
@@ -123,12 +121,11 @@ class KavierEstimator(BorrowsMemory):
         self.l2_weight_ = best[1]
         sc = _tier1(parts, keys, y, self.l2_weight_)
         # tier 2: per (model, method, GPU, count) median of measured / tier-1 prediction
-        ratio = y / _tier1_predict(sc, parts, keys)
-        groups: dict[str, list[float]] = {}
-        for i in range(n):
-            groups.setdefault("|".join(keys[g][i] for g in ("model", "method", "gpu", "count")), []).append(
-                float(ratio[i]))
-        sc.interaction = {k: float(np.median(v)) for k, v in groups.items()}
+        import pandas as pd
+
+        cell = ["|".join(k) for k in zip(keys["model"], keys["method"], keys["gpu"], keys["count"], strict=True)]
+        ratio = pd.Series(y / _tier1_predict(sc, parts, keys))
+        sc.interaction = {k: float(v) for k, v in ratio.groupby(cell, sort=False).median().items()}
         self.scales_ = sc
         return self
 
@@ -183,21 +180,18 @@ class KavierEstimator(BorrowsMemory):
         cc = self.scales_.comm
         Tc = np.where(G <= 1, 0.0, np.where(N <= 1, cc * ring(G, Wn), cc * (ring(Gn, Wn) + ring(N, INFINIBAND_GBPS))))
         Ts = Ga * (Tf + Tb) + To + Tc
+        sc = self.scales_
         scale = np.ones_like(B)
-        if self.scales_.method or self.scales_.model or self.scales_.gpu_count or self.scales_.interaction:
-            methods = a.get("_methods")
-            models = a.get("_model_names")
-            for i in range(len(B)):
-                s = 1.0
-                if methods is not None:
-                    s *= self.scales_.method.get(str(methods[i]), 1.0)
-                if models is not None:
-                    s *= self.scales_.model.get(str(models[i]), 1.0)
-                s /= self.scales_.gpu_count.get(str(int(G[i])), 1.0)
-                if models is not None and methods is not None and names is not None:
-                    key = f"{models[i]}|{methods[i]}|{names[i]}|{int(G[i])}"
-                    s *= self.scales_.interaction.get(key, 1.0)
-                scale[i] = s
+        if sc.method or sc.model or sc.gpu_count or sc.interaction:
+            methods, models = a.get("_methods"), a.get("_model_names")
+
+            def lookup(table: dict, keys) -> np.ndarray | float:
+                return 1.0 if keys is None else np.array([table.get(str(k), 1.0) for k in keys])
+
+            scale = lookup(sc.method, methods) * lookup(sc.model, models) / lookup(sc.gpu_count, G.astype(int))
+            if models is not None and methods is not None and names is not None:
+                scale = scale * lookup(sc.interaction, [f"{mo}|{me}|{na}|{int(g)}" for mo, me, na, g in zip(
+                    models, methods, names, G, strict=True)])
         tokens = Ga * B * S * G
         thr = tokens / Ts * scale
         step = tokens / thr
@@ -248,8 +242,7 @@ def _tier1(parts: Arrays, keys: dict, y: np.ndarray, lam: float) -> KavierScales
 
     def loss(x):
         s = np.exp(x)
-        eg, cm, co, mg = (s[o + index[g]] for g, o in zip(SCALE_GROUPS, offs, strict=False))
-        pred = parts["tokens"] / (mg * (parts["tf3"] / eg + parts["to"] + s[-1] * parts["tc"])) * cm * co
+        pred = _throughput(parts, *(s[o + index[g]] for g, o in zip(SCALE_GROUPS, offs, strict=False)), s[-1])
         return float(np.mean((np.log(np.maximum(pred, 1e-30)) - ly) ** 2) + lam * np.sum(x**2))
 
     res = minimize(loss, np.zeros(offs[-1] + 1), method="Powell",
@@ -257,9 +250,12 @@ def _tier1(parts: Arrays, keys: dict, y: np.ndarray, lam: float) -> KavierScales
     return scales(res.x)
 
 
+def _throughput(parts: Arrays, eg, cm, co, mg, comm) -> np.ndarray:
+    """Tier 1's throughput: the uncalibrated terms under the GPU, method, model, count and communication scales."""
+    return parts["tokens"] / (mg * (parts["tf3"] / eg + parts["to"] + comm * parts["tc"])) * cm * co
+
+
 def _tier1_predict(sc: KavierScales, parts: Arrays, keys: dict) -> np.ndarray:
-    eg = np.array([sc.gpu.get(v, 1.0) for v in keys["gpu"]])
-    cm = np.array([sc.method.get(v, 1.0) for v in keys["method"]])
-    co = np.array([sc.model.get(v, 1.0) for v in keys["model"]])
-    mg = np.array([sc.gpu_count.get(v, 1.0) for v in keys["count"]])
-    return parts["tokens"] / (mg * (parts["tf3"] / eg + parts["to"] + sc.comm * parts["tc"])) * cm * co
+    tables = (sc.gpu, sc.method, sc.model, sc.gpu_count)
+    eg, cm, co, mg = (np.array([t.get(v, 1.0) for v in keys[g]]) for t, g in zip(tables, SCALE_GROUPS, strict=True))
+    return _throughput(parts, eg, cm, co, mg, sc.comm)

@@ -76,7 +76,7 @@ class PlannerEstimator:
         rate = a["peak_flops"] * self.mfu * a["gpus"]
         step = factor * params * tokens / rate
         mem = bpp * a["params_total"] / 1024.0**3 / a["gpus"]
-        out = {
+        return {
             "step_s": step,
             "compute_s": step,
             "forward_s": step * np.where(full, 2.0 / 6.0, 2.0 / 4.0),
@@ -91,7 +91,6 @@ class PlannerEstimator:
             "model_flops_per_step": factor * params * tokens,
             "efficiency": np.full_like(step, self.mfu),
         }
-        return out
 
     def assumptions(self, job=None) -> list[str]:
         return [

@@ -6,27 +6,19 @@ ESTIMATOR_NAMES = ("tuneplan", "kavier", "xia", "planner", "slst")
 
 
 def estimator_class(name: str):
-    """The estimator class of a name (learned ones have `from_payload`)."""
+    """The estimator class of a name (learned ones have `from_payload`), imported when asked for."""
     from tuneplan.errors import InputError
 
     if name == "tuneplan":
-        from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
-
-        return TuneplanEstimator
-    if name == "kavier":
-        from tuneplan.estimators.kavier import KavierEstimator
-
-        return KavierEstimator
-    if name == "xia":
-        from tuneplan.estimators.xia import XiaEstimator
-
-        return XiaEstimator
-    if name == "planner":
-        from tuneplan.estimators.planner import PlannerEstimator
-
-        return PlannerEstimator
-    if name == "slst":
-        from tuneplan.estimators.slst import SLSTEstimator
-
-        return SLSTEstimator
-    raise InputError("estimator", f"unknown estimator '{name}'", ESTIMATOR_NAMES)
+        from tuneplan.estimators.tuneplan_physics import TuneplanEstimator as cls
+    elif name == "kavier":
+        from tuneplan.estimators.kavier import KavierEstimator as cls
+    elif name == "xia":
+        from tuneplan.estimators.xia import XiaEstimator as cls
+    elif name == "planner":
+        from tuneplan.estimators.planner import PlannerEstimator as cls
+    elif name == "slst":
+        from tuneplan.estimators.slst import SLSTEstimator as cls
+    else:
+        raise InputError("estimator", f"unknown estimator '{name}'", ESTIMATOR_NAMES)
+    return cls

@@ -17,7 +17,6 @@ from tuneplan.estimators.stage_run import (
     forward_only,
     reference_bytes,
     search_micro_batch,
-    shard_degree,
 )
 from tuneplan.physics import stages as ps
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
@@ -84,7 +83,7 @@ def _engine(a: dict, gspec: GPUSpec, jspec: JobSpec, c) -> dict:
     pp = jspec.rollout_pp or 1
     tp = jspec.rollout_tp or ps.engine_tp(full, pool, pp, share * cap - c.workspace_gib * BYTES_PER_GIB)
     return {"vllm": True, "server": server, "split": float(tp * pp), "engines": pool // (tp * pp), "tp": tp,
-            "pp": pp, "weights": full / (tp * pp), "full": full, "share": share, "cap": cap, "pbytes": pbytes}
+            "weights": full / (tp * pp), "full": full, "share": share, "cap": cap, "pbytes": pbytes}
 
 
 def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c,
@@ -96,7 +95,7 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
     vllm, split = e["vllm"], e["split"]
     kv_tok = first_value(ps.kv_bytes_per_token(a["attn_layers"], a["kv_dim"], e["pbytes"])) / split
     batch = n / e["engines"]
-    waves, kv_room = 1, None
+    waves = 1
     if vllm:
         kv_room = e["share"] * e["cap"] - e["weights"] - c.workspace_gib * BYTES_PER_GIB
         need = ps.kv_cache_bytes(batch, prompt + completion, kv_tok)  # paged: the mean length's blocks
@@ -131,10 +130,8 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
         t_sync = first_value(ps.weight_sync_s(e["full"], (inter if e["server"] and jspec.nodes > 1 else intra)
                                               * c.comm_efficiency))
     kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + max(completion, longest or 0), kv_tok)
-    return {"prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync, "waves": waves,
-            "kv_room": kv_room, "kv_hf_bytes": kv_hf, "batch": batch, "server": e["server"], "vllm": vllm,
-            "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0, "server_weights": e["weights"],
-            "cap": e["cap"], "share": e["share"], "tp": e["tp"], "engines": e["engines"], "split": split}
+    return {**e, "prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync, "waves": waves,
+            "kv_hf_bytes": kv_hf, "batch": batch, "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0}
 
 
 def _longest(jspec: JobSpec, completion: int) -> int | None:
@@ -167,7 +164,7 @@ def mini_batches(out: dict, minis: int, micro_steps: int, even: bool = True) -> 
 
 def _server_memory(gen: dict, a: dict, seq: int, c) -> dict[str, float]:
     """A vLLM server GPU's memory: what it reserves and what the step's rollouts need (GiB)."""
-    used = gen["server_weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
+    used = gen["weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
         a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])) / gen["split"])
     return {"rollout_memory_per_gpu_gib": (gen["share"] * gen["cap"]
                                            + c.cuda_context_gib * BYTES_PER_GIB) / BYTES_PER_GIB,
@@ -175,9 +172,9 @@ def _server_memory(gen: dict, a: dict, seq: int, c) -> dict[str, float]:
 
 
 def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
-    """Arrays of the reward model (a full-precision copy of its config), or None for a rule."""
+    """(ModelSpec, arrays) of the reward model (a full-precision copy of its config), or (None, None) for a rule."""
     if not jspec.reward_model:
-        return None
+        return None, None
     from tuneplan.physics.terms import build_arrays
     from tuneplan.specs.catalog import resolve_model
 
@@ -186,7 +183,7 @@ def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
     except InputError as exc:
         raise InputError("reward-model", str(exc).split(": ", 1)[-1]) from None
     rjob = jspec.training_job(jspec.reward_gpus or jspec.training_gpus, method="full", quant=None, stage="sft")
-    return rm, build_arrays([(rm, gspec, rjob, seq)], c), rjob
+    return rm, build_arrays([(rm, gspec, rjob, seq)], c)
 
 
 def _critic(est, jspec: JobSpec, gspec: GPUSpec, vspec: ModelSpec, n: int, seq: int, epochs: int, c):
@@ -254,8 +251,8 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
                          f"weights at rollout tp {gen['tp']}: shard them with a larger --rollout-tp, a larger "
                          "--gpu-memory-utilization, a larger GPU, or --rollout-engine hf")
-    rm = _reward_model(jspec, gspec, seq, c)
-    t_reward = 0.0 if rm is None else _reward_s(rm[1], jspec, seq, n / first_value(rm[1]["dp"]), c)
+    rm, ra = _reward_model(jspec, gspec, seq, c)
+    t_reward = 0.0 if rm is None else _reward_s(ra, jspec, seq, n / first_value(ra["dp"]), c)
     ref = beta > 0
     ref_weights = ref and not jspec.is_lora_family and not jspec.ref_gpus
     # the reference on GPUs of its own: the policy's no-grad pass at the GPU-count ratio
@@ -264,7 +261,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     old_logp = jspec.stage == "ppo" or minis > 1 or jspec.old_logprobs
     t_nograd = fwd if old_logp else 0.0
     critic = jspec.stage == "ppo" and jspec.value_model != "head"  # a head rides on the policy's own passes
-    value, v_fwd, v_upd = _critic(est, jspec, gspec, rm[0] if rm is not None else mspec, n, seq, epochs, c) \
+    value, v_fwd, v_upd = _critic(est, jspec, gspec, rm or mspec, n, seq, epochs, c) \
         if critic else (None, 0.0, 0.0)
     policy = first_value(out["step_s"])
     hidden = _hidden(jspec, policy, t_nograd, t_ref, t_reward, v_fwd, v_upd)
@@ -280,8 +277,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     for k, v in parts.items():
         out[k] = np.asarray(v, dtype=float) * np.ones_like(out["step_s"])
     out["step_s"] = out["step_s"] + sum(np.asarray(v) for v in parts.values())
-    rm_bytes = 0.0 if rm is None else first_value(rm[1]["params_total"] * rm[1]["weight_bytes_compute"]
-                                                  / (rm[1]["tp"] * rm[1]["pp"]) / shard_degree(rm[1]))
+    rm_bytes = 0.0 if rm is None else first_value(reference_bytes(ra))  # a frozen copy, sharded like the policy
 
     def extras(arr, o):
         tokens = arr["micro_batch"] * arr["seq_len"] / arr["cp"]
@@ -291,9 +287,8 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
         if rm is not None and not jspec.reward_gpus:
             b["reward_model_gib"] = rm_bytes + 0.0 * tokens
         if value is not None and not jspec.critic_gpus:
-            b["value_model_gib"] = (value["weights_gib"] + value["gradients_gib"] + value["gradient_buckets_gib"]
-                                    + value["master_weights_gib"]
-                                    + value["optimizer_gib"] + value["activations_gib"]) * BYTES_PER_GIB
+            b["value_model_gib"] = sum(value[k] for k in ("weights_gib", "gradients_gib", "gradient_buckets_gib",
+                                       "master_weights_gib", "optimizer_gib", "activations_gib")) * BYTES_PER_GIB
         if not gen["vllm"]:  # HF generate's cache (doubled while torch.cat grows it) instead of activations
             held = (o["activations_gib"] + o["logits_gib"]) * BYTES_PER_GIB
             b["rollout_kv_cache_gib"] = np.maximum(gen["kv_hf_bytes"] - held, 0.0)

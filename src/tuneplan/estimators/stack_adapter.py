@@ -5,7 +5,7 @@ needs no fitting code (numpy arrays); it is stored in a calibration file's paylo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -34,8 +34,7 @@ class StackAdapter:
         return "; ".join(self.fitted) if self.fitted else "nothing fitted"
 
     def to_dict(self) -> dict:
-        return {"throughput_log_scale": self.throughput_log_scale, "method_log_scales": dict(self.method_log_scales),
-                "memory_offset_gib": self.memory_offset_gib, "fitted": list(self.fitted), "n_rows": dict(self.n_rows)}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> StackAdapter:

@@ -16,8 +16,12 @@ from tuneplan.specs.job import JobSpec
 
 POLICY_PARTS = ("forward_s", "backward_s", "recompute_s", "dequant_s", "elementwise_s", "overhead_s",
                 "tensor_parallel_s", "pipeline_bubble_s", "optimizer_s", "communication_s")
-STAGE_STEP_PARTS = ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s", "rollout_weight_sync_s", "reward_s",
-                    "reference_forward_s", "policy_nograd_s", "value_model_s", "overlap_s")
+TRAIN_GROUPS = {"generation": ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s",
+                               "rollout_weight_sync_s"),
+                "scoring": ("reward_s",), "reference": ("reference_forward_s",),
+                "policy_update": POLICY_PARTS + ("policy_nograd_s", "value_model_s"), "overlap": ("overlap_s",)}
+"""How the wall clock's training time splits by stage part."""
+STAGE_STEP_PARTS = tuple(k for ks in TRAIN_GROUPS.values() for k in ks if k not in POLICY_PARTS)
 """Step parts a stage adds to the policy's (each appears in a breakdown only when the stage has it)."""
 STAGE_MEMORY_PARTS = ("reference_model_gib", "reward_model_gib", "value_model_gib", "rollout_kv_cache_gib",
                       "loss_buffers_gib", "rollout_engine_gib")

@@ -12,7 +12,7 @@ import numpy as np
 from tuneplan.errors import InputError
 from tuneplan.estimators.rl_stages import rl_stage
 from tuneplan.estimators.stage_run import (
-    POLICY_PARTS,
+    TRAIN_GROUPS,
     StageRun,
     add_memory,
     first_value,
@@ -125,13 +125,6 @@ def preference_assumptions(jspec: JobSpec, shape: ps.StageShape, ref_pass: bool,
     out.append(f"Loss buffers: {ps.LOGP_BUFFER_BYTES_PER_TOKEN:g} bytes per token (fp32 log-probs of policy and "
                "reference, mask, labels); the policy's own logits are costed as in SFT.")
     return out
-
-
-TRAIN_GROUPS = {"generation": ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s",
-                               "rollout_weight_sync_s"),
-                "scoring": ("reward_s",), "reference": ("reference_forward_s",),
-                "policy_update": POLICY_PARTS + ("policy_nograd_s", "value_model_s"), "overlap": ("overlap_s",)}
-"""How the wall clock's training time splits by stage part."""
 
 
 def stage_run_totals(run: StageRun, wl, rate: float | None, c=DEFAULT_CONSTANTS):

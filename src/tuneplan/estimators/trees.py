@@ -9,21 +9,14 @@ from functools import cached_property
 
 import numpy as np
 
+EXPORTED_NODE_FIELDS = {"value": "value", "feature": "feature_idx", "threshold": "num_threshold",
+                        "missing_left": "missing_go_to_left", "left": "left", "right": "right", "leaf": "is_leaf"}
+"""A tree's node lists as exported, by scikit-learn's node-array field."""
+
 
 def export_hgb(model, feature_names: list[str]) -> dict:
     """Numerical-feature HGB regressor (squared error) -> dict of trees."""
-    trees = []
-    for it in model._predictors:
-        nodes = it[0].nodes
-        trees.append({
-            "value": [float(v) for v in nodes["value"]],
-            "feature": [int(v) for v in nodes["feature_idx"]],
-            "threshold": [float(v) for v in nodes["num_threshold"]],
-            "missing_left": [int(v) for v in nodes["missing_go_to_left"]],
-            "left": [int(v) for v in nodes["left"]],
-            "right": [int(v) for v in nodes["right"]],
-            "leaf": [int(v) for v in nodes["is_leaf"]],
-        })
+    trees = [{k: it[0].nodes[field].tolist() for k, field in EXPORTED_NODE_FIELDS.items()} for it in model._predictors]
     return {"kind": "hgb-regressor", "baseline": float(np.asarray(model._baseline_prediction).ravel()[0]),
             "features": list(feature_names), "trees": trees}
 
@@ -44,70 +37,33 @@ class Forest:
         """The trees as exported (per tree: node lists, children numbered within the tree)."""
 
     @cached_property
-    def nodes(self) -> dict[str, list]:
-        """The trees' node lists end to end, children renumbered (the numpy arrays below are built from them)."""
-        value, feature, thr, miss, left, right, leaf, roots = [], [], [], [], [], [], [], []
-        off = 0
-        for t in self.trees:
-            n = len(t["value"])
-            roots.append(off)
-            value += t["value"]
-            feature += t["feature"]
-            thr += t["threshold"]
-            miss += t["missing_left"]
-            leaf += t["leaf"]
-            left += [x + off for x in t["left"]]
-            right += [x + off for x in t["right"]]
-            off += n
-        return {"value": value, "feature": feature, "threshold": thr, "missing_left": miss, "left": left,
-                "right": right, "leaf": leaf, "roots": roots}
+    def nodes(self) -> dict[str, np.ndarray]:
+        """The trees' nodes end to end as numpy arrays, children renumbered; `roots`: each tree's first node."""
+        sizes = [len(t["value"]) for t in self.trees]
+        roots = np.cumsum([0, *sizes[:-1]]).astype(int)
 
-    def _array(self, key: str, dtype: type) -> np.ndarray:
-        return np.asarray(self.nodes[key], dtype=dtype)
+        def joined(key: str, dtype: type) -> np.ndarray:
+            return np.concatenate([np.asarray(t[key], dtype=dtype) for t in self.trees]) if self.trees else np.zeros(0, dtype)
 
-    @cached_property
-    def value(self) -> np.ndarray:
-        return self._array("value", float)
+        def children(key: str) -> np.ndarray:
+            return joined(key, int) + np.repeat(roots[: len(sizes)], sizes)
 
-    @cached_property
-    def feature(self) -> np.ndarray:
-        return self._array("feature", int)
-
-    @cached_property
-    def threshold(self) -> np.ndarray:
-        return self._array("threshold", float)
-
-    @cached_property
-    def missing_left(self) -> np.ndarray:
-        return self._array("missing_left", bool)
-
-    @cached_property
-    def left(self) -> np.ndarray:
-        return self._array("left", int)
-
-    @cached_property
-    def right(self) -> np.ndarray:
-        return self._array("right", int)
-
-    @cached_property
-    def leaf(self) -> np.ndarray:
-        return self._array("leaf", bool)
-
-    @cached_property
-    def roots(self) -> np.ndarray:
-        return self._array("roots", int)
+        return {"value": joined("value", float), "feature": joined("feature", int),
+                "threshold": joined("threshold", float), "missing_left": joined("missing_left", bool),
+                "left": children("left"), "right": children("right"),
+                "leaf": joined("leaf", bool), "roots": roots[: len(self.trees)]}
 
     @cached_property
     def internal(self) -> list[tuple[int, np.ndarray]]:
         """Per tree: its root and its internal nodes in ascending order (a parent before its children,
         so one ascending pass takes every row to its leaf)."""
-        bounds = [*self.roots.tolist(), len(self.value)]
+        a = self.nodes
+        bounds = [*a["roots"].tolist(), len(a["value"])]
         out = []
-        for t in range(len(self.roots)):
-            lo, hi = bounds[t], bounds[t + 1]
-            nodes = lo + np.flatnonzero(~self.leaf[lo:hi])
-            if ((self.left[nodes] <= nodes) | (self.right[nodes] <= nodes) | (self.left[nodes] >= hi)
-                    | (self.right[nodes] >= hi)).any():
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            nodes = lo + np.flatnonzero(~a["leaf"][lo:hi])
+            left, right = a["left"][nodes], a["right"][nodes]
+            if ((left <= nodes) | (right <= nodes) | (left >= hi) | (right >= hi)).any():
                 raise ValueError("tree nodes are not in parent-before-child order")
             out.append((lo, nodes))
         return out
@@ -115,8 +71,8 @@ class Forest:
     @cached_property
     def split_thresholds(self) -> dict[int, np.ndarray]:
         """Every threshold the trees split each feature on, sorted and distinct."""
-        inner = ~self.leaf
-        return {int(j): np.unique(self.threshold[inner & (self.feature == j)]) for j in np.unique(self.feature[inner])}
+        feature, inner = self.nodes["feature"], ~self.nodes["leaf"]
+        return {int(j): np.unique(self.nodes["threshold"][inner & (feature == j)]) for j in np.unique(feature[inner])}
 
     def _distinct(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(first row of each distinct row as the trees see it, each row's index among them): rows whose
@@ -143,24 +99,25 @@ class Forest:
         """rows x trees: the value of the leaf each row reaches in each tree (node by node, whole columns)."""
         X = np.asfortranarray(X)  # whole columns are read
         n = X.shape[0]
-        out = np.empty((n, len(self.roots)))
+        a = self.nodes
+        out = np.empty((n, len(a["roots"])))
         nan = np.isnan(X)
         for t, (root, nodes) in enumerate(self.internal):
             cur = np.full(n, root, dtype=np.int64)
             for i in nodes.tolist():
-                f = int(self.feature[i])
-                go_left = X[:, f] <= self.threshold[i]
-                if self.missing_left[i]:
+                f = int(a["feature"][i])
+                go_left = X[:, f] <= a["threshold"][i]
+                if a["missing_left"][i]:
                     go_left |= nan[:, f]
-                nxt = np.where(go_left, self.left[i], self.right[i])
+                nxt = np.where(go_left, a["left"][i], a["right"][i])
                 cur = nxt if i == root else np.where(cur == i, nxt, cur)
-            out[:, t] = self.value[cur]
+            out[:, t] = a["value"][cur]
         return out
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=float)
         n = X.shape[0]
-        if len(self.roots) == 0 or n == 0:
+        if not self.trees or n == 0:
             return np.full(n, self.baseline)
         first, inverse = self._distinct(X)
         U = X[first]
@@ -169,8 +126,3 @@ class Forest:
             # numpy's pairwise sum over a row of the C-ordered matrix: one row's sum in any batch
             total[lo:lo + self.CHUNK] = self._leaf_values(U[lo:lo + self.CHUNK]).sum(axis=1)
         return (self.baseline + total)[inverse]
-
-
-def predict_trees(model: dict, X: np.ndarray) -> np.ndarray:
-    """Sum of tree outputs plus the baseline (builds a Forest; keep one for repeated use)."""
-    return Forest(model).predict(X)

@@ -39,12 +39,6 @@ REFERENCE_BATCH = 16.0
 """Batch at which the uncalibrated Eq. (2) is anchored to the physics (the slope's second point)."""
 
 
-def sparsity(top_k: float, n_experts: float) -> float:
-    """Xia's MoE sparsity: the share of experts active (top-2 of 8 = 0.25); 1 for dense models or
-    dense fine-tuning."""
-    return float(top_k) / float(n_experts) if n_experts and top_k else 1.0
-
-
 def max_batch_size(gpu_mem_gb: float, model_mem_gb: float, seq_len: float, sparsity_: float,
                    c0: float, c1: float) -> int:
     """Eq. (1)."""
@@ -158,32 +152,17 @@ class XiaEstimator(BorrowsMemory):
 
         phys = TuneplanEstimator()
         sp = np.where(a["n_experts"] > 0, np.maximum(a["top_k"], 1.0) / np.maximum(a["n_experts"], 1.0), 1.0)
-        samples_per_step_per_replica = a["grad_accum"]
         # anchor: physics throughput (samples/s per data-parallel replica) at batch 1 and REFERENCE_BATCH
-        one = dict(a)
-        one["micro_batch"] = np.ones_like(a["micro_batch"])
-        ref = dict(a)
-        ref["micro_batch"] = np.full_like(a["micro_batch"], REFERENCE_BATCH)
-        t1 = phys.physics(one)["step_s"]
-        tr = phys.physics(ref)["step_s"]
-        q1 = samples_per_step_per_replica * 1.0 / t1
-        qr = samples_per_step_per_replica * REFERENCE_BATCH / tr
-        c4 = q1
-        c2 = (qr - q1) / math.log(REFERENCE_BATCH)
-        c3 = 1.0 / sp
-        if self.coefficients_.eq2:
-            models = a.get("_model_names")
-            gpus = a.get("_gpu_names")
-            datasets = a.get("_datasets")
-            for i in range(len(c4)):
-                keys = []
-                if models is not None and gpus is not None:
-                    ds = str(datasets[i]) if datasets is not None else "*"
-                    keys = [f"{models[i]}|{gpus[i]}|{ds}", f"{models[i]}|{gpus[i]}|*"]
-                for k in keys:
-                    if k in self.coefficients_.eq2:
-                        c2[i], c3[i], c4[i] = self.coefficients_.eq2[k]
-                        break
+        q1, qr = (a["grad_accum"] * b / phys.physics({**a, "micro_batch": np.full_like(a["micro_batch"], b)})["step_s"]
+                  for b in (1.0, REFERENCE_BATCH))
+        c2, c3, c4 = (qr - q1) / math.log(REFERENCE_BATCH), 1.0 / sp, q1
+        models, gpus, fitted = a.get("_model_names"), a.get("_gpu_names"), self.coefficients_.eq2
+        if fitted and models is not None and gpus is not None:
+            datasets = a.get("_datasets", np.full(len(c4), "*", dtype=object))
+            for i, (model, gpu, ds) in enumerate(zip(models, gpus, datasets, strict=True)):
+                key = next((k for k in (f"{model}|{gpu}|{ds}", f"{model}|{gpu}|*") if k in fitted), None)
+                if key is not None:
+                    c2[i], c3[i], c4[i] = fitted[key]
         q = throughput(a["micro_batch"], sp, c2, c3, c4)  # queries/s per replica
         q = np.maximum(q, 1e-9)
         samples_per_step = a["micro_batch"] * a["grad_accum"] * a["dp"]
@@ -195,15 +174,6 @@ class XiaEstimator(BorrowsMemory):
             "tokens_per_step": tokens,
             "xia_c2": c2, "xia_c3": c3, "xia_c4": c4,
         }
-
-    @staticmethod
-    def max_batch_for(model_name: str, gpu_mem_gb: float, seq_len: float, sparsity_: float,
-                      model_mem_gb: float | None = None) -> int | None:
-        co = PUBLISHED_EQ1.get(model_name)
-        if co is None:
-            return None
-        mm = co.model_mem_gb if model_mem_gb is None else model_mem_gb
-        return max(0, max_batch_size(gpu_mem_gb, mm, seq_len, sparsity_, co.c0, co.c1))
 
     def assumptions(self, job=None) -> list[str]:
         src = (f"Eq. (2) coefficients fitted per (model, GPU, dataset) in '{self.calibration_name}'."

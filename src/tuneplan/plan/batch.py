@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,11 @@ def _num(v: str, field: str, integer: bool = False) -> float | int:
     return x
 
 
+def _names(cell: str) -> list[str]:
+    """A cell's list of names, separated by ';', ',' or '|'."""
+    return [x.strip() for x in re.split(r"[;,|]", cell) if x.strip()]
+
+
 def row_kwargs(row: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
     """`plan_run(...)` keyword arguments for one workload row, on top of the command line's `defaults`."""
     kw = dict(defaults)
@@ -66,12 +72,9 @@ def row_kwargs(row: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
     model = cells.get("model") or cells.get("model_hf_id")
     if model:
         kw["model"] = model.strip()
-    for f in NUMBER_FIELDS:
+    for f in NUMBER_FIELDS + INT_FIELDS:
         if f in cells:
-            kw[f] = _num(cells[f], f.replace("_", "-"))
-    for f in INT_FIELDS:
-        if f in cells:
-            kw[f] = _num(cells[f], f.replace("_", "-"), integer=True)
+            kw[f] = _num(cells[f], f.replace("_", "-"), integer=f in INT_FIELDS)
     for f in TEXT_FIELDS:
         if f in cells:
             kw[f] = cells[f].strip()
@@ -82,12 +85,11 @@ def row_kwargs(row: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
         try:
             kw["max_gpus"] = _num(g, "gpus", integer=True)
         except InputError:
-            kw["gpus"] = [x.strip() for x in g.replace(";", ",").replace("|", ",").split(",") if x.strip()]
+            kw["gpus"] = _names(g)
     elif "gpu" in cells:
         kw["gpus"] = [cells["gpu"].strip()]
     if "methods" in cells:
-        kw["methods"] = [x.strip() for x in cells["methods"].replace(";", ",").replace("|", ",").split(",")
-                         if x.strip()]
+        kw["methods"] = _names(cells["methods"])
     if "deadline" in cells:
         kw["deadline_s"] = parse_duration(cells["deadline"])
     elif "deadline_h" in cells:
@@ -110,12 +112,7 @@ def read_workload(path: str | Path) -> list[tuple[int, dict[str, str]]]:
     if not keys & {"model", "model_hf_id"}:
         raise DataFileError(str(p), 1, "a workload file needs a 'model' column "
                             f"(found: {', '.join(k for k in reader.fieldnames if k)})")
-    out = []
-    for rec in reader:
-        if all(_blank(v) for v in rec.values()):
-            continue
-        out.append((reader.line_num, rec))
-    return out
+    return [(reader.line_num, rec) for rec in reader if not all(_blank(v) for v in rec.values())]
 
 
 def plan_workload(path: str | Path, defaults: dict[str, Any], out: str | Path | None = None,
@@ -137,10 +134,8 @@ def plan_workload(path: str | Path, defaults: dict[str, Any], out: str | Path | 
         except TuneplanError as exc:
             res_row.update(status="error", message=f"{path}:{line}: {exc}")
         else:
-            res_row["model"] = res.model
-            res_row["objective"] = res.objective
-            res_row["n_evaluated"] = res.n_evaluated
-            res_row["infeasible"] = "; ".join(f"{x['choice']}: {x['reason']}" for x in res.infeasible)
+            res_row.update(model=res.model, objective=res.objective, n_evaluated=res.n_evaluated,
+                           infeasible="; ".join(f"{x['choice']}: {x['reason']}" for x in res.infeasible))
             if res.ok:
                 r = res.recommended
                 res_row.update(status="planned", message="", why=res.why,

@@ -4,7 +4,6 @@ runs file are overlaid when they match the model, GPU, method and GPU count."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -127,40 +126,20 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     return res
 
 
-def _isotonic(y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The non-decreasing least-squares fit of y (weights w): pool adjacent violators."""
-    vals: list[float] = []
-    wts: list[float] = []
-    lens: list[int] = []
-    for yi, wi in zip(y.tolist(), w.tolist(), strict=True):
-        vals.append(yi)
-        wts.append(wi)
-        lens.append(1)
-        while len(vals) > 1 and vals[-2] > vals[-1]:
-            wsum = wts[-2] + wts[-1]
-            v = (vals[-2] * wts[-2] + vals[-1] * wts[-1]) / wsum
-            n = lens[-2] + lens[-1]
-            del vals[-1], wts[-1], lens[-1]
-            vals[-1], wts[-1], lens[-1] = v, wsum, n
-    return np.repeat(np.asarray(vals), lens)
-
-
 def _monotone(y: np.ndarray, up: bool) -> np.ndarray:
     """The monotone series closest to y in relative terms (isotonic regression on log y)."""
-    fit = _isotonic(np.log(y) if up else -np.log(y), np.ones(len(y)))
-    return np.exp(fit if up else -fit)
+    from scipy.optimize import isotonic_regression
+
+    return np.exp(isotonic_regression(np.log(y), increasing=up).x)
 
 
 def keep_physics_shape(physics: np.ndarray, corrected: np.ndarray) -> np.ndarray:
     """A calibrated series over the micro-batch kept to the physics' shape: the learned correction is
-    fitted row by row, so across neighbouring micro-batches it can zig-zag where the physics is smooth.
-    Where the physics never falls (throughput rising to its plateau, memory growing), the corrected
-    series is made non-decreasing; where it never rises, non-increasing; by isotonic regression on the
-    logarithm (pool adjacent violators), the monotone series closest to the corrected values in
-    relative terms: points already in order are unchanged, a zig-zag is averaged out, the level the
-    correction learned stays, and no point leaves the corrected series' range. A physics that changes
-    direction is shaped run by run (each maximal run of one direction, flat steps joining it); the
-    step from one run to the next is left as the correction has it."""
+    fitted row by row, so it can zig-zag where the physics is smooth. Where the physics never falls the
+    series is made non-decreasing, where it never rises non-increasing, by isotonic regression on the
+    logarithm: points in order are unchanged, the learned level stays, no point leaves the series' range.
+    A physics that changes direction is shaped run by run (flat steps join a run); the step from one run
+    to the next is left as the correction has it."""
     phys = np.asarray(physics, dtype=float)
     corr = np.asarray(corrected, dtype=float)
     if len(corr) < 2 or not np.all(corr > 0):
@@ -181,57 +160,36 @@ def keep_physics_shape(physics: np.ndarray, corrected: np.ndarray) -> np.ndarray
     return out
 
 
-def _read_runs_df(runs: Any) -> tuple[pd.DataFrame, list[str]]:
-    """A runs file (or files) as a DataFrame: tuneplan.runs.read_runs (names resolved onto the
-    catalogs) when it is available, else pandas."""
-    try:
-        from tuneplan.runs import read_runs
-    except ImportError:  # pragma: no cover - the runs package is part of tuneplan
-        read_runs = None
-    if read_runs is not None:
-        table = read_runs(runs)
-        return table.df, [str(p) for p in table.problems]
-    import pandas as pd
-
-    paths = [runs] if isinstance(runs, (str, bytes)) or not hasattr(runs, "__iter__") else list(runs)
-    return pd.concat([pd.read_csv(p) for p in paths], ignore_index=True), []
-
-
 def measured_points(runs: Any, res: CurveResult, mspec: Any) -> pd.DataFrame:
     """Rows of a runs file for the curve's model, GPU, method and GPU count (those with a micro-batch
     and a throughput or memory figure)."""
     import pandas as pd
 
-    df, problems = _read_runs_df(runs)
+    from tuneplan.runs import read_runs
+
+    table = read_runs(runs)
+    df, problems = table.df, [str(p) for p in table.problems]
     if problems:
         res.notes.append(f"{len(problems)} problem(s) reading the runs file (rows skipped); first: {problems[0]}")
     cols = ["micro_batch", "tokens_per_s", "peak_mem_gib", "seq_len", "id", "source"]
     if df.empty:
         return pd.DataFrame(columns=cols)
 
-    def col(name: str, default: Any = "") -> pd.Series:
-        return df[name] if name in df.columns else pd.Series([default] * len(df), index=df.index)
-
+    txt = df.reindex(columns=["model_resolved", "model", "model_hf_id", "gpu_resolved", "gpu", "method", "id",
+                              "source"], fill_value="").astype(str)
+    num = df.reindex(columns=["gpus", "micro_batch_size", "tokens_per_s", "tokens_per_s_per_gpu", "peak_mem_gib",
+                              "seq_len"]).apply(pd.to_numeric, errors="coerce")
     names = {mspec.name.lower(), str(getattr(mspec, "hf_id", "") or "").lower()} - {""}
-    model_ok = (col("model_resolved").astype(str).str.lower().isin(names)
-                | col("model").astype(str).str.lower().isin(names)
-                | col("model_hf_id").astype(str).str.lower().isin(names))
-    gpu_ok = (col("gpu_resolved").astype(str) == res.gpu) | (col("gpu").astype(str) == res.gpu)
-    method = col("method").astype(str)
-    method_ok = (method == res.method) | (method == "") | (method == "nan")
-    gpus = pd.to_numeric(col("gpus", math.nan), errors="coerce")
-    gpus_ok = gpus.isna() | (gpus == res.gpus)
-    mb = pd.to_numeric(col("micro_batch_size", math.nan), errors="coerce")
-    tps = pd.to_numeric(col("tokens_per_s", math.nan), errors="coerce")
-    per_gpu = pd.to_numeric(col("tokens_per_s_per_gpu", math.nan), errors="coerce")
-    tps = tps.fillna(per_gpu * res.gpus)
-    mem = pd.to_numeric(col("peak_mem_gib", math.nan), errors="coerce")
+    model_ok = txt[["model_resolved", "model", "model_hf_id"]].apply(lambda c: c.str.lower().isin(names)).any(axis=1)
+    gpu_ok = (txt["gpu_resolved"] == res.gpu) | (txt["gpu"] == res.gpu)
+    method_ok = txt["method"].isin([res.method, "", "nan"])
+    gpus_ok = num["gpus"].isna() | (num["gpus"] == res.gpus)
+    mb, mem = num["micro_batch_size"], num["peak_mem_gib"]
+    tps = num["tokens_per_s"].fillna(num["tokens_per_s_per_gpu"] * res.gpus)
     keep = model_ok & gpu_ok & method_ok & gpus_ok & mb.notna() & (tps.notna() | mem.notna())
     n_model_gpu = int((model_ok & gpu_ok).sum())
-    seq = pd.to_numeric(col("seq_len", math.nan), errors="coerce")
     out = pd.DataFrame({"micro_batch": mb[keep].astype(int), "tokens_per_s": tps[keep], "peak_mem_gib": mem[keep],
-                        "seq_len": seq[keep],
-                        "id": col("id")[keep].astype(str), "source": col("source")[keep].astype(str)})
+                        "seq_len": num["seq_len"][keep], "id": txt["id"][keep], "source": txt["source"][keep]})
     res.notes.append(f"measured: {len(out)} run(s) of {res.model} on {res.gpu} ({res.method}, {res.gpus} GPU(s)) "
                      f"overlaid; {n_model_gpu - len(out)} other run(s) of this model and GPU differ in method, "
                      "GPU count or lack a micro-batch (measured runs keep their own sequence length and settings)")

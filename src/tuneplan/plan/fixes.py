@@ -37,57 +37,57 @@ class Fix:
                    self.kinds | other.kinds)
 
 
+def _fix(words: str, flags: str, change: dict, kind: str | None = None) -> Fix:
+    """A single change; its kind is the first field it sets unless named."""
+    return Fix(words, flags, change, frozenset({kind or next(iter(change))}))
+
+
 def _batch_fixes(job: JobSpec) -> list[Fix]:
     out = []
     for mb in sorted({max(1, job.micro_batch // f) for f in (2, 4, 8, 16, 64)}, reverse=True):
         if mb < job.micro_batch:
             ga = job.grad_accum * max(1, job.micro_batch // mb)
-            out.append(Fix(f"micro-batch {mb} with grad-accum {ga}, the same global batch",
-                           f"--micro-batch {mb} --grad-accum {ga}", {"micro_batch": mb, "grad_accum": ga},
-                           frozenset({"micro_batch"})))
+            out.append(_fix(f"micro-batch {mb} with grad-accum {ga}, the same global batch",
+                            f"--micro-batch {mb} --grad-accum {ga}", {"micro_batch": mb, "grad_accum": ga}))
     return out
 
 
 def _scale_fixes(job: JobSpec) -> list[Fix]:
     out = []
     if job.gpus > 1 and job.sharding in ("ddp", "none", "zero1", "zero2"):
-        out.append(Fix(f"FSDP / ZeRO-3 over the {job.gpus} GPUs", "--sharding fsdp", {"sharding": "fsdp"},
-                       frozenset({"sharding"})))
+        out.append(_fix(f"FSDP / ZeRO-3 over the {job.gpus} GPUs", "--sharding fsdp", {"sharding": "fsdp"}))
     for g in GPU_COUNTS:
         if g > job.gpus:
             nodes = max(1, g // GPUS_PER_NODE)
-            out.append(Fix(f"{g} GPUs ({nodes} node{'s' if nodes > 1 else ''}) with FSDP",
-                           f"--gpus {g} --nodes {nodes} --sharding fsdp", {"gpus": g, "nodes": nodes, "sharding": "fsdp"},
-                           frozenset({"gpus"})))
-    out.append(Fix("CPU offload of parameters and optimizer states", "--sharding zero3-offload",
-                   {"sharding": "zero3-offload"}, frozenset({"offload"})))
+            out.append(_fix(f"{g} GPUs ({nodes} node{'s' if nodes > 1 else ''}) with FSDP",
+                            f"--gpus {g} --nodes {nodes} --sharding fsdp", {"gpus": g, "nodes": nodes, "sharding": "fsdp"}))
+    out.append(_fix("CPU offload of parameters and optimizer states", "--sharding zero3-offload",
+                    {"sharding": "zero3-offload"}, "offload"))
     return out
 
 
 def _candidates(job: JobSpec) -> list[Fix]:
     out = _batch_fixes(job)
+    full_weights, adamw = job.method in FULL_WEIGHT_METHODS, job.optimizer == "adamw"
     if not job.grad_ckpt:
-        out.append(Fix("gradient checkpointing", "--grad-ckpt", {"grad_ckpt": True}, frozenset({"grad_ckpt"})))
-    if job.optimizer == "adamw" and job.method in FULL_WEIGHT_METHODS and job.optimizer_impl == "foreach":
-        out.append(Fix("a fused AdamW step (no foreach temporary)", "--optimizer-impl fused", {"optimizer_impl": "fused"},
-                       frozenset({"optimizer_impl"})))
+        out.append(_fix("gradient checkpointing", "--grad-ckpt", {"grad_ckpt": True}))
+    if adamw and full_weights and job.optimizer_impl == "foreach":
+        out.append(_fix("a fused AdamW step (no foreach temporary)", "--optimizer-impl fused", {"optimizer_impl": "fused"}))
     if job.sharding.startswith("fsdp") and job.grad_accum > 1 and job.grad_accum_sync == "no-sync":
-        out.append(Fix("FSDP gradients reduced every micro-batch (accelerate's sync_each_batch)",
-                       "--grad-accum-sync every-micro-batch", {"grad_accum_sync": "every-micro-batch"},
-                       frozenset({"grad_accum_sync"})))
-    if job.sharding.startswith("fsdp") and job.method not in FULL_WEIGHT_METHODS and job.fsdp_adapter_wrap == "with-block":
-        out.append(Fix("adapters in their own FSDP units (peft's fsdp_auto_wrap_policy, or FSDP2)",
-                       "--fsdp-adapter-wrap separate", {"fsdp_adapter_wrap": "separate"}, frozenset({"fsdp_adapter_wrap"})))
-    if job.optimizer == "adamw" and job.method in FULL_WEIGHT_METHODS:
-        out.append(Fix("8-bit AdamW", "--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, frozenset({"optimizer"})))
-    if job.optimizer == "adamw" and job.method == "full":
-        out.append(Fix("GaLore-AdamW: the block linears' moments at rank 128", "--optimizer galore-adamw",
-                       {"optimizer": "galore-adamw"}, frozenset({"optimizer"})))
-    if job.method in FULL_WEIGHT_METHODS:
-        out.append(Fix("LoRA instead of full fine-tuning", "--method lora", {"method": "lora"}, frozenset({"method"})))
+        out.append(_fix("FSDP gradients reduced every micro-batch (accelerate's sync_each_batch)",
+                        "--grad-accum-sync every-micro-batch", {"grad_accum_sync": "every-micro-batch"}))
+    if job.sharding.startswith("fsdp") and not full_weights and job.fsdp_adapter_wrap == "with-block":
+        out.append(_fix("adapters in their own FSDP units (peft's fsdp_auto_wrap_policy, or FSDP2)",
+                        "--fsdp-adapter-wrap separate", {"fsdp_adapter_wrap": "separate"}))
+    if adamw and full_weights:
+        out.append(_fix("8-bit AdamW", "--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}))
+    if adamw and job.method == "full":
+        out.append(_fix("GaLore-AdamW: the block linears' moments at rank 128", "--optimizer galore-adamw",
+                        {"optimizer": "galore-adamw"}))
+    if full_weights:
+        out.append(_fix("LoRA instead of full fine-tuning", "--method lora", {"method": "lora"}))
     if job.method in LORA_METHODS:
-        out.append(Fix("QLoRA: 4-bit NF4 base weights", "--method qlora", {"method": "qlora", "quant": None},
-                       frozenset({"method"})))
+        out.append(_fix("QLoRA: 4-bit NF4 base weights", "--method qlora", {"method": "qlora", "quant": None}))
     return out + _scale_fixes(job)
 
 
@@ -95,9 +95,9 @@ def _combinations(job: JobSpec, singles: list[Fix]) -> list[Fix]:
     """Each change with plain gradient checkpointing, and with micro-batch 1 plus checkpointing."""
     if job.grad_ckpt and job.micro_batch == 1:
         return []
-    ckpt = Fix("gradient checkpointing", "--grad-ckpt", {"grad_ckpt": True}, frozenset({"grad_ckpt"}))
-    mb1 = Fix("micro-batch 1", f"--micro-batch 1 --grad-accum {job.grad_accum * job.micro_batch}",
-              {"micro_batch": 1, "grad_accum": job.grad_accum * job.micro_batch}, frozenset({"micro_batch"}))
+    ckpt = _fix("gradient checkpointing", "--grad-ckpt", {"grad_ckpt": True})
+    mb1 = _fix("micro-batch 1", f"--micro-batch 1 --grad-accum {job.grad_accum * job.micro_batch}",
+               {"micro_batch": 1, "grad_accum": job.grad_accum * job.micro_batch})
     out = []
     for f in singles:
         if "grad_ckpt" in f.kinds:

@@ -82,12 +82,10 @@ def memory_table(model: Any, *, methods: list[str] | None = None, precisions: li
     mspec = resolve_model_arg(model)
     methods = list(dict.fromkeys(methods or DEFAULT_METHODS))
     precisions = list(dict.fromkeys(precisions or DEFAULT_PRECISIONS))
-    for m in methods:
-        if m not in METHODS:
-            raise InputError("methods", f"unknown method '{m}'", METHODS)
-    for p in precisions:
-        if p not in PRECISIONS:
-            raise InputError("precisions", f"unknown precision '{p}'", PRECISIONS)
+    for name, given, allowed in (("method", methods, METHODS), ("precision", precisions, PRECISIONS)):
+        for v in given:
+            if v not in allowed:
+                raise InputError(f"{name}s", f"unknown {name} '{v}'", allowed)
     seq = int(seq_len or DEFAULT_SEQ_LEN)
     mb = int(micro_batch or DEFAULT_MICRO_BATCH)
     gspecs = [resolve_gpu(g) for g in dict.fromkeys(on or COMMON_GPUS)]

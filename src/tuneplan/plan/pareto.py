@@ -29,22 +29,3 @@ def pareto_mask(time: np.ndarray, cost: np.ndarray) -> np.ndarray:
     out[np.flatnonzero(ok)] = front_u[np.asarray(inverse).reshape(-1)]
     return out
 
-
-def pareto_mask_bruteforce(time: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """The O(n^2) definition, for tests."""
-    t = np.asarray(time, dtype=float)
-    c = np.asarray(cost, dtype=float)
-    n = len(t)
-    out = np.zeros(n, dtype=bool)
-    for i in range(n):
-        if not (np.isfinite(t[i]) and np.isfinite(c[i])):
-            continue
-        dominated = False
-        for j in range(n):
-            if j == i or not (np.isfinite(t[j]) and np.isfinite(c[j])):
-                continue
-            if t[j] <= t[i] and c[j] <= c[i] and (t[j] < t[i] or c[j] < c[i]):
-                dominated = True
-                break
-        out[i] = not dominated
-    return out

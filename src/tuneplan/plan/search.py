@@ -1,23 +1,15 @@
-"""`plan_run(...)` (`tuneplan.plan_run`): search the configurations a user could choose (GPU type x count x nodes x method x
-micro-batch x gradient accumulation x sharding x checkpointing), keep those that fit in memory, cost
-each run, draw the Pareto front of cost versus time, and recommend one under the constraints.
+"""`plan_run(...)` (`tuneplan.plan_run`): search the configurations a user could choose (GPU type x count x
+nodes x method x micro-batch x gradient accumulation x sharding x checkpointing), keep those that fit in
+memory, cost each run, draw the Pareto front of cost versus time, and recommend one under the constraints.
 
-The whole grid goes through the estimator in one vectorised call (`predict_arrays`), and the run
-totals (wall clock, device-hours, cost, energy, CO2) are `tuneplan.physics.run.run_totals`, the
-function `tuneplan.estimate(...)` applies to its one row, so a candidate's figures equal the estimate
-of the same configuration.
+The whole grid goes through the estimator in one vectorised call (`predict_arrays`) and the run totals are
+`tuneplan.physics.run.run_totals`, the function `tuneplan.estimate(...)` applies to its one row, so a
+candidate's figures equal the estimate of the same configuration.
 
-Objectives (`objective=`):
-- `cheapest` (default): the lowest cost that meets the constraints (costs equal to the cent tie,
-  and the faster wins);
-- `fastest`: the shortest wall clock (to the second; ties: cheaper first);
-- `energy`: the fewest kWh (to 10 Wh; ties: cheaper first);
-- `balanced`: the smallest time x cost. Normalising each by its best value does not change which
-  configuration wins, and the winner is on the Pareto front where a 1% saving of time costs at least
-  1% more money (and vice versa): the front's knee in log-log terms.
-
-The runner-up is the best other candidate with a different GPU type, GPU count or method (a
-different micro-batch of the same setup is not an alternative worth naming).
+Objectives (`plan.objectives`): figures equal at the precision people read them tie (a cent, a second,
+10 Wh) and the next key decides; `balanced`, the smallest time x cost, is the front's knee in log-log
+terms (a 1% saving of time costs at least 1% more money). The runner-up is the best other candidate with
+a different GPU type, GPU count or method (another micro-batch of the same setup is no alternative).
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ from __future__ import annotations
 import math
 import time as _time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +38,7 @@ from tuneplan.plan.space import (
 )
 from tuneplan.plan.units import hours, money
 from tuneplan.specs.gpu import GPUSpec, gpu_assumptions, has_known_power
-from tuneplan.specs.job import METHODS, JobSpec, make_job, plan_axes
+from tuneplan.specs.job import METHODS, RL_STAGES, JobSpec, make_job, plan_axes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -299,13 +291,22 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     counts = tuple(sorted(set(int(c) for c in gpu_counts_))) if gpu_counts_ else tuple(
         gpu_counts(int(max_gpus), gpus_per_node))
     if fixed.get("stage", "sft") != "sft":  # preference / RL stages: candidate by candidate (plan/stages.py)
-        from tuneplan.plan.stages import stage_plan_result
+        from tuneplan.plan.stages import stage_table
 
-        return stage_plan_result(
-            mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, stage=fixed["stage"],
+        df, n_evaluated, space_d, more = stage_table(
+            mspec, gpu_specs, method_list, counts, calibration, rate_tab, stage=fixed["stage"],
             work={"examples": examples, "tokens_per_example": tokens_per_example, "epochs": epochs},
             fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
-            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective, t0=t0, notes=notes)
+            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective)
+        rec, ru, why, message, closest = _stage_answer(df, fixed["stage"], objective, deadline_s, budget_usd)
+        pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True) \
+            if len(df) else df
+        return PlanResult(
+            model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
+            pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=[], message=message,
+            closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
+            interval=None, n_evaluated=n_evaluated, seconds=_time.perf_counter() - t0, space=space_d,
+            notes=notes + more)
     space = Space(gpu_counts=counts,
                   micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
                   shardings=tuple(shardings or DEFAULT_SHARDINGS), grad_ckpt=tuple(bool(c) for c in grad_ckpt),
@@ -315,26 +316,14 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     if len(grid) == 0:
         raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
                          f"{space.global_batch}: widen --micro-batches or change --global-batch")
-    ev = _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh)
-    out, totals, rate_row, gb, mfu = ev["out"], ev["totals"], ev["rate_row"], ev["gb"], ev["mfu"]
-    wall, train_s, energy_kwh, cost = (totals[x] for x in ("wall_clock_s", "train_s", "energy_kwh", "cost_usd"))
-    mem, cap, fits = ev["mem"], ev["cap"], ev["fits"]
-    interval_info, t_lo, t_hi = _interval_bounds(interval, calibration, wall, train_s, notes, base.framework)
-
-    # the table of configurations that fit, best first
-    k, priced, meets_deadline, within_budget, eligible = _rank(fits, wall, cost, energy_kwh, objective, deadline_s,
-                                                               budget_usd)
-    gpu_names = np.array([g.name for g in gpu_specs], dtype=object)
-    method_names = np.array(method_list, dtype=object)
-    df, pareto_df = _tables(k, grid, gpu_names, method_names, gb, wall, t_lo, t_hi, cost, rate_row, totals, out,
-                            mfu, mem, cap, fits, meets_deadline, within_budget, eligible, priced)
-
-    rec, ru, why, message, closest = _recommend(df, k, eligible, grid, gpu_names, method_names, mem, cap, fits,
-                                                objective, deadline_s, budget_usd)
-    infeasible = _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced,
-                             meets_deadline, within_budget, deadline_s, budget_usd, objective, space,
-                             price_info, provider)
-    notes += _space_notes(space, objective) + _cached_shapes_note(base, fits, mem, cap)
+    ev = _evaluate(mspec, gpu_specs, method_list, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh)
+    interval_info, t_lo, t_hi = _interval_bounds(interval, calibration, ev["wall"], ev["totals"]["train_s"], notes,
+                                                 base.framework)
+    _rank(ev, objective, deadline_s, budget_usd)  # the table of configurations that fit, best first
+    df, pareto_df = _tables(ev, t_lo, t_hi)
+    rec, ru, why, message, closest = _recommend(df, ev, objective, deadline_s, budget_usd)
+    infeasible = _infeasible(ev, deadline_s, budget_usd, objective, space, provider)
+    notes += _space_notes(space, objective) + _cached_shapes_note(base, ev)
     return PlanResult(
         model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
         pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
@@ -344,9 +333,9 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     )
 
 
-def _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh) -> dict[str, Any]:
+def _evaluate(mspec, gpu_specs, method_list, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh) -> dict[str, Any]:
     """The whole grid through one estimator call, and its run totals (vectorised: the same function
-    `estimate` applies to its one row)."""
+    `estimate` applies to its one row); the figures the ranking, the tables and the messages read."""
     from tuneplan.estimators.base import get_estimator
 
     est = get_estimator("tuneplan", calibration)
@@ -356,7 +345,10 @@ def _evaluate(mspec, gpu_specs, jobs, grid, wl, calibration, rate_tab, grid_gco2
     totals = run_totals(jobs[0], wl, a, out, rate_row, grid_gco2_kwh, est.constants)
     step_s = np.asarray(out["step_s"], dtype=float)
     peak = np.asarray(a["peak_flops"], dtype=float)
-    return {"out": out, "totals": totals, "rate_row": rate_row, "gb": grid.micro_batch * grid.grad_accum * grid.dp,
+    return {"grid": grid, "gpu_names": np.array([g.name for g in gpu_specs], dtype=object),
+            "method_names": np.array(method_list, dtype=object), "out": out, "totals": totals,
+            "wall": totals["wall_clock_s"], "cost": totals["cost_usd"], "rate_row": rate_row,
+            "gb": grid.micro_batch * grid.grad_accum * grid.dp,
             "mfu": np.asarray(out["model_flops_per_step"], dtype=float) / (step_s * grid.gpus.astype(float) * peak),
             "mem": np.asarray(out["memory_gib"], dtype=float),
             "cap": np.asarray(a["memory_bytes"], dtype=float) / 1024.0**3,
@@ -400,10 +392,11 @@ def _base_jobs(method_list: list[str], fixed: dict, examples, tokens_per_example
     return jobs, model_par, multiple
 
 
-def _rank(fits, wall, cost, energy_kwh, objective: str, deadline_s, budget_usd) -> tuple:
-    """(rows that fit, best first; priced, meets_deadline, within_budget, eligible masks). Figures
-    equal at the precision people read them (a cent, a second, 10 Wh) tie, and the next key decides;
-    rows meeting the constraints come first."""
+def _rank(ev: dict, objective: str, deadline_s, budget_usd) -> None:
+    """Adds to `ev` `k` (rows that fit, best first) and the masks priced, meets_deadline, within_budget and
+    eligible. Figures equal at the precision people read them (a cent, a second, 10 Wh) tie, and the next
+    key decides; rows meeting the constraints come first."""
+    fits, wall, cost, energy_kwh = ev["fits"], ev["wall"], ev["cost"], ev["totals"]["energy_kwh"]
     keep = np.flatnonzero(fits)
     meets_deadline = np.ones(len(wall), dtype=bool) if deadline_s is None else wall <= deadline_s
     priced = np.isfinite(cost)
@@ -415,12 +408,12 @@ def _rank(fits, wall, cost, energy_kwh, objective: str, deadline_s, budget_usd) 
             "energy": (np.round(energy_kwh, 2), cost_key, wall),
             "balanced": (np.where(priced, wall * cost_key, np.inf), wall, cost_key)}[objective]
     k = keep[np.lexsort(tuple(x[keep] for x in reversed(keys)) + (~eligible[keep],))]
-    return k, priced, meets_deadline, within_budget, eligible
+    ev.update(k=k, priced=priced, meets_deadline=meets_deadline, within_budget=within_budget, eligible=eligible)
 
 
-def _cached_shapes_note(base, fits, mem, cap) -> list[str]:
+def _cached_shapes_note(base, ev: dict) -> list[str]:
     """Why a candidate that fits can show more GiB/GPU than the GPU has (batches of varying length)."""
-    if not (base.variable_shapes() and bool(np.any(fits & (np.asarray(mem) > np.asarray(cap))))):
+    if not (base.variable_shapes() and bool(np.any(ev["fits"] & (ev["mem"] > ev["cap"])))):
         return []
     return ["GiB/GPU is the nvidia-smi peak, blocks cached for other batch shapes included (each batch padded "
             "to its longest example): torch frees those before it runs out, so a candidate whose column exceeds "
@@ -438,11 +431,8 @@ def _space_notes(space: Space, objective: str) -> list[str]:
 
 
 def _space_dict(space: Space) -> dict[str, Any]:
-    return {"gpu_counts": list(space.gpu_counts), "micro_batches": list(space.micro_batches),
-            "shardings": list(space.shardings), "grad_ckpt": list(space.grad_ckpt),
-            "global_batch": space.global_batch,
-            "grad_accums": list(space.grad_accums) if space.grad_accums else None,
-            "gpus_per_node": space.gpus_per_node}
+    """The axes searched, JSON-ready (the global-batch tolerance is the planner's, not the question's)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(space).items() if k != "tolerance"}
 
 
 PIN_AS = {"micro_batches": int, "grad_accums": int, "grad_ckpt": bool}
@@ -453,17 +443,11 @@ def _pin_axes(fixed_job_fields: dict, methods, micro_batches, grad_accums, shard
               grid_gco2_kwh) -> tuple:
     """A single value for an axis pins it; grid fields given as fixed job fields do too. Returns the
     axes, the rate and grid intensity, and the job fields left fixed for every candidate."""
-    if isinstance(grad_ckpt, bool):
-        grad_ckpt = (grad_ckpt,)
-    if isinstance(micro_batches, int):
-        micro_batches = [micro_batches]
-    if isinstance(grad_accums, int):
-        grad_accums = [grad_accums]
-    if isinstance(shardings, str):
-        shardings = _as_list(shardings)
     fixed = {k: v for k, v in fixed_job_fields.items() if v is not None}
-    axes = {"methods": methods, "micro_batches": micro_batches, "grad_accums": grad_accums, "shardings": shardings,
-            "grad_ckpt": grad_ckpt}
+    axes = {"methods": methods, "micro_batches": [micro_batches] if isinstance(micro_batches, int) else micro_batches,
+            "grad_accums": [grad_accums] if isinstance(grad_accums, int) else grad_accums,
+            "shardings": _as_list(shardings) if isinstance(shardings, str) else shardings,
+            "grad_ckpt": (grad_ckpt,) if isinstance(grad_ckpt, bool) else grad_ckpt}
     for name, axis in plan_axes().items():  # JobSpec's options declared with axis=...
         if name not in fixed:
             continue
@@ -488,6 +472,8 @@ def _pin_axes(fixed_job_fields: dict, methods, micro_batches, grad_accums, shard
 def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
                  notes: list[str]) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
     """$/GPU-hour per GPU type (NaN: no price) and where each came from; old prices said in `notes`."""
+    from tuneplan.specs.prices import price_for, stale_price_warning
+
     rate_tab = np.full(len(gpu_specs), np.nan)
     price_info: dict[str, dict[str, Any]] = {}
     for i, g in enumerate(gpu_specs):
@@ -495,21 +481,17 @@ def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
             rate_tab[i] = float(rate)
             price_info[g.name] = {"usd_per_gpu_hour": float(rate), "source": "--rate"}
             continue
-        from tuneplan.specs.prices import price_for
-
         p = price_for(g.name, provider=provider, path=prices)
         if p is None:
             where = f" from {provider}" if provider else ""
             price_info[g.name] = {"usd_per_gpu_hour": None, "source": f"no price{where} in the price file"}
-        else:
-            rate_tab[i] = p.usd_per_gpu_hour
-            price_info[g.name] = {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.describe(),
-                                  "provider": p.provider, "date_seen": p.date_seen}
-            from tuneplan.specs.prices import stale_price_warning
-
-            old = stale_price_warning(p)
-            if old:
-                notes.append(old[0].upper() + old[1:] + ".")
+            continue
+        rate_tab[i] = p.usd_per_gpu_hour
+        price_info[g.name] = {"usd_per_gpu_hour": p.usd_per_gpu_hour, "source": p.describe(),
+                              "provider": p.provider, "date_seen": p.date_seen}
+        old = stale_price_warning(p)
+        if old:
+            notes.append(old[0].upper() + old[1:] + ".")
     return rate_tab, price_info
 
 
@@ -537,11 +519,12 @@ def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarra
     return interval_info, t_lo, t_hi
 
 
-def _tables(k, grid, gpu_names, method_names, gb, wall, t_lo, t_hi, cost, rate_row, totals, out, mfu, mem, cap,
-            fits, meets_deadline, within_budget, eligible, priced) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _tables(ev: dict, t_lo, t_hi) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The candidates table (rows `k`, best first) and its cost-time Pareto front (fastest first)."""
     import pandas as pd
 
+    k, grid, gpu_names, method_names, wall, cost, out, totals = (ev[x] for x in (
+        "k", "grid", "gpu_names", "method_names", "wall", "cost", "out", "totals"))
     step_s = np.asarray(out["step_s"], dtype=float)
     tokens_step = np.asarray(out["tokens_per_step"], dtype=float)
     device_hours, energy_kwh, co2_kg, steps = (totals[x] for x in ("device_hours", "energy_kwh", "co2_kg", "steps"))
@@ -553,7 +536,7 @@ def _tables(k, grid, gpu_names, method_names, gb, wall, t_lo, t_hi, cost, rate_r
         "method": method_names[grid.method_idx[k]],
         "micro_batch": grid.micro_batch[k],
         "grad_accum": grid.grad_accum[k],
-        "global_batch": gb[k].astype(np.int64),
+        "global_batch": ev["gb"][k].astype(np.int64),
         "sharding": shard_names[grid.sharding_idx[k]],
         "grad_ckpt": grid.grad_ckpt[k].astype(bool),
         "time_s": wall[k],
@@ -563,32 +546,31 @@ def _tables(k, grid, gpu_names, method_names, gb, wall, t_lo, t_hi, cost, rate_r
         "cost_usd": cost[k],
         "cost_low_usd": cost[k] * t_lo[k] / wall[k],
         "cost_high_usd": cost[k] * t_hi[k] / wall[k],
-        "rate_usd_per_gpu_hour": rate_row[k],
+        "rate_usd_per_gpu_hour": ev["rate_row"][k],
         "device_hours": device_hours[k],
         "energy_kwh": energy_kwh[k],
         "co2_kg": co2_kg[k],
         "tokens_per_s": tokens_step[k] / step_s[k],
         "step_s": step_s[k],
         "steps": steps[k].astype(np.int64),
-        "mfu": mfu[k],
-        "memory_per_gpu_gib": mem[k],
-        "memory_capacity_gib": cap[k],
-        "fits": fits[k],
-        "meets_deadline": meets_deadline[k],
-        "within_budget": within_budget[k],
-        "eligible": eligible[k],
+        "mfu": ev["mfu"][k],
+        "memory_per_gpu_gib": ev["mem"][k],
+        "memory_capacity_gib": ev["cap"][k],
+        "fits": ev["fits"][k],
+        "meets_deadline": ev["meets_deadline"][k],
+        "within_budget": ev["within_budget"][k],
+        "eligible": ev["eligible"][k],
     }
-    front = pareto_mask(wall[k], cost[k]) if priced[k].any() else (wall[k] == wall[k].min() if len(k) else
-                                                                   np.zeros(0, bool))
-    cols["pareto"] = front
+    cols["pareto"] = pareto_mask(wall[k], cost[k]) if ev["priced"][k].any() else (
+        wall[k] == wall[k].min() if len(k) else np.zeros(0, bool))
     df = pd.DataFrame(cols)
     return df, df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True)
 
 
-def _recommend(df, k, eligible, grid, gpu_names, method_names, mem, cap, fits, objective, deadline_s,
-               budget_usd) -> tuple:
+def _recommend(df, ev: dict, objective, deadline_s, budget_usd) -> tuple:
     """(recommended, runner-up, why, message, closest): the best eligible row and the best other GPU
     type, count or method; or which constraint rules everything out."""
+    k, eligible, grid = ev["k"], ev["eligible"], ev["grid"]
     rec = ru = None
     why = message = ""
     closest = None
@@ -605,9 +587,25 @@ def _recommend(df, k, eligible, grid, gpu_names, method_names, mem, cap, fits, o
             ru = _row(df, 1)
         why = _why(objective, rec, ru, deadline_s, budget_usd)
     else:
-        message, closest = _no_plan(df, grid, gpu_names, method_names, mem, cap, fits, deadline_s, budget_usd,
-                                    objective)
+        message, closest = _no_plan(df, ev, deadline_s, budget_usd, objective)
     return rec, ru, why, message, closest
+
+
+def _stage_answer(df: pd.DataFrame, stage: str, objective: str, deadline_s, budget_usd) -> tuple:
+    """(recommended, runner-up, why, message, closest) of a stage plan's table: the runner-up differs in GPU
+    type, count, method or rollout split; RL adds why its placement wins."""
+    from tuneplan.plan.stages import placement_why
+
+    if not len(df) or not bool(df["eligible"].iloc[0]):
+        return None, None, "", ("no candidate fits in memory" if not len(df) else "no candidate meets the deadline "
+                                "and budget; the closest is listed first"), _row(df, 0) if len(df) else None
+    rec = _row(df, 0)
+    other = df["eligible"] & ((df["gpu"] != rec["gpu"]) | (df["gpus"] != rec["gpus"])
+                              | (df["method"] != rec["method"]) | (df["rollout_gpus"] != rec["rollout_gpus"]))
+    idx = np.flatnonzero(other.to_numpy())
+    ru = _row(df, int(idx[0])) if len(idx) else None
+    why = _why(objective, rec, ru, deadline_s, budget_usd) + (placement_why(df, rec) if stage in RL_STAGES else "")
+    return rec, ru, why, "", None
 
 
 def _row(df: pd.DataFrame, i: int) -> dict[str, Any]:
@@ -631,30 +629,20 @@ def _why(objective: str, rec: dict, ru: dict | None, deadline_s: float | None, b
     if ru is None:
         return s + "; no other GPU type, count or method qualifies."
 
-    def cost_part() -> tuple[str, int]:
-        a, b = rec["cost_usd"], ru["cost_usd"]
-        if a is None or b is None:
+    def compare(key: str, tie: float, same: str, amount, more: str, less: str) -> tuple[str, int]:
+        if rec[key] is None or ru[key] is None:
             return "not comparable in cost (no price)", 0
-        d = b - a
-        if abs(d) < 0.005:
-            return "the same cost", 0
-        return (f"{money(d)} more", 1) if d > 0 else (f"{money(-d)} cheaper", -1)
+        d = ru[key] - rec[key]
+        if abs(d) < tie:
+            return same, 0
+        return (f"{amount(d)} {more}", 1) if d > 0 else (f"{amount(-d)} {less}", -1)
 
-    def time_part() -> tuple[str, int]:
-        d = ru["time_s"] - rec["time_s"]
-        if abs(d) < 1.0:
-            return "as fast", 0
-        return (f"{hours(d)} slower", 1) if d > 0 else (f"{hours(-d)} faster", -1)
-
-    def energy_part() -> tuple[str, int]:
-        d = ru["energy_kwh"] - rec["energy_kwh"]
-        if abs(d) < 0.05:
-            return "the same energy", 0
-        return (f"{d:.1f} kWh more", 1) if d > 0 else (f"{-d:.1f} kWh less", -1)
-
-    order = {"cheapest": (cost_part, time_part), "fastest": (time_part, cost_part),
-             "energy": (energy_part, cost_part, time_part), "balanced": (cost_part, time_part)}[objective]
-    parts = [f() for f in order]
+    cost = ("cost_usd", 0.005, "the same cost", money, "more", "cheaper")
+    time = ("time_s", 1.0, "as fast", hours, "slower", "faster")
+    energy = ("energy_kwh", 0.05, "the same energy", lambda v: f"{v:.1f} kWh", "more", "less")
+    order = {"cheapest": (cost, time), "fastest": (time, cost), "energy": (energy, cost, time),
+             "balanced": (cost, time)}[objective]
+    parts = [compare(*c) for c in order]
     text = parts[0][0]
     for p, sign in parts[1:]:
         text += (" but " if sign < 0 else " and ") + p
@@ -662,10 +650,10 @@ def _why(objective: str, rec: dict, ru: dict | None, deadline_s: float | None, b
     return s + f"; the runner-up, {ru_text}, is {text}."
 
 
-def _no_plan(df: pd.DataFrame, grid, gpu_names, method_names, mem, cap, fits, deadline_s, budget_usd,
-             objective) -> tuple[str, dict | None]:
+def _no_plan(df: pd.DataFrame, ev: dict, deadline_s, budget_usd, objective) -> tuple[str, dict | None]:
     """Which constraint rules everything out, and the closest configuration."""
-    if not fits.any():
+    grid, gpu_names, method_names, mem, cap = (ev[x] for x in ("grid", "gpu_names", "method_names", "mem", "cap"))
+    if not ev["fits"].any():
         i = int(np.argmin(mem / cap))
         closest = {"gpu": gpu_names[grid.gpu_idx[i]], "gpus": int(grid.gpus[i]),
                    "method": method_names[grid.method_idx[i]], "micro_batch": int(grid.micro_batch[i]),
@@ -693,14 +681,13 @@ def _no_plan(df: pd.DataFrame, grid, gpu_names, method_names, mem, cap, fits, de
     dl_fail = deadline_s is not None and not (t <= deadline_s).any()
     bu_fail = budget_usd is not None and not (np.isfinite(c) & (c <= budget_usd)).any()
     f_txt = f"{describe(fastest)} at {hours(fastest['time_s'])} ({money(fastest['cost_usd'])})"
+    c_txt = cheapest and f"{describe(cheapest)} at {money(cheapest['cost_usd'])} ({hours(cheapest['time_s'])})"
     if dl_fail and bu_fail:
-        c_txt = f"{describe(cheapest)} at {money(cheapest['cost_usd'])} ({hours(cheapest['time_s'])})"
         return (f"no configuration meets the {hours(deadline_s)} deadline or the {money(budget_usd)} budget: "
                 f"the fastest is {f_txt}; the cheapest is {c_txt}", fastest)
     if dl_fail:
         return f"no configuration meets the {hours(deadline_s)} deadline: the fastest is {f_txt}", fastest
     if bu_fail:
-        c_txt = f"{describe(cheapest)} at {money(cheapest['cost_usd'])} ({hours(cheapest['time_s'])})"
         return f"no configuration is within the {money(budget_usd)} budget: the cheapest is {c_txt}", cheapest
     # each constraint can be met, but not both at once: the least relative violation
     viol = np.maximum(t / deadline_s, np.where(np.isfinite(c), c, np.inf) / budget_usd)
@@ -709,10 +696,12 @@ def _no_plan(df: pd.DataFrame, grid, gpu_names, method_names, mem, cap, fits, de
             f"the closest is {describe(best)} at {hours(best['time_s'])} and {money(best['cost_usd'])}", best)
 
 
-def _infeasible(grid, gpu_names, method_names, mem, cap, fits, wall, cost, eligible, priced, meets_deadline,
-                within_budget, deadline_s, budget_usd, objective, space: Space, price_info, provider
-                ) -> list[dict[str, Any]]:
+def _infeasible(ev: dict, deadline_s, budget_usd, objective, space: Space, provider) -> list[dict[str, Any]]:
     """One entry per (GPU type, method) asked for with no candidate meeting every constraint."""
+    grid, gpu_names, method_names, mem, cap, fits, wall, cost = (ev[x] for x in (
+        "grid", "gpu_names", "method_names", "mem", "cap", "fits", "wall", "cost"))
+    eligible, priced, meets_deadline, within_budget = (ev[x] for x in (
+        "eligible", "priced", "meets_deadline", "within_budget"))
     n_m = len(method_names)
     n_pairs = len(gpu_names) * n_m
     pair = grid.gpu_idx.astype(np.int64) * n_m + grid.method_idx

@@ -178,21 +178,14 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
             a[key] = table[index]
 
     # model terms per (method, checkpointing)
-    terms = []
-    for job in jobs:
-        for ck in (False, True):
-            terms.append(model_terms(model, job.updated(grad_ckpt=ck), constants).__dict__)
+    terms = [model_terms(model, job.updated(grad_ckpt=ck), constants).__dict__ for job in jobs for ck in (False, True)]
     mk = grid.method_idx * 2 + grid.grad_ckpt
     for key in terms[0]:
         put(key, np.array([float(t[key]) for t in terms]), mk)
     # GPU figures per (GPU type, precision of the method)
-    prec = [j.precision for j in jobs]
-    g_rows = []
-    for g in gpus:
-        for j, p in enumerate(prec):
-            # the stack's numbers (precision recipe, framework kernels; the grid's axis decides checkpointing)
-            g_rows.append({**gpu_arrays(g, p, constants),
-                           **stack_numbers(model, g, jobs[j], seq_len, with_ckpt=False)})
+    # with the stack's numbers (precision recipe, framework kernels; the grid's axis decides checkpointing)
+    g_rows = [{**gpu_arrays(g, j.precision, constants), **stack_numbers(model, g, j, seq_len, with_ckpt=False)}
+              for g in gpus for j in jobs]
     gk = grid.gpu_idx * len(jobs) + grid.method_idx
     for key in g_rows[0]:
         put(key, np.array([float(r[key]) for r in g_rows]), gk)
@@ -204,8 +197,9 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     a["seq_len"] = np.float64(seq_len + terms[0].get("image_tokens", 0.0)) + a["virtual_tokens"]
     a["gpus"] = grid.gpus.astype(float)
     a["nodes"] = grid.nodes.astype(float)
-    for k in ("tp", "pp", "cp", "ep"):
-        a[k] = np.broadcast_to(np.float64(getattr(base, k)), (n,))
+    same = {"tp": base.tp, "pp": base.pp, "cp": base.cp, "ep": base.ep, "flash_attn": base.flash_attn,
+            "variable_shapes": base.variable_shapes(), "adapter_fp32": base.adapter_dtype == "fp32"}
+    a.update({k: np.broadcast_to(np.float64(v), (n,)) for k, v in same.items()})  # the same for every row
     a["dp"] = grid.dp.astype(float)
     a["sharding"] = grid.sharding_code
     a["grad_ckpt"] = grid.grad_ckpt.astype(float)
@@ -215,9 +209,6 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
                        for job in jobs])
     a["fp32_master"] = master[grid.method_idx, grid.sharding_idx]
     a["fsdp"] = np.array([1.0 if s.startswith("fsdp") else 0.0 for s in labels])[grid.sharding_idx]
-    a["flash_attn"] = np.broadcast_to(np.float64(1.0 if base.flash_attn else 0.0), (n,))
-    a["variable_shapes"] = np.broadcast_to(np.float64(1.0 if base.variable_shapes() else 0.0), (n,))
-    a["adapter_fp32"] = np.broadcast_to(np.float64(1.0 if base.adapter_dtype == "fp32" else 0.0), (n,))
     # names, as the per-row estimators' residual models expect them
     a["_model_names"] = np.broadcast_to(np.array(model.name, dtype=object), (n,))
     a["_gpu_names"] = np.array([g.name for g in gpus], dtype=object)[grid.gpu_idx]

@@ -7,6 +7,7 @@ gives, without the interval); the grid is smaller than the SFT planner's, candid
 
 from __future__ import annotations
 
+import itertools
 import math
 import time as _time
 from typing import Any
@@ -72,57 +73,51 @@ def placement_why(df, rec: dict) -> str:
 
 
 def _candidate(est, mspec, g, job, c, rate: float | None) -> dict[str, Any]:
+    from tuneplan.estimators.stage_run import TRAIN_GROUPS, first_value
     from tuneplan.estimators.stages import run_stage, stage_run_totals
     from tuneplan.physics.run import workload
 
     wl = workload(job)
     run = run_stage(est, mspec, g, job, wl.seq_len, wl.samples_per_epoch, search_max_mb=False)
     out = run.out
-    step = float(np.asarray(out["step_s"]).reshape(-1)[0])
+    step = first_value(out["step_s"])
     tj = run.totals_job
     totals, _ = stage_run_totals(run, wl, rate, c)
-    mem = float(np.asarray(out["memory_gib"]).reshape(-1)[0])
     return {"gpu": g.name, "gpus": job.gpus, "nodes": job.nodes, "method": job.method,
             "micro_batch": job.micro_batch, "grad_accum": tj.grad_accum, "global_batch": run.samples_per_step,
             "sharding": job.sharding, "grad_ckpt": job.grad_ckpt, "stage": job.stage,
             "rollout_engine": job.rollout_engine, "rollout_gpus": job.rollout_gpus,
             "rollout_tp": run.extra.get("stage", {}).get("rollout_tp"), "rollout_sleep": job.rollout_sleep,
-            "generation_s": sum(float(np.asarray(out[k]).reshape(-1)[0]) for k in (
-                "rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s", "rollout_weight_sync_s") if k in out),
+            "generation_s": sum(first_value(out[k]) for k in TRAIN_GROUPS["generation"] if k in out),
             "time_s": totals.wall_clock_s, "time_h": totals.wall_clock_s / 3600.0,
             "cost_usd": np.nan if totals.cost_usd is None else totals.cost_usd,
             "rate_usd_per_gpu_hour": np.nan if rate is None else rate, "device_hours": totals.device_hours,
             "energy_kwh": totals.energy_kwh, "co2_kg": totals.co2_kg, "step_s": step, "steps": totals.steps,
-            "tokens_per_s": float(np.asarray(out["tokens_per_step"]).reshape(-1)[0]) / step,
-            "memory_per_gpu_gib": mem, "memory_capacity_gib": g.memory_gib,
-            "fits": bool(np.asarray(out["fits"]).reshape(-1)[0])}
+            "tokens_per_s": first_value(out["tokens_per_step"]) / step,
+            "memory_per_gpu_gib": first_value(out["memory_gib"]), "memory_capacity_gib": g.memory_gib,
+            "fits": bool(first_value(out["fits"]))}
 
 
 def _jobs(stage: str, methods, counts, micro_batches, grad_ckpts, fixed: dict, work: dict):
     """Every valid job of the stage grid (invalid combinations are skipped)."""
-    for m in methods:
-        for n in counts:
-            shardings = [fixed["sharding"]] if "sharding" in fixed else (
-                ["ddp"] if n == 1 or m != "full" else ["ddp", "zero3"])
-            for eng, r, (tp, zz) in [(e, k, lay) for e, k in rollout_options(stage, n)
-                                     for lay in engine_layouts(e, n, k)]:
-                for mb in micro_batches:
-                    for sh in shardings:
-                        for gc in grad_ckpts:
-                            kw = {**fixed, **work, "method": m, "gpus": n, "micro_batch": mb, "sharding": sh,
-                                  "grad_ckpt": gc, "rollout_engine": eng, "rollout_gpus": r,
-                                  **({"rollout_tp": tp} if tp else {}), **({"rollout_sleep": True} if zz else {})}
-                            dp = (n - r) // int(kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1) or 1)
-                            if stage in RL_STAGES:
-                                kw.setdefault("prompts_per_step", None)
-                                if kw["prompts_per_step"] is None:
-                                    kw["grad_accum"] = max(1, math.ceil(STAGE_GLOBAL_BATCH / max(mb * dp, 1)))
-                            else:
-                                kw.setdefault("grad_accum", max(1, math.ceil(STAGE_GLOBAL_BATCH / max(mb * dp, 1))))
-                            try:
-                                yield make_job(**kw)
-                            except InputError:
-                                continue
+    for m, n in itertools.product(methods, counts):
+        shardings = [fixed["sharding"]] if "sharding" in fixed else (
+            ["ddp"] if n == 1 or m != "full" else ["ddp", "zero3"])
+        layouts = [(e, k, *lay) for e, k in rollout_options(stage, n) for lay in engine_layouts(e, n, k)]
+        for (eng, r, tp, sleep), mb, sh, gc in itertools.product(layouts, micro_batches, shardings, grad_ckpts):
+            kw = {**fixed, **work, "method": m, "gpus": n, "micro_batch": mb, "sharding": sh, "grad_ckpt": gc,
+                  "rollout_engine": eng, "rollout_gpus": r, **({"rollout_tp": tp} if tp else {}),
+                  **({"rollout_sleep": True} if sleep else {})}
+            dp = (n - r) // int(kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1) or 1)
+            grad_accum = max(1, math.ceil(STAGE_GLOBAL_BATCH / max(mb * dp, 1)))
+            if stage not in RL_STAGES:
+                kw.setdefault("grad_accum", grad_accum)
+            elif kw.setdefault("prompts_per_step", None) is None:
+                kw["grad_accum"] = grad_accum
+            try:
+                yield make_job(**kw)
+            except InputError:
+                continue
 
 
 def plan_stage(mspec, gpu_specs, method_list, counts, est, c, rates: dict[str, float | None], *, stage: str,
@@ -170,43 +165,21 @@ def rank(df, objective: str, deadline_s, budget_usd):
     return df
 
 
-def stage_plan_result(mspec, gpu_specs, method_list, counts, calibration, rate_tab, price_info, wl, *, stage,
-                      work, fixed, micro_batches, grad_ckpts, deadline_s, budget_usd, objective, t0, notes):
-    """The PlanResult of a stage plan (see `plan_stage`)."""
+def stage_table(mspec, gpu_specs, method_list, counts, calibration, rate_tab, *, stage, work, fixed, micro_batches,
+                grad_ckpts, deadline_s, budget_usd, objective):
+    """A stage plan's candidates, ranked (`plan_stage`, `rank`), how many were estimated, its space and its notes."""
     import pandas as pd
 
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.plan.search import PlanResult, _row, _why
 
     est = get_estimator("tuneplan", calibration)
     rates = {g.name: (None if math.isnan(r) else float(r)) for g, r in zip(gpu_specs, rate_tab, strict=True)}
-    rows, more = plan_stage(mspec, gpu_specs, method_list, counts, est, est.constants, rates, stage=stage,
-                            work=work, fixed=fixed, micro_batches=micro_batches, grad_ckpts=grad_ckpts,
-                            deadline_s=deadline_s, budget_usd=budget_usd, objective=objective)
+    rows, notes = plan_stage(mspec, gpu_specs, method_list, counts, est, est.constants, rates, stage=stage,
+                             work=work, fixed=fixed, micro_batches=micro_batches, grad_ckpts=grad_ckpts,
+                             deadline_s=deadline_s, budget_usd=budget_usd, objective=objective)
     df = rank(pd.DataFrame(rows), objective, deadline_s, budget_usd) if rows else pd.DataFrame(rows)
-    rec = ru = None
-    why = message = ""
-    if len(df) and bool(df["eligible"].iloc[0]):
-        rec = _row(df, 0)
-        other = df["eligible"] & ((df["gpu"] != rec["gpu"]) | (df["gpus"] != rec["gpus"])
-                                  | (df["method"] != rec["method"]) | (df["rollout_gpus"] != rec["rollout_gpus"]))
-        idx = np.flatnonzero(other.to_numpy())
-        ru = _row(df, int(idx[0])) if len(idx) else None
-        why = _why(objective, rec, ru, deadline_s, budget_usd) + (placement_why(df, rec) if stage in RL_STAGES else "")
-    else:
-        message = ("no candidate fits in memory" if not len(df) else
-                   "no candidate meets the deadline and budget; the closest is listed first")
-    pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True) \
-        if len(df) else df
-    return PlanResult(
-        model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
-        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=[], message=message,
-        closest=None if rec or not len(df) else _row(df, 0), workload=wl, gpus=[g.name for g in gpu_specs],
-        methods=list(method_list), prices=price_info, interval=None, n_evaluated=len(rows),
-        seconds=_time.perf_counter() - t0,
-        space={"gpu_counts": list(counts), "micro_batches": list(micro_batches or STAGE_MICRO_BATCHES),
-               "shardings": [fixed["sharding"]] if "sharding" in fixed else ["ddp", "zero3"],
-               "grad_ckpt": list(grad_ckpts), "global_batch": STAGE_GLOBAL_BATCH, "grad_accums": None,
-               "gpus_per_node": 8, "stage": stage},
-        notes=notes + more,
-    )
+    space = {"gpu_counts": list(counts), "micro_batches": list(micro_batches or STAGE_MICRO_BATCHES),
+             "shardings": [fixed["sharding"]] if "sharding" in fixed else ["ddp", "zero3"],
+             "grad_ckpt": list(grad_ckpts), "global_batch": STAGE_GLOBAL_BATCH, "grad_accums": None,
+             "gpus_per_node": 8, "stage": stage}
+    return df, len(rows), space, notes
