@@ -36,6 +36,10 @@ def predict_configs_arrays(a: dict[str, np.ndarray], estimator, with_max_batch: 
         "reserved_gib": np.asarray(out["reserved_gib"], dtype=float),
         "nvidia_smi_gib": np.asarray(out["nvidia_smi_gib"], dtype=float),
         "fits": np.asarray(out["fits"], dtype=bool),
+        "capacity_gib": np.broadcast_to(np.asarray(out.get("capacity_gib", np.nan), dtype=float), step.shape),
+        # communication's share of the step (learn.intervals.comm_share: a communication-bound step)
+        "comm_share": (np.asarray(out.get("communication_s", 0.0), dtype=float)
+                       + np.asarray(out.get("tensor_parallel_s", 0.0), dtype=float)) / step,
     }
     if with_max_batch and mb_source is not None:
         res["max_micro_batch"] = np.asarray(mb_source.max_micro_batch(a), dtype=int)
