@@ -37,7 +37,8 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
     """Held-out residuals for intervals: each row predicted by the learner fitted without the row's
     whole source (a user's own runs are a source the calibration never saw); random folds when the
     rows come from fewer than 3 sources. With `fitted` (the learner fitted on all rows), the inner
-    fits reuse its residual shares and a smaller least-squares budget."""
+    fits reuse its residual shares and a smaller least-squares budget; `throughput_only`: the inner fits
+    leave the memory constants at their priors (memory residuals are still those of every held-out row)."""
     from tuneplan.learn.learners import NotEnoughData, fit_learner
 
     n = len(ts)
@@ -52,21 +53,21 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
     thr_unseen: dict[str, list[float]] = {}
     rows_t: list[tuple] = []  # (log-ratio, interval_flags keys, source) of each held-out row
     rows_m: list[tuple] = []
-    if throughput_only and learner_name == "tuneplan":
-        ts = ts.subset(ts.has_throughput)
-        sources = sorted(set(ts.source.tolist()))
-        keys = (np.array([sources.index(s) for s in ts.source]) if len(sources) >= 3
-                else np.random.default_rng(seed).permutation(len(ts)) % folds)
+    shared = None  # throughput only: the one fit of every fold whose held-out source has no throughput row
     for k in sorted(set(keys.tolist())):
         train, test = ts.subset(keys != k), ts.subset(keys == k)
+        reuse = throughput_only and len(sources) >= 3 and not test.has_throughput.any()
         try:
-            if learner_name == "tuneplan" and fitted is not None:
+            if reuse and shared is not None:  # a fit of throughput alone is the same without such a source
+                est = shared
+            elif learner_name == "tuneplan" and fitted is not None:
                 est = fit_learner("tuneplan", train, max_nfev=40, shrink=fitted.shrinks(), memory=not throughput_only,
                                   pull=fitted.thr_pull_)
             else:
                 est = fit_learner(learner_name, train)
         except NotEnoughData:
             continue
+        shared = est if reuse else shared
         r = _estimator_log_ratios(est, test)
         thr.setdefault(str(k), []).extend(r["throughput"].tolist())
         if len(sources) >= 3:  # each held-out row's contributions to the width, against the fold's training rows
