@@ -1,6 +1,8 @@
 """Nested by-source validation of the tuneplan learner, with 0, 3 and 5 runs of each held-out source
 revealed (the few-runs loop), in one pass: per source, throughput MdAPE of the calibrated learner
-against the uncalibrated physics, peak-memory MdAPE, and the 80% interval's coverage (per source, then by GPU family, scale, stage and MoE).
+against the uncalibrated physics, peak-memory MdAPE, and the 80% interval's coverage (per source, with
+the widening a source of 10+ rows needs for 65% of its rows inside; then by GPU family, scale, stage
+and MoE), and the fit probability's reliability table.
 
 Every choice the learner makes is made inside its fit on the other sources; the revealed runs only
 adapt it (`tuneplan.learn.adapt`). The figures of docs/learning.md come from this script:
