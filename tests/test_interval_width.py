@@ -133,3 +133,11 @@ def test_validate_plot_draws_the_reliability_curve_beside_the_parity_panels(tmp_
         parity._reliability_panel = saved
     assert (tmp_path / "p.png").stat().st_size > 0
     assert drawn["lines"][1] == [[0.05, 0.25], [0.97, 0.95]]  # after the diagonal: the curve, bin by bin
+
+
+def test_what_the_caller_said_not_the_framework_defaults_decides_what_was_filled_in():
+    from tuneplan.specs.job import make_job
+
+    # make_job adds the framework's defaults (framework, padding, its recipes' checkpointing) to `given`
+    assert filled_in(make_job()) == {"framework", "grad_ckpt", "packing", "precision", "batch"}
+    assert filled_in(make_job(framework="trl", packing=True, micro_batch=2)) == {"grad_ckpt", "precision"}

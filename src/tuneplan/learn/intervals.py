@@ -191,7 +191,8 @@ def filled_in(job=None, defaults_used=()) -> set[str]:
     """FILLED keys not said: by an estimate's job (no field of the key given), or by a measured row's
     defaults_used texts ('grad_ckpt=0 (...)')."""
     if job is not None:
-        return {k for k, _, fields, _ in FILLED if not set(fields) & set(job.given)}
+        said = set(getattr(job, "stated", job.given))  # make_job's jobs: what the caller said
+        return {k for k, _, fields, _ in FILLED if not set(fields) & said}
     cols = {str(t).split("=", 1)[0].strip() for t in defaults_used}
     return {k for k, _, _, columns in FILLED if set(columns) & cols}
 
