@@ -197,10 +197,13 @@ def filled_in(job=None, defaults_used=()) -> set[str]:
     return {k for k, _, _, columns in FILLED if set(columns) & cols}
 
 
-def comm_share(parts: dict) -> float:
-    """Share of the step in communication (data-parallel and model-parallel) from step parts in seconds."""
-    total = float(parts.get("total") or parts.get("step") or 0.0)
-    return (float(parts.get("communication", 0.0)) + float(parts.get("tensor_parallel", 0.0))) / total if total else 0.0
+def comm_share(parts, suffix: str = ""):
+    """Share of the step in communication (data-parallel and model-parallel): from an estimate's step
+    parts in seconds (keys "communication", "tensor_parallel", "total"), or with suffix "_s" from the
+    physics' outputs (arrays; "step_s" the total)."""
+    total = parts["step_s"] if suffix else parts.get("total", 0.0)
+    comm = parts.get("communication" + suffix, 0.0) + parts.get("tensor_parallel" + suffix, 0.0)
+    return comm / total if suffix or total else 0.0
 
 
 def interval_flags(filled: set[str], keys: dict[str, str], framework: str, comm: float, covered: dict | None

@@ -549,6 +549,7 @@ def _width_factors(width: dict, interval: float, base, mspec, gpu_specs, grid, o
     GPU count and communication-bound flag (what changes its contributions across the grid)."""
     from tuneplan.learn.intervals import (
         COMM_BOUND,
+        comm_share,
         coverage_keys,
         filled_in,
         interval_flags,
@@ -557,8 +558,7 @@ def _width_factors(width: dict, interval: float, base, mspec, gpu_specs, grid, o
     )
 
     filled = filled_in(base) - {"grad_ckpt", "batch"}  # the plan chooses checkpointing and the batch shape
-    comm = (np.asarray(out.get("communication_s", 0.0), dtype=float)
-            + np.asarray(out.get("tensor_parallel_s", 0.0), dtype=float)) / np.asarray(out["step_s"], dtype=float)
+    comm = np.asarray(comm_share(out, "_s"), dtype=float)
     combos = np.column_stack([grid.gpu_idx, grid.gpus, np.broadcast_to(comm > COMM_BOUND, (len(grid),))])
     distinct, inverse = np.unique(combos.astype(np.int64), axis=0, return_inverse=True)
     lo, hi = np.empty(len(distinct)), np.empty(len(distinct))
