@@ -90,8 +90,8 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None, m
         mflags = {k: v for k, v in flags.items() if k != "comm"}
         lo_m, hi_m, why_m = width_bounds(width["memory"], mflags, coverage)
         why = sorted(why + [(f"{label} (memory)", x) for label, x in why_m], key=lambda w: -w[1])
-        interval["fit_probability"] = fit_probability(width["memory"], mflags, result.memory_per_gpu_gib,
-                                                      result.memory_capacity_gib)
+        peak = result.extra.get("memory_fit_gib", result.memory_per_gpu_gib)  # the peak the verdict reads
+        interval["fit_probability"] = fit_probability(width["memory"], mflags, peak, result.memory_capacity_gib)
     elif mem is not None and len(mem) >= 5:
         lo_m, hi_m = conformal_bounds(mem, coverage)
     else:

@@ -36,6 +36,8 @@ def predict_configs_arrays(a: dict[str, np.ndarray], estimator, with_max_batch: 
         "allocated_gib": np.asarray(out["allocated_gib"], dtype=float),
         "reserved_gib": np.asarray(out["reserved_gib"], dtype=float),
         "nvidia_smi_gib": np.asarray(out["nvidia_smi_gib"], dtype=float),
+        # the peak the fit is judged on: without the blocks cached for other batch shapes (torch frees them)
+        "fit_gib": np.asarray(out["nvidia_smi_gib"], dtype=float) - np.asarray(out.get("variable_shape_gib", 0.0)),
         "fits": np.asarray(out["fits"], dtype=bool),
         "capacity_gib": np.broadcast_to(np.asarray(out.get("capacity_gib", np.nan), dtype=float), step.shape),
         "comm_share": np.asarray(comm_share(out, "_s"), dtype=float) * np.ones_like(step),  # a communication-bound step

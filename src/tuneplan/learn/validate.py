@@ -115,7 +115,7 @@ def _predictions(est, ts: TrainingSet, memory: bool) -> dict[str, np.ndarray]:
         return {"tokens_per_s": np.array([]), "mem": np.array([]), "fits": np.array([], dtype=bool)}
     p = predict_configs(ts.configs, est, with_max_batch=False)
     return {"tokens_per_s": p["tokens_per_s"], "mem": memory_for_kind(p, ts.mem_kind) if memory else None,
-            "fits": p["fits"] if memory else None, "comm_share": p["comm_share"], "smi": p["nvidia_smi_gib"],
+            "fits": p["fits"] if memory else None, "comm_share": p["comm_share"], "fit_gib": p["fit_gib"],
             "capacity": p["capacity_gib"]}
 
 
@@ -320,7 +320,7 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     if judge_mem and "memory" in width:
         for i in np.flatnonzero(np.isfinite(test.peak_mem_gib) | test.is_oom):
             out.append({"metric": "fit", "source": str(test.source[i]), "ran": not bool(test.is_oom[i]),
-                        "probability": fit_probability(width["memory"], flags[i], float(p["smi"][i]),
+                        "probability": fit_probability(width["memory"], flags[i], float(p["fit_gib"][i]),
                                                        float(p["capacity"][i]))})
     return out
 
