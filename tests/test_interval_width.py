@@ -141,3 +141,18 @@ def test_what_the_caller_said_not_the_framework_defaults_decides_what_was_filled
     # make_job adds the framework's defaults (framework, padding, its recipes' checkpointing) to `given`
     assert filled_in(make_job()) == {"framework", "grad_ckpt", "packing", "precision", "batch"}
     assert filled_in(make_job(framework="trl", packing=True, micro_batch=2)) == {"grad_ckpt", "precision"}
+
+
+def test_a_calibration_whose_throughput_width_was_replaced_keeps_the_memory_one():
+    """An adapted calibration with throughput runs only: the throughput interval from the residuals the
+    runs leave, the memory interval and fit probability still from the width model."""
+    from tuneplan.api import estimate
+    from tuneplan.estimators.calibration import default_calibration
+    from tuneplan.learn.calibration import adapted_intervals
+
+    base = default_calibration()
+    cal = type(base)(**{**base.__dict__, "intervals": adapted_intervals(base, {"throughput": 3, "memory": 0})})
+    assert set(cal.intervals["tuneplan"]["width"]) == {"covered", "memory"}
+    iv = estimate("llama-3-8b", "H100", seq_len=2048, interval=0.8, calibration=cal).interval
+    assert "width" not in iv["source"]  # the throughput bounds: the pool the runs leave
+    assert 0.0 <= iv["fit_probability"] <= 1.0 and all("(memory)" in w for w in iv["why"])

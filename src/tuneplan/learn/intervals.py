@@ -61,9 +61,9 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None, m
     job = result.job
     width = res.get("width") if model is not None and gpu is not None else None
     why: list[tuple[str, float]] = []
+    flags = interval_flags(filled_in(job), coverage_keys(job, model, gpu, result.workload.seq_len), job.framework,
+                           comm_share(result.step_breakdown_s), width.get("covered")) if width else {}
     if width and "throughput" in width:
-        flags = interval_flags(filled_in(job), coverage_keys(job, model, gpu, result.workload.seq_len),
-                               job.framework, comm_share(result.step_breakdown_s), width.get("covered"))
         lo_t, hi_t, why = width_bounds(width["throughput"], flags, coverage)
         what, n = "width from what the estimate assumed", len(width["throughput"]["z"])
     else:
@@ -158,6 +158,7 @@ COMM_BOUND = 0.25
 """Share of the step in communication above which a step counts as communication-bound (less certain
 than a GEMM-bound one: the interconnect's achieved bandwidth varies more than the GEMMs' efficiency)."""
 SEQ_BUCKETS = ((2048, "<=2k"), (8192, "2k-8k"), (32768, "8k-32k"))
+"""Sequence-length buckets (upper bound in tokens, label); above the last: ">32k"."""
 
 
 def gpu_family(gpu) -> str:
