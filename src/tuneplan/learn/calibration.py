@@ -156,9 +156,9 @@ def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int 
 
 def adapted_intervals(base: Calibration, n_rows: dict[str, int]) -> dict:
     """A calibration adapted on k runs: the interval residuals of its base with each source's offset
-    removed as k runs remove it (residuals_after_reveal), in place of the width model of the base (its
-    own where it stored no per-source residuals; n_rows: the adapter's throughput and memory runs). The other estimators' intervals are
-    the base's."""
+    removed as k runs remove it (residuals_after_reveal), in place of the base's width model for that
+    metric (the base's own where it stored no per-source residuals; n_rows: the adapter's throughput
+    and memory runs). The other estimators' intervals are the base's."""
     out = {name: dict(v) for name, v in base.intervals.items()}
     tp = out.get("tuneplan")
     if not tp:
