@@ -136,6 +136,8 @@ def test_estimate_page_shows_the_python_api_figures(page, server):
     idle(page)
     assert page.get_attribute("#r-wall", "data-value")  # the default inputs are estimated on load
 
+    bodies: list = []  # what the page sends: it states every setting it shows
+    page.on("request", lambda r: bodies.append(r.post_data_json) if r.url.endswith("/api/estimate") else None)
     choose_model(page, "llama 3.1 8b", "meta-llama/Llama-3.1-8B")
     page.select_option("#gpu", "A100-SXM4-80GB")
     page.select_option("#method", "qlora")
@@ -163,8 +165,16 @@ def test_estimate_page_shows_the_python_api_figures(page, server):
     assert verdict.startswith("Fits" if ref.fits else "Does not fit")
     if ref.max_micro_batch:
         assert f"Largest micro-batch that fits: {ref.max_micro_batch}" in verdict
-    if ref.interval:
-        lo, hi = ref.interval["wall_clock_s_low"], ref.interval["wall_clock_s_high"]
+    # the interval is as wide as what the estimate leaves to defaults (learn.intervals): the Python API's
+    # for the settings the page stated
+    from tuneplan.web.schemas import ESTIMATE_JOB, EstimateRequest
+
+    req = EstimateRequest(**bodies[-1])
+    stated = tuneplan.estimate(req.model, req.gpu, ckpt_mode=req.ckpt_mode, **{
+        f: getattr(req, n) for n, f in ESTIMATE_JOB.items() if n != "rate" and getattr(req, n) is not None})
+    assert stated.wall_clock_s == pytest.approx(ref.wall_clock_s, rel=1e-12)
+    if stated.interval:
+        lo, hi = stated.interval["wall_clock_s_low"], stated.interval["wall_clock_s_high"]
         m = re.search(r"interval (.+) – (.+)$", page.inner_text("#r-wall-interval"))
         assert m and shown_seconds(m.group(1)) == pytest.approx(lo, rel=0.01)
         assert shown_seconds(m.group(2)) == pytest.approx(hi, rel=0.01)

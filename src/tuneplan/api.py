@@ -232,7 +232,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     if interval:
         from tuneplan.learn.intervals import attach_interval
 
-        attach_interval(res, estimator, interval, calibration)
+        attach_interval(res, estimator, interval, calibration, mspec, gspec)
     return res
 
 

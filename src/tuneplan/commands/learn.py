@@ -222,6 +222,9 @@ def run_validate(args: argparse.Namespace) -> int:
                        [(r["metric"], r["group"], r["value"], str(r["rows"]), pct(r["coverage"]), pct(r["above"]),
                          pct(r["below"])) for r in report.coverage_groups])
         out.print(g)
+    for b in report.reliability:
+        out.print(f"fit probability {b['low']:.0%}-{b['high']:.0%}: {b['rows']} rows, mean given "
+                  f"{b['probability']:.0%}, ran {b['ran']:.0%}")
     for msg in report.messages:
         out.print(f"note: {msg}")
     if args.plot:

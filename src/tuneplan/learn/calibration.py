@@ -7,6 +7,7 @@ import numpy as np
 
 from tuneplan.errors import InputError
 from tuneplan.estimators.calibration import Calibration
+from tuneplan.learn.intervals import COMM_BOUND, coverage_keys, covered_values, filled_in, interval_flags
 
 CV_FOLDS = 5
 """Out-of-fold residuals for intervals: each row predicted by a learner fitted without its fold."""
@@ -15,13 +16,15 @@ CV_FOLDS = 5
 # ---- fitting -----------------------------------------------------------------------------------
 
 def _estimator_log_ratios(est, ts) -> dict[str, np.ndarray]:
-    """log(measured / predicted) for throughput and memory on a training set."""
+    """log(measured / predicted) for throughput and memory on a training set (and the step's
+    communication share of the throughput rows, "comm_share")."""
     from tuneplan.learn.predict_table import memory_for_kind, predict_configs
 
     pred = predict_configs(ts.configs, est, with_max_batch=False)
     out: dict[str, np.ndarray] = {}
     t = ts.has_throughput
     out["throughput"] = np.log(ts.tokens_per_s[t] / pred["tokens_per_s"][t])
+    out["comm_share"] = pred["comm_share"][t]
     if est.memory_model is est:  # an estimator with a memory model of its own
         m = ts.has_memory
         pm = memory_for_kind(pred, ts.mem_kind)
@@ -34,7 +37,8 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
     """Held-out residuals for intervals: each row predicted by the learner fitted without the row's
     whole source (a user's own runs are a source the calibration never saw); random folds when the
     rows come from fewer than 3 sources. With `fitted` (the learner fitted on all rows), the inner
-    fits reuse its residual shares and a smaller least-squares budget."""
+    fits reuse its residual shares and a smaller least-squares budget; `throughput_only`: the inner fits
+    leave the memory constants at their priors (memory residuals are still those of every held-out row)."""
     from tuneplan.learn.learners import NotEnoughData, fit_learner
 
     n = len(ts)
@@ -47,23 +51,31 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
     mem: dict[str, list[float]] = {}
     thr_seen: dict[str, list[float]] = {}  # rows whose framework another training source ran
     thr_unseen: dict[str, list[float]] = {}
-    if throughput_only and learner_name == "tuneplan":
-        ts = ts.subset(ts.has_throughput)
-        sources = sorted(set(ts.source.tolist()))
-        keys = (np.array([sources.index(s) for s in ts.source]) if len(sources) >= 3
-                else np.random.default_rng(seed).permutation(len(ts)) % folds)
+    rows_t: list[tuple] = []  # (log-ratio, interval_flags keys, source) of each held-out row
+    rows_m: list[tuple] = []
+    shared = None  # throughput only: the one fit of every fold whose held-out source has no throughput row
     for k in sorted(set(keys.tolist())):
         train, test = ts.subset(keys != k), ts.subset(keys == k)
+        reuse = throughput_only and len(sources) >= 3 and not test.has_throughput.any()
         try:
-            if learner_name == "tuneplan" and fitted is not None:
+            if reuse and shared is not None:  # a fit of throughput alone is the same without such a source
+                est = shared
+            elif learner_name == "tuneplan" and fitted is not None:
                 est = fit_learner("tuneplan", train, max_nfev=40, shrink=fitted.shrinks(), memory=not throughput_only,
                                   pull=fitted.thr_pull_)
             else:
                 est = fit_learner(learner_name, train)
         except NotEnoughData:
             continue
+        shared = est if reuse else shared
         r = _estimator_log_ratios(est, test)
         thr.setdefault(str(k), []).extend(r["throughput"].tolist())
+        if len(sources) >= 3:  # each held-out row's contributions to the width, against the fold's training rows
+            flags = row_flags(test, covered_values(train.configs))
+            t, m = np.flatnonzero(test.has_throughput), np.flatnonzero(test.has_memory)
+            rows_t += [(v, set(flags[i]) | ({"comm"} if cs > COMM_BOUND else set()), test.source[i])
+                       for i, v, cs in zip(t, r["throughput"], r["comm_share"], strict=True)]
+            rows_m += [(v, set(flags[i]), test.source[i]) for i, v in zip(m, r.get("memory", ()), strict=False)]
         seen_fw = known_frameworks(train)
         seen = np.array([c.job.framework.partition("@")[0] in seen_fw for c in test.configs],
                         dtype=bool)[test.has_throughput]
@@ -85,7 +97,20 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         out["throughput_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(thr.items()) if v}
         if mem:
             out["memory_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(mem.items()) if v}
+        out["width"] = {"covered": covered_values(ts.configs),
+                        **{name: fit_width(*zip(*rows, strict=True)) for name, rows in
+                           (("throughput", rows_t), ("memory", rows_m)) if len(rows) >= MIN_GROUP_ROWS}}
     return out
+
+
+def row_flags(ts, covered: dict) -> list[dict[str, str]]:
+    """Each row's contributions to its interval's width (learn.intervals.interval_flags) but the
+    communication-bound one: the settings its source left to defaults (the row's and the table's
+    defaults_used), and what no training source ran (`covered`)."""
+    table = ts.df["defaults_used"].astype(str).tolist() if "defaults_used" in ts.df.columns else [""] * len(ts)
+    return [interval_flags(filled_in(defaults_used=[*c.defaults_used, *t.split(";")]),
+                           coverage_keys(c.job, c.model, c.gpu, c.seq_len), c.job.framework, 0.0, covered)
+            for c, t in zip(ts.configs, table, strict=True)]
 
 
 def known_frameworks(ts) -> set[str]:
@@ -131,9 +156,9 @@ def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int 
 
 def adapted_intervals(base: Calibration, n_rows: dict[str, int]) -> dict:
     """A calibration adapted on k runs: the interval residuals of its base with each source's offset
-    removed as k runs remove it (residuals_after_reveal); the base's own where it stored no per-source
-    residuals (n_rows: the adapter's throughput and memory runs). The other estimators' intervals are
-    the base's."""
+    removed as k runs remove it (residuals_after_reveal), in place of the base's width model for that
+    metric (the base's own where it stored no per-source residuals; n_rows: the adapter's throughput
+    and memory runs). The other estimators' intervals are the base's."""
     out = {name: dict(v) for name, v in base.intervals.items()}
     tp = out.get("tuneplan")
     if not tp:
@@ -143,8 +168,9 @@ def adapted_intervals(base: Calibration, n_rows: dict[str, int]) -> dict:
         k = int(n_rows.get(metric, 0))
         if by and k > 0:
             r = residuals_after_reveal(by, k)
-            if len(r) >= 10:
+            if len(r) >= 10:  # the user's runs show the width: it no longer comes from the assumptions
                 tp[metric] = r
+                tp["width"] = {m: v for m, v in (tp.get("width") or {}).items() if m != metric}
     return out
 
 
@@ -168,6 +194,40 @@ def balanced_residuals(by_group: dict[str, list[float]], balanced: bool) -> list
         k = min(len(g), BALANCED_POINTS)
         out.extend(float(x) for x in np.quantile(g, (np.arange(k) + 0.5) / k))
     return sorted(out)
+
+
+MIN_GROUP_ROWS = 10
+"""Held-out rows (from at least 2 sources) a contribution to the interval's width needs to be fitted."""
+MIN_WIDTH = 0.01
+"""Smallest log-width a configuration with no contribution is given (a base fitted to nothing)."""
+
+
+def fit_width(residuals, flags, sources) -> dict:
+    """The interval's log-width as named contributions, fitted on held-out rows (their log-ratios, each
+    row's interval_flags keys and source): a centre (the median), and squared widths that add up,
+    (r - centre)^2 ~ base^2 + the sum of the row's contributions^2, fitted by non-negative least
+    squares, every source weighing the same; a contribution needs MIN_GROUP_ROWS rows from two sources.
+    The standardised residuals (r - centre) / width, at most BALANCED_POINTS per source, give the
+    interval's quantiles at any coverage (conformal, learn.intervals.width_bounds)."""
+    from scipy.optimize import nnls
+
+    from tuneplan.estimators.residual_fit import weighted_median
+
+    r, src = np.asarray(residuals, dtype=float), np.asarray(sources)
+    _, inv, counts = np.unique(src, return_inverse=True, return_counts=True)
+    w = 1.0 / counts[inv]
+    centre = weighted_median(r, w)
+    keys = [k for k in sorted(set().union(*flags)) if
+            len(set(src[[k in f for f in flags]])) >= 2 and sum(k in f for f in flags) >= MIN_GROUP_ROWS]
+    F = np.array([[1.0] + [float(k in f) for k in keys] for f in flags])
+    sq, _ = nnls(F * np.sqrt(w)[:, None], (r - centre) ** 2 * np.sqrt(w))
+    sq[0] = max(sq[0], MIN_WIDTH ** 2)
+    z = (r - centre) / np.sqrt(F @ sq)
+    by: dict[str, list[float]] = {}
+    for s_, v in zip(src, z, strict=True):
+        by.setdefault(str(s_), []).append(float(v))
+    return {"centre": centre, "base": float(np.sqrt(sq[0])), "z": balanced_residuals(by, True),
+            "contributions": {k: float(np.sqrt(v)) for k, v in zip(keys, sq[1:], strict=True) if v > 0}}
 
 
 def fit_calibration(df, learner: str = "tuneplan", name: str = "", base: Calibration | None = None

@@ -5,6 +5,7 @@ coverage (`--interval 0.8` by default)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 
@@ -42,9 +43,11 @@ def residual_pool(res: dict, framework: str | None) -> tuple[list[float], str]:
     return res["throughput"], "held-out rows"
 
 
-def attach_interval(result, estimator: str, coverage: float, calibration=None) -> None:
-    """Attach wall-clock / throughput bounds to an EstimateResult from the calibration's stored
-    residual quantiles for this estimator; without stored residuals, leave no interval and say so."""
+def attach_interval(result, estimator: str, coverage: float, calibration=None, model=None, gpu=None) -> None:
+    """Attach wall-clock / throughput / memory bounds to an EstimateResult from the calibration's stored
+    held-out residuals for this estimator: with a fitted width model (and the model and GPU specs), as
+    wide as what the estimate assumed (`interval_flags`), with a fit probability and the three largest
+    contributions said; else one conformal pool. Without stored residuals, no interval, said so."""
     from tuneplan.estimators.calibration import interval_residuals
 
     if not 0.0 < coverage < 1.0:
@@ -55,9 +58,17 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None) -
     if res is None or len(res.get("throughput", [])) < 5:
         result.assumptions.append("No interval: no held-out residuals stored for this estimator.")
         return
-    job = getattr(result, "job", None)
-    pool, what = residual_pool(res, getattr(job, "framework", None))
-    lo_t, hi_t = conformal_bounds(pool, coverage)
+    job = result.job
+    width = res.get("width") if model is not None and gpu is not None else None
+    why: list[tuple[str, float]] = []
+    flags = interval_flags(filled_in(job), coverage_keys(job, model, gpu, result.workload.seq_len), job.framework,
+                           comm_share(result.step_breakdown_s), width.get("covered")) if width else {}
+    if width and "throughput" in width:
+        lo_t, hi_t, why = width_bounds(width["throughput"], flags, coverage)
+        what, n = "width from what the estimate assumed", len(width["throughput"]["z"])
+    else:
+        pool, what = residual_pool(res, getattr(job, "framework", None))
+        (lo_t, hi_t), n = conformal_bounds(pool, coverage), len(pool)
     # throughput measured/predicted in [lo, hi] -> time in [1/hi, 1/lo]
     t = result.totals
     train_lo, train_hi = t.train_s / hi_t, t.train_s / lo_t
@@ -69,17 +80,34 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None) -
         "tokens_per_s_low": result.tokens_per_s * lo_t,
         "tokens_per_s_high": result.tokens_per_s * hi_t,
         "source": f"{res.get('source', '')} ({what})",
-        "n_residuals": len(pool),
+        "n_residuals": n,
     }
     if t.cost_usd is not None:
         interval["cost_usd_low"] = t.cost_usd * interval["wall_clock_s_low"] / t.wall_clock_s
         interval["cost_usd_high"] = t.cost_usd * interval["wall_clock_s_high"] / t.wall_clock_s
     mem = res.get("memory")
-    if mem is not None and len(mem) >= 5:
+    if width and "memory" in width:
+        mflags = {k: v for k, v in flags.items() if k != "comm"}
+        lo_m, hi_m, why_m = width_bounds(width["memory"], mflags, coverage)
+        why = sorted(why + [(f"{label} (memory)", x) for label, x in why_m], key=lambda w: -w[1])
+        peak = result.extra.get("memory_fit_gib", result.memory_per_gpu_gib)  # the peak the verdict reads
+        interval["fit_probability"] = fit_probability(width["memory"], mflags, peak, result.memory_capacity_gib)
+    elif mem is not None and len(mem) >= 5:
         lo_m, hi_m = conformal_bounds(mem, coverage)
-        interval["memory_per_gpu_gib_low"] = result.memory_per_gpu_gib * lo_m
-        interval["memory_per_gpu_gib_high"] = result.memory_per_gpu_gib * hi_m
+    else:
+        lo_m = hi_m = None
+    if lo_m is not None:
+        for key in ("memory_per_gpu_gib", "memory_allocated_gib", "memory_reserved_gib"):
+            if getattr(result, key, None) is not None:
+                interval[f"{key}_low"] = getattr(result, key) * lo_m
+                interval[f"{key}_high"] = getattr(result, key) * hi_m
+    if width:
+        interval["why"] = [f"{label} (+-{x:.0%})" for label, x in why[:WHY_SHOWN]]
     result.interval = interval
+
+
+WHY_SHOWN = 3
+"""Contributions to the interval an estimate names, largest first."""
 
 
 def add_interval_columns(df, estimator: str, coverage: float, calibration=None) -> None:
@@ -97,3 +125,138 @@ def add_interval_columns(df, estimator: str, coverage: float, calibration=None) 
         lo_m, hi_m = conformal_bounds(mem, coverage)
         df["pred_peak_mem_gib_low"] = df["pred_peak_mem_gib"] * lo_m
         df["pred_peak_mem_gib_high"] = df["pred_peak_mem_gib"] * hi_m
+
+
+# ---- width from what the estimate assumed ------------------------------------------------------
+
+GPU_FAMILIES = (
+    ("GB300", r"^GB300"), ("GB200", r"^GB200"), ("B300", r"^B300"), ("B200", r"^B200"),
+    ("H200", r"^H200"), ("H100", r"^H(100|800)"), ("H20", r"^H20\b"), ("A100", r"^A(100|800)"),
+    ("MI300", r"^MI3[02]\d"), ("MI350", r"^MI35\d"), ("MI250", r"^MI250"), ("Gaudi", r"^Gaudi"), ("TPU", r"^TPU"),
+    ("V100", r"^V100"), ("CPU", r"cpu"),
+)
+"""Coverage groups of GPUs: (family, regular expression on the catalog name); the first match wins.
+Parts of a GeForce architecture are "consumer"; other parts are their name's first word (L40S, A10G)."""
+
+SCALE_BUCKETS = ((1, "1"), (8, "2-8"), (64, "9-64"))
+"""GPU-count buckets (upper bound, label); above the last: "65+"."""
+
+FILLED = (  # (key, what the output says, the JobSpec fields an estimate gives it by, the runs columns a row does)
+    ("framework", "framework not given", ("framework",), ("framework",)),
+    ("grad_ckpt", "checkpointing not given", ("grad_ckpt",), ("grad_ckpt",)),
+    ("packing", "packing / padding not given", ("packing", "padding"), ("padding",)),
+    ("precision", "precision recipe not given", ("precision", "master_weights"), ("precision",)),
+    ("batch", "micro-batch count not given", ("micro_batch", "grad_accum"),
+     ("micro_batch_size", "grad_accum", "global_batch_size")),
+)
+"""Settings tuneplan fills in when they are not said: each one filled widens the interval."""
+DISTANT = {"gpu_family": "no training source on {} GPUs", "scale": "no training source at {} GPUs",
+           "parallel": "no training source with {} parallelism", "moe": "no training source with {} models",
+           "seq": "no training source at {} tokens per sample"}
+"""How far a configuration lies from the training sources: its value of each, not run by any of them."""
+COMM_BOUND = 0.25
+"""Share of the step in communication above which a step counts as communication-bound (less certain
+than a GEMM-bound one: the interconnect's achieved bandwidth varies more than the GEMMs' efficiency)."""
+SEQ_BUCKETS = ((2048, "<=2k"), (8192, "2k-8k"), (32768, "8k-32k"))
+"""Sequence-length buckets (upper bound in tokens, label); above the last: ">32k"."""
+
+
+def gpu_family(gpu) -> str:
+    """The coverage group of a GPU spec (GPU_FAMILIES)."""
+    name = str(gpu.name)
+    for fam, pat in GPU_FAMILIES:
+        if re.search(pat, name, re.IGNORECASE):
+            return fam
+    if "geforce" in str(getattr(gpu, "architecture", "")).lower():
+        return "consumer"
+    return re.split(r"[-\s]", name, maxsplit=1)[0] or name
+
+
+def scale_bucket(gpus: int) -> str:
+    for top, label in SCALE_BUCKETS:
+        if gpus <= top:
+            return label
+    return f"{SCALE_BUCKETS[-1][0] + 1}+"
+
+
+def coverage_keys(job, model, gpu, seq_len: int) -> dict[str, str]:
+    """Where a configuration lies, in the terms of DISTANT."""
+    mix = "+".join(n for n, d in (("tensor", job.tp), ("pipeline", job.pp), ("context", job.cp), ("expert", job.ep))
+                   if d > 1) or "data-only"
+    seq = next((label for top, label in SEQ_BUCKETS if seq_len <= top), f">{SEQ_BUCKETS[-1][1].split('-')[-1]}")
+    return {"gpu_family": gpu_family(gpu), "scale": scale_bucket(int(job.gpus)), "parallel": mix,
+            "moe": "MoE" if model.is_moe else "dense", "seq": seq}
+
+
+def filled_in(job=None, defaults_used=()) -> set[str]:
+    """FILLED keys not said: by an estimate's job (no field of the key given), or by a measured row's
+    defaults_used texts ('grad_ckpt=0 (...)')."""
+    if job is not None:
+        said = set(getattr(job, "stated", job.given))  # make_job's jobs: what the caller said
+        return {k for k, _, fields, _ in FILLED if not set(fields) & said}
+    cols = {str(t).split("=", 1)[0].strip() for t in defaults_used}
+    return {k for k, _, _, columns in FILLED if set(columns) & cols}
+
+
+def comm_share(parts, suffix: str = ""):
+    """Share of the step in communication (data-parallel and model-parallel): from an estimate's step
+    parts in seconds (keys "communication", "tensor_parallel", "total"), or with suffix "_s" from the
+    physics' outputs (arrays; "step_s" the total)."""
+    total = parts["step_s"] if suffix else parts.get("total", 0.0)
+    comm = parts.get("communication" + suffix, 0.0) + parts.get("tensor_parallel" + suffix, 0.0)
+    return comm / total if suffix or total else 0.0
+
+
+def interval_flags(filled: set[str], keys: dict[str, str], framework: str, comm: float, covered: dict | None
+                   ) -> dict[str, str]:
+    """The contributions to a configuration's interval, key -> what it says: settings filled in, the
+    framework and each of `keys` run by no training source (`covered`: the values they ran), and a
+    communication-bound step."""
+    out = {k: label for k, label, _, _ in FILLED if k in filled}
+    if not covered:
+        return out
+    fw = str(framework).partition("@")[0]
+    if "framework" not in out and fw not in covered.get("framework", ()):
+        out["framework"] = f"framework {fw} run by no training source"
+    out.update({g: DISTANT[g].format(v) for g, v in keys.items() if v not in covered.get(g, ())})
+    if comm > COMM_BOUND:
+        out["comm"] = f"communication-bound step ({comm:.0%} of it)"
+    return out
+
+
+def covered_values(configs) -> dict[str, list[str]]:
+    """What training rows ran, for interval_flags: their frameworks and coverage_keys' values."""
+    out: dict[str, set[str]] = {"framework": set()}
+    for c in configs:
+        out["framework"].add(c.job.framework.partition("@")[0])
+        for g, v in coverage_keys(c.job, c.model, c.gpu, c.seq_len).items():
+            out.setdefault(g, set()).add(v)
+    return {g: sorted(v) for g, v in out.items()}
+
+
+def _width(model: dict, flags) -> float:
+    """A width model's log-width for a configuration with these contributions (in quadrature)."""
+    c = model.get("contributions", {})
+    return math.sqrt(model["base"] ** 2 + sum(c.get(k, 0.0) ** 2 for k in flags))
+
+
+def width_bounds(model: dict, flags: dict[str, str], coverage: float) -> tuple[float, float, list[tuple[str, float]]]:
+    """(low, high) multipliers of a fitted width model for a configuration with these contributions,
+    and the contributions present, largest first, each as the +- share it adds to the interval alone."""
+    c = model.get("contributions", {})
+    width = _width(model, flags)
+    z_lo, z_hi = (math.log(b) for b in conformal_bounds(model["z"], coverage))
+    half = (z_hi - z_lo) / 2.0
+    why = sorted(((flags[k], math.exp(c[k] * half) - 1.0) for k in flags if c.get(k, 0.0) > 0), key=lambda t: -t[1])
+    return math.exp(model["centre"] + width * z_lo), math.exp(model["centre"] + width * z_hi), why
+
+
+def fit_probability(model: dict, flags: dict[str, str], peak_gib: float, capacity_gib: float) -> float:
+    """Probability that the measured peak stays within capacity: the share of the memory width model's
+    standardised residuals under log(capacity / predicted) at this configuration's width."""
+    width = _width(model, flags)
+    if peak_gib <= 0 or capacity_gib <= 0:
+        return 1.0 if peak_gib <= capacity_gib else 0.0
+    t = (math.log(capacity_gib / peak_gib) - model["centre"]) / width
+    z = model["z"]
+    return sum(v <= t for v in z) / len(z)

@@ -8,6 +8,7 @@ import pandas as pd
 
 from tuneplan.estimators.tuneplan_physics import memory_for_kind
 from tuneplan.learn.dataset import RowConfig, arrays_for
+from tuneplan.learn.intervals import comm_share
 
 PRED_COLUMNS = ("pred_tokens_per_s", "pred_samples_per_s", "pred_step_time_s", "pred_peak_mem_gib",
                 "pred_peak_mem_allocated_gib", "pred_peak_mem_reserved_gib", "pred_fits", "pred_max_micro_batch",
@@ -35,7 +36,11 @@ def predict_configs_arrays(a: dict[str, np.ndarray], estimator, with_max_batch: 
         "allocated_gib": np.asarray(out["allocated_gib"], dtype=float),
         "reserved_gib": np.asarray(out["reserved_gib"], dtype=float),
         "nvidia_smi_gib": np.asarray(out["nvidia_smi_gib"], dtype=float),
+        # the peak the fit is judged on: without the blocks cached for other batch shapes (torch frees them)
+        "fit_gib": np.asarray(out["nvidia_smi_gib"], dtype=float) - np.asarray(out.get("variable_shape_gib", 0.0)),
         "fits": np.asarray(out["fits"], dtype=bool),
+        "capacity_gib": np.broadcast_to(np.asarray(out.get("capacity_gib", np.nan), dtype=float), step.shape),
+        "comm_share": np.asarray(comm_share(out, "_s"), dtype=float) * np.ones_like(step),  # a communication-bound step
     }
     if with_max_batch and mb_source is not None:
         res["max_micro_batch"] = np.asarray(mb_source.max_micro_batch(a), dtype=int)

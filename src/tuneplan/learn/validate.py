@@ -8,6 +8,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tuneplan.learn.intervals import (
+    COMM_BOUND,
+    SCALE_BUCKETS,
+    conformal_bounds,
+    fit_probability,
+    gpu_family,
+    residual_pool,
+    scale_bucket,
+    width_bounds,
+)
 from tuneplan.learn.measured import TrainingSet, training_set
 
 SPLITS = ("random", "by-source", "by-model", "by-gpu")
@@ -105,7 +115,8 @@ def _predictions(est, ts: TrainingSet, memory: bool) -> dict[str, np.ndarray]:
         return {"tokens_per_s": np.array([]), "mem": np.array([]), "fits": np.array([], dtype=bool)}
     p = predict_configs(ts.configs, est, with_max_batch=False)
     return {"tokens_per_s": p["tokens_per_s"], "mem": memory_for_kind(p, ts.mem_kind) if memory else None,
-            "fits": p["fits"] if memory else None}
+            "fits": p["fits"] if memory else None, "comm_share": p["comm_share"], "fit_gib": p["fit_gib"],
+            "capacity": p["capacity_gib"]}
 
 
 @dataclass
@@ -118,6 +129,8 @@ class ValidationReport:
     interval: float = 0.8
     reveal: int = 0  # by-source: rows of each held-out source moved to its training part
     coverage_groups: list[dict] = field(default_factory=list)  # coverage_by_group of the interval rows
+    reliability: list[dict] = field(default_factory=list)  # the fit probability's reliability table
+    hits: list[dict] = field(default_factory=list)  # the interval and fit rows (_fold_coverage)
 
     def metrics(self) -> pd.DataFrame:
         out = []
@@ -151,6 +164,7 @@ class ValidationReport:
         m = self.metrics()
         return {"split": self.split, "seed": self.seed, "reveal": self.reveal, "interval": self.interval,
                 "coverage": self.coverage, "coverage_by_group": self.coverage_groups,
+                "fit_reliability": self.reliability,
                 "messages": self.messages,
                 "metrics": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
                             for r in m.to_dict("records")]}
@@ -222,40 +236,8 @@ def _fold_records(fold: Fold, ests: dict) -> list[dict]:
     return records
 
 
-GPU_FAMILIES = (
-    ("GB300", r"^GB300"), ("GB200", r"^GB200"), ("B300", r"^B300"), ("B200", r"^B200"),
-    ("H200", r"^H200"), ("H100", r"^H(100|800)"), ("H20", r"^H20\b"), ("A100", r"^A(100|800)"),
-    ("MI300", r"^MI3[02]\d"), ("MI350", r"^MI35\d"), ("MI250", r"^MI250"), ("Gaudi", r"^Gaudi"), ("TPU", r"^TPU"),
-    ("V100", r"^V100"), ("CPU", r"cpu"),
-)
-"""Coverage groups of GPUs: (family, regular expression on the catalog name); the first match wins.
-Parts of a GeForce architecture are "consumer"; other parts are their name's first word (L40S, A10G)."""
-
-SCALE_BUCKETS = ((1, "1"), (8, "2-8"), (64, "9-64"))
-"""GPU-count buckets (upper bound, label); above the last: "65+"."""
-
 GROUPINGS = ("source", "gpu_family", "scale", "stage", "moe")
 """What `coverage_by_group` breaks coverage down by (with "all" first)."""
-
-
-def gpu_family(gpu) -> str:
-    """The coverage group of a GPU spec (GPU_FAMILIES)."""
-    import re
-
-    name = str(gpu.name)
-    for fam, pat in GPU_FAMILIES:
-        if re.search(pat, name, re.IGNORECASE):
-            return fam
-    if "geforce" in str(getattr(gpu, "architecture", "")).lower():
-        return "consumer"
-    return re.split(r"[-\s]", name, maxsplit=1)[0] or name
-
-
-def scale_bucket(gpus: int) -> str:
-    for top, label in SCALE_BUCKETS:
-        if gpus <= top:
-            return label
-    return f"{SCALE_BUCKETS[-1][0] + 1}+"
 
 
 def row_groups(c) -> dict[str, str]:
@@ -276,6 +258,8 @@ def coverage_by_group(hits: pd.DataFrame) -> list[dict]:
     share of the rows above the high bound and below the low bound (coverage + above + below = 1).
     For throughput, above the high bound is tuneplan too slow; for memory, a peak underestimated."""
     out: list[dict] = []
+    if "metric" in hits.columns:
+        hits = hits[hits["metric"] != "fit"]
     if hits.empty:
         return out
     above = hits["measured"] > hits["high"]
@@ -295,11 +279,11 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
                    ) -> list[dict]:
     """One interval row (metric, measured, low, high, source and row_groups) for each held-out row
     with a throughput: the tuneplan interval a calibration fitted on the fold's training part would
-    carry (conformal from its own out-of-source residuals; with reveal, as adapted_intervals narrows
-    them). Memory rows too where those residuals hold memory ones (as attach_interval reads them)."""
-    from tuneplan.learn.calibration import residuals_after_reveal
-    from tuneplan.learn.intervals import conformal_bounds, residual_pool
-
+    carry (its width model on the row's contributions against the fold's training rows, else conformal
+    from its own out-of-source residuals; with reveal, as adapted_intervals narrows them). Memory rows
+    too where those residuals hold memory ones, and a "fit" row (the fit probability, and whether the
+    row ran) for each row with a measured peak or OOM where there is a memory width model."""
+    from tuneplan.learn.calibration import residuals_after_reveal, row_flags
     if res is None:
         return []
     r = res["throughput"]
@@ -309,26 +293,53 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     if len(r) < 10:
         return []
     test = fold.test
-    ok = test.has_throughput
-    fw = [c.job.framework for c, o in zip(test.configs, ok, strict=True) if o]
-    bounds = {}
-    for f in set(fw):  # the pool an estimate for this framework reads (intervals.residual_pool)
-        pool = r if reveal else residual_pool(res, f)[0]
-        bounds[f] = conformal_bounds(np.asarray(pool), interval)
-    lo = np.array([bounds[f][0] for f in fw])
-    hi = np.array([bounds[f][1] for f in fw])
+    width = res.get("width") or {}
     mem = res.get("memory")
     judge_mem = mem is not None and len(mem) >= 5
     p = _predictions(est, test, judge_mem)
-    out = [{"metric": "throughput", "source": str(test.source[i]), **row_groups(test.configs[i]),
-            "measured": float(test.tokens_per_s[i]), "low": float(p["tokens_per_s"][i] * lo[j]),
-            "high": float(p["tokens_per_s"][i] * hi[j])} for j, i in enumerate(np.flatnonzero(ok))]
+    flags = row_flags(test, width.get("covered")) if width else [{}] * len(test)
+
+    def bounds(metric: str, i: int, pool) -> tuple[float, float]:
+        if metric in width and not (reveal and metric == "throughput"):
+            f = {**flags[i], **({"comm": ""} if metric == "throughput" and p["comm_share"][i] > COMM_BOUND else {})}
+            return width_bounds(width[metric], f, interval)[:2]
+        return conformal_bounds(pool, interval)
+
+    out = []
+    for i in np.flatnonzero(test.has_throughput):
+        lo, hi = bounds("throughput", i, r if reveal else residual_pool(res, test.configs[i].job.framework)[0])
+        out.append({"metric": "throughput", "source": str(test.source[i]), **row_groups(test.configs[i]),
+                    "measured": float(test.tokens_per_s[i]), "low": float(p["tokens_per_s"][i] * lo),
+                    "high": float(p["tokens_per_s"][i] * hi)})
     if judge_mem:
-        lo_m, hi_m = conformal_bounds(mem, interval)
         for i in np.flatnonzero(np.isfinite(test.peak_mem_gib) & np.isfinite(p["mem"])):
+            lo, hi = bounds("memory", i, mem)
             out.append({"metric": "memory", "source": str(test.source[i]), **row_groups(test.configs[i]),
-                        "measured": float(test.peak_mem_gib[i]), "low": float(p["mem"][i] * lo_m),
-                        "high": float(p["mem"][i] * hi_m)})
+                        "measured": float(test.peak_mem_gib[i]), "low": float(p["mem"][i] * lo),
+                        "high": float(p["mem"][i] * hi)})
+    if judge_mem and "memory" in width:
+        for i in np.flatnonzero(np.isfinite(test.peak_mem_gib) | test.is_oom):
+            out.append({"metric": "fit", "source": str(test.source[i]), "ran": not bool(test.is_oom[i]),
+                        "probability": fit_probability(width["memory"], flags[i], float(p["fit_gib"][i]),
+                                                       float(p["capacity"][i]))})
+    return out
+
+
+RELIABILITY_BINS = 10
+"""Equal-width bins of the fit probability in the reliability table."""
+
+
+def reliability(hits: list[dict]) -> list[dict]:
+    """The fit probability's reliability table: per bin of the probability given, the rows, the mean
+    probability and the share of them that ran (calibrated: the two agree)."""
+    fit = [(h["probability"], h["ran"]) for h in hits if h["metric"] == "fit"]
+    out = []
+    for b in range(RELIABILITY_BINS):
+        lo, hi = b / RELIABILITY_BINS, (b + 1) / RELIABILITY_BINS
+        g = [(q, ran) for q, ran in fit if lo <= q < hi or (b == RELIABILITY_BINS - 1 and q == 1.0)]
+        if g:
+            out.append({"low": lo, "high": hi, "rows": len(g), "probability": float(np.mean([q for q, _ in g])),
+                        "ran": float(np.mean([ran for _, ran in g]))})
     return out
 
 
@@ -384,7 +395,8 @@ def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LE
     messages.extend(ts.notes)
     messages.extend(_memory_note(hits, ts))
     return ValidationReport(split=split, seed=seed, rows=rows, coverage=_coverage(hits), messages=messages,
-                            interval=interval, reveal=reveal, coverage_groups=coverage_by_group(pd.DataFrame(hits)))
+                            interval=interval, reveal=reveal, coverage_groups=coverage_by_group(pd.DataFrame(hits)),
+                            reliability=reliability(hits), hits=hits)
 
 
 def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interval: float = 0.8,
@@ -428,5 +440,6 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
         reports[k] = ValidationReport(split="by-source", seed=seed, rows=pd.DataFrame(records),
                                       coverage=_coverage(hits), interval=interval, reveal=k,
                                       messages=_memory_note(hits, ts),
-                                      coverage_groups=coverage_by_group(pd.DataFrame(hits)))
+                                      coverage_groups=coverage_by_group(pd.DataFrame(hits)),
+                                      reliability=reliability(hits), hits=hits)
     return reports

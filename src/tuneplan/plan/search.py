@@ -317,8 +317,8 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
         raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
                          f"{space.global_batch}: widen --micro-batches or change --global-batch")
     ev = _evaluate(mspec, gpu_specs, method_list, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh)
-    interval_info, t_lo, t_hi = _interval_bounds(interval, calibration, ev["wall"], ev["totals"]["train_s"], notes,
-                                                 base.framework)
+    iv, t_lo, t_hi = _interval_bounds(interval, calibration, ev["wall"], ev["totals"]["train_s"], notes, base,
+                                      mspec, gpu_specs, grid, ev["out"], wl)
     _rank(ev, objective, deadline_s, budget_usd)  # the table of configurations that fit, best first
     df, pareto_df = _tables(ev, t_lo, t_hi)
     rec, ru, why, message, closest = _recommend(df, ev, objective, deadline_s, budget_usd)
@@ -328,7 +328,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
         model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
         pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
         closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
-        interval=interval_info, n_evaluated=len(grid), seconds=_time.perf_counter() - t0,
+        interval=iv, n_evaluated=len(grid), seconds=_time.perf_counter() - t0,
         space=_space_dict(space), notes=notes,
     )
 
@@ -495,11 +495,13 @@ def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
     return rate_tab, price_info
 
 
-def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarray,
-                     notes: list[str], framework: str | None = None
+def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarray, notes: list[str], base,
+                     mspec=None, gpu_specs=(), grid=None, out=None, wl=None
                      ) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
-    """Wall-clock bounds from the held-out residuals stored in the calibration, when it has them: the
-    pool an estimate of the same framework reads (learn.intervals.residual_pool)."""
+    """Wall-clock bounds from the held-out residuals stored in the calibration, when it has them: with
+    a width model, each candidate's as `estimate` gives it for that configuration (learn.intervals: the
+    settings the plan searched count as said); else the pool an estimate of the same framework reads
+    (learn.intervals.residual_pool)."""
     interval_info = None
     t_lo = t_hi = np.full(len(wall), np.nan)
     if interval:
@@ -508,15 +510,49 @@ def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarra
 
         res = interval_residuals("tuneplan", calibration)
         if res is not None and len(res.get("throughput", [])) >= 5:
-            pool, what = residual_pool(res, framework)
-            lo_t, hi_t = conformal_bounds(np.asarray(pool), interval)
+            width = res.get("width") or {}
+            if "throughput" in width and grid is not None:
+                lo_t, hi_t = _width_factors(width, interval, base, mspec, gpu_specs, grid, out, wl.seq_len)
+                what, n = "width from what the estimate assumed", len(width["throughput"]["z"])
+            else:
+                pool, what = residual_pool(res, base.framework)
+                (lo_t, hi_t), n = conformal_bounds(np.asarray(pool), interval), len(pool)
             fixed_s = wall - train_s
             t_lo, t_hi = fixed_s + train_s / hi_t, fixed_s + train_s / lo_t
-            interval_info = {"coverage": interval, "throughput_low_factor": lo_t, "throughput_high_factor": hi_t,
-                             "source": f"{res.get('source', '')} ({what})", "n_residuals": len(pool)}
+            interval_info = {"coverage": interval, "throughput_low_factor": float(np.min(lo_t)),
+                             "throughput_high_factor": float(np.max(hi_t)),
+                             "source": f"{res.get('source', '')} ({what})", "n_residuals": n}
         else:
             notes.append("No interval: no held-out residuals stored for this estimator.")
     return interval_info, t_lo, t_hi
+
+
+def _width_factors(width: dict, interval: float, base, mspec, gpu_specs, grid, out, seq_len: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's throughput multipliers from the width model, computed once per distinct GPU,
+    GPU count and communication-bound flag (what changes its contributions across the grid)."""
+    from tuneplan.learn.intervals import (
+        COMM_BOUND,
+        comm_share,
+        coverage_keys,
+        filled_in,
+        interval_flags,
+        scale_bucket,
+        width_bounds,
+    )
+
+    filled = filled_in(base) - {"grad_ckpt", "batch"}  # the plan chooses checkpointing and the batch shape
+    comm = np.asarray(comm_share(out, "_s"), dtype=float)
+    combos = np.column_stack([grid.gpu_idx, grid.gpus, np.broadcast_to(comm > COMM_BOUND, (len(grid),))])
+    distinct, inverse = np.unique(combos.astype(np.int64), axis=0, return_inverse=True)
+    lo, hi = np.empty(len(distinct)), np.empty(len(distinct))
+    for j, (g, n, c) in enumerate(distinct):
+        keys = {**coverage_keys(base, mspec, gpu_specs[int(g)], seq_len), "scale": scale_bucket(int(n))}
+        flags = interval_flags(filled, keys, base.framework, 1.0 if c else 0.0, width.get("covered"))
+        lo[j], hi[j] = width_bounds(width["throughput"], flags, interval)[:2]
+    inverse = np.asarray(inverse).reshape(-1)
+    lo, hi = lo[inverse], hi[inverse]
+    return lo, hi
 
 
 def _tables(ev: dict, t_lo, t_hi) -> tuple[pd.DataFrame, pd.DataFrame]:

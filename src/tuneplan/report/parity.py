@@ -1,4 +1,5 @@
-"""Parity plot of a validation: predicted versus measured, log axes, one colour per source."""
+"""Parity plot of a validation: predicted versus measured, log axes, one colour per source; beside it
+the fit probability's reliability curve."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ def parity_plot(report, path: str, estimator: str = "tuneplan") -> None:
     import numpy as np
 
     rows = report.rows
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
-    for ax, (meas, pred, label) in zip(axes, (("measured_tokens_per_s", "pred_tokens_per_s", "throughput (tokens/s)"),
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5))
+    _reliability_panel(axes[2], report.reliability)
+    for ax, (meas, pred, label) in zip(axes[:2], (("measured_tokens_per_s", "pred_tokens_per_s", "throughput (tokens/s)"),
                                               ("measured_mem_gib", "pred_mem_gib", "peak memory per GPU (GiB)")),
                                        strict=True):
         d = rows[(rows["estimator"] == estimator)].dropna(subset=[meas, pred])
@@ -36,3 +38,21 @@ def parity_plot(report, path: str, estimator: str = "tuneplan") -> None:
     with atomic_output(path, "plot", "plot") as tmp:  # all at once: a crash leaves no half-written image
         fig.savefig(tmp, dpi=110)
     plt.close(fig)
+
+
+def _reliability_panel(ax, table: list[dict]) -> None:
+    """The fit probability's reliability curve: the share of held-out rows that ran against the mean
+    probability given, per bin (a calibrated probability lies on the diagonal; marker area ~ rows)."""
+    ax.plot([0, 1], [0, 1], "k-", lw=1, label="calibrated")
+    if table:
+        ax.plot([b["probability"] for b in table], [b["ran"] for b in table], "o-", label="held-out rows")
+        ax.scatter([b["probability"] for b in table], [b["ran"] for b in table],
+                   s=[10 + 2 * b["rows"] for b in table], alpha=0.4)
+    else:
+        ax.text(0.5, 0.5, "no fit probability\n(no memory width model)", ha="center", va="center")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("fit probability given")
+    ax.set_ylabel("share of rows that ran (did not OOM)")
+    ax.set_title("fit probability: reliability")
+    ax.legend(fontsize=7, loc="upper left")

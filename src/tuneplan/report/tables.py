@@ -76,6 +76,8 @@ def estimate_items(r) -> list:
     if d["fits"] and d.get("memory_fit_gib") is not None and d["memory_per_gpu_gib"] > d["memory_capacity_gib"]:
         # the peak counts blocks cached for other batch shapes, which torch frees before it runs out
         fit_text = f"fits: {gib(d['memory_fit_gib'])} without blocks cached for other batch shapes"
+    if iv and iv.get("fit_probability") is not None:  # the chance the measured peak fits (learn.intervals)
+        fit_text += f": {iv['fit_probability']:.0%}" if d["fits"] else f" (fits: {iv['fit_probability']:.0%})"
     verdict = Styled(fit_text, STYLED["verdict_fit"]) if d["fits"] else Styled("DOES NOT FIT", STYLED["verdict_no_fit"])
     mem = f"{gib(d['memory_per_gpu_gib'])} of {d['memory_capacity_gib']:g} GiB"
     if iv and "memory_per_gpu_gib_low" in iv:
@@ -121,6 +123,8 @@ def estimate_items(r) -> list:
     if d["suggestions"]:
         items.append(Styled("to make it fit (cheapest first):\n" + "\n".join(f"  - {s}" for s in d["suggestions"]),
                             STYLED["warning"]))
+    if iv and iv.get("why"):
+        items.append(Styled("the interval is widest for: " + "; ".join(iv["why"]), STYLED["assumptions"]))
     items.append(Styled("what this assumes:\n" + "\n".join(f"  - {a}" for a in d["assumptions"]),
                         STYLED["assumptions"]))
     return items

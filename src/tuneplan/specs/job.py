@@ -689,7 +689,10 @@ def make_job(**kwargs) -> JobSpec:
         clean["peft_version"] = default_peft_version()  # the installed peft, read when the job is made
     if "lora_targets" in clean and isinstance(clean["lora_targets"], str):
         clean["lora_targets"] = tuple(t.strip() for t in clean["lora_targets"].split(",") if t.strip())
-    return JobSpec(**clean)
+    job = JobSpec(**clean)
+    # the fields the caller said (`given` adds the framework's defaults): what an interval's width reads
+    job.__dict__["stated"] = frozenset(k for k, v in kwargs.items() if v is not None)
+    return job
 
 
 # ---- reading and checking the fields ------------------------------------------------------------

@@ -365,6 +365,7 @@
     if (fits && iv && iv.memory_per_gpu_gib_high > cap) {
       mbText += ` Tight: the ${Math.round((iv.coverage || 0.8) * 100)}% interval reaches ${fmtGib(iv.memory_per_gpu_gib_high)}.`;
     }
+    if (iv && Number.isFinite(iv.fit_probability)) mbText += ` Fit probability ${Math.round(iv.fit_probability * 100)}%.`;
     if (d.weights_scheme) mbText += ` Full fine-tuning: ${d.weights_scheme}.`;
     v.innerHTML = fits
       ? `Fits: ${esc(fmtGib(d.memory_per_gpu_gib))} of ${esc(fmtGib(cap))} per GPU<span class="s">${esc(mbText)}</span>`
@@ -375,6 +376,7 @@
     $("#r-wall-interval").textContent = !sized ? "enter examples and tokens per example" : iv && Number.isFinite(iv.wall_clock_s_low)
       ? `${Math.round((iv.coverage || 0.8) * 100)}% interval ${fmtHours(iv.wall_clock_s_low)} – ${fmtHours(iv.wall_clock_s_high)}`
       : "no interval (no measured residuals for this estimator)";
+    $("#r-wall-interval").title = iv && iv.why && iv.why.length ? `widest for: ${iv.why.join("; ")}` : "";
     setFig("#r-device-hours", sized ? `${sig(d.device_hours)} GPU-h` : "—", d.device_hours);
     $("#r-steps").textContent = sized ? `${nf(d.steps, 0)} steps × ${fmtStep(d.step_time_s)}` : `${fmtStep(d.step_time_s)} per step`;
     setFig("#r-cost", fmtUsd(d.cost_usd), d.cost_usd);

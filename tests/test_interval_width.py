@@ -1,0 +1,158 @@
+"""The interval's width from what the estimate assumed (learn.intervals, learn.calibration.fit_width):
+contributions fitted by hand-checkable least squares, the bounds and the fit probability they give,
+the contributions an estimate names, and the fit probability's reliability table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tuneplan.learn.calibration import fit_width
+from tuneplan.learn.intervals import (
+    comm_share,
+    coverage_keys,
+    filled_in,
+    fit_probability,
+    interval_flags,
+    width_bounds,
+)
+from tuneplan.learn.validate import reliability
+from tuneplan.specs.job import JobSpec
+
+
+def _rows():
+    """Four sources, each with two rows each at +-0.1 (no contribution) and rows at +-0.3 (framework not given):
+    squared deviations 0.01 and 0.09, so base^2 = 0.01 and the framework's contribution^2 = 0.08."""
+    r, flags, src = [], [], []
+    for s in ("a", "b", "c", "d"):
+        for v, f in ((0.1, set()), (-0.1, set()), (0.3, {"framework"}), (-0.3, {"framework"})) * 2:
+            r.append(v)
+            flags.append(f)
+            src.append(s)
+    return r, flags, src
+
+
+def test_fit_width_splits_the_squared_spread_into_named_contributions():
+    m = fit_width(*_rows())
+    assert m["centre"] == pytest.approx(-0.1)  # the weighted median: the smallest value reaching half the weight
+    # with the centre at -0.1: unflagged rows deviate 0.2 and 0, flagged 0.4 and 0.2 -> mean squares 0.02, 0.10
+    assert m["base"] == pytest.approx(math.sqrt(0.02))
+    assert m["contributions"]["framework"] == pytest.approx(math.sqrt(0.08))
+    assert len(m["z"]) == 32
+
+
+def test_a_contribution_seen_in_one_source_only_is_not_fitted():
+    r, flags, src = _rows()
+    flags = [f if s == "a" else set() for f, s in zip(flags, src, strict=True)]  # 4 rows of one source
+    r, flags, src = r * 3, flags * 3, src * 3  # 12 rows, still one source
+    assert "framework" not in fit_width(r, flags, src)["contributions"]
+
+
+def test_width_bounds_add_the_contributions_in_quadrature_and_name_them():
+    model = {"centre": 0.0, "base": 0.1, "contributions": {"framework": 0.2, "scale": 0.05},
+             "z": [-1.0, -0.5, 0.0, 0.5, 1.0] * 4}
+    lo, hi, why = width_bounds(model, {"framework": "framework not given"}, 0.5)
+    w = math.sqrt(0.1 ** 2 + 0.2 ** 2)
+    from tuneplan.learn.intervals import conformal_bounds
+
+    zl, zh = (math.log(b) for b in conformal_bounds(model["z"], 0.5))
+    assert (lo, hi) == pytest.approx((math.exp(w * zl), math.exp(w * zh)))
+    assert why == [("framework not given", pytest.approx(math.exp(0.2 * (zh - zl) / 2) - 1))]
+    assert width_bounds(model, {}, 0.5)[:2] == pytest.approx((math.exp(0.1 * zl), math.exp(0.1 * zh)))
+
+
+def test_fit_probability_is_the_share_of_residuals_under_the_headroom():
+    model = {"centre": 0.0, "base": 0.1, "contributions": {}, "z": list(np.linspace(-2, 2, 41))}
+    # peak 80 of 88 GiB: headroom log(1.1) = 0.0953 -> z 0.953: the values -2.0 .. 0.9 (30 of 41)
+    assert fit_probability(model, {}, 80.0, 88.0) == pytest.approx(30 / 41)
+    assert fit_probability(model, {}, 80.0, 80.0 * math.exp(0.25)) == 1.0  # beyond the widest residual
+
+
+def test_the_flags_of_an_estimate():
+    job = JobSpec(framework="trl", gpus=512, nodes=64, tp=2, precision="bf16")
+    assert filled_in(job) == {"grad_ckpt", "packing", "batch"}
+    assert filled_in(defaults_used=["grad_ckpt=0 (off unless stated)", "flash_attn=1", "global_batch_size=64"]) == \
+        {"grad_ckpt", "batch"}
+    from tuneplan.specs.catalog import resolve_model
+    from tuneplan.specs.gpu import gpu_catalog
+
+    keys = coverage_keys(job, resolve_model("llama-3-8b"), gpu_catalog()["H100-SXM5-80GB"], 4096)
+    assert keys == {"gpu_family": "H100", "scale": "65+", "parallel": "tensor", "moe": "dense", "seq": "2k-8k"}
+    covered = {"framework": ["trl"], "gpu_family": ["H100"], "scale": ["1", "2-8"], "parallel": ["tensor"],
+               "moe": ["dense"], "seq": ["2k-8k"]}
+    flags = interval_flags({"batch"}, keys, "trl@0.20", 0.3, covered)
+    assert flags == {"batch": "micro-batch count not given", "scale": "no training source at 65+ GPUs",
+                     "comm": "communication-bound step (30% of it)"}
+    assert comm_share({"communication": 0.2, "tensor_parallel": 0.1, "total": 1.0}) == pytest.approx(0.3)
+
+
+def test_reliability_table_counted_by_hand():
+    hits = [{"metric": "fit", "probability": p, "ran": ran} for p, ran in
+            ((0.05, False), (0.05, True), (0.95, True), (1.0, True), (0.95, False))]
+    assert reliability(hits + [{"metric": "throughput"}]) == [
+        {"low": 0.0, "high": 0.1, "rows": 2, "probability": pytest.approx(0.05), "ran": 0.5},
+        {"low": 0.9, "high": 1.0, "rows": 3, "probability": pytest.approx(0.9666667), "ran": pytest.approx(2 / 3)}]
+
+
+def test_an_estimate_names_the_largest_contributions_and_a_fit_probability():
+    from tuneplan.api import estimate
+
+    r = estimate("llama-3-8b", "H100", seq_len=2048, interval=0.8)
+    iv = r.to_dict()["interval"]
+    assert 0.0 <= iv["fit_probability"] <= 1.0
+    assert 1 <= len(iv["why"]) <= 3 and all("(+-" in w for w in iv["why"])
+    assert iv["memory_allocated_gib_low"] < r.memory_allocated_gib < iv["memory_allocated_gib_high"]
+
+
+def test_validate_plot_draws_the_reliability_curve_beside_the_parity_panels(tmp_path):
+    from types import SimpleNamespace
+
+    import matplotlib
+    import pandas as pd
+
+    from tuneplan.report import parity
+
+    drawn = {}
+    real = parity._reliability_panel
+
+    def spy(ax, table):
+        real(ax, table)
+        drawn["lines"] = [line.get_xydata().tolist() for line in ax.get_lines()]
+
+    rows = pd.DataFrame({"estimator": ["tuneplan"] * 2, "source": ["s", "s"], "measured_tokens_per_s": [1.0, 2.0],
+                         "pred_tokens_per_s": [1.1, 1.9], "measured_mem_gib": [10.0, 20.0], "pred_mem_gib": [11.0, 19.0]})
+    table = [{"low": 0.0, "high": 0.1, "rows": 4, "probability": 0.05, "ran": 0.25},
+             {"low": 0.9, "high": 1.0, "rows": 40, "probability": 0.97, "ran": 0.95}]
+    matplotlib.use("Agg")
+    parity._reliability_panel, saved = spy, parity._reliability_panel
+    try:
+        parity.parity_plot(SimpleNamespace(rows=rows, split="by-source", reliability=table), str(tmp_path / "p.png"))
+    finally:
+        parity._reliability_panel = saved
+    assert (tmp_path / "p.png").stat().st_size > 0
+    assert drawn["lines"][1] == [[0.05, 0.25], [0.97, 0.95]]  # after the diagonal: the curve, bin by bin
+
+
+def test_what_the_caller_said_not_the_framework_defaults_decides_what_was_filled_in():
+    from tuneplan.specs.job import make_job
+
+    # make_job adds the framework's defaults (framework, padding, its recipes' checkpointing) to `given`
+    assert filled_in(make_job()) == {"framework", "grad_ckpt", "packing", "precision", "batch"}
+    assert filled_in(make_job(framework="trl", packing=True, micro_batch=2)) == {"grad_ckpt", "precision"}
+
+
+def test_a_calibration_whose_throughput_width_was_replaced_keeps_the_memory_one():
+    """An adapted calibration with throughput runs only: the throughput interval from the residuals the
+    runs leave, the memory interval and fit probability still from the width model."""
+    from tuneplan.api import estimate
+    from tuneplan.estimators.calibration import default_calibration
+    from tuneplan.learn.calibration import adapted_intervals
+
+    base = default_calibration()
+    cal = type(base)(**{**base.__dict__, "intervals": adapted_intervals(base, {"throughput": 3, "memory": 0})})
+    assert set(cal.intervals["tuneplan"]["width"]) == {"covered", "memory"}
+    iv = estimate("llama-3-8b", "H100", seq_len=2048, interval=0.8, calibration=cal).interval
+    assert "width" not in iv["source"]  # the throughput bounds: the pool the runs leave
+    assert 0.0 <= iv["fit_probability"] <= 1.0 and all("(memory)" in w for w in iv["why"])
