@@ -21,7 +21,7 @@ from tuneplan.physics.ops import efficiency
 from tuneplan.physics.targets import normalise_targets
 from tuneplan.specs.job import JobSpec
 from tuneplan.specs.model import LinearShape, ModelSpec
-from tuneplan.specs.peft import CATALOGUE, DEFAULT_VIRTUAL_TOKENS, LORA_EQUIVALENT, method_options
+from tuneplan.specs.peft import CATALOGUE, LORA_EQUIVALENT, method_options
 
 FP32_BYTES = 4.0
 """bytes per element of peft's adapter weights and of the inputs cast to them: peft >= 0.12 casts
@@ -191,14 +191,6 @@ def norm_params(model: ModelSpec) -> float:
     trains (peft's defaults: input_layernorm, post_attention_layernorm and the final norm for Llama)."""
     return float(model.params_total - model.params_embedding - model.params_lm_head
                  - sum(lin.params for lin in model.linears))
-
-
-def virtual_tokens(job: JobSpec) -> int:
-    """Positions prompt tuning and p-tuning prepend to every sample (0 for every other method)."""
-    if job.method not in ("prompt-tuning", "p-tuning"):
-        return 0
-    opts, _ = method_options(job.method, job.peft_options)
-    return int(opts.get("num_virtual_tokens", DEFAULT_VIRTUAL_TOKENS))
 
 
 def _blank() -> dict[str, float]:

@@ -100,14 +100,6 @@ def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
             + np.where(a["gated"] > 0, 3.0, 2.0) * inter + ssm_per_layer)
 
 
-def dp_bandwidth(a: Arrays) -> np.ndarray:
-    """Bus bandwidth of the data-parallel group: intra-node when it fits in a node, else the
-    slower of the intra-node link and the per-GPU network share."""
-    model_par = a["tp"] * a["pp"] * a["cp"]
-    spans_nodes = a["dp"] * model_par > domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
-    return np.where(spans_nodes, np.minimum(a["intra_bw"], a["inter_bw"]), a["intra_bw"])
-
-
 def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arrays:
     """Forward, backward and recompute seconds of one micro-step, operation by operation: the blocks'
     dense GEMMs at the precision's rate (physics/precision.py), MoE experts' GEMMs at the rows each

@@ -19,6 +19,7 @@ from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
 from tuneplan.physics.moe_lora import StackedAdapters, is_routed_expert, peft_reaches_stacks, stacked_adapters
 from tuneplan.physics.peft_methods import MODULE_METHODS, lora_equivalent, method_terms
 from tuneplan.physics.precision import FP8_WEIGHT_BYTES
+from tuneplan.physics.stack import stack_numbers
 from tuneplan.physics.targets import normalise_targets
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
@@ -379,8 +380,6 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     )
 
 
-GPU_FIELDS = ("peak_flops", "mem_bw", "memory_bytes", "intra_bw", "inter_bw", "tdp_w", "matmul_rel")
-
 REFERENCE_MATMUL_EFFICIENCY = 0.80
 """Achievable / datasheet dense matmul TFLOP/s of the GPU the efficiency curve's ceiling is stated for
 (H100 SXM 794.5/989 and the H200 786/989, measured). A GPU whose matmuls reach a measured fraction
@@ -460,12 +459,6 @@ def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
         "variable_shapes": 1.0 if job.variable_shapes() else 0.0,
         "adapter_fp32": 1.0 if job.adapter_dtype == "fp32" else 0.0,
     }
-
-
-def stack_numbers(model, gpu, job, seq):
-    from tuneplan.physics.stack import stack_numbers as numbers
-
-    return numbers(model, gpu, job, seq)
 
 
 def terms_key(job: JobSpec) -> tuple:
