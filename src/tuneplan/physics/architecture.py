@@ -1,9 +1,6 @@
 """Architecture terms beyond dense softmax attention: local attention spans, MLA widths, Mamba scans
-and states, vision towers. Small named formulas; `terms.model_terms` and `step` / `memory` call them.
-
-Model-side scalars (`mixer_terms`, `vision_terms`) become fields of `ModelTerms`; the array functions
-(`sequence_mixing_flops`, `vision_tower_flops_per_micro`, `vision_activation_bytes`) broadcast over
-configurations like the rest of the physics.
+and states, vision towers. Model-side scalars (`mixer_terms`, `vision_terms`) become fields of
+`terms.ModelTerms`; the array functions broadcast over configurations like the rest of the physics.
 """
 
 from __future__ import annotations

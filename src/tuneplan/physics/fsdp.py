@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.physics.codes import MethodCode, ShardingCode
+from tuneplan.physics.codes import ShardingCode, full_weights
 from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
@@ -39,8 +39,7 @@ def flat_parameter_gradients(a: Arrays) -> np.ndarray:
     non-frozen parameters in one unit gives "higher than expected gradient memory usage"). The blocks'
     frozen weights are `params_frozen_linear`; embeddings and head sit in the root unit, all frozen, whose
     flat parameter needs no gradient. Full fine-tuning and freeze train whole blocks: nothing changes."""
-    method = np.asarray(a["method_code"])
-    peft = (method != MethodCode.FULL) & (method != MethodCode.FREEZE)
+    peft = ~full_weights(np.asarray(a["method_code"]))
     sharded = np.asarray(a["sharding"]) >= ShardingCode.ZERO2
     return (peft & sharded & (get(a, "fsdp") > 0) & (get(a, "adapters_in_blocks") > 0)
             & (np.asarray(a["params_frozen_linear"]) > 0) & (np.asarray(a["params_trainable"]) > 0))

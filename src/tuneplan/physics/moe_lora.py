@@ -10,10 +10,7 @@ router) reach the stacks, with the rank doubled on the fused gate_up stack (peft
 Other MoE types (granitemoe, gpt_oss, ..., and under peft 0.21 qwen2_moe itself, which peft 0.22 adds)
 keep their routed experts and router out: the adapters sit on attention and the shared experts only.
 Which types are reached is keyed by the peft release (PEFT_STACKED_MOE_TYPES_BY_VERSION; the job's
-`peft_version`, filled from the installed peft). Both counts are exact against peft: Qwen3-30B-A3B at
-r = 16 trains 20,760,576 parameters per layer (996.5M in all, as the H200 run recorded with peft 0.21),
-Mixtral-8x7B 11,239,552 per layer (359.7M), Qwen1.5-MoE-A2.7B 663,568 under peft 0.21 (15.9M) and
-13,353,936 under peft 0.22 (320.5M).
+`peft_version`, filled from the installed peft). Both counts match peft's exactly (tests/test_moe_lora.py).
 
 Each forward, ParamWrapper parametrizes the stack as W' = W + s B A (`torch.baddbmm` per stack in the
 weights' dtype, `_LoraFactorsProxy`), so that:

@@ -69,8 +69,7 @@ planner's grids of thousands skip the bookkeeping."""
 PEFT_ADAPTER_PASSES = 4.0
 """Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
 (IA3's scaling vectors, the rest of physics/peft_methods.py), forward + backward (passes of 2-byte
-elements): a multiply each way and its gradient, the prior of PhysicsConstants.adapter_passes before
-LoRA's path was counted (their fp32 copies are peft_methods' own terms)."""
+elements): a multiply each way and its gradient (their fp32 copies are peft_methods' own terms)."""
 
 
 def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,

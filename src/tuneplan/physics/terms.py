@@ -20,7 +20,7 @@ from tuneplan.physics.moe_lora import StackedAdapters, is_routed_expert, peft_re
 from tuneplan.physics.peft_methods import MODULE_METHODS, lora_equivalent, method_terms
 from tuneplan.physics.precision import FP8_WEIGHT_BYTES
 from tuneplan.physics.stack import stack_numbers
-from tuneplan.physics.targets import normalise_targets
+from tuneplan.physics.targets import FUSED_TARGETS, normalise_targets
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
@@ -199,8 +199,6 @@ def _peft_split(model: ModelSpec, job: JobSpec, pbytes: float, block_linear_para
         lora_rank=peft.pop("lora_rank", 0.0), peft=peft)
 
 
-FUSED_TARGETS = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}
-"""A target named by its part on a model with one fused matrix (Falcon, GPT-2, phi-3...)."""
 SPLIT_TARGETS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
 """A fused target on a model with separate matrices."""
 
@@ -381,10 +379,9 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
 
 
 REFERENCE_MATMUL_EFFICIENCY = 0.80
-"""Achievable / datasheet dense matmul TFLOP/s of the GPU the efficiency curve's ceiling is stated for
-(H100 SXM 794.5/989 and the H200 786/989, measured). A GPU whose matmuls reach a measured fraction
-(`matmul_efficiency` in the catalog: A100 SXM 0.869, MI300X 0.511...) runs at that fraction / 0.80 of
-the curve; one not measured at the reference."""
+"""Achievable / datasheet matmul TFLOP/s of the GPUs the efficiency curve's ceiling is stated for
+(PhysicsConstants.mfu_max). A GPU with a measured `matmul_efficiency` in the catalog (A100 SXM 0.869,
+MI300X 0.511...) runs at that / 0.80 of the curve; one not measured at the reference."""
 
 
 ECC_GDDR_GPUS = ("T4", "A2-", "A10-", "A10G", "A16", "A40", "L4-", "L40")
@@ -393,9 +390,7 @@ memory stores its check bits in the DRAM itself: 1/16 of the memory is reserved 
 A40 / L40 user guides: "ECC ... reduces the available memory by 6.25%"), which is what nvidia-smi
 reports as total: T4 16 GiB -> 15,360 MiB, A10G 24 GiB -> 23,028 MiB, A40 48 GiB -> 46,068 MiB. HBM
 GPUs (A100, H100, B200) keep ECC out of band: no loss."""
-
-ECC_RESERVED_FRACTION = 1.0 / 16.0
-"""Share of a GDDR GPU's memory inline ECC reserves (fraction): 6.25% (NVIDIA, as above)."""
+ECC_RESERVED_FRACTION = 1.0 / 16.0  # the 6.25% above
 
 
 def usable_memory_gib(gpu: GPUSpec) -> float:
@@ -441,24 +436,12 @@ def sharding_code(job: JobSpec) -> int:
 
 
 def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
-    return {
-        "micro_batch": float(job.micro_batch),
-        "grad_accum": float(job.grad_accum),
-        "seq_len": float(seq_len),
-        "gpus": float(job.gpus),
-        "nodes": float(job.nodes),
-        "tp": float(job.tp),
-        "pp": float(job.pp),
-        "cp": float(job.cp),
-        "ep": float(job.ep),
-        "dp": float(job.dp),
-        "sharding": float(sharding_code(job)),
-        "grad_ckpt": 1.0 if job.grad_ckpt else 0.0,
-        "flash_attn": 1.0 if job.flash_attn else 0.0,
-        "fp32_master": 1.0 if job.fp32_master() else 0.0,
-        "variable_shapes": 1.0 if job.variable_shapes() else 0.0,
-        "adapter_fp32": 1.0 if job.adapter_dtype == "fp32" else 0.0,
-    }
+    out = {"micro_batch": float(job.micro_batch), "grad_accum": float(job.grad_accum), "seq_len": float(seq_len)}
+    out.update({k: float(getattr(job, k)) for k in ("gpus", "nodes", "tp", "pp", "cp", "ep", "dp")})
+    out["sharding"] = float(sharding_code(job))
+    flags = {"grad_ckpt": job.grad_ckpt, "flash_attn": job.flash_attn, "fp32_master": job.fp32_master(),
+             "variable_shapes": job.variable_shapes(), "adapter_fp32": job.adapter_dtype == "fp32"}
+    return out | {k: float(bool(v)) for k, v in flags.items()}
 
 
 def terms_key(job: JobSpec) -> tuple:
