@@ -47,11 +47,9 @@ moment when beta1 is set); GaLore-AdamW as AdamW for the weights it does not pro
 
 def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
     """Temporaries of the optimizer step (bytes): torch.optim.AdamW's default multi-tensor path
-    (`_multi_tensor_adam`, torch/optim/adam.py) computes `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`
-    for every parameter of a group at once: one second moment's bytes (half of AdamW's states) held next
-    to the states and gradients until the update is applied. A fused step (torch `fused=True`, apex /
-    Transformer Engine / DeepSpeed FusedAdam) and a per-parameter loop hold none (at most one tensor's);
-    8-bit, paged, SGD and Adafactor steps are counted without one."""
+    (`_multi_tensor_adam`) computes `torch._foreach_sqrt(exp_avg_sqs)` for a whole group at once: one
+    second moment's bytes (half of AdamW's states). A fused step (torch `fused=True`, apex, TE, DeepSpeed
+    FusedAdam), a per-parameter loop and the other optimizers are counted without one."""
     adamw = np.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
     return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
 
@@ -101,12 +99,10 @@ def variable_shape_bytes(a: Arrays, per_token_bytes: np.ndarray, c: PhysicsConst
 
 
 def galore_state_elements(a: Arrays) -> np.ndarray:
-    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0
-    GaLoreAdamW + GaLoreProjector, which transformers' `galore_adamw` optim and ms-swift run): each
-    m x n weight's gradient is projected to rank r on its smaller side, so the projector holds r x min(m, n)
-    and the two moments r x max(m, n) each: r x (min + 2 max) per matrix, in the weights' dtype, against
-    AdamW's 2 m n. The full gradient is still allocated by autograd; the step projects it, updates the
-    moments and projects the update back one matrix at a time (no multi-tensor temporary)."""
+    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0, as
+    transformers' `galore_adamw` runs it): each m x n gradient is projected to rank r on its smaller side,
+    so the projector holds r x min(m, n) and the two moments r x max(m, n) each, in the weights' dtype.
+    Autograd still allocates the full gradient; the step runs one matrix at a time (no temporary)."""
     return a["galore_rank"] * (a["galore_min_dims"] + 2.0 * a["galore_max_dims"])
 
 
@@ -120,23 +116,20 @@ def expert_split_ratio(a: Arrays) -> np.ndarray:
 
 def expert_sharding(div: np.ndarray, ep: np.ndarray, expert_here: np.ndarray) -> np.ndarray:
     """The effective shard count of a GPU's weights, gradients or states when `expert_here` of them are
-    expert weights: dense ones are sharded over the `div` data x context parallel ranks, expert ones over
-    the expert-data-parallel ranks only, div / ep (`ep`: expert_split_ratio; Megatron-Core's distributed
-    optimizer keeps separate buffers on `expert_data_parallel_group`; DeepSpeed-MoE partitions expert
-    weights within their expert-data-parallel group). Unsharded (div 1) stays 1."""
+    expert weights: dense ones over the `div` data x context parallel ranks, expert ones over the
+    expert-data-parallel ranks only, div / ep (`ep`: expert_split_ratio; Megatron-Core's
+    `expert_data_parallel_group`, DeepSpeed-MoE alike). Unsharded (div 1) stays 1."""
     expert_div = np.where(div > 1, np.maximum(div / ep, 1.0), 1.0)
     return 1.0 / ((1.0 - expert_here) / div + expert_here / expert_div)
 
 
 def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole: np.ndarray,
                       share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding. The master copy and fp32
-    moments where the job keeps one (JobSpec.fp32_master: AMP over fp32 weights, DeepSpeed ZeRO,
-    Megatron); otherwise 16-bit weights are trained in place and AdamW's moments, allocated like the
-    parameter (torch zeros_like), are 16-bit too (8-bit optimizers' 1-byte states do not change).
-    GaLore (full fine-tuning) keeps the block linears' states in their rank-r projections
-    (`galore_state_elements`), AdamW's elsewhere. `whole`: rows training whole weights (full, freeze);
-    `share`: the part of the model's matrices on this GPU (expert and tensor / pipeline parallel)."""
+    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding: the master copy and fp32
+    moments where the job keeps one (JobSpec.fp32_master); otherwise 16-bit weights train in place with
+    moments allocated like the parameter (torch zeros_like: 16-bit; 8-bit states unchanged). GaLore (full
+    fine-tuning) keeps the block linears' states in rank-r projections (`galore_state_elements`).
+    `whole`: rows training whole weights (full, freeze); `share`: the part of the model's matrices on this GPU."""
     pbytes = a["weight_bytes_compute"]
     trained16 = whole & (pbytes == 2)
     keep32 = a["fp32_master"] > 0

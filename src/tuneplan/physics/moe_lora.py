@@ -25,8 +25,6 @@ weights' dtype, `_LoraFactorsProxy`), so that:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from tuneplan.physics.stack import get
@@ -83,20 +81,6 @@ EXPERT_NAMES = ("gate", "up", "down")
 """Routed experts' linears in the model specs (count_per_layer > 1); gate and up share one stack."""
 
 
-@dataclass(frozen=True)
-class StackedAdapters:
-    """What LoRA over stacked experts trains and costs, whole model (physics.terms.ModelTerms fields)."""
-
-    trainable: float = 0.0  # adapter parameters on the stacks
-    stacked_lora_params: float = 0.0  # expert weights re-materialised as W + BA every forward
-    stacked_lora_flops: float = 0.0  # baddbmm FLOPs per micro-step, forward
-    stacked_wgrad_flops: float = 0.0  # per token: forward FLOPs of the stacks whose full gradient backward computes
-    stacked_lora_stacks: float = 0.0  # adapted stacks (kernel launches)
-
-    def term_fields(self) -> dict[str, float]:
-        return {k: v for k, v in self.__dict__.items() if k != "trainable"}
-
-
 def is_routed_expert(lin) -> bool:
     return lin.name in EXPERT_NAMES and lin.count_per_layer > 1
 
@@ -108,8 +92,9 @@ def peft_reaches_stacks(model, peft_version: str | None = None) -> bool:
     return str(getattr(model, "model_type", "")).lower() in types
 
 
-def stacked_adapters(experts: list, rank: float, dense_moe: bool) -> StackedAdapters:
-    """The stacks of the chosen routed-expert linears (`experts`: LinearShapes with count_per_layer > 1):
+def stacked_adapters(experts: list, rank: float, dense_moe: bool) -> dict[str, float]:
+    """What LoRA trains (`trainable`) and costs (the `stacked_*` fields of `terms.ModelTerms`, whole model)
+    on the stacks of the chosen routed-expert linears (`experts`: LinearShapes with count_per_layer > 1):
     gate and up fused in one [E, 2I, H] stack at rank r x the number of them chosen, down at rank r."""
     by_name = {lin.name: lin for lin in experts}
     stacks = []  # (linears in the stack, stack rank)
@@ -131,7 +116,7 @@ def stacked_adapters(experts: list, rank: float, dense_moe: bool) -> StackedAdap
         out["stacked_lora_flops"] += 2.0 * e * fan_in * fan_out * r * layers
         out["stacked_wgrad_flops"] += 2.0 * active * fan_in * fan_out * layers
         out["stacked_lora_stacks"] += layers
-    return StackedAdapters(**out)
+    return out
 
 
 def _terms(a: dict, key: str) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 from tuneplan.errors import InputError
 from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
 from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
-from tuneplan.physics.moe_lora import StackedAdapters, is_routed_expert, peft_reaches_stacks, stacked_adapters
+from tuneplan.physics.moe_lora import is_routed_expert, peft_reaches_stacks, stacked_adapters
 from tuneplan.physics.peft_methods import MODULE_METHODS, lora_equivalent, method_terms
 from tuneplan.physics.precision import FP8_WEIGHT_BYTES
 from tuneplan.physics.stack import stack_numbers
@@ -119,10 +119,10 @@ class ModelTerms:
     dense_mlp_layers: float = -1.0  # layers with a dense MLP
     images: float = 0.0  # images per sample
     image_tokens: float = 0.0  # LM tokens the images add to each sample
-    vision_flops_per_sample: float = 0.0
-    vision_trainable: float = 0.0
-    vision_act_bytes_per_sample: float = 0.0
-    vision_ckpt_bytes_per_sample: float = 0.0
+    vision_flops_per_sample: float = 0.0  # tower + projector forward FLOPs per sample
+    vision_trainable: float = 0.0  # 1 when the tower is trained (backward through it), else 0
+    vision_act_bytes_per_sample: float = 0.0  # saved activations per sample when trained (16-bit)
+    vision_ckpt_bytes_per_sample: float = 0.0  # the same under gradient checkpointing (layer inputs + one layer)
     params_vision: float = 0.0
     expert_fwd_flops: float = 0.0  # the part of fwd_block_flops in MoE experts' GEMMs (per token)
     linear_io_elements: float = 0.0  # per token, whole model: inputs + outputs of the block linears (elements)
@@ -236,7 +236,7 @@ def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, bloc
     if r > model.hidden_size:
         raise InputError("lora-rank", f"rank {job.lora_rank} is above {model.name}'s hidden size "
                          f"({model.hidden_size})")
-    stacked = StackedAdapters()
+    stacked: dict[str, float] = {}
     if job.moe_experts == "stacked" and model.is_moe:
         chosen, stacked = _stacked_expert_split(model, job, chosen, r, dense_moe)
     adapter_params = adapter_flops = adapted = adapter_io = adapter_in = adapted_modules = 0.0
@@ -255,10 +255,10 @@ def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, bloc
             adapter_params += lin.out_features * lin.count_per_layer * lin.n_layers
     frozen_linear, frozen_other, fl_bytes, dequant = _frozen_base(model, job, pbytes, block_linear_params)
     return TrainedSplit(
-        trainable=adapter_params + stacked.trainable, frozen_linear=frozen_linear, frozen_other=frozen_other,
+        trainable=adapter_params + stacked.pop("trainable", 0.0), frozen_linear=frozen_linear, frozen_other=frozen_other,
         frozen_linear_bytes=fl_bytes, dequant=dequant, adapter_flops=adapter_flops, adapted=adapted,
         adapted_inputs=float(len(widths)), adapter_io=adapter_io, adapter_in=adapter_in,
-        adapted_modules=adapted_modules, lora_rank=float(job.lora_rank), peft=stacked.term_fields())
+        adapted_modules=adapted_modules, lora_rank=float(job.lora_rank), peft=stacked)
 
 
 def _stacked_expert_split(model: ModelSpec, job: JobSpec, chosen: list, r: float, dense_moe: bool):
@@ -274,7 +274,7 @@ def _stacked_expert_split(model: ModelSpec, job: JobSpec, chosen: list, r: float
         raise InputError("lora-targets", f"with --moe-experts stacked peft does not reach {model.name}'s routed "
                          f"experts or router (model type {model.model_type}): target attention or shared experts",
                          sorted({lin.name for lin in model.linears if not is_routed_expert(lin)} - {"router"}))
-    return rest, StackedAdapters()
+    return rest, {}
 
 
 def _freeze_split(model: ModelSpec, job: JobSpec, pbytes: float, block_linear_params: float) -> TrainedSplit:
@@ -325,7 +325,6 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     return ModelTerms(
         fwd_block_flops=fwd_block,
         head_flops=head_flops,
-        attn_flops_per_seq=mix.attn_full_flops_per_key,  # QK^T and AV over the full-attention layers
         adapter_flops=sp.adapter_flops,
         bwd_block_factor=sp.bwd_block,
         bwd_head_factor=sp.bwd_head,
@@ -358,8 +357,6 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         n_experts=model.n_experts,
         top_k=float(model.n_experts if dense_moe else model.experts_per_token),
         moe_layers=model.n_moe_layers,
-        kv_dim=mix.kv_dim,
-        q_dim=mix.q_dim,
         n_heads=model.n_heads,
         vocab=model.vocab_size,
         gated=model.gated_mlp,
@@ -372,8 +369,8 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         expert_fwd_flops=expert_fwd, linear_io_elements=linear_io, head_dim=float(model.head_dim),
         gemm_split_width=split_w / fwd_block if fwd_block else float(model.hidden_size),
         gemm_full_width=full_w / fwd_block if fwd_block else float(model.hidden_size),
-        **mix.term_fields(),
-        **vis.__dict__,
+        **mix,
+        **vis,
         **sp.peft,
     )
 
