@@ -70,11 +70,8 @@ def ssm_activation_elements(ssm: SSMShape, hidden: int) -> float:
     """Saved elements per token of one Mamba layer: the norm's input and output (2h), in_proj's output,
     the conv output, the scan output and the gated-norm output (Mamba-2: z, x, B, C, dt = 2 d_inner +
     2 G N + H; Mamba-1: x, z, then x_proj's dt/B/C), plus Mamba-2's chunk states (H P N per Q tokens)."""
-    if ssm.kind in ("deltanet", "lightning"):
-        states = ssm.n_heads * ssm.head_dim * ssm.d_state / max(1, ssm.chunk)
-        return 2.0 * hidden + ssm.proj_width + ssm.conv_dim + 2.0 * ssm.d_inner + states
-    if ssm.kind == "mamba2":
-        proj = 2.0 * ssm.d_inner + 2.0 * ssm.n_groups * ssm.d_state + ssm.n_heads
+    if ssm.kind in ("deltanet", "lightning", "mamba2"):
+        proj = ssm.proj_width if ssm.kind != "mamba2" else 2.0 * ssm.d_inner + 2.0 * ssm.n_groups * ssm.d_state + ssm.n_heads
         states = ssm.n_heads * ssm.head_dim * ssm.d_state / max(1, ssm.chunk)
         return 2.0 * hidden + proj + ssm.conv_dim + 2.0 * ssm.d_inner + states
     proj = 2.0 * ssm.d_inner + ssm.dt_rank + 2.0 * ssm.d_state

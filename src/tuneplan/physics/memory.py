@@ -234,11 +234,9 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     grad_bytes = np.where(whole, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
     grads, step_grads = gradient_bytes(a, trainable, frozen_lin, grad_bytes, np.where(offload, sdeg, g_div))
     in_bwd = get(a, "opt_in_bwd") > 0  # each parameter stepped in the backward: one gradient at a time, no step peak
-    master, opt = master_and_states(a, trainable, full, whole, ep_factor / split)
-    master, opt = master / o_div, opt / o_div
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
-    master = np.where(host_states, 0.0, master)
-    opt = np.where(host_states, 0.0, opt)
+    master, opt = (np.where(host_states, 0.0, x / o_div)
+                   for x in master_and_states(a, trainable, full, whole, ep_factor / split))
     # sharded weights are gathered a layer (unit) at a time, with one unit prefetched; weights offloaded
     # to the host (ZeRO-3 offload_param, FSDP CPUOffload) are brought in the same way on one GPU too
     layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
