@@ -110,11 +110,9 @@ class PhysicsConstants:
     allocator_overhead: float = 0.08
     """Reserved / allocated - 1: caching-allocator fragmentation (fraction)."""
     variable_shape_reserve: float = 1.0
-    """Batches of varying length (unpacked samples padded to the batch's longest, `--padding longest`):
-    extra reserved memory, as a multiple of the per-token transients (activations + loss buffers). The
-    caching allocator keeps the blocks freed by a shorter batch, which a longer one cannot reuse;
-    prior: about one more set of them held. Allocated memory is unchanged (its peak is the longest
-    batch); reserved and nvidia-smi grow."""
+    """Batches of varying length (`--padding longest`): extra reserved memory, as a multiple of the
+    per-token transients (activations + loss buffers), for the blocks the caching allocator keeps from
+    shorter batches (prior: one more set; memory.variable_shape_bytes). Allocated memory is unchanged."""
     workspace_gib: float = 0.25
     """Allocated temporaries not in the analytic terms (GiB): GEMM workspaces, loss buffers."""
     nf4_input_bytes: float = 4.0

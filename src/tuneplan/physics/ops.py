@@ -140,10 +140,8 @@ EAGER_FORWARD_SHARE = 0.4
 
 
 def eager_norm_rope_bytes(hidden, q_dim, kv_dim, attn_share):
-    """Memory traffic per token per layer of the two RMSNorms and RoPE run as eager PyTorch ops
-    (bytes, forward + backward), where a framework does not fuse them: 2 x EAGER_RMSNORM_BYTES x h
-    + attention layers' share x EAGER_ROPE_BYTES x (q + kv). A Llama-7B layer: 2 x 100 x 4,096 +
-    44 x 8,192 = 1.18 MB per token."""
+    """Memory traffic per token per layer of the two RMSNorms and RoPE as eager ops (bytes, forward +
+    backward). A Llama-7B layer: 2 x 100 x 4,096 + 44 x 8,192 = 1.18 MB per token."""
     return 2.0 * EAGER_RMSNORM_BYTES * hidden + attn_share * EAGER_ROPE_BYTES * (q_dim + kv_dim)
 
 

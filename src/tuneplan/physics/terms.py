@@ -318,8 +318,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     total = float(model.params_total)
 
     sp = trained_split(model, job, method, pbytes, block_linear_params, dense_moe)
-    if method in PEFT_PHYSICS:
-        fwd_block += sp.fwd_block_delta
+    fwd_block += sp.fwd_block_delta  # 0 outside physics/peft_methods.py
     trainable, frozen_other = vision_trainable_split(model, job, sp.trainable, sp.frozen_other)
 
     return ModelTerms(
