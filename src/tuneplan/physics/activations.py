@@ -22,13 +22,23 @@ OFFLOAD_RESIDENT_LAYERS = 2.0
 the one being copied / prefetched (torchtune's OffloadActivations, Megatron's cpu_offloading_num_layers)."""
 
 
+def mlp_widths(a) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, MoE) MLP inner width a token passes: the intermediate, or the top-k experts' widths."""
+    return a["intermediate"], np.maximum(a["top_k"], 1.0) * a["moe_intermediate"]
+
+
+def _by_layer_kind(on, a, el_bytes) -> dict[str, np.ndarray]:
+    """The MLP's inner tensor (`mlp_widths` x el_bytes) per dense and MoE layer where `on`, else 0."""
+    dense, moe = mlp_widths(a)
+    return {"dense": np.where(on, dense * el_bytes, 0.0), "moe": np.where(on, moe * el_bytes, 0.0)}
+
+
 def linear_input_saving(a, el_bytes):
     """Bytes per token per layer a low-precision recipe saves by keeping its linears' inputs at 8 bits
     (the inputs of q/k/v (h), o (q), gate/up (h), down (I; MoE: top-k experts' widths))."""
     lowp = get(a, "lowp")
     saved = np.where(lowp == 1, SAVED_LINEAR_INPUT_BYTES[1], np.where(lowp == 2, SAVED_LINEAR_INPUT_BYTES[2], el_bytes))
-    inter_dense = a["intermediate"]
-    inter_moe = np.maximum(a["top_k"], 1.0) * a["moe_intermediate"]
+    inter_dense, inter_moe = mlp_widths(a)
     width = 2.0 * a["hidden"] + a["q_dim"]
     return {"dense": (width + inter_dense) * (el_bytes - saved), "moe": (width + inter_moe) * (el_bytes - saved)}
 
@@ -36,10 +46,7 @@ def linear_input_saving(a, el_bytes):
 def fused_swiglu_saving(a, el_bytes):
     """Bytes per token per layer a fused SwiGLU saves (dense, MoE): the SiLU output it recomputes in
     the backward instead of keeping (I elements; MoE: top-k experts' widths). Gated MLPs only."""
-    on = (get(a, "fused_elementwise") > 0) & (a["gated"] > 0)
-    dense = np.where(on, a["intermediate"] * el_bytes, 0.0)
-    moe = np.where(on, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)
-    return {"dense": dense, "moe": moe}
+    return _by_layer_kind((get(a, "fused_elementwise") > 0) & (a["gated"] > 0), a, el_bytes)
 
 
 def replicated_bytes(a, el_bytes):
@@ -100,9 +107,7 @@ def activation_bytes_per_token_layer(a: Arrays, c: PhysicsConstants = DEFAULT_CO
     # NF4 (bitsandbytes Linear4bit): each quantized linear's input cast to the 4-bit layer's compute dtype
     # (float32 unless set) and kept for its backward, on top of the 16-bit copy
     nf4 = a["dequant_bytes"] == 1
-    quant_inputs = np.where(nf4, c.nf4_input_bytes * (2.0 * h + q + inter), 0.0)
-    quant_inputs_moe = np.where(nf4, c.nf4_input_bytes * (2.0 * h + q + np.maximum(a["top_k"], 1.0)
-                                                          * a["moe_intermediate"]), 0.0)
+    quant_inputs, quant_inputs_moe = (np.where(nf4, c.nf4_input_bytes * (2.0 * h + q + w), 0.0) for w in mlp_widths(a))
     # fp32 adapters over 16-bit weights (peft >= 0.12 default, JobSpec.adapter_dtype): every adapted module
     # casts its input to fp32 for lora_A, which keeps that copy for backward: 4 bytes per input element,
     # per module (q, k and v each keep their own); NF4 layers' own fp32 input copy is quant_inputs
@@ -132,17 +137,12 @@ def activation_offload_seconds(a, c, tokens, host_bw, overlap_s):
 
 
 def backward_peak_bytes(grads, acts, logits, a):
-    """Gradients, saved activations and loss buffers at the step's peak (bytes per GPU). With torch's
-    zero_grad(set_to_none=True) (the default since torch 2.0) and one micro-step per optimizer step,
-    .grad is empty when the backward starts and each layer's weight gradients are written as that
-    layer's saved activations are freed: the sum of the two is linear in the layers done, so its peak
-    is at one end, max(activations + loss buffers, gradients). Gradients accumulated over micro-steps,
-    or held in a persistent buffer (frameworks.yaml grad_buffers: Megatron, DeepSpeed), are all there
-    while the activations are: the sum. So are FSDP / ZeRO-3 units' gradients, produced and
-    reduce-scattered on a communication stream whose blocks the compute stream cannot reuse until the
-    collective ends (torch's caching allocator, record_stream): only unsharded runs (sharding 0).
-    memory.py reports as gradients at the peak this less the activations and loss buffers: 0 where
-    the activations make the peak, the gradients beyond them where the gradients do."""
+    """Gradients, saved activations and loss buffers at the step's peak (bytes per GPU). With
+    zero_grad(set_to_none=True) (torch >= 2.0) and one micro-step per optimizer step, each layer's
+    weight gradients are written as its saved activations are freed, so the peak is max(activations +
+    loss buffers, gradients). Gradients accumulated over micro-steps, held in a persistent buffer
+    (frameworks.yaml grad_buffers) or reduce-scattered on a communication stream whose blocks the
+    compute stream cannot reuse until the collective ends (sharded runs; record_stream) add up: the sum."""
     on_demand = (a["grad_accum"] <= 1) & (get(a, "grad_buffers") == 0) & (a["sharding"] == 0)
     return np.where(on_demand, np.maximum(acts + logits, grads), grads + acts + logits)
 
@@ -159,6 +159,4 @@ def frozen_product_saving(a, el_bytes):
         a["intermediate"], a["moe_intermediate"])
     on = lora_family(a["method_code"]) & (a["dequant_bytes"] == 0) & (own_copy | ~down_adapted) & (
         a["gated"] > 0)
-    dense = np.where(on, a["intermediate"] * el_bytes, 0.0)
-    moe = np.where(on, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"] * el_bytes, 0.0)
-    return {"dense": dense, "moe": moe}
+    return _by_layer_kind(on, a, el_bytes)

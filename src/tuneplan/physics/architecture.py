@@ -1,14 +1,9 @@
 """Architecture terms beyond dense softmax attention: local attention spans, MLA widths, Mamba scans
-and states, vision towers. Small named formulas; `terms.model_terms` and `step` / `memory` call them.
-
-Model-side scalars (`mixer_terms`, `vision_terms`) become fields of `ModelTerms`; the array functions
-(`sequence_mixing_flops`, `vision_tower_flops_per_micro`, `vision_activation_bytes`) broadcast over
-configurations like the rest of the physics.
+and states, vision towers. Model-side scalars (`mixer_terms`, `vision_terms`) become fields of
+`terms.ModelTerms`; the array functions broadcast over configurations like the rest of the physics.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,25 +41,6 @@ def attention_span(seq_len: np.ndarray, window: np.ndarray | float, causal: np.n
     return np.where(np.asarray(causal) < 1.0, np.minimum(full, limited), S)
 
 
-@dataclass(frozen=True)
-class MixerTerms:
-    """Per-token, whole-model scalars of the sequence mixers (attention, MLA, Mamba)."""
-
-    attn_full_flops_per_key: float  # FLOPs per (query, key) summed over full-attention layers
-    attn_local_flops_per_key: float  # the same over local (sliding / chunked) layers
-    attn_window: float  # tokens a local layer sees
-    attn_latent_elements: float  # MLA: compressed q / kv saved per token per attention layer
-    ssm_flops: float  # Mamba scans (+ conv1d) per token, forward, all Mamba layers
-    ssm_act_elements: float  # Mamba activations saved per token, all Mamba layers
-    dense_mlp_layers: float  # layers with a dense MLP
-    q_dim: float
-    kv_dim: float
-
-    def term_fields(self) -> dict[str, float]:
-        """The fields `terms.ModelTerms` carries (q_dim / kv_dim are set there by name)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("attn_full_flops_per_key", "q_dim", "kv_dim")}
-
-
 def attention_flops_per_key(model: ModelSpec) -> float:
     """QK^T and AV per query-key pair in one layer: 2 n_heads (d_qk + d_v) (MLA: 192 + 128 per head
     for DeepSeek-V3; plain attention: 4 n_heads head_dim)."""
@@ -94,18 +70,16 @@ def ssm_activation_elements(ssm: SSMShape, hidden: int) -> float:
     """Saved elements per token of one Mamba layer: the norm's input and output (2h), in_proj's output,
     the conv output, the scan output and the gated-norm output (Mamba-2: z, x, B, C, dt = 2 d_inner +
     2 G N + H; Mamba-1: x, z, then x_proj's dt/B/C), plus Mamba-2's chunk states (H P N per Q tokens)."""
-    if ssm.kind in ("deltanet", "lightning"):
-        states = ssm.n_heads * ssm.head_dim * ssm.d_state / max(1, ssm.chunk)
-        return 2.0 * hidden + ssm.proj_width + ssm.conv_dim + 2.0 * ssm.d_inner + states
-    if ssm.kind == "mamba2":
-        proj = 2.0 * ssm.d_inner + 2.0 * ssm.n_groups * ssm.d_state + ssm.n_heads
+    if ssm.kind in ("deltanet", "lightning", "mamba2"):
+        proj = ssm.proj_width if ssm.kind != "mamba2" else 2.0 * ssm.d_inner + 2.0 * ssm.n_groups * ssm.d_state + ssm.n_heads
         states = ssm.n_heads * ssm.head_dim * ssm.d_state / max(1, ssm.chunk)
         return 2.0 * hidden + proj + ssm.conv_dim + 2.0 * ssm.d_inner + states
     proj = 2.0 * ssm.d_inner + ssm.dt_rank + 2.0 * ssm.d_state
     return 2.0 * hidden + proj + ssm.conv_dim + 3.0 * ssm.d_inner
 
 
-def mixer_terms(model: ModelSpec) -> MixerTerms:
+def mixer_terms(model: ModelSpec) -> dict[str, float]:
+    """The sequence mixers' (attention, MLA, Mamba) fields of `terms.ModelTerms`: per token, whole model."""
     per_key = attention_flops_per_key(model)
     n_attn = model.attention_layers
     n_local = min(model.n_local_attention_layers, n_attn)
@@ -117,17 +91,17 @@ def mixer_terms(model: ModelSpec) -> MixerTerms:
     else:
         q_dim = float(model.n_heads * model.head_dim)
         kv_dim = float(model.n_kv_heads * model.head_dim)
-    return MixerTerms(
-        attn_full_flops_per_key=per_key * (n_attn - n_local),
-        attn_local_flops_per_key=per_key * n_local,
-        attn_window=float(model.attention_window or 0),
-        attn_latent_elements=latent,
-        ssm_flops=ssm_scan_flops(ssm) * ssm.n_layers if ssm else 0.0,
-        ssm_act_elements=ssm_activation_elements(ssm, model.hidden_size) * ssm.n_layers if ssm else 0.0,
-        dense_mlp_layers=float(model.dense_mlp_layers),
-        q_dim=q_dim,
-        kv_dim=kv_dim,
-    )
+    return {
+        "attn_flops_per_seq": per_key * (n_attn - n_local),  # QK^T and AV over the full-attention layers
+        "attn_local_flops_per_key": per_key * n_local,
+        "attn_window": float(model.attention_window or 0),
+        "attn_latent_elements": latent,
+        "ssm_flops": ssm_scan_flops(ssm) * ssm.n_layers if ssm else 0.0,
+        "ssm_act_elements": ssm_activation_elements(ssm, model.hidden_size) * ssm.n_layers if ssm else 0.0,
+        "dense_mlp_layers": float(model.dense_mlp_layers),
+        "q_dim": q_dim,
+        "kv_dim": kv_dim,
+    }
 
 
 def sequence_mixing_flops(a: Arrays, seq_len: np.ndarray, causal: np.ndarray | float) -> np.ndarray:
@@ -177,17 +151,6 @@ def kv_cache_bytes_per_token(model: ModelSpec, context: int, bytes_per_element: 
 # vision towers
 
 
-@dataclass(frozen=True)
-class VisionTerms:
-    images: float  # images per sample
-    image_tokens: float  # LM tokens the images add to each sample
-    vision_flops_per_sample: float  # tower + projector forward FLOPs per sample
-    vision_trainable: float  # 1 when the tower is trained (backward through it), else 0
-    vision_act_bytes_per_sample: float  # saved activations per sample when trained (16-bit)
-    vision_ckpt_bytes_per_sample: float  # the same under gradient checkpointing (layer inputs + one layer)
-    params_vision: float
-
-
 def vision_flops_per_image(v: VisionTower) -> float:
     """Forward FLOPs of one image through the tower: 2 per weight per patch for the blocks, attention
     over the image's patches (full layers) or over a window (Qwen2.5-VL's windowed layers) at
@@ -210,25 +173,33 @@ def vision_activation_elements_per_image(v: VisionTower) -> float:
     return float(v.patches_per_image) * v.depth * (VISION_ACT_ELEMENTS_PER_HIDDEN * v.hidden + inner)
 
 
-def vision_terms(model: ModelSpec, images: int, trained: bool, image_px: int = 0) -> VisionTerms:
+def sized_tower(model: ModelSpec, image_px: int) -> VisionTower | None:
+    """The model's vision tower, at `image_px` pixels where its resolution is dynamic (0: as configured)."""
     v = model.vision
+    if v is not None and image_px and v.dynamic:
+        from tuneplan.specs.architectures.vision import with_image_size
+
+        v = with_image_size(model, image_px).vision or v
+    return v
+
+
+def vision_terms(model: ModelSpec, images: int, trained: bool, image_px: int = 0) -> dict[str, float]:
+    """The vision tower's fields of `terms.ModelTerms` (none without a tower: their defaults, 0)."""
+    v = sized_tower(model, image_px)
     if images and v is None:
         raise InputError("images-per-example", f"{model.name} has no vision tower (a text-only config); "
                          "pick a vision-language model (e.g. Qwen/Qwen2.5-VL-7B-Instruct, "
                          "google/gemma-3-4b-it.multimodal, llava-hf/llava-1.5-7b-hf)")
     if v is None:
-        return VisionTerms(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    if image_px and v.dynamic:
-        from tuneplan.specs.architectures.vision import with_image_size
-
-        v = with_image_size(model, image_px).vision or v
-    flops = vision_flops_per_image(v) * images
+        return {}
     full = vision_activation_elements_per_image(v)
     ckpt = float(v.patches_per_image) * v.depth * v.hidden + full / max(1, v.depth)
     el_bytes = 2.0  # 16-bit activations
     acts, ckpt_acts = (full * images * el_bytes, ckpt * images * el_bytes) if trained else (0.0, 0.0)
-    return VisionTerms(float(images), float(images * v.tokens_per_image), flops, 1.0 if trained else 0.0,
-                       acts, ckpt_acts, float(model.params_vision))
+    return {"images": float(images), "image_tokens": float(images * v.tokens_per_image),
+            "vision_flops_per_sample": vision_flops_per_image(v) * images, "vision_trainable": 1.0 if trained else 0.0,
+            "vision_act_bytes_per_sample": acts, "vision_ckpt_bytes_per_sample": ckpt_acts,
+            "params_vision": float(model.params_vision)}
 
 
 def vision_trainable_split(model: ModelSpec, job, trainable: float, frozen_other: float) -> tuple[float, float]:
@@ -283,12 +254,8 @@ def architecture_assumptions(model: ModelSpec, images: int = 0, trained: bool = 
     if model.is_moe and model.n_shared_experts:
         out.append(f"MoE: {model.experts_per_token} of {model.n_experts} experts per token + "
                    f"{model.n_shared_experts} shared, in {model.n_moe_layers} of {model.n_layers} layers.")
-    v = model.vision
+    v = sized_tower(model, image_px)
     if v is not None:
-        if v.dynamic and image_px:
-            from tuneplan.specs.architectures.vision import with_image_size
-
-            v = with_image_size(model, image_px).vision or v
         res = (f"images assumed {v.image_size}x{v.image_size} px (dynamic resolution; --image-size to change)"
                if v.dynamic else f"images at the tower's {v.image_size}x{v.image_size} px")
         tiles = f", {v.tiles} tiles" if v.tiles > 1 else ""

@@ -41,9 +41,12 @@ class OptimizerCode(IntEnum):
     ADAMW_4BIT = 7
 
 
-METHOD_CODES = {"full": MethodCode.FULL, "lora": MethodCode.LORA, "qlora": MethodCode.QLORA,
-                "gptq-lora": MethodCode.GPTQ_LORA, "alora": MethodCode.ALORA, "dora": MethodCode.DORA,
-                "freeze": MethodCode.FREEZE,
+def _by_name(codes: type[IntEnum]) -> dict[str, IntEnum]:
+    """The CLI's name of each code (GPTQ_LORA: gptq-lora) -> the code."""
+    return {c.name.lower().replace("_", "-"): c for c in codes}
+
+
+METHOD_CODES = {**_by_name(MethodCode),
                 # physics/peft_methods.py (rslora, pissa, olora, eva, loftq take their LoRA equivalent's code)
                 "adalora": 7, "lora-fa": 8, "ia3": 9, "loha": 10, "lokr": 11, "oft": 12, "boft": 13, "vera": 14,
                 "fourierft": 15, "hra": 16, "bone": 17, "prefix-tuning": 18, "prompt-tuning": 19, "p-tuning": 20,
@@ -53,10 +56,7 @@ OTHER_PEFT_CODES = 7
 SHARDING_CODES = {"none": ShardingCode.NONE, "ddp": ShardingCode.NONE, "zero1": ShardingCode.ZERO1,
                   "zero2": ShardingCode.ZERO2, "zero3": ShardingCode.ZERO3, "hybrid": ShardingCode.HYBRID,
                   "zero3-offload": ShardingCode.OFFLOAD, "fsdp-offload": ShardingCode.OFFLOAD}
-OPTIMIZER_CODES = {"adamw": OptimizerCode.ADAMW, "adamw-8bit": OptimizerCode.ADAMW_8BIT,
-                   "paged-adamw-8bit": OptimizerCode.PAGED_ADAMW_8BIT, "sgd": OptimizerCode.SGD,
-                   "sgd-momentum": OptimizerCode.SGD_MOMENTUM, "adafactor": OptimizerCode.ADAFACTOR,
-                   "galore-adamw": OptimizerCode.GALORE_ADAMW, "adamw-4bit": OptimizerCode.ADAMW_4BIT}
+OPTIMIZER_CODES = _by_name(OptimizerCode)
 
 
 def lora_family(method_code: np.ndarray) -> np.ndarray:

@@ -16,11 +16,9 @@ class PhysicsConstants:
     mfu_max: float = 0.80
     """Ceiling of the block GEMMs' efficiency curve on the reference GPU (fraction of dense peak): the
     measured maximum achievable matmul FLOP/s of H100 SXM (794.5 of 989 TFLOP/s) and H200 (786 of 989),
-    the `REFERENCE_MATMUL_EFFICIENCY` that the GPU's own `matmul_efficiency` is stated against, so a
-    large GEMM runs at the GPU's measured matmul ceiling. The 0.4-0.6 whole-step MFU of well-tuned
-    runs is not this figure: attention, element-wise work, loss, communication and the optimizer are
-    costed as their own terms (a whole-step 0.60 here counted them twice; llm-foundry's A100 tables
-    reach 0.74 hardware FLOPs utilisation over a whole step, above what a 0.60 GEMM ceiling allows)."""
+    the `REFERENCE_MATMUL_EFFICIENCY` a GPU's own `matmul_efficiency` is stated against. Not a whole-step
+    MFU (0.4-0.6 in well-tuned runs): attention, element-wise work, loss, communication and the optimizer
+    are costed as their own terms."""
     tokens_half: float = 512.0
     """Tokens per GPU micro-step at which the efficiency reaches half of its maximum (tokens).
     Small micro-steps under-use the GPU (Kavier's MFU curve in the micro-batch)."""
@@ -112,11 +110,9 @@ class PhysicsConstants:
     allocator_overhead: float = 0.08
     """Reserved / allocated - 1: caching-allocator fragmentation (fraction)."""
     variable_shape_reserve: float = 1.0
-    """Batches of varying length (unpacked samples padded to the batch's longest, `--padding longest`):
-    extra reserved memory, as a multiple of the per-token transients (activations + loss buffers). The
-    caching allocator keeps the blocks freed by a shorter batch, which a longer one cannot reuse;
-    prior: about one more set of them held. Allocated memory is unchanged (its peak is the longest
-    batch); reserved and nvidia-smi grow."""
+    """Batches of varying length (`--padding longest`): extra reserved memory, as a multiple of the
+    per-token transients (activations + loss buffers), for the blocks the caching allocator keeps from
+    shorter batches (prior: one more set; memory.variable_shape_bytes). Allocated memory is unchanged."""
     workspace_gib: float = 0.25
     """Allocated temporaries not in the analytic terms (GiB): GEMM workspaces, loss buffers."""
     nf4_input_bytes: float = 4.0

@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.physics.codes import MethodCode, ShardingCode
+from tuneplan.physics.codes import ShardingCode, full_weights
 from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
 
 
 def accumulated_unsharded(a: Arrays, g_div: np.ndarray) -> np.ndarray:
-    """Where each GPU holds the unsharded gradients through the backward (bool): FSDP (`--sharding fsdp*`,
-    gradients sharded: `g_div` > 1) under gradient accumulation with no_sync on all but the last
-    micro-batch (`grad_accum_sync` no-sync: HF Trainer / accelerate, Lightning Fabric). torch's FSDP.no_sync:
-    "FSDP will accumulate the full model gradients (instead of gradient shards) until the eventual sync";
-    FSDP2's set_requires_gradient_sync(False) alike. The last micro-batch reduce-scatters them and frees
-    each unit's unsharded gradient, so the optimizer step sees the shards only. DeepSpeed ZeRO reduces
-    every micro-batch into its partitions (accelerate's no_sync skips DeepSpeed): `--sharding zero*` never."""
+    """Where each GPU holds the unsharded gradients through the backward (bool): FSDP with sharded
+    gradients (`g_div` > 1) accumulating under no_sync on all but the last micro-batch (`grad_accum_sync`
+    no-sync: HF Trainer / accelerate, Lightning Fabric). torch's FSDP.no_sync: "FSDP will accumulate the
+    full model gradients (instead of gradient shards) until the eventual sync" (FSDP2 alike); the optimizer
+    step sees the shards only. DeepSpeed ZeRO reduces every micro-batch into its partitions: never."""
     return (get(a, "accum_no_sync") > 0) & (get(a, "fsdp") > 0) & (np.asarray(a["grad_accum"]) > 1) & (g_div > 1)
 
 
@@ -33,14 +31,11 @@ def gradient_reductions(a: Arrays) -> np.ndarray:
 
 def flat_parameter_gradients(a: Arrays) -> np.ndarray:
     """Where a PEFT method's gradients cover the frozen block weights too (bool): adapters inside each
-    block's FSDP1 flat parameter (`fsdp_adapter_wrap` with-block, use_orig_params=True). Autograd
-    produces the gradient of the whole flat parameter (the frozen weights' share zero-filled), so
-    gradient memory is as if those weights were trained (torch FSDP's docstring: mixing frozen and
-    non-frozen parameters in one unit gives "higher than expected gradient memory usage"). The blocks'
-    frozen weights are `params_frozen_linear`; embeddings and head sit in the root unit, all frozen, whose
-    flat parameter needs no gradient. Full fine-tuning and freeze train whole blocks: nothing changes."""
-    method = np.asarray(a["method_code"])
-    peft = (method != MethodCode.FULL) & (method != MethodCode.FREEZE)
+    block's FSDP1 flat parameter (`fsdp_adapter_wrap` with-block, use_orig_params=True) get the whole
+    flat parameter's gradient, as if the block's frozen weights (`params_frozen_linear`) were trained
+    (torch FSDP: mixing frozen and non-frozen parameters in one unit gives "higher than expected gradient
+    memory usage"). The root unit (embeddings, head) is all frozen and needs no gradient."""
+    peft = ~full_weights(np.asarray(a["method_code"]))
     sharded = np.asarray(a["sharding"]) >= ShardingCode.ZERO2
     return (peft & sharded & (get(a, "fsdp") > 0) & (get(a, "adapters_in_blocks") > 0)
             & (np.asarray(a["params_frozen_linear"]) > 0) & (np.asarray(a["params_trainable"]) > 0))

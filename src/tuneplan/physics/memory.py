@@ -1,12 +1,10 @@
 """Peak GPU memory of a fine-tuning step, term by term, vectorised over configurations.
 
-Per GPU, in bytes: weights by storage, gradients, fp32 master copy where the job keeps one (mixed
-precision over fp32 weights, DeepSpeed ZeRO, Megatron; none when 16-bit weights are trained in
-place: `JobSpec.fp32_master`), optimizer states (each divided
-by the ranks that shard it), activations (per layer from the shapes, with or without FlashAttention
-and gradient checkpointing), logits with their fp32 loss copy, and fixed overheads. The analytic
-sum is what torch's allocator holds (`allocated`); `reserved` adds the caching allocator's
-fragmentation and `nvidia-smi` adds the CUDA context on top.
+Per GPU, in bytes: weights by storage, gradients, the fp32 master copy where the job keeps one
+(`JobSpec.fp32_master`), optimizer states (each divided by the ranks that shard it), activations (per
+layer from the shapes), logits with their fp32 loss copy, and fixed overheads. The analytic sum is what
+torch's allocator holds (`allocated`); `reserved` adds the caching allocator's fragmentation and
+`nvidia-smi` the CUDA context.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from tuneplan.physics.activations import (
     replicated_bytes,
 )
 from tuneplan.physics.architecture import vision_activation_bytes
-from tuneplan.physics.codes import OptimizerCode, ShardingCode
+from tuneplan.physics.codes import MethodCode, OptimizerCode, ShardingCode, full_weights
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.fsdp import accumulated_unsharded, flat_parameter_gradients
 from tuneplan.physics.moe_lora import stacked_lora_held_bytes
@@ -39,28 +37,19 @@ ADAMW_4BIT_STATE_BYTES = 2 * (0.5 + 4.0 / 128)
 """4-bit AdamW (torchao 0.18.0 torchao/optim/adam.py AdamW4bit, subclass_4bit.py OptimState4bit): two
 moments of 4-bit codes (0.5 byte each) with an fp32 scale per block of 128 (4/128 byte each): 1.0625 bytes
 per trainable parameter (tensors under 4,096 elements stay fp32: negligible)."""
-OPTIMIZER_STATE_BYTES = {0: 8.0, 1: 2.0, 2: 2.0, 3: 0.0, 4: 4.0, 5: 4.0, 6: 8.0, 7: ADAMW_4BIT_STATE_BYTES}
-"""Optimizer state bytes per trainable parameter: AdamW two fp32 moments; 8-bit AdamW (plain or
-paged) two 1-byte moments; 4-bit AdamW `ADAMW_4BIT_STATE_BYTES`; SGD none; SGD with momentum one fp32 buffer; Adafactor's factored second
-moment (row + column statistics, taken here as ~1 fp32 per parameter upper bound for non-matrix
-parameters and the first moment when beta1 is set); GaLore-AdamW as AdamW for the weights it does not
-project (`galore_state_elements` for those it does)."""
-
-
-_STATE_TABLE = np.asarray([OPTIMIZER_STATE_BYTES[k] for k in range(len(OPTIMIZER_STATE_BYTES))], dtype=float)
-
-
-def _state_bytes(code: np.ndarray) -> np.ndarray:
-    return _STATE_TABLE[np.asarray(code).astype(np.intp)]
+OPTIMIZER_STATE_BYTES = np.asarray((8.0, 2.0, 2.0, 0.0, 4.0, 4.0, 8.0, ADAMW_4BIT_STATE_BYTES))
+"""Optimizer state bytes per trainable parameter by OptimizerCode: AdamW two fp32 moments; 8-bit AdamW
+(plain or paged) two 1-byte moments; SGD none; SGD with momentum one fp32 buffer; Adafactor's factored
+second moment (taken as ~1 fp32 per parameter, an upper bound for non-matrix parameters and the first
+moment when beta1 is set); GaLore-AdamW as AdamW for the weights it does not project
+(`galore_state_elements` for those it does); 4-bit AdamW `ADAMW_4BIT_STATE_BYTES`."""
 
 
 def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
     """Temporaries of the optimizer step (bytes): torch.optim.AdamW's default multi-tensor path
-    (`_multi_tensor_adam`, torch/optim/adam.py) computes `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`
-    for every parameter of a group at once: one second moment's bytes (half of AdamW's states) held next
-    to the states and gradients until the update is applied. A fused step (torch `fused=True`, apex /
-    Transformer Engine / DeepSpeed FusedAdam) and a per-parameter loop hold none (at most one tensor's);
-    8-bit, paged, SGD and Adafactor steps are counted without one."""
+    (`_multi_tensor_adam`) computes `torch._foreach_sqrt(exp_avg_sqs)` for a whole group at once: one
+    second moment's bytes (half of AdamW's states). A fused step (torch `fused=True`, apex, TE, DeepSpeed
+    FusedAdam), a per-parameter loop and the other optimizers are counted without one."""
     adamw = np.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
     return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
 
@@ -110,12 +99,10 @@ def variable_shape_bytes(a: Arrays, per_token_bytes: np.ndarray, c: PhysicsConst
 
 
 def galore_state_elements(a: Arrays) -> np.ndarray:
-    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0
-    GaLoreAdamW + GaLoreProjector, which transformers' `galore_adamw` optim and ms-swift run): each
-    m x n weight's gradient is projected to rank r on its smaller side, so the projector holds r x min(m, n)
-    and the two moments r x max(m, n) each: r x (min + 2 max) per matrix, in the weights' dtype, against
-    AdamW's 2 m n. The full gradient is still allocated by autograd; the step projects it, updates the
-    moments and projects the update back one matrix at a time (no multi-tensor temporary)."""
+    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0, as
+    transformers' `galore_adamw` runs it): each m x n gradient is projected to rank r on its smaller side,
+    so the projector holds r x min(m, n) and the two moments r x max(m, n) each, in the weights' dtype.
+    Autograd still allocates the full gradient; the step runs one matrix at a time (no temporary)."""
     return a["galore_rank"] * (a["galore_min_dims"] + 2.0 * a["galore_max_dims"])
 
 
@@ -129,29 +116,26 @@ def expert_split_ratio(a: Arrays) -> np.ndarray:
 
 def expert_sharding(div: np.ndarray, ep: np.ndarray, expert_here: np.ndarray) -> np.ndarray:
     """The effective shard count of a GPU's weights, gradients or states when `expert_here` of them are
-    expert weights: dense ones are sharded over the `div` data x context parallel ranks, expert ones over
-    the expert-data-parallel ranks only, div / ep (`ep`: expert_split_ratio; Megatron-Core's distributed
-    optimizer keeps separate buffers on `expert_data_parallel_group`; DeepSpeed-MoE partitions expert
-    weights within their expert-data-parallel group). Unsharded (div 1) stays 1."""
+    expert weights: dense ones over the `div` data x context parallel ranks, expert ones over the
+    expert-data-parallel ranks only, div / ep (`ep`: expert_split_ratio; Megatron-Core's
+    `expert_data_parallel_group`, DeepSpeed-MoE alike). Unsharded (div 1) stays 1."""
     expert_div = np.where(div > 1, np.maximum(div / ep, 1.0), 1.0)
     return 1.0 / ((1.0 - expert_here) / div + expert_here / expert_div)
 
 
 def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole: np.ndarray,
                       share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding. The master copy and fp32
-    moments where the job keeps one (JobSpec.fp32_master: AMP over fp32 weights, DeepSpeed ZeRO,
-    Megatron); otherwise 16-bit weights are trained in place and AdamW's moments, allocated like the
-    parameter (torch zeros_like), are 16-bit too (8-bit optimizers' 1-byte states do not change).
-    GaLore (full fine-tuning) keeps the block linears' states in their rank-r projections
-    (`galore_state_elements`), AdamW's elsewhere. `whole`: rows training whole weights (full, freeze);
-    `share`: the part of the model's matrices on this GPU (expert and tensor / pipeline parallel)."""
+    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding: the master copy and fp32
+    moments where the job keeps one (JobSpec.fp32_master); otherwise 16-bit weights train in place with
+    moments allocated like the parameter (torch zeros_like: 16-bit; 8-bit states unchanged). GaLore (full
+    fine-tuning) keeps the block linears' states in rank-r projections (`galore_state_elements`).
+    `whole`: rows training whole weights (full, freeze); `share`: the part of the model's matrices on this GPU."""
     pbytes = a["weight_bytes_compute"]
     trained16 = whole & (pbytes == 2)
     keep32 = a["fp32_master"] > 0
     master = np.where(whole & (pbytes < 4) & (keep32 | (pbytes < 2)), 4.0 * trainable, 0.0)
     code = np.asarray(a["optimizer_code"])
-    state = _state_bytes(code)
+    state = OPTIMIZER_STATE_BYTES[code.astype(np.intp)]
     low_bit = (OptimizerCode.ADAMW_8BIT, OptimizerCode.PAGED_ADAMW_8BIT, OptimizerCode.ADAMW_4BIT)
     state16 = np.where(np.isin(code, low_bit), state, state * pbytes / 4.0)
     state = np.where(trained16 & ~keep32, state16, state)
@@ -195,8 +179,8 @@ def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -
     fused = fused_swiglu_saving(a, el_bytes)
     frozen = frozen_product_saving(a, el_bytes)  # a frozen down projection keeps no input
     fused = {k: fused[k] + frozen[k] for k in fused}
-    per_dense = (per["dense"] - (saving["dense"] + fused["dense"]) * c.activation_scale - repl) / tp + repl
-    per_moe = (per["moe"] - (saving["moe"] + fused["moe"]) * c.activation_scale - repl) / tp + repl
+    per_dense, per_moe = ((per[k] - (saving[k] + fused[k]) * c.activation_scale - repl) / tp + repl
+                          for k in ("dense", "moe"))
     per_layer = (1.0 - moe_share) * per_dense + moe_share * per_moe
     eager = np.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / cp) * el_bytes * c.activation_scale / tp
     acts_stage = checkpointed_activations(a, tokens, per_layer, per["layer_input"], eager, layers)
@@ -224,9 +208,8 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     g_div = np.where(shard >= ShardingCode.ZERO2, sdeg, 1.0)
     o_div = np.where(shard >= ShardingCode.ZERO1, sdeg, 1.0)
     offload = shard == ShardingCode.OFFLOAD
-    method = a["method_code"]
-    full = method == 0
-    freeze = method == 6
+    full = a["method_code"] == MethodCode.FULL
+    whole = full_weights(a["method_code"])  # full and freeze train whole weights
     pbytes = a["weight_bytes_compute"]
     # expert weights are spread over ep x etp ranks of a pipeline stage, the rest over tp (`split`):
     # relative to the dense split, experts are divided by ep x etp / tp more (etp = tp: by ep)
@@ -239,23 +222,21 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     frozen_lin = a["params_frozen_linear"] * ep_factor / split
     frozen_other = a["params_frozen_other"] / split
     # weights: trainable ones at compute precision (LoRA adapters are kept in fp32 by peft)
-    train_w_bytes = np.where(full | freeze, pbytes, 4.0)
+    train_w_bytes = np.where(whole, pbytes, 4.0)
     weights = (trainable * train_w_bytes + frozen_lin * a["frozen_linear_bytes"]
                + frozen_other * a["frozen_other_bytes"])
     # low-precision training: the cast linear weights (and their transposes) next to the bf16 ones
     # (fp8: by recipe, what is held beside or instead of the 16-bit weight: physics/precision.py)
     lowp_copies = fp8_weight_bytes(get(a, "lowp"), get(a, "fp8_recipe"))
-    weights = weights + lowp_copies * (frozen_lin + np.where(full | freeze, trainable, 0.0))
+    weights = weights + lowp_copies * (frozen_lin + np.where(whole, trainable, 0.0))
     weights = np.where(offload, 0.0, weights / w_div)
     # gradients in the compute dtype, or in an fp32 buffer (Megatron's main_grad, FSDP2 fp32 reduce)
-    grad_bytes = np.where(full | freeze, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
+    grad_bytes = np.where(whole, np.where(get(a, "fp32_grads") > 0, 4.0, pbytes), 4.0)
     grads, step_grads = gradient_bytes(a, trainable, frozen_lin, grad_bytes, np.where(offload, sdeg, g_div))
     in_bwd = get(a, "opt_in_bwd") > 0  # each parameter stepped in the backward: one gradient at a time, no step peak
-    master, opt = master_and_states(a, trainable, full, full | freeze, ep_factor / split)
-    master, opt = master / o_div, opt / o_div
     host_states = offload | (get(a, "offload_code") > 0)  # ZeRO-offload: master and moments on the host
-    master = np.where(host_states, 0.0, master)
-    opt = np.where(host_states, 0.0, opt)
+    master, opt = (np.where(host_states, 0.0, x / o_div)
+                   for x in master_and_states(a, trainable, full, whole, ep_factor / split))
     # sharded weights are gathered a layer (unit) at a time, with one unit prefetched; weights offloaded
     # to the host (ZeRO-3 offload_param, FSDP CPUOffload) are brought in the same way on one GPU too
     layer_w = a["params_total"] / np.maximum(a["n_layers"], 1.0) * ep_factor / split * pbytes
@@ -315,18 +296,14 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
 def settle_peaks(out: Arrays, backward_gib: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS,
                  outside_gib: np.ndarray | float = 0.0) -> None:
-    """The peaks from the step's phases: the backward's allocated peak, the optimizer step's
-    (`out["step_peak_gib"]`) and an evaluation pass's (`out["eval_peak_gib"]`, 0 without one); allocated =
-    the largest, with the step's share above the backward (`optimizer_step_gib`) and the evaluation's above
-    both (`eval_pass_gib`), reserved, nvidia-smi and the fit.
+    """Allocated (the largest of the backward's peak, the optimizer step's `step_peak_gib` and an
+    evaluation pass's `eval_peak_gib`, with the step's share above the backward as `optimizer_step_gib`
+    and the evaluation's above both as `eval_pass_gib`), reserved, nvidia-smi and the fit.
 
-    The backward's blocks carry the caching allocator's fragmentation (`allocator_overhead`); the step's
-    and the evaluation's tensors are allocated after the backward freed the activations and reuse the
-    blocks it cached (those of other batch shapes, `variable_shape_gib`, included), so they reserve new
-    segments only beyond them and add no fragmentation of their own. The blocks cached for other batch
-    shapes are freed and retried before an allocation fails: they show in reserved / nvidia-smi but do
-    not decide the fit. `outside_gib`: memory outside torch's allocator (an inference engine's pool) on
-    top of the CUDA context."""
+    Only the backward's blocks carry fragmentation (`allocator_overhead`): the later phases reuse the
+    blocks it freed (other batch shapes' included). Blocks cached for other batch shapes show in
+    reserved / nvidia-smi but do not decide the fit (torch frees them before failing). `outside_gib`:
+    memory outside torch's allocator (an inference engine's pool) on top of the CUDA context."""
     step = out["step_peak_gib"]
     trained = np.maximum(backward_gib, step)
     after = np.maximum(step, out.get("eval_peak_gib", 0.0))  # the phases after the backward freed its tensors

@@ -10,10 +10,7 @@ router) reach the stacks, with the rank doubled on the fused gate_up stack (peft
 Other MoE types (granitemoe, gpt_oss, ..., and under peft 0.21 qwen2_moe itself, which peft 0.22 adds)
 keep their routed experts and router out: the adapters sit on attention and the shared experts only.
 Which types are reached is keyed by the peft release (PEFT_STACKED_MOE_TYPES_BY_VERSION; the job's
-`peft_version`, filled from the installed peft). Both counts are exact against peft: Qwen3-30B-A3B at
-r = 16 trains 20,760,576 parameters per layer (996.5M in all, as the H200 run recorded with peft 0.21),
-Mixtral-8x7B 11,239,552 per layer (359.7M), Qwen1.5-MoE-A2.7B 663,568 under peft 0.21 (15.9M) and
-13,353,936 under peft 0.22 (320.5M).
+`peft_version`, filled from the installed peft). Both counts match peft's exactly (tests/test_moe_lora.py).
 
 Each forward, ParamWrapper parametrizes the stack as W' = W + s B A (`torch.baddbmm` per stack in the
 weights' dtype, `_LoraFactorsProxy`), so that:
@@ -27,8 +24,6 @@ weights' dtype, `_LoraFactorsProxy`), so that:
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -86,20 +81,6 @@ EXPERT_NAMES = ("gate", "up", "down")
 """Routed experts' linears in the model specs (count_per_layer > 1); gate and up share one stack."""
 
 
-@dataclass(frozen=True)
-class StackedAdapters:
-    """What LoRA over stacked experts trains and costs, whole model (physics.terms.ModelTerms fields)."""
-
-    trainable: float = 0.0  # adapter parameters on the stacks
-    stacked_lora_params: float = 0.0  # expert weights re-materialised as W + BA every forward
-    stacked_lora_flops: float = 0.0  # baddbmm FLOPs per micro-step, forward
-    stacked_wgrad_flops: float = 0.0  # per token: forward FLOPs of the stacks whose full gradient backward computes
-    stacked_lora_stacks: float = 0.0  # adapted stacks (kernel launches)
-
-    def term_fields(self) -> dict[str, float]:
-        return {k: v for k, v in self.__dict__.items() if k != "trainable"}
-
-
 def is_routed_expert(lin) -> bool:
     return lin.name in EXPERT_NAMES and lin.count_per_layer > 1
 
@@ -111,8 +92,9 @@ def peft_reaches_stacks(model, peft_version: str | None = None) -> bool:
     return str(getattr(model, "model_type", "")).lower() in types
 
 
-def stacked_adapters(experts: list, rank: float, dense_moe: bool) -> StackedAdapters:
-    """The stacks of the chosen routed-expert linears (`experts`: LinearShapes with count_per_layer > 1):
+def stacked_adapters(experts: list, rank: float, dense_moe: bool) -> dict[str, float]:
+    """What LoRA trains (`trainable`) and costs (the `stacked_*` fields of `terms.ModelTerms`, whole model)
+    on the stacks of the chosen routed-expert linears (`experts`: LinearShapes with count_per_layer > 1):
     gate and up fused in one [E, 2I, H] stack at rank r x the number of them chosen, down at rank r."""
     by_name = {lin.name: lin for lin in experts}
     stacks = []  # (linears in the stack, stack rank)
@@ -134,7 +116,7 @@ def stacked_adapters(experts: list, rank: float, dense_moe: bool) -> StackedAdap
         out["stacked_lora_flops"] += 2.0 * e * fan_in * fan_out * r * layers
         out["stacked_wgrad_flops"] += 2.0 * active * fan_in * fan_out * layers
         out["stacked_lora_stacks"] += layers
-    return StackedAdapters(**out)
+    return out
 
 
 def _terms(a: dict, key: str) -> np.ndarray:

@@ -42,11 +42,6 @@ FLASH_HEAD_DIM_HALF = 25.6
 """Head dimension at which FlashAttention reaches half its limit (elements): FA2 on A100 at 16k runs
 head dim 64 at ~169 and 128 at ~196 TFLOP/s (Dao 2023, Fig. 6): d / (d + d_half) through both gives 25.6."""
 
-EAGER_SCORE_BYTES = 12.0
-"""Eager attention's memory traffic per score element (head x query x key) per forward + backward
-(bytes): scores written and read by softmax (2 + 2), probabilities written and read by AV (2 + 2),
-and the backward's reads of both and write of their gradient (~4)."""
-
 LOSS_BYTES_PER_LOGIT = {0: None, 1: 8.0, 2: 4.0}
 """Loss traffic per (token x vocab) element, forward + backward (bytes), by cross-entropy kind: 0 torch
 cross-entropy over upcast logits (PhysicsConstants.loss_bytes_per_logit, 24); 1 chunked / in-kernel
@@ -109,11 +104,6 @@ def causal_share(span, seq, causal_kernel):
     return np.where(causal_kernel > 0, np.where(window, 1.0, 0.5), 1.0)
 
 
-def attention_flops_per_token(attn_flops_per_seq, span, share):
-    """Forward attention FLOPs per token (QK^T and AV): 4 x heads x head_dim per layer x span x share."""
-    return attn_flops_per_seq * span * share
-
-
 def lm_loss_bytes(ce_code, default_bytes):
     """Loss traffic per (token x vocab) element by cross-entropy kind (LOSS_BYTES_PER_LOGIT)."""
     return np.where(ce_code == 1, LOSS_BYTES_PER_LOGIT[1], np.where(ce_code == 2, LOSS_BYTES_PER_LOGIT[2],
@@ -150,10 +140,8 @@ EAGER_FORWARD_SHARE = 0.4
 
 
 def eager_norm_rope_bytes(hidden, q_dim, kv_dim, attn_share):
-    """Memory traffic per token per layer of the two RMSNorms and RoPE run as eager PyTorch ops
-    (bytes, forward + backward), where a framework does not fuse them: 2 x EAGER_RMSNORM_BYTES x h
-    + attention layers' share x EAGER_ROPE_BYTES x (q + kv). A Llama-7B layer: 2 x 100 x 4,096 +
-    44 x 8,192 = 1.18 MB per token."""
+    """Memory traffic per token per layer of the two RMSNorms and RoPE as eager ops (bytes, forward +
+    backward). A Llama-7B layer: 2 x 100 x 4,096 + 44 x 8,192 = 1.18 MB per token."""
     return 2.0 * EAGER_RMSNORM_BYTES * hidden + attn_share * EAGER_ROPE_BYTES * (q_dim + kv_dim)
 
 

@@ -2,12 +2,10 @@
 0.21 builds them), FLOPs (per token, and per micro-step for the weights some methods build every
 forward), memory (saved activations, buffers, extra states) and small kernels.
 
-`method_terms(model, job)` returns the fields of `physics.terms.ModelTerms` for one method (the hook
-in `model_terms`); `peft_step_times` and `peft_memory_bytes` add those fields' time and memory in
-`physics.step` and `physics.memory`. Per module of in_features i, out_features o, the counts below
-follow peft's layer code (`peft/tuners/<method>/layer.py`); each constant says where it comes from.
-LoRA, QLoRA, GPTQ-LoRA, aLoRA and DoRA keep their own physics in `terms.model_terms`; rsLoRA, PiSSA,
-OLoRA, EVA and LoftQ are trained exactly like LoRA (QLoRA for LoftQ) and go through it unchanged.
+`method_terms` gives the method's `terms.ModelTerms` fields; `peft_step_times` and `peft_memory_bytes`
+their time and memory. Per module of in_features i, out_features o, the counts follow peft's layer code
+(`peft/tuners/<method>/layer.py`). The LoRA family keeps its own physics in `terms`; rsLoRA, PiSSA,
+OLoRA, EVA and LoftQ train exactly like LoRA (QLoRA for LoftQ) and go through it unchanged.
 """
 
 from __future__ import annotations
@@ -18,10 +16,10 @@ import numpy as np
 
 from tuneplan.errors import InputError
 from tuneplan.physics.ops import efficiency
-from tuneplan.physics.targets import normalise_targets
+from tuneplan.physics.targets import FUSED_TARGETS, normalise_targets
 from tuneplan.specs.job import JobSpec
 from tuneplan.specs.model import LinearShape, ModelSpec
-from tuneplan.specs.peft import CATALOGUE, DEFAULT_VIRTUAL_TOKENS, LORA_EQUIVALENT, method_options
+from tuneplan.specs.peft import CATALOGUE, LORA_EQUIVALENT, method_options
 
 FP32_BYTES = 4.0
 """bytes per element of peft's adapter weights and of the inputs cast to them: peft >= 0.12 casts
@@ -100,8 +98,7 @@ def select_modules(model: ModelSpec, job: JobSpec, kind: str) -> tuple[list[Line
     names = {lin.name for lin in model.linears}
     if "all-linear" in targets or "all" in targets:
         return [lin for lin in model.linears if lin.name != "router"], not explicit
-    fused = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}
-    want = {fused[t] if t not in names and fused.get(t) in names else t for t in targets}
+    want = {FUSED_TARGETS[t] if t not in names and FUSED_TARGETS.get(t) in names else t for t in targets}
     chosen = [lin for lin in model.linears if lin.name in want]
     if not chosen:
         raise InputError("lora-targets", f"no module named {', '.join(sorted(want))} in {model.name}",
@@ -193,20 +190,11 @@ def norm_params(model: ModelSpec) -> float:
                  - sum(lin.params for lin in model.linears))
 
 
-def virtual_tokens(job: JobSpec) -> int:
-    """Positions prompt tuning and p-tuning prepend to every sample (0 for every other method)."""
-    if job.method not in ("prompt-tuning", "p-tuning"):
-        return 0
-    opts, _ = method_options(job.method, job.peft_options)
-    return int(opts.get("num_virtual_tokens", DEFAULT_VIRTUAL_TOKENS))
-
-
-def _blank() -> dict[str, float]:
-    return {"trainable": 0.0, "adapter_flops": 0.0, "adapter_io_elements": 0.0, "adapter_in_elements": 0.0,
-            "lora_rank": 0.0, "adapted_inputs_per_layer": 0.0, "fwd_block_delta": 0.0, "peft_fp32_flops": 0.0,
-            "peft_step_flops": 0.0, "peft_step_flops_fp32": 0.0, "peft_saved_bytes": 0.0, "peft_sample_bytes": 0.0,
-            "peft_fixed_act_bytes": 0.0, "peft_buffer_bytes": 0.0, "peft_state_bytes": 0.0, "peft_kernels": 0.0,
-            "virtual_tokens": 0.0, "prefix_tokens": 0.0, "adapted": 0.0}
+TERM_KEYS = ("trainable", "adapter_flops", "adapter_io_elements", "adapter_in_elements", "lora_rank",
+             "adapted_inputs_per_layer", "fwd_block_delta", "peft_fp32_flops", "peft_step_flops",
+             "peft_step_flops_fp32", "peft_saved_bytes", "peft_sample_bytes", "peft_fixed_act_bytes",
+             "peft_buffer_bytes", "peft_state_bytes", "peft_kernels", "virtual_tokens", "prefix_tokens", "adapted")
+"""The keys `method_terms` returns (each 0 unless the method sets it)."""
 
 
 def _per_module(t: dict, method: str, lin: LinearShape, opts: dict, r: int, pbytes: float) -> None:
@@ -336,7 +324,7 @@ def method_terms(model: ModelSpec, job: JobSpec) -> dict[str, float]:
     info = CATALOGUE[method]
     opts, _ = method_options(method, job.peft_options)
     pbytes = {"fp32": 4.0, "fp8": 1.0}.get(job.precision, 2.0)
-    t = _blank()
+    t = dict.fromkeys(TERM_KEYS, 0.0)
     if method in MODULE_METHODS:
         r = _rank(job, info.rank)
         modules, _ = select_modules(model, job, target_kind(method))

@@ -1,13 +1,9 @@
 """Low-precision training (fp8, NVFP4, MXFP4) and fp8 base weights, operation by operation.
 
-Which operations run at which precision (Transformer Engine / torchao float8 recipes, NVIDIA's NVFP4
-recipe): only the transformer blocks' linear layers (q/k/v/o, MLP, experts) run their GEMMs at the
-low precision. Attention (QK^T, softmax, AV), norms, activation functions, residual adds, the
-embedding, the LM head and the loss stay in bf16; LoRA adapters stay in bf16; master weights, gradients
-and optimizer states are kept as the recipe keeps them (fp32 master and moments, bf16 or fp32
-gradients). The low precision adds memory traffic of its own: casting each linear's input and output
-gradient (with its amax / per-tensor or per-block scale), the transposed copies the backward GEMMs
-read, and casting the weights once per optimizer step (cached across micro-batches).
+As Transformer Engine / torchao float8 and NVIDIA's NVFP4 recipe run it, only the blocks' linear layers
+run their GEMMs at the low precision (`ops_by_precision` says the rest); it adds memory traffic of its
+own: casting each linear's input and output gradient (with its scales), the transposed copies the
+backward GEMMs read, and casting the weights once per optimizer step (cached across micro-batches).
 """
 
 from __future__ import annotations
@@ -87,12 +83,10 @@ def low_precision_code(precision: str) -> int:
 
 
 def linear_tflops(gpu, precision: str) -> tuple[float, str | None]:
-    """Dense peak TFLOP/s the low-precision linear layers run at, and the fallback said (or None).
-
-    fp4 (nvfp4, mxfp4) uses the catalog's fp4 column (`gpu.peak_tflops['fp4']`), else the fp8 peak,
-    else bf16; fp8 uses fp8, else bf16. A GPU without the units computes in the next precision it has
-    (the recipe's kernels emulate or refuse: Transformer Engine needs compute capability >= 8.9 for fp8
-    and 10.0 for NVFP4), which the assumptions say."""
+    """Dense peak TFLOP/s the low-precision linear layers run at, and the fallback said (or None): fp4
+    (nvfp4, mxfp4) at the catalog's fp4 peak, else fp8, else bf16; fp8 at fp8, else bf16 (a GPU without
+    the units runs the next precision it has: Transformer Engine needs compute capability >= 8.9 for fp8
+    and 10.0 for NVFP4)."""
     peaks = dict(getattr(gpu, "peak_tflops", {}) or {})
     bf16 = peaks.get("bf16") or peaks.get("fp16")
     order = {"fp8": ("fp8",), "nvfp4": ("fp4", "fp8"), "mxfp4": ("fp4", "fp8")}.get(precision)

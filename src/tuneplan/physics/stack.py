@@ -1,19 +1,16 @@
 """The numbers of the software stack a job runs on, as flat arrays for step.py and memory.py: the
 precision recipe (which GEMMs run at low precision, at what peak), the framework's kernels
 (data/frameworks.yaml), the checkpointing mode, the parallel modes (sequence parallel, Ulysses or ring
-context parallel, interleaved pipeline), offload, and the attention span.
-
-Every key here has a default in `STACK_DEFAULTS` that reproduces the behaviour before these terms
-existed (generic framework, bf16, full checkpointing when grad_ckpt is set), so arrays built
-elsewhere (the planner's grid) without them still evaluate.
+context parallel, interleaved pipeline), offload, and the attention span. Every key has a default
+(`get`: the generic framework in bf16), so arrays built without them still evaluate.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.physics.ops import ATTENTION_KERNEL_CODES, GPU_GENERATION_CODES
-from tuneplan.physics.precision import FP8_RECIPE_CODES, linear_tflops, low_precision_code
+from tuneplan.physics.ops import ATTENTION_KERNEL_CODES, FLASH_MAX_EFFICIENCY, GPU_GENERATION_CODES
+from tuneplan.physics.precision import FP8_RECIPE_CODES, linear_tflops, low_precision_code, ops_by_precision
 
 CKPT_CODES = {"none": 0, "selective": 1, "full": 2, "offload": 3}
 CE_CODES = {"none": 0, "chunked": 1, "fused": 2}
@@ -27,28 +24,25 @@ STACK_DEFAULTS = {
     "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0, "fp8_recipe": 0.0,
     "etp": np.nan, "nvlink_domain": 0.0, "eval_batch": 0.0, "opt_in_bwd": 0.0, "expandable_segments": 0.0,
 }
-"""Value of each stack key when an arrays dict lacks it (NaN: derived from the older keys in `get`)."""
+"""Value of each stack key when an arrays dict lacks it (NaN: derived from other keys in `get`)."""
+
+DERIVED_DEFAULTS = {"lin_peak_flops": ("peak_flops", 1.0), "bf16_peak_flops": ("peak_flops", 1.0),
+                    "attn_span": ("seq_len", 1.0), "attn_keys": ("seq_len", 0.5), "etp": ("tp", 1.0)}
+"""(key, factor) a stack key defaults to: the peaks, the whole sequence (a causal kernel computes half of
+it), and expert tensor parallel = the tensor-parallel degree (Megatron-Core's default)."""
 
 
 def get(a: dict, key: str) -> np.ndarray:
-    """a[key], or its default broadcast to the arrays' length; NaN defaults resolved from older keys:
-    lin/bf16 peaks = peak_flops, ckpt_code = full where grad_ckpt, attention span = seq_len, etp = tp."""
+    """a[key], or its default broadcast to the arrays' length (DERIVED_DEFAULTS; ckpt_code: full where
+    grad_ckpt; host_bw NaN: the constants' offload bandwidth)."""
     if key in a:
         return np.asarray(a[key], dtype=float)
-    mb = a["micro_batch"]
-    n = np.size(mb)
-    if key in ("lin_peak_flops", "bf16_peak_flops"):
-        return np.asarray(a["peak_flops"], dtype=float) * np.ones(n)
+    n = np.size(a["micro_batch"])
+    if key in DERIVED_DEFAULTS:
+        src, factor = DERIVED_DEFAULTS[key]
+        return np.asarray(a[src], dtype=float) * factor * np.ones(n)
     if key == "ckpt_code":
         return np.where(np.asarray(a["grad_ckpt"], dtype=float) > 0, 2.0, 0.0) * np.ones(n)
-    if key == "attn_span":
-        return np.asarray(a["seq_len"], dtype=float) * np.ones(n)
-    if key == "attn_keys":
-        return np.asarray(a["seq_len"], dtype=float) * 0.5 * np.ones(n)
-    if key == "host_bw":
-        return np.full(n, np.nan)
-    if key == "etp":  # expert tensor parallel: Megatron-Core's default, the tensor-parallel degree
-        return np.asarray(a["tp"], dtype=float) * np.ones(n)
     return np.full(n, float(STACK_DEFAULTS[key]))
 
 
@@ -184,6 +178,14 @@ FP8_RECIPE_WORDS = {
 """What each fp8 recipe stores (physics/precision.py FP8_RECIPE_WEIGHT_BYTES), for the assumptions."""
 
 
+def _whose(fw, key: str, is_default: bool, fallback: str | None = None) -> str:
+    """Where a stack setting's value came from: the framework profile's default with its source, or as set."""
+    if not is_default:
+        return "as set"
+    src = fw.sources.get(key, fallback)
+    return f"{fw.label}'s default: {src}" if src else f"{fw.label}'s default"
+
+
 def phase_assumptions(fw, job) -> list[str]:
     """DeepSpeed's fp32 master copy over a framework that trains in place, fp32 gradients as set, the
     evaluation pass, the optimizer inside the backward and the allocator's segments, each with where its
@@ -200,8 +202,7 @@ def phase_assumptions(fw, job) -> list[str]:
                    f"{fw.label}'s default: {'fp32' if fw.fp32_grads else 'the compute dtype'}).")
     if job.eval_every > 0:
         b = job.eval_batch()
-        whose = ("as set" if job.eval_batch_size else
-                 f"{fw.label}'s default: {fw.sources.get('eval_batch', '')}" if fw.eval_batch else
+        whose = (_whose(fw, "eval_batch", not job.eval_batch_size) if job.eval_batch_size or fw.eval_batch else
                  "the training micro-batch: the framework states no evaluation batch")
         out.append(f"Evaluation pass every {job.eval_every} steps at {b} sample{'s' if b > 1 else ''} per GPU ({whose}): "
                    "forward only, one layer's tensors and the batch's logits beside the weights and optimizer "
@@ -212,9 +213,7 @@ def phase_assumptions(fw, job) -> list[str]:
                    "tensor's) is alive at a time and the step has no peak of its own.")
     exp = fw.expandable_segments if job.expandable_segments is None else job.expandable_segments
     if exp:
-        whose = (f"{fw.label}'s default: {fw.sources.get('expandable_segments', '')}"
-                 if job.expandable_segments is None else "as set")
-        out.append(f"Allocator expandable_segments ({whose}): one growing segment, so batches of other lengths "
+        out.append(f"Allocator expandable_segments ({_whose(fw, 'expandable_segments', job.expandable_segments is None)}): one growing segment, so batches of other lengths "
                    "cache no blocks of their own in the reserved peak.")
     return out
 
@@ -222,8 +221,6 @@ def phase_assumptions(fw, job) -> list[str]:
 def stack_assumptions(model, gpu, job) -> list[str]:
     """What the estimate assumed about the stack: the framework's kernels, which operations run at which
     precision (and any fallback), the checkpointing and offload modes, the parallel modes."""
-    from tuneplan.physics.ops import FLASH_MAX_EFFICIENCY
-    from tuneplan.physics.precision import ops_by_precision
     from tuneplan.specs.framework import get_framework
 
     fw = get_framework(job.framework)
@@ -234,25 +231,19 @@ def stack_assumptions(model, gpu, job) -> list[str]:
                                                           "source).")]
     out += profile_defaults(fw, job)
     if job.optimizer == "adamw":
-        whose = (f"{fw.label}'s default: {fw.sources.get('optimizer_impl', 'torch.optim.AdamW on CUDA')}"
-                 if job.optimizer_impl == fw.optimizer_impl else "as set")
+        whose = _whose(fw, "optimizer_impl", job.optimizer_impl == fw.optimizer_impl, "torch.optim.AdamW on CUDA")
         out.append(f"AdamW step {job.optimizer_impl} ({whose}): " + OPTIMIZER_IMPL_WORDS[job.optimizer_impl] + ".")
     if job.sharding.startswith("fsdp") and job.grad_accum > 1 and job.sharding_kind() != "none":
-        whose = (f"{fw.label}'s default: {fw.sources['grad_accum_sync']}" if job.grad_accum_sync == fw.grad_accum_sync
-                 and fw.sources.get("grad_accum_sync") else f"{fw.label}'s default" if
-                 job.grad_accum_sync == fw.grad_accum_sync else "as set")
+        whose = _whose(fw, "grad_accum_sync", job.grad_accum_sync == fw.grad_accum_sync)
         out.append(f"FSDP gradient accumulation {job.grad_accum_sync} ({whose}): "
                    + GRAD_ACCUM_SYNC_WORDS[job.grad_accum_sync] + ".")
     if (job.sharding.startswith("fsdp") and job.sharding_kind() not in ("none", "zero1")
             and job.method not in ("full", "freeze")):
-        whose = (f"{fw.label}'s default: {fw.sources['fsdp_adapter_wrap']}" if job.fsdp_adapter_wrap ==
-                 fw.fsdp_adapter_wrap and fw.sources.get("fsdp_adapter_wrap") else f"{fw.label}'s default" if
-                 job.fsdp_adapter_wrap == fw.fsdp_adapter_wrap else "as set")
+        whose = _whose(fw, "fsdp_adapter_wrap", job.fsdp_adapter_wrap == fw.fsdp_adapter_wrap)
         out.append(f"FSDP adapter units {job.fsdp_adapter_wrap} ({whose}): " + FSDP_ADAPTER_WRAP_WORDS[job.fsdp_adapter_wrap] + ".")
     if low_precision_code(job.precision) == 1:
         recipe = job.fp8_recipe or fw.fp8_recipe
-        whose = (f"{fw.label}'s default: {fw.sources.get('fp8_recipe', 'Transformer Engine, the common fp8 path')}"
-                 if recipe == fw.fp8_recipe else "as set")
+        whose = _whose(fw, "fp8_recipe", recipe == fw.fp8_recipe, "Transformer Engine, the common fp8 path")
         out.append(f"fp8 recipe {recipe} ({whose}): {FP8_RECIPE_WORDS[recipe]}.")
     out += phase_assumptions(fw, job)
     line = ops_by_precision(job.precision, job.base_quant(getattr(model, "quant", "none")))

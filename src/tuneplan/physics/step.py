@@ -69,8 +69,7 @@ planner's grids of thousands skip the bookkeeping."""
 PEFT_ADAPTER_PASSES = 4.0
 """Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
 (IA3's scaling vectors, the rest of physics/peft_methods.py), forward + backward (passes of 2-byte
-elements): a multiply each way and its gradient, the prior of PhysicsConstants.adapter_passes before
-LoRA's path was counted (their fp32 copies are peft_methods' own terms)."""
+elements): a multiply each way and its gradient (their fp32 copies are peft_methods' own terms)."""
 
 
 def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
@@ -98,14 +97,6 @@ def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
                      a["intermediate"] * mlp_share)
     return (4.0 * a["hidden"] + attn_share * (2.0 * a["q_dim"] + 2.0 * a["kv_dim"])
             + np.where(a["gated"] > 0, 3.0, 2.0) * inter + ssm_per_layer)
-
-
-def dp_bandwidth(a: Arrays) -> np.ndarray:
-    """Bus bandwidth of the data-parallel group: intra-node when it fits in a node, else the
-    slower of the intra-node link and the per-GPU network share."""
-    model_par = a["tp"] * a["pp"] * a["cp"]
-    spans_nodes = a["dp"] * model_par > domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
-    return np.where(spans_nodes, np.minimum(a["intra_bw"], a["inter_bw"]), a["intra_bw"])
 
 
 def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arrays:

@@ -18,6 +18,8 @@ TARGET_GROUPS = {
     "mlp": ("gate", "up", "down", "fc1", "fc2", "shared_gate", "shared_up", "shared_down", "gate_up"),
     "moe-experts": ("gate", "up", "down"),
 }
+FUSED_TARGETS = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}
+"""A target named by its part on a model with one fused matrix (Falcon, GPT-2, phi-3...)."""
 
 
 def normalise_targets(targets: Sequence[str]) -> tuple[str, ...]:

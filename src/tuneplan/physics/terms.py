@@ -16,10 +16,11 @@ import numpy as np
 from tuneplan.errors import InputError
 from tuneplan.physics.architecture import mixer_terms, vision_terms, vision_trainable_split
 from tuneplan.physics.codes import METHOD_CODES, OPTIMIZER_CODES, SHARDING_CODES
-from tuneplan.physics.moe_lora import StackedAdapters, is_routed_expert, peft_reaches_stacks, stacked_adapters
+from tuneplan.physics.moe_lora import is_routed_expert, peft_reaches_stacks, stacked_adapters
 from tuneplan.physics.peft_methods import MODULE_METHODS, lora_equivalent, method_terms
 from tuneplan.physics.precision import FP8_WEIGHT_BYTES
-from tuneplan.physics.targets import normalise_targets
+from tuneplan.physics.stack import stack_numbers
+from tuneplan.physics.targets import FUSED_TARGETS, normalise_targets
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import LORA_FAMILY, JobSpec
 from tuneplan.specs.model import ModelSpec
@@ -118,10 +119,10 @@ class ModelTerms:
     dense_mlp_layers: float = -1.0  # layers with a dense MLP
     images: float = 0.0  # images per sample
     image_tokens: float = 0.0  # LM tokens the images add to each sample
-    vision_flops_per_sample: float = 0.0
-    vision_trainable: float = 0.0
-    vision_act_bytes_per_sample: float = 0.0
-    vision_ckpt_bytes_per_sample: float = 0.0
+    vision_flops_per_sample: float = 0.0  # tower + projector forward FLOPs per sample
+    vision_trainable: float = 0.0  # 1 when the tower is trained (backward through it), else 0
+    vision_act_bytes_per_sample: float = 0.0  # saved activations per sample when trained (16-bit)
+    vision_ckpt_bytes_per_sample: float = 0.0  # the same under gradient checkpointing (layer inputs + one layer)
     params_vision: float = 0.0
     expert_fwd_flops: float = 0.0  # the part of fwd_block_flops in MoE experts' GEMMs (per token)
     linear_io_elements: float = 0.0  # per token, whole model: inputs + outputs of the block linears (elements)
@@ -198,8 +199,6 @@ def _peft_split(model: ModelSpec, job: JobSpec, pbytes: float, block_linear_para
         lora_rank=peft.pop("lora_rank", 0.0), peft=peft)
 
 
-FUSED_TARGETS = {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}
-"""A target named by its part on a model with one fused matrix (Falcon, GPT-2, phi-3...)."""
 SPLIT_TARGETS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
 """A fused target on a model with separate matrices."""
 
@@ -237,7 +236,7 @@ def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, bloc
     if r > model.hidden_size:
         raise InputError("lora-rank", f"rank {job.lora_rank} is above {model.name}'s hidden size "
                          f"({model.hidden_size})")
-    stacked = StackedAdapters()
+    stacked: dict[str, float] = {}
     if job.moe_experts == "stacked" and model.is_moe:
         chosen, stacked = _stacked_expert_split(model, job, chosen, r, dense_moe)
     adapter_params = adapter_flops = adapted = adapter_io = adapter_in = adapted_modules = 0.0
@@ -256,10 +255,10 @@ def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, bloc
             adapter_params += lin.out_features * lin.count_per_layer * lin.n_layers
     frozen_linear, frozen_other, fl_bytes, dequant = _frozen_base(model, job, pbytes, block_linear_params)
     return TrainedSplit(
-        trainable=adapter_params + stacked.trainable, frozen_linear=frozen_linear, frozen_other=frozen_other,
+        trainable=adapter_params + stacked.pop("trainable", 0.0), frozen_linear=frozen_linear, frozen_other=frozen_other,
         frozen_linear_bytes=fl_bytes, dequant=dequant, adapter_flops=adapter_flops, adapted=adapted,
         adapted_inputs=float(len(widths)), adapter_io=adapter_io, adapter_in=adapter_in,
-        adapted_modules=adapted_modules, lora_rank=float(job.lora_rank), peft=stacked.term_fields())
+        adapted_modules=adapted_modules, lora_rank=float(job.lora_rank), peft=stacked)
 
 
 def _stacked_expert_split(model: ModelSpec, job: JobSpec, chosen: list, r: float, dense_moe: bool):
@@ -275,7 +274,7 @@ def _stacked_expert_split(model: ModelSpec, job: JobSpec, chosen: list, r: float
         raise InputError("lora-targets", f"with --moe-experts stacked peft does not reach {model.name}'s routed "
                          f"experts or router (model type {model.model_type}): target attention or shared experts",
                          sorted({lin.name for lin in model.linears if not is_routed_expert(lin)} - {"router"}))
-    return rest, StackedAdapters()
+    return rest, {}
 
 
 def _freeze_split(model: ModelSpec, job: JobSpec, pbytes: float, block_linear_params: float) -> TrainedSplit:
@@ -319,14 +318,12 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     total = float(model.params_total)
 
     sp = trained_split(model, job, method, pbytes, block_linear_params, dense_moe)
-    if method in PEFT_PHYSICS:
-        fwd_block += sp.fwd_block_delta
+    fwd_block += sp.fwd_block_delta  # 0 outside physics/peft_methods.py
     trainable, frozen_other = vision_trainable_split(model, job, sp.trainable, sp.frozen_other)
 
     return ModelTerms(
         fwd_block_flops=fwd_block,
         head_flops=head_flops,
-        attn_flops_per_seq=mix.attn_full_flops_per_key,  # QK^T and AV over the full-attention layers
         adapter_flops=sp.adapter_flops,
         bwd_block_factor=sp.bwd_block,
         bwd_head_factor=sp.bwd_head,
@@ -359,8 +356,6 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         n_experts=model.n_experts,
         top_k=float(model.n_experts if dense_moe else model.experts_per_token),
         moe_layers=model.n_moe_layers,
-        kv_dim=mix.kv_dim,
-        q_dim=mix.q_dim,
         n_heads=model.n_heads,
         vocab=model.vocab_size,
         gated=model.gated_mlp,
@@ -373,19 +368,16 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         expert_fwd_flops=expert_fwd, linear_io_elements=linear_io, head_dim=float(model.head_dim),
         gemm_split_width=split_w / fwd_block if fwd_block else float(model.hidden_size),
         gemm_full_width=full_w / fwd_block if fwd_block else float(model.hidden_size),
-        **mix.term_fields(),
-        **vis.__dict__,
+        **mix,
+        **vis,
         **sp.peft,
     )
 
 
-GPU_FIELDS = ("peak_flops", "mem_bw", "memory_bytes", "intra_bw", "inter_bw", "tdp_w", "matmul_rel")
-
 REFERENCE_MATMUL_EFFICIENCY = 0.80
-"""Achievable / datasheet dense matmul TFLOP/s of the GPU the efficiency curve's ceiling is stated for
-(H100 SXM 794.5/989 and the H200 786/989, measured). A GPU whose matmuls reach a measured fraction
-(`matmul_efficiency` in the catalog: A100 SXM 0.869, MI300X 0.511...) runs at that fraction / 0.80 of
-the curve; one not measured at the reference."""
+"""Achievable / datasheet matmul TFLOP/s of the GPUs the efficiency curve's ceiling is stated for
+(PhysicsConstants.mfu_max). A GPU with a measured `matmul_efficiency` in the catalog (A100 SXM 0.869,
+MI300X 0.511...) runs at that / 0.80 of the curve; one not measured at the reference."""
 
 
 ECC_GDDR_GPUS = ("T4", "A2-", "A10-", "A10G", "A16", "A40", "L4-", "L40")
@@ -394,9 +386,7 @@ memory stores its check bits in the DRAM itself: 1/16 of the memory is reserved 
 A40 / L40 user guides: "ECC ... reduces the available memory by 6.25%"), which is what nvidia-smi
 reports as total: T4 16 GiB -> 15,360 MiB, A10G 24 GiB -> 23,028 MiB, A40 48 GiB -> 46,068 MiB. HBM
 GPUs (A100, H100, B200) keep ECC out of band: no loss."""
-
-ECC_RESERVED_FRACTION = 1.0 / 16.0
-"""Share of a GDDR GPU's memory inline ECC reserves (fraction): 6.25% (NVIDIA, as above)."""
+ECC_RESERVED_FRACTION = 1.0 / 16.0  # the 6.25% above
 
 
 def usable_memory_gib(gpu: GPUSpec) -> float:
@@ -442,30 +432,12 @@ def sharding_code(job: JobSpec) -> int:
 
 
 def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
-    return {
-        "micro_batch": float(job.micro_batch),
-        "grad_accum": float(job.grad_accum),
-        "seq_len": float(seq_len),
-        "gpus": float(job.gpus),
-        "nodes": float(job.nodes),
-        "tp": float(job.tp),
-        "pp": float(job.pp),
-        "cp": float(job.cp),
-        "ep": float(job.ep),
-        "dp": float(job.dp),
-        "sharding": float(sharding_code(job)),
-        "grad_ckpt": 1.0 if job.grad_ckpt else 0.0,
-        "flash_attn": 1.0 if job.flash_attn else 0.0,
-        "fp32_master": 1.0 if job.fp32_master() else 0.0,
-        "variable_shapes": 1.0 if job.variable_shapes() else 0.0,
-        "adapter_fp32": 1.0 if job.adapter_dtype == "fp32" else 0.0,
-    }
-
-
-def stack_numbers(model, gpu, job, seq):
-    from tuneplan.physics.stack import stack_numbers as numbers
-
-    return numbers(model, gpu, job, seq)
+    out = {"micro_batch": float(job.micro_batch), "grad_accum": float(job.grad_accum), "seq_len": float(seq_len)}
+    out.update({k: float(getattr(job, k)) for k in ("gpus", "nodes", "tp", "pp", "cp", "ep", "dp")})
+    out["sharding"] = float(sharding_code(job))
+    flags = {"grad_ckpt": job.grad_ckpt, "flash_attn": job.flash_attn, "fp32_master": job.fp32_master(),
+             "variable_shapes": job.variable_shapes(), "adapter_fp32": job.adapter_dtype == "fp32"}
+    return out | {k: float(bool(v)) for k, v in flags.items()}
 
 
 def terms_key(job: JobSpec) -> tuple:
