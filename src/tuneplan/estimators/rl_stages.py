@@ -233,7 +233,8 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
     d = ps.rl_defaults(jspec.stage)
     group = jspec.group_size or int(d["group_size"])
-    completion = jspec.completion_len or int(d["completion_len"])
+    completion = jspec.completion_len or (ps.mean_from_cap(jspec.completion_len_max) if jspec.completion_len_max
+                                          else int(d["completion_len"]))
     beta = d["kl_beta"] if jspec.kl_beta is None else jspec.kl_beta
     epochs = jspec.ppo_epochs or int(d["ppo_epochs"])
     longest = _longest(jspec, completion)
@@ -333,7 +334,8 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                    ga: int, gen: dict, has_rm: bool) -> list[str]:
     st = jspec.stage.upper()
     filled = [f"{k} {v}" for k, v, given in (
-        ("group size", group, jspec.group_size), ("completion length", completion, jspec.completion_len),
+        ("group size", group, jspec.group_size),
+        ("completion length", completion, jspec.completion_len or jspec.completion_len_max),
         ("KL beta", beta, jspec.kl_beta), ("PPO epochs", epochs, jspec.ppo_epochs if jspec.stage == "ppo" else 1))
         if given is None]
     longest = jspec.completion_len_max
@@ -393,6 +395,10 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
         out.append(f"PPO: old log-probs and values by no-grad forwards, then {epochs} epochs of policy and value "
                    "updates; the value model is the reward model's architecture (the policy's without one), "
                    "fully trained, its logits not counted.")
+    if jspec.completion_len is None and jspec.completion_len_max:
+        out.append(f"Mean completion length not given (--completion-len): {completion}, half the cap "
+                   f"{jspec.completion_len_max} (lengths taken uniform up to the cap, as the decode tail below "
+                   "assumes); the log-prob and update passes cost the mean (packed batches), decode runs to the cap.")
     if jspec.completion_len_max is not None and jspec.completion_len_max > completion:
         out.append(f"Synchronous step: generation waits for the longest completion ({jspec.completion_len_max} "
                    f"tokens): decode to the mean ({completion}) at the batch's rate, then the tail to the longest "
