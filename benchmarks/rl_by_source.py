@@ -2,8 +2,9 @@
 
 Each row with a stage column is read like `validate` reads an SFT row (`row_to_config`: model, GPU,
 precision, sharding, batch shape), then its stage columns go onto the job (`--stage`, `--group-size`,
-`--prompts-per-step`, `--completion-len` = the mean when the row gives one else the cap,
-`--completion-len-max`, `--rollout-engine`, `--rollout-gpus` when separate, `--rollout-tp`, `--ppo-epochs`,
+`--prompts-per-step`, `--completion-len` = the mean when the row gives one (else tuneplan's default for a
+cap alone: half the cap, decode to the cap), `--completion-len-max`, `--rollout-engine`, `--rollout-gpus`
+when separate, `--rollout-tp`, `--ppo-epochs`,
 `--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift, `--train-steps-per-rollout` =
 prompts_per_step / global_batch_size (the sources' mini-batch, in prompts); from the notes, which the
 schema has no column for: `--off-policy-steps 1` for a separate engine whose run the notes call async or
@@ -15,8 +16,9 @@ A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the s
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
 measured step time), the median |error| of the step time, how many rows that ran (every row here
 ran: each is a measurement) are predicted "does not fit", and how many answered rows give only the
-completion cap, no mean (every completion taken at the cap: an upper bound). `--why` lists the refusals'
-reasons.
+completion cap, no mean (the mean taken as half the cap). Rows stating no prompts per step, group size or
+completion length, and NeMo-Aligner rows stating no layout, are refused with that reason (not guessed).
+`--why` lists the refusals' reasons.
 
     python benchmarks/rl_by_source.py [--runs FILE ...] [--why] [--rows] [--csv out.csv]
 """
@@ -56,11 +58,15 @@ def _num(row: dict, key: str):
 
 def sft_row(row: dict) -> dict:
     """The row as `row_to_config` reads an SFT row: its seq_len (else the prompt length) and, for AReaL
-    rows whose notes name the release (AReaL v0.1), that release's trainer (data/frameworks.yaml areal@)."""
+    rows whose notes name the release (AReaL v0.1), that release's trainer (data/frameworks.yaml areal@); a
+    verl row with a Megatron layout, verl's Megatron strategy (verl-megatron)."""
     sft = dict(row, stage="sft")
     version = re.search(r"AReaL v(\d+\.\d+)", str(row.get("notes")))
     if version and not _num(row, "areal_version"):
         sft["areal_version"] = version.group(1)
+    layout = str(row.get("sharding") or "nan")
+    if str(row.get("framework")).strip().lower() == "verl" and layout != "nan" and "fsdp" not in layout:
+        sft["framework"] = "verl-megatron"  # a Megatron layout (tp/pp/ep): verl's Megatron strategy
     if _num(row, "seq_len") is None:
         sft["seq_len"] = _num(row, "prompt_len") or 1024
     return sft

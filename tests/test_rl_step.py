@@ -129,3 +129,12 @@ def test_areal_before_0_4_is_realhf_megatron():
 
     old, now = get_framework("areal@0.1"), get_framework("areal")
     assert old.distributed_optimizer and old.grad_ckpt and not now.distributed_optimizer
+
+
+def test_verl_megatron_profile_is_megatron_core_with_fp32_grads():
+    from tuneplan.specs.framework import get_framework, resolve_framework
+
+    v, m = get_framework("verl-megatron"), get_framework("megatron")
+    assert resolve_framework("verl-mcore") == "verl-megatron"
+    assert v.distributed_optimizer and v.grad_buffers and v.cross_entropy == m.cross_entropy
+    assert v.fp32_grads and not m.fp32_grads and not v.tp_comm_overlap and not v.grad_ckpt
