@@ -137,13 +137,15 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
             "cap": e["cap"], "share": e["share"], "tp": e["tp"], "engines": e["engines"], "split": split}
 
 
-def _longest(jspec: JobSpec, completion: int) -> int | None:
-    """The longest completion (--completion-len-max), no shorter than the mean."""
+def _lengths(jspec: JobSpec, default: int) -> tuple[int, int | None]:
+    """(mean, longest) completion: --completion-len, else half of --completion-len-max when only the cap is
+    given (physics/stages.py mean_from_cap), else `default` (TRL's); the longest no shorter than the mean."""
     longest = jspec.completion_len_max
+    completion = jspec.completion_len or (ps.mean_from_cap(longest) if longest else default)
     if longest is not None and longest < completion:
         raise InputError("completion-len-max", f"{longest} is shorter than the mean completion length "
                          f"{completion} (--completion-len, TRL's default when not given)")
-    return longest
+    return completion, longest
 
 
 def _reward_s(ra: dict, jspec: JobSpec, seq: int, completions_per_gpu: float, c) -> float:
@@ -233,11 +235,9 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
     d = ps.rl_defaults(jspec.stage)
     group = jspec.group_size or int(d["group_size"])
-    completion = jspec.completion_len or (ps.mean_from_cap(jspec.completion_len_max) if jspec.completion_len_max
-                                          else int(d["completion_len"]))
     beta = d["kl_beta"] if jspec.kl_beta is None else jspec.kl_beta
     epochs = jspec.ppo_epochs or int(d["ppo_epochs"])
-    longest = _longest(jspec, completion)
+    completion, longest = _lengths(jspec, int(d["completion_len"]))
     prompts, n, ga = rl_batch(jspec, group)
     minis = jspec.train_steps_per_rollout or 1
     train_gpus = jspec.training_gpus
