@@ -398,7 +398,8 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
     if jspec.completion_len is None and jspec.completion_len_max:
         out.append(f"Mean completion length not given (--completion-len): {completion}, half the cap "
                    f"{jspec.completion_len_max} (lengths taken uniform up to the cap, as the decode tail below "
-                   "assumes); the log-prob and update passes cost the mean (packed batches), decode runs to the cap.")
+                   "assumes); the log-prob and update passes cost the mean (as packed batches: verl, NeMo RL, AReaL), "
+                   "decode runs to the cap.")
     if jspec.completion_len_max is not None and jspec.completion_len_max > completion:
         out.append(f"Synchronous step: generation waits for the longest completion ({jspec.completion_len_max} "
                    f"tokens): decode to the mean ({completion}) at the batch's rate, then the tail to the longest "
