@@ -8,7 +8,8 @@ when separate, `--rollout-tp`, `--ppo-epochs`,
 `--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift, `--train-steps-per-rollout` =
 prompts_per_step / global_batch_size (the sources' mini-batch, in prompts); from the notes, which the
 schema has no column for: `--off-policy-steps 1` for a separate engine whose run the notes call async or
-off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner's "Critic Node Count")
+off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner's "Critic Node Count",
+`--gpu-memory-utilization` where the notes state the engine's)
 and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
 row's prompt length is its prompt_len (else seq_len); its seq_len cell, when empty, is filled with it.
 A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation).
@@ -124,6 +125,9 @@ def stage_job(row: dict, cfg) -> tuple:
         notes = str(row.get("notes") or "")
         if "rollout_gpus" in opt and re.search(r"async|off.policy", notes, re.I):
             opt["off_policy_steps"] = 1  # verl fully-async / one-step-off: generation runs a step ahead
+        share = re.search(r"gpu_memory_utilization (0?\.\d+|1\.0)", notes)  # the engine's share, where stated
+        if share and eng == "vllm":
+            kw["gpu_memory_utilization"] = float(share.group(1))
         critic = re.search(r"Critic Node Count (\d+)", notes)  # NeMo-Aligner: the critic (+ RM) on its own nodes
         if critic and stage == "ppo":
             opt["critic_gpus"] = int(critic.group(1)) * int(cfg.job.gpus // cfg.job.nodes)
