@@ -2,12 +2,14 @@
 
 Each row with a stage column is read like `validate` reads an SFT row (`row_to_config`: model, GPU,
 precision, sharding, batch shape), then its stage columns go onto the job (`--stage`, `--group-size`,
-`--prompts-per-step`, `--completion-len` = the mean when the row gives one else the cap,
-`--completion-len-max`, `--rollout-engine`, `--rollout-gpus` when separate, `--rollout-tp`, `--ppo-epochs`,
+`--prompts-per-step`, `--completion-len` = the mean when the row gives one (else tuneplan's default for a
+cap alone: half the cap, decode to the cap), `--completion-len-max`, `--rollout-engine`, `--rollout-gpus`
+when separate, `--rollout-tp`, `--ppo-epochs`,
 `--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift, `--train-steps-per-rollout` =
 prompts_per_step / global_batch_size (the sources' mini-batch, in prompts); from the notes, which the
 schema has no column for: `--off-policy-steps 1` for a separate engine whose run the notes call async or
-off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner's "Critic Node Count")
+off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner's "Critic Node Count",
+`--gpu-memory-utilization` where the notes state the engine's)
 and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
 row's prompt length is its prompt_len (else seq_len); its seq_len cell, when empty, is filled with it.
 A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation).
@@ -15,8 +17,9 @@ A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the s
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
 measured step time), the median |error| of the step time, how many rows that ran (every row here
 ran: each is a measurement) are predicted "does not fit", and how many answered rows give only the
-completion cap, no mean (every completion taken at the cap: an upper bound). `--why` lists the refusals'
-reasons.
+completion cap, no mean (the mean taken as half the cap). Rows stating no prompts per step, group size or
+completion length, and NeMo-Aligner rows stating no layout, are refused with that reason (not guessed).
+`--why` lists the refusals' reasons.
 
     python benchmarks/rl_by_source.py [--runs FILE ...] [--why] [--rows] [--csv out.csv]
 """
@@ -34,10 +37,10 @@ SOURCES = ("verl", "trl-docs", "areal", "nemo-aligner", "open-instruct", "skyrl"
 DEFAULT_RUNS = [ROOT.parent / "shared" / "reference" / "runs" / f"{s}.csv" for s in SOURCES]
 ENGINES = {"vllm": "vllm", "sglang": "vllm", "trtllm": "vllm", "hf": "hf"}
 """Rollout engines of the runs as tuneplan costs them: paged-KV servers (vLLM, SGLang, TensorRT-LLM) as vLLM."""
-CKPT_ON = ("verl", "areal")
-"""Frameworks whose RL recipes checkpoint activations by default, for rows that leave grad_ckpt empty: verl
-0.9.1 actor_rollout_ref.model.enable_gradient_checkpointing: true; AReaL (realhf ModelTrainEvalConfig
-.gradient_checkpointing default True, as recalled: no copy of the package here)."""
+NO_DEFAULT_LAYOUT = ("nemo-aligner",)
+"""Frameworks with no default tensor / pipeline layout: NeMo-Aligner's PPO actor and critic take it from
+the recipe's YAML and the checkpoint (nemo-aligner 0.7.0 sets none in code); a row of theirs that states
+no layout is not estimated (a guess would decide whether a 70B fits)."""
 SLEEP_OFF = ("trl", "swift")
 """Frameworks whose colocated engine stays awake while training by default (TRL vllm_enable_sleep_mode
 False, ms-swift on TRL); the others (verl, NeMo RL / Aligner, AReaL, SkyRL) free or sleep it."""
@@ -54,8 +57,25 @@ def _num(row: dict, key: str):
     return None if math.isnan(f) else f
 
 
+def sft_row(row: dict) -> dict:
+    """The row as `row_to_config` reads an SFT row: its seq_len (else the prompt length) and, for AReaL
+    rows whose notes name the release (AReaL v0.1), that release's trainer (data/frameworks.yaml areal@); a
+    verl row with a Megatron layout, verl's Megatron strategy (verl-megatron)."""
+    sft = dict(row, stage="sft")
+    version = re.search(r"AReaL v(\d+\.\d+)", str(row.get("notes")))
+    if version and not _num(row, "areal_version"):
+        sft["areal_version"] = version.group(1)
+    layout = str(row.get("sharding") or "nan")
+    if str(row.get("framework")).strip().lower() == "verl" and layout != "nan" and "fsdp" not in layout:
+        sft["framework"] = "verl-megatron"  # a Megatron layout (tp/pp/ep): verl's Megatron strategy
+    if _num(row, "seq_len") is None:
+        sft["seq_len"] = _num(row, "prompt_len") or 1024
+    return sft
+
+
 def stage_job(row: dict, cfg) -> tuple:
     """(JobSpec with the row's stage columns, prompt length) of a stage row read as SFT `cfg`."""
+    from tuneplan.errors import InputError
     from tuneplan.specs.job import RL_STAGES, JobSpec, job_fields, read_stage
 
     stage, _ = read_stage(str(row["stage"]).strip().lower())
@@ -66,19 +86,28 @@ def stage_job(row: dict, cfg) -> tuple:
     prompt = int(_num(row, "prompt_len") or cfg.seq_len)
     if stage in RL_STAGES:
         fields = job_fields()
+        fw = str(row.get("framework") or row.get("source") or "").lower()
+        if not any(_num(row, k) for k in ("prompts_per_step", "group_size", "completion_len_mean",
+                                          "completion_len_max")):
+            raise InputError("row", "states no prompts per step, group size or completion length: not estimated")
+        if fw in NO_DEFAULT_LAYOUT and not any(_num(row, k) for k in ("tp", "pp")) and str(
+                row.get("sharding") or "nan") in ("", "nan"):
+            raise InputError("sharding", f"{fw} has no default layout and the row states none: not estimated")
         if _num(row, "micro_batch_size") is None:
             kw["micro_batch"] = 1  # token-budget micro-batches (verl use_dynamic_bsz, AReaL, NeMo RL): the smallest
-        fw = str(row.get("framework") or row.get("source") or "").lower()
-        if _num(row, "grad_ckpt") is None and any(t in fw for t in CKPT_ON):
-            kw["grad_ckpt"] = True
         if "verl" in fw and str(row.get("sharding") or "nan").strip() in ("", "nan"):
             kw["sharding"] = "fsdp"  # verl 0.9.1 actor.strategy: fsdp (its Megatron rows state no layout)
+        elif "verl" in fw and "offload" in str(row.get("sharding")).split("+") and kw.get("sharding") == "ddp":
+            # verl's Megatron recipes' offload (the row's '+offload'): optimizer_offload_fraction 1 is Megatron's
+            # optimizer_cpu_offload (master weights and moments on the host, the step on the CPU); param and
+            # grad offload free the GPUs only between phases (for the engine: --rollout-sleep)
+            kw["offload"] = "optimizer"
         mean, cap = _num(row, "completion_len_mean"), _num(row, "completion_len_max")
         eng = ENGINES.get(str(row.get("rollout_engine") or "hf").strip().lower(), "hf")
         opt = {"group_size": _num(row, "group_size"), "prompts_per_step": _num(row, "prompts_per_step"),
-               "completion_len": mean or cap, "ppo_epochs": _num(row, "ppo_epochs") if stage == "ppo" else None,
+               "completion_len": mean, "ppo_epochs": _num(row, "ppo_epochs") if stage == "ppo" else None,
                "kl_beta": _num(row, "kl_beta")}
-        if "completion_len_max" in fields and cap and mean and cap > mean:
+        if cap and (not mean or cap > mean):  # cap only: tuneplan's mean-from-cap default (half the cap)
             opt["completion_len_max"] = cap
         kw["rollout_engine"] = eng
         if eng == "vllm" and str(row.get("rollout_placement") or "").strip() == "separate":
@@ -96,6 +125,9 @@ def stage_job(row: dict, cfg) -> tuple:
         notes = str(row.get("notes") or "")
         if "rollout_gpus" in opt and re.search(r"async|off.policy", notes, re.I):
             opt["off_policy_steps"] = 1  # verl fully-async / one-step-off: generation runs a step ahead
+        share = re.search(r"gpu_memory_utilization (0?\.\d+|1\.0)", notes)  # the engine's share, where stated
+        if share and eng == "vllm":
+            kw["gpu_memory_utilization"] = float(share.group(1))
         critic = re.search(r"Critic Node Count (\d+)", notes)  # NeMo-Aligner: the critic (+ RM) on its own nodes
         if critic and stage == "ppo":
             opt["critic_gpus"] = int(critic.group(1)) * int(cfg.job.gpus // cfg.job.nodes)
@@ -123,10 +155,7 @@ def evaluate(paths):
                "cap_only": _num(row, "completion_len_mean") is None and _num(row, "completion_len_max") is not None,
                "measured_step": _num(row, "step_time_s"), "pred_step": np.nan, "fits": np.nan, "why": ""}
         try:
-            sft = dict(row, stage="sft")
-            if _num(row, "seq_len") is None:
-                sft["seq_len"] = _num(row, "prompt_len") or 1024
-            cfg = row_to_config(sft, cache)
+            cfg = row_to_config(sft_row(row), cache)
             job, prompt = stage_job(row, cfg)
             run = run_stage(est, cfg.model, cfg.gpu, job, prompt, 1.0, search_max_mb=False)
             rec["pred_step"] = float(np.asarray(run.out["step_s"]).reshape(-1)[0])

@@ -109,3 +109,32 @@ def test_bad_rl_step_input(kw):
     with pytest.raises(InputError) as e:
         make_job(**kw)
     assert e.value.field == "job"
+
+
+def test_cap_only_mean_is_half_the_cap():
+    # lengths uniform on [0, cap]: mean = cap / 2 (at least one token)
+    assert ps.mean_from_cap(4096) == 2048 and ps.mean_from_cap(1) == 1
+    kw = {k: v for k, v in GRPO.items() if k != "completion_len"}
+    r = _est(**kw, rollout_engine="vllm", completion_len_max=1024)
+    same = _est(**kw, rollout_engine="vllm", completion_len=512, completion_len_max=1024)
+    assert r.to_dict()["stage"]["completion_len"] == 512
+    assert r.step_breakdown_s == pytest.approx(same.step_breakdown_s)  # the update costs the mean, decode the cap
+    assert r.step_breakdown_s["rollout_decode_tail"] > 0
+    assert any("half the cap 1024" in a for a in r.assumptions)
+    assert not any("half the cap" in a for a in same.assumptions)
+
+
+def test_areal_before_0_4_is_realhf_megatron():
+    from tuneplan.specs.framework import get_framework
+
+    old, now = get_framework("areal@0.1"), get_framework("areal")
+    assert old.distributed_optimizer and old.grad_ckpt and not now.distributed_optimizer
+
+
+def test_verl_megatron_profile_is_megatron_core_with_fp32_grads():
+    from tuneplan.specs.framework import get_framework, resolve_framework
+
+    v, m = get_framework("verl-megatron"), get_framework("megatron")
+    assert resolve_framework("verl-mcore") == "verl-megatron"
+    assert v.distributed_optimizer and v.grad_buffers and v.cross_entropy == m.cross_entropy
+    assert v.fp32_grads and not m.fp32_grads and not v.tp_comm_overlap and not v.grad_ckpt

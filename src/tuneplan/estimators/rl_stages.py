@@ -134,13 +134,15 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
             "kv_hf_bytes": kv_hf, "batch": batch, "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0}
 
 
-def _longest(jspec: JobSpec, completion: int) -> int | None:
-    """The longest completion (--completion-len-max), no shorter than the mean."""
+def _lengths(jspec: JobSpec, default: int) -> tuple[int, int | None]:
+    """(mean, longest) completion: --completion-len, else half of --completion-len-max when only the cap is
+    given (physics/stages.py mean_from_cap), else `default` (TRL's); the longest no shorter than the mean."""
     longest = jspec.completion_len_max
+    completion = jspec.completion_len or (ps.mean_from_cap(longest) if longest else default)
     if longest is not None and longest < completion:
         raise InputError("completion-len-max", f"{longest} is shorter than the mean completion length "
                          f"{completion} (--completion-len, TRL's default when not given)")
-    return longest
+    return completion, longest
 
 
 def _reward_s(ra: dict, jspec: JobSpec, seq: int, completions_per_gpu: float, c) -> float:
@@ -230,10 +232,9 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
     d = ps.rl_defaults(jspec.stage)
     group = jspec.group_size or int(d["group_size"])
-    completion = jspec.completion_len or int(d["completion_len"])
     beta = d["kl_beta"] if jspec.kl_beta is None else jspec.kl_beta
     epochs = jspec.ppo_epochs or int(d["ppo_epochs"])
-    longest = _longest(jspec, completion)
+    completion, longest = _lengths(jspec, int(d["completion_len"]))
     prompts, n, ga = rl_batch(jspec, group)
     minis = jspec.train_steps_per_rollout or 1
     train_gpus = jspec.training_gpus
@@ -328,7 +329,8 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                    ga: int, gen: dict, has_rm: bool) -> list[str]:
     st = jspec.stage.upper()
     filled = [f"{k} {v}" for k, v, given in (
-        ("group size", group, jspec.group_size), ("completion length", completion, jspec.completion_len),
+        ("group size", group, jspec.group_size),
+        ("completion length", completion, jspec.completion_len or jspec.completion_len_max),
         ("KL beta", beta, jspec.kl_beta), ("PPO epochs", epochs, jspec.ppo_epochs if jspec.stage == "ppo" else 1))
         if given is None]
     longest = jspec.completion_len_max
@@ -388,6 +390,11 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
         out.append(f"PPO: old log-probs and values by no-grad forwards, then {epochs} epochs of policy and value "
                    "updates; the value model is the reward model's architecture (the policy's without one), "
                    "fully trained, its logits not counted.")
+    if jspec.completion_len is None and jspec.completion_len_max:
+        out.append(f"Mean completion length not given (--completion-len): {completion}, half the cap "
+                   f"{jspec.completion_len_max} (lengths taken uniform up to the cap, as the decode tail below "
+                   "assumes); the log-prob and update passes cost the mean (as packed batches: verl, NeMo RL, AReaL), "
+                   "decode runs to the cap.")
     if jspec.completion_len_max is not None and jspec.completion_len_max > completion:
         out.append(f"Synchronous step: generation waits for the longest completion ({jspec.completion_len_max} "
                    f"tokens): decode to the mean ({completion}) at the batch's rate, then the tail to the longest "

@@ -189,6 +189,15 @@ def decode_tail_s(mean_len, max_len, prompt_len, batch, weight_bytes, kv_per_tok
     return steps * (np.maximum(t_mem, t_flops) + per_token_overhead_s)
 
 
+def mean_from_cap(max_len: int) -> int:
+    """Mean completion length when only the cap is known (tokens): the lengths `decode_tail_s` assumes
+    above the mean (the share still decoding falls linearly to none at the cap) taken down to zero,
+    i.e. uniform on [0, cap]: half the cap. Decode still runs to the cap (the tail); the passes over
+    the completions (log-probs, update) cost the mean, as packed batches (verl use_dynamic_bsz, NeMo RL
+    and AReaL sequence packing) hold only the generated tokens."""
+    return max(1, int(max_len) // 2)
+
+
 def colocated_engine_bytes(training_peak, resident, engine_pool, sleeps):
     """What a colocated inference engine adds to the training step's peak (bytes). Awake all along
     (TRL's default colocate) its pool sits on top of the training peak; sleeping while training (verl,
