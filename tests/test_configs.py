@@ -414,10 +414,10 @@ def test_any_mapping_reads_or_fails_in_one_line(data, fmt):
     ("finetuning_type: lora\nstage: dpo\ncutoff_len: 1024\n", {"stage": "dpo"}),
     ("finetuning_type: full\nstage: kto\ncutoff_len: 1024\n", {"stage": "kto"}),
     ("base_model: x/y\nrl: grpo\ntrl:\n  num_generations: 8\n  max_completion_length: 256\n",
-     {"stage": "grpo", "group_size": 8, "completion_len": 256}),
+     {"stage": "grpo", "group_size": 8, "completion_len_max": 256}),
     ("base_model: x/y\nrl: ipo\n", {"stage": "dpo"}),
     ("model_name_or_path: x/y\nnum_generations: 4\nmax_completion_length: 128\n",
-     {"stage": "grpo", "group_size": 4, "completion_len": 128}),
+     {"stage": "grpo", "group_size": 4, "completion_len_max": 128}),
 ])
 def test_stages(tmp_path, body, want):
     p = tmp_path / "c.yaml"

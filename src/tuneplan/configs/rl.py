@@ -138,10 +138,9 @@ def read_verl(doc: Doc, out: ConfigRead, follow) -> None:
     if prompts:
         out.set("prompts_per_step", prompts, f, "data.train_batch_size")
     _minis(out, f, prompts or 1024, mini, A + "ppo_mini_batch_size")
-    for key, fld in (("data.max_prompt_length", "seq_len"), ("data.max_response_length", "completion_len")):
+    for key, fld in (("data.max_prompt_length", "seq_len"), ("data.max_response_length", "completion_len_max")):
         if doc.int(key):
-            out.set(fld, doc.int(key), f, key, "the cap: every completion taken at it unless --completion-len "
-                                               "gives the mean" if fld == "completion_len" else "prompt cap")
+            out.set(fld, doc.int(key), f, key, "the cap" if fld == "completion_len_max" else "prompt cap")
     if doc.int(A + "ppo_micro_batch_size_per_gpu"):
         out.set("micro_batch", doc.int(A + "ppo_micro_batch_size_per_gpu"), f, A + "ppo_micro_batch_size_per_gpu")
     if out.value("stage") == "ppo":
@@ -200,7 +199,7 @@ def read_nemo_rl(doc: Doc, out: ConfigRead, follow) -> None:
         prompts, group = doc.int("grpo.num_prompts_per_step"), doc.int("grpo.num_generations_per_prompt")
         for v, fld, key in ((prompts, "prompts_per_step", "grpo.num_prompts_per_step"),
                             (group, "group_size", "grpo.num_generations_per_prompt"),
-                            (doc.int(G + "max_new_tokens"), "completion_len", G + "max_new_tokens")):
+                            (doc.int(G + "max_new_tokens"), "completion_len_max", G + "max_new_tokens")):
             if v:
                 out.set(fld, v, f, key)
         _minis(out, f, (prompts or 0) * (group or 0), doc.int(P + "train_global_batch_size"),
@@ -291,7 +290,7 @@ def read_openrlhf(doc: Doc, out: ConfigRead, follow) -> None:
         out.set("reward_model", arg("reward_model_name_or_path", str), f, "--reward.model_name_or_path")
     for name, fld, conv in (("rollout_batch_size", "prompts_per_step", int),
                             ("rollout_n_samples_per_prompt", "group_size", int),
-                            ("rollout_max_new_tokens", "completion_len", int), ("data_max_len", "seq_len", int),
+                            ("rollout_max_new_tokens", "completion_len_max", int), ("data_max_len", "seq_len", int),
                             ("train_micro_batch_size", "micro_batch", int), ("algo_kl_init_coef", "kl_beta", float),
                             ("ds_lora_rank", "lora_rank", int)):
         if arg(name, conv) is not None:

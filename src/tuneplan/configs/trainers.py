@@ -429,7 +429,7 @@ def _llamafactory_stage(doc: Doc, out: ConfigRead, stage: str) -> None:
 def _rl_keys(doc: Doc, out: ConfigRead, prefix: str = "") -> None:
     """TRL's GRPO / RLOO keys (top level in TRL configs, under `trl:` in axolotl)."""
     f = doc.path
-    for key, fld in (("num_generations", "group_size"), ("max_completion_length", "completion_len")):
+    for key, fld in (("num_generations", "group_size"), ("max_completion_length", "completion_len_max")):
         v = doc.int(prefix + key)
         if v and out.value("stage") in ("grpo", "ppo", "rloo"):
             out.set(fld, v, f, prefix + key)
