@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tuneplan.errors import InputError, atomic_output, check_output_path
-from tuneplan.runs.io import _lock, _unlock
+from tuneplan.runs.io import _lock
 from tuneplan.runs.schema import REFERENCE_COLUMNS
 
 # The common runs schema (shared/reference/SCHEMA.md), in order: one list, owned by tuneplan.runs.
@@ -133,15 +133,12 @@ class RowWriter:
             self.columns = self.columns + unknown
             self._rewrite_with(self.columns)
         with self.path.open("a", newline="", encoding="utf-8") as f:
-            _lock(f)
-            try:
-                if not out.get("id"):
-                    self._next_id = max(self._next_id, self._max_id() + 1)
-                    out["id"] = f"{SOURCE}-{self._next_id}"
-                self._next_id += 1
-                csv.writer(f).writerow([format_cell(out.get(c)) for c in self.columns])
-                f.flush()
-                os.fsync(f.fileno())
-            finally:
-                _unlock(f)
+            _lock(f)  # held until the file is closed
+            if not out.get("id"):
+                self._next_id = max(self._next_id, self._max_id() + 1)
+                out["id"] = f"{SOURCE}-{self._next_id}"
+            self._next_id += 1
+            csv.writer(f).writerow([format_cell(out.get(c)) for c in self.columns])
+            f.flush()
+            os.fsync(f.fileno())
         return out
