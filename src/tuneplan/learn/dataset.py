@@ -61,12 +61,9 @@ class RowConfig:
 
 
 def _get(row: dict, key: str) -> Any:
+    """The row's cell, None when missing, NaN or blank."""
     v = row.get(key)
-    if v is None:
-        return None
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, str) and not v.strip():
+    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
         return None
     return v
 
@@ -213,14 +210,6 @@ def _row_precision_quant(row: dict, method: str, used: _Defaults) -> tuple[str, 
     return precision, quant, method
 
 
-def _row_batch(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, Any, Any]:
-    """(gpus, nodes, micro-batch, grad accumulation); a global batch fills the missing one."""
-    gpus, nodes, dp = _row_gpus(row, shard, used)
-    mb, ga = batch_shape(dp, _get(row, "micro_batch_size"), _get(row, "grad_accum"), _get(row, "global_batch_size"),
-                         used, shard.get("pp", 1))
-    return gpus, nodes, mb, ga
-
-
 GPUS_PER_SERVER = 8
 """GPUs per node of a row that states more GPUs than that and no node count: NVIDIA HGX / DGX
 baseboards hold 8 (nvidia.com/en-us/data-center/hgx/), as do the clouds' GPU instances (AWS p4d/p5,
@@ -312,8 +301,10 @@ NeMo's performance tables: `VP=4`; `VP=n/a` for none)."""
 
 def _row_virtual_stages(row: dict, shard: dict[str, Any]) -> int:
     """Virtual pipeline stages per rank the notes state for a pipelined row (1: plain 1F1B)."""
+    if shard.get("pp", 1) <= 1:  # read the notes only where they can matter
+        return 1
     m = VIRTUAL_STAGES_NOTE.search(str(_get(row, "notes") or ""))
-    return int(m.group(1)) if m and shard.get("pp", 1) > 1 and int(m.group(1)) > 1 else 1
+    return int(m.group(1)) if m and int(m.group(1)) > 1 else 1
 
 
 def _positive_int(v: Any, column: str) -> int:
@@ -367,17 +358,34 @@ def _row_stack(row: dict) -> tuple[str, Any, str]:
 
 
 def _row_adapter_fields(row: dict, method: str, model: ModelSpec, used: _Defaults) -> dict[str, Any]:
-    """Rank and targets of a LoRA-like method (peft's defaults when empty), or a PEFT method's fields."""
-    if method in LORA_LIKE:
-        rank = _get(row, "lora_rank")
-        targets = _get(row, "lora_targets")
-        out: dict[str, Any] = {"lora_rank": int(float(rank)) if rank is not None else used.take("lora_rank")}
+    """Rank and targets of a LoRA-like method (peft's defaults when empty); of another PEFT method only
+    where the row states them, with its options and a generic adapter's trainable count (not stated:
+    peft's default LoRA count on the model, recorded)."""
+    lora_like = method in LORA_LIKE
+    if not lora_like and method not in PEFT_METHOD_NAMES:
+        return {}
+    out: dict[str, Any] = {}
+    rank, targets = _get(row, "lora_rank"), _get(row, "lora_targets")
+    if rank is not None or lora_like:
+        out["lora_rank"] = int(float(rank)) if rank is not None else used.take("lora_rank")
+    if targets is not None or lora_like:
         t = str(targets) if targets is not None else used.take("lora_targets")
         out["lora_targets"] = tuple(x for x in re.split(r"[,+]", t) if x)
+    if lora_like:
         return out
-    if method in PEFT_METHOD_NAMES:
-        return peft_fields(row, method, model, used)
-    return {}
+    if _get(row, "peft_options") is not None:
+        out["peft_options"] = str(_get(row, "peft_options"))
+    n = _get(row, "trainable_params")
+    if n is not None:
+        out["trainable_params"] = float(n)
+    elif method == "adapter":
+        from tuneplan.physics.terms import model_terms
+
+        lora = JobSpec(method="lora", lora_rank=DEFAULT_GENERIC_ADAPTER_RANK, lora_targets=("q", "v"))
+        out["trainable_params"] = model_terms(model, lora).params_trainable
+        used.append(f"trainable_params={out['trainable_params']:.0f} (not stated: peft's default LoRA count, "
+                    f"r={DEFAULT_GENERIC_ADAPTER_RANK} on q, v)")
+    return out
 
 
 def _job(kw: dict[str, Any]) -> JobSpec:
@@ -400,20 +408,23 @@ BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "
 
 @dataclass
 class RowBase:
-    """A row's configuration but its batch shape: what `row_to_config` builds before and after
-    `batch_shape`, with the defaults taken on each side of it."""
+    """A row's configuration but its batch shape (`row_base`), with the defaults taken before and after
+    the batch shape's in `row_to_config`'s order."""
 
     model: ModelSpec
     gpu: GPUSpec
     dp: int
+    pp: int
     seq_len: int
     kw: dict[str, Any]  # JobSpec fields; micro_batch and grad_accum are placeholders (None)
+    used_head: list[str]
     used_tail: list[str]
     mem_kind: str
 
 
-def _row_head(row: dict, cache: dict | None, used: _Defaults) -> tuple[Any, ...]:
-    """Everything `row_to_config` reads before the batch shape."""
+def row_base(row: dict, cache: dict | None = None) -> RowBase:
+    """Everything `row_to_config` reads of a row but its batch cells (BASE_COLUMNS)."""
+    used = _Defaults()
     raw_stage = str(_get(row, "stage") or "sft").strip().lower()
     stage, note = read_stage(raw_stage)  # a stage not modelled: InputError naming it
     if stage != "sft":  # a DPO / GRPO... step is not an SFT step: estimate it with --stage (docs/stages.md)
@@ -427,14 +438,7 @@ def _row_head(row: dict, cache: dict | None, used: _Defaults) -> tuple[Any, ...]
     optimizer = used.take("optimizer") if opt_raw is None else OPTIMIZER_MAP.get(str(opt_raw).lower(), "adamw")
     shard = parse_sharding(_get(row, "sharding"))
     gpus, nodes, dp = _row_gpus(row, shard, used)
-    return model, gpu, method, precision, quant, optimizer, shard, gpus, nodes, dp
-
-
-def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
-    """Everything `row_to_config` reads after the batch shape: the JobSpec fields but micro_batch and
-    grad_accum (None here, in their place in the fields' order)."""
-    model, gpu, method, precision, quant, optimizer, shard, gpus, nodes, dp = head
-    n_head = len(used)
+    n_head = len(used)  # the batch shape's defaults come between these and the rest
     seq = _get(row, "seq_len") or _get(row, "avg_tokens_per_sample")
     if seq is None:
         raise InputError("seq_len", "is empty (and no avg_tokens_per_sample)")
@@ -472,7 +476,8 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     if vpp > 1:
         kw["vpp"] = vpp
         used.append(f"vpp={vpp} (the notes' VP={vpp}: interleaved pipeline, virtual stages per rank)")
-    return RowBase(model=model, gpu=gpu, dp=dp, seq_len=int(round(float(seq))), kw=kw, used_tail=list(used[n_head:]),
+    return RowBase(model=model, gpu=gpu, dp=dp, pp=shard.get("pp", 1), seq_len=int(round(float(seq))), kw=kw,
+                   used_head=used[:n_head], used_tail=used[n_head:],
                    mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
 
@@ -484,57 +489,33 @@ def row_job(base: RowBase, mb: Any, ga: Any, cache: dict | None) -> JobSpec:
     return _memo(cache, ("job", *kw.items()), _job, kw)
 
 
+def check_terms(model: ModelSpec, job: JobSpec, cache: dict) -> None:
+    """Raise the shape problems of the job's method on the model (rank, targets), once per distinct
+    model and method settings."""
+    from tuneplan.physics.terms import model_terms, terms_key
+
+    _memo(cache, ("terms", model.name, model.n_layers, model.params_total, *terms_key(job)), model_terms, model, job)
+
+
 def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
     (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
+    base = row_base(row, cache)
     used = _Defaults()
-    head = _row_head(row, cache, used)
-    mb, ga = batch_shape(head[-1], _get(row, "micro_batch_size"), _get(row, "grad_accum"),
-                         _get(row, "global_batch_size"), used, head[6].get("pp", 1))
-    n_before_tail = len(used)
-    base = _row_tail(row, head, used)
-    job = row_job(base, mb, ga, cache)
-    return RowConfig(model=base.model, gpu=base.gpu, job=job, seq_len=base.seq_len,
-                     defaults_used=list(used[:n_before_tail]) + base.used_tail, mem_kind=base.mem_kind)
-
-
-def peft_fields(row: dict, method: str, model: ModelSpec, used: list[str]) -> dict[str, Any]:
-    """JobSpec fields of a PEFT method outside the LoRA family: rank and targets only where the row
-    states them (else peft's defaults), its options, and a generic adapter's trainable count (not
-    stated: peft's default LoRA count on the model, recorded)."""
-    from tuneplan.physics.terms import model_terms
-
-    out: dict[str, Any] = {}
-    if _get(row, "lora_rank") is not None:
-        out["lora_rank"] = int(float(_get(row, "lora_rank")))
-    if _get(row, "lora_targets") is not None:
-        out["lora_targets"] = tuple(x for x in re.split(r"[,+]", str(_get(row, "lora_targets"))) if x)
-    if _get(row, "peft_options") is not None:
-        out["peft_options"] = str(_get(row, "peft_options"))
-    n = _get(row, "trainable_params")
-    if n is not None:
-        out["trainable_params"] = float(n)
-    elif method == "adapter":
-        lora = JobSpec(method="lora", lora_rank=DEFAULT_GENERIC_ADAPTER_RANK, lora_targets=("q", "v"))
-        out["trainable_params"] = model_terms(model, lora).params_trainable
-        used.append(f"trainable_params={out['trainable_params']:.0f} (not stated: peft's default LoRA count, "
-                    f"r={DEFAULT_GENERIC_ADAPTER_RANK} on q, v)")
-    return out
+    mb, ga = batch_shape(base.dp, *(_get(row, c) for c in BATCH_COLUMNS), used, base.pp)
+    return RowConfig(model=base.model, gpu=base.gpu, job=row_job(base, mb, ga, cache), seq_len=base.seq_len,
+                     defaults_used=base.used_head + used + base.used_tail, mem_kind=base.mem_kind)
 
 
 def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[str | None]]:
     """Configurations for many rows; None plus a reason where a row cannot be predicted."""
     out: list[RowConfig | None] = []
     errors: list[str | None] = []
-    from tuneplan.physics.terms import model_terms, terms_key
-
     cache: dict = {}
     for r in rows:
         try:
             cfg = row_to_config(r, cache)
-            # shape problems (rank, targets) surface here, once per distinct model and method settings
-            _memo(cache, ("terms", cfg.model.name, cfg.model.n_layers, cfg.model.params_total, *terms_key(cfg.job)),
-                  model_terms, cfg.model, cfg.job)
+            check_terms(cfg.model, cfg.job, cache)
             out.append(cfg)
             errors.append(None)
         except TuneplanError as exc:
