@@ -62,16 +62,12 @@ def row_weights(ts: TrainingSet) -> np.ndarray:
     return np.where(noisy, NOISY_WEIGHT, 1.0)
 
 
-def _wmean(x: np.ndarray, w: np.ndarray) -> float:
-    return float(np.sum(x * w) / np.sum(w))
-
-
 def median_or_mean(x: np.ndarray, w: np.ndarray) -> float:
     """Weighted mean for one or two rows, weighted median from three (robust to one far-off run): the
     value where the cumulative weight reaches half, the mean of the two values around it when it falls
     exactly between them (the usual median of an even count of equal weights)."""
     if len(x) < 3:
-        return _wmean(x, w)
+        return float(np.average(x, weights=w))
     order = np.argsort(x)
     xs, cw = np.asarray(x, dtype=float)[order], np.cumsum(np.asarray(w, dtype=float)[order])
     half = 0.5 * cw[-1]

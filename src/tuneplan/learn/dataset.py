@@ -14,14 +14,22 @@ from typing import Any
 import numpy as np
 
 from tuneplan.errors import InputError, TuneplanError
+from tuneplan.specs.framework import (
+    FSDP_ADAPTER_WRAPS,
+    GRAD_ACCUM_SYNCS,
+    MOE_EXPERT_LAYOUTS,
+    OPTIMIZER_IMPLS,
+    framework_for_text,
+    framework_names,
+    get_framework,
+)
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec, read_stage
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.peft import DEFAULT_GENERIC_ADAPTER_RANK, LORA_EQUIVALENT, PEFT_METHOD_NAMES
 
-METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
-              "dora": "dora", "freeze": "freeze", "alora": "alora", "other": "other",
-              **{m: m for m in PEFT_METHOD_NAMES}}
+METHOD_MAP = {"pretrain": "full", **{m: m for m in ("full", "lora", "qlora", "gptq-lora", "dora", "freeze", "alora",
+                                                    "other", *PEFT_METHOD_NAMES)}}
 LORA_LIKE = LORA_FAMILY + tuple(LORA_EQUIVALENT) + ("adalora", "lora-fa")
 """Methods whose rank and targets take LoRA's row defaults (peft's r = 8 on q, v)."""
 PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16": "fp16", "fp32": "fp32",
@@ -29,6 +37,8 @@ PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16":
 QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "int8",
              "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4", "fp8": "fp8",
              "aqlm-2bit-1x16": "aqlm-2bit", "aqlm-2bit": "aqlm-2bit"}
+LORA_OVER_QUANT = {"nf4": "qlora", **dict.fromkeys(("gptq-int4", "awq-int4", "int8", "aqlm-2bit"), "gptq-lora")}
+"""A `lora` row over a quantised base, by the base's quantisation: QLoRA (NF4) or GPTQ-LoRA."""
 OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "galore-adamw",
                  "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
                  "paged-adamw-8bit": "paged-adamw-8bit", "adamw-4bit": "adamw-4bit", "sgd": "sgd", "adafactor": "adafactor",
@@ -184,29 +194,38 @@ def _row_method(row: dict, used: _Defaults) -> str:
     return method
 
 
+def _mapped(row: dict, column: str, table: dict[str, str]) -> str | None:
+    """The row's cell read through `table` (None when empty; InputError naming the column when not in it)."""
+    raw = _get(row, column)
+    if raw is None:
+        return None
+    if str(raw).lower() not in table:
+        raise InputError(column, f"'{raw}' not modelled", sorted(table))
+    return table[str(raw).lower()]
+
+
+def _choice(row: dict, column: str, allowed: tuple[str, ...], default: str, what: str = "value") -> str:
+    """The row's cell in lower case, one of `allowed` (InputError naming the column otherwise); `default`
+    when empty."""
+    given = _get(row, column)
+    if given is None:
+        return default
+    v = str(given).strip().lower()
+    if v not in allowed:
+        raise InputError(column, f"unknown {what} '{v}'", allowed)
+    return v
+
+
 def _row_precision_quant(row: dict, method: str, used: _Defaults) -> tuple[str, str | None, str]:
     """(precision, base quantisation or None, method): LoRA over a quantised base is QLoRA / GPTQ-LoRA."""
-    prec_raw = _get(row, "precision")
-    if prec_raw is None:
-        precision = used.take("precision")
-    else:
-        precision = PRECISION_MAP.get(str(prec_raw).lower())
-        if precision is None:
-            raise InputError("precision", f"'{prec_raw}' not modelled", sorted(PRECISION_MAP))
-        if str(prec_raw).lower() == "fp4":
-            used.append("precision=nvfp4 (fp4 taken as NVIDIA's NVFP4 recipe)")
-    quant_raw = _get(row, "quant")
-    quant = None
-    if quant_raw is not None:
-        quant = QUANT_MAP.get(str(quant_raw).lower())
-        if quant is None:
-            raise InputError("quant", f"'{quant_raw}' not modelled", sorted(QUANT_MAP))
+    precision = _mapped(row, "precision", PRECISION_MAP) or used.take("precision")
+    if str(_get(row, "precision")).lower() == "fp4":
+        used.append("precision=nvfp4 (fp4 taken as NVIDIA's NVFP4 recipe)")
+    quant = _mapped(row, "quant", QUANT_MAP)
     if method == "full":
         quant = None
-    if method == "lora" and quant in ("nf4",):
-        method = "qlora"
-    if method == "lora" and quant in ("gptq-int4", "awq-int4", "int8", "aqlm-2bit"):
-        method = "gptq-lora"
+    if method == "lora":
+        method = LORA_OVER_QUANT.get(quant, method)
     return precision, quant, method
 
 
@@ -265,18 +284,9 @@ def batch_shape(dp: int, mb: Any, ga: Any, gb: Any, used: _Defaults, pp: int = 1
 def _row_moe_experts(row: dict, fw) -> str:
     """How the row's stack held MoE experts: its `moe_experts` cell, else by its `transformers_version`
     (stacked from 5 on, physics/moe_lora.py), else the framework's default."""
-    from tuneplan.specs.job import MOE_EXPERT_LAYOUTS
-
-    given = _get(row, "moe_experts")
-    if given is not None:
-        v = str(given).strip().lower()
-        if v not in MOE_EXPERT_LAYOUTS:
-            raise InputError("moe_experts", f"unknown experts layout '{v}'", MOE_EXPERT_LAYOUTS)
-        return v
     version = re.match(r"\s*(\d+)\.", str(_get(row, "transformers_version") or ""))
-    if version:
-        return "stacked" if int(version.group(1)) >= 5 else "modules"
-    return fw.moe_experts
+    default = ("stacked" if int(version.group(1)) >= 5 else "modules") if version else fw.moe_experts
+    return _choice(row, "moe_experts", MOE_EXPERT_LAYOUTS, default, "experts layout")
 
 
 def _row_peft_version(row: dict) -> str | None:
@@ -318,30 +328,16 @@ def _positive_int(v: Any, column: str) -> int:
     return int(x)
 
 
-def _row_choice(row: dict, fw, key: str) -> str:
-    """A stack setting of the row (`optimizer_impl`: how its AdamW step ran; `grad_accum_sync`: how FSDP
-    reduced its gradients under accumulation; `fsdp_adapter_wrap`: where FSDP put the adapters): its
-    cell (a source's stated default fills it: data/source_defaults.yaml), else the framework's default."""
-    from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, OPTIMIZER_IMPLS
-
-    allowed = {"optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,
-               "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS}[key]
-    given = _get(row, key)
-    if given is None:
-        return getattr(fw, key)
-    v = str(given).strip().lower()
-    if v not in allowed:
-        raise InputError(key, f"unknown value '{v}'", allowed)
-    return v
+STACK_CHOICES = {"optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,
+                 "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS}
+"""A row's stack settings (`optimizer_impl`: how its AdamW step ran; `grad_accum_sync`: how FSDP reduced its
+gradients under accumulation; `fsdp_adapter_wrap`: where FSDP put the adapters): its cell (a source's stated
+default fills it: data/source_defaults.yaml), else the framework's default."""
 
 
 def _row_stack(row: dict) -> tuple[str, Any, str]:
     """(padding, framework, adapter dtype): the stack's defaults from data/frameworks.yaml."""
-    from tuneplan.specs.framework import framework_for_text, get_framework
-
-    pad = str(_get(row, "padding") or "max").strip().lower()
-    if pad not in PADDINGS:
-        raise InputError("padding", f"unknown padding '{pad}'", PADDINGS)
+    pad = _choice(row, "padding", PADDINGS, "max", "padding")
     fw = get_framework(framework_for_text(_get(row, "framework")))
     # a row recorded with its package's version (the TrainerCallback's transformers_version / trl_version)
     # takes that version's values (NAME@VERSION rules of data/frameworks.yaml)
@@ -351,10 +347,8 @@ def _row_stack(row: dict) -> tuple[str, Any, str]:
 
         with contextlib.suppress(InputError):  # not a version number: the profile's current values
             fw = get_framework(f"{fw.name}@{str(recorded).strip()}")
-    adapter_dtype = str(_get(row, "adapter_dtype") or ("fp32" if fw.adapter_fp32 else "compute")).strip().lower()
-    if adapter_dtype not in ADAPTER_DTYPES:
-        raise InputError("adapter_dtype", f"unknown adapter dtype '{adapter_dtype}'", ADAPTER_DTYPES)
-    return pad, fw, adapter_dtype
+    return pad, fw, _choice(row, "adapter_dtype", ADAPTER_DTYPES, "fp32" if fw.adapter_fp32 else "compute",
+                            "adapter dtype")
 
 
 def _row_adapter_fields(row: dict, method: str, model: ModelSpec, used: _Defaults) -> dict[str, Any]:
@@ -447,8 +441,6 @@ def row_base(row: dict, cache: dict | None = None) -> RowBase:
     pad, fw, adapter_dtype = _row_stack(row)
     cell = str(_get(row, "framework") or "").strip()
     if cell and fw.name == "generic" and cell.lower() != "generic":
-        from tuneplan.specs.framework import framework_names
-
         used.append(f"framework=generic (the cell '{cell}' names no framework profile, so the generic stack's "
                     f"defaults apply: known are {', '.join(framework_names())}, their aliases and NAME@VERSION)")
     prec_raw = _get(row, "precision")
@@ -462,9 +454,7 @@ def row_base(row: dict, cache: dict | None = None) -> RowBase:
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name + (f"@{fw.version}" if fw.version else ""),
         "moe_experts": _row_moe_experts(row, fw), "peft_version": _row_peft_version(row),
-        "optimizer_impl": _row_choice(row, fw, "optimizer_impl"),
-        "grad_accum_sync": _row_choice(row, fw, "grad_accum_sync"),
-        "fsdp_adapter_wrap": _row_choice(row, fw, "fsdp_adapter_wrap"), **shard,
+        **{k: _choice(row, k, allowed, getattr(fw, k)) for k, allowed in STACK_CHOICES.items()}, **shard,
     }
     if quant is not None and method != "full":
         kw["quant"] = quant

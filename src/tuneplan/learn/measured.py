@@ -22,14 +22,10 @@ NORMALISED_MARK = "usable_throughput"
 
 
 def measured_tokens_per_s(df: pd.DataFrame) -> np.ndarray:
-    """tokens/s as measured: the tokens_per_s column, else per-GPU x GPUs, or tokens / runtime.
-
-    A normalised runs table (`tuneplan.runs.read_runs`) has already turned samples/s and step times into
-    tokens/s where the tokens per sample are known: the mean real tokens (avg_tokens_per_sample), or
-    seq_len where every sample is seq_len tokens (packed or fixed-length data, per source). A row that
-    counts variable-length samples with no token count has no measured tokens/s: samples/s x max length
-    would overstate it (ms-swift's Jan-2024 rows by 2-4x). A raw table (not normalised) falls back to
-    samples/s or global batch / step time times avg_tokens_per_sample, else seq_len."""
+    """tokens/s as measured: the tokens_per_s column, else per-GPU x GPUs, or tokens / runtime. A
+    normalised table (`tuneplan.runs.read_runs`) already holds every token figure its rows' token counts
+    give (variable-length samples with no count have none: samples/s x max length overstates them); a
+    raw one falls back to samples/s or global batch / step time, times avg_tokens_per_sample or seq_len."""
     t = _col(df, "tokens_per_s")
     gpus = _col(df, "gpus")
     cand = [
