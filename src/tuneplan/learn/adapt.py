@@ -97,16 +97,14 @@ def _predict(est, ts: TrainingSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 
 def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: float) -> dict[str, float]:
+    """Each method's log-scale on top of the overall one, shrunk toward it, when two or more methods
+    have METHOD_MIN_ROWS runs."""
     uniq, counts = np.unique(methods, return_counts=True)
-    eligible = [m for m, c in zip(uniq, counts, strict=True) if c >= METHOD_MIN_ROWS]
+    eligible = {str(m): float(n) for m, n in zip(uniq, counts, strict=True) if n >= METHOD_MIN_ROWS}
     if len(eligible) < 2:
         return {}
-    out = {}
-    for m in eligible:
-        sel = methods == m
-        n = float(sel.sum())
-        out[str(m)] = (n / (n + METHOD_PRIOR_ROWS)) * (median_or_mean(r[sel], w[sel]) - overall)
-    return out
+    return {m: (n / (n + METHOD_PRIOR_ROWS)) * (median_or_mean(r[methods == m], w[methods == m]) - overall)
+            for m, n in eligible.items()}
 
 
 def shrinkage(n: float, between: float | None, within: float | None) -> float:

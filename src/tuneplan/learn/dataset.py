@@ -415,6 +415,18 @@ class RowBase:
     used_tail: list[str]
     mem_kind: str
 
+    def shape(self, row: dict) -> tuple[int, int, list[str]]:
+        """(micro-batch, grad accumulation, the defaults taken) from `row`'s batch cells (BATCH_COLUMNS)."""
+        used = _Defaults()
+        mb, ga = batch_shape(self.dp, *(_get(row, c) for c in BATCH_COLUMNS), used, self.pp)
+        return int(float(mb)), int(float(ga)), used
+
+    def config(self, mb: int, ga: int, used: list[str], cache: dict | None) -> RowConfig:
+        """The configuration at this batch shape (`used`: the defaults it took)."""
+        kw = {**self.kw, "micro_batch": mb, "grad_accum": ga}
+        return RowConfig(self.model, self.gpu, _memo(cache, ("job", *kw.items()), _job, kw), self.seq_len,
+                         self.used_head + used + self.used_tail, self.mem_kind)
+
 
 def row_base(row: dict, cache: dict | None = None) -> RowBase:
     """Everything `row_to_config` reads of a row but its batch cells (BASE_COLUMNS)."""
@@ -471,14 +483,6 @@ def row_base(row: dict, cache: dict | None = None) -> RowBase:
                    mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
 
-def row_job(base: RowBase, mb: Any, ga: Any, cache: dict | None) -> JobSpec:
-    """The row's JobSpec: its base's fields with its batch shape."""
-    kw = dict(base.kw)
-    kw["micro_batch"] = int(float(mb))
-    kw["grad_accum"] = int(float(ga))
-    return _memo(cache, ("job", *kw.items()), _job, kw)
-
-
 def check_terms(model: ModelSpec, job: JobSpec, cache: dict) -> None:
     """Raise the shape problems of the job's method on the model (rank, targets), once per distinct
     model and method settings."""
@@ -491,10 +495,7 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
     (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
     base = row_base(row, cache)
-    used = _Defaults()
-    mb, ga = batch_shape(base.dp, *(_get(row, c) for c in BATCH_COLUMNS), used, base.pp)
-    return RowConfig(model=base.model, gpu=base.gpu, job=row_job(base, mb, ga, cache), seq_len=base.seq_len,
-                     defaults_used=base.used_head + used + base.used_tail, mem_kind=base.mem_kind)
+    return base.config(*base.shape(row), cache)
 
 
 def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[str | None]]:

@@ -20,13 +20,9 @@ from tuneplan.learn.dataset import (
     BATCH_COLUMNS,
     RowBase,
     RowConfig,
-    _Defaults,
-    _get,
     arrays_for,
-    batch_shape,
     check_terms,
     row_base,
-    row_job,
 )
 
 
@@ -67,18 +63,15 @@ def _batch_ok(mb: int, ga: int, cache: dict) -> bool:
     return cache[key]
 
 
-def _batch(row: dict, base: RowBase, config: RowConfig | None, cache: dict) -> tuple[int, int, list[str], RowConfig]:
+def _batch(row: dict, base: RowBase, config: RowConfig | None, cache: dict) -> tuple[int, int, str, RowConfig]:
     """(micro-batch, grad accumulation, the defaults taken, the group's configuration) of a row of the
     group of `base` (`config`: the group's configuration so far). Raises TuneplanError: why not."""
-    used = _Defaults()
-    mb, ga = batch_shape(base.dp, *(_get(row, c) for c in BATCH_COLUMNS), used, base.pp)
-    mb, ga = int(float(mb)), int(float(ga))
+    mb, ga, used = base.shape(row)
     if config is None or not _batch_ok(mb, ga, cache):
-        job = row_job(base, mb, ga, cache)  # the JobSpec's own words for this row (its error, if any)
-        if config is None:  # the group's job: the physics' arrays read its fields but the batch shape
-            config = RowConfig(base.model, base.gpu, job, base.seq_len, mem_kind=base.mem_kind)
+        own = base.config(mb, ga, used, cache)  # the JobSpec's own words for this row (its error, if any)
+        config = config or own  # the group's: the physics' arrays read its job's fields but the batch shape
     check_terms(base.model, config.job, cache)
-    return mb, ga, used, config
+    return mb, ga, "; ".join(base.used_head + used + base.used_tail), config
 
 
 def frame_configs(df: pd.DataFrame) -> FrameConfigs:
@@ -107,8 +100,7 @@ def frame_configs(df: pd.DataFrame) -> FrameConfigs:
             err = base
         else:
             try:
-                c_mb[k], c_ga[k], batch_used, configs[j] = _batch(row, base, configs[j], cache)
-                used = "; ".join(base.used_head + batch_used + base.used_tail)
+                c_mb[k], c_ga[k], used, configs[j] = _batch(row, base, configs[j], cache)
             except TuneplanError as exc:
                 err = str(exc)
         c_err.append(err)
