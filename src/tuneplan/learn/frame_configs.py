@@ -69,8 +69,9 @@ def _batch(row: dict, base: RowBase, config: RowConfig | None, cache: dict) -> t
     mb, ga, used = base.shape(row)
     if config is None or not _batch_ok(mb, ga, cache):
         own = base.config(mb, ga, used, cache)  # the JobSpec's own words for this row (its error, if any)
-        config = config or own  # the group's: the physics' arrays read its job's fields but the batch shape
-    check_terms(base.model, config.job, cache)
+        if config is None:  # the group's: the physics' arrays read its job's fields but the batch shape
+            check_terms(base.model, own.job, cache)  # (an error every row of the group meets again)
+            config = own
     return mb, ga, "; ".join(base.used_head + used + base.used_tail), config
 
 
@@ -94,7 +95,8 @@ def frame_configs(df: pd.DataFrame) -> FrameConfigs:
     c_used: list[str] = []
     c_mb = np.zeros(len(at), dtype=np.int64)
     c_ga = np.zeros(len(at), dtype=np.int64)
-    for k, (j, row) in enumerate(zip(gid[at].tolist(), df.iloc[at][read].to_dict("records"), strict=True)):
+    batch = [c for c in BATCH_COLUMNS if c in df.columns]
+    for k, (j, row) in enumerate(zip(gid[at].tolist(), df.iloc[at][batch].to_dict("records"), strict=True)):
         base, err, used = bases[j], None, ""
         if isinstance(base, str):
             err = base
