@@ -71,6 +71,15 @@ def test_frame_configs_equal_row_by_row(varied):
         np.testing.assert_array_equal(got[k], v, err_msg=k)
 
 
+def test_group_ids_number_equal_cells_alike_in_order_of_first_appearance():
+    from tuneplan.learn.frame_configs import group_ids
+
+    cells = np.array(["x", None, "x", np.nan, "y"], dtype=object)  # None and NaN: both a missing cell
+    assert group_ids([cells, np.array([1.0, 2.0, 1.0, 2.0, 1.0])], 5).tolist() == [0, 1, 0, 1, 2]
+    assert group_ids([np.array([np.nan, 1.0, np.nan])], 3).tolist() == [0, 1, 0]
+    assert group_ids([], 3).tolist() == [0, 0, 0]
+
+
 def test_search_over_distinct_configurations_finds_the_same_micro_batch():
     from tuneplan.estimators.base import get_estimator
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tuneplan.estimators.stack_adapter import StackAdapter
-from tuneplan.learn.measured import TrainingSet
+from tuneplan.learn.measured import TrainingSet, numeric_column
 
 METHOD_MIN_ROWS = 2
 """Throughput runs of one method before it gets a scale of its own (and at least two methods measured)."""
@@ -41,13 +41,7 @@ MAX_LOG_SCALE = 3.0
 
 def row_spread(ts: TrainingSet) -> np.ndarray:
     """Each row's measured relative spread (p90/p10 of its step times - 1; NaN when not recorded)."""
-    df = ts.df
-    if "step_time_s_p10" not in df.columns or "step_time_s_p90" not in df.columns:
-        return np.full(len(ts), np.nan)
-    import pandas as pd
-
-    p10 = pd.to_numeric(df["step_time_s_p10"], errors="coerce").to_numpy(dtype=float)
-    p90 = pd.to_numeric(df["step_time_s_p90"], errors="coerce").to_numpy(dtype=float)
+    p10, p90 = numeric_column(ts.df, "step_time_s_p10"), numeric_column(ts.df, "step_time_s_p90")
     with np.errstate(divide="ignore", invalid="ignore"):
         s = p90 / p10 - 1.0
     return np.where(np.isfinite(s) & (s >= 0), s, np.nan)
