@@ -96,9 +96,7 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
             out["sharding"] = "fsdp-offload" if offload else "fsdp"
         elif p in ("fsdp-grad-op", "fsdp-hybrid", "zero1", "zero2", "zero3", "zero3-offload", "ddp", "none"):
             out["sharding"] = p
-        elif p == "cpu-offload":
-            continue
-        else:
+        elif p != "cpu-offload":  # cpu-offload: read with fsdp above
             raise InputError("sharding", f"cannot read '{p}' in '{text}'")
     return out
 
