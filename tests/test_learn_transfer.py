@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import reference_dir
 
 from tuneplan.estimators.residual import Residual, nearest_distance
-from tuneplan.learn.learners import CAPACITY_GRID, fit_residual, source_weights, weighted_median
+from tuneplan.estimators.residual_fit import CAPACITY_GRID, fit_residual, source_weights, weighted_median
 from tuneplan.learn.measured import measured_tokens_per_s, uncounted_token_rows
 
 NAMES = ("a", "b", "c")

@@ -71,17 +71,13 @@ def test_frame_configs_equal_row_by_row(varied):
         np.testing.assert_array_equal(got[k], v, err_msg=k)
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(st.none(), st.floats(), st.integers(), st.text(max_size=4), st.booleans()), max_size=30))
-def test_frame_columns_read_cells_as_dataset_get(cells):
-    from tuneplan.learn.dataset import _get
-    from tuneplan.learn.frame_configs import _column
+def test_group_ids_number_equal_cells_alike_in_order_of_first_appearance():
+    from tuneplan.learn.frame_configs import group_ids
 
-    df = pd.DataFrame({"c": pd.Series(cells, dtype=object)})
-    got = _column(df, "c")
-    want = [_get({"c": x}, "c") for x in df["c"].tolist()]
-    assert len(got) == len(want) and all(a is b for a, b in zip(got, want, strict=True))
-    assert _column(df, "absent") == [None] * len(df)
+    cells = np.array(["x", None, "x", np.nan, "y"], dtype=object)  # None and NaN: both a missing cell
+    assert group_ids([cells, np.array([1.0, 2.0, 1.0, 2.0, 1.0])], 5).tolist() == [0, 1, 0, 1, 2]
+    assert group_ids([np.array([np.nan, 1.0, np.nan])], 3).tolist() == [0, 1, 0]
+    assert group_ids([], 3).tolist() == [0, 0, 0]
 
 
 def test_search_over_distinct_configurations_finds_the_same_micro_batch():
@@ -112,16 +108,6 @@ def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 6), max_size=60))
-def test_first_rows_is_uniques_first_index(values):
-    from tuneplan.learn.frame_configs import first_rows
-
-    dense = pd.factorize(np.asarray(values, dtype=np.int64))[0]  # numbered by first appearance
-    for codes in (dense, np.asarray(values, dtype=np.int64), dense - 1):  # and codes numbered otherwise
-        np.testing.assert_array_equal(first_rows(codes), np.unique(codes, return_index=True)[1])
-
-
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 2**40)), min_size=1, max_size=40))
 def test_distinct_rows_is_uniques_along_rows(rows):
     from tuneplan.learn.predict_table import distinct_rows
@@ -132,15 +118,6 @@ def test_distinct_rows_is_uniques_along_rows(rows):
         want = np.unique(t, axis=0, return_index=True, return_inverse=True)
         np.testing.assert_array_equal(first, want[1])
         np.testing.assert_array_equal(inverse, np.asarray(want[2]).ravel())
-
-
-def test_object_ids_are_ids():
-    from tuneplan.learn.frame_configs import object_ids
-
-    a = np.asarray(["x", None, 1.5, "x", True, "y" * 3] * 5, dtype=object)
-    frame = pd.DataFrame({"a": a, "b": a[::-1].copy()})
-    for v in (a, a[::2], a[:0], frame["a"].to_numpy(), frame["b"].to_numpy(), frame.to_numpy()[:, 1]):
-        np.testing.assert_array_equal(object_ids(v), np.asarray([id(x) for x in v], dtype=np.int64))
 
 
 @pytest.mark.parametrize("case", ["some", "all", "existing", "repeated index", "other index"])

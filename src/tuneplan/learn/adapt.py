@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tuneplan.estimators.stack_adapter import StackAdapter
-from tuneplan.learn.measured import TrainingSet
+from tuneplan.learn.measured import TrainingSet, numeric_column
 
 METHOD_MIN_ROWS = 2
 """Throughput runs of one method before it gets a scale of its own (and at least two methods measured)."""
@@ -41,13 +41,7 @@ MAX_LOG_SCALE = 3.0
 
 def row_spread(ts: TrainingSet) -> np.ndarray:
     """Each row's measured relative spread (p90/p10 of its step times - 1; NaN when not recorded)."""
-    df = ts.df
-    if "step_time_s_p10" not in df.columns or "step_time_s_p90" not in df.columns:
-        return np.full(len(ts), np.nan)
-    import pandas as pd
-
-    p10 = pd.to_numeric(df["step_time_s_p10"], errors="coerce").to_numpy(dtype=float)
-    p90 = pd.to_numeric(df["step_time_s_p90"], errors="coerce").to_numpy(dtype=float)
+    p10, p90 = numeric_column(ts.df, "step_time_s_p10"), numeric_column(ts.df, "step_time_s_p90")
     with np.errstate(divide="ignore", invalid="ignore"):
         s = p90 / p10 - 1.0
     return np.where(np.isfinite(s) & (s >= 0), s, np.nan)
@@ -62,16 +56,12 @@ def row_weights(ts: TrainingSet) -> np.ndarray:
     return np.where(noisy, NOISY_WEIGHT, 1.0)
 
 
-def _wmean(x: np.ndarray, w: np.ndarray) -> float:
-    return float(np.sum(x * w) / np.sum(w))
-
-
 def median_or_mean(x: np.ndarray, w: np.ndarray) -> float:
     """Weighted mean for one or two rows, weighted median from three (robust to one far-off run): the
     value where the cumulative weight reaches half, the mean of the two values around it when it falls
     exactly between them (the usual median of an even count of equal weights)."""
     if len(x) < 3:
-        return _wmean(x, w)
+        return float(np.average(x, weights=w))
     order = np.argsort(x)
     xs, cw = np.asarray(x, dtype=float)[order], np.cumsum(np.asarray(w, dtype=float)[order])
     half = 0.5 * cw[-1]
@@ -101,16 +91,14 @@ def _predict(est, ts: TrainingSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 
 def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: float) -> dict[str, float]:
+    """Each method's log-scale on top of the overall one, shrunk toward it, when two or more methods
+    have METHOD_MIN_ROWS runs."""
     uniq, counts = np.unique(methods, return_counts=True)
-    eligible = [m for m, c in zip(uniq, counts, strict=True) if c >= METHOD_MIN_ROWS]
+    eligible = {str(m): float(n) for m, n in zip(uniq, counts, strict=True) if n >= METHOD_MIN_ROWS}
     if len(eligible) < 2:
         return {}
-    out = {}
-    for m in eligible:
-        sel = methods == m
-        n = float(sel.sum())
-        out[str(m)] = (n / (n + METHOD_PRIOR_ROWS)) * (median_or_mean(r[sel], w[sel]) - overall)
-    return out
+    return {m: (n / (n + METHOD_PRIOR_ROWS)) * (median_or_mean(r[methods == m], w[methods == m]) - overall)
+            for m, n in eligible.items()}
 
 
 def shrinkage(n: float, between: float | None, within: float | None) -> float:

@@ -14,14 +14,22 @@ from typing import Any
 import numpy as np
 
 from tuneplan.errors import InputError, TuneplanError
+from tuneplan.specs.framework import (
+    FSDP_ADAPTER_WRAPS,
+    GRAD_ACCUM_SYNCS,
+    MOE_EXPERT_LAYOUTS,
+    OPTIMIZER_IMPLS,
+    framework_for_text,
+    framework_names,
+    get_framework,
+)
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec, read_stage
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.peft import DEFAULT_GENERIC_ADAPTER_RANK, LORA_EQUIVALENT, PEFT_METHOD_NAMES
 
-METHOD_MAP = {"pretrain": "full", "full": "full", "lora": "lora", "qlora": "qlora", "gptq-lora": "gptq-lora",
-              "dora": "dora", "freeze": "freeze", "alora": "alora", "other": "other",
-              **{m: m for m in PEFT_METHOD_NAMES}}
+METHOD_MAP = {"pretrain": "full", **{m: m for m in ("full", "lora", "qlora", "gptq-lora", "dora", "freeze", "alora",
+                                                    "other", *PEFT_METHOD_NAMES)}}
 LORA_LIKE = LORA_FAMILY + tuple(LORA_EQUIVALENT) + ("adalora", "lora-fa")
 """Methods whose rank and targets take LoRA's row defaults (peft's r = 8 on q, v)."""
 PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16": "fp16", "fp32": "fp32",
@@ -29,6 +37,8 @@ PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16":
 QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "int8",
              "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4", "fp8": "fp8",
              "aqlm-2bit-1x16": "aqlm-2bit", "aqlm-2bit": "aqlm-2bit"}
+LORA_OVER_QUANT = {"nf4": "qlora", **dict.fromkeys(("gptq-int4", "awq-int4", "int8", "aqlm-2bit"), "gptq-lora")}
+"""A `lora` row over a quantised base, by the base's quantisation: QLoRA (NF4) or GPTQ-LoRA."""
 OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "galore-adamw",
                  "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
                  "paged-adamw-8bit": "paged-adamw-8bit", "adamw-4bit": "adamw-4bit", "sgd": "sgd", "adafactor": "adafactor",
@@ -61,12 +71,9 @@ class RowConfig:
 
 
 def _get(row: dict, key: str) -> Any:
+    """The row's cell, None when missing, NaN or blank."""
     v = row.get(key)
-    if v is None:
-        return None
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, str) and not v.strip():
+    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
         return None
     return v
 
@@ -92,9 +99,7 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
             out["sharding"] = p
         elif p == "optim-offload":
             out["offload"] = "optimizer"
-        elif p in ("cpu-offload", "offload"):
-            continue
-        else:
+        elif p not in ("cpu-offload", "offload"):  # read with fsdp above
             raise InputError("sharding", f"cannot read '{p}' in '{text}'")
     return out
 
@@ -190,38 +195,39 @@ def _row_method(row: dict, used: _Defaults) -> str:
     return method
 
 
+def _mapped(row: dict, column: str, table: dict[str, str]) -> str | None:
+    """The row's cell read through `table` (None when empty; InputError naming the column when not in it)."""
+    raw = _get(row, column)
+    if raw is None:
+        return None
+    if str(raw).lower() not in table:
+        raise InputError(column, f"'{raw}' not modelled", sorted(table))
+    return table[str(raw).lower()]
+
+
+def _choice(row: dict, column: str, allowed: tuple[str, ...], default: str, what: str = "value") -> str:
+    """The row's cell in lower case, one of `allowed` (InputError naming the column otherwise); `default`
+    when empty."""
+    given = _get(row, column)
+    if given is None:
+        return default
+    v = str(given).strip().lower()
+    if v not in allowed:
+        raise InputError(column, f"unknown {what} '{v}'", allowed)
+    return v
+
+
 def _row_precision_quant(row: dict, method: str, used: _Defaults) -> tuple[str, str | None, str]:
     """(precision, base quantisation or None, method): LoRA over a quantised base is QLoRA / GPTQ-LoRA."""
-    prec_raw = _get(row, "precision")
-    if prec_raw is None:
-        precision = used.take("precision")
-    else:
-        precision = PRECISION_MAP.get(str(prec_raw).lower())
-        if precision is None:
-            raise InputError("precision", f"'{prec_raw}' not modelled", sorted(PRECISION_MAP))
-        if str(prec_raw).lower() == "fp4":
-            used.append("precision=nvfp4 (fp4 taken as NVIDIA's NVFP4 recipe)")
-    quant_raw = _get(row, "quant")
-    quant = None
-    if quant_raw is not None:
-        quant = QUANT_MAP.get(str(quant_raw).lower())
-        if quant is None:
-            raise InputError("quant", f"'{quant_raw}' not modelled", sorted(QUANT_MAP))
+    precision = _mapped(row, "precision", PRECISION_MAP) or used.take("precision")
+    if str(_get(row, "precision")).lower() == "fp4":
+        used.append("precision=nvfp4 (fp4 taken as NVIDIA's NVFP4 recipe)")
+    quant = _mapped(row, "quant", QUANT_MAP)
     if method == "full":
         quant = None
-    if method == "lora" and quant in ("nf4",):
-        method = "qlora"
-    if method == "lora" and quant in ("gptq-int4", "awq-int4", "int8", "aqlm-2bit"):
-        method = "gptq-lora"
+    if method == "lora":
+        method = LORA_OVER_QUANT.get(quant, method)
     return precision, quant, method
-
-
-def _row_batch(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, Any, Any]:
-    """(gpus, nodes, micro-batch, grad accumulation); a global batch fills the missing one."""
-    gpus, nodes, dp = _row_gpus(row, shard, used)
-    mb, ga = batch_shape(dp, _get(row, "micro_batch_size"), _get(row, "grad_accum"), _get(row, "global_batch_size"),
-                         used, shard.get("pp", 1))
-    return gpus, nodes, mb, ga
 
 
 GPUS_PER_SERVER = 8
@@ -279,18 +285,9 @@ def batch_shape(dp: int, mb: Any, ga: Any, gb: Any, used: _Defaults, pp: int = 1
 def _row_moe_experts(row: dict, fw) -> str:
     """How the row's stack held MoE experts: its `moe_experts` cell, else by its `transformers_version`
     (stacked from 5 on, physics/moe_lora.py), else the framework's default."""
-    from tuneplan.specs.job import MOE_EXPERT_LAYOUTS
-
-    given = _get(row, "moe_experts")
-    if given is not None:
-        v = str(given).strip().lower()
-        if v not in MOE_EXPERT_LAYOUTS:
-            raise InputError("moe_experts", f"unknown experts layout '{v}'", MOE_EXPERT_LAYOUTS)
-        return v
     version = re.match(r"\s*(\d+)\.", str(_get(row, "transformers_version") or ""))
-    if version:
-        return "stacked" if int(version.group(1)) >= 5 else "modules"
-    return fw.moe_experts
+    default = ("stacked" if int(version.group(1)) >= 5 else "modules") if version else fw.moe_experts
+    return _choice(row, "moe_experts", MOE_EXPERT_LAYOUTS, default, "experts layout")
 
 
 def _row_peft_version(row: dict) -> str | None:
@@ -315,8 +312,10 @@ NeMo's performance tables: `VP=4`; `VP=n/a` for none)."""
 
 def _row_virtual_stages(row: dict, shard: dict[str, Any]) -> int:
     """Virtual pipeline stages per rank the notes state for a pipelined row (1: plain 1F1B)."""
+    if shard.get("pp", 1) <= 1:  # read the notes only where they can matter
+        return 1
     m = VIRTUAL_STAGES_NOTE.search(str(_get(row, "notes") or ""))
-    return int(m.group(1)) if m and shard.get("pp", 1) > 1 and int(m.group(1)) > 1 else 1
+    return int(m.group(1)) if m and int(m.group(1)) > 1 else 1
 
 
 def _positive_int(v: Any, column: str) -> int:
@@ -330,30 +329,16 @@ def _positive_int(v: Any, column: str) -> int:
     return int(x)
 
 
-def _row_choice(row: dict, fw, key: str) -> str:
-    """A stack setting of the row (`optimizer_impl`: how its AdamW step ran; `grad_accum_sync`: how FSDP
-    reduced its gradients under accumulation; `fsdp_adapter_wrap`: where FSDP put the adapters): its
-    cell (a source's stated default fills it: data/source_defaults.yaml), else the framework's default."""
-    from tuneplan.specs.framework import FSDP_ADAPTER_WRAPS, GRAD_ACCUM_SYNCS, OPTIMIZER_IMPLS
-
-    allowed = {"optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,
-               "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS}[key]
-    given = _get(row, key)
-    if given is None:
-        return getattr(fw, key)
-    v = str(given).strip().lower()
-    if v not in allowed:
-        raise InputError(key, f"unknown value '{v}'", allowed)
-    return v
+STACK_CHOICES = {"optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS,
+                 "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS}
+"""A row's stack settings (`optimizer_impl`: how its AdamW step ran; `grad_accum_sync`: how FSDP reduced its
+gradients under accumulation; `fsdp_adapter_wrap`: where FSDP put the adapters): its cell (a source's stated
+default fills it: data/source_defaults.yaml), else the framework's default."""
 
 
 def _row_stack(row: dict) -> tuple[str, Any, str]:
     """(padding, framework, adapter dtype): the stack's defaults from data/frameworks.yaml."""
-    from tuneplan.specs.framework import framework_for_text, get_framework
-
-    pad = str(_get(row, "padding") or "max").strip().lower()
-    if pad not in PADDINGS:
-        raise InputError("padding", f"unknown padding '{pad}'", PADDINGS)
+    pad = _choice(row, "padding", PADDINGS, "max", "padding")
     fw = get_framework(framework_for_text(_get(row, "framework")))
     # a row recorded with its package's version (the TrainerCallback's transformers_version / trl_version)
     # takes that version's values (NAME@VERSION rules of data/frameworks.yaml)
@@ -363,24 +348,39 @@ def _row_stack(row: dict) -> tuple[str, Any, str]:
 
         with contextlib.suppress(InputError):  # not a version number: the profile's current values
             fw = get_framework(f"{fw.name}@{str(recorded).strip()}")
-    adapter_dtype = str(_get(row, "adapter_dtype") or ("fp32" if fw.adapter_fp32 else "compute")).strip().lower()
-    if adapter_dtype not in ADAPTER_DTYPES:
-        raise InputError("adapter_dtype", f"unknown adapter dtype '{adapter_dtype}'", ADAPTER_DTYPES)
-    return pad, fw, adapter_dtype
+    return pad, fw, _choice(row, "adapter_dtype", ADAPTER_DTYPES, "fp32" if fw.adapter_fp32 else "compute",
+                            "adapter dtype")
 
 
 def _row_adapter_fields(row: dict, method: str, model: ModelSpec, used: _Defaults) -> dict[str, Any]:
-    """Rank and targets of a LoRA-like method (peft's defaults when empty), or a PEFT method's fields."""
-    if method in LORA_LIKE:
-        rank = _get(row, "lora_rank")
-        targets = _get(row, "lora_targets")
-        out: dict[str, Any] = {"lora_rank": int(float(rank)) if rank is not None else used.take("lora_rank")}
+    """Rank and targets of a LoRA-like method (peft's defaults when empty); of another PEFT method only
+    where the row states them, with its options and a generic adapter's trainable count (not stated:
+    peft's default LoRA count on the model, recorded)."""
+    lora_like = method in LORA_LIKE
+    if not lora_like and method not in PEFT_METHOD_NAMES:
+        return {}
+    out: dict[str, Any] = {}
+    rank, targets = _get(row, "lora_rank"), _get(row, "lora_targets")
+    if rank is not None or lora_like:
+        out["lora_rank"] = int(float(rank)) if rank is not None else used.take("lora_rank")
+    if targets is not None or lora_like:
         t = str(targets) if targets is not None else used.take("lora_targets")
         out["lora_targets"] = tuple(x for x in re.split(r"[,+]", t) if x)
+    if lora_like:
         return out
-    if method in PEFT_METHOD_NAMES:
-        return peft_fields(row, method, model, used)
-    return {}
+    if _get(row, "peft_options") is not None:
+        out["peft_options"] = str(_get(row, "peft_options"))
+    n = _get(row, "trainable_params")
+    if n is not None:
+        out["trainable_params"] = float(n)
+    elif method == "adapter":
+        from tuneplan.physics.terms import model_terms
+
+        lora = JobSpec(method="lora", lora_rank=DEFAULT_GENERIC_ADAPTER_RANK, lora_targets=("q", "v"))
+        out["trainable_params"] = model_terms(model, lora).params_trainable
+        used.append(f"trainable_params={out['trainable_params']:.0f} (not stated: peft's default LoRA count, "
+                    f"r={DEFAULT_GENERIC_ADAPTER_RANK} on q, v)")
+    return out
 
 
 def _job(kw: dict[str, Any]) -> JobSpec:
@@ -404,20 +404,35 @@ BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "
 
 @dataclass
 class RowBase:
-    """A row's configuration but its batch shape: what `row_to_config` builds before and after
-    `batch_shape`, with the defaults taken on each side of it."""
+    """A row's configuration but its batch shape (`row_base`), with the defaults taken before and after
+    the batch shape's in `row_to_config`'s order."""
 
     model: ModelSpec
     gpu: GPUSpec
     dp: int
+    pp: int
     seq_len: int
     kw: dict[str, Any]  # JobSpec fields; micro_batch and grad_accum are placeholders (None)
+    used_head: list[str]
     used_tail: list[str]
     mem_kind: str
 
+    def shape(self, row: dict) -> tuple[int, int, list[str]]:
+        """(micro-batch, grad accumulation, the defaults taken) from `row`'s batch cells (BATCH_COLUMNS)."""
+        used = _Defaults()
+        mb, ga = batch_shape(self.dp, *(_get(row, c) for c in BATCH_COLUMNS), used, self.pp)
+        return int(float(mb)), int(float(ga)), used
 
-def _row_head(row: dict, cache: dict | None, used: _Defaults) -> tuple[Any, ...]:
-    """Everything `row_to_config` reads before the batch shape."""
+    def config(self, mb: int, ga: int, used: list[str], cache: dict | None) -> RowConfig:
+        """The configuration at this batch shape (`used`: the defaults it took)."""
+        kw = {**self.kw, "micro_batch": mb, "grad_accum": ga}
+        return RowConfig(self.model, self.gpu, _memo(cache, ("job", *kw.items()), _job, kw), self.seq_len,
+                         self.used_head + used + self.used_tail, self.mem_kind)
+
+
+def row_base(row: dict, cache: dict | None = None) -> RowBase:
+    """Everything `row_to_config` reads of a row but its batch cells (BASE_COLUMNS)."""
+    used = _Defaults()
     raw_stage = str(_get(row, "stage") or "sft").strip().lower()
     stage, note = read_stage(raw_stage)  # a stage not modelled: InputError naming it
     if stage != "sft":  # a DPO / GRPO... step is not an SFT step: estimate it with --stage (docs/stages.md)
@@ -431,14 +446,7 @@ def _row_head(row: dict, cache: dict | None, used: _Defaults) -> tuple[Any, ...]
     optimizer = used.take("optimizer") if opt_raw is None else OPTIMIZER_MAP.get(str(opt_raw).lower(), "adamw")
     shard = parse_sharding(_get(row, "sharding"))
     gpus, nodes, dp = _row_gpus(row, shard, used)
-    return model, gpu, method, precision, quant, optimizer, shard, gpus, nodes, dp
-
-
-def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
-    """Everything `row_to_config` reads after the batch shape: the JobSpec fields but micro_batch and
-    grad_accum (None here, in their place in the fields' order)."""
-    model, gpu, method, precision, quant, optimizer, shard, gpus, nodes, dp = head
-    n_head = len(used)
+    n_head = len(used)  # the batch shape's defaults come between these and the rest
     seq = _get(row, "seq_len") or _get(row, "avg_tokens_per_sample")
     if seq is None:
         raise InputError("seq_len", "is empty (and no avg_tokens_per_sample)")
@@ -447,8 +455,6 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     pad, fw, adapter_dtype = _row_stack(row)
     cell = str(_get(row, "framework") or "").strip()
     if cell and fw.name == "generic" and cell.lower() != "generic":
-        from tuneplan.specs.framework import framework_names
-
         used.append(f"framework=generic (the cell '{cell}' names no framework profile, so the generic stack's "
                     f"defaults apply: known are {', '.join(framework_names())}, their aliases and NAME@VERSION)")
     prec_raw = _get(row, "precision")
@@ -462,9 +468,7 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
         "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name + (f"@{fw.version}" if fw.version else ""),
         "moe_experts": _row_moe_experts(row, fw), "peft_version": _row_peft_version(row),
-        "optimizer_impl": _row_choice(row, fw, "optimizer_impl"),
-        "grad_accum_sync": _row_choice(row, fw, "grad_accum_sync"),
-        "fsdp_adapter_wrap": _row_choice(row, fw, "fsdp_adapter_wrap"), **shard,
+        **{k: _choice(row, k, allowed, getattr(fw, k)) for k, allowed in STACK_CHOICES.items()}, **shard,
     }
     if quant is not None and method != "full":
         kw["quant"] = quant
@@ -479,69 +483,35 @@ def _row_tail(row: dict, head: tuple[Any, ...], used: _Defaults) -> RowBase:
     if vpp > 1:
         kw["vpp"] = vpp
         used.append(f"vpp={vpp} (the notes' VP={vpp}: interleaved pipeline, virtual stages per rank)")
-    return RowBase(model=model, gpu=gpu, dp=dp, seq_len=int(round(float(seq))), kw=kw, used_tail=list(used[n_head:]),
+    return RowBase(model=model, gpu=gpu, dp=dp, pp=shard.get("pp", 1), seq_len=int(round(float(seq))), kw=kw,
+                   used_head=used[:n_head], used_tail=used[n_head:],
                    mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
 
 
-def row_job(base: RowBase, mb: Any, ga: Any, cache: dict | None) -> JobSpec:
-    """The row's JobSpec: its base's fields with its batch shape."""
-    kw = dict(base.kw)
-    kw["micro_batch"] = int(float(mb))
-    kw["grad_accum"] = int(float(ga))
-    return _memo(cache, ("job", *kw.items()), _job, kw)
+def check_terms(model: ModelSpec, job: JobSpec, cache: dict) -> None:
+    """Raise the shape problems of the job's method on the model (rank, targets), once per distinct
+    model and method settings."""
+    from tuneplan.physics.terms import model_terms, terms_key
+
+    _memo(cache, ("terms", model.name, model.n_layers, model.params_total, *terms_key(job)), model_terms, model, job)
 
 
 def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
     (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
-    used = _Defaults()
-    head = _row_head(row, cache, used)
-    mb, ga = batch_shape(head[-1], _get(row, "micro_batch_size"), _get(row, "grad_accum"),
-                         _get(row, "global_batch_size"), used, head[6].get("pp", 1))
-    n_before_tail = len(used)
-    base = _row_tail(row, head, used)
-    job = row_job(base, mb, ga, cache)
-    return RowConfig(model=base.model, gpu=base.gpu, job=job, seq_len=base.seq_len,
-                     defaults_used=list(used[:n_before_tail]) + base.used_tail, mem_kind=base.mem_kind)
-
-
-def peft_fields(row: dict, method: str, model: ModelSpec, used: list[str]) -> dict[str, Any]:
-    """JobSpec fields of a PEFT method outside the LoRA family: rank and targets only where the row
-    states them (else peft's defaults), its options, and a generic adapter's trainable count (not
-    stated: peft's default LoRA count on the model, recorded)."""
-    from tuneplan.physics.terms import model_terms
-
-    out: dict[str, Any] = {}
-    if _get(row, "lora_rank") is not None:
-        out["lora_rank"] = int(float(_get(row, "lora_rank")))
-    if _get(row, "lora_targets") is not None:
-        out["lora_targets"] = tuple(x for x in re.split(r"[,+]", str(_get(row, "lora_targets"))) if x)
-    if _get(row, "peft_options") is not None:
-        out["peft_options"] = str(_get(row, "peft_options"))
-    n = _get(row, "trainable_params")
-    if n is not None:
-        out["trainable_params"] = float(n)
-    elif method == "adapter":
-        lora = JobSpec(method="lora", lora_rank=DEFAULT_GENERIC_ADAPTER_RANK, lora_targets=("q", "v"))
-        out["trainable_params"] = model_terms(model, lora).params_trainable
-        used.append(f"trainable_params={out['trainable_params']:.0f} (not stated: peft's default LoRA count, "
-                    f"r={DEFAULT_GENERIC_ADAPTER_RANK} on q, v)")
-    return out
+    base = row_base(row, cache)
+    return base.config(*base.shape(row), cache)
 
 
 def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[str | None]]:
     """Configurations for many rows; None plus a reason where a row cannot be predicted."""
     out: list[RowConfig | None] = []
     errors: list[str | None] = []
-    from tuneplan.physics.terms import model_terms, terms_key
-
     cache: dict = {}
     for r in rows:
         try:
             cfg = row_to_config(r, cache)
-            # shape problems (rank, targets) surface here, once per distinct model and method settings
-            _memo(cache, ("terms", cfg.model.name, cfg.model.n_layers, cfg.model.params_total, *terms_key(cfg.job)),
-                  model_terms, cfg.model, cfg.job)
+            check_terms(cfg.model, cfg.job, cache)
             out.append(cfg)
             errors.append(None)
         except TuneplanError as exc:

@@ -13,15 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.estimators.residual_fit import (
-    CAPACITY_GRID,
-    MIN_ROWS,
-    NotEnoughData,
-    fit_residual,
-    group_out_predictions,
-    source_weights,
-    weighted_median,
-)
+from tuneplan.estimators.residual_fit import MIN_ROWS, NotEnoughData
 
 LEARNER_NAMES = ("tuneplan", "kavier", "xia", "slst")
 
@@ -68,5 +60,4 @@ def fit_learner(name: str, ts, label: str = "fitted", **options):
     return est
 
 
-__all__ = ["CAPACITY_GRID", "LEARNER_NAMES", "MIN_ROWS", "NotEnoughData", "fit_learner", "fit_residual",
-           "group_out_predictions", "source_weights", "throughput_rows", "tuneplan_rows", "weighted_median"]
+__all__ = ["LEARNER_NAMES", "NotEnoughData", "fit_learner", "throughput_rows", "tuneplan_rows"]

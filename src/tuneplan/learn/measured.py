@@ -11,7 +11,8 @@ import pandas as pd
 from tuneplan.learn.dataset import RowConfig, configs_from_rows
 
 
-def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+def numeric_column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """The column as floats (NaN where absent or not a number)."""
     if name not in df.columns:
         return np.full(len(df), np.nan)
     return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
@@ -22,24 +23,21 @@ NORMALISED_MARK = "usable_throughput"
 
 
 def measured_tokens_per_s(df: pd.DataFrame) -> np.ndarray:
-    """tokens/s as measured: the tokens_per_s column, else per-GPU x GPUs, or tokens / runtime.
-
-    A normalised runs table (`tuneplan.runs.read_runs`) has already turned samples/s and step times into
-    tokens/s where the tokens per sample are known: the mean real tokens (avg_tokens_per_sample), or
-    seq_len where every sample is seq_len tokens (packed or fixed-length data, per source). A row that
-    counts variable-length samples with no token count has no measured tokens/s: samples/s x max length
-    would overstate it (ms-swift's Jan-2024 rows by 2-4x). A raw table (not normalised) falls back to
-    samples/s or global batch / step time times avg_tokens_per_sample, else seq_len."""
-    t = _col(df, "tokens_per_s")
-    gpus = _col(df, "gpus")
+    """tokens/s as measured: the tokens_per_s column, else per-GPU x GPUs, or tokens / runtime. A
+    normalised table (`tuneplan.runs.read_runs`) already holds every token figure its rows' token counts
+    give (variable-length samples with no count have none: samples/s x max length overstates them); a
+    raw one falls back to samples/s or global batch / step time, times avg_tokens_per_sample or seq_len."""
+    t = numeric_column(df, "tokens_per_s")
+    gpus = numeric_column(df, "gpus")
     cand = [
-        _col(df, "tokens_per_s_per_gpu") * np.where(np.isnan(gpus), 1.0, gpus),
-        _col(df, "train_tokens_total") / _col(df, "runtime_s"),
+        numeric_column(df, "tokens_per_s_per_gpu") * np.where(np.isnan(gpus), 1.0, gpus),
+        numeric_column(df, "train_tokens_total") / numeric_column(df, "runtime_s"),
     ]
     if NORMALISED_MARK not in df.columns:
-        seq = _col(df, "avg_tokens_per_sample")
-        seq = np.where(np.isnan(seq), _col(df, "seq_len"), seq)
-        cand += [_col(df, "samples_per_s") * seq, _col(df, "global_batch_size") * seq / _col(df, "step_time_s")]
+        seq = numeric_column(df, "avg_tokens_per_sample")
+        seq = np.where(np.isnan(seq), numeric_column(df, "seq_len"), seq)
+        cand += [numeric_column(df, "samples_per_s") * seq,
+                 numeric_column(df, "global_batch_size") * seq / numeric_column(df, "step_time_s")]
     for c in cand:
         t = np.where(np.isnan(t), c, t)
     t[~(t > 0)] = np.nan
@@ -50,7 +48,7 @@ def uncounted_token_rows(df: pd.DataFrame) -> np.ndarray:
     """Rows with a usable throughput figure (samples/s, step or run time) but no token count."""
     has = np.zeros(len(df), dtype=bool)
     for c in ("samples_per_s", "step_time_s", "runtime_s"):
-        has |= np.isfinite(_col(df, c))
+        has |= np.isfinite(numeric_column(df, c))
     return has & ~np.isfinite(measured_tokens_per_s(df))
 
 
@@ -110,7 +108,7 @@ def training_set(df: pd.DataFrame) -> TrainingSet:
     usable_m = _flag(df, "usable_memory", True)
     oom = _flag(df, "is_oom", False)
     thr = measured_tokens_per_s(df)
-    mem = _col(df, "peak_mem_gib")
+    mem = numeric_column(df, "peak_mem_gib")
     keep_rows = ~dup & ~est
     rows = df.to_dict("records")
     configs, errors = configs_from_rows(rows)
