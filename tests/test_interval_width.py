@@ -156,3 +156,68 @@ def test_a_calibration_whose_throughput_width_was_replaced_keeps_the_memory_one(
     iv = estimate("llama-3-8b", "H100", seq_len=2048, interval=0.8, calibration=cal).interval
     assert "width" not in iv["source"]  # the throughput bounds: the pool the runs leave
     assert 0.0 <= iv["fit_probability"] <= 1.0 and all("(memory)" in w for w in iv["why"])
+
+
+def test_predict_gives_a_row_the_interval_estimate_gives_its_configuration(tmp_path):
+    """One configuration with every setting said: predict's row and estimate (same shipped calibration)
+    give the same multipliers and fit probability. The same row with the precision, checkpointing,
+    grad accumulation, framework and padding left out is as wide as width_bounds of exactly those
+    contributions (hand-listed), at least as wide as the first."""
+    from tuneplan.api import estimate
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.estimators.calibration import default_calibration
+    from tuneplan.learn.predict_table import predict_frame
+    from tuneplan.runs import read_runs
+
+    head = ("id,source,model,method,lora_rank,lora_targets,optimizer,precision,framework,grad_ckpt,padding,gpu,gpus,"
+            "nodes,micro_batch_size,grad_accum,global_batch_size,seq_len,mem_kind,tokens_per_s")
+    body = ['t-1,t,meta-llama/Llama-3.1-8B,lora,16,"q,v",adamw,bf16,trl,0,longest,H100-SXM5-80GB,8,1,4,4,128,2048,'
+            "reserved,1000",
+            't-2,t,meta-llama/Llama-3.1-8B,lora,16,"q,v",adamw,,,,,H100-SXM5-80GB,8,1,4,,,2048,reserved,1000']
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([head, *body]) + "\n")
+    out = predict_frame(read_runs([str(path)]).df, get_estimator("tuneplan"), with_max_batch=False, interval=0.8)
+    r = estimate("meta-llama/Llama-3.1-8B", "H100-SXM5-80GB", method="lora", lora_rank=16, lora_targets="q,v",
+                 optimizer="adamw", precision="bf16", framework="trl", grad_ckpt=False, padding="longest", gpus=8,
+                 micro_batch=4, grad_accum=4, seq_len=2048, interval=0.8)
+    iv, row = r.interval, out.iloc[0]
+    assert "width" in iv["source"] and row["pred_tokens_per_s"] == pytest.approx(r.tokens_per_s)
+    thr = out["pred_tokens_per_s_low"] / out["pred_tokens_per_s"], out["pred_tokens_per_s_high"] / out["pred_tokens_per_s"]
+    mem = out["pred_peak_mem_gib_low"] / out["pred_peak_mem_gib"], out["pred_peak_mem_gib_high"] / out["pred_peak_mem_gib"]
+    assert (thr[0][0], thr[1][0]) == pytest.approx((iv["tokens_per_s_low"] / r.tokens_per_s,
+                                                    iv["tokens_per_s_high"] / r.tokens_per_s))
+    assert (mem[0][0], mem[1][0]) == pytest.approx((iv["memory_reserved_gib_low"] / r.memory_reserved_gib,
+                                                    iv["memory_reserved_gib_high"] / r.memory_reserved_gib))
+    assert row["pred_fit_probability"] == pytest.approx(iv["fit_probability"]) and 0.0 < iv["fit_probability"] < 1.0
+    width = default_calibration().intervals["tuneplan"]["width"]
+    filled = dict.fromkeys(("precision", "grad_ckpt", "batch", "framework", "packing"), "")
+    assert (thr[0][1], thr[1][1]) == pytest.approx(width_bounds(width["throughput"], filled, 0.8)[:2])
+    assert (mem[0][1], mem[1][1]) == pytest.approx(width_bounds(width["memory"], filled, 0.8)[:2])
+    assert thr[1][1] / thr[0][1] >= thr[1][0] / thr[0][0] and mem[1][1] / mem[0][1] >= mem[1][0] / mem[0][0]
+
+
+def test_predict_with_only_a_memory_width_model_reads_throughput_from_the_pool(tmp_path):
+    """An adapted calibration whose throughput width was replaced by the residuals its runs leave: every
+    row's throughput bounds are that pool's, its memory bounds still the width model's."""
+    from tuneplan.estimators.base import get_estimator
+    from tuneplan.estimators.calibration import default_calibration
+    from tuneplan.learn.calibration import adapted_intervals
+    from tuneplan.learn.intervals import conformal_bounds
+    from tuneplan.learn.predict_table import predict_frame
+    from tuneplan.runs import read_runs
+
+    base = default_calibration()
+    cal = type(base)(**{**base.__dict__, "intervals": adapted_intervals(base, {"throughput": 3, "memory": 0})})
+    path = tmp_path / "runs.csv"
+    path.write_text("id,source,model,method,gpu,gpus,micro_batch_size,seq_len,tokens_per_s\n"
+                    "t-1,t,meta-llama/Llama-3.1-8B,lora,H100-SXM5-80GB,1,2,2048,1000\n")
+    out = predict_frame(read_runs([str(path)]).df, get_estimator("tuneplan"), False, interval=0.8, calibration=cal)
+    width, row = cal.intervals["tuneplan"]["width"], out.iloc[0]
+    lo, hi = conformal_bounds(cal.intervals["tuneplan"]["throughput"], 0.8)
+    assert (row["pred_tokens_per_s_low"], row["pred_tokens_per_s_high"]) == pytest.approx(
+        (row["pred_tokens_per_s"] * lo, row["pred_tokens_per_s"] * hi))
+    filled = dict.fromkeys(("precision", "grad_ckpt", "batch", "framework", "packing"), "")
+    lo_m, hi_m = width_bounds(width["memory"], filled, 0.8)[:2]
+    assert (row["pred_peak_mem_gib_low"], row["pred_peak_mem_gib_high"]) == pytest.approx(
+        (row["pred_peak_mem_gib"] * lo_m, row["pred_peak_mem_gib"] * hi_m))
+    assert 0.0 <= row["pred_fit_probability"] <= 1.0

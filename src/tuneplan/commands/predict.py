@@ -14,8 +14,8 @@ def register(sub) -> None:
                        description="Read runs (reference schema or LLMFineTuningBench columns) and write "
                                    "them back with pred_tokens_per_s, pred_samples_per_s, pred_step_time_s, "
                                    "pred_peak_mem_gib (in the row's mem_kind's terms), "
-                                   "pred_peak_mem_allocated_gib, pred_peak_mem_reserved_gib, pred_fits, pred_max_micro_batch, interval bounds, "
-                                   "pred_estimator and an error column for rows that cannot be predicted.")
+                                   "pred_peak_mem_allocated_gib, pred_peak_mem_reserved_gib, pred_fits, pred_max_micro_batch, interval bounds "
+                                   "(and pred_fit_probability with a width model), pred_estimator and an error column for rows that cannot be predicted.")
     p.add_argument("--runs", nargs="+", required=True, help="CSV/Parquet runs files")
     p.add_argument("--out", required=True, help="output CSV (an existing file only with --force)")
     p.add_argument("--estimator", default="tuneplan", help="tuneplan (default), kavier, xia, planner, slst")
@@ -32,7 +32,6 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.learn.intervals import add_interval_columns
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
 
@@ -49,10 +48,8 @@ def run(args: argparse.Namespace) -> int:
         df = pd.concat([df, rest], ignore_index=True).sort_values(["file", "line"], kind="stable")
         df = df.reset_index(drop=True)
     est = get_estimator(args.estimator, args.calibration)
-    out = predict_frame(df, est)
-    out = with_unreadable_rows(out, table.problems)
-    if args.interval:
-        add_interval_columns(out, args.estimator, args.interval, args.calibration)
+    out = with_unreadable_rows(predict_frame(df, est, interval=args.interval, calibration=args.calibration),
+                               table.problems)
     drop = [c for c in ("file", "line") if c in out.columns]
     with atomic_output(args.out, "out", "CSV file") as tmp:
         out.drop(columns=drop).to_csv(tmp, index=False)

@@ -110,21 +110,55 @@ WHY_SHOWN = 3
 """Contributions to the interval an estimate names, largest first."""
 
 
-def add_interval_columns(df, estimator: str, coverage: float, calibration=None) -> None:
-    """pred_tokens_per_s_low/high and pred_peak_mem_gib_low/high on a predicted frame."""
+def add_interval_columns(df, estimator: str, coverage: float, calibration, assumed) -> None:
+    """pred_tokens_per_s_low/high and pred_peak_mem_gib_low/high on a predicted frame's rows `assumed`:
+    (their index, group ids, the groups' configurations, the defaults each row took, and predict's parts:
+    comm_share, fit_gib, capacity_gib). With the calibration's width model each row's bounds (and
+    pred_fit_probability) are those `attach_interval` gives an estimate of its configuration, computed
+    once per distinct set of contributions; a metric without one has one conformal pool for every row."""
+    import numpy as np
+    import pandas as pd
+
     from tuneplan.estimators.calibration import interval_residuals
 
     res = interval_residuals(estimator, calibration)
     if res is None or len(res.get("throughput", [])) < 5:
         return
-    lo, hi = conformal_bounds(res["throughput"], coverage)
-    df["pred_tokens_per_s_low"] = df["pred_tokens_per_s"] * lo
-    df["pred_tokens_per_s_high"] = df["pred_tokens_per_s"] * hi
-    mem = res.get("memory")
-    if mem is not None and len(mem) >= 5:
-        lo_m, hi_m = conformal_bounds(mem, coverage)
-        df["pred_peak_mem_gib_low"] = df["pred_peak_mem_gib"] * lo_m
-        df["pred_peak_mem_gib_high"] = df["pred_peak_mem_gib"] * hi_m
+    idx, group, configs, used, pred = assumed
+    width, pool_m = res.get("width") or {}, res.get("memory") if len(res.get("memory") or ()) >= 5 else None
+    sets: dict[frozenset, tuple[int, dict]] = {frozenset(): (0, {})}  # each distinct set of contributions
+    row_set = np.zeros(len(idx), dtype=np.int64)
+    if width:
+        said = df.loc[idx, "defaults_used"].astype(str).tolist() if "defaults_used" in df.columns else [""] * len(idx)
+        text_id, texts = pd.factorize(np.array([f"{u};{t}" for u, t in zip(used, said, strict=True)], dtype=object))
+        comm = np.asarray(pred["comm_share"]) > COMM_BOUND
+        combos, inverse = np.unique((np.asarray(group) * len(texts) + text_id) * 2 + comm, return_inverse=True)
+        for k, c in enumerate(combos.tolist()):  # the contributions of each distinct group, defaults and comm flag
+            cfg = configs[c // 2 // len(texts)]
+            flags = interval_flags(filled_in(defaults_used=texts[c // 2 % len(texts)].split(";")),
+                                   coverage_keys(cfg.job, cfg.model, cfg.gpu, cfg.seq_len), cfg.job.framework,
+                                   float(c % 2), width.get("covered"))
+            combos[k] = sets.setdefault(frozenset(flags), (len(sets), flags))[0]
+        row_set = combos[inverse.ravel()]
+    names = ["pred_tokens_per_s"] + ["pred_peak_mem_gib"] * ("memory" in width or pool_m is not None)
+    cols = {f"{c}_{end}": np.full(len(idx), np.nan) for c in names for end in ("low", "high")}
+    if "memory" in width:
+        cols["pred_fit_probability"] = np.full(len(idx), np.nan)
+    for k, flags in sets.values():
+        at = row_set == k
+        mflags = {f: v for f, v in flags.items() if f != "comm"}
+        for c, metric, f, pool in (("pred_tokens_per_s", "throughput", flags, res["throughput"]),
+                                   ("pred_peak_mem_gib", "memory", mflags, pool_m)):
+            if c in names:
+                bounds = width_bounds(width[metric], f, coverage)[:2] if metric in width else conformal_bounds(
+                    pool, coverage)
+                cols[f"{c}_low"][at], cols[f"{c}_high"][at] = bounds
+        if "memory" in width:
+            cols["pred_fit_probability"][at] = fit_probability(width["memory"], mflags, pred["fit_gib"][at],
+                                                               pred["capacity_gib"][at])
+    for c, v in cols.items():
+        df[c] = np.nan
+        df.loc[idx, c] = v if c.endswith("probability") else v * df.loc[idx, c.rsplit("_", 1)[0]].to_numpy(float)
 
 
 # ---- width from what the estimate assumed ------------------------------------------------------
@@ -251,12 +285,16 @@ def width_bounds(model: dict, flags: dict[str, str], coverage: float) -> tuple[f
     return math.exp(model["centre"] + width * z_lo), math.exp(model["centre"] + width * z_hi), why
 
 
-def fit_probability(model: dict, flags: dict[str, str], peak_gib: float, capacity_gib: float) -> float:
+def fit_probability(model: dict, flags, peak_gib, capacity_gib):
     """Probability that the measured peak stays within capacity: the share of the memory width model's
-    standardised residuals under log(capacity / predicted) at this configuration's width."""
-    width = _width(model, flags)
-    if peak_gib <= 0 or capacity_gib <= 0:
-        return 1.0 if peak_gib <= capacity_gib else 0.0
-    t = (math.log(capacity_gib / peak_gib) - model["centre"]) / width
-    z = model["z"]
-    return sum(v <= t for v in z) / len(z)
+    standardised residuals under log(capacity / predicted) at this configuration's width (arrays of
+    peaks and capacities give an array; a missing one: NaN)."""
+    import numpy as np
+
+    peak, cap = np.asarray(peak_gib, dtype=float), np.asarray(capacity_gib, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (np.log(cap / peak) - model["centre"]) / _width(model, flags)
+    p = np.searchsorted(np.sort(model["z"]), t, side="right") / len(model["z"])
+    p = np.where((peak > 0) & (cap > 0), p, (peak <= cap).astype(float))
+    p = np.where(np.isnan(peak + cap), np.nan, p)
+    return p if p.ndim else float(p)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from tuneplan.estimators.tuneplan_physics import memory_for_kind
 from tuneplan.learn.dataset import RowConfig, arrays_for
-from tuneplan.learn.intervals import comm_share
+from tuneplan.learn.intervals import add_interval_columns, comm_share
 
 PRED_COLUMNS = ("pred_tokens_per_s", "pred_samples_per_s", "pred_step_time_s", "pred_peak_mem_gib",
                 "pred_peak_mem_allocated_gib", "pred_peak_mem_reserved_gib", "pred_fits", "pred_max_micro_batch",
@@ -47,8 +47,10 @@ def predict_configs_arrays(a: dict[str, np.ndarray], estimator, with_max_batch: 
     return res
 
 
-def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True) -> pd.DataFrame:
-    """Every row back with pred_* columns; rows that cannot be predicted get an `error`.
+def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True, interval: float = 0.0,
+                  calibration=None) -> pd.DataFrame:
+    """Every row back with pred_* columns; rows that cannot be predicted get an `error`; with an
+    `interval` coverage, the interval columns of `calibration`'s residuals (`add_interval_columns`).
 
     The configurations are built per distinct setting (`frame_configs`), the predictions made once
     per distinct configuration and the largest micro-batch searched once per distinct configuration
@@ -76,7 +78,10 @@ def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True) -> p
         out.loc[idx, "pred_fits"] = pred["fits"]
         if "max_micro_batch" in pred:
             out.loc[idx, "pred_max_micro_batch"] = pred["max_micro_batch"]
-        _set_new_column(out, idx, "pred_defaults_used", [fc.defaults_used[i] for i in ok])
+        used = [fc.defaults_used[i] for i in ok]
+        _set_new_column(out, idx, "pred_defaults_used", used)
+        if interval:
+            add_interval_columns(out, estimator.name, interval, calibration, (idx, fc.group[rows], fc.configs, used, pred))
     return out
 
 
