@@ -221,3 +221,22 @@ def test_predict_with_only_a_memory_width_model_reads_throughput_from_the_pool(t
     assert (row["pred_peak_mem_gib_low"], row["pred_peak_mem_gib_high"]) == pytest.approx(
         (row["pred_peak_mem_gib"] * lo_m, row["pred_peak_mem_gib"] * hi_m))
     assert 0.0 <= row["pred_fit_probability"] <= 1.0
+
+
+def test_a_derived_batch_figure_is_not_a_filled_in_setting():
+    # a row that gives micro-batch and accumulation has its global batch derived, not assumed
+    assert filled_in(defaults_used=["global_batch_size=64 (derived micro_batch_size*grad_accum*dp)"]) == set()
+    assert filled_in(defaults_used=["micro_batch_size=1 (the reference schema's default)"]) == {"batch"}
+
+
+def test_an_adapted_pool_replaces_the_base_framework_pools():
+    from tuneplan.estimators.calibration import default_calibration
+    from tuneplan.learn.calibration import adapted_intervals
+    from tuneplan.learn.intervals import residual_pool
+
+    base = default_calibration()
+    assert "throughput_framework_seen" in base.intervals["tuneplan"]
+    tp = adapted_intervals(base, {"throughput": 3, "memory": 0})["tuneplan"]
+    assert "throughput_framework_seen" not in tp and "throughput_framework_unseen" not in tp
+    pool, what = residual_pool(tp, "hf-trainer")  # an estimate after adaptation reads what the runs leave
+    assert pool == tp["throughput"] and what == "held-out rows"

@@ -171,6 +171,8 @@ def adapted_intervals(base: Calibration, n_rows: dict[str, int]) -> dict:
             if len(r) >= 10:  # the user's runs show the width: it no longer comes from the assumptions
                 tp[metric] = r
                 tp["width"] = {m: v for m, v in (tp.get("width") or {}).items() if m != metric}
+                for pool in ("framework_seen", "framework_unseen"):  # the base's pools: not what the runs leave
+                    tp.pop(f"{metric}_{pool}", None)
     return out
 
 

@@ -224,11 +224,12 @@ def coverage_keys(job, model, gpu, seq_len: int) -> dict[str, str]:
 
 def filled_in(job=None, defaults_used=()) -> set[str]:
     """FILLED keys not said: by an estimate's job (no field of the key given), or by a measured row's
-    defaults_used texts ('grad_ckpt=0 (...)')."""
+    defaults_used texts ('grad_ckpt=0 (...)'; a value derived from the row's own figures, like a global batch
+    from its micro-batch and accumulation, is not filled in)."""
     if job is not None:
         said = set(getattr(job, "stated", job.given))  # make_job's jobs: what the caller said
         return {k for k, _, fields, _ in FILLED if not set(fields) & said}
-    cols = {str(t).split("=", 1)[0].strip() for t in defaults_used}
+    cols = {str(t).split("=", 1)[0].strip() for t in defaults_used if "(derived" not in str(t)}
     return {k for k, _, _, columns in FILLED if set(columns) & cols}
 
 
