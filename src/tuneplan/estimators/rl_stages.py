@@ -225,6 +225,27 @@ def _placement(jspec: JobSpec, gen: dict, critic: bool) -> dict:
             "value_model": ("model" if critic else "head") if jspec.stage == "ppo" else None}
 
 
+def _online_job(jspec: JobSpec, group: int) -> tuple[JobSpec, int]:
+    """(job, trained sequences per prompt) of an online preference stage: its per-device batch counts
+    prompts (OnlineDPOConfig), each `trained` sequences through the policy's trained pass; another
+    stage's job and group as they are."""
+    if jspec.stage not in ps.ONLINE_SHAPES:
+        return jspec, group
+    if jspec.group_size not in (None, 2):
+        raise InputError("group-size", f"{jspec.stage} generates 2 completions per prompt (TRL's "
+                         f"OnlineDPOTrainer fixes num_generations = 2), not {jspec.group_size}")
+    trained = ps.ONLINE_SHAPES[jspec.stage].trained
+    return jspec.updated(micro_batch=jspec.micro_batch * trained), trained
+
+
+def _calls(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, *rest) -> dict:
+    """A step's generation as its generate calls run it: one call of every trained sequence (GRPO-style),
+    or an online stage's calls (XPO's reference call, Nash-MD's mixture running two models per token)."""
+    per_call, passes = ps.online_generation_scale(jspec.stage)
+    gen = generation(a, gspec, jspec, round(n * per_call), *rest)
+    return {**gen, **{k: gen[k] * passes for k in ("prefill_s", "decode_s", "tail_s")}}
+
+
 def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int,
              search_max_mb: bool = True) -> StageRun:
     from tuneplan.physics.terms import build_arrays
@@ -232,6 +253,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
     d = ps.rl_defaults(jspec.stage)
     group = jspec.group_size or int(d["group_size"])
+    jspec, group = _online_job(jspec, group)
     beta = d["kl_beta"] if jspec.kl_beta is None else jspec.kl_beta
     epochs = jspec.ppo_epochs or int(d["ppo_epochs"])
     completion, longest = _lengths(jspec, int(d["completion_len"]))
@@ -247,13 +269,14 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     for k in POLICY_PARTS + ("step_s", "compute_s", "communication_total_s"):
         if k in out:
             out[k] = out[k] * epochs
-    gen = generation(a, gspec, jspec, n, prompt_len, completion, c, longest)
+    gen = _calls(a, gspec, jspec, n, prompt_len, completion, c, longest)
     if gen["vllm"] and gen["waves"] == 0:
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
                          f"weights at rollout tp {gen['tp']}: shard them with a larger --rollout-tp, a larger "
                          "--gpu-memory-utilization, a larger GPU, or --rollout-engine hf")
     rm, ra = _reward_model(jspec, gspec, seq, c)
-    t_reward = 0.0 if rm is None else _reward_s(ra, jspec, seq, n / first_value(ra["dp"]), c)
+    scored = 2 * prompts if jspec.stage in ps.ONLINE_SHAPES else n  # online stages judge a pair per prompt
+    t_reward = 0.0 if rm is None else _reward_s(ra, jspec, seq, scored / first_value(ra["dp"]), c)
     ref = beta > 0
     ref_weights = ref and not jspec.is_lora_family and not jspec.ref_gpus
     # the reference on GPUs of its own: the policy's no-grad pass at the GPU-count ratio
@@ -325,6 +348,20 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     return res
 
 
+ONLINE_NOTES = {
+    "online-dpo": "Online DPO (TRL OnlineDPOTrainer): 2 completions per prompt in one generate call, judged, then "
+                  "a DPO update: the policy's trained pass and the reference's forward on both.",
+    "xpo": "XPO (TRL XPOTrainer, an OnlineDPOTrainer): one completion by the policy and one by the reference (two "
+           "generate calls), judged; the policy's trained pass and the reference's forward on both.",
+    "nash-md": "Nash-MD (TRL NashMDTrainer, an OnlineDPOTrainer): one completion by the policy and one by the "
+               "geometric mixture of policy and reference (each decode step runs both models: 3 model-passes of "
+               "generation per prompt), judged; the policy's trained pass and the reference's forward on the "
+               "policy's completion only.",
+}
+"""What an online preference stage's step runs (trl 1.16 experimental/online_dpo; trl 0.19 xpo_trainer.py,
+nash_md_trainer.py)."""
+
+
 def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epochs: int, prompts: int, n: int,
                    ga: int, gen: dict, has_rm: bool) -> list[str]:
     st = jspec.stage.upper()
@@ -340,10 +377,14 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                f"{jspec.off_policy_steps}): the step is the larger of the two plus the refit (the overlap part)"
                if jspec.off_policy_steps else "sequential, no overlap between generation and training (a "
                "synchronous loop: TRL, verl and NeMo RL by default)")
+    online = [ONLINE_NOTES[jspec.stage] + f" Micro-batches count prompts ({jspec.micro_batch // group} per GPU, "
+              f"{jspec.micro_batch} sequences); without --reward-model the judge (TRL's PairRM or an API judge) "
+              "is not costed."] if jspec.stage in ONLINE_NOTES else []
     out = [f"{st}: a step = generate {n} completions ({prompts} prompts x group {group}, prompt length = "
            f"--seq-len, {lengths}) + score them + "
            f"update the policy on prompt + completion ({ga} micro-steps of {jspec.micro_batch}, the last one "
            f"partly filled where they do not divide); {overlap}."]
+    out += online
     if filled:
         out.append("TRL defaults filled in: " + ", ".join(filled) + ".")
     if gen["vllm"]:

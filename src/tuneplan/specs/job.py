@@ -69,11 +69,12 @@ QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit", "fp8")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
-STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo")
-"""Training stages: supervised (sft), preference optimisation (dpo, orpo, kto, simpo, cpo) and RL with
-generated rollouts (grpo, ppo, rloo). Their physics: `tuneplan.physics.stages`, docs/stages.md."""
-PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo")
-RL_STAGES = ("grpo", "ppo", "rloo")
+STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "rm", "grpo", "ppo", "rloo", "online-dpo", "xpo", "nash-md")
+"""Training stages: supervised (sft), preference optimisation (dpo, orpo, kto, simpo, cpo), reward-model
+training (rm), RL with generated rollouts (grpo, ppo, rloo) and online preference optimisation (online-dpo,
+xpo, nash-md: generated and judged pairs). Their physics: `tuneplan.physics.stages`, docs/stages.md."""
+PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo", "rm")
+RL_STAGES = ("grpo", "ppo", "rloo", "online-dpo", "xpo", "nash-md")
 ROLLOUT_ENGINES = ("hf", "vllm")
 STAGE_ALIASES: dict[str, tuple[str, str]] = {
     "dapo": ("grpo", "DAPO is GRPO's computation (a group of sampled completions per prompt, a clipped policy "
@@ -86,10 +87,6 @@ under another name: the modelled stage and why."""
 UNMODELLED_STAGES: dict[str, str] = {
     "gkd": "generalised knowledge distillation: on-policy generation by the student and a teacher model's "
            "forward every step",
-    "rm": "reward-model training: a sequence classifier with a scalar head over preference pairs",
-    "online-dpo": "TRL's online DPO: completions generated and judged each step, then a DPO update",
-    "xpo": "TRL's exploratory preference optimisation: online generation and judging, then a DPO-style update",
-    "nash-md": "TRL's Nash mirror descent: online generation against a mixture policy, judging, an update",
 }
 """Stages runs files name that tuneplan does not model (yet): what their step runs."""
 
@@ -126,7 +123,8 @@ Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sg
 DEFAULT_GALORE_RANK = 128
 """GaLore's projection rank when not given: transformers' `galore_adamw` default (trainer_optimizer.py
 `_get_galore_optimizer`: optim_args rank 128)."""
-Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"]
+Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "rm", "grpo", "ppo", "rloo", "online-dpo", "xpo",
+                "nash-md"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
                    "zero3-offload", "fsdp-offload"]
 
@@ -377,7 +375,8 @@ class JobSpec:
     grid_gco2_kwh: float | None = option(None, "grid carbon intensity, g/kWh (default 480, world average)",
                                          "work and money", number="nonneg")
     # ---- training stage (physics/stages.py; None = the stage's TRL default, said in the assumptions) ----
-    stage: Stage = option("sft", "sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo", STAGE_GROUP)
+    stage: Stage = option("sft", "sft (default), preference dpo/orpo/kto/simpo/cpo/rm, RL grpo/ppo/rloo, or online "
+                          "preference online-dpo/xpo/nash-md", STAGE_GROUP)
     precompute_ref: bool = option(False, "dpo/kto: reference log-probs computed once before training (no reference "
                                          "model)", STAGE_GROUP, switch_only=True)
     group_size: int | None = option(None, "RL: completions per prompt (TRL: grpo 8, rloo 2)", STAGE_GROUP)
