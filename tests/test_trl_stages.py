@@ -90,3 +90,53 @@ def test_online_group_is_two():
     with pytest.raises(InputError, match="group-size.*2 completions per prompt"):
         _est(stage="online-dpo", group_size=4)
     assert _est(stage="online-dpo", group_size=2).step_breakdown_s == _est(stage="online-dpo").step_breakdown_s
+
+
+def test_gkd_defaults_are_trls():
+    pytest.importorskip("trl")
+    from trl.experimental.gkd import GKDConfig
+
+    fields = GKDConfig.__dataclass_fields__
+    assert fields["lmbda"].default == ps.GKD_LMBDA and fields["max_new_tokens"].default == ps.GKD_COMPLETION_LEN
+
+
+def test_gkd_step_by_hand():
+    from tuneplan.estimators.rl_stages import generation
+    from tuneplan.estimators.stage_run import forward_only, reference_bytes
+    from tuneplan.physics.constants import BYTES_PER_GIB
+    from tuneplan.physics.constants import DEFAULT_CONSTANTS as c
+    from tuneplan.physics.terms import build_arrays
+
+    est, m, g = TuneplanEstimator(), resolve_model(MODEL), resolve_gpu(GPU)
+    teacher = resolve_model("Qwen/Qwen2.5-1.5B")
+    job = make_job(method="full", gpus=8, micro_batch=4, grad_accum=2, seq_len=256, stage="gkd",
+                   teacher_model="Qwen/Qwen2.5-1.5B")
+    run = run_stage(est, m, g, job, 256, 1000.0, search_max_mb=False)
+    out = run.out
+    seq = 256 + 128  # prompt + GKDConfig.max_new_tokens
+    assert float(run.arrays["seq_len"][0]) == seq
+    # the student's generation: one call per micro-step of its 4 samples, on half the micro-steps (lmbda 0.5)
+    a = build_arrays([(m, g, job, seq)], c)
+    one = generation(a, g, job, 4 * 8, 256, 128, c)
+    assert float(out["rollout_decode_s"][0]) == pytest.approx(one["decode_s"] * 2 * 0.5, rel=1e-9)
+    assert float(one["batch"]) == 4  # HF generate: each GPU its micro-batch
+    # the teacher's no-grad forward over every sequence, and its frozen weights in memory
+    ta = build_arrays([(teacher, g, job.training_job(8, method="full", quant=None, stage="sft"), seq)], c)
+    assert float(out["reference_forward_s"][0]) == pytest.approx(float(forward_only(dict(est.predict_arrays(ta)),
+                                                                                    ta)[0]))
+    assert float(out["reference_model_gib"][0]) == pytest.approx(float(reference_bytes(ta)[0]) / BYTES_PER_GIB)
+    # the JSD's buffers: micro-batch x sequence x vocabulary x 30 bytes
+    assert float(out["loss_buffers_gib"][0]) == pytest.approx(4 * seq * m.vocab_size * 30.0 / BYTES_PER_GIB)
+    sft = est.predict_arrays(a)["step_s"][0]
+    parts = out["rollout_prefill_s"][0] + out["rollout_decode_s"][0] + out["reference_forward_s"][0]
+    assert float(out["step_s"][0]) == pytest.approx(float(sft + parts))
+    _sums(_est(stage="gkd"))
+
+
+def test_gkd_options():
+    with pytest.raises(InputError, match="teacher-model applies to --stage gkd"):
+        _est(stage="sft", teacher_model="Qwen/Qwen2.5-1.5B")
+    with pytest.raises(InputError, match="teacher-model: unknown model"):
+        _est(stage="gkd", teacher_model="no/such-model")
+    assert _est(stage="gkd", completion_len=64).step_breakdown_s["rollout_decode"] < _est(
+        stage="gkd").step_breakdown_s["rollout_decode"]

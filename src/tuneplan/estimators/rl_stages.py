@@ -458,3 +458,68 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                    "gradient_checkpointing=True: pass --grad-ckpt to match them.")
     out.append("Device-hours, cost and energy count every GPU of --gpus, rollout GPUs at the training GPUs' power.")
     return out
+
+
+def gkd_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int,
+              search_max_mb: bool = True) -> StageRun:
+    """GKD (trl 1.16 experimental/gkd/gkd_trainer.py): each micro-step, with probability lmbda the student
+    generates its micro-batch's completions (training_step), then the teacher's no-grad forward over the
+    batch and the student's SFT step with the generalised JSD over both logits (compute_loss)."""
+    from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.catalog import resolve_model
+
+    c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
+    completion = jspec.completion_len or ps.GKD_COMPLETION_LEN
+    seq = prompt_len + completion
+    a = build_arrays([(mspec, gspec, jspec, seq)], c)
+    out = dict(est.predict_arrays(a))
+    try:
+        teacher = resolve_model(jspec.teacher_model) if jspec.teacher_model else mspec
+    except InputError as exc:
+        raise InputError("teacher-model", str(exc).split(": ", 1)[-1]) from None
+    ta = build_arrays([(teacher, gspec, jspec.training_job(jspec.gpus, method="full", quant=None, stage="sft"),
+                        seq)], c)
+    t_teacher = forward_only(dict(est.predict_arrays(ta)), ta)
+    gen = generation(a, gspec, jspec, jspec.micro_batch * first_value(a["dp"]), prompt_len, completion, c)
+    if gen["vllm"] and gen["waves"] == 0:
+        raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
+                         "weights: a larger --gpu-memory-utilization, a larger GPU, or --rollout-engine hf")
+    calls = ps.expected_generation_s(jspec.grad_accum, ps.GKD_LMBDA)  # generate calls per step, expected
+    parts = {"rollout_prefill_s": gen["prefill_s"] * calls, "rollout_decode_s": gen["decode_s"] * calls,
+             "reference_forward_s": t_teacher}
+    if gen["vllm"]:
+        parts["rollout_weight_sync_s"] = gen["sync_s"]
+    for k, v in parts.items():
+        out[k] = np.asarray(v, dtype=float) * np.ones_like(out["step_s"])
+        out["step_s"] = out["step_s"] + out[k]
+    t_bytes = first_value(reference_bytes(ta))
+
+    def extras(arr, o):
+        tokens = arr["micro_batch"] * arr["seq_len"] / arr["cp"]
+        b = {"reference_model_gib": t_bytes + 0.0 * tokens,  # the teacher: a frozen model, shown as the reference
+             "loss_buffers_gib": tokens * arr["vocab"] * ps.JSD_BYTES_PER_ELEMENT / arr["tp"]}
+        g = BYTES_PER_GIB
+        resident = (o["weights_gib"] + o.get("master_weights_gib", 0.0) + o.get("optimizer_gib", 0.0)) * g + t_bytes
+        return b, ps.colocated_engine_bytes(o["allocated_gib"] * g + sum(b.values()), resident, gen["engine_bytes"],
+                                            jspec.rollout_sleep)
+
+    if "allocated_gib" in out:
+        b, e = extras(a, out)
+        add_memory(out, b, e, c)
+    max_mb = search_micro_batch(est, a, 1.0, extras) if search_max_mb and "allocated_gib" in out else 0
+    res = StageRun(arrays=a, out=out, totals_job=jspec, samples_scale=1.0, samples_per_step=jspec.global_batch,
+                   gpu_factor=1.0, one_time_s=0.0, max_micro_batch=max_mb)
+    res.extra["stage"] = {"stage": "gkd", "completion_len": completion, "prompt_len": prompt_len,
+                          "teacher_model": teacher.name, "lmbda": ps.GKD_LMBDA, "rollout_engine": jspec.rollout_engine}
+    engine = "vLLM colocated (its memory share added to the peak as for RL)" if gen["vllm"] else "HF generate"
+    res.assumptions = [
+        f"GKD (TRL GKDTrainer): on a share lmbda = {ps.GKD_LMBDA:g} of micro-steps (GKDConfig.lmbda, not an option "
+        f"here) the student generates {completion} tokens per sample (--completion-len, else GKDConfig.max_new_tokens "
+        f"{ps.GKD_COMPLETION_LEN}) by {engine}, costed as RL rollouts at the micro-batch; --seq-len is the prompt.",
+        f"The teacher ({teacher.name}{'' if jspec.teacher_model else ', the student architecture: no --teacher-model'}"
+        ") runs a no-grad forward over every sequence (the reference part), its frozen weights at the compute "
+        "precision sharded like the student.",
+        f"Generalised JSD (beta 0.5): {ps.JSD_BYTES_PER_ELEMENT:g} bytes per token x vocabulary beside the student's "
+        "logits (the teacher's logits, both log-softmaxes, the mixture and the two KL terms); the generation "
+        "phase's KV cache is taken below the training peak."]
+    return res

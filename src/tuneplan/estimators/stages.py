@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.estimators.rl_stages import rl_stage
+from tuneplan.estimators.rl_stages import gkd_stage, rl_stage
 from tuneplan.estimators.stage_run import (
     TRAIN_GROUPS,
     StageRun,
@@ -45,6 +45,8 @@ def run_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len: in
     """The stage's step and memory; `search_max_mb` False skips the largest-micro-batch search (plan)."""
     if jspec.stage in PREFERENCE_STAGES:
         return preference_stage(est, mspec, gspec, jspec, seq_len, samples_per_epoch, search_max_mb)
+    if jspec.stage == "gkd":
+        return gkd_stage(est, mspec, gspec, jspec, seq_len, search_max_mb)
     return rl_stage(est, mspec, gspec, jspec, seq_len, search_max_mb)
 
 

@@ -261,6 +261,23 @@ def scoring_forward_s(flops_per_token, tokens, rate):
     return flops_per_token * tokens / rate
 
 
+GKD_LMBDA = 0.5
+"""Share of micro-steps on which the student generates its own completions, GKD (fraction): trl 1.16
+experimental/gkd/gkd_config.py GKDConfig.lmbda default (GKDTrainer.training_step: random() <= lmbda)."""
+GKD_COMPLETION_LEN = 128
+"""Tokens the student generates per completion, GKD (tokens): GKDConfig.max_new_tokens default."""
+JSD_BYTES_PER_ELEMENT = 30.0
+"""Bytes per (token, vocabulary) element the generalised JSD holds beside the student's own logits (bytes):
+the teacher's 16-bit logits (2), the log-softmax of student and teacher (fp32 under autocast: 8), their stack and the
+mixture's logsumexp (8 + 4) and the two kl_div terms (8), counted from trl 1.16 GKDTrainer
+.generalized_jsd_loss at 0 < beta < 1 (default 0.5)."""
+
+
+def expected_generation_s(generation_s, lmbda):
+    """The student's generation per micro-step in expectation (s): it runs on a share `lmbda` of them."""
+    return generation_s * lmbda
+
+
 @dataclass(frozen=True)
 class OnlineShape:
     """An online preference stage per prompt: the sequences through the policy's trained pass (and the
