@@ -12,7 +12,9 @@ off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner'
 `--gpu-memory-utilization` where the notes state the engine's)
 and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
 row's prompt length is its prompt_len (else seq_len); its seq_len cell, when empty, is filled with it.
-A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation).
+A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation). A `gkd`
+row: its completion_len_max (max_new_tokens) as `--completion-len`, its engine, and the teacher its notes
+name (`--teacher-model`); one with a separate engine is refused (not modelled).
 
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
 measured step time), the median |error| of the step time, how many rows that ran (every row here
@@ -133,6 +135,13 @@ def stage_job(row: dict, cfg) -> tuple:
             opt["critic_gpus"] = int(critic.group(1)) * int(cfg.job.gpus // cfg.job.nodes)
         kw.update({k: int(v) if k != "kl_beta" else v for k, v in opt.items() if v})
         kw["seq_len"] = prompt
+    elif stage == "gkd":  # the cap (max_new_tokens) as the completion, the teacher the notes name
+        if str(row.get("rollout_placement") or "").strip() == "separate":
+            raise InputError("rollout-gpus", "gkd with its engine on GPUs of its own is not modelled: not estimated")
+        teacher = re.search(r"teacher (\S+/\S+)", str(row.get("notes") or ""))
+        kw.update(completion_len=int(_num(row, "completion_len_max") or 0) or None, seq_len=prompt,
+                  rollout_engine=ENGINES.get(str(row.get("rollout_engine") or "hf").strip().lower(), "hf"),
+                  teacher_model=teacher.group(1) if teacher else None)
     return JobSpec(**kw), prompt
 
 

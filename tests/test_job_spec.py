@@ -65,7 +65,7 @@ def test_text_values_are_read_as_their_type():
     ({"framework": "zz"}, "framework: unknown framework 'zz'"),
     ({"quant": "int3"}, "quant: unknown quantisation 'int3' (allowed: none, int8, nf4,"),
     ({"epochs": 1e308}, "epochs: 1e+308 is beyond any physical fine-tuning run"),
-    ({"group_size": 4}, "job: group-size applies to the RL stages (grpo, ppo, rloo), not --stage sft"),
+    ({"group_size": 4}, "job: group-size applies to the RL stages (grpo, ppo, rloo, online-dpo, xpo, nash-md), not --stage sft"),
 ])
 def test_errors_are_one_line_naming_the_field(kwargs, message):
     with pytest.raises(InputError) as exc:

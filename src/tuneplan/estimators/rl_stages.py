@@ -225,6 +225,27 @@ def _placement(jspec: JobSpec, gen: dict, critic: bool) -> dict:
             "value_model": ("model" if critic else "head") if jspec.stage == "ppo" else None}
 
 
+def _online_job(jspec: JobSpec, group: int) -> tuple[JobSpec, int]:
+    """(job, trained sequences per prompt) of an online preference stage: its per-device batch counts
+    prompts (OnlineDPOConfig), each `trained` sequences through the policy's trained pass; another
+    stage's job and group as they are."""
+    if jspec.stage not in ps.ONLINE_SHAPES:
+        return jspec, group
+    if jspec.group_size not in (None, 2):
+        raise InputError("group-size", f"{jspec.stage} generates 2 completions per prompt (TRL's "
+                         f"OnlineDPOTrainer fixes num_generations = 2), not {jspec.group_size}")
+    trained = ps.ONLINE_SHAPES[jspec.stage].trained
+    return jspec.updated(micro_batch=jspec.micro_batch * trained), trained
+
+
+def _calls(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, *rest) -> dict:
+    """A step's generation as its generate calls run it: one call of every trained sequence (GRPO-style),
+    or an online stage's calls (XPO's reference call, Nash-MD's mixture running two models per token)."""
+    per_call, passes = ps.online_generation_scale(jspec.stage)
+    gen = generation(a, gspec, jspec, round(n * per_call), *rest)
+    return {**gen, **{k: gen[k] * passes for k in ("prefill_s", "decode_s", "tail_s")}}
+
+
 def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int,
              search_max_mb: bool = True) -> StageRun:
     from tuneplan.physics.terms import build_arrays
@@ -232,6 +253,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
     d = ps.rl_defaults(jspec.stage)
     group = jspec.group_size or int(d["group_size"])
+    jspec, group = _online_job(jspec, group)
     beta = d["kl_beta"] if jspec.kl_beta is None else jspec.kl_beta
     epochs = jspec.ppo_epochs or int(d["ppo_epochs"])
     completion, longest = _lengths(jspec, int(d["completion_len"]))
@@ -247,13 +269,14 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     for k in POLICY_PARTS + ("step_s", "compute_s", "communication_total_s"):
         if k in out:
             out[k] = out[k] * epochs
-    gen = generation(a, gspec, jspec, n, prompt_len, completion, c, longest)
+    gen = _calls(a, gspec, jspec, n, prompt_len, completion, c, longest)
     if gen["vllm"] and gen["waves"] == 0:
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
                          f"weights at rollout tp {gen['tp']}: shard them with a larger --rollout-tp, a larger "
                          "--gpu-memory-utilization, a larger GPU, or --rollout-engine hf")
     rm, ra = _reward_model(jspec, gspec, seq, c)
-    t_reward = 0.0 if rm is None else _reward_s(ra, jspec, seq, n / first_value(ra["dp"]), c)
+    scored = 2 * prompts if jspec.stage in ps.ONLINE_SHAPES else n  # online stages judge a pair per prompt
+    t_reward = 0.0 if rm is None else _reward_s(ra, jspec, seq, scored / first_value(ra["dp"]), c)
     ref = beta > 0
     ref_weights = ref and not jspec.is_lora_family and not jspec.ref_gpus
     # the reference on GPUs of its own: the policy's no-grad pass at the GPU-count ratio
@@ -325,6 +348,20 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     return res
 
 
+ONLINE_NOTES = {
+    "online-dpo": "Online DPO (TRL OnlineDPOTrainer): 2 completions per prompt in one generate call, judged, then "
+                  "a DPO update: the policy's trained pass and the reference's forward on both.",
+    "xpo": "XPO (TRL XPOTrainer, an OnlineDPOTrainer): one completion by the policy and one by the reference (two "
+           "generate calls), judged; the policy's trained pass and the reference's forward on both.",
+    "nash-md": "Nash-MD (TRL NashMDTrainer, an OnlineDPOTrainer): one completion by the policy and one by the "
+               "geometric mixture of policy and reference (each decode step runs both models: 3 model-passes of "
+               "generation per prompt), judged; the policy's trained pass and the reference's forward on the "
+               "policy's completion only.",
+}
+"""What an online preference stage's step runs (trl 1.16 experimental/online_dpo; trl 0.19 xpo_trainer.py,
+nash_md_trainer.py)."""
+
+
 def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epochs: int, prompts: int, n: int,
                    ga: int, gen: dict, has_rm: bool) -> list[str]:
     st = jspec.stage.upper()
@@ -340,10 +377,14 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                f"{jspec.off_policy_steps}): the step is the larger of the two plus the refit (the overlap part)"
                if jspec.off_policy_steps else "sequential, no overlap between generation and training (a "
                "synchronous loop: TRL, verl and NeMo RL by default)")
+    online = [ONLINE_NOTES[jspec.stage] + f" Micro-batches count prompts ({jspec.micro_batch // group} per GPU, "
+              f"{jspec.micro_batch} sequences); without --reward-model the judge (TRL's PairRM or an API judge) "
+              "is not costed."] if jspec.stage in ONLINE_NOTES else []
     out = [f"{st}: a step = generate {n} completions ({prompts} prompts x group {group}, prompt length = "
            f"--seq-len, {lengths}) + score them + "
            f"update the policy on prompt + completion ({ga} micro-steps of {jspec.micro_batch}, the last one "
            f"partly filled where they do not divide); {overlap}."]
+    out += online
     if filled:
         out.append("TRL defaults filled in: " + ", ".join(filled) + ".")
     if gen["vllm"]:
@@ -417,3 +458,68 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                    "gradient_checkpointing=True: pass --grad-ckpt to match them.")
     out.append("Device-hours, cost and energy count every GPU of --gpus, rollout GPUs at the training GPUs' power.")
     return out
+
+
+def gkd_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int,
+              search_max_mb: bool = True) -> StageRun:
+    """GKD (trl 1.16 experimental/gkd/gkd_trainer.py): each micro-step, with probability lmbda the student
+    generates its micro-batch's completions (training_step), then the teacher's no-grad forward over the
+    batch and the student's SFT step with the generalised JSD over both logits (compute_loss)."""
+    from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.catalog import resolve_model
+
+    c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
+    completion = jspec.completion_len or ps.GKD_COMPLETION_LEN
+    seq = prompt_len + completion
+    a = build_arrays([(mspec, gspec, jspec, seq)], c)
+    out = dict(est.predict_arrays(a))
+    try:
+        teacher = resolve_model(jspec.teacher_model) if jspec.teacher_model else mspec
+    except InputError as exc:
+        raise InputError("teacher-model", str(exc).split(": ", 1)[-1]) from None
+    ta = build_arrays([(teacher, gspec, jspec.training_job(jspec.gpus, method="full", quant=None, stage="sft"),
+                        seq)], c)
+    t_teacher = forward_only(dict(est.predict_arrays(ta)), ta)
+    gen = generation(a, gspec, jspec, jspec.micro_batch * first_value(a["dp"]), prompt_len, completion, c)
+    if gen["vllm"] and gen["waves"] == 0:
+        raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
+                         "weights: a larger --gpu-memory-utilization, a larger GPU, or --rollout-engine hf")
+    calls = ps.expected_generation_s(jspec.grad_accum, ps.GKD_LMBDA)  # generate calls per step, expected
+    parts = {"rollout_prefill_s": gen["prefill_s"] * calls, "rollout_decode_s": gen["decode_s"] * calls,
+             "reference_forward_s": t_teacher}
+    if gen["vllm"]:
+        parts["rollout_weight_sync_s"] = gen["sync_s"]
+    for k, v in parts.items():
+        out[k] = np.asarray(v, dtype=float) * np.ones_like(out["step_s"])
+        out["step_s"] = out["step_s"] + out[k]
+    t_bytes = first_value(reference_bytes(ta))
+
+    def extras(arr, o):
+        tokens = arr["micro_batch"] * arr["seq_len"] / arr["cp"]
+        b = {"reference_model_gib": t_bytes + 0.0 * tokens,  # the teacher: a frozen model, shown as the reference
+             "loss_buffers_gib": tokens * arr["vocab"] * ps.JSD_BYTES_PER_ELEMENT / arr["tp"]}
+        g = BYTES_PER_GIB
+        resident = (o["weights_gib"] + o.get("master_weights_gib", 0.0) + o.get("optimizer_gib", 0.0)) * g + t_bytes
+        return b, ps.colocated_engine_bytes(o["allocated_gib"] * g + sum(b.values()), resident, gen["engine_bytes"],
+                                            jspec.rollout_sleep)
+
+    if "allocated_gib" in out:
+        b, e = extras(a, out)
+        add_memory(out, b, e, c)
+    max_mb = search_micro_batch(est, a, 1.0, extras) if search_max_mb and "allocated_gib" in out else 0
+    res = StageRun(arrays=a, out=out, totals_job=jspec, samples_scale=1.0, samples_per_step=jspec.global_batch,
+                   gpu_factor=1.0, one_time_s=0.0, max_micro_batch=max_mb)
+    res.extra["stage"] = {"stage": "gkd", "completion_len": completion, "prompt_len": prompt_len,
+                          "teacher_model": teacher.name, "lmbda": ps.GKD_LMBDA, "rollout_engine": jspec.rollout_engine}
+    engine = "vLLM colocated (its memory share added to the peak as for RL)" if gen["vllm"] else "HF generate"
+    res.assumptions = [
+        f"GKD (TRL GKDTrainer): on a share lmbda = {ps.GKD_LMBDA:g} of micro-steps (GKDConfig.lmbda, not an option "
+        f"here) the student generates {completion} tokens per sample (--completion-len, else GKDConfig.max_new_tokens "
+        f"{ps.GKD_COMPLETION_LEN}) by {engine}, costed as RL rollouts at the micro-batch; --seq-len is the prompt.",
+        f"The teacher ({teacher.name}{'' if jspec.teacher_model else ', the student architecture: no --teacher-model'}"
+        ") runs a no-grad forward over every sequence (the reference part), its frozen weights at the compute "
+        "precision sharded like the student.",
+        f"Generalised JSD (beta 0.5): {ps.JSD_BYTES_PER_ELEMENT:g} bytes per token x vocabulary beside the student's "
+        "logits (the teacher's logits, both log-softmaxes, the mixture and the two KL terms); the generation "
+        "phase's KV cache is taken below the training peak."]
+    return res

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.estimators.rl_stages import rl_stage
+from tuneplan.estimators.rl_stages import gkd_stage, rl_stage
 from tuneplan.estimators.stage_run import (
     TRAIN_GROUPS,
     StageRun,
@@ -45,6 +45,8 @@ def run_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_len: in
     """The stage's step and memory; `search_max_mb` False skips the largest-micro-batch search (plan)."""
     if jspec.stage in PREFERENCE_STAGES:
         return preference_stage(est, mspec, gspec, jspec, seq_len, samples_per_epoch, search_max_mb)
+    if jspec.stage == "gkd":
+        return gkd_stage(est, mspec, gspec, jspec, seq_len, search_max_mb)
     return rl_stage(est, mspec, gspec, jspec, seq_len, search_max_mb)
 
 
@@ -61,6 +63,9 @@ def preference_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, seq_
     ref_weights = ps.reference_weights_needed(shape.reference > 0, jspec.is_lora_family, jspec.precompute_ref)
     pol_job = jspec.updated(micro_batch=int(jspec.micro_batch * shape.trained))
     a = build_arrays([(mspec, gspec, pol_job, seq_len)], c)
+    if jspec.stage == "rm":  # a scalar score head (num_labels 1) instead of the vocabulary-wide LM head
+        a["vocab"] = np.ones_like(np.asarray(a["vocab"], dtype=float))
+        a["head_flops"] = 2.0 * np.asarray(a["hidden"], dtype=float)
     out = dict(est.predict_arrays(a))
     fwd = forward_only(out, a) / shape.trained  # one sequence per sample, all micro-steps
     t_ref = fwd * shape.reference if ref_pass else np.zeros_like(fwd)
@@ -103,6 +108,9 @@ def preference_assumptions(jspec: JobSpec, shape: ps.StageShape, ref_pass: bool,
             f"{int(jspec.micro_batch * shape.trained)} sequences per micro-step (TRL)") if shape.trained == 2 else (
         "unpaired: 1 sequence per sample through the policy, plus its KL completion (a mismatched pair) "
         "through the policy with no grad (TRL KTOConfig calculate_kl=True)")
+    if jspec.stage == "rm":
+        seqs += ("; a sequence classifier (AutoModelForSequenceClassification, num_labels 1): its score head is a "
+                 "hidden x 1 GEMM with 1 logit per token (the LM head's weights still counted in memory)")
     out = [f"{st}: {seqs}; --tokens-per-example and --seq-len are per sequence (prompt + one completion); "
            "samples and micro-batches count pairs (KTO: examples)."]
     if shape.reference == 0:

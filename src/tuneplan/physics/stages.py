@@ -28,6 +28,12 @@ PPO_KL_BETA = 0.05
 """KL coefficient, PPO (dimensionless): trl 0.11-0.2x PPOConfig.kl_coef default (PPOTrainer left trl 1.x)."""
 PPO_EPOCHS = 4
 """Optimisation passes over each batch of rollouts, PPO (count): trl 0.11-0.2x PPOConfig.num_ppo_epochs."""
+ONLINE_COMPLETION_LEN = 64
+"""Generated tokens per completion, online DPO / XPO / Nash-MD (tokens): trl 1.16
+experimental/online_dpo/online_dpo_config.py OnlineDPOConfig.max_new_tokens default (XPOConfig and
+NashMDConfig subclass it, trl 0.19 trainer/xpo_config.py, nash_md_config.py)."""
+ONLINE_KL_BETA = 0.1
+"""KL coefficient, online DPO / XPO / Nash-MD (dimensionless): OnlineDPOConfig.beta default [0.1]."""
 VLLM_COLOCATE_MEMORY_SHARE = 0.3
 """Share of each training GPU's memory vLLM reserves when colocated (fraction): trl GRPOConfig
 .vllm_gpu_memory_utilization default (vllm_mode 'colocate', the default mode)."""
@@ -90,6 +96,9 @@ PREFERENCE_SHAPES = {
     "simpo": StageShape(2.0, 0.0, 0.0),
     # sigmoid preference loss + NLL on chosen, reference-free (trl CPOTrainer)
     "cpo": StageShape(2.0, 0.0, 0.0),
+    # chosen + rejected in one batch through a sequence classifier (num_labels 1), Bradley-Terry loss on
+    # the two scores, no reference (trl/trainer/reward_trainer.py RewardTrainer.compute_loss)
+    "rm": StageShape(2.0, 0.0, 0.0),
 }
 
 
@@ -252,8 +261,62 @@ def scoring_forward_s(flops_per_token, tokens, rate):
     return flops_per_token * tokens / rate
 
 
+GKD_LMBDA = 0.5
+"""Share of micro-steps on which the student generates its own completions, GKD (fraction): trl 1.16
+experimental/gkd/gkd_config.py GKDConfig.lmbda default (GKDTrainer.training_step: random() <= lmbda)."""
+GKD_COMPLETION_LEN = 128
+"""Tokens the student generates per completion, GKD (tokens): GKDConfig.max_new_tokens default."""
+JSD_BYTES_PER_ELEMENT = 30.0
+"""Bytes per (token, vocabulary) element the generalised JSD holds beside the student's own logits (bytes):
+the teacher's 16-bit logits (2), the log-softmax of student and teacher (fp32 under autocast: 8), their stack and the
+mixture's logsumexp (8 + 4) and the two kl_div terms (8), counted from trl 1.16 GKDTrainer
+.generalized_jsd_loss at 0 < beta < 1 (default 0.5)."""
+
+
+def expected_generation_s(generation_s, lmbda):
+    """The student's generation per micro-step in expectation (s): it runs on a share `lmbda` of them."""
+    return generation_s * lmbda
+
+
+@dataclass(frozen=True)
+class OnlineShape:
+    """An online preference stage per prompt: the sequences through the policy's trained pass (and the
+    reference's no-grad pass), the completions one generation call makes, and the models each decode
+    step runs summed over the step's generation calls (a model-pass each reads its weights)."""
+
+    trained: int
+    call_batch: int
+    model_passes: int
+
+
+ONLINE_SHAPES = {
+    # 2 completions per prompt in one generate call (prompt_ids.repeat(2, 1)); policy and reference on both
+    # (trl 1.16 experimental/online_dpo/online_dpo_trainer.py _generate, training_step)
+    "online-dpo": OnlineShape(2, 2, 1),
+    # one completion by the policy, one by the reference (two generate calls); the policy's trained pass
+    # and the reference's on both (trl 0.19 trainer/xpo_trainer.py _generate_completions, _compute_logprobs)
+    "xpo": OnlineShape(2, 1, 2),
+    # one completion by the policy, one by the geometric mixture of policy and reference (each decode step
+    # runs both models: 1 + 2 passes); trained and reference passes on the policy's completion only
+    # (trl 0.19 trainer/nash_md_trainer.py GeometricMixtureWrapper, _compute_logprobs)
+    "nash-md": OnlineShape(1, 1, 3),
+}
+
+
+def online_generation_scale(stage: str) -> tuple[float, float]:
+    """(generation batch per trained sequence, model-passes per generation call) of a stage: a GRPO-style
+    stage generates every trained sequence in one call (1, 1); an online preference stage's calls follow
+    its OnlineShape."""
+    s = ONLINE_SHAPES.get(stage)
+    return (1.0, 1.0) if s is None else (s.call_batch / s.trained, float(s.model_passes))
+
+
 def rl_defaults(stage: str) -> dict[str, float]:
-    """TRL's defaults for an RL stage: group size, completion length, KL coefficient, PPO epochs."""
+    """TRL's defaults for an RL stage: group size (an online preference stage: trained sequences per
+    prompt), completion length, KL coefficient, PPO epochs."""
+    if stage in ONLINE_SHAPES:
+        return {"group_size": ONLINE_SHAPES[stage].trained, "completion_len": ONLINE_COMPLETION_LEN,
+                "kl_beta": ONLINE_KL_BETA, "ppo_epochs": 1}
     group = {"grpo": GRPO_GROUP_SIZE, "rloo": RLOO_GROUP_SIZE, "ppo": PPO_GROUP_SIZE}[stage]
     beta = {"grpo": GRPO_KL_BETA, "rloo": RLOO_KL_BETA, "ppo": PPO_KL_BETA}[stage]
     return {"group_size": group, "completion_len": COMPLETION_LEN, "kl_beta": beta,

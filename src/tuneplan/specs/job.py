@@ -69,11 +69,13 @@ QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit", "fp8")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
-STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo")
-"""Training stages: supervised (sft), preference optimisation (dpo, orpo, kto, simpo, cpo) and RL with
-generated rollouts (grpo, ppo, rloo). Their physics: `tuneplan.physics.stages`, docs/stages.md."""
-PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo")
-RL_STAGES = ("grpo", "ppo", "rloo")
+STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "rm", "grpo", "ppo", "rloo", "online-dpo", "xpo", "nash-md",
+          "gkd")
+"""Training stages: supervised (sft), preference optimisation (dpo, orpo, kto, simpo, cpo), reward-model
+training (rm), RL with generated rollouts (grpo, ppo, rloo) and online preference optimisation (online-dpo,
+xpo, nash-md: generated and judged pairs), and on-policy distillation from a teacher (gkd). Their physics: `tuneplan.physics.stages`, docs/stages.md."""
+PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo", "rm")
+RL_STAGES = ("grpo", "ppo", "rloo", "online-dpo", "xpo", "nash-md")
 ROLLOUT_ENGINES = ("hf", "vllm")
 STAGE_ALIASES: dict[str, tuple[str, str]] = {
     "dapo": ("grpo", "DAPO is GRPO's computation (a group of sampled completions per prompt, a clipped policy "
@@ -83,28 +85,17 @@ STAGE_ALIASES: dict[str, tuple[str, str]] = {
 }
 """Stage names of runs files (reference/SCHEMA.md "Stage columns") that are a modelled stage's computation
 under another name: the modelled stage and why."""
-UNMODELLED_STAGES: dict[str, str] = {
-    "gkd": "generalised knowledge distillation: on-policy generation by the student and a teacher model's "
-           "forward every step",
-    "rm": "reward-model training: a sequence classifier with a scalar head over preference pairs",
-    "online-dpo": "TRL's online DPO: completions generated and judged each step, then a DPO update",
-    "xpo": "TRL's exploratory preference optimisation: online generation and judging, then a DPO-style update",
-    "nash-md": "TRL's Nash mirror descent: online generation against a mixture policy, judging, an update",
-}
-"""Stages runs files name that tuneplan does not model (yet): what their step runs."""
 
 
 def read_stage(value: str) -> tuple[str, str]:
     """(modelled stage, note) of a stage name: a modelled stage as it is (note ''), an alias as the
-    stage it computes (note: why); InputError naming `stage` for a stage not modelled or unknown."""
+    stage it computes (note: why); InputError naming `stage` for an unknown stage."""
     v = str(value).strip().lower() or "sft"
     if v in STAGES:
         return v, ""
     if v in STAGE_ALIASES:
         stage, why = STAGE_ALIASES[v]
         return stage, f"stage {v} read as {stage}: {why}"
-    if v in UNMODELLED_STAGES:
-        raise InputError("stage", f"'{v}' is not a modelled stage ({UNMODELLED_STAGES[v]})", STAGES)
     raise InputError("stage", f"unknown stage '{v}'", STAGES + tuple(STAGE_ALIASES))
 ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
               "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
@@ -126,7 +117,8 @@ Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sg
 DEFAULT_GALORE_RANK = 128
 """GaLore's projection rank when not given: transformers' `galore_adamw` default (trainer_optimizer.py
 `_get_galore_optimizer`: optim_args rank 128)."""
-Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "grpo", "ppo", "rloo"]
+Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "rm", "grpo", "ppo", "rloo", "online-dpo", "xpo",
+                "nash-md", "gkd"]
 Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
                    "zero3-offload", "fsdp-offload"]
 
@@ -377,7 +369,8 @@ class JobSpec:
     grid_gco2_kwh: float | None = option(None, "grid carbon intensity, g/kWh (default 480, world average)",
                                          "work and money", number="nonneg")
     # ---- training stage (physics/stages.py; None = the stage's TRL default, said in the assumptions) ----
-    stage: Stage = option("sft", "sft (default), preference dpo/orpo/kto/simpo/cpo, or RL grpo/ppo/rloo", STAGE_GROUP)
+    stage: Stage = option("sft", "sft (default), preference dpo/orpo/kto/simpo/cpo/rm, RL grpo/ppo/rloo, or online "
+                          "preference online-dpo/xpo/nash-md, or distillation gkd", STAGE_GROUP)
     precompute_ref: bool = option(False, "dpo/kto: reference log-probs computed once before training (no reference "
                                          "model)", STAGE_GROUP, switch_only=True)
     group_size: int | None = option(None, "RL: completions per prompt (TRL: grpo 8, rloo 2)", STAGE_GROUP)
@@ -391,6 +384,8 @@ class JobSpec:
                                   "process)", STAGE_GROUP, number="nonneg", axis="rollout")
     reward_model: str | None = option(None, "RL: reward model (catalog name / HF id; default: a rule-based reward)",
                                       STAGE_GROUP)
+    teacher_model: str | None = option(None, "GKD: the teacher (catalog name / HF id; default: the student's "
+                                             "architecture)", STAGE_GROUP)
     kl_beta: float | None = option(None, "RL: KL coefficient (TRL: grpo 0 = no reference model, rloo/ppo 0.05)",
                                    STAGE_GROUP, number="nonneg")
     ppo_epochs: int | None = option(None, "PPO: update epochs per batch of rollouts (4)", STAGE_GROUP)
@@ -494,8 +489,11 @@ class JobSpec:
                    "off_policy_steps": self.off_policy_steps or None, "ref_gpus": self.ref_gpus or None,
                    "old_logprobs": self.old_logprobs or None, "max_num_seqs": self.max_num_seqs,
                    "reward_gpus": self.reward_gpus or None}
+        gkd = ("completion_len", "rollout_engine", "gpu_memory_utilization", "rollout_sleep") * (self.stage == "gkd")
+        if self.teacher_model and self.stage != "gkd":
+            raise ValueError(f"teacher-model applies to --stage gkd, not --stage {self.stage}")
         if self.stage not in RL_STAGES:
-            given = [k for k, v in rl_only.items() if v is not None]
+            given = [k for k, v in rl_only.items() if v is not None and k not in gkd]
             if given:
                 raise ValueError(f"{given[0].replace('_', '-')} applies to the RL stages "
                                  f"({', '.join(RL_STAGES)}), not --stage {self.stage}")
