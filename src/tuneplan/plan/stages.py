@@ -142,7 +142,8 @@ def plan_stage(mspec, gpu_specs, method_list, counts, est, c, rates: dict[str, f
                      f"each engine at tensor parallel {', '.join(map(str, ENGINE_TPS))} where it divides its GPUs; "
                      "--gpus counts both.")
     else:
-        notes.append(f"Preference stage: {STAGE_GLOBAL_BATCH} pairs per optimizer step (grad-accum fills in).")
+        unit = {"gkd": "examples", "online-dpo": "prompts", "xpo": "prompts", "nash-md": "prompts"}.get(stage, "pairs")
+        notes.append(f"--stage {stage}: {STAGE_GLOBAL_BATCH} {unit} per optimizer step (grad-accum fills in).")
     return rows, notes
 
 
