@@ -154,3 +154,16 @@ def test_web_request_bounds_are_the_job_bounds():
             EstimateRequest(**base, **bad)
         assert exc.value.errors()[0]["loc"][0] == next(iter(bad))
     assert EstimateRequest(**base, image_size=0, rate=0).rate == 0
+
+
+def test_more_gpus_than_a_server_holds_fill_nodes_of_eight_and_say_so():
+    from tuneplan.physics.job_assumptions import job_assumptions
+    from tuneplan.specs.job import make_job
+
+    job = make_job(gpus=1024)
+    assert job.nodes == 128 and job.gpus_per_node == 8
+    assert any("Nodes not given" in a and "128 nodes of 8 GPUs" in a for a in job_assumptions(job))
+    assert make_job(gpus=12).nodes == 2  # 2 nodes of 6: the same number on each
+    assert make_job(gpus=8).nodes == 1
+    stated = make_job(gpus=16, nodes=1)  # a node count given is kept, and not said as filled in
+    assert stated.nodes == 1 and not any("Nodes not given" in a for a in job_assumptions(stated))

@@ -24,7 +24,15 @@ from tuneplan.specs.framework import (
     get_framework,
 )
 from tuneplan.specs.gpu import GPUSpec
-from tuneplan.specs.job import ADAPTER_DTYPES, LORA_FAMILY, PADDINGS, JobSpec, read_stage
+from tuneplan.specs.job import (
+    ADAPTER_DTYPES,
+    GPUS_PER_SERVER,
+    LORA_FAMILY,
+    PADDINGS,
+    JobSpec,
+    read_stage,
+    servers,
+)
 from tuneplan.specs.model import ModelSpec
 from tuneplan.specs.peft import DEFAULT_GENERIC_ADAPTER_RANK, LORA_EQUIVALENT, PEFT_METHOD_NAMES
 
@@ -230,20 +238,12 @@ def _row_precision_quant(row: dict, method: str, used: _Defaults) -> tuple[str, 
     return precision, quant, method
 
 
-GPUS_PER_SERVER = 8
-"""GPUs per node of a row that states more GPUs than that and no node count: NVIDIA HGX / DGX
-baseboards hold 8 (nvidia.com/en-us/data-center/hgx/), as do the clouds' GPU instances (AWS p4d/p5,
-GCP a3, Azure ND v5)."""
-
-
 def _row_gpus(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, int]:
     """(gpus, nodes, data-parallel degree)."""
     gpus = int(float(_get(row, "gpus") or used.take("gpus")))
     nodes_cell = _get(row, "nodes")
     if nodes_cell is None and gpus > GPUS_PER_SERVER:
-        nodes = -(-gpus // GPUS_PER_SERVER)
-        while gpus % nodes:  # whole GPUs per node
-            nodes += 1
+        nodes = servers(gpus)
         used.append(f"nodes={nodes} ({GPUS_PER_SERVER} GPUs per node, the HGX/DGX server and the clouds' "
                     "8-GPU instances; an NVL72 part's NVLink domain spans them)")
     else:

@@ -1,5 +1,6 @@
-"""What a job's method settings mean for the figures, said once for every estimate: the adapters'
-dtype (LoRA family) and the master copy of 16-bit weights (full and freeze fine-tuning)."""
+"""What a job's settings mean for the figures, said once for every estimate: the node count filled in
+for more GPUs than one server holds, the adapters' dtype (LoRA family) and the master copy of 16-bit
+weights (full and freeze fine-tuning)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from tuneplan.specs.job import JobSpec
 
 def job_assumptions(job: JobSpec) -> list[str]:
     out: list[str] = []
+    if job.nodes > 1 and "nodes" not in getattr(job, "stated", ("nodes",)):
+        out.append(f"Nodes not given (--nodes): {job.nodes} nodes of {job.gpus // job.nodes} GPUs, as many GPUs as "
+                   "an HGX / DGX server or a cloud 8-GPU instance holds; collectives between nodes run over the "
+                   "network (an NVL72 part's NVLink domain spans its nodes).")
     if job.is_lora_family:
         out.append(
             "Adapters in fp32 (peft >= 0.12's default): over 16-bit weights each adapted module keeps an fp32 "

@@ -24,7 +24,7 @@ from tuneplan.specs.framework import (  # noqa: F401 - the choice lists of the j
     MOE_EXPERT_LAYOUTS,
     OPTIMIZER_IMPLS,
 )
-from tuneplan.specs.limits import JOB_BOUNDS, shown_number
+from tuneplan.specs.limits import JOB_BOUNDS, MAX_GPUS, shown_number
 from tuneplan.specs.peft import (
     LORA_EQUIVALENT,
     PEFT_METHOD_NAMES,
@@ -289,7 +289,8 @@ class JobSpec:
         "none", "optimizer states (and master weights) on the host; all: parameters too (default none)", "method")
     flash_attn: bool = option(True, "FlashAttention / SDPA memory-efficient attention (default on)", "method")
     gpus: int = option(1, "total GPUs (default 1)", "parallelism", axis="gpu_counts")
-    nodes: int = option(1, "nodes (default 1)", "parallelism", axis="gpu_counts")
+    nodes: int = option(1, "nodes (default 1; above 8 GPUs, nodes of 8: the HGX / DGX server)", "parallelism",
+                        axis="gpu_counts")
     sharding: Sharding = option("ddp", "data-parallel sharding (default ddp)", "parallelism", axis="shardings")
     tp: int = option(1, "TP degree (default 1)", "parallelism", axis="parallel")
     pp: int = option(1, "PP degree (default 1)", "parallelism", axis="parallel")
@@ -678,11 +679,29 @@ def _framework_defaults(clean: dict) -> dict:
     return out
 
 
+GPUS_PER_SERVER = 8
+"""GPUs per node of a job or row that states more GPUs than that and no node count: NVIDIA HGX / DGX
+baseboards hold 8 (nvidia.com/en-us/data-center/hgx/), as do the clouds' GPU instances (AWS p4d/p5,
+GCP a3, Azure ND v5); an NVL72 part's NVLink domain spans such nodes (physics.stack)."""
+
+
+def servers(gpus: int) -> int:
+    """Nodes of at most GPUS_PER_SERVER GPUs holding `gpus`, the same number on each."""
+    nodes = -(-gpus // GPUS_PER_SERVER)
+    while gpus % nodes:
+        nodes += 1
+    return nodes
+
+
 def make_job(**kwargs) -> JobSpec:
     """Build a JobSpec from keyword arguments (None: not given), with the framework's defaults for
     what is not given and `lora_targets` as comma-separated text; errors: one-line InputErrors."""
     clean = {k: v for k, v in kwargs.items() if v is not None}
     clean = _framework_defaults(clean)
+    gpus = clean.get("gpus")
+    if "nodes" not in clean and type(gpus) in (int, str) and str(gpus).isdigit() and \
+            GPUS_PER_SERVER < int(gpus) <= MAX_GPUS:
+        clean["nodes"] = servers(int(gpus))  # more GPUs than one server holds: said in the assumptions
     if clean.get("moe_experts") == "stacked" and "peft_version" not in clean:
         clean["peft_version"] = default_peft_version()  # the installed peft, read when the job is made
     if "lora_targets" in clean and isinstance(clean["lora_targets"], str):

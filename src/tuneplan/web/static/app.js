@@ -26,7 +26,7 @@
   const PAGE_DEFAULTS = {
     model: "Qwen/Qwen2.5-7B", gpu: "H100-SXM5-80GB", estimator: "tuneplan", method: "lora", lora_rank: 16, adapter_dtype: "fp32", trainable_layers: 2,
     precision: "bf16", quant: "", optimizer: "adamw", optimizer_impl: "", master_weights: "", grad_ckpt: false, flash_attn: true, moe_mode: "sparse", moe_experts: "", framework: "", ckpt_mode: "",
-    gpus: 1, nodes: 1, sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1, grad_accum_sync: "", fsdp_adapter_wrap: "",
+    gpus: 1, nodes: "", sharding: "ddp", tp: 1, pp: 1, cp: 1, micro_batch: 4, grad_accum: 1, grad_accum_sync: "", fsdp_adapter_wrap: "",
     examples: 10000, tokens_per_example: 512, epochs: 1, packing: false, padding: "", provider: "", max_gpus: 8,
     objective: "cheapest", stage: "sft", precompute_ref: false, rollout_engine: "hf", rollout_gpus: 0,
   };
