@@ -136,7 +136,8 @@ def test_gkd_step_by_hand():
 def test_gkd_options():
     with pytest.raises(InputError, match="teacher-model applies to --stage gkd"):
         _est(stage="sft", teacher_model="Qwen/Qwen2.5-1.5B")
-    with pytest.raises(InputError, match="teacher-model: unknown model"):
+    with pytest.raises(InputError, match="teacher-model: unknown model") as err:
         _est(stage="gkd", teacher_model="no/such-model")
+    assert "--model" not in str(err.value)  # the hint names the option the user gave
     assert _est(stage="gkd", completion_len=64).step_breakdown_s["rollout_decode"] < _est(
         stage="gkd").step_breakdown_s["rollout_decode"]

@@ -30,6 +30,16 @@ DECODE_CEILING_TOKENS = 1e12
 step's small matmuls are memory-bound, which its bytes-over-bandwidth term already counts."""
 
 
+def _named_model(name: str, field: str) -> ModelSpec:
+    """A second model of the job (reward model, teacher), its errors named as its own option."""
+    from tuneplan.specs.catalog import resolve_model
+
+    try:
+        return resolve_model(name)
+    except InputError as exc:
+        raise InputError(field, str(exc).split(": ", 1)[-1].replace("pass --model ", f"pass --{field} ")) from None
+
+
 def rl_batch(jspec: JobSpec, group: int) -> tuple[int, int, int]:
     """(prompts per step, completions per step, gradient-accumulation steps) of an RL job: with
     --prompts-per-step, completions = prompts x group and the micro-steps follow; without it, TRL's
@@ -178,12 +188,8 @@ def _reward_model(jspec: JobSpec, gspec: GPUSpec, seq: int, c):
     if not jspec.reward_model:
         return None, None
     from tuneplan.physics.terms import build_arrays
-    from tuneplan.specs.catalog import resolve_model
 
-    try:
-        rm = resolve_model(jspec.reward_model)
-    except InputError as exc:
-        raise InputError("reward-model", str(exc).split(": ", 1)[-1]) from None
+    rm = _named_model(jspec.reward_model, "reward-model")
     rjob = jspec.training_job(jspec.reward_gpus or jspec.training_gpus, method="full", quant=None, stage="sft")
     return rm, build_arrays([(rm, gspec, rjob, seq)], c)
 
@@ -466,17 +472,13 @@ def gkd_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len:
     generates its micro-batch's completions (training_step), then the teacher's no-grad forward over the
     batch and the student's SFT step with the generalised JSD over both logits (compute_loss)."""
     from tuneplan.physics.terms import build_arrays
-    from tuneplan.specs.catalog import resolve_model
 
     c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
     completion = jspec.completion_len or ps.GKD_COMPLETION_LEN
     seq = prompt_len + completion
     a = build_arrays([(mspec, gspec, jspec, seq)], c)
     out = dict(est.predict_arrays(a))
-    try:
-        teacher = resolve_model(jspec.teacher_model) if jspec.teacher_model else mspec
-    except InputError as exc:
-        raise InputError("teacher-model", str(exc).split(": ", 1)[-1]) from None
+    teacher = _named_model(jspec.teacher_model, "teacher-model") if jspec.teacher_model else mspec
     ta = build_arrays([(teacher, gspec, jspec.training_job(jspec.gpus, method="full", quant=None, stage="sft"),
                         seq)], c)
     t_teacher = forward_only(dict(est.predict_arrays(ta)), ta)
