@@ -72,13 +72,14 @@ def estimate_items(r) -> list:
     if d.get("tokens_total") is not None:
         add(_cells("tokens processed", number(d["tokens_total"], "tokens"), "all epochs, as padded/packed"))
     add(_cells("MFU", f"{d['mfu']:.1%}", "model FLOPs / (time x GPUs x dense peak)"))
-    fit_text = "fits"
+    fit_text = "fits" if d["fits"] else "DOES NOT FIT"
+    if iv and iv.get("fit_probability") is not None:  # the chance the measured peak fits (learn.intervals)
+        p = iv["fit_probability"]
+        fit_text += f" ({p:.0%} likely)" if d["fits"] else f" ({p:.0%} chance it fits)"
     if d["fits"] and d.get("memory_fit_gib") is not None and d["memory_per_gpu_gib"] > d["memory_capacity_gib"]:
         # the peak counts blocks cached for other batch shapes, which torch frees before it runs out
-        fit_text = f"fits: {gib(d['memory_fit_gib'])} without blocks cached for other batch shapes"
-    if iv and iv.get("fit_probability") is not None:  # the chance the measured peak fits (learn.intervals)
-        fit_text += f": {iv['fit_probability']:.0%}" if d["fits"] else f" (fits: {iv['fit_probability']:.0%})"
-    verdict = Styled(fit_text, STYLED["verdict_fit"]) if d["fits"] else Styled("DOES NOT FIT", STYLED["verdict_no_fit"])
+        fit_text += f": {gib(d['memory_fit_gib'])} without blocks cached for other batch shapes"
+    verdict = Styled(fit_text, STYLED["verdict_fit" if d["fits"] else "verdict_no_fit"])
     mem = f"{gib(d['memory_per_gpu_gib'])} of {d['memory_capacity_gib']:g} GiB"
     if iv and "memory_per_gpu_gib_low" in iv:
         mem += f" ({iv['memory_per_gpu_gib_low']:.1f} - {iv['memory_per_gpu_gib_high']:.1f})"
