@@ -240,6 +240,20 @@ def check_out(args: argparse.Namespace, path: str | None, field: str = "out", wh
     return check_output_path(path, field, what, input_paths(args), bool(getattr(args, "force", False)))
 
 
+def print_json(d, cfg=None) -> int:
+    """`--json`: one JSON object (with the `--from` config read, when given) on stdout; exit code 0."""
+    import json
+
+    print(json.dumps(d | {"from_config": cfg.to_dict()} if cfg else d, indent=2, default=str))
+    return 0
+
+
+def check_interval(value: float, zero: str = "") -> None:
+    """An interval coverage: 0 (none) or strictly between 0 and 1."""
+    if not (value == 0 or 0 < value < 1):
+        raise InputError("interval", f"must be between 0 and 1{zero} (got {value})")
+
+
 def rich_table(title: str, columns, rows):
     """A rich Table: `columns` as (header, justify), `rows` of cells; the title on the left, a catalog's
     `name` column never wrapped."""

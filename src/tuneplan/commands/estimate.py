@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from tuneplan.commands.common import (
     add_data_args,
     add_gpu_args,
     add_job_args,
+    check_interval,
     job_kwargs,
     positive_float,
+    print_json,
     read_data,
     single_threaded_blas,
 )
@@ -91,8 +91,7 @@ def _planner_seed(args: argparse.Namespace) -> int:
     }
     check_finite_figures(out, "planner estimate")
     if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
+        return print_json(out)
     cost = "-" if n["cost_usd"] is None else f"${n['cost_usd']:,.2f}"
     lines = [
         f"Training tokens — examples × tokens × epochs: {n['tokens']:,.0f}",
@@ -115,11 +114,7 @@ def _planner_seed(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     single_threaded_blas()
-    sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from(args)
-    if getattr(args, "data", None):  # the data's sizes replace those a --from config filled in
-        for k, v in sizes.items():
-            setattr(args, k, v)
     if args.estimator == "planner" and args.params is not None:
         return _planner_seed(args)
     if args.params is not None:
@@ -128,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         raise InputError("model", "is required (a catalog name, Hugging Face id, or config.json path; or "
                          "--from your training config)")
-    if not (args.interval == 0 or 0 < args.interval < 1):
-        raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
+    check_interval(args.interval)
     from tuneplan.api import estimate
 
     ekw = dict(estimator=args.estimator, calibration=args.calibration, gpu_file=args.gpu_file,
@@ -153,9 +147,7 @@ def run(args: argparse.Namespace) -> int:
 
         plot_estimate(r, args.plot)
     if args.json:
-        json.dump(d | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
-        print()
-        return 0
+        return print_json(d, cfg)
     from tuneplan.report.tables import print_estimate
 
     print_estimate(r)

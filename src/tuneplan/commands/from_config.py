@@ -28,21 +28,29 @@ def add_from_args(p: argparse.ArgumentParser, func=None) -> None:
                    help="force the format (once for all files, or once per --from) instead of detecting it")
 
 
-def read_from(args: argparse.Namespace):
-    """The ConfigRead of `--from`, or None."""
+def read_from(args: argparse.Namespace, fill) -> object:
+    """The ConfigRead of `--from` (None without it), after `fill(args, cfg)` set the flags it fills;
+    with `--data`, the data's sizes stay in place of those the config filled in."""
     files = getattr(args, "from_files", None)
     if not files:
         return None
     from tuneplan.configs import read_configs
 
-    return read_configs(files, getattr(args, "config_format", None))
+    sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
+    cfg = read_configs(files, getattr(args, "config_format", None))
+    fill(args, cfg)
+    if getattr(args, "data", None):
+        for k, v in sizes.items():
+            setattr(args, k, v)
+    return cfg
 
 
 def apply_from(args: argparse.Namespace):
     """Fill unset flags of estimate / curve from `--from`. Returns the ConfigRead (None without --from)."""
-    cfg = read_from(args)
-    if cfg is None:
-        return None
+    return read_from(args, _fill)
+
+
+def _fill(args: argparse.Namespace, cfg) -> None:
     attr_of = {fld: attr for attr, fld in job_fields().items()}
     for fld, value in cfg.job_kwargs().items():
         attr = attr_of.get(fld)
@@ -58,7 +66,6 @@ def apply_from(args: argparse.Namespace):
         args.examples = job["examples"]
         args.epochs = job.get("epochs", args.epochs)
     _check_nulls(args, cfg)
-    return cfg
 
 
 def _check_nulls(args: argparse.Namespace, cfg) -> None:
@@ -73,9 +80,10 @@ def _check_nulls(args: argparse.Namespace, cfg) -> None:
 def apply_from_plan(args: argparse.Namespace):
     """Fill `plan`'s unset flags from `--from`: the method and GPU count become one-value searches,
     the batch shape and sharding pins."""
-    cfg = read_from(args)
-    if cfg is None:
-        return None
+    return read_from(args, _fill_plan)
+
+
+def _fill_plan(args: argparse.Namespace, cfg) -> None:
     job = cfg.job_kwargs()
     if getattr(args, "model", None) is None and cfg.model:
         args.model = cfg.model
@@ -99,7 +107,6 @@ def apply_from_plan(args: argparse.Namespace):
         cfg.notes.extend(fill_work(work, cfg))
         args.examples = work["examples"]
     _check_nulls(args, cfg)
-    return cfg
 
 
 def print_provenance(cfg, stream=None) -> None:

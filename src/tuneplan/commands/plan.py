@@ -10,7 +10,6 @@ names, malformed values: one line with the close matches).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -20,6 +19,7 @@ from tuneplan.commands.common import (
     add_gpu_args,
     add_job_args,
     add_strict_names,
+    check_interval,
     check_out,
     int_list,
     job_fields,
@@ -27,6 +27,7 @@ from tuneplan.commands.common import (
     name_list,
     positive_float,
     positive_int,
+    print_json,
     read_data,
     rich_table,
 )
@@ -108,8 +109,7 @@ def register(sub) -> None:
 
 def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`plan_run(...)` keyword arguments from the flags (model excluded)."""
-    if not (args.interval == 0 or 0 < args.interval < 1):
-        raise InputError("interval", f"must be between 0 and 1 (got {args.interval})")
+    check_interval(args.interval)
     if args.deadline is not None and args.deadline_h is not None:
         raise InputError("deadline", "give --deadline or --deadline-h, not both")
     counts = [g for g in args.gpus or [] if g.strip().isdigit()]
@@ -142,11 +142,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_plan(args: argparse.Namespace) -> int:
     check_out(args, args.out, "out", "CSV file")  # before any work: never over an input, nor an existing file
-    sizes = {k: getattr(args, k, None) for k in ("examples", "tokens", "tokens_per_example")}
     cfg = apply_from_plan(args)
-    if getattr(args, "data", None):  # the data's sizes replace those a --from config filled in
-        for k, v in sizes.items():
-            setattr(args, k, v)
     kw = plan_kwargs(args)
     data_note = _apply_data(args, kw)
     if args.runs:
@@ -166,9 +162,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.out:
         _write_candidates(res, args.out)
     if args.json:
-        json.dump(res.to_dict(max_candidates=args.top) | ({"from_config": cfg.to_dict()} if cfg else {})
-                  | ({"data": data_note[1]} if data_note else {}), sys.stdout, indent=2, default=str)
-        print()
+        print_json(res.to_dict(max_candidates=args.top) | ({"data": data_note[1]} if data_note else {}), cfg)
     else:
         print_plan(res, top=args.top or 10)
         if cfg is not None:
@@ -234,8 +228,7 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
 
     rows = plan_workload(args.runs, kw, out=args.out, on_row=show)
     if args.json:
-        json.dump(rows, sys.stdout, indent=2, default=str)
-        print()
+        print_json(rows)
     elif args.out:
         print(f"{len(rows)} plan(s) written to {args.out}")
     statuses = {r["status"] for r in rows}
@@ -326,9 +319,7 @@ def run_curve(args: argparse.Namespace) -> int:
 
         plot_curve(res, args.plot)
     if args.json:
-        json.dump(res.to_dict() | ({"from_config": cfg.to_dict()} if cfg else {}), sys.stdout, indent=2, default=str)
-        print()
-        return 0
+        return print_json(res.to_dict(), cfg)
     from tuneplan.report.tables import report_console
 
     con = report_console()

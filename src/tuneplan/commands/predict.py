@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from tuneplan.commands.common import add_force_arg, add_strict_names, check_out, single_threaded_blas
+from tuneplan.commands.common import (
+    add_force_arg,
+    add_strict_names,
+    check_interval,
+    check_out,
+    single_threaded_blas,
+)
 from tuneplan.commands.learn import report_problems, require_rows
-from tuneplan.errors import InputError, atomic_output
+from tuneplan.errors import atomic_output
 
 
 def register(sub) -> None:
@@ -66,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
 def check_predict_paths(args: argparse.Namespace) -> None:
     """Before any reading: the interval is a coverage, --out can be written, is none of the inputs
     (writing over a runs file would lose the measured runs) and, without --force, no existing file."""
-    if not (args.interval == 0 or 0 < args.interval < 1):
-        raise InputError("interval", f"must be between 0 and 1, or 0 for none (got {args.interval})")
+    check_interval(args.interval, ", or 0 for none")
     check_out(args, args.out, "out", "CSV file")
 
 

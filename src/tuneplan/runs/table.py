@@ -35,6 +35,8 @@ class Problem:
 def cell_str(value: Any, float_format: str | None = None) -> str:
     """A cell as text, stable across platforms and pandas versions: '' when empty (None, NaN, pd.NA),
     bools 1/0, whole floats without '.0', other floats as `repr` (or in `float_format`)."""
+    if type(value) is str:  # the common case, first
+        return value
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -4,8 +4,10 @@ plan request's `plan_run` keyword arguments and search size."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from typing import Any
 
+from tuneplan.runs.table import cell_str
 from tuneplan.specs.job import job_fields, job_options
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
@@ -15,16 +17,6 @@ from tuneplan.web.schemas import (
     ModelChoice,
     PlanRequest,
 )
-
-
-def _num_arg(v: float | int) -> str:
-    """A number as the CLI reads it (30000.0 -> 30000, 0.5 -> 0.5)."""
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
-        return str(int(v))
-    return repr(v) if isinstance(v, float) else str(v)
-
 
 JOB_DEFAULTS = {n: f.default for n, f in job_fields().items()}
 
@@ -38,49 +30,29 @@ def _is_default(name: str, value: Any) -> bool:
     return value == d
 
 
-def _job_flags(req: Any, names: dict[str, str]) -> list[str]:
-    """The CLI flags of a request's job options ({request field: JobSpec field}; `rate` apart), as
-    JobSpec declares each flag: a switch, a switch with --no-, a repeated flag, or a flag and a value."""
-    opts = job_options()
-    out: list[str] = []
-    for name, field in names.items():
-        v = getattr(req, name, None)
-        if name == "rate" or v is None or _is_default(field, v):
-            continue
-        extra = opts[field].extra
-        flag = "--" + (extra.get("flag") or field.replace("_", "-"))
-        if isinstance(v, bool):
-            if v or not extra.get("switch_only"):
-                out.append(flag if v else "--no-" + flag[2:])
-        elif extra.get("repeat"):
-            for item in v:
-                out += [flag, str(item)]
-        elif isinstance(v, int | float):
-            out += [flag, _num_arg(v)]
-        else:
-            out += [flag, str(v)]
-    return out
-
-
 FLAGS = {"budget_usd": "budget", "ckpt_mode": "grad-ckpt"}
-"""Request fields whose CLI flag has another name (the others: the field's name with dashes)."""
+"""Request fields whose CLI flag has another name than JobSpec's or the field's own (with dashes)."""
 
 
-def _field_flags(req: Any, names: tuple[str, ...]) -> list[str]:
-    """`--flag value` of each of these request fields that is set and not at its default (the CLI's
-    default interval too): lists comma-separated, booleans as a switch and its --no- form."""
+def _flags(req: Any, names: Iterable[str], job: dict[str, str]) -> list[str]:
+    """`--flag value` of each of these request fields that is set and not at its default (JobSpec's for
+    the `job` fields {request field: JobSpec field}, the request model's, the CLI's interval), as the CLI
+    reads it: a switch (and its --no- form unless JobSpec declares it switch-only), a flag repeated per
+    value or a comma-separated list, a number or a name."""
     out: list[str] = []
     for name in names:
-        v = getattr(req, name)
-        if v in (None, [], type(req).model_fields[name].default) or (name == "interval" and v == DEFAULT_INTERVAL):
+        v, field = getattr(req, name), job.get(name)
+        extra = job_options()[field].extra if field else {}
+        if v in (None, []) or (_is_default(field, v) if field else v == type(req).model_fields[name].default
+                               or (name == "interval" and v == DEFAULT_INTERVAL)):
             continue
-        flag = "--" + FLAGS.get(name, name).replace("_", "-")
+        flag = "--" + (extra.get("flag") or FLAGS.get(name, name).replace("_", "-"))
         if isinstance(v, bool):
-            out.append(flag if v else "--no-" + flag[2:])
-        elif isinstance(v, list):
-            out += [flag, ",".join(str(x) for x in v)]
+            out += [flag if v else "--no-" + flag[2:]] if v or not extra.get("switch_only") else []
+        elif extra.get("repeat"):
+            out += [x for item in v for x in (flag, str(item))]
         else:
-            out += [flag, _num_arg(v) if isinstance(v, int | float) else str(v)]
+            out += [flag, ",".join(map(str, v)) if isinstance(v, list) else cell_str(v)]
     return out
 
 
@@ -93,18 +65,18 @@ def _model_flags(req: ModelChoice) -> tuple[list[str], str]:
 def estimate_command(req: EstimateRequest) -> tuple[str, str]:
     """The `tuneplan estimate ...` command line for a request, and a note when it needs a file."""
     args, note = _model_flags(req)
-    args += _field_flags(req, ("gpu", "peak_tflops", "memory_gib", "bandwidth_gbs", "estimator", "interval"))
-    args += _job_flags(req, ESTIMATE_JOB) + _field_flags(req, ("ckpt_mode", "rate", "provider"))
+    args += _flags(req, ("gpu", "peak_tflops", "memory_gib", "bandwidth_gbs", "estimator", "interval",
+                         *(n for n in ESTIMATE_JOB if n != "rate"), "ckpt_mode", "rate", "provider"),
+                   ESTIMATE_JOB)
     return shlex.join(["tuneplan", "estimate", *args]), note
 
 
 def plan_command(req: PlanRequest) -> tuple[str, str]:
     """The `tuneplan plan ...` command line for a request."""
     args, note = _model_flags(req)
-    args += _field_flags(req, ("gpus", "methods", "gpu_counts", "micro_batches", "grad_accums", "shardings",
-                               "max_gpus", "gpus_per_node", "global_batch", "grad_ckpt", "deadline_h", "budget_usd",
-                               "objective", "interval"))
-    args += _job_flags(req, PLAN_JOB) + _field_flags(req, ("rate", "provider"))
+    args += _flags(req, ("gpus", "methods", "gpu_counts", "micro_batches", "grad_accums", "shardings", "max_gpus",
+                         "gpus_per_node", "global_batch", "grad_ckpt", "deadline_h", "budget_usd", "objective",
+                         "interval", *(n for n in PLAN_JOB if n != "rate"), "rate", "provider"), PLAN_JOB)
     return shlex.join(["tuneplan", "plan", *args]), note
 
 
