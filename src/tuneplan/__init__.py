@@ -13,8 +13,10 @@ __version__ = "0.1.0"
 
 __all__ = ["__version__", "estimate", "plan_run"]
 
-_LAZY = ("estimate", "plan_run", "plan", "EstimateResult")
-"""Names `__getattr__` loads on first use."""
+_LAZY = {"estimate": "tuneplan.api", "EstimateResult": "tuneplan.api", "plan_run": "tuneplan.plan.search",
+         "plan": None}
+"""Names `__getattr__` loads on first use, from their module (`plan`: the subpackage, whose search is
+`plan_run`), so `import tuneplan` stays cheap."""
 
 
 def __dir__() -> list[str]:
@@ -23,21 +25,9 @@ def __dir__() -> list[str]:
 
 
 def __getattr__(name: str):
-    # lazy: `import tuneplan` stays cheap; heavy modules load on first use
-    if name == "estimate":
-        from tuneplan.api import estimate
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tuneplan' has no attribute {name!r}")
+    import importlib
 
-        return estimate
-    if name == "plan_run":
-        from tuneplan.plan.search import plan_run
-
-        return plan_run
-    if name == "plan":  # the subpackage (its search is tuneplan.plan_run)
-        import importlib
-
-        return importlib.import_module("tuneplan.plan")
-    if name in ("EstimateResult",):
-        from tuneplan import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'tuneplan' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name] or "tuneplan.plan")
+    return module if _LAZY[name] is None else getattr(module, name)

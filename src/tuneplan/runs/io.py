@@ -36,7 +36,6 @@ from tuneplan.runs.normalise import (
     map_llmftbench,
     memory_unit,
     outcome,
-    parse_number,
     parse_numbers,
     resolve_gpu_name,
 )
@@ -198,15 +197,7 @@ class _Reader:
         unit = "percent"
         if schema == "llmftbench" and "gpu_memory_utilization_peak" in header:
             k = header.index("gpu_memory_utilization_peak")
-            vals = []
-            for _, cells in recs:
-                try:
-                    x = parse_number(cells[k], "gpu_memory_utilization_peak") if k < len(cells) else None
-                except RowError:
-                    x = None
-                if x is not None:
-                    vals.append(x)
-            unit = memory_unit(vals)
+            unit = memory_unit([cells[k] for _, cells in recs if k < len(cells)])
         for col in header:
             if col not in REFERENCE_COLUMNS and col not in ADDED_COLUMNS and col not in self.extra_columns:
                 self.extra_columns.append(col)

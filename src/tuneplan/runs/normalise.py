@@ -8,6 +8,7 @@ cell is recorded in `defaults_used`; nothing here predicts anything from physics
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
@@ -100,13 +101,15 @@ def parse_number(text: str, column: str) -> float | None:
     return float(s.replace("_", ""))
 
 
+NUMBER_CELLS = frozenset(NUMERIC_COLUMNS + EXTRA_NUMERIC_COLUMNS + FLAG_COLUMNS)
+
+
 def parse_numbers(raw: dict[str, str], extra_numeric: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
     """Typed values (floats for numeric columns, stripped text otherwise) and the problems found."""
     out: dict[str, Any] = {}
     errors: list[str] = []
-    numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS) | set(FLAG_COLUMNS) | set(extra_numeric)
     for col, text in raw.items():
-        if col in numeric:
+        if col in NUMBER_CELLS or col in extra_numeric:
             try:
                 out[col] = parse_number(text, col)
             except RowError as exc:
@@ -211,10 +214,14 @@ def map_llmftbench(raw: dict[str, str]) -> tuple[dict[str, str], list[str], list
     return row, records, errors
 
 
-def memory_unit(values: list[float]) -> str:
-    """Unit of a file's gpu_memory_utilization_peak column, from its largest value:
+def memory_unit(cells: list[str]) -> str:
+    """Unit of a file's gpu_memory_utilization_peak column, from its largest number (other cells left out):
     <= 1 fraction of the GPU, <= 100 percent (also when it has none), > 1e6 bytes, else MiB."""
-    top = max(values, default=100.0)
+    values = []
+    for text in cells:
+        with contextlib.suppress(RowError):
+            values.append(parse_number(text, "gpu_memory_utilization_peak"))
+    top = max((x for x in values if x is not None), default=100.0)
     return "fraction" if top <= 1.0 else "percent" if top <= 100.0 else "bytes" if top > 1e6 else "mib"
 
 
