@@ -159,8 +159,9 @@ def run_plan(args: argparse.Namespace) -> int:
         from tuneplan.report.plots import plot_plan
 
         plot_plan(res, args.plot)
-    if args.out:
-        _write_candidates(res, args.out)
+    if args.out:  # checked before the search (check_out)
+        with atomic_output(args.out, "out", "CSV file") as tmp:
+            res.candidates.to_csv(tmp, index=False, lineterminator="\n")
     if args.json:
         print_json(res.to_dict(max_candidates=args.top) | ({"data": data_note[1]} if data_note else {}), cfg)
     else:
@@ -197,15 +198,6 @@ def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict
     note = (data.assumption().removesuffix(".") + f"; mean {cut.mean():,.0f} tokens per example, sequence length "
             f"{kw['seq_len']:,} ({seq_src}" + (f", {n_cut:,} example(s) truncated" if n_cut else "") + ").")
     return note, data.to_dict()
-
-
-def _write_candidates(res, path: str) -> None:
-    from pathlib import Path
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(p, "out", "CSV file") as tmp:
-        res.candidates.to_csv(tmp, index=False, lineterminator="\n")
 
 
 def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:

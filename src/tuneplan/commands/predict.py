@@ -41,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
 
-    check_predict_paths(args)
+    # before any reading: --out is none of the inputs (writing over a runs file would lose the measured
+    # runs) and, without --force, no existing file
+    check_interval(args.interval, ", or 0 for none")
+    check_out(args, args.out, "out", "CSV file")
     # names resolved as `calibrate` resolves them (with each source's defaults); rows the catalogs
     # cannot resolve are reported and still written, with the reason in their error column
     # one reading: the rows set aside only because a name did not resolve come back name-free
@@ -67,13 +70,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{need_probe} row(s) were measured on a profiled machine whose GPU entry is not here: run "
               "`tuneplan probe` first (it saves the entry), then predict again")
     return 0
-
-
-def check_predict_paths(args: argparse.Namespace) -> None:
-    """Before any reading: the interval is a coverage, --out can be written, is none of the inputs
-    (writing over a runs file would lose the measured runs) and, without --force, no existing file."""
-    check_interval(args.interval, ", or 0 for none")
-    check_out(args, args.out, "out", "CSV file")
 
 
 def with_unreadable_rows(out, problems):

@@ -209,7 +209,7 @@ class _Reader:
                     self.report(name, line, f"{len(cells)} fields where the header has {len(header)}; "
                                             "row skipped")
                     continue
-            raw = dict(zip(header, cells, strict=True))
+            raw = dict(zip(header, map(str.strip, cells), strict=True))
             try:
                 row = self.read_row(raw, path, line, schema, unit)
             except RowError as exc:
@@ -223,7 +223,6 @@ class _Reader:
     def read_row(self, raw: dict[str, str], path: Path, line: int, schema: str,
                  unit: str) -> dict[str, Any] | None:
         name = str(path)
-        raw = {k: (c.strip() if isinstance(c, str) else c) for k, c in raw.items()}
         original = raw
         records: list[str] = []
         errors: list[str] = []
