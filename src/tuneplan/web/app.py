@@ -10,13 +10,9 @@ refused before it starts. The page itself (`static/`) needs no network: its char
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
-import math
-import re
-from collections.abc import Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +24,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from tuneplan import __version__
-from tuneplan.errors import AmbiguousNameError, InputError, TuneplanError, UnknownNameError
+from tuneplan.errors import InputError, TuneplanError
 from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs import job as jobspec
 from tuneplan.web.command_line import (
@@ -38,7 +34,8 @@ from tuneplan.web.command_line import (
     plan_kwargs,
     plan_space_size,
 )
-from tuneplan.web.pool import BodyLimit, Busy, lane, plan_in_worker
+from tuneplan.web.pool import BodyLimit, plan_in_worker
+from tuneplan.web.respond import RequestError, compute, input_error_detail, jsonable
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
     ESTIMATE_JOB,
@@ -62,67 +59,6 @@ all seven methods x up to 8 GPUs is about 18,000; up to 1024 GPUs about 50,000."
 
 # ----------------------------------------------------------------------------------------------------
 # helpers
-
-
-class RequestError(Exception):
-    """A 422 located at one body field (or the whole body)."""
-
-    def __init__(self, loc: Iterable[str | int], msg: str, kind: str = "value_error", **extra: Any) -> None:
-        super().__init__(msg)
-        self.loc = ["body", *loc]
-        self.msg = msg
-        self.kind = kind
-        self.extra = extra
-
-    def detail(self) -> dict[str, Any]:
-        return {"loc": self.loc, "msg": self.msg, "type": self.kind, **self.extra}
-
-
-def _field_of(err: InputError) -> list[str]:
-    """Body location of an InputError's field (`tokens-per-example` -> tokens_per_example)."""
-    f = (err.field or "").replace("-", "_")
-    f = {"rate_usd_per_gpu_hour": "rate", "job": "", "gpu_file": "gpu"}.get(f, f)
-    return [f] if f else []
-
-
-_CLI_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
-
-
-def _input_error_detail(err: InputError) -> dict[str, Any]:
-    msg = str(err).removeprefix(f"{err.field}: ")
-    msg = _CLI_FLAG.sub(lambda m: m.group(1).replace("-", "_"), msg)  # the page's field names, not flags
-    d: dict[str, Any] = {"loc": ["body", *_field_of(err)], "msg": msg, "type": "value_error"}
-    if err.allowed:
-        d["allowed"] = list(err.allowed)
-    if isinstance(err, UnknownNameError):
-        d.update(type="unknown_name", closest=list(err.close))
-    elif isinstance(err, AmbiguousNameError):
-        d.update(type="ambiguous_name", candidates=list(err.candidates))
-    return d
-
-
-def jsonable(obj: Any) -> Any:
-    """Plain JSON values: non-finite floats become null, numpy scalars and tuples plain Python."""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str | int):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [jsonable(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):  # numpy scalar
-        try:
-            return jsonable(obj.item())
-        except (TypeError, ValueError):
-            pass
-    if hasattr(obj, "to_dict"):
-        return jsonable(obj.to_dict())
-    if hasattr(obj, "model_dump"):
-        return jsonable(obj.model_dump())
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return jsonable(dataclasses.asdict(obj))
-    return str(obj)
 
 
 def _looks_like_path(name: str) -> bool:
@@ -150,7 +86,7 @@ def _config_spec(config_text: str, name: str) -> Any:
     try:
         spec = model_from_config(json.loads(config_text), name, "pasted config.json")
     except InputError as exc:
-        d = _input_error_detail(exc)
+        d = input_error_detail(exc)
         raise RequestError(["config_json", *d["loc"][1:]], d["msg"]) from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError,
             OverflowError) as exc:
@@ -225,7 +161,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_user_error(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, RequestError):
             return JSONResponse(status_code=503 if exc.kind == "busy" else 422, content={"detail": [exc.detail()]})
-        d = (_input_error_detail(exc) if isinstance(exc, InputError)
+        d = (input_error_detail(exc) if isinstance(exc, InputError)
              else {"loc": ["body"], "msg": str(exc), "type": "value_error"})
         return JSONResponse(status_code=422, content={"detail": [d]})
 
@@ -331,7 +267,7 @@ def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
         job = {f: getattr(req, n) for n, f in ESTIMATE_JOB.items() if n != "rate" and getattr(req, n) is not None}
         if req.ckpt_mode is not None:
             job["ckpt_mode"] = req.ckpt_mode
-        res = _compute(lambda: estimate(
+        res = compute(lambda: estimate(
             spec, req.gpu, estimator=req.estimator, peak_tflops=req.peak_tflops, memory_gib=req.memory_gib,
             bandwidth_gbs=req.bandwidth_gbs, provider=req.provider, rate=req.rate,
             interval=DEFAULT_INTERVAL if req.interval is None else (req.interval or None), **job))
@@ -350,36 +286,13 @@ def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
                                configurations=size, limit=MAX_PLAN_CONFIGS)
         spec = model_spec(req)
         kwargs = plan_kwargs(req)
-        res = _compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
+        res = compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
         out = jsonable(res.to_dict(max_candidates=req.max_candidates))
         out["n_candidates"] = int(len(res.candidates))
         out["points"] = _plan_points(res)
         out["model_info"] = jsonable(_model_summary(spec))
         out["command"], out["command_note"] = plan_command(req)
         return out
-
-
-def _compute(fn: Callable[[], Any], rename: dict[str, str] | None = None, kind: str = "light") -> Any:
-    """Run an estimate / a plan; arithmetic that an absurd (but well-typed) input breaks is a 422.
-    `rename`: body field names for InputError fields that differ (the planner's `gpu` is `gpus`).
-    Each computation holds a slot of its lane (tuneplan.web.pool): plans one at a time."""
-    try:
-        with lane(kind):
-            return fn()
-    except Busy as exc:
-        raise RequestError([], str(exc), kind="busy") from None
-    except InputError as exc:
-        d = _input_error_detail(exc)
-        field = d["loc"][1] if len(d["loc"]) > 1 else ""
-        if rename and field in rename:
-            extra = {k: v for k, v in d.items() if k not in ("loc", "msg", "type")}
-            raise RequestError([rename[field]], d["msg"], d["type"], **extra) from None
-        raise
-    except (TuneplanError, RequestError):
-        raise
-    except (ZeroDivisionError, OverflowError, FloatingPointError, ValueError, MemoryError) as exc:
-        log.info("rejected input: %s: %s", type(exc).__name__, exc)
-        raise RequestError([], f"cannot compute this configuration: {exc}", kind="value_error") from None
 
 
 def _plan_points(res: Any) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import File, Form, UploadFile
 
 from tuneplan.errors import InputError
+from tuneplan.web.respond import RequestError, compute, jsonable
 
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
 """The largest request body of an upload: a dataset of tens of thousands of examples (a larger one is read
@@ -67,8 +68,6 @@ def register(app) -> None:
     """Add the route to the app (called by `tuneplan.web.app.create_app`). Without python-multipart the
     route answers 422 saying what to install (FastAPI refuses to declare a form route without it)."""
     if not multipart_installed():
-        from tuneplan.web.app import RequestError
-
         @app.post("/api/data", tags=["data"], summary="an uploaded dataset (needs python-multipart)")
         def data_unavailable() -> dict[str, Any]:
             raise RequestError([], "uploads need the python-multipart package: pip install 'tuneplan[web]'",
@@ -87,8 +86,6 @@ def register(app) -> None:
                       group_by_length: Annotated[bool, Form()] = False,
                       framework: Annotated[str | None, Form(max_length=60)] = None,
                       skip_bad_rows: Annotated[bool, Form()] = False) -> dict[str, Any]:
-        from tuneplan.web.app import _compute, jsonable
-
         with tempfile.TemporaryDirectory(prefix="tuneplan-upload-") as tmp:
             folder = Path(tmp)
             hide = (str(folder / "tok") + "/", str(folder) + "/")  # the server's folder is no business of the page's
@@ -98,7 +95,7 @@ def register(app) -> None:
                 (folder / "tok").mkdir()
                 tok = _save(tokenizer, folder / "tok", "tokenizer.json", (".json",))
             try:
-                out = _compute(lambda: data_response(
+                out = compute(lambda: data_response(
                     path, tok, data_format=data_format or None, micro_batch=micro_batch, seq_len=seq_len,
                     padding=padding or None, packing=packing, group_by_length=group_by_length,
                     framework=framework or None, skip_bad_rows=skip_bad_rows))

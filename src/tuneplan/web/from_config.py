@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tuneplan.web.respond import jsonable
+
 MAX_CONFIG_FILES = 8
 """Files one request may carry (a training config plus its launcher's accelerate / DeepSpeed files)."""
 MAX_CONFIG_CHARS = 500_000
@@ -64,6 +66,4 @@ def register(app) -> None:
 
     @app.post("/api/from-config", tags=["catalogs"], summary="read your training config into the form")
     def from_config(req: FromConfigRequest) -> dict[str, Any]:
-        from tuneplan.web.app import jsonable
-
         return jsonable(from_config_response(req))
