@@ -221,3 +221,17 @@ def test_estimators_without_the_memory_model_say_no_peaks_or_both(capsys):
         assert (a is None) == (r is None)
         if a is not None:
             assert a <= r <= d["memory_per_gpu_gib"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["estimate", "--model", "Qwen2.5-0.5B", "--gpu", "H100-SXM5-80GB", "--interval", "1"],
+     "tuneplan estimate: error: interval: must be between 0 and 1 (got 1.0)"),
+    (["plan", "--model", "Qwen2.5-0.5B", "--interval", "-0.5"],
+     "tuneplan plan: error: interval: must be between 0 and 1 (got -0.5)"),
+    (["predict", "--runs", "x.csv", "--out", "y.csv", "--interval", "2"],
+     "tuneplan predict: error: interval: must be between 0 and 1, or 0 for none (got 2.0)"),
+])
+def test_interval_is_checked_alike_by_every_command(argv, message, capsys):
+    """One check (commands.common.check_interval) behind each command's --interval, before any work."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == message
