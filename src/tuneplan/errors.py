@@ -72,11 +72,7 @@ def closest(name: str, pool: Iterable[str], n: int = 5) -> list[str]:
     import difflib  # here: only a name that does not resolve needs it (start-up)
 
     fuzzy = [by_lower[m] for m in difflib.get_close_matches(low, list(by_lower), n=n, cutoff=0.5)]
-    out: list[str] = []
-    for p in subs[:n] + fuzzy:
-        if p not in out:
-            out.append(p)
-    return out[:n]
+    return list(dict.fromkeys(subs[:n] + fuzzy))[:n]
 
 
 MAX_USER_FILE_BYTES = 256 * 1024 * 1024

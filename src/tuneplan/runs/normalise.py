@@ -21,6 +21,7 @@ from tuneplan.runs.schema import (
     EXTRA_NUMERIC_COLUMNS,
     FLAG_COLUMNS,
     LLMFTBENCH_RENAMES,
+    MEASUREMENT_COLUMNS,
     NUMERIC_COLUMNS,
     POSITIVE_COLUMNS,
     THROUGHPUT_COLUMNS,
@@ -304,10 +305,6 @@ def resolve_gpu_name(name: str, rules: SourceRules, strict: bool = False) -> tup
 
 # --- row outcome marks --------------------------------------------------------------------------
 
-def has_measurement(v: dict[str, Any]) -> bool:
-    return any(v.get(c) is not None for c in THROUGHPUT_COLUMNS + ("peak_mem_gib",))
-
-
 def outcome(v: dict[str, Any]) -> str:
     """'ok' / 'oom' / 'failed' / '' (no outcome stated: estimates, unsupported cells...)."""
     status = cell_text(v.get("status"))
@@ -320,12 +317,9 @@ def outcome(v: dict[str, Any]) -> str:
         return "oom" if OOM_TEXT.search(text) else "failed"
     if status:
         return "oom" if OOM_TEXT.search(status) else "failed"
-    notes = str(v.get("notes") or "")
-    if not has_measurement(v) and OOM_NOTE.search(notes):
-        return "oom"
-    if has_measurement(v):
+    if any(v.get(c) is not None for c in MEASUREMENT_COLUMNS):  # measured, no outcome said: it ran
         return "ok"
-    return ""
+    return "oom" if OOM_NOTE.search(str(v.get("notes") or "")) else ""
 
 
 # --- defaults and derivations -------------------------------------------------------------------
