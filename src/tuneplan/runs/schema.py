@@ -57,7 +57,6 @@ ADDED_COLUMNS: tuple[str, ...] = (
 )
 """Columns `read_runs` adds after the reference columns (documented in docs/runs.md)."""
 
-STRING_ADDED = ("file", "model_resolved", "gpu_resolved", "status", "defaults_used", "caveats")
 BOOL_ADDED = ("is_oom", "is_duplicate", "is_estimate", "usable_throughput", "usable_memory")
 
 MEASUREMENT_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + ("peak_mem_gib",)
