@@ -113,11 +113,17 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
         waves = max(1, math.ceil(need / kv_room), seqs) if kv_room > 0 else 0
     bw = gspec.memory_bandwidth_gbs * 1e9 * c.bandwidth_efficiency
     wave_batch = batch / max(waves, 1)
+
+    def allreduce(tokens: float) -> float:  # a vLLM engine's tensor-parallel all-reduces over one forward
+        return first_value(ps.engine_tp_allreduce_s(tokens, a["n_layers"], a["hidden"], e["pbytes"], e["tp"] or 1,
+                                                    jspec.gpus_per_node, a["intra_bw"], a["inter_bw"], c))
+
     t_prefill = first_value(ps.prefill_s(_forward_flops_per_token(a, prompt * c.causal_fraction_flash) / split,
-                                         batch * prompt, _rate(a, wave_batch * prompt)))
-    overhead = 0.0
+                                         batch * prompt, _rate(a, wave_batch * prompt))) + max(waves, 1) * allreduce(
+        wave_batch * prompt)
+    overhead = allreduce(wave_batch)  # every decode step's, latency-bound
     if not vllm:
-        overhead = ps.hf_decode_overhead_s(first_value(a["n_layers"]), c.kernel_launch_s) + first_value(
+        overhead += ps.hf_decode_overhead_s(first_value(a["n_layers"]), c.kernel_launch_s) + first_value(
             a["adapted_modules"]) * c.lora_kernels_per_module * c.kernel_launch_s
     traffic = ps.VLLM_KV_CACHE_TRAFFIC if vllm else ps.HF_KV_CACHE_TRAFFIC
     ceiling = _rate(a, DECODE_CEILING_TOKENS)
@@ -407,7 +413,9 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
             where = where.split(" (")[0] + f" (share {jspec.gpu_memory_utilization:g}, --gpu-memory-utilization)"
         out.append(f"Rollouts on vLLM, {layout}, on {where}: prefill from FLOPs and decode from memory bandwidth, "
                    f"both split over an engine's GPUs (weights once per decode step, the KV cache "
-                   f"{ps.VLLM_KV_CACHE_TRAFFIC:g}x per token), CUDA graphs (no launch overhead). Refit after every "
+                   f"{ps.VLLM_KV_CACHE_TRAFFIC:g}x per token), CUDA graphs (no launch overhead); an engine of "
+                   f"tensor parallel > 1 waits for {ps.ENGINE_TP_ALLREDUCES_PER_LAYER:g} all-reduces per layer in "
+                   "every forward (each decode step's latency-bound). Refit after every "
                    "step: the full merged weights gathered over NVLink (colocated, or one node) or broadcast over "
                    "the network (engines on other nodes).")
     else:

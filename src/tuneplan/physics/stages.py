@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tuneplan.physics.parallel import hierarchical_allreduce_parts
+
 # ---- TRL defaults (trl 1.16.0: trl/trainer/*_config.py) ------------------------------------------
 GRPO_GROUP_SIZE = 8
 """Completions per prompt, GRPO (count): trl GRPOConfig.num_generations default."""
@@ -222,6 +224,24 @@ def hf_decode_overhead_s(n_layers, kernel_launch_s):
     """Per-token launch overhead of eager HF generate (s): kernels per layer x layers x launch time.
     vLLM replays CUDA graphs: none."""
     return HF_DECODE_KERNELS_PER_LAYER * n_layers * kernel_launch_s
+
+
+ENGINE_TP_ALLREDUCES_PER_LAYER = 2.0
+"""All-reduces one decoder layer's forward runs in a tensor-parallel inference engine (count): after the
+attention's output projection and after the MLP's down projection (or the MoE's combine), both
+row-parallel with their results reduced (vllm model_executor/models/llama.py: LlamaAttention.o_proj,
+LlamaMLP.down_proj, RowParallelLinear reduce_results=True; Shoeybi et al., 'Megatron-LM', 2019, Sec. 3)."""
+
+
+def engine_tp_allreduce_s(tokens, n_layers, hidden, bytes_per_element, tp, gpus_per_node, intra_bw, inter_bw, c):
+    """Tensor-parallel all-reduces of one engine forward over `tokens` tokens (s): 2 per layer of the
+    tokens' hidden states over the engine's tp GPUs, a ring inside the node and hierarchically across
+    nodes when the engine spans them, each ring step paying its latency (parallel.
+    hierarchical_allreduce_parts). A decode step moves a few kB per all-reduce, so the latencies rule it:
+    a step of a 28-layer model at tp 4 pays 56 x 6 ring steps. None at tp 1."""
+    _, _, t_in, t_out = hierarchical_allreduce_parts(tokens * hidden * bytes_per_element, tp, gpus_per_node,
+                                                     intra_bw, inter_bw, c)
+    return ENGINE_TP_ALLREDUCES_PER_LAYER * n_layers * (t_in + t_out)
 
 
 def weight_sync_s(weight_bytes, bandwidth):
