@@ -131,8 +131,11 @@ def stage_job(row: dict, cfg) -> tuple:
             opt["rollout_gpus"] = _num(row, "rollout_gpus")
         if eng == "vllm" and "rollout_tp" in fields:
             opt["rollout_tp"] = _num(row, "rollout_tp")
-        if not any(t in fw for t in SLEEP_OFF):
-            kw["old_logprobs"] = True  # verl, NeMo RL/Aligner, AReaL, SkyRL recompute old log-probs every step
+        if not any(t in fw for t in SLEEP_OFF) and not re.search(r"old_log_prob \\|Old Log Prob \\",
+                                                                   str(row.get("notes"))):
+            # verl, NeMo RL/Aligner, AReaL, SkyRL recompute old log-probs every step; verl's fully-async rows'
+            # phase tables mark that pass '\' (not run: the rollout's own log-probs serve)
+            kw["old_logprobs"] = True
         if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
                 and not any(t in fw for t in SLEEP_OFF)):
             kw["rollout_sleep"] = True

@@ -79,6 +79,26 @@ def test_engine_pays_its_allreduces_every_decode_step(monkeypatch):
     assert paid.step_breakdown_s["rollout_prefill"] - free["rollout_prefill"] == pytest.approx(1e-3)
 
 
+def test_engine_kv_cache_per_gpu_by_hand():
+    from tuneplan.estimators.rl_stages import generation
+    from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.catalog import resolve_model
+    from tuneplan.specs.gpu import resolve_gpu
+
+    g = resolve_gpu(GPU)
+
+    def kv(model, tp, gpus=8):
+        m, job = resolve_model(model), make_job(**{**VLLM, "rollout_tp": tp, "gpus": gpus})
+        a = build_arrays([(m, g, job, 512)], DEFAULT_CONSTANTS)
+        return generation(a, m, g, job, 512, 256, 256, DEFAULT_CONSTANTS)["kv_tok"]
+
+    full = 28 * 2 * 4 * 128 * 2  # Qwen2.5-7B: 28 layers x K, V x 4 KV heads x 128 x 2 bytes per token
+    assert kv("Qwen/Qwen2.5-7B", 1) == full and kv("Qwen/Qwen2.5-7B", 4) == full / 4
+    assert kv("Qwen/Qwen2.5-7B", 8) == full / 4  # 4 KV heads on 8 ranks: each holds one
+    # DeepSeek-V3's MLA: the compressed latent (512 + 64 rope) x 61 layers x 2 bytes, on every rank
+    assert kv("deepseek-ai/DeepSeek-V3", 32, gpus=32) == 576 * 61 * 2
+
+
 def test_engine_decodes_max_num_seqs_at_once():
     # 64 prompts x 8 = 512 completions on 8 engines of 1 GPU: 64 each; at most 16 at once -> 4 waves,
     # each reading the weights again; the prefill is the same work

@@ -147,11 +147,6 @@ def completions_per_step(prompts_per_step, group_size):
     return prompts_per_step * group_size
 
 
-def kv_bytes_per_token(attention_layers, kv_dim, bytes_per_element):
-    """KV-cache bytes one token adds: K and V (2) x attention layers x KV width x bytes."""
-    return 2.0 * attention_layers * kv_dim * bytes_per_element
-
-
 def kv_cache_bytes(batch, context, kv_per_token):
     """KV cache of a generation batch at its longest context (bytes)."""
     return batch * context * kv_per_token
