@@ -110,8 +110,10 @@ def stage_job(row: dict, cfg) -> tuple:
         if fw in NO_DEFAULT_LAYOUT and not any(_num(row, k) for k in ("tp", "pp")) and str(
                 row.get("sharding") or "nan") in ("", "nan"):
             raise InputError("sharding", f"{fw} has no default layout and the row states none: not estimated")
-        if _num(row, "micro_batch_size") is None:
-            kw["micro_batch"] = 1  # token-budget micro-batches (verl use_dynamic_bsz, AReaL, NeMo RL): the smallest
+        if _num(row, "micro_batch_size") is None or "use_dynamic_bsz" in str(row.get("notes")):
+            # token-budget micro-batches (verl use_dynamic_bsz, which ignores the micro-batch size, AReaL,
+            # NeMo RL): the smallest
+            kw["micro_batch"] = 1
         if "verl" in fw and str(row.get("sharding") or "nan").strip() in ("", "nan"):
             kw["sharding"] = "fsdp"  # verl 0.9.1 actor.strategy: fsdp (its Megatron rows state no layout)
         elif "verl" in fw and "offload" in str(row.get("sharding")).split("+") and kw.get("sharding") == "ddp":
