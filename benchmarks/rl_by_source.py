@@ -14,7 +14,8 @@ the notes call async or off-policy (verl fully-async / one-step-off), `--critic-
 notes state them); a verl Megatron layout with experts and no etp gets expert tensor parallel 1 (verl's
 default, and the only one Megatron-Core accepts for DeepSeek-V3's tp 8 x pp 12 x ep 8 on 96 GPUs)
 and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
-row's prompt length is its prompt_len (else seq_len, else verl's default 512 for a verl row); its seq_len cell, when empty, is filled with it.
+row's prompt length is its prompt_len (else seq_len, else verl's default 512 for a verl row); its seq_len
+cell, when empty, is filled with it.
 A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation). A `gkd`
 row: its completion_len_max (max_new_tokens) as `--completion-len`, its engine, and the teacher its notes
 name (`--teacher-model`); one with a separate engine is refused (not modelled).
@@ -84,7 +85,8 @@ def sft_row(row: dict) -> dict:
         if "ep" in layout and "etp" not in layout:  # verl 0.6.0 trainer/config/_generated_ppo_megatron_trainer
             sft["sharding"] = layout + "+etp1"  # .yaml: expert_tensor_parallel_size 1 (Megatron-Core's is tp)
     if _num(row, "seq_len") is None:
-        sft["seq_len"] = _num(row, "prompt_len") or (VERL_PROMPT_LEN if str(sft.get("framework")).startswith("verl") else 1024)
+        verl = str(sft.get("framework")).startswith("verl")
+        sft["seq_len"] = _num(row, "prompt_len") or (VERL_PROMPT_LEN if verl else 1024)
     return sft
 
 

@@ -152,8 +152,9 @@ def generation(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int
         t_sync = first_value(ps.weight_sync_s(e["full"], (inter if e["server"] and jspec.nodes > 1 else intra)
                                               * c.comm_efficiency))
     kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + max(completion, longest or 0), kv_tok)
-    return {**e, "kv_tok": kv_tok, "prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync, "waves": waves,
-            "kv_hf_bytes": kv_hf, "batch": batch, "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0}
+    return {**e, "kv_tok": kv_tok, "prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync,
+            "waves": waves, "kv_hf_bytes": kv_hf, "batch": batch,
+            "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0}
 
 
 def _lengths(jspec: JobSpec, default: int) -> tuple[int, int | None]:
