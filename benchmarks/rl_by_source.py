@@ -29,7 +29,10 @@ of a framework whose default is no group (verl's rollout.n 1) that state no grou
 stating no layout.
 `--why` lists the refusals' reasons.
 
-    python benchmarks/rl_by_source.py [--runs FILE ...] [--why] [--rows] [--csv out.csv]
+`--phases` sets verl's phase timers (gen, old_log_prob, ref, update_actor, from the notes) beside the parts
+that cost them.
+
+    python benchmarks/rl_by_source.py [--runs FILE ...] [--why] [--rows] [--phases] [--csv out.csv]
 """
 
 from __future__ import annotations
@@ -138,10 +141,10 @@ def stage_job(row: dict, cfg) -> tuple:
             opt["rollout_gpus"] = _num(row, "rollout_gpus")
         if eng == "vllm" and "rollout_tp" in fields:
             opt["rollout_tp"] = _num(row, "rollout_tp")
-        if not any(t in fw for t in SLEEP_OFF) and not re.search(r"old_log_prob \\|Old Log Prob \\",
+        if not any(t in fw for t in SLEEP_OFF) and not re.search(r"old_log_prob (\\|0\b)|Old Log Prob \\",
                                                                    str(row.get("notes"))):
             # verl, NeMo RL/Aligner, AReaL, SkyRL recompute old log-probs every step; verl's fully-async rows'
-            # phase tables mark that pass '\' (not run: the rollout's own log-probs serve)
+            # phase tables mark that pass '\' or 0 (not run: the rollout's own log-probs serve)
             kw["old_logprobs"] = True
         if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
                 and not any(t in fw for t in SLEEP_OFF)):
@@ -179,6 +182,27 @@ def stage_job(row: dict, cfg) -> tuple:
     return JobSpec(**kw), prompt
 
 
+PHASES = {"gen": ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s"),
+          "old_log_prob": ("policy_nograd_s",), "ref": ("reference_forward_s",)}
+"""verl's phase timers (the notes' copies of its tables) and the step parts that cost them."""
+
+
+def phases(row: dict, out: dict) -> dict:
+    """Measured (the notes) and predicted seconds of verl's phases where a row's notes give them: gen,
+    old_log_prob, ref, and update_actor (the step less the other parts)."""
+    first = {k: float(v.reshape(-1)[0]) for k, v in out.items() if k.endswith("_s") and hasattr(v, "reshape")}
+    rec = {}
+    for name, parts in {**PHASES, "update_actor": ()}.items():
+        got = re.search(name.replace("_", "[_ ]") + r" ([\d.]+)", str(row.get("notes")), re.I)
+        if got:
+            extra = [k for k in first if k.startswith(("rollout_", "reward_", "reference_", "policy_nograd",
+                                                       "value_", "overlap_"))]
+            rec[f"{name}_s"] = float(got.group(1))
+            rec[f"{name}_pred_s"] = sum(first.get(k, 0.0) for k in parts) if parts else first["step_s"] - sum(
+                first[k] for k in extra)
+    return rec
+
+
 def evaluate(paths):
     import numpy as np
     import pandas as pd
@@ -206,6 +230,7 @@ def evaluate(paths):
             run = run_stage(est, cfg.model, cfg.gpu, job, prompt, 1.0, search_max_mb=False)
             rec["pred_step"] = float(np.asarray(run.out["step_s"]).reshape(-1)[0])
             rec["fits"] = float(bool(np.asarray(run.out.get("fits", True)).reshape(-1)[0]))
+            rec.update(phases(row, run.out))
         except (TuneplanError, ValueError, KeyError) as exc:
             rec["why"] = f"{type(exc).__name__}: {str(exc)[:110]}"
         recs.append(rec)
@@ -233,6 +258,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", nargs="*", default=[str(p) for p in DEFAULT_RUNS])
     ap.add_argument("--why", action="store_true", help="list each refused row's reason")
     ap.add_argument("--rows", action="store_true", help="list every row with a measured step")
+    ap.add_argument("--phases", action="store_true", help="verl's phases, measured and predicted, where given")
     ap.add_argument("--csv")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -244,6 +270,10 @@ def main(argv=None) -> int:
         if args.rows:
             print(out.dropna(subset=["measured_step"])[["id", "stage", "measured_step", "pred_step", "step_ape",
                                                           "fits"]].to_string(index=False))
+        if args.phases:
+            cols = [c for n in (*PHASES, "update_actor") for c in (f"{n}_s", f"{n}_pred_s") if c in out]
+            print(out.dropna(subset=cols[:1])[["id", "measured_step", "pred_step", *cols]].to_string(
+                index=False, float_format=lambda x: f"{x:.0f}"))
         if args.why:
             print(out[out["why"] != ""][["id", "why"]].to_string(index=False))
     if args.csv:

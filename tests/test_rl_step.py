@@ -154,3 +154,9 @@ def test_rl_benchmark_reads_the_rows_as_their_frameworks_run():
     assert out.loc["verl-23", "why"] == "" and out.loc["verl-23", "pred_step"] > 0
     assert "names no GPU" in out.loc["trl-docs-1", "why"]
     assert out.loc["verl-19", "why"].startswith("InputError: group_size: not stated")
+    # verl's phase timers from the notes beside the parts that cost them: verl-1 times gen 357.41 s,
+    # old_log_prob 107.71 s and update_actor 269.80 s; the predicted phases and the refit make the step
+    v1 = out.loc["verl-1"]
+    assert (v1["gen_s"], v1["old_log_prob_s"], v1["update_actor_s"]) == (357.41, 107.71, 269.80)
+    assert v1["gen_pred_s"] + v1["old_log_prob_pred_s"] + v1["update_actor_pred_s"] == pytest.approx(
+        v1["pred_step"], rel=1e-3)
