@@ -56,12 +56,12 @@ def test_generation_follows_the_engine_not_the_training_layout():
 def test_engine_tp_allreduces_by_hand():
     c = DEFAULT_CONSTANTS
     lat, eff = c.comm_latency_s, c.comm_efficiency
-    # 100 tokens x hidden 1000 x 2 bytes = 2e5 bytes over tp 4 in a node of 8: a ring of 2 x 3 steps sending
-    # 2 x 3/4 of them; 2 all-reduces per layer x 10 layers
+    # 100 tokens x hidden 1000 x 2 bytes = 2e5 bytes over tp 4 in a node of 8: 2 x 3/4 of them over NVLink
+    # and vLLM's custom all-reduce's 2 latencies; 2 all-reduces per layer x 10 layers
     assert ps.engine_tp_allreduce_s(100, 10, 1000, 2, 4, 8, 1e11, 1e10, c) == pytest.approx(
-        20 * (3e5 / (1e11 * eff) + 6 * lat))
+        20 * (3e5 / (1e11 * eff) + 2 * lat))
     assert ps.engine_tp_allreduce_s(100, 10, 1000, 2, 1, 8, 1e11, 1e10, c) == 0.0  # one GPU: none
-    # tp 16 over 2 nodes of 8: the node's ring of 8, then each GPU's 1/8 all-reduced across the 2 nodes
+    # tp 16 over 2 nodes of 8, NCCL: the node's ring of 8, then each GPU's 1/8 all-reduced across the 2 nodes
     assert ps.engine_tp_allreduce_s(100, 10, 1000, 2, 16, 8, 1e11, 1e10, c) == pytest.approx(
         20 * (2 * 7 / 8 * 2e5 / (1e11 * eff) + 14 * lat + 2 * 1 / 2 * 2.5e4 / (1e10 * eff) + 2 * lat))
 

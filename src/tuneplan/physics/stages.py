@@ -228,14 +228,23 @@ row-parallel with their results reduced (vllm model_executor/models/llama.py: Ll
 LlamaMLP.down_proj, RowParallelLinear reduce_results=True; Shoeybi et al., 'Megatron-LM', 2019, Sec. 3)."""
 
 
+CUSTOM_ALLREDUCE_LATENCY_STEPS = 2.0
+"""Latencies of one all-reduce inside a node in vLLM (count): its custom all-reduce has every rank read
+its peers' buffers over NVLink between two barriers, whatever the tp (vllm/distributed/
+device_communicators/custom_all_reduce.py, csrc/custom_all_reduce.cuh one-shot / two-shot); an engine
+spanning nodes falls back to NCCL's ring."""
+
+
 def engine_tp_allreduce_s(tokens, n_layers, hidden, bytes_per_element, tp, gpus_per_node, intra_bw, inter_bw, c):
     """Tensor-parallel all-reduces of one engine forward over `tokens` tokens (s): 2 per layer of the
-    tokens' hidden states over the engine's tp GPUs, a ring inside the node and hierarchically across
-    nodes when the engine spans them, each ring step paying its latency (parallel.
-    hierarchical_allreduce_parts). A decode step moves a few kB per all-reduce, so the latencies rule it:
-    a step of a 28-layer model at tp 4 pays 56 x 6 ring steps. None at tp 1."""
-    _, _, t_in, t_out = hierarchical_allreduce_parts(tokens * hidden * bytes_per_element, tp, gpus_per_node,
-                                                     intra_bw, inter_bw, c)
+    tokens' hidden states over the engine's tp GPUs. Inside a node: the ring's bytes (2 (tp - 1)/tp of
+    them) over NVLink and vLLM's custom all-reduce's 2 latencies; across nodes NCCL's ring, hierarchical
+    (parallel.hierarchical_allreduce_parts), each ring step paying its latency. A decode step moves a
+    few kB per all-reduce, so the latencies rule it. None at tp 1."""
+    b_in, _, t_in, t_out = hierarchical_allreduce_parts(tokens * hidden * bytes_per_element, tp, gpus_per_node,
+                                                        intra_bw, inter_bw, c)
+    if tp <= gpus_per_node:
+        t_in = (b_in / (intra_bw * c.comm_efficiency) + CUSTOM_ALLREDUCE_LATENCY_STEPS * c.comm_latency_s) * (tp > 1)
     return ENGINE_TP_ALLREDUCES_PER_LAYER * n_layers * (t_in + t_out)
 
 
