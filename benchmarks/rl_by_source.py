@@ -193,7 +193,7 @@ def phases(row: dict, out: dict) -> dict:
     first = {k: float(v.reshape(-1)[0]) for k, v in out.items() if k.endswith("_s") and hasattr(v, "reshape")}
     rec = {}
     for name, parts in {**PHASES, "update_actor": ()}.items():
-        got = re.search(name.replace("_", "[_ ]") + r" ([\d.]+)", str(row.get("notes")), re.I)
+        got = re.search(r"\b" + name.replace("_", "[_ ]") + r" ([\d.]+)", str(row.get("notes")), re.I)
         if got:
             extra = [k for k in first if k.startswith(("rollout_", "reward_", "reference_", "policy_nograd",
                                                        "value_", "overlap_"))]
