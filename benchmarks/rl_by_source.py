@@ -25,7 +25,8 @@ measured step time), the median |error| of the step time, how many rows that ran
 ran: each is a measurement) are predicted "does not fit", and how many answered rows give only the
 completion cap, no mean (the mean taken as half the cap). Refused with the reason (not guessed): rows whose
 source names no GPU; rows stating no prompts per step, group size or completion length; GRPO-family rows
-of a framework whose default is no group (verl's rollout.n 1) that state no group size; NeMo-Aligner rows
+of a framework whose default is no group (verl's rollout.n 1, OpenRLHF's n_samples_per_prompt 1) that
+state no group size; NeMo-Aligner rows
 stating no layout.
 `--why` lists the refusals' reasons.
 
@@ -110,9 +111,9 @@ def stage_job(row: dict, cfg) -> tuple:
         if not any(_num(row, k) for k in ("prompts_per_step", "group_size", "completion_len_mean",
                                           "completion_len_max")):
             raise InputError("row", "states no prompts per step, group size or completion length: not estimated")
-        if stage != "ppo" and not _num(row, "group_size") and not any(t in fw for t in SLEEP_OFF):
-            # TRL's num_generations default (8) is a GRPO group; verl's rollout.n default is 1 (verl 0.9.1
-            # trainer/config/_generated_ppo_trainer.yaml), a group whose relative advantage is always zero
+        if stage != "ppo" and not _num(row, "group_size") and any(t in fw for t in ("verl", "openrlhf")):
+            # verl's rollout.n default is 1 (verl 0.9.1 trainer/config/_generated_ppo_trainer.yaml), as is
+            # OpenRLHF's n_samples_per_prompt: a group whose relative advantage is always zero
             raise InputError("group_size", f"not stated, and {fw}'s default (1 completion per prompt) is no group: "
                              "not estimated")
         if fw in NO_DEFAULT_LAYOUT and not any(_num(row, k) for k in ("tp", "pp")) and str(
