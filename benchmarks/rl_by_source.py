@@ -5,13 +5,17 @@ precision, sharding, batch shape), then its stage columns go onto the job (`--st
 `--prompts-per-step`, `--completion-len` = the mean when the row gives one (else tuneplan's default for a
 cap alone: half the cap, decode to the cap), `--completion-len-max`, `--rollout-engine`, `--rollout-gpus`
 when separate, `--rollout-tp`, `--ppo-epochs`,
-`--kl-beta`, `--rollout-sleep` for a colocated engine outside TRL / ms-swift, `--train-steps-per-rollout` =
-prompts_per_step / global_batch_size (the sources' mini-batch, in prompts); from the notes, which the
-schema has no column for: `--off-policy-steps 1` for a separate engine whose run the notes call async or
-off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner's "Critic Node Count",
-`--gpu-memory-utilization` where the notes state the engine's)
+`--kl-beta` (a row whose reference column says `model` but states no coefficient: verl's default, which
+only switches the reference pass on), `--rollout-sleep` for a colocated engine outside TRL / ms-swift,
+`--train-steps-per-rollout` = prompts_per_step / global_batch_size (the sources' mini-batch, in prompts);
+from the notes, which the schema has no column for: `--off-policy-steps 1` for a separate engine whose run
+the notes call async or off-policy (verl fully-async / one-step-off), `--critic-gpus` from NeMo-Aligner's
+"Critic Node Count", `--gpu-memory-utilization`, `--max-num-seqs` and AReaL's `ppo_n_minibatches` where the
+notes state them); a verl Megatron layout with experts and no etp gets expert tensor parallel 1 (verl's
+default, and the only one Megatron-Core accepts for DeepSeek-V3's tp 8 x pp 12 x ep 8 on 96 GPUs)
 and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
-row's prompt length is its prompt_len (else seq_len); its seq_len cell, when empty, is filled with it.
+row's prompt length is its prompt_len (else seq_len, else verl's default 512 for a verl row); its seq_len
+cell, when empty, is filled with it.
 A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation). A `gkd`
 row: its completion_len_max (max_new_tokens) as `--completion-len`, its engine, and the teacher its notes
 name (`--teacher-model`); one with a separate engine is refused (not modelled).
@@ -19,11 +23,17 @@ name (`--teacher-model`); one with a separate engine is refused (not modelled).
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
 measured step time), the median |error| of the step time, how many rows that ran (every row here
 ran: each is a measurement) are predicted "does not fit", and how many answered rows give only the
-completion cap, no mean (the mean taken as half the cap). Rows stating no prompts per step, group size or
-completion length, and NeMo-Aligner rows stating no layout, are refused with that reason (not guessed).
+completion cap, no mean (the mean taken as half the cap). Refused with the reason (not guessed): rows whose
+source names no GPU; rows stating no prompts per step, group size or completion length; GRPO-family rows
+of a framework whose default is no group (verl's rollout.n 1, OpenRLHF's n_samples_per_prompt 1) that
+state no group size; NeMo-Aligner rows
+stating no layout.
 `--why` lists the refusals' reasons.
 
-    python benchmarks/rl_by_source.py [--runs FILE ...] [--why] [--rows] [--csv out.csv]
+`--phases` sets verl's phase timers (gen, old_log_prob, ref, update_actor, from the notes) beside the parts
+that cost them.
+
+    python benchmarks/rl_by_source.py [--runs FILE ...] [--why] [--rows] [--phases] [--csv out.csv]
 """
 
 from __future__ import annotations
@@ -43,6 +53,12 @@ NO_DEFAULT_LAYOUT = ("nemo-aligner",)
 """Frameworks with no default tensor / pipeline layout: NeMo-Aligner's PPO actor and critic take it from
 the recipe's YAML and the checkpoint (nemo-aligner 0.7.0 sets none in code); a row of theirs that states
 no layout is not estimated (a guess would decide whether a 70B fits)."""
+VERL_KL_COEF = 0.001
+"""KL coefficient of a row whose reference runs but whose coefficient is not stated: verl 0.9.1
+trainer/config/_generated_ppo_trainer.yaml actor.kl_loss_coef."""
+VERL_PROMPT_LEN = 512
+"""Prompt length of a verl row stating neither prompt_len nor seq_len: verl 0.9.1
+trainer/config/_generated_ppo_trainer.yaml data.max_prompt_length."""
 SLEEP_OFF = ("trl", "swift")
 """Frameworks whose colocated engine stays awake while training by default (TRL vllm_enable_sleep_mode
 False, ms-swift on TRL); the others (verl, NeMo RL / Aligner, AReaL, SkyRL) free or sleep it."""
@@ -70,8 +86,11 @@ def sft_row(row: dict) -> dict:
     layout = str(row.get("sharding") or "nan")
     if str(row.get("framework")).strip().lower() == "verl" and layout != "nan" and "fsdp" not in layout:
         sft["framework"] = "verl-megatron"  # a Megatron layout (tp/pp/ep): verl's Megatron strategy
+        if "ep" in layout and "etp" not in layout:  # verl 0.6.0 trainer/config/_generated_ppo_megatron_trainer
+            sft["sharding"] = layout + "+etp1"  # .yaml: expert_tensor_parallel_size 1 (Megatron-Core's is tp)
     if _num(row, "seq_len") is None:
-        sft["seq_len"] = _num(row, "prompt_len") or 1024
+        verl = str(sft.get("framework")).startswith("verl")
+        sft["seq_len"] = _num(row, "prompt_len") or (VERL_PROMPT_LEN if verl else 1024)
     return sft
 
 
@@ -92,11 +111,18 @@ def stage_job(row: dict, cfg) -> tuple:
         if not any(_num(row, k) for k in ("prompts_per_step", "group_size", "completion_len_mean",
                                           "completion_len_max")):
             raise InputError("row", "states no prompts per step, group size or completion length: not estimated")
+        if stage != "ppo" and not _num(row, "group_size") and any(t in fw for t in ("verl", "openrlhf")):
+            # verl's rollout.n default is 1 (verl 0.9.1 trainer/config/_generated_ppo_trainer.yaml), as is
+            # OpenRLHF's n_samples_per_prompt: a group whose relative advantage is always zero
+            raise InputError("group_size", f"not stated, and {fw}'s default (1 completion per prompt) is no group: "
+                             "not estimated")
         if fw in NO_DEFAULT_LAYOUT and not any(_num(row, k) for k in ("tp", "pp")) and str(
                 row.get("sharding") or "nan") in ("", "nan"):
             raise InputError("sharding", f"{fw} has no default layout and the row states none: not estimated")
-        if _num(row, "micro_batch_size") is None:
-            kw["micro_batch"] = 1  # token-budget micro-batches (verl use_dynamic_bsz, AReaL, NeMo RL): the smallest
+        if _num(row, "micro_batch_size") is None or "use_dynamic_bsz" in str(row.get("notes")):
+            # token-budget micro-batches (verl use_dynamic_bsz, which ignores the micro-batch size, AReaL,
+            # NeMo RL): the smallest
+            kw["micro_batch"] = 1
         if "verl" in fw and str(row.get("sharding") or "nan").strip() in ("", "nan"):
             kw["sharding"] = "fsdp"  # verl 0.9.1 actor.strategy: fsdp (its Megatron rows state no layout)
         elif "verl" in fw and "offload" in str(row.get("sharding")).split("+") and kw.get("sharding") == "ddp":
@@ -116,20 +142,32 @@ def stage_job(row: dict, cfg) -> tuple:
             opt["rollout_gpus"] = _num(row, "rollout_gpus")
         if eng == "vllm" and "rollout_tp" in fields:
             opt["rollout_tp"] = _num(row, "rollout_tp")
-        if not any(t in fw for t in SLEEP_OFF):
-            kw["old_logprobs"] = True  # verl, NeMo RL/Aligner, AReaL, SkyRL recompute old log-probs every step
+        if not any(t in fw for t in SLEEP_OFF) and not re.search(r"old_log_prob (\\|0\b)|Old Log Prob \\",
+                                                                   str(row.get("notes"))):
+            # verl, NeMo RL/Aligner, AReaL, SkyRL recompute old log-probs every step; verl's fully-async rows'
+            # phase tables mark that pass '\' or 0 (not run: the rollout's own log-probs serve)
+            kw["old_logprobs"] = True
         if (eng == "vllm" and "rollout_sleep" in fields and "rollout_gpus" not in opt
                 and not any(t in fw for t in SLEEP_OFF)):
             kw["rollout_sleep"] = True
         gb, pr = _num(row, "global_batch_size"), _num(row, "prompts_per_step")
+        notes = str(row.get("notes") or "")
+        minis = re.search(r"ppo_n_minibatches (\d+)", notes)  # AReaL's optimizer steps per RL step
         if gb and pr and pr > gb and (pr / gb).is_integer():  # optimizer steps per RL step (mini-batches)
             opt["train_steps_per_rollout"] = pr / gb
-        notes = str(row.get("notes") or "")
+        elif minis:
+            opt["train_steps_per_rollout"] = int(minis.group(1))
         if "rollout_gpus" in opt and re.search(r"async|off.policy", notes, re.I):
             opt["off_policy_steps"] = 1  # verl fully-async / one-step-off: generation runs a step ahead
         share = re.search(r"gpu_memory_utilization (0?\.\d+|1\.0)", notes)  # the engine's share, where stated
-        if share and eng == "vllm":
-            kw["gpu_memory_utilization"] = float(share.group(1))
+        seqs = re.search(r"max_num_seqs (\d+)", notes)  # and its concurrent sequences (AReaL's scripts)
+        if eng == "vllm":
+            kw.update({k: t(m.group(1)) for k, t, m in (("gpu_memory_utilization", float, share),
+                                                         ("max_num_seqs", int, seqs)) if m})
+        if str(row.get("reference") or "").strip() == "model" and _num(row, "kl_beta") is None:
+            # a reference model's forward every step (the row's reference column) with its coefficient not
+            # stated, which enters neither time nor memory: verl's kl_loss_coef default stands in
+            opt["kl_beta"] = VERL_KL_COEF
         critic = re.search(r"Critic Node Count (\d+)", notes)  # NeMo-Aligner: the critic (+ RM) on its own nodes
         if critic and stage == "ppo":
             opt["critic_gpus"] = int(critic.group(1)) * int(cfg.job.gpus // cfg.job.nodes)
@@ -145,11 +183,32 @@ def stage_job(row: dict, cfg) -> tuple:
     return JobSpec(**kw), prompt
 
 
+PHASES = {"gen": ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s"),
+          "old_log_prob": ("policy_nograd_s",), "ref": ("reference_forward_s",)}
+"""verl's phase timers (the notes' copies of its tables) and the step parts that cost them."""
+
+
+def phases(row: dict, out: dict) -> dict:
+    """Measured (the notes) and predicted seconds of verl's phases where a row's notes give them: gen,
+    old_log_prob, ref, and update_actor (the step less the other parts)."""
+    first = {k: float(v.reshape(-1)[0]) for k, v in out.items() if k.endswith("_s") and hasattr(v, "reshape")}
+    rec = {}
+    for name, parts in {**PHASES, "update_actor": ()}.items():
+        got = re.search(r"\b" + name.replace("_", "[_ ]") + r" ([\d.]+)", str(row.get("notes")), re.I)
+        if got:
+            extra = [k for k in first if k.startswith(("rollout_", "reward_", "reference_", "policy_nograd",
+                                                       "value_", "overlap_"))]
+            rec[f"{name}_s"] = float(got.group(1))
+            rec[f"{name}_pred_s"] = sum(first.get(k, 0.0) for k in parts) if parts else first["step_s"] - sum(
+                first[k] for k in extra)
+    return rec
+
+
 def evaluate(paths):
     import numpy as np
     import pandas as pd
 
-    from tuneplan.errors import TuneplanError
+    from tuneplan.errors import InputError, TuneplanError
     from tuneplan.estimators.stages import run_stage
     from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
     from tuneplan.learn.dataset import row_to_config
@@ -160,15 +219,19 @@ def evaluate(paths):
     cache: dict = {}
     recs = []
     for row in df.to_dict("records"):
+        named = str(row.get("gpu") or "nan").strip() not in ("", "nan")
         rec = {"id": row["id"], "source": row["source"], "stage": str(row["stage"]).lower(),
                "cap_only": _num(row, "completion_len_mean") is None and _num(row, "completion_len_max") is not None,
                "measured_step": _num(row, "step_time_s"), "pred_step": np.nan, "fits": np.nan, "why": ""}
         try:
+            if not named:
+                raise InputError("gpu", "the source names no GPU: not estimated (not guessed)")
             cfg = row_to_config(sft_row(row), cache)
             job, prompt = stage_job(row, cfg)
             run = run_stage(est, cfg.model, cfg.gpu, job, prompt, 1.0, search_max_mb=False)
             rec["pred_step"] = float(np.asarray(run.out["step_s"]).reshape(-1)[0])
             rec["fits"] = float(bool(np.asarray(run.out.get("fits", True)).reshape(-1)[0]))
+            rec.update(phases(row, run.out))
         except (TuneplanError, ValueError, KeyError) as exc:
             rec["why"] = f"{type(exc).__name__}: {str(exc)[:110]}"
         recs.append(rec)
@@ -196,6 +259,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", nargs="*", default=[str(p) for p in DEFAULT_RUNS])
     ap.add_argument("--why", action="store_true", help="list each refused row's reason")
     ap.add_argument("--rows", action="store_true", help="list every row with a measured step")
+    ap.add_argument("--phases", action="store_true", help="verl's phases, measured and predicted, where given")
     ap.add_argument("--csv")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -207,6 +271,10 @@ def main(argv=None) -> int:
         if args.rows:
             print(out.dropna(subset=["measured_step"])[["id", "stage", "measured_step", "pred_step", "step_ape",
                                                           "fits"]].to_string(index=False))
+        if args.phases:
+            cols = [c for n in (*PHASES, "update_actor") for c in (f"{n}_s", f"{n}_pred_s") if c in out]
+            print(out.dropna(subset=cols[:1])[["id", "measured_step", "pred_step", *cols]].to_string(
+                index=False, float_format=lambda x: f"{x:.0f}"))
         if args.why:
             print(out[out["why"] != ""][["id", "why"]].to_string(index=False))
     if args.csv:

@@ -68,6 +68,7 @@ def test_stage_names_of_runs_files():
     assert read_stage("GRPO") == ("grpo", "")
     stage, note = read_stage("dapo")
     assert stage == "grpo" and "dynamic sampling" in note
+    assert [read_stage(s)[0] for s in ("GSPO", "dr-grpo", "reinforce++", "ipo")] == ["grpo", "grpo", "grpo", "dpo"]
     for name in ("rm", "online-dpo", "xpo", "nash-md", "gkd"):  # the TRL stages runs files name
         assert read_stage(name) == (name, "")
     with pytest.raises(InputError, match="unknown stage 'sfft'"):

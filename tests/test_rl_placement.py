@@ -11,6 +11,7 @@ import tuneplan
 from tuneplan.configs import read_configs
 from tuneplan.errors import InputError
 from tuneplan.physics import stages as ps
+from tuneplan.physics.constants import DEFAULT_CONSTANTS
 from tuneplan.specs.job import make_job
 
 DATA = Path(__file__).parent / "data" / "rl"
@@ -50,6 +51,52 @@ def test_generation_follows_the_engine_not_the_training_layout():
     two = _est(**VLLM, rollout_tp=2, gpu_memory_utilization=0.9).step_breakdown_s
     assert two["rollout_prefill"] == pytest.approx(one["rollout_prefill"], rel=0.1)
     assert two["rollout_decode"] < one["rollout_decode"]  # the weights are read once per 2 GPUs
+
+
+def test_engine_tp_allreduces_by_hand():
+    c = DEFAULT_CONSTANTS
+    lat, eff = c.comm_latency_s, c.comm_efficiency
+    # 100 tokens x hidden 1000 x 2 bytes = 2e5 bytes over tp 4 in a node of 8: 2 x 3/4 of them over NVLink
+    # and vLLM's custom all-reduce's 2 latencies; 2 all-reduces per layer x 10 layers
+    assert ps.engine_tp_allreduce_s(100, 10, 1000, 2, 4, 8, 1e11, 1e10, c) == pytest.approx(
+        20 * (3e5 / (1e11 * eff) + 2 * lat))
+    assert ps.engine_tp_allreduce_s(100, 10, 1000, 2, 1, 8, 1e11, 1e10, c) == 0.0  # one GPU: none
+    # tp 16 over 2 nodes of 8, NCCL: the node's ring of 8, then each GPU's 1/8 all-reduced across the 2 nodes
+    assert ps.engine_tp_allreduce_s(100, 10, 1000, 2, 16, 8, 1e11, 1e10, c) == pytest.approx(
+        20 * (2 * 7 / 8 * 2e5 / (1e11 * eff) + 14 * lat + 2 * 1 / 2 * 2.5e4 / (1e10 * eff) + 2 * lat))
+
+
+def test_engine_pays_its_allreduces_every_decode_step(monkeypatch):
+    # 512 completions of 256 tokens on 4 engines of tp 2 in one wave: each decode step pays one forward's
+    # all-reduces, the prefill one more per wave
+    kw = dict(VLLM, rollout_tp=2, gpu_memory_utilization=0.9)
+    monkeypatch.setattr(ps, "engine_tp_allreduce_s", lambda *a: 0.0)
+    free = _est(**kw).step_breakdown_s
+    monkeypatch.setattr(ps, "engine_tp_allreduce_s", lambda *a: 1e-3)
+    paid = _est(**kw)
+    assert paid.to_dict()["stage"]["rollout_waves"] == 1
+    assert paid.step_breakdown_s["rollout_decode"] - free["rollout_decode"] == pytest.approx(256 * 1e-3)
+    assert paid.step_breakdown_s["rollout_prefill"] - free["rollout_prefill"] == pytest.approx(1e-3)
+
+
+def test_engine_kv_cache_per_gpu_by_hand():
+    from tuneplan.estimators.rl_stages import generation
+    from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.catalog import resolve_model
+    from tuneplan.specs.gpu import resolve_gpu
+
+    g = resolve_gpu(GPU)
+
+    def kv(model, tp, gpus=8):
+        m, job = resolve_model(model), make_job(**{**VLLM, "rollout_tp": tp, "gpus": gpus})
+        a = build_arrays([(m, g, job, 512)], DEFAULT_CONSTANTS)
+        return generation(a, m, g, job, 512, 256, 256, DEFAULT_CONSTANTS)["kv_tok"]
+
+    full = 28 * 2 * 4 * 128 * 2  # Qwen2.5-7B: 28 layers x K, V x 4 KV heads x 128 x 2 bytes per token
+    assert kv("Qwen/Qwen2.5-7B", 1) == full and kv("Qwen/Qwen2.5-7B", 4) == full / 4
+    assert kv("Qwen/Qwen2.5-7B", 8) == full / 4  # 4 KV heads on 8 ranks: each holds one
+    # DeepSeek-V3's MLA: the compressed latent (512 + 64 rope) x 61 layers x 2 bytes, on every rank
+    assert kv("deepseek-ai/DeepSeek-V3", 32, gpus=32) == 576 * 61 * 2
 
 
 def test_engine_decodes_max_num_seqs_at_once():

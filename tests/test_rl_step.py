@@ -5,6 +5,7 @@ several optimizer steps per batch of rollouts with the old-policy log-prob pass.
 from __future__ import annotations
 
 import pytest
+from tests.conftest import REPO, reference_dir
 
 import tuneplan
 from tuneplan.errors import InputError
@@ -138,3 +139,24 @@ def test_verl_megatron_profile_is_megatron_core_with_fp32_grads():
     assert resolve_framework("verl-mcore") == "verl-megatron"
     assert v.distributed_optimizer and v.grad_buffers and v.cross_entropy == m.cross_entropy
     assert v.fp32_grads and not m.fp32_grads and not v.tp_comm_overlap and not v.grad_ckpt
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="shared reference runs not beside the checkout")
+def test_rl_benchmark_reads_the_rows_as_their_frameworks_run():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rl_by_source", REPO / "benchmarks" / "rl_by_source.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.evaluate([reference_dir() / "verl.csv", reference_dir() / "trl-docs.csv"]).set_index("id")
+    # DeepSeek-V3 on 96 GPUs at tp 8 x pp 12 x ep 8: only expert tensor parallel 1 fits its 8 tp x dp ranks
+    # (verl's expert_tensor_parallel_size), so it answers; rows with no GPU or no group say why
+    assert out.loc["verl-23", "why"] == "" and out.loc["verl-23", "pred_step"] > 0
+    assert "names no GPU" in out.loc["trl-docs-1", "why"]
+    assert out.loc["verl-19", "why"].startswith("InputError: group_size: not stated")
+    # verl's phase timers from the notes beside the parts that cost them: verl-1 times gen 357.41 s,
+    # old_log_prob 107.71 s and update_actor 269.80 s; the predicted phases and the refit make the step
+    v1 = out.loc["verl-1"]
+    assert (v1["gen_s"], v1["old_log_prob_s"], v1["update_actor_s"]) == (357.41, 107.71, 269.80)
+    assert v1["gen_pred_s"] + v1["old_log_prob_pred_s"] + v1["update_actor_pred_s"] == pytest.approx(
+        v1["pred_step"], rel=1e-3)

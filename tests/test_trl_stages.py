@@ -71,7 +71,7 @@ def test_online_generation_by_hand(stage, call_batch, passes):
     m, g = resolve_model(MODEL), resolve_gpu(GPU)
     job = make_job(method="full", gpus=8, micro_batch=8 * trained, seq_len=512, stage="grpo")
     a = build_arrays([(m, g, job, 512 + 64)], c)
-    one = generation(a, g, job, prompts * call_batch, 512, 64, c)
+    one = generation(a, m, g, job, prompts * call_batch, 512, 64, c)
     assert bd["rollout_decode"] == pytest.approx(passes * one["decode_s"], rel=1e-9)
     assert bd["rollout_prefill"] == pytest.approx(passes * one["prefill_s"], rel=1e-9)
     assert bd["reference_forward"] > 0  # beta 0.1: the reference over every trained sequence
@@ -117,7 +117,7 @@ def test_gkd_step_by_hand():
     assert float(run.arrays["seq_len"][0]) == seq
     # the student's generation: one call per micro-step of its 4 samples, on half the micro-steps (lmbda 0.5)
     a = build_arrays([(m, g, job, seq)], c)
-    one = generation(a, g, job, 4 * 8, 256, 128, c)
+    one = generation(a, m, g, job, 4 * 8, 256, 128, c)
     assert float(out["rollout_decode_s"][0]) == pytest.approx(one["decode_s"] * 2 * 0.5, rel=1e-9)
     assert float(one["batch"]) == 4  # HF generate: each GPU its micro-batch
     # the teacher's no-grad forward over every sequence, and its frozen weights in memory

@@ -19,6 +19,7 @@ from tuneplan.estimators.stage_run import (
     search_micro_batch,
 )
 from tuneplan.physics import stages as ps
+from tuneplan.physics.architecture import kv_cache_bytes_per_token
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
 from tuneplan.physics.ops import efficiency
 from tuneplan.specs.gpu import GPUSpec
@@ -96,14 +97,19 @@ def _engine(a: dict, gspec: GPUSpec, jspec: JobSpec, c) -> dict:
             "weights": full / (tp * pp), "full": full, "share": share, "cap": cap, "pbytes": pbytes}
 
 
-def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c,
+def generation(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c,
                longest: int | None = None) -> dict:
     """Prefill, decode (to the mean length, then the tail to the longest), refit and memory of one
-    step's rollouts. The step's completions share the engines; an engine's weights, KV cache and FLOPs
-    split over its GPUs, each GPU computing at the SFT efficiency curve's rate."""
+    step's rollouts. The step's completions share the engines; an engine's weights and FLOPs split over
+    its GPUs, each GPU computing at the SFT efficiency curve's rate. The KV cache is the model's own
+    (architecture.kv_cache_bytes_per_token: MLA's compressed latent, sliding windows, Mamba states),
+    its layers split over the pipeline and its KV heads over tensor parallel: a rank holds at least one
+    head (vLLM replicates KV heads fewer than its tp; MLA's latent is one, on every rank)."""
     e = _engine(a, gspec, jspec, c)
     vllm, split = e["vllm"], e["split"]
-    kv_tok = first_value(ps.kv_bytes_per_token(a["attn_layers"], a["kv_dim"], e["pbytes"])) / split
+    tp = e["tp"] if vllm else first_value(a["tp"])
+    heads = 1 if mspec.is_mla else max(mspec.n_kv_heads, 1)
+    kv_tok = kv_cache_bytes_per_token(mspec, prompt + completion, e["pbytes"]) / (split / tp * min(tp, heads))
     batch = n / e["engines"]
     waves = 1
     if vllm:
@@ -113,11 +119,17 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
         waves = max(1, math.ceil(need / kv_room), seqs) if kv_room > 0 else 0
     bw = gspec.memory_bandwidth_gbs * 1e9 * c.bandwidth_efficiency
     wave_batch = batch / max(waves, 1)
+
+    def allreduce(tokens: float) -> float:  # a vLLM engine's tensor-parallel all-reduces over one forward
+        return first_value(ps.engine_tp_allreduce_s(tokens, a["n_layers"], a["hidden"], e["pbytes"], e["tp"] or 1,
+                                                    jspec.gpus_per_node, a["intra_bw"], a["inter_bw"], c))
+
     t_prefill = first_value(ps.prefill_s(_forward_flops_per_token(a, prompt * c.causal_fraction_flash) / split,
-                                         batch * prompt, _rate(a, wave_batch * prompt)))
-    overhead = 0.0
+                                         batch * prompt, _rate(a, wave_batch * prompt))) + max(waves, 1) * allreduce(
+        wave_batch * prompt)
+    overhead = allreduce(wave_batch)  # every decode step's, latency-bound
     if not vllm:
-        overhead = ps.hf_decode_overhead_s(first_value(a["n_layers"]), c.kernel_launch_s) + first_value(
+        overhead += ps.hf_decode_overhead_s(first_value(a["n_layers"]), c.kernel_launch_s) + first_value(
             a["adapted_modules"]) * c.lora_kernels_per_module * c.kernel_launch_s
     traffic = ps.VLLM_KV_CACHE_TRAFFIC if vllm else ps.HF_KV_CACHE_TRAFFIC
     ceiling = _rate(a, DECODE_CEILING_TOKENS)
@@ -140,8 +152,9 @@ def generation(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, com
         t_sync = first_value(ps.weight_sync_s(e["full"], (inter if e["server"] and jspec.nodes > 1 else intra)
                                               * c.comm_efficiency))
     kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + max(completion, longest or 0), kv_tok)
-    return {**e, "prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync, "waves": waves,
-            "kv_hf_bytes": kv_hf, "batch": batch, "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0}
+    return {**e, "kv_tok": kv_tok, "prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync,
+            "waves": waves, "kv_hf_bytes": kv_hf, "batch": batch,
+            "engine_bytes": e["share"] * e["cap"] if vllm and not e["server"] else 0.0}
 
 
 def _lengths(jspec: JobSpec, default: int) -> tuple[int, int | None]:
@@ -174,10 +187,9 @@ def mini_batches(out: dict, minis: int, micro_steps: int, even: bool = True) -> 
         out["step_s"] = out["step_s"] + more
 
 
-def _server_memory(gen: dict, a: dict, seq: int, c) -> dict[str, float]:
+def _server_memory(gen: dict, seq: int, c) -> dict[str, float]:
     """A vLLM server GPU's memory: what it reserves and what the step's rollouts need (GiB)."""
-    used = gen["weights"] + ps.kv_cache_bytes(gen["batch"], seq, first_value(ps.kv_bytes_per_token(
-        a["attn_layers"], a["kv_dim"], a["weight_bytes_compute"])) / gen["split"])
+    used = gen["weights"] + ps.kv_cache_bytes(gen["batch"], seq, gen["kv_tok"])
     return {"rollout_memory_per_gpu_gib": (gen["share"] * gen["cap"]
                                            + c.cuda_context_gib * BYTES_PER_GIB) / BYTES_PER_GIB,
             "rollout_needed_gib": used / BYTES_PER_GIB}
@@ -244,11 +256,11 @@ def _online_job(jspec: JobSpec, group: int) -> tuple[JobSpec, int]:
     return jspec.updated(micro_batch=jspec.micro_batch * trained), trained
 
 
-def _calls(a: dict, gspec: GPUSpec, jspec: JobSpec, n: int, *rest) -> dict:
+def _calls(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int, *rest) -> dict:
     """A step's generation as its generate calls run it: one call of every trained sequence (GRPO-style),
     or an online stage's calls (XPO's reference call, Nash-MD's mixture running two models per token)."""
     per_call, passes = ps.online_generation_scale(jspec.stage)
-    gen = generation(a, gspec, jspec, round(n * per_call), *rest)
+    gen = generation(a, mspec, gspec, jspec, round(n * per_call), *rest)
     return {**gen, **{k: gen[k] * passes for k in ("prefill_s", "decode_s", "tail_s")}}
 
 
@@ -275,7 +287,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     for k in POLICY_PARTS + ("step_s", "compute_s", "communication_total_s"):
         if k in out:
             out[k] = out[k] * epochs
-    gen = _calls(a, gspec, jspec, n, prompt_len, completion, c, longest)
+    gen = _calls(a, mspec, gspec, jspec, n, prompt_len, completion, c, longest)
     if gen["vllm"] and gen["waves"] == 0:
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
                          f"weights at rollout tp {gen['tp']}: shard them with a larger --rollout-tp, a larger "
@@ -345,7 +357,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
             res.warnings.append(f"the critic needs {first_value(value['nvidia_smi_gib']):.1f} GiB per GPU on its "
                                 f"{jspec.critic_gpus} GPUs: it does not fit {gspec.name}")
     if gen["server"]:
-        res.extra["stage"].update(_server_memory(gen, a, seq, c))
+        res.extra["stage"].update(_server_memory(gen, seq, c))
     if gen["waves"] > 1:
         res.warnings.append(f"an engine holds {1 / gen['waves']:.0%} of its share of the step's {n} completions at "
                             f"once (its KV-cache room, or --max-num-seqs): generation runs in {gen['waves']} waves, "
@@ -407,7 +419,9 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
             where = where.split(" (")[0] + f" (share {jspec.gpu_memory_utilization:g}, --gpu-memory-utilization)"
         out.append(f"Rollouts on vLLM, {layout}, on {where}: prefill from FLOPs and decode from memory bandwidth, "
                    f"both split over an engine's GPUs (weights once per decode step, the KV cache "
-                   f"{ps.VLLM_KV_CACHE_TRAFFIC:g}x per token), CUDA graphs (no launch overhead). Refit after every "
+                   f"{ps.VLLM_KV_CACHE_TRAFFIC:g}x per token), CUDA graphs (no launch overhead); an engine of "
+                   f"tensor parallel > 1 waits for {ps.ENGINE_TP_ALLREDUCES_PER_LAYER:g} all-reduces per layer in "
+                   "every forward (each decode step's latency-bound). Refit after every "
                    "step: the full merged weights gathered over NVLink (colocated, or one node) or broadcast over "
                    "the network (engines on other nodes).")
     else:
@@ -482,7 +496,7 @@ def gkd_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len:
     ta = build_arrays([(teacher, gspec, jspec.training_job(jspec.gpus, method="full", quant=None, stage="sft"),
                         seq)], c)
     t_teacher = forward_only(dict(est.predict_arrays(ta)), ta)
-    gen = generation(a, gspec, jspec, jspec.micro_batch * first_value(a["dp"]), prompt_len, completion, c)
+    gen = generation(a, mspec, gspec, jspec, jspec.micro_batch * first_value(a["dp"]), prompt_len, completion, c)
     if gen["vllm"] and gen["waves"] == 0:
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
                          "weights: a larger --gpu-memory-utilization, a larger GPU, or --rollout-engine hf")

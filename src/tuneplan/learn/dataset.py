@@ -87,7 +87,7 @@ def _get(row: dict, key: str) -> Any:
 
 
 def parse_sharding(text: str | None) -> dict[str, Any]:
-    """'ddp+tp4+pp8+cp2', 'fsdp-full+cpu-offload' (or '+offload'), 'zero3+sp8', 'tp8+optim-offload'
+    """'ddp+tp4+pp8+cp2' (ep, etp alike), 'fsdp-full+cpu-offload' (or '+offload'), 'zero3+sp8', 'tp8+optim-offload'
     (Megatron's optimizer_cpu_offload: master weights and moments on the host) -> JobSpec fields."""
     out: dict[str, Any] = {"sharding": "ddp"}
     if not text:
@@ -95,7 +95,7 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
     parts = [p.strip().lower() for p in str(text).split("+") if p.strip()]
     offload = "cpu-offload" in parts or "offload" in parts
     for p in parts:
-        m = re.fullmatch(r"(tp|pp|cp|ep|sp)(\d+)", p)
+        m = re.fullmatch(r"(tp|pp|cp|ep|etp|sp)(\d+)", p)
         if m:
             kind, n = m.group(1), int(m.group(2))
             out["cp" if kind == "sp" else kind] = n

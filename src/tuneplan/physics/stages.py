@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tuneplan.physics.parallel import hierarchical_allreduce_parts
+
 # ---- TRL defaults (trl 1.16.0: trl/trainer/*_config.py) ------------------------------------------
 GRPO_GROUP_SIZE = 8
 """Completions per prompt, GRPO (count): trl GRPOConfig.num_generations default."""
@@ -145,11 +147,6 @@ def completions_per_step(prompts_per_step, group_size):
     return prompts_per_step * group_size
 
 
-def kv_bytes_per_token(attention_layers, kv_dim, bytes_per_element):
-    """KV-cache bytes one token adds: K and V (2) x attention layers x KV width x bytes."""
-    return 2.0 * attention_layers * kv_dim * bytes_per_element
-
-
 def kv_cache_bytes(batch, context, kv_per_token):
     """KV cache of a generation batch at its longest context (bytes)."""
     return batch * context * kv_per_token
@@ -222,6 +219,33 @@ def hf_decode_overhead_s(n_layers, kernel_launch_s):
     """Per-token launch overhead of eager HF generate (s): kernels per layer x layers x launch time.
     vLLM replays CUDA graphs: none."""
     return HF_DECODE_KERNELS_PER_LAYER * n_layers * kernel_launch_s
+
+
+ENGINE_TP_ALLREDUCES_PER_LAYER = 2.0
+"""All-reduces one decoder layer's forward runs in a tensor-parallel inference engine (count): after the
+attention's output projection and after the MLP's down projection (or the MoE's combine), both
+row-parallel with their results reduced (vllm model_executor/models/llama.py: LlamaAttention.o_proj,
+LlamaMLP.down_proj, RowParallelLinear reduce_results=True; Shoeybi et al., 'Megatron-LM', 2019, Sec. 3)."""
+
+
+CUSTOM_ALLREDUCE_LATENCY_STEPS = 2.0
+"""Latencies of one all-reduce inside a node in vLLM (count): its custom all-reduce has every rank read
+its peers' buffers over NVLink between two barriers, whatever the tp (vllm/distributed/
+device_communicators/custom_all_reduce.py, csrc/custom_all_reduce.cuh one-shot / two-shot); an engine
+spanning nodes falls back to NCCL's ring."""
+
+
+def engine_tp_allreduce_s(tokens, n_layers, hidden, bytes_per_element, tp, gpus_per_node, intra_bw, inter_bw, c):
+    """Tensor-parallel all-reduces of one engine forward over `tokens` tokens (s): 2 per layer of the
+    tokens' hidden states over the engine's tp GPUs. Inside a node: the ring's bytes (2 (tp - 1)/tp of
+    them) over NVLink and vLLM's custom all-reduce's 2 latencies; across nodes NCCL's ring, hierarchical
+    (parallel.hierarchical_allreduce_parts), each ring step paying its latency. A decode step moves a
+    few kB per all-reduce, so the latencies rule it. None at tp 1."""
+    b_in, _, t_in, t_out = hierarchical_allreduce_parts(tokens * hidden * bytes_per_element, tp, gpus_per_node,
+                                                        intra_bw, inter_bw, c)
+    if tp <= gpus_per_node:
+        t_in = (b_in / (intra_bw * c.comm_efficiency) + CUSTOM_ALLREDUCE_LATENCY_STEPS * c.comm_latency_s) * (tp > 1)
+    return ENGINE_TP_ALLREDUCES_PER_LAYER * n_layers * (t_in + t_out)
 
 
 def weight_sync_s(weight_bytes, bandwidth):

@@ -82,6 +82,12 @@ STAGE_ALIASES: dict[str, tuple[str, str]] = {
                      "gradient on group-relative advantages, no value model) with dynamic sampling: groups whose "
                      "rewards are all equal are dropped and more prompts are generated until the batch is full, "
                      "so generation per step can exceed GRPO's (verl recipe/dapo, the DAPO paper, 2503.14476)"),
+    "gspo": ("grpo", "GSPO is GRPO's passes with a sequence-level importance ratio in the clipped loss (2507.18071; "
+                     "verl policy_loss.loss_mode gspo)"),
+    "dr-grpo": ("grpo", "Dr. GRPO is GRPO without the length and std normalisations of the advantage (2503.20783)"),
+    "reinforce++": ("grpo", "REINFORCE++ is PPO's clipped loss with no value model and globally normalised "
+                            "advantages: GRPO's passes (OpenRLHF advantage_estimator reinforce, 2501.03262)"),
+    "ipo": ("dpo", "IPO is DPO's passes with a squared loss on the log-ratio margin (TRL DPOConfig loss_type ipo)"),
 }
 """Stage names of runs files (reference/SCHEMA.md "Stage columns") that are a modelled stage's computation
 under another name: the modelled stage and why."""
