@@ -266,46 +266,6 @@ def test_fuzzed_files_are_read_or_refused_in_one_line(tmp_path_factory, rows, ju
         assert json.loads(out.getvalue())["examples"] >= 1
 
 
-def test_columnar_counts_equal_the_row_by_row_counts(tmp_path, monkeypatch):
-    """The character approximation on whole Arrow batches gives the row path's counts exactly: chat turns
-    with a system turn, turns after the last assistant one, non-ASCII text; prompt/completion; text."""
-    import random
-
-    import pandas as pd
-
-    import tuneplan.corpus.columnar as columnar
-
-    rng = random.Random(1)
-
-    def words(k):
-        return " ".join(rng.choice(["tok", "été", "数据", "a", "longer-word", ""]) for _ in range(k))
-
-    chat = []
-    for _ in range(300):
-        turns = [{"role": "system", "content": words(rng.randrange(3))}] if rng.random() < 0.5 else []
-        for _ in range(rng.randrange(1, 4)):
-            turns += [{"role": "user", "content": words(rng.randrange(1, 30))},
-                      {"role": "assistant", "content": words(rng.randrange(0, 60))}]
-        if rng.random() < 0.2:
-            turns.append({"role": "user", "content": words(5)})  # after the last assistant turn: dropped
-        chat.append({"messages": turns})
-    pc = [{"prompt": words(rng.randrange(0, 20)), "completion": words(rng.randrange(1, 50))} for _ in range(300)]
-    text = [{"text": words(rng.randrange(0, 80))} for _ in range(300)]
-    files = [write_jsonl(tmp_path / "chat.jsonl", chat), write_jsonl(tmp_path / "pc.jsonl", pc), tmp_path / "t.parquet"]
-    pd.DataFrame(text).to_parquet(files[2])
-    whole = [summarise(f) for f in files]
-    calls = []
-    real_counts = columnar.char_counts
-    monkeypatch.setattr(columnar, "char_counts", lambda *a: calls.append(real_counts(*a)))  # always None
-    rows = [summarise(f) for f in files]
-    assert all(c is not None for c in calls)  # the whole-batch path did apply to these files
-    for a, b in zip(whole, rows, strict=True):
-        assert a.shape == b.shape
-        assert a.prompt.tolist() == b.prompt.tolist()
-        assert a.length.tolist() == b.length.tolist()
-        assert a.real.tolist() == b.real.tolist()
-
-
 def test_long_csv_with_a_bad_row_far_in(tmp_path):
     """The csv module's fallback over more rows than one batch (row numbers kept across batches)."""
     p = tmp_path / "long.csv"

@@ -302,12 +302,10 @@ def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
 
 
 def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows: bool = False,
-             state: ReadState | None = None, columnar=None) -> Iterator[tuple[Any, int]]:
+             state: ReadState | None = None) -> Iterator[tuple[list[Example], int]]:
     """The file's rows as batches of Examples (with the progress units read so far). A bad row (not valid
     JSON, a missing field, a non-text value) is an InputError naming the file, the row and the field,
-    unless `skip_bad_rows`: then it is counted in `state` and left out. An empty file is an InputError.
-    `columnar(batch, shape)`: counts of a whole pyarrow batch, or None; where it gives them, they are
-    yielded (a tuple of arrays) in place of the batch's Examples."""
+    unless `skip_bad_rows`: then it is counted in `state` and left out. An empty file is an InputError."""
     p = Path(path)
     if not p.exists():
         raise InputError("data", f"{p}: no such file or folder")
@@ -317,16 +315,7 @@ def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows
         raise InputError("data-format", f"unknown shape '{shape}'", SHAPES)
     st.shape = shape or ""
     for first, rows, read in row_batches(p, st):
-        if not isinstance(rows, list):  # a pyarrow batch: counted whole where it can be
-            if not st.shape and rows.num_rows:
-                st.shape = detect_shape([k for k, v in rows.slice(0, 1).to_pylist()[0].items() if v is not None],
-                                        str(p))
-            counts = columnar(rows, st.shape) if columnar is not None and st.shape else None
-            if counts is not None:
-                st.rows += rows.num_rows
-                yield counts, read
-                continue
-            rows = rows.to_pylist()
+        rows = rows if isinstance(rows, list) else rows.to_pylist()  # a pyarrow batch
         yield _examples_of(p, st, first, rows, skip_bad_rows), read
     if st.rows - st.bad_rows == 0:
         raise InputError("data", f"{p}: no rows" + (f" that could be read ({st.bad_rows} bad)" if st.bad_rows else ""))

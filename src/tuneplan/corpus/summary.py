@@ -11,7 +11,7 @@ from typing import Any
 
 from tuneplan.corpus.collate import Collation
 from tuneplan.corpus.read import ReadState, examples, file_kind
-from tuneplan.corpus.tokens import CHARS_PER_TOKEN, CharCounter, TokenCounter, token_counter
+from tuneplan.corpus.tokens import TokenCounter, token_counter
 
 PROGRESS_MIN_BYTES = 32 << 20
 """A progress bar (stderr, only on a terminal) for reads of more than 32 MiB."""
@@ -99,22 +99,12 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
     counter = counter or token_counter(tokenizer)
     state = ReadState(str(p), file_kind(p) if p.exists() else "")
     counts = []  # (prompt, length, real) arrays of each batch
-    columnar = None
-    if isinstance(counter, CharCounter):  # whole Arrow batches, no Python row objects
-        from tuneplan.corpus.columnar import char_counts
-
-        def columnar(batch, shape):
-            return char_counts(batch, shape, CHARS_PER_TOKEN)
-
-    gen = examples(p, shape, skip_bad_rows=skip_bad_rows, state=state, columnar=columnar)
+    gen = examples(p, shape, skip_bad_rows=skip_bad_rows, state=state)
     bar = _progress(total_units(p, state.kind)) if p.exists() else None
     with bar if bar is not None else contextlib.nullcontext():
         task = bar.add_task("read", total=total_units(p, state.kind)) if bar else None
         for batch, read in gen:
-            if isinstance(batch, tuple):  # counted whole (tuneplan.corpus.columnar)
-                counter.plain_chat = counter.plain_chat or state.shape == "chat"
-                counts.append(batch)
-            elif batch:
+            if batch:
                 counts.append(counter.count(batch))
             if bar is not None:
                 bar.update(task, completed=read)
