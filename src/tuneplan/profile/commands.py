@@ -247,8 +247,8 @@ def _print_curve(res: Any, budget: float) -> None:
                       "-" if p.loo_error is None else f"{100 * p.loo_error:.1f}%")
     console = Console()
     console.print(table)
-    why = {"budget": "budget spent", "target": "target error reached", "exhausted": "every configuration measured",
-           "max-runs": "run limit"}.get(res.stop_reason, res.stop_reason)
+    why = {"budget": "budget spent", "target": "target error reached",
+           "exhausted": "every configuration measured"}[res.stop_reason]
     console.print(f"stopped: {why} ({res.spent_s:.1f} s of {budget:.0f} s)")
 
 
