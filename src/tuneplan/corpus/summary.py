@@ -3,14 +3,13 @@ histogram, and what the collator does with it, as text (a terminal chart) or a d
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuneplan.corpus.collate import Collation
-from tuneplan.corpus.read import ReadState, examples, file_kind
+from tuneplan.corpus.read import ReadState, examples, file_kind, total_units
 from tuneplan.corpus.tokens import TokenCounter, token_counter
 
 PROGRESS_MIN_BYTES = 32 << 20
@@ -76,14 +75,12 @@ class DataSummary:
 
 
 def _progress(total: int):
-    """A rich progress bar on stderr when stderr is a terminal and the read is long, else None."""
-    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-        return None
+    """A rich progress bar on stderr, shown when stderr is a terminal and the read is long."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-    return Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                    console=Console(stderr=True), transient=True)
+    return Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=Console(stderr=True),
+                    transient=True, disable=total < PROGRESS_MIN_BYTES or not sys.stderr.isatty())
 
 
 def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: str | None = None,
@@ -93,21 +90,18 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
 
     import numpy as np
 
-    from tuneplan.corpus.read import total_units
-
     p = Path(path)
     counter = counter or token_counter(tokenizer)
     state = ReadState(str(p), file_kind(p) if p.exists() else "")
     counts = []  # (prompt, length, real) arrays of each batch
     gen = examples(p, shape, skip_bad_rows=skip_bad_rows, state=state)
-    bar = _progress(total_units(p, state.kind)) if p.exists() else None
-    with bar if bar is not None else contextlib.nullcontext():
-        task = bar.add_task("read", total=total_units(p, state.kind)) if bar else None
+    units = total_units(p, state.kind) if p.exists() else 0
+    with _progress(units) as bar:
+        task = bar.add_task("read", total=units)
         for batch, read in gen:
             if batch:
                 counts.append(counter.count(batch))
-            if bar is not None:
-                bar.update(task, completed=read)
+            bar.update(task, completed=read)
     prompt, length, real = (np.concatenate(xs) for xs in zip(*counts, strict=True)) if counts \
         else np.zeros((3, 0), np.int64)
     return DataSummary(path=str(p), kind=state.kind, shape=state.shape, tokens_source=counter.describe(),
