@@ -1,11 +1,11 @@
 """Reading a dataset file in batches of rows, and each row's shape: what is prompt (not trained on) and
 what is completion (trained on).
 
-Files: JSONL (pyarrow's streaming JSON reader; a row pyarrow cannot parse is found again line by line,
-so its row number is exact), CSV (pyarrow's streaming CSV reader), Parquet (row groups in batches), a
-JSON file holding one list of rows (read whole: a JSON list cannot be streamed), and a folder written by
-`datasets.Dataset.save_to_disk` (memory-mapped Arrow; a DatasetDict's `train` split). Rows are numbered
-from 1, the first data row of a CSV file being row 1 (the header is not a row).
+Files: JSONL (a line at a time, each parsed by the json module: its values keep their own types), CSV
+(the csv module: every cell is text), Parquet (row groups in batches), a JSON file holding one list of
+rows (read whole: a JSON list cannot be streamed), and a folder written by `datasets.Dataset.save_to_disk`
+(memory-mapped Arrow; a DatasetDict's `train` split). Rows are numbered from 1, blank JSONL lines left
+out, the first data row of a CSV file being row 1 (the header is not a row).
 
 Shapes (`--data-format`, else detected from the columns of the first rows):
   text               {"text": ...}: all trained on
@@ -32,9 +32,7 @@ from tuneplan.errors import InputError
 
 SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
 BATCH_ROWS = 4096
-"""Rows handed on per batch (pyarrow's readers choose their own block sizes; this bounds a JSON list's)."""
-JSON_BLOCK_BYTES = 8 << 20
-"""pyarrow's JSONL block: 8 MiB of text per parsed batch (bounded memory whatever the file size)."""
+"""Rows handed on per batch (bounded memory whatever the file size)."""
 ROLE_NAMES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
               "bot": "assistant", "system": "system", "tool": "tool", "function": "tool", "observation": "tool"}
 """ShareGPT's `from` names to chat roles."""
@@ -178,12 +176,9 @@ def _chunks(rows: Iterator[tuple[int, Any, int]]) -> Iterator[tuple[int, list, i
         yield chunk[0][0], [row for _, row, _ in chunk], chunk[-1][2]
 
 
-def _jsonl_rows(f: Any, start_row: int) -> Iterator[tuple[int, Any, int]]:
-    """(row number, parsed object or BadRow, bytes read) of each non-blank line from `start_row` on."""
-    lines = (line for line in f if line.strip())
-    for row, line in enumerate(lines, start=1):
-        if row < start_row:
-            continue
+def _jsonl_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
+    """(row number, parsed object or BadRow, bytes read) of each non-blank line."""
+    for row, line in enumerate((line for line in f if line.strip()), start=1):
         try:
             obj = json.loads(line)
         except ValueError as exc:
@@ -191,48 +186,20 @@ def _jsonl_rows(f: Any, start_row: int) -> Iterator[tuple[int, Any, int]]:
         yield row, obj if isinstance(obj, (dict, BadRow)) else BadRow(f"a JSON {type(obj).__name__}, not an object"), f.tell()
 
 
-def _csv_rows(f: Any, start_row: int) -> Iterator[tuple[int, Any, int]]:
-    """(row number, dict or BadRow, bytes read) of each record from `start_row` on, read by the csv
-    module (a record of the wrong width is a bad row)."""
+def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
+    """(row number, dict or BadRow, bytes read) of each record (a record of the wrong width is a bad row)."""
     reader = csv.reader(line.decode("utf-8", "replace") for line in f)
     header = next(reader, None) or []
+    if header:
+        header[0] = header[0].removeprefix("\ufeff")  # a byte-order mark
     for row, rec in enumerate(reader, start=1):
-        if row >= start_row:
-            yield row, (dict(zip(header, rec, strict=True)) if len(rec) == len(header)
-                        else BadRow(f"{len(rec)} fields, the header has {len(header)}")), f.tell()
+        yield row, (dict(zip(header, rec, strict=True)) if len(rec) == len(header)
+                    else BadRow(f"{len(rec)} fields, the header has {len(header)}")), f.tell()
 
 
-def _streamed(path: Path, open_reader, row_reader) -> Iterator[tuple[int, Any, int]]:
-    """pyarrow's streaming reader over the file, as (first row, record batch, bytes read); where it fails
-    (a bad line, a field changing type) the rest of the file is read by `row_reader`, which finds the
-    exact bad row."""
-    import pyarrow as pa
-
-    done = 0
+def _batches_lines(path: Path, row_reader) -> Iterator[tuple[int, list, int]]:
     with path.open("rb") as f:
-        try:
-            for batch in open_reader(f):
-                yield done + 1, batch, f.tell()
-                done += batch.num_rows
-            return
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            pass
-    with path.open("rb") as f:
-        yield from _chunks(row_reader(f, done + 1))
-
-
-def _batches_jsonl(path: Path) -> Iterator[tuple[int, Any, int]]:
-    import pyarrow.json as pj
-
-    options = pj.ReadOptions(block_size=JSON_BLOCK_BYTES, use_threads=True)
-    return _streamed(path, lambda f: pj.open_json(f, read_options=options), _jsonl_rows)
-
-
-def _batches_csv(path: Path) -> Iterator[tuple[int, Any, int]]:
-    import pyarrow.csv as pc
-
-    options = pc.ConvertOptions(strings_can_be_null=False)
-    return _streamed(path, lambda f: pc.open_csv(f, convert_options=options), _csv_rows)
+        yield from _chunks(row_reader(f))
 
 
 def _numbered(batches: Any, total_rows: int, units: int) -> Iterator[tuple[int, Any, int]]:
@@ -297,8 +264,9 @@ def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
     dicts or BadRows."""
     if state.kind == "arrow":
         return _batches_arrow(path, state)
-    readers = {"jsonl": _batches_jsonl, "csv": _batches_csv, "parquet": _batches_parquet, "json": _batches_json}
-    return readers[state.kind](path)
+    if state.kind in ("jsonl", "csv"):
+        return _batches_lines(path, _jsonl_rows if state.kind == "jsonl" else _csv_rows)
+    return {"parquet": _batches_parquet, "json": _batches_json}[state.kind](path)
 
 
 def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows: bool = False,
