@@ -202,15 +202,15 @@ def _batches_lines(path: Path, row_reader) -> Iterator[tuple[int, list, int]]:
         yield from _chunks(row_reader(f))
 
 
-def _numbered(batches: Any, total_rows: int, units: int) -> Iterator[tuple[int, Any, int]]:
-    """(first row, record batch, progress units) of pyarrow batches: `units` in all over `total_rows` rows."""
+def _numbered(batches: Any, total_rows: int, units: int) -> Iterator[tuple[int, list, int]]:
+    """(first row, row dicts, progress units) of pyarrow batches: `units` in all over `total_rows` rows."""
     done = 0
     for batch in batches:
-        yield done + 1, batch, units * (done + batch.num_rows) // max(1, total_rows)
+        yield done + 1, batch.to_pylist(), units * (done + batch.num_rows) // max(1, total_rows)
         done += batch.num_rows
 
 
-def _batches_parquet(path: Path) -> Iterator[tuple[int, Any, int]]:
+def _batches_parquet(path: Path) -> Iterator[tuple[int, list, int]]:
     import pyarrow.parquet as pq
 
     try:
@@ -238,7 +238,7 @@ def _batches_json(path: Path) -> Iterator[tuple[int, list, int]]:
                     size * (i + 1) // len(data)) for i, r in enumerate(data))
 
 
-def _batches_arrow(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
+def _batches_arrow(path: Path, state: ReadState) -> Iterator[tuple[int, list, int]]:
     """A save_to_disk folder's Dataset (a DatasetDict's train split, or its only one) in Arrow tables."""
     import datasets
 
@@ -259,9 +259,8 @@ def total_units(path: Path, kind: str) -> int:
     return 1_000_000 if kind == "arrow" else os.path.getsize(path)
 
 
-def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
-    """(first row number, rows, progress units read) per batch: a pyarrow batch, or a list whose rows are
-    dicts or BadRows."""
+def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, list, int]]:
+    """(first row number, rows, progress units read) per batch; each row a dict or a BadRow."""
     if state.kind == "arrow":
         return _batches_arrow(path, state)
     if state.kind in ("jsonl", "csv"):
@@ -283,7 +282,6 @@ def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows
         raise InputError("data-format", f"unknown shape '{shape}'", SHAPES)
     st.shape = shape or ""
     for first, rows, read in row_batches(p, st):
-        rows = rows if isinstance(rows, list) else rows.to_pylist()  # a pyarrow batch
         yield _examples_of(p, st, first, rows, skip_bad_rows), read
     if st.rows - st.bad_rows == 0:
         raise InputError("data", f"{p}: no rows" + (f" that could be read ({st.bad_rows} bad)" if st.bad_rows else ""))
