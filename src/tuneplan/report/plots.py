@@ -264,13 +264,11 @@ def plot_curve(result: Any, path: str | Path) -> Path:
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.grid(True, alpha=0.3)
     ax_m.axhline(result.memory_capacity_gib, color="#d62728", ls="--", lw=1.2)
-    if meas is not None:
-        t = meas.dropna(subset=["tokens_per_s"])
-        if len(t):
-            ax_t.scatter(t["micro_batch"], t["tokens_per_s"], marker="x", s=50, color="#ff7f0e", zorder=6)
-        m = meas.dropna(subset=["peak_mem_gib"])
-        if len(m):
-            ax_m.scatter(m["micro_batch"], m["peak_mem_gib"], marker="x", s=50, color="#ff7f0e", zorder=6)
+    if meas is not None:  # the measured runs over the predictions
+        for ax, col in ((ax_t, "tokens_per_s"), (ax_m, "peak_mem_gib")):
+            m = meas.dropna(subset=[col])
+            if len(m):
+                ax.scatter(m["micro_batch"], m[col], marker="x", s=50, color="#ff7f0e", zorder=6)
     common = [Line2D([], [], color="#1f77b4", lw=1.8, marker="o", ms=3, label="predicted, fits")]
     if (~fits).any():
         common.append(Line2D([], [], color="grey", lw=1.2, ls="--", label="predicted, out of memory"))
