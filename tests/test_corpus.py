@@ -147,10 +147,10 @@ def test_bad_tokenizer(tmp_path, sample):
     assert "no such file" in _error(sample["text_csv"], tokenizer=str(tmp_path / "none.json"))
 
 
-def test_jsonl_read_in_blocks_keeps_row_numbers(tmp_path, monkeypatch):
+def test_jsonl_read_in_batches_keeps_row_numbers(tmp_path, monkeypatch):
     import tuneplan.corpus.read as read
 
-    monkeypatch.setattr(read, "JSON_BLOCK_BYTES", 64)  # many pyarrow blocks, then a bad row far in
+    monkeypatch.setattr(read, "BATCH_ROWS", 16)  # many batches, then a bad row far in
     rows = [{"text": "w" * (i % 7 + 1)} for i in range(300)]
     p = tmp_path / "t.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"text": 3}\n')
@@ -266,48 +266,18 @@ def test_fuzzed_files_are_read_or_refused_in_one_line(tmp_path_factory, rows, ju
         assert json.loads(out.getvalue())["examples"] >= 1
 
 
-def test_columnar_counts_equal_the_row_by_row_counts(tmp_path, monkeypatch):
-    """The character approximation on whole Arrow batches gives the row path's counts exactly: chat turns
-    with a system turn, turns after the last assistant one, non-ASCII text; prompt/completion; text."""
-    import random
-
-    import pandas as pd
-
-    import tuneplan.corpus.columnar as columnar
-
-    rng = random.Random(1)
-
-    def words(k):
-        return " ".join(rng.choice(["tok", "été", "数据", "a", "longer-word", ""]) for _ in range(k))
-
-    chat = []
-    for _ in range(300):
-        turns = [{"role": "system", "content": words(rng.randrange(3))}] if rng.random() < 0.5 else []
-        for _ in range(rng.randrange(1, 4)):
-            turns += [{"role": "user", "content": words(rng.randrange(1, 30))},
-                      {"role": "assistant", "content": words(rng.randrange(0, 60))}]
-        if rng.random() < 0.2:
-            turns.append({"role": "user", "content": words(5)})  # after the last assistant turn: dropped
-        chat.append({"messages": turns})
-    pc = [{"prompt": words(rng.randrange(0, 20)), "completion": words(rng.randrange(1, 50))} for _ in range(300)]
-    text = [{"text": words(rng.randrange(0, 80))} for _ in range(300)]
-    files = [write_jsonl(tmp_path / "chat.jsonl", chat), write_jsonl(tmp_path / "pc.jsonl", pc), tmp_path / "t.parquet"]
-    pd.DataFrame(text).to_parquet(files[2])
-    whole = [summarise(f) for f in files]
-    calls = []
-    real_counts = columnar.char_counts
-    monkeypatch.setattr(columnar, "char_counts", lambda *a: calls.append(real_counts(*a)))  # always None
-    rows = [summarise(f) for f in files]
-    assert all(c is not None for c in calls)  # the whole-batch path did apply to these files
-    for a, b in zip(whole, rows, strict=True):
-        assert a.shape == b.shape
-        assert a.prompt.tolist() == b.prompt.tolist()
-        assert a.length.tolist() == b.length.tolist()
-        assert a.real.tolist() == b.real.tolist()
+def test_cells_keep_their_own_types(tmp_path):
+    """A CSV cell is text even when it reads as a number; a JSONL value is the type it is written as
+    (not the type a column of mixed numbers would take)."""
+    p = tmp_path / "n.csv"
+    p.write_text("\ufeffprompt,completion\nhello,12\nhi,3.5\n")
+    s = summarise(p)
+    assert s.shape == "prompt-completion" and s.length.tolist() == [math.ceil(7 / 4), math.ceil(5 / 4)]
+    assert "row 1: field 'text' is int, not text" in _error(write_jsonl(tmp_path / "m.jsonl", [{"text": 1}, {"text": 1.5}]))
 
 
 def test_long_csv_with_a_bad_row_far_in(tmp_path):
-    """The csv module's fallback over more rows than one batch (row numbers kept across batches)."""
+    """The csv module over more rows than one batch (row numbers kept across batches)."""
     p = tmp_path / "long.csv"
     p.write_text("text\n" + "".join(f'"row {i}"\n' for i in range(9000)) + '"a",extra\n' + '"b"\n')
     assert "row 9001: 2 fields, the header has 1" in _error(p)

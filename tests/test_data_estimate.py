@@ -222,8 +222,8 @@ def test_framework_data_path_decides_packing(sample, capsys):
 def test_progress_bar_only_on_a_terminal_for_long_reads():
     from tuneplan.corpus.summary import PROGRESS_MIN_BYTES, _progress
 
-    assert _progress(PROGRESS_MIN_BYTES - 1) is None
-    assert _progress(10 * PROGRESS_MIN_BYTES) is None  # pytest's stderr is no terminal
+    assert _progress(PROGRESS_MIN_BYTES - 1).disable
+    assert _progress(10 * PROGRESS_MIN_BYTES).disable  # pytest's stderr is no terminal
 
 
 def test_from_config_with_data_takes_the_data_sizes(sample, capsys):

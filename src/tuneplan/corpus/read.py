@@ -1,11 +1,11 @@
 """Reading a dataset file in batches of rows, and each row's shape: what is prompt (not trained on) and
 what is completion (trained on).
 
-Files: JSONL (pyarrow's streaming JSON reader; a row pyarrow cannot parse is found again line by line,
-so its row number is exact), CSV (pyarrow's streaming CSV reader), Parquet (row groups in batches), a
-JSON file holding one list of rows (read whole: a JSON list cannot be streamed), and a folder written by
-`datasets.Dataset.save_to_disk` (memory-mapped Arrow; a DatasetDict's `train` split). Rows are numbered
-from 1, the first data row of a CSV file being row 1 (the header is not a row).
+Files: JSONL (a line at a time, each parsed by the json module: its values keep their own types), CSV
+(the csv module: every cell is text), Parquet (row groups in batches), a JSON file holding one list of
+rows (read whole: a JSON list cannot be streamed), and a folder written by `datasets.Dataset.save_to_disk`
+(memory-mapped Arrow; a DatasetDict's `train` split). Rows are numbered from 1, blank JSONL lines left
+out, the first data row of a CSV file being row 1 (the header is not a row).
 
 Shapes (`--data-format`, else detected from the columns of the first rows):
   text               {"text": ...}: all trained on
@@ -32,9 +32,7 @@ from tuneplan.errors import InputError
 
 SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
 BATCH_ROWS = 4096
-"""Rows handed on per batch (pyarrow's readers choose their own block sizes; this bounds a JSON list's)."""
-JSON_BLOCK_BYTES = 8 << 20
-"""pyarrow's JSONL block: 8 MiB of text per parsed batch (bounded memory whatever the file size)."""
+"""Rows handed on per batch (bounded memory whatever the file size)."""
 ROLE_NAMES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
               "bot": "assistant", "system": "system", "tool": "tool", "function": "tool", "observation": "tool"}
 """ShareGPT's `from` names to chat roles."""
@@ -178,12 +176,9 @@ def _chunks(rows: Iterator[tuple[int, Any, int]]) -> Iterator[tuple[int, list, i
         yield chunk[0][0], [row for _, row, _ in chunk], chunk[-1][2]
 
 
-def _jsonl_rows(f: Any, start_row: int) -> Iterator[tuple[int, Any, int]]:
-    """(row number, parsed object or BadRow, bytes read) of each non-blank line from `start_row` on."""
-    lines = (line for line in f if line.strip())
-    for row, line in enumerate(lines, start=1):
-        if row < start_row:
-            continue
+def _jsonl_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
+    """(row number, parsed object or BadRow, bytes read) of each non-blank line."""
+    for row, line in enumerate((line for line in f if line.strip()), start=1):
         try:
             obj = json.loads(line)
         except ValueError as exc:
@@ -191,59 +186,31 @@ def _jsonl_rows(f: Any, start_row: int) -> Iterator[tuple[int, Any, int]]:
         yield row, obj if isinstance(obj, (dict, BadRow)) else BadRow(f"a JSON {type(obj).__name__}, not an object"), f.tell()
 
 
-def _csv_rows(f: Any, start_row: int) -> Iterator[tuple[int, Any, int]]:
-    """(row number, dict or BadRow, bytes read) of each record from `start_row` on, read by the csv
-    module (a record of the wrong width is a bad row)."""
+def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
+    """(row number, dict or BadRow, bytes read) of each record (a record of the wrong width is a bad row)."""
     reader = csv.reader(line.decode("utf-8", "replace") for line in f)
     header = next(reader, None) or []
+    if header:
+        header[0] = header[0].removeprefix("\ufeff")  # a byte-order mark
     for row, rec in enumerate(reader, start=1):
-        if row >= start_row:
-            yield row, (dict(zip(header, rec, strict=True)) if len(rec) == len(header)
-                        else BadRow(f"{len(rec)} fields, the header has {len(header)}")), f.tell()
+        yield row, (dict(zip(header, rec, strict=True)) if len(rec) == len(header)
+                    else BadRow(f"{len(rec)} fields, the header has {len(header)}")), f.tell()
 
 
-def _streamed(path: Path, open_reader, row_reader) -> Iterator[tuple[int, Any, int]]:
-    """pyarrow's streaming reader over the file, as (first row, record batch, bytes read); where it fails
-    (a bad line, a field changing type) the rest of the file is read by `row_reader`, which finds the
-    exact bad row."""
-    import pyarrow as pa
-
-    done = 0
+def _batches_lines(path: Path, row_reader) -> Iterator[tuple[int, list, int]]:
     with path.open("rb") as f:
-        try:
-            for batch in open_reader(f):
-                yield done + 1, batch, f.tell()
-                done += batch.num_rows
-            return
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            pass
-    with path.open("rb") as f:
-        yield from _chunks(row_reader(f, done + 1))
+        yield from _chunks(row_reader(f))
 
 
-def _batches_jsonl(path: Path) -> Iterator[tuple[int, Any, int]]:
-    import pyarrow.json as pj
-
-    options = pj.ReadOptions(block_size=JSON_BLOCK_BYTES, use_threads=True)
-    return _streamed(path, lambda f: pj.open_json(f, read_options=options), _jsonl_rows)
-
-
-def _batches_csv(path: Path) -> Iterator[tuple[int, Any, int]]:
-    import pyarrow.csv as pc
-
-    options = pc.ConvertOptions(strings_can_be_null=False)
-    return _streamed(path, lambda f: pc.open_csv(f, convert_options=options), _csv_rows)
-
-
-def _numbered(batches: Any, total_rows: int, units: int) -> Iterator[tuple[int, Any, int]]:
-    """(first row, record batch, progress units) of pyarrow batches: `units` in all over `total_rows` rows."""
+def _numbered(batches: Any, total_rows: int, units: int) -> Iterator[tuple[int, list, int]]:
+    """(first row, row dicts, progress units) of pyarrow batches: `units` in all over `total_rows` rows."""
     done = 0
     for batch in batches:
-        yield done + 1, batch, units * (done + batch.num_rows) // max(1, total_rows)
+        yield done + 1, batch.to_pylist(), units * (done + batch.num_rows) // max(1, total_rows)
         done += batch.num_rows
 
 
-def _batches_parquet(path: Path) -> Iterator[tuple[int, Any, int]]:
+def _batches_parquet(path: Path) -> Iterator[tuple[int, list, int]]:
     import pyarrow.parquet as pq
 
     try:
@@ -271,7 +238,7 @@ def _batches_json(path: Path) -> Iterator[tuple[int, list, int]]:
                     size * (i + 1) // len(data)) for i, r in enumerate(data))
 
 
-def _batches_arrow(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
+def _batches_arrow(path: Path, state: ReadState) -> Iterator[tuple[int, list, int]]:
     """A save_to_disk folder's Dataset (a DatasetDict's train split, or its only one) in Arrow tables."""
     import datasets
 
@@ -292,22 +259,20 @@ def total_units(path: Path, kind: str) -> int:
     return 1_000_000 if kind == "arrow" else os.path.getsize(path)
 
 
-def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, Any, int]]:
-    """(first row number, rows, progress units read) per batch: a pyarrow batch, or a list whose rows are
-    dicts or BadRows."""
+def row_batches(path: Path, state: ReadState) -> Iterator[tuple[int, list, int]]:
+    """(first row number, rows, progress units read) per batch; each row a dict or a BadRow."""
     if state.kind == "arrow":
         return _batches_arrow(path, state)
-    readers = {"jsonl": _batches_jsonl, "csv": _batches_csv, "parquet": _batches_parquet, "json": _batches_json}
-    return readers[state.kind](path)
+    if state.kind in ("jsonl", "csv"):
+        return _batches_lines(path, _jsonl_rows if state.kind == "jsonl" else _csv_rows)
+    return {"parquet": _batches_parquet, "json": _batches_json}[state.kind](path)
 
 
 def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows: bool = False,
-             state: ReadState | None = None, columnar=None) -> Iterator[tuple[Any, int]]:
+             state: ReadState | None = None) -> Iterator[tuple[list[Example], int]]:
     """The file's rows as batches of Examples (with the progress units read so far). A bad row (not valid
     JSON, a missing field, a non-text value) is an InputError naming the file, the row and the field,
-    unless `skip_bad_rows`: then it is counted in `state` and left out. An empty file is an InputError.
-    `columnar(batch, shape)`: counts of a whole pyarrow batch, or None; where it gives them, they are
-    yielded (a tuple of arrays) in place of the batch's Examples."""
+    unless `skip_bad_rows`: then it is counted in `state` and left out. An empty file is an InputError."""
     p = Path(path)
     if not p.exists():
         raise InputError("data", f"{p}: no such file or folder")
@@ -317,16 +282,6 @@ def examples(path: str | os.PathLike, shape: str | None = None, *, skip_bad_rows
         raise InputError("data-format", f"unknown shape '{shape}'", SHAPES)
     st.shape = shape or ""
     for first, rows, read in row_batches(p, st):
-        if not isinstance(rows, list):  # a pyarrow batch: counted whole where it can be
-            if not st.shape and rows.num_rows:
-                st.shape = detect_shape([k for k, v in rows.slice(0, 1).to_pylist()[0].items() if v is not None],
-                                        str(p))
-            counts = columnar(rows, st.shape) if columnar is not None and st.shape else None
-            if counts is not None:
-                st.rows += rows.num_rows
-                yield counts, read
-                continue
-            rows = rows.to_pylist()
         yield _examples_of(p, st, first, rows, skip_bad_rows), read
     if st.rows - st.bad_rows == 0:
         raise InputError("data", f"{p}: no rows" + (f" that could be read ({st.bad_rows} bad)" if st.bad_rows else ""))

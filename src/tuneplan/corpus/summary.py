@@ -3,15 +3,14 @@ histogram, and what the collator does with it, as text (a terminal chart) or a d
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuneplan.corpus.collate import Collation
-from tuneplan.corpus.read import ReadState, examples, file_kind
-from tuneplan.corpus.tokens import CHARS_PER_TOKEN, CharCounter, TokenCounter, token_counter
+from tuneplan.corpus.read import ReadState, examples, file_kind, total_units
+from tuneplan.corpus.tokens import TokenCounter, token_counter
 
 PROGRESS_MIN_BYTES = 32 << 20
 """A progress bar (stderr, only on a terminal) for reads of more than 32 MiB."""
@@ -76,14 +75,12 @@ class DataSummary:
 
 
 def _progress(total: int):
-    """A rich progress bar on stderr when stderr is a terminal and the read is long, else None."""
-    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-        return None
+    """A rich progress bar on stderr, shown when stderr is a terminal and the read is long."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-    return Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                    console=Console(stderr=True), transient=True)
+    return Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=Console(stderr=True),
+                    transient=True, disable=total < PROGRESS_MIN_BYTES or not sys.stderr.isatty())
 
 
 def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: str | None = None,
@@ -93,31 +90,18 @@ def summarise(path: str | os.PathLike, *, shape: str | None = None, tokenizer: s
 
     import numpy as np
 
-    from tuneplan.corpus.read import total_units
-
     p = Path(path)
     counter = counter or token_counter(tokenizer)
     state = ReadState(str(p), file_kind(p) if p.exists() else "")
     counts = []  # (prompt, length, real) arrays of each batch
-    columnar = None
-    if isinstance(counter, CharCounter):  # whole Arrow batches, no Python row objects
-        from tuneplan.corpus.columnar import char_counts
-
-        def columnar(batch, shape):
-            return char_counts(batch, shape, CHARS_PER_TOKEN)
-
-    gen = examples(p, shape, skip_bad_rows=skip_bad_rows, state=state, columnar=columnar)
-    bar = _progress(total_units(p, state.kind)) if p.exists() else None
-    with bar if bar is not None else contextlib.nullcontext():
-        task = bar.add_task("read", total=total_units(p, state.kind)) if bar else None
+    gen = examples(p, shape, skip_bad_rows=skip_bad_rows, state=state)
+    units = total_units(p, state.kind) if p.exists() else 0
+    with _progress(units) as bar:
+        task = bar.add_task("read", total=units)
         for batch, read in gen:
-            if isinstance(batch, tuple):  # counted whole (tuneplan.corpus.columnar)
-                counter.plain_chat = counter.plain_chat or state.shape == "chat"
-                counts.append(batch)
-            elif batch:
+            if batch:
                 counts.append(counter.count(batch))
-            if bar is not None:
-                bar.update(task, completed=read)
+            bar.update(task, completed=read)
     prompt, length, real = (np.concatenate(xs) for xs in zip(*counts, strict=True)) if counts \
         else np.zeros((3, 0), np.int64)
     return DataSummary(path=str(p), kind=state.kind, shape=state.shape, tokens_source=counter.describe(),

@@ -61,6 +61,7 @@ def _check_probe_out(args: argparse.Namespace) -> None:
 
 
 def _lists(args: argparse.Namespace) -> dict[str, Any]:
+    """The comma-separated options as lists (empty where not given: the grid takes the default)."""
     from tuneplan.profile.config import (
         parse_int,
         parse_layers,
@@ -72,17 +73,17 @@ def _lists(args: argparse.Namespace) -> dict[str, Any]:
         return s.strip().lower()
 
     return {
-        "methods": parse_list(args.method, strs, "method", ["full"]),
+        "methods": parse_list(args.method, strs, "method"),
         "seq_lens": parse_list(args.seq_len, parse_int, "seq-len"),
         "micro_batches": parse_list(args.micro_batch, parse_int, "micro-batch"),
-        "grad_accums": parse_list(args.grad_accum, parse_int, "grad-accum", [1]),
-        "layers": parse_list(args.layers, parse_layers, "layers", [None]),
-        "lora_ranks": parse_list(args.lora_rank, parse_int, "lora-rank", [16]),
-        "precisions": parse_list(args.precision, strs, "precision", [""]),
-        "grad_ckpts": parse_list(args.grad_ckpt, parse_on_off, "grad-ckpt", [False]),
-        "attns": parse_list(args.attn, lambda s: s.strip(), "attn", ["sdpa"]),
-        "optimizers": parse_list(args.optimizer, strs, "optimizer", ["adamw"]),
-        "nprocs": parse_list(args.nproc, parse_int, "nproc", [1]),
+        "grad_accums": parse_list(args.grad_accum, parse_int, "grad-accum"),
+        "layers": parse_list(args.layers, parse_layers, "layers"),
+        "lora_ranks": parse_list(args.lora_rank, parse_int, "lora-rank"),
+        "precisions": parse_list(args.precision, strs, "precision"),
+        "grad_ckpts": parse_list(args.grad_ckpt, parse_on_off, "grad-ckpt"),
+        "attns": parse_list(args.attn, lambda s: s.strip(), "attn"),
+        "optimizers": parse_list(args.optimizer, strs, "optimizer"),
+        "nprocs": parse_list(args.nproc, parse_int, "nproc"),
     }
 
 
@@ -247,8 +248,8 @@ def _print_curve(res: Any, budget: float) -> None:
                       "-" if p.loo_error is None else f"{100 * p.loo_error:.1f}%")
     console = Console()
     console.print(table)
-    why = {"budget": "budget spent", "target": "target error reached", "exhausted": "every configuration measured",
-           "max-runs": "run limit"}.get(res.stop_reason, res.stop_reason)
+    why = {"budget": "budget spent", "target": "target error reached",
+           "exhausted": "every configuration measured"}[res.stop_reason]
     console.print(f"stopped: {why} ({res.spent_s:.1f} s of {budget:.0f} s)")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -122,13 +122,11 @@ class ProfileConfig:
 # ---------------------------------------------------------------- parsing
 
 
-def parse_list(text: str | Sequence[Any] | None, conv: Callable[[str], T], field_name: str,
-               default: Sequence[T] | None = None) -> list[T]:
-    """Comma-separated values, each converted; InputError naming the field on a bad value."""
+def parse_list(text: str | None, conv: Callable[[str], T], field_name: str) -> list[T]:
+    """Comma-separated values, each converted (none given: an empty list); InputError naming the field
+    on a bad value."""
     if text is None or text == "":
-        return list(default or [])
-    if not isinstance(text, str):
-        return [conv(str(v)) if not isinstance(v, (int, float, bool)) else v for v in text]  # type: ignore[misc]
+        return []
     out: list[T] = []
     for item in text.split(","):
         item = item.strip()
@@ -235,9 +233,6 @@ def expand_grid(base: ProfileConfig, **lists: Iterable[Any]) -> list[ProfileConf
     if unknown:
         raise TypeError(f"unknown grid keys: {sorted(unknown)}")
     values = [list(dict.fromkeys(lists[k])) for k in keys]
-    for k, v in zip(keys, values, strict=True):
-        if not v:
-            raise InputError(k.replace("_", "-"), "is empty")
     out: list[ProfileConfig] = []
     seen: set[ProfileConfig] = set()
     for combo in itertools.product(*values):

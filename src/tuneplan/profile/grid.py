@@ -48,28 +48,21 @@ def _as_list(value: Any, default: Sequence[Any]) -> list[Any]:
 _SCALAR_OPTS = ("lora_targets", "lora_alpha", "sharding", "device", "threads", "max_mem_gib", "seed", "gpu_name",
                 "timeout_s", "stage", "trainer", "group_size", "completion_len", "isolate")
 """profile_grid's single-value options: ProfileConfig fields (None or empty: the field's default)."""
+_LIST_OPTS = {"grad_accums": "grad_accum", "lora_ranks": "lora_rank", "precisions": "precision",
+              "grad_ckpts": "grad_ckpt", "attns": "attn", "optimizers": "optimizer", "nprocs": "nproc"}
+"""profile_grid's list options -> the ProfileConfig field each varies (none given: the field's default)."""
 
 
 def build_configs(model: str, methods: Iterable[str] = ("full",), seq_lens: Iterable[int] = (512,),
                   micro_batches: Iterable[int] = (1,), layers: Iterable[int | None] = (None,),
                   steps: int = 8, warmup: int = 2, **opts: Any) -> list[ProfileConfig]:
     """The ProfileConfigs of a grid (see profile_grid for the options)."""
-    base = ProfileConfig(model=model, steps=steps, warmup=warmup, lora_rank=_as_list(opts.get("lora_ranks"), [16])[0],
-                         config_override=_overrides(opts.get("config_override")),
+    base = ProfileConfig(model=model, steps=steps, warmup=warmup, config_override=_overrides(opts.get("config_override")),
                          **{k: opts[k] for k in _SCALAR_OPTS if opts.get(k) not in (None, "")})
-    lists = {
-        "method": _as_list(methods, ["full"]),
-        "seq_len": _as_list(seq_lens, [512]),
-        "micro_batch": _as_list(micro_batches, [1]),
-        "grad_accum": _as_list(opts.get("grad_accums"), [1]),
-        "layers": _as_list(layers, [None]),
-        "lora_rank": _as_list(opts.get("lora_ranks"), [16]),
-        "precision": _as_list(opts.get("precisions"), [""]),
-        "grad_ckpt": _as_list(opts.get("grad_ckpts"), [False]),
-        "attn": _as_list(opts.get("attns"), ["sdpa"]),
-        "optimizer": _as_list(opts.get("optimizers"), ["adamw"]),
-        "nproc": _as_list(opts.get("nprocs"), [1]),
-    }
+    given = {"method": methods, "seq_len": seq_lens, "micro_batch": micro_batches, "layers": layers,
+             **{field: opts.get(name) for name, field in _LIST_OPTS.items()}}
+    lists = {k: _as_list(v, [getattr(base, k)]) for k, v in given.items()}
+    base = replace(base, lora_rank=lists["lora_rank"][0])  # the rank of the rows of full fine-tuning
     return [replace(c, sharding="ddp") if c.nproc > 1 and c.sharding == "none" else c
             for c in expand_grid(base, **lists)]
 

@@ -12,16 +12,16 @@ OpenMP is not fork-safe), and cannot use CUDA once the parent initialised it.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import pickle
 import signal
 from collections.abc import Callable
+from multiprocessing.connection import wait
 from typing import Any
 
 from tuneplan.errors import TuneplanError
 
-POLL_S = 0.2
-"""Seconds between checks of whether the child is still alive while waiting for its result."""
 SERVER_PRELOAD = ["torch", "transformers", "peft", "tuneplan.profile.runner"]
 """Modules the fork server imports once, so each CUDA child starts without re-importing them."""
 
@@ -103,14 +103,9 @@ def run_isolated(fn: Callable[..., Any], *args: Any) -> Any:
     send.close()
     got = None
     try:
-        while got is None:
-            if recv.poll(POLL_S):
-                try:
-                    got = recv.recv()
-                except EOFError:  # the child closed the pipe without sending: it died
-                    break
-            elif not proc.is_alive() and not recv.poll(0):
-                break
+        wait([recv, proc.sentinel])  # a result to read, or the child gone
+        with contextlib.suppress(EOFError):  # the child closed the pipe without sending: it died
+            got = recv.recv() if recv.poll() else None
         proc.join()
     except BaseException:
         if proc.is_alive():

@@ -57,10 +57,6 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def default_precision(device: str) -> str:
-    return "bf16" if device.startswith("cuda") else "fp32"
-
-
 def check_available(cfg: ProfileConfig, device: str, src: ModelSource | None = None) -> None:
     """One-line InputError for anything this device or install cannot do (before any measurement)."""
     cfg.validate()
@@ -629,7 +625,7 @@ def prepare(cfg: ProfileConfig, src: ModelSource | None = None) -> tuple[Profile
     """Resolve the device and default precision; check everything that can be checked up front."""
     device = resolve_device(cfg.device)
     if not cfg.precision:
-        cfg = replace(cfg, precision=default_precision(device))
+        cfg = replace(cfg, precision="bf16" if device.startswith("cuda") else "fp32")
     src = src if src is not None else load_model_source(cfg.model)
     check_available(cfg, device, src)
     return replace(cfg, device=device), src, device
@@ -680,11 +676,6 @@ def _run_in_child(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str
         return failure_row(cfg, src, device, died, died.killed)
 
 
-def _src_path() -> str:
-    """The folder holding the tuneplan package (so the workers import this same copy)."""
-    return str(Path(__file__).resolve().parents[2])
-
-
 def _launch(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]:
     """Run one configuration under torchrun (the worker is profile.distributed); returns the row
     written by rank 0 (or a failure row)."""
@@ -701,7 +692,8 @@ def _launch(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]
         src_path.write_text(json.dumps(asdict(src)), encoding="utf-8")
         cfg_path.write_text(cfg.to_json(), encoding="utf-8")
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_src_path(), env.get("PYTHONPATH", "")) if p)
+        src_dir = str(Path(__file__).resolve().parents[2])  # the workers import this same copy of tuneplan
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src_dir, env.get("PYTHONPATH", "")) if p)
         threads = cfg.threads or max(1, cpu_count() // cfg.nproc)
         if not device.startswith("cuda"):
             env["OMP_NUM_THREADS"] = str(threads)

@@ -89,8 +89,7 @@ class FeatureMap:
     feature stages are the module docstring's; curvature only for settings with 3 or more levels.
     """
 
-    def __init__(self, candidates: Sequence[Config], cat_slopes: bool = False) -> None:
-        self.cat_slopes = cat_slopes
+    def __init__(self, candidates: Sequence[Config]) -> None:
         self.numeric: list[str] = []
         self.categorical: dict[str, list[Any]] = {}
         self.levels: dict[str, list[float]] = {}
@@ -109,17 +108,9 @@ class FeatureMap:
         # the base terms of stage 2 products: (kind, key, level); no product of two levels of one key
         self._terms: list[tuple[str, Any]] = [("num", k) for k in self.numeric] + [
             ("cat", (k, lev)) for k, levels in self.categorical.items() for lev in levels[1:]]
-        n_num = len(self.numeric)
-        # cat_slopes (off by default: in the benchmarks the extra anchors cost more than they gave):
-        # each categorical level gets its own slopes in stage 0 (indicator x centred log), e.g. full
-        # fine-tuning and LoRA scaling differently with size
-        self._slopes = [(j, i) for j in range(n_num, len(self._terms)) for i in range(n_num)] \
-            if cat_slopes else []
-        slope_set = set(self._slopes)
         self._pairs = [(i, j) for i in range(len(self._terms)) for j in range(i + 1, len(self._terms))
                        if not (self._terms[i][0] == "cat" and self._terms[j][0] == "cat"
-                               and self._terms[i][1][0] == self._terms[j][1][0])
-                       and (j, i) not in slope_set]
+                               and self._terms[i][1][0] == self._terms[j][1][0])]
         self.n_features = [self.n_linear, self.n_linear + len(self.quad_keys),
                            self.n_linear + len(self.quad_keys) + len(self._pairs)]
 
@@ -129,7 +120,7 @@ class FeatureMap:
 
     @property
     def n_linear(self) -> int:
-        return 1 + len(self.numeric) + sum(len(v) - 1 for v in self.categorical.values()) + len(self._slopes)
+        return 1 + len(self.numeric) + sum(len(v) - 1 for v in self.categorical.values())
 
     def _log(self, c: Config, k: str) -> float:
         v = c.get(k)
@@ -142,12 +133,11 @@ class FeatureMap:
         out = [1.0] + [self._log(c, k) for k in self.numeric]
         for k, levels in self.categorical.items():
             out += [1.0 if c.get(k) == lev else 0.0 for lev in levels[1:]]
-        base = [self._centred(c, t[1]) if t[0] == "num" else (1.0 if c.get(t[1][0]) == t[1][1] else 0.0)
-                for t in self._terms]
-        out += [base[j] * base[i] for j, i in self._slopes]
         if stage >= 1:
             out += [self._centred(c, k) ** 2 for k in self.quad_keys]
         if stage >= 2:
+            base = [self._centred(c, t[1]) if t[0] == "num" else (1.0 if c.get(t[1][0]) == t[1][1] else 0.0)
+                    for t in self._terms]
             out += [base[i] * base[j] for i, j in self._pairs]
         return out
 
@@ -218,24 +208,28 @@ def loo_relative_errors(x: np.ndarray, y: np.ndarray, b: np.ndarray, w: np.ndarr
     return np.abs(np.exp(-loo) - 1.0)
 
 
+SPREAD_STAGE = 1
+"""The least feature stage of the bootstrap ensemble that gives the spread."""
+SPREAD_RIDGE = 0.05
+"""The bootstrap fits' ridge when their stage is above the chosen one (few points per coefficient)."""
+
+
 class Learner:
     """Robust ridge fit of log step time, the feature stage chosen by leave-one-out error, with a
     bootstrap ensemble (of the chosen stage) for the spread of each prediction."""
 
-    def __init__(self, fmap: FeatureMap, n_boot: int = 32, ridge: float = 1e-3, seed: int = 0,
-                 spread_stage: int = 1, spread_ridge: float = 0.05) -> None:
+    def __init__(self, fmap: FeatureMap, n_boot: int = 32, ridge: float = 1e-3, seed: int = 0) -> None:
         self.fmap = fmap
         self.n_boot = n_boot
         self.ridge = ridge
         self.seed = seed
-        self.spread_stage = spread_stage
-        self.spread_ridge = spread_ridge
         self._boot_stage = 0
         self.stage = 0
         self.coef: np.ndarray | None = None
         self.boot: np.ndarray | None = None
         self.loo: float | None = None
-        self.stage_loo: dict[int, float] = {}
+        """Leave-one-out mean relative error of step time of the chosen fit; None with fewer than
+        n_params + 2 points."""
 
     def stages_for(self, n: int) -> list[int]:
         """Feature stages with enough points: n >= features + 2 (stage 0 is always fitted)."""
@@ -249,25 +243,20 @@ class Learner:
         y = np.log(np.asarray(step_times, dtype=float))
         n = len(y)
         best: tuple[float, int, np.ndarray, np.ndarray] | None = None
-        self.stage_loo = {}
         for s in self.stages_for(n):
             x = self.fmap.design(configs, s)
             b, w = robust_weights(x, y, self.ridge)
-            if n >= x.shape[1] + 2:
-                err = float(np.mean(loo_relative_errors(x, y, b, w, self.ridge)))
-                self.stage_loo[s] = err
-            else:
-                err = math.inf
+            err = float(np.mean(loo_relative_errors(x, y, b, w, self.ridge))) if n >= x.shape[1] + 2 else math.inf
             if best is None or err < best[0]:
                 best = (err, s, b, x)
         assert best is not None
         err, self.stage, self.coef, x = best
         self.loo = None if math.isinf(err) else err
-        # the spread comes from a more flexible law (stage >= spread_stage, ridge-regularised while points
+        # the spread comes from a more flexible law (stage >= SPREAD_STAGE, ridge-regularised while points
         # are few): far from the measured points its curvature terms are unknown, so its bootstrap fits
         # disagree there even when the simpler chosen law is (over)confident
-        self._boot_stage = max(self.stage, self.spread_stage)
-        ridge_b = self.ridge if self._boot_stage == self.stage else self.spread_ridge
+        self._boot_stage = max(self.stage, SPREAD_STAGE)
+        ridge_b = self.ridge if self._boot_stage == self.stage else SPREAD_RIDGE
         xb = x if self._boot_stage == self.stage else self.fmap.design(configs, self._boot_stage)
         rng = np.random.default_rng(self.seed)
         idx = [rng.integers(0, n, size=n) for _ in range(self.n_boot)]
@@ -286,24 +275,15 @@ class Learner:
             spread = np.zeros(len(configs))
         return mean, spread
 
-    def loo_error(self) -> float | None:
-        """Leave-one-out mean relative error of step time of the chosen fit; None with fewer than
-        n_params + 2 points."""
-        return self.loo
-
 
 # ---------------------------------------------------------------- anchors
 
 
-def anchor_order(fmap: FeatureMap, candidates: Sequence[Config], reach: str = "next") -> list[int]:
+def anchor_order(fmap: FeatureMap, candidates: Sequence[Config]) -> list[int]:
     """Anchors: the cheapest candidate, then one move from it along each axis, enough to identify the
-    log-linear law.
-
-    reach="next" (default, cheapest): each numeric axis moves to its next level; "middle": to its
-    middle level (a longer lever, dearer runs). Each
-    categorical level gets the cheapest corner with that level. Where the candidates are not a full
-    grid, the remaining directions are filled greedily: the cheapest candidate (by the proxy) that
-    raises the rank of the design matrix.
+    log-linear law: each numeric axis to its next level, each categorical level at the cheapest corner.
+    Where the candidates are not a full grid, the remaining directions are filled greedily: the
+    cheapest candidate (by the proxy) that raises the rank of the design matrix.
     """
     if not candidates:
         return []
@@ -318,17 +298,11 @@ def anchor_order(fmap: FeatureMap, candidates: Sequence[Config], reach: str = "n
         if base.get(k) is None:
             continue
         pos = levels.index(float(base[k])) if float(base[k]) in levels else 0
-        step = max(1, (len(levels) - 1 - pos + 1) // 2) if reach == "middle" else 1
-        if pos + step < len(levels):
-            v = levels[pos + step]
+        if pos + 1 < len(levels):
+            v = levels[pos + 1]
             wanted.append({**base, k: int(v) if float(v).is_integer() else v})
-    moves = list(wanted)
     for k, levels in fmap.categorical.items():
-        for lev in levels:
-            if lev != base.get(k):
-                wanted.append({**base, k: lev})
-                if fmap.cat_slopes:  # the same moves at this level, for its own slopes
-                    wanted += [{**m, k: lev} for m in moves]
+        wanted += [{**base, k: lev} for lev in levels if lev != base.get(k)]
     chosen = [base_i]
     rows = [fmap.row(base)]
 
@@ -381,7 +355,6 @@ class SamplingResult:
     curve: list[CurvePoint] = field(default_factory=list)
     spent_s: float = 0.0
     stop_reason: str = ""
-    learner: Learner | None = None
 
     def ok_points(self) -> tuple[list[dict[str, Any]], list[float]]:
         ok = [(self.candidates[i], float(m.step_time_s)) for i, m in zip(self.order, self.measurements, strict=True)
@@ -414,9 +387,7 @@ def _dominates(fmap: FeatureMap, big: Config, small: Config) -> bool:
 
 def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: float,
                  target_error: float = 0.05, *, steps_per_run: float = 1.0, n_boot: int = 32,
-                 ridge: float = 1e-3, seed: int = 0, max_runs: int | None = None,
-                 learner_opts: Mapping[str, Any] | None = None, anchor_reach: str = "next",
-                 cat_slopes: bool = False,
+                 ridge: float = 1e-3, seed: int = 0,
                  on_result: Callable[[int, Measurement, CurvePoint, Choice], None] | None = None) -> SamplingResult:
     """Measure candidates in the smart order until the budget is spent or the LOO error is small.
 
@@ -431,8 +402,8 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
     if not cands:
         res.stop_reason = "exhausted"
         return res
-    fmap = FeatureMap(cands, cat_slopes=cat_slopes)
-    anchors = anchor_order(fmap, cands, anchor_reach)
+    fmap = FeatureMap(cands)
+    anchors = anchor_order(fmap, cands)
     measured: set[int] = set()
     infeasible: set[int] = set()
     pending = list(anchors)
@@ -442,15 +413,12 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
         if remaining_budget <= 0:
             res.stop_reason = "budget"
             break
-        if max_runs is not None and len(res.order) >= max_runs:
-            res.stop_reason = "max-runs"
-            break
         left = [i for i in range(len(cands)) if i not in measured and i not in infeasible]
         if not left:
             res.stop_reason = "exhausted"
             break
         ok_cfgs, ok_y = res.ok_points()
-        learner = Learner(fmap, n_boot=n_boot, ridge=ridge, seed=seed + len(res.order), **(learner_opts or {}))
+        learner = Learner(fmap, n_boot=n_boot, ridge=ridge, seed=seed + len(res.order))
         fitted = len(ok_y) >= 2
         if fitted:
             learner.fit(ok_cfgs, ok_y)
@@ -491,11 +459,7 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
         if not m.ok:
             infeasible.update(k for k in left if k != i and _dominates(fmap, cands[k], cands[i]))
         ok_cfgs, ok_y = res.ok_points()
-        loo = None
-        if len(ok_y) >= 2:
-            fitted_now = Learner(fmap, n_boot=0, ridge=ridge, seed=seed).fit(ok_cfgs, ok_y)
-            loo = fitted_now.loo_error()
-            res.learner = fitted_now
+        loo = Learner(fmap, n_boot=0, ridge=ridge, seed=seed).fit(ok_cfgs, ok_y).loo if len(ok_y) >= 2 else None
         point = CurvePoint(len(res.order), len(ok_y), res.spent_s, loo, i)
         res.curve.append(point)
         if on_result is not None:

@@ -163,6 +163,19 @@ def plot_plan(result: Any, path: str | Path) -> Path:
 
 # --- estimate -----------------------------------------------------------------------------------
 
+def _stacked(ax, breakdowns: list[dict], scale: float = 1.0) -> np.ndarray:
+    """Stacked bars, one per breakdown, of the parts above zero in any of them ("total" left out);
+    returns the bars' tops."""
+    parts = [k for k in dict.fromkeys(k for b in breakdowns for k in b if k != "total")
+             if any(b.get(k, 0.0) > 0 for b in breakdowns)]
+    xs, bottom = np.arange(len(breakdowns)), np.zeros(len(breakdowns))
+    for i, k in enumerate(parts):
+        v = np.array([b.get(k, 0.0) for b in breakdowns]) * scale
+        ax.bar(xs, v, bottom=bottom, width=0.6, color=PART_COLOURS[i % len(PART_COLOURS)], label=k.replace("_", " "))
+        bottom += v
+    return bottom
+
+
 def _label(r: Any) -> str:
     j = r.job
     return f"{j.gpus} x {r.gpu}\n{j.method}, mb {j.micro_batch}"
@@ -179,16 +192,9 @@ def plot_estimate(result: Any, path: str | Path) -> Path:
     labels = [_label(r) for r in results]
     xs = np.arange(len(results))
     # step time
-    parts = [k for k in dict.fromkeys(k for r in results for k in r.step_breakdown_s if k != "total")
-             if any(r.step_breakdown_s.get(k, 0.0) > 0 for r in results)]
     totals = [r.step_time_s for r in results]
     scale, unit = (1e3, "ms") if max(totals) < 1.0 else (1.0, "s")
-    bottom = np.zeros(len(results))
-    for i, k in enumerate(parts):
-        v = np.array([r.step_breakdown_s.get(k, 0.0) for r in results]) * scale
-        ax_t.bar(xs, v, bottom=bottom, width=0.6, color=PART_COLOURS[i % len(PART_COLOURS)],
-                 label=k.replace("_", " "))
-        bottom += v
+    _stacked(ax_t, [r.step_breakdown_s for r in results], scale)
     for x, t in zip(xs, totals, strict=True):
         ax_t.text(x, t * scale, f"{t * scale:.3g} {unit}", ha="center", va="bottom", fontsize=8)
     ax_t.set_xticks(xs, labels, fontsize=8)
@@ -197,14 +203,7 @@ def plot_estimate(result: Any, path: str | Path) -> Path:
     ax_t.legend(fontsize=8, loc="upper left", title="part", title_fontsize=8)
     ax_t.margins(y=0.15)
     # memory
-    mparts = [k for k in dict.fromkeys(k for r in results for k in r.memory_breakdown_gib)
-              if any(r.memory_breakdown_gib.get(k, 0.0) > 0 for r in results)]
-    bottom = np.zeros(len(results))
-    for i, k in enumerate(mparts):
-        v = np.array([r.memory_breakdown_gib.get(k, 0.0) for r in results])
-        ax_m.bar(xs, v, bottom=bottom, width=0.6, color=PART_COLOURS[i % len(PART_COLOURS)],
-                 label=k.replace("_", " "))
-        bottom += v
+    bottom = _stacked(ax_m, [r.memory_breakdown_gib for r in results])
     rest = np.array([r.memory_per_gpu_gib for r in results]) - bottom
     if (rest > 1e-6).any():
         ax_m.bar(xs, np.maximum(rest, 0.0), bottom=bottom, width=0.6, color="#d9d9d9", hatch="//",
@@ -265,13 +264,11 @@ def plot_curve(result: Any, path: str | Path) -> Path:
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.grid(True, alpha=0.3)
     ax_m.axhline(result.memory_capacity_gib, color="#d62728", ls="--", lw=1.2)
-    if meas is not None:
-        t = meas.dropna(subset=["tokens_per_s"])
-        if len(t):
-            ax_t.scatter(t["micro_batch"], t["tokens_per_s"], marker="x", s=50, color="#ff7f0e", zorder=6)
-        m = meas.dropna(subset=["peak_mem_gib"])
-        if len(m):
-            ax_m.scatter(m["micro_batch"], m["peak_mem_gib"], marker="x", s=50, color="#ff7f0e", zorder=6)
+    if meas is not None:  # the measured runs over the predictions
+        for ax, col in ((ax_t, "tokens_per_s"), (ax_m, "peak_mem_gib")):
+            m = meas.dropna(subset=[col])
+            if len(m):
+                ax.scatter(m["micro_batch"], m[col], marker="x", s=50, color="#ff7f0e", zorder=6)
     common = [Line2D([], [], color="#1f77b4", lw=1.8, marker="o", ms=3, label="predicted, fits")]
     if (~fits).any():
         common.append(Line2D([], [], color="grey", lw=1.2, ls="--", label="predicted, out of memory"))

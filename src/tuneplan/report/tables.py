@@ -185,13 +185,8 @@ def rich_renderable(items: list):
     return Group(*out)
 
 
-def estimate_renderable(r):
-    """The estimate as a rich Group (what print_estimate prints)."""
-    return rich_renderable(estimate_items(r))
-
-
 def print_estimate(r, console=None) -> None:
-    (console or report_console()).print(estimate_renderable(r))
+    (console or report_console()).print(rich_renderable(estimate_items(r)))
 
 
 def estimate_text(r) -> str:
