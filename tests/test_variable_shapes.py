@@ -141,3 +141,38 @@ def test_the_assumption_says_which_bound_the_length_is():
     text_mean = workload_assumptions(mean, workload(mean))[0]
     assert "compute assumes seq_len, the upper bound" in text_given
     assert "the mean length, a lower bound" in text_mean and "upper bound" not in text_mean.split("--seq-len")[0]
+
+
+def test_a_lone_example_runs_at_its_own_length():
+    """Padded to its batch's longest, a micro-batch of one example is not padded: its step (time, tokens,
+    FLOPs) is the step of a 800-token sequence when the mean is 800 of a 2,048 cap; memory stays at the
+    cap (the longest example sets the peak); two examples a batch run at the cap (the upper bound)."""
+    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+    from tuneplan.physics.run import single_example_lengths
+
+    m = model_from_config(tiny_llama_config(num_hidden_layers=4), "tiny")
+    job = make_job(method="lora", gpus=1, micro_batch=1, grad_accum=4, padding="longest", seq_len=2048,
+                   tokens_per_example=800, examples=100)
+    assert job.length_gap() == 1248
+    assert job.updated(padding="max").length_gap() == 0 and job.updated(packing=True).length_gap() == 0
+    a = build_arrays([(m, H100, job, 2048)])
+    run = single_example_lengths(a)
+    assert (run["seq_len"][0], run["attn_span"][0], run["attn_keys"][0]) == (800, 800, 400)  # causal: half
+    short = build_arrays([(m, H100, job.updated(seq_len=800), 800)])
+    est = TuneplanEstimator()
+    p, q = est.physics(a), est.physics(short)
+    assert p["step_s"][0] == pytest.approx(q["step_s"][0])
+    assert p["tokens_per_step"][0] == pytest.approx(4 * 800)
+    assert p["allocated_gib"][0] > q["allocated_gib"][0]
+    two = build_arrays([(m, H100, job.updated(micro_batch=2), 2048)])
+    assert single_example_lengths(two)["seq_len"][0] == 2048
+
+
+def test_runs_rows_carry_their_mean_length():
+    from tuneplan.learn.dataset import row_to_config
+
+    row = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "lora", "seq_len": 2048,
+           "avg_tokens_per_sample": 844, "micro_batch_size": 1, "gpus": 1, "padding": "longest"}
+    assert row_to_config(row).job.length_gap() == 2048 - 844
+    assert row_to_config({**row, "avg_tokens_per_sample": 4000}).job.tokens_per_example == 2048  # at most the cap
+    assert row_to_config({**row, "padding": "max"}).job.length_gap() == 0

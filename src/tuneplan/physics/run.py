@@ -12,6 +12,7 @@ import numpy as np
 from tuneplan.errors import InputError
 from tuneplan.physics.codes import full_weights
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, DEFAULT_GRID_GCO2_KWH, PhysicsConstants
+from tuneplan.physics.stack import get
 from tuneplan.specs.job import JobSpec
 
 
@@ -50,8 +51,23 @@ def workload(job: JobSpec) -> Workload:
     else:
         raise InputError("examples", "give --examples with --tokens-per-example, or --tokens")
     samples = real / seq if job.packing or ex is None else ex  # packed: tokens / length; else one per example
+    run_len = seq - job.length_gap() if job.micro_batch == 1 else seq  # single_example_lengths
     return Workload(seq_len=int(seq), samples_per_epoch=float(samples), real_tokens_per_epoch=float(real),
-                    processed_tokens_per_epoch=float(samples * seq), epochs=job.epochs, seq_len_source=src)
+                    processed_tokens_per_epoch=float(samples * run_len), epochs=job.epochs, seq_len_source=src)
+
+
+def single_example_lengths(a: dict) -> dict:
+    """The arrays at the length a micro-step computes: a micro-batch of one example padded only to its
+    batch's longest is not padded at all, so it runs at the example's own length, on average the mean
+    (seq_len - `length_gap`, JobSpec.length_gap); a query attends at most that span, and a causal kernel
+    half of it (stack.attention_spans). Step time, tokens and FLOPs per step take these; memory keeps the
+    cap (the longest example sets the peak)."""
+    gap = np.where(np.asarray(a["micro_batch"]) == 1, a.get("length_gap", 0.0), 0.0)
+    if not np.any(gap > 0):
+        return a
+    seq = a["seq_len"] - gap
+    return {**a, "seq_len": seq, "attn_span": np.minimum(get(a, "attn_span"), seq),
+            "attn_keys": np.minimum(get(a, "attn_keys"), 0.5 * seq)}
 
 
 def seq_len_warning(max_position_embeddings: int | None, model_name: str, wl: Workload) -> list[str]:
@@ -64,7 +80,8 @@ def seq_len_warning(max_position_embeddings: int | None, model_name: str, wl: Wo
 
 def workload_assumptions(job: JobSpec, wl: Workload, c: PhysicsConstants = DEFAULT_CONSTANTS) -> list[str]:
     """How each sample is shaped: packed, padded to the sequence length, or to its batch's longest."""
-    bound = ("seq_len, the upper bound" if wl.seq_len_source == "--seq-len" else
+    bound = ("the mean length: a micro-batch of one example is not padded" if job.micro_batch == 1
+             and job.length_gap() > 0 else "seq_len, the upper bound" if wl.seq_len_source == "--seq-len" else
              "the mean length, a lower bound: a batch runs at its longest example's length, which for a "
              "batch of several examples of varying length can be a few times the mean (give --seq-len "
              "your longest example for the upper bound, or pack)")
