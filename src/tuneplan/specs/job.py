@@ -640,8 +640,8 @@ class JobSpec:
 
     def length_gap(self) -> float:
         """Tokens a lone example falls short of the sequence cap on average (seq_len - tokens_per_example
-        when batches are padded only to their longest, else 0): a micro-batch of one such example runs
-        at its own length (physics/run.single_example_lengths)."""
+        when batches are padded only to their longest, else 0): a micro-batch runs at its longest
+        example's length (physics/run.batch_lengths)."""
         if not (self.variable_shapes() and self.seq_len and self.tokens_per_example):
             return 0.0
         return max(float(self.seq_len) - float(self.tokens_per_example), 0.0)
