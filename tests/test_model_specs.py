@@ -432,7 +432,7 @@ def test_configs_without_model_type():
     ("meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b-hf", "none"),
     ("meta-llama/Llama-2-7b", "meta-llama/Llama-2-7b-hf", "none"),
     ("Qwen/Qwen-7B-Chat-Int4", "Qwen/Qwen-7B", "gptq-int4"),
-    ("Qwen/Qwen-14B-Chat-Int8", "Qwen/Qwen-14B", "int8"),
+    ("Qwen/Qwen-14B-Chat-Int8", "Qwen/Qwen-14B", "gptq-int8"),
     ("Qwen/Qwen1.5-7B-Chat-AWQ", "Qwen/Qwen1.5-7B", "awq-int4"),
     ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", "Qwen/Qwen2.5-7B", "gptq-int4"),
     ("unsloth/Meta-Llama-3.1-8B-Instruct-bnb-4bit", "meta-llama/Llama-3.1-8B", "nf4"),
@@ -475,7 +475,9 @@ def test_aliases_parsed_from_markdown():
 
 @pytest.mark.parametrize("name, base, quant", [
     ("Qwen/Qwen-7B-Chat-Int4", "Qwen/Qwen-7B-Chat", "gptq-int4"),
-    ("Qwen/Qwen-7B-Chat-int8", "Qwen/Qwen-7B-Chat", "int8"),
+    ("Qwen/Qwen-7B-Chat-int8", "Qwen/Qwen-7B-Chat", "gptq-int8"),
+    ("x/Model-GPTQ-Int8", "x/Model", "gptq-int8"),
+    ("x/Model-8bit", "x/Model", "int8"),
     ("x/Model-AWQ", "x/Model", "awq-int4"),
     ("x/Model-gptq", "x/Model", "gptq-int4"),
     ("x/Model-GPTQ-Int4", "x/Model", "gptq-int4"),

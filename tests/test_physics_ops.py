@@ -304,3 +304,17 @@ def test_gptq_dequantises_in_eager_ops_forward_and_recompute_only():
         # auto-gptq's unpacking: 16.5 bytes per weight per forward, again when the forward is recomputed
         want = passes * 16.5 * float(a["params_frozen_linear"][0]) / (2039e9 * C.bandwidth_efficiency)
         assert float(step_time(a, C)["dequant_s"][0]) == pytest.approx(want)
+
+
+def test_gptq_eight_bit_unpacks_through_int16():
+    """8-bit GPTQ (Qwen's -Int8 checkpoints) runs the same eager ops with int16 intermediates: read 1,
+    write 4; 4 + 2; 2 + 2; 2 + 2; 2 + 2 = 23 bytes per weight per forward (4-bit: 16.5)."""
+    from tuneplan.physics.step import gptq_eager_bytes
+
+    assert (gptq_eager_bytes(4), gptq_eager_bytes(8)) == (16.5, 23.0)
+    m, g = resolve_model("Qwen/Qwen-7B-Chat-Int8"), gpu_catalog()["A100-SXM4-80GB"]
+    assert m.quant == "gptq-int8"
+    a = build_arrays([(m, g, make_job(method="gptq-lora", grad_ckpt=False, micro_batch=1), 2048)])
+    assert float(a["dequant_bytes"][0]) == 5.0
+    want = 23.0 * float(a["params_frozen_linear"][0]) / (2039e9 * C.bandwidth_efficiency)
+    assert float(step_time(a, C)["dequant_s"][0]) == pytest.approx(want)

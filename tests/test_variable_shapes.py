@@ -139,5 +139,52 @@ def test_the_assumption_says_which_bound_the_length_is():
     mean = make_job(method="lora", padding="longest", examples=100, tokens_per_example=300)
     text_given = workload_assumptions(given, workload(given))[0]
     text_mean = workload_assumptions(mean, workload(mean))[0]
-    assert "compute assumes seq_len, the upper bound" in text_given
+    assert "compute assumes the expected longest of" in text_given
+    fixed = make_job(method="lora", padding="longest", examples=100, seq_len=2048)
+    assert "compute assumes seq_len, the upper bound" in workload_assumptions(fixed, workload(fixed))[0]
     assert "the mean length, a lower bound" in text_mean and "upper bound" not in text_mean.split("--seq-len")[0]
+
+
+def test_a_batch_runs_at_its_expected_longest_example():
+    """Padded to its batch's longest: lengths spread evenly about the mean over [max(0, 2 mean - cap),
+    min(cap, 2 mean)], the longest of k averages lo + (hi - lo) k / (k + 1). A mean of 800 under a 2,048
+    cap: uniform on [0, 1600]; one example 800 (not padded), two 1066.7, seven 1400. A mean of 1,500:
+    [952, 2048], three 952 + 1096 x 3/4 = 1774."""
+    from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
+    from tuneplan.physics.run import batch_lengths, longest_of
+
+    assert longest_of(800.0, 2048.0, np.array([1.0, 2.0, 7.0])) == pytest.approx([800.0, 3200 / 3, 1400.0])
+    assert longest_of(1500.0, 2048.0, 3.0) == pytest.approx(1774.0)
+    assert longest_of(2048.0, 2048.0, 8.0) == 2048.0  # fixed lengths: the cap
+    m = model_from_config(tiny_llama_config(num_hidden_layers=4), "tiny")
+    job = make_job(method="lora", gpus=1, micro_batch=1, grad_accum=4, padding="longest", seq_len=2048,
+                   tokens_per_example=800, examples=100)
+    assert job.length_gap() == 1248
+    assert job.updated(padding="max").length_gap() == 0 and job.updated(packing=True).length_gap() == 0
+    a = build_arrays([(m, H100, job, 2048)])
+    run, mean = batch_lengths(a)
+    assert (run["seq_len"][0], run["attn_span"][0], run["attn_keys"][0], mean[0]) == (800, 800, 400, 800)
+    # one example of 800 tokens under a 2,048 cap: the step of an 800-token sequence; memory at the cap
+    short = build_arrays([(m, H100, job.updated(seq_len=800), 800)])
+    est = TuneplanEstimator()
+    p, q = est.physics(a), est.physics(short)
+    assert p["step_s"][0] == pytest.approx(q["step_s"][0])
+    assert p["tokens_per_step"][0] == pytest.approx(4 * 800)
+    assert p["allocated_gib"][0] > q["allocated_gib"][0]
+    # two a batch: 1066.7 tokens computed per example, 800 counted
+    two = job.updated(micro_batch=2)
+    p2, at = est.physics(build_arrays([(m, H100, two, 2048)])), build_arrays([(m, H100, two.updated(
+        seq_len=1067, tokens_per_example=1067), 1067)])
+    assert batch_lengths(build_arrays([(m, H100, two, 2048)]))[0]["seq_len"][0] == pytest.approx(3200 / 3)
+    assert p2["tokens_per_step"][0] == pytest.approx(2 * 4 * 800)
+    assert p2["step_s"][0] == pytest.approx(est.physics(at)["step_s"][0], rel=2e-3)
+
+
+def test_runs_rows_carry_their_mean_length():
+    from tuneplan.learn.dataset import row_to_config
+
+    row = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "lora", "seq_len": 2048,
+           "avg_tokens_per_sample": 844, "micro_batch_size": 1, "gpus": 1, "padding": "longest"}
+    assert row_to_config(row).job.length_gap() == 2048 - 844
+    assert row_to_config({**row, "avg_tokens_per_sample": 4000}).job.tokens_per_example == 2048  # at most the cap
+    assert row_to_config({**row, "padding": "max"}).job.length_gap() == 0

@@ -178,7 +178,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def _apply_data(args: argparse.Namespace, kw: dict[str, Any]) -> tuple[str, dict] | None:
     """`--data`: the dataset's examples and mean tokens (after truncation at --seq-len) replace --examples and
     --tokens-per-example; without --seq-len the sequence length is the longest example, so a configuration
-    that fits holds the longest batch (time: an upper bound when batches are padded to their longest).
+    that fits holds the longest batch (time, batches padded to their longest: physics/run.longest_of).
     Returns (the note the plan prints, the data summary) or None without --data."""
     data = read_data(args)
     if data is None:

@@ -16,6 +16,7 @@ from tuneplan.estimators.contract import MEMORY_PARTS, STEP_PARTS
 from tuneplan.physics.comm_domains import domain_seconds
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.memory import backward_peak_gib, memory, settle_peaks
+from tuneplan.physics.run import batch_lengths
 from tuneplan.physics.step import model_flops_per_step, step_time, tokens_per_step
 
 Arrays = dict[str, np.ndarray]
@@ -335,11 +336,12 @@ class TuneplanEstimator:
 
     def physics(self, a: Arrays) -> Arrays:
         c = self.constants
-        t = step_time(a, c)
+        run, mean = batch_lengths(a)  # the length each micro-step computes; memory at the cap
+        t = step_time(run, c)
         m = memory(a, c)
         out: Arrays = {**t, **m}
-        out["tokens_per_step"] = tokens_per_step(a)
-        out["model_flops_per_step"] = model_flops_per_step(a)
+        out["tokens_per_step"] = tokens_per_step({**run, "seq_len": mean})
+        out["model_flops_per_step"] = model_flops_per_step(run)
         out["memory_gib"] = m["nvidia_smi_gib"]
         return out
 

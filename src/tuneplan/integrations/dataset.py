@@ -14,6 +14,7 @@ cheapest fixes that make the longest batch fit."""
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from typing import Any
 
@@ -118,8 +119,11 @@ def estimate_with_data(model: Any, gpu: Any = None, *, summary: DataSummary, gro
                      f"from {lens[0]:,} to {lens[-1]:,} tokens, interpolated between): {mean_step:.3g} s per step "
                      f"on average, the step time at {run_len:,} tokens, which the run totals use (the mean length, "
                      f"{col.real_tokens / n:,.0f} tokens, would give {at(max(1, round(col.real_tokens / n))).step_time_s:.3g} s)")
-    res = estimate(model, gpu, interval=interval, **ekw,
-                   **(base | {"seq_len": int(run_len), "examples": float(n), "tokens_per_example": float(tpe)}))
+    # padded to the longest: run_len is already the length a step computes, not a cap over the mean that
+    # physics/run.batch_lengths would spread (the data's real tokens are put back on the workload)
+    size = {"examples": float(n)} | ({} if bins else {"tokens_per_example": float(tpe)})
+    res = estimate(model, gpu, interval=interval, **ekw, **(base | {"seq_len": int(run_len)} | size))
+    res.workload = dataclasses.replace(res.workload, real_tokens_per_epoch=float(tpe * n))
     worst = _worst_batch(res, col, summary, job0, at)
     if bins:  # the sequence length is the data's time-equivalent batch length, not a --seq-len bound
         head = f"Sequence length {res.workload.seq_len} tokens per sample (--seq-len)"

@@ -42,10 +42,10 @@ LORA_LIKE = LORA_FAMILY + tuple(LORA_EQUIVALENT) + ("adalora", "lora-fa")
 """Methods whose rank and targets take LoRA's row defaults (peft's r = 8 on q, v)."""
 PRECISION_MAP = {"bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16", "amp-fp16": "fp16", "fp32": "fp32",
                  "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "fp4": "nvfp4"}
-QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "int8",
+QUANT_MAP = {"none": "none", "nf4": "nf4", "nf4-dq": "nf4", "gptq-int4": "gptq-int4", "gptq-int8": "gptq-int8",
              "int8": "int8", "awq-int4": "awq-int4", "int4": "gptq-int4", "fp8": "fp8",
              "aqlm-2bit-1x16": "aqlm-2bit", "aqlm-2bit": "aqlm-2bit"}
-LORA_OVER_QUANT = {"nf4": "qlora", **dict.fromkeys(("gptq-int4", "awq-int4", "int8", "aqlm-2bit"), "gptq-lora")}
+LORA_OVER_QUANT = {"nf4": "qlora", **dict.fromkeys(("gptq-int4", "gptq-int8", "awq-int4", "int8", "aqlm-2bit"), "gptq-lora")}
 """A `lora` row over a quantised base, by the base's quantisation: QLoRA (NF4) or GPTQ-LoRA."""
 OPTIMIZER_MAP = {"adamw": "adamw", "paged-adamw-32bit": "adamw", "galore-adamw": "galore-adamw",
                  "q-galore-adamw": "adamw-8bit", "lora-fa": "adamw", "adamw-8bit": "adamw-8bit",
@@ -465,7 +465,7 @@ def row_base(row: dict, cache: dict | None = None) -> RowBase:
         "micro_batch": None, "grad_accum": None, "seq_len": int(round(float(seq))),
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take_framework("grad_ckpt", fw)),
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
-        "examples": 1.0, "tokens_per_example": float(seq), "padding": pad,
+        "examples": 1.0, "tokens_per_example": min(float(_get(row, "avg_tokens_per_sample") or seq), float(seq)), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name + (f"@{fw.version}" if fw.version else ""),
         "moe_experts": _row_moe_experts(row, fw), "peft_version": _row_peft_version(row),
         **{k: _choice(row, k, allowed, getattr(fw, k)) for k, allowed in STACK_CHOICES.items()}, **shard,

@@ -38,7 +38,7 @@ class PhysicsConstants:
     """Bytes moved per weight to dequantise NF4 to bf16 per pass (0.5 read + 2 write + 2 read)."""
     dequant_bytes_gptq: float = 2.5
     """Bytes-equivalent per weight per pass of fused 4-bit / int8 kernels (AWQ, LLM.int8, AQLM; slower than a bf16
-    GEMM). GPTQ trains through eager unpacking instead: step.GPTQ_EAGER_DEQUANT_BYTES."""
+    GEMM). GPTQ trains through eager unpacking instead: step.gptq_eager_bytes."""
     dora_bytes_per_weight: float = 6.0
     """Extra bytes per adapted weight per pass for DoRA's weight-norm (materialise W + BA, its norm):
     a cost per optimizer micro-step that does not grow with the tokens."""

@@ -12,6 +12,7 @@ import numpy as np
 from tuneplan.errors import InputError
 from tuneplan.physics.codes import full_weights
 from tuneplan.physics.constants import DEFAULT_CONSTANTS, DEFAULT_GRID_GCO2_KWH, PhysicsConstants
+from tuneplan.physics.stack import get
 from tuneplan.specs.job import JobSpec
 
 
@@ -50,8 +51,33 @@ def workload(job: JobSpec) -> Workload:
     else:
         raise InputError("examples", "give --examples with --tokens-per-example, or --tokens")
     samples = real / seq if job.packing or ex is None else ex  # packed: tokens / length; else one per example
+    run_len = longest_of(seq - job.length_gap(), seq, job.micro_batch)  # batch_lengths
     return Workload(seq_len=int(seq), samples_per_epoch=float(samples), real_tokens_per_epoch=float(real),
-                    processed_tokens_per_epoch=float(samples * seq), epochs=job.epochs, seq_len_source=src)
+                    processed_tokens_per_epoch=float(samples * run_len), epochs=job.epochs, seq_len_source=src)
+
+
+def longest_of(mean, cap, k):
+    """Expected longest of k examples (tokens) whose lengths spread evenly about their mean over the widest
+    range the cap allows: uniform on [max(0, 2 mean - cap), min(cap, 2 mean)], whose longest of k averages
+    lo + (hi - lo) k / (k + 1); one example: the mean. An assumption (the runs and --tokens-per-example give
+    the mean only); a batch padded to its longest computes this many tokens per example."""
+    lo, hi = np.maximum(2.0 * mean - cap, 0.0), np.minimum(cap, 2.0 * mean)
+    return lo + (hi - lo) * k / (k + 1.0)
+
+
+def batch_lengths(a: dict) -> tuple[dict, np.ndarray]:
+    """(the arrays at the length a micro-step computes, the mean tokens per example): batches padded only
+    to their longest example (`length_gap` > 0: seq_len - the mean, JobSpec.length_gap) run at the expected
+    longest of their micro-batch (`longest_of`; one example is not padded at all); a query attends at most
+    that span, and a causal kernel half of it (stack.attention_spans). Step time and FLOPs take these, the
+    tokens per step count the mean; memory keeps the cap (the longest example sets the peak)."""
+    gap = a.get("length_gap", 0.0)
+    if not np.any(np.asarray(gap) > 0):
+        return a, a["seq_len"]
+    mean = a["seq_len"] - gap
+    seq = longest_of(mean, a["seq_len"], a["micro_batch"])
+    return {**a, "seq_len": seq, "attn_span": np.minimum(get(a, "attn_span"), seq),
+            "attn_keys": np.minimum(get(a, "attn_keys"), 0.5 * seq)}, mean
 
 
 def seq_len_warning(max_position_embeddings: int | None, model_name: str, wl: Workload) -> list[str]:
@@ -64,7 +90,10 @@ def seq_len_warning(max_position_embeddings: int | None, model_name: str, wl: Wo
 
 def workload_assumptions(job: JobSpec, wl: Workload, c: PhysicsConstants = DEFAULT_CONSTANTS) -> list[str]:
     """How each sample is shaped: packed, padded to the sequence length, or to its batch's longest."""
-    bound = ("seq_len, the upper bound" if wl.seq_len_source == "--seq-len" else
+    gap, mb = job.length_gap(), job.micro_batch
+    bound = (f"the expected longest of {mb} example(s), {float(longest_of(wl.seq_len - gap, wl.seq_len, mb)):.0f} "
+             f"tokens, their lengths taken as spread evenly about the mean ({wl.seq_len - gap:.0f}) up to seq_len"
+             if gap > 0 else "seq_len, the upper bound" if wl.seq_len_source == "--seq-len" else
              "the mean length, a lower bound: a batch runs at its longest example's length, which for a "
              "batch of several examples of varying length can be a few times the mean (give --seq-len "
              "your longest example for the upper bound, or pack)")

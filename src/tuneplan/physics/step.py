@@ -54,13 +54,18 @@ from tuneplan.physics.stack import get
 
 Arrays = dict[str, np.ndarray]
 
-GPTQ_EAGER_DEQUANT_BYTES = 16.5
-"""Memory traffic per 4-bit GPTQ weight per forward beyond the GEMM's own read (bytes), as auto-gptq's
-QuantLinear trains (0.5.1 nn_modules/qlinear/qlinear_cuda_old.py and qlinear_cuda.py forward: at 128 rows
-or more, the kernel_switch_threshold, it unpacks the weight in eager PyTorch ops; the exllama kernels
-have no backward): bitwise_right_shift of the expanded int32 words (read 0.5, write 4), .to(int8) (4 + 1),
-bitwise_and (1 + 1), minus the zeros (1 + 1), times the fp16 scales (1 + 2), then torch.matmul. The
-dequantised weight is what matmul saves for the input gradient, so the backward does not rebuild it."""
+
+def gptq_eager_bytes(bits: float) -> float:
+    """Memory traffic per GPTQ weight per forward beyond the GEMM's own read (bytes), as auto-gptq's
+    QuantLinear trains (0.5.1 nn_modules/qlinear/qlinear_cuda_old.py and qlinear_cuda.py forward: at 128
+    rows or more, the kernel_switch_threshold, it unpacks the weight in eager PyTorch ops; the exllama
+    kernels have no backward, and ms-swift 1.5 forces this path in training): bitwise_right_shift of the
+    expanded int32 words (read bits/8, write 4), .to(int8, int16 at 8 bits: w bytes) (4 + w),
+    bitwise_and (w + w), minus the zeros (w + w), times the fp16 scales (w + 2), then torch.matmul:
+    bits/8 + 10 + 6w, 16.5 at 4 bits and 23 at 8. The dequantised weight is what matmul saves for the
+    input gradient, so the backward does not rebuild it."""
+    w = 2.0 if bits > 4 else 1.0
+    return bits / 8.0 + 10.0 + 6.0 * w
 
 DOMAIN_ROWS = 4096
 """Rows up to which `step_time` records communication by domain unless told: an estimate's few rows; the
@@ -156,9 +161,9 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     L = a["n_layers"]
     kind = np.asarray(a["dequant_bytes"]).astype(np.intp)
     # GPTQ's eager path dequantises in the forward (and its recompute) only: autograd keeps the weight it built
-    passes = np.where(kind == 4, 1.0, 2.0) + rec_share
+    passes = np.where(kind >= 4, 1.0, 2.0) + rec_share
     dq_table = np.asarray((0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, FP8_DEQUANT_BYTES,
-                           GPTQ_EAGER_DEQUANT_BYTES), dtype=float)
+                           gptq_eager_bytes(4), gptq_eager_bytes(8)), dtype=float)
     t_dequant = passes * dq_table[kind] * a["params_frozen_linear"] / split / bw
     is_dora = (a["method_code"] == MethodCode.DORA).astype(float)
     t_dequant = t_dequant + is_dora * passes * c.dora_bytes_per_weight * a["params_adapted"] / split / bw

@@ -34,16 +34,18 @@ QUANT_BYTES_PER_WEIGHT = {
     "int8": 1.0 + 4.0 / 4096,  # LLM.int8: int8 weights + fp32 row scales (negligible)
     "nf4": 0.5 + 0.127 / 8,  # QLoRA: 4-bit NF4 + double-quantised absmax (0.127 bit/param, Dettmers 2023)
     "gptq-int4": 0.5 + (16 + 4) / 8 / 128,  # 4-bit + fp16 scale and 4-bit zero per group of 128
+    "gptq-int8": 1.0 + (16 + 8) / 8 / 128,  # 8-bit + fp16 scale and 8-bit zero per group of 128
     "awq-int4": 0.5 + (16 + 4) / 8 / 128,  # AWQ: same group-128 layout
     "fp8": FP8_WEIGHT_BYTES,  # fp8 base weights + scales (physics/precision.py)
     # AQLM 1x16 (Egiazarian et al. 2024): 2-bit codes per weight + one 2^16 x 8 fp16 codebook per layer
     # (1 MiB, 1/16 byte per weight of a 4096 x 4096 layer) and fp16 per-channel scales
     "aqlm-2bit": 2.0 / 8 + 2**16 * 8 * 2 / (4096 * 4096) + 2.0 / 4096,
 }
-DEQUANT_KIND = {"nf4": 1.0, "gptq-int4": 4.0, "awq-int4": 2.0, "int8": 2.0, "aqlm-2bit": 2.0, "fp8": 3.0}
+DEQUANT_KIND = {"nf4": 1.0, "gptq-int4": 4.0, "awq-int4": 2.0, "int8": 2.0, "aqlm-2bit": 2.0, "fp8": 3.0,
+                "gptq-int8": 5.0}
 """Dequantisation traffic per pass: 1 NF4 (bitsandbytes), 2 fused int kernels (AWQ/int8; AQLM's
 codebook kernels taken as the same class); 3 fp8 base weights (physics/precision.FP8_DEQUANT_BYTES);
-4 GPTQ unpacked in eager PyTorch ops in the forward (step.GPTQ_EAGER_DEQUANT_BYTES)."""
+4 and 5 GPTQ 4- and 8-bit unpacked in eager PyTorch ops in the forward (step.gptq_eager_bytes)."""
 
 ROW_PARALLEL = frozenset({"o", "down", "fc2", "out_proj", "dense", "wo", "shared_down", "dense_4h_to_h"})
 """Linears tensor parallelism splits along their input (row-parallel: attention output, MLP down); the
@@ -72,7 +74,7 @@ class ModelTerms:
     params_expert: float  # expert weights (divided by expert parallelism)
     frozen_linear_bytes: float  # bytes per frozen block weight
     frozen_other_bytes: float
-    dequant_bytes: float  # dequantisation kind: 0 none, 1 NF4, 2 AWQ/int8 kernels, 3 fp8, 4 GPTQ eager (DEQUANT_KIND)
+    dequant_bytes: float  # dequantisation kind: 0 none, 1 NF4, 2 AWQ/int8 kernels, 3 fp8, 4/5 GPTQ eager (DEQUANT_KIND)
     optimizer_code: int
     galore_rank: float  # GaLore's projection rank r (physics/memory.py galore_state_elements)
     galore_min_dims: float  # block linears: sum of min(in, out) over every matrix (GaLore's projector, per rank)
@@ -437,7 +439,7 @@ def job_numbers(job: JobSpec, seq_len: int) -> dict[str, float]:
     out["sharding"] = float(sharding_code(job))
     flags = {"grad_ckpt": job.grad_ckpt, "flash_attn": job.flash_attn, "fp32_master": job.fp32_master(),
              "variable_shapes": job.variable_shapes(), "adapter_fp32": job.adapter_dtype == "fp32"}
-    return out | {k: float(bool(v)) for k, v in flags.items()}
+    return out | {k: float(bool(v)) for k, v in flags.items()} | {"length_gap": job.length_gap()}
 
 
 def terms_key(job: JobSpec) -> tuple:

@@ -198,7 +198,8 @@ def build_arrays(model: ModelSpec, gpus: Sequence[GPUSpec], jobs: Sequence[JobSp
     a["gpus"] = grid.gpus.astype(float)
     a["nodes"] = grid.nodes.astype(float)
     same = {"tp": base.tp, "pp": base.pp, "cp": base.cp, "ep": base.ep, "flash_attn": base.flash_attn,
-            "variable_shapes": base.variable_shapes(), "adapter_fp32": base.adapter_dtype == "fp32"}
+            "variable_shapes": base.variable_shapes(), "adapter_fp32": base.adapter_dtype == "fp32",
+            "length_gap": base.length_gap()}
     a.update({k: np.broadcast_to(np.float64(v), (n,)) for k, v in same.items()})  # the same for every row
     a["dp"] = grid.dp.astype(float)
     a["sharding"] = grid.sharding_code

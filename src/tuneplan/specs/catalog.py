@@ -115,7 +115,7 @@ def _quant_from_text(text: str) -> str:
     for word, q in _QUANT_WORDS.items():
         if word in low:
             if word == "gptq" and "int8" in low:
-                return "int8"
+                return "gptq-int8"
             return q
     return "none"
 

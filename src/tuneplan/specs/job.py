@@ -65,7 +65,7 @@ OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "s
               "galore-adamw")
 SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
              "zero3-offload", "fsdp-offload")
-QUANTS = ("none", "int8", "nf4", "gptq-int4", "awq-int4", "aqlm-2bit", "fp8")
+QUANTS = ("none", "int8", "nf4", "gptq-int4", "gptq-int8", "awq-int4", "aqlm-2bit", "fp8")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
@@ -250,7 +250,7 @@ class JobSpec:
                                    "method")
     precision: Precision = option("bf16", "compute precision (default bf16); fp8, nvfp4, mxfp4: the linear layers at low "
                                                     "precision", "precision")
-    quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, awq-int4, aqlm-2bit, fp8 (default: as the "
+    quant: str | None = option(None, "base weight storage: none, int8, nf4, gptq-int4, gptq-int8, awq-int4, aqlm-2bit, fp8 (default: as the "
                                      "method and checkpoint imply: qlora nf4, gptq-lora gptq-int4)", "precision", check=_known_quant)
     optimizer: Optimizer = option("adamw", "optimizer (default adamw; galore-adamw: full fine-tuning with GaLore's "
                                            "low-rank moments of the block linears)", "method")
@@ -600,7 +600,7 @@ class JobSpec:
         if self.method in ("qlora", "loftq"):
             return "nf4"
         if self.method == "gptq-lora":
-            return checkpoint_quant if checkpoint_quant in ("gptq-int4", "awq-int4") else "gptq-int4"
+            return checkpoint_quant if checkpoint_quant in ("gptq-int4", "gptq-int8", "awq-int4") else "gptq-int4"
         if self.method == "full":
             return "none"
         return checkpoint_quant if self.quant is None else "none"
@@ -643,6 +643,14 @@ class JobSpec:
         """Whether batches vary in length from step to step: unpacked samples padded only to the
         longest in their batch (HF's DataCollatorWithPadding, TRL and most SFT scripts without packing)."""
         return self.padding == "longest" and not self.packing
+
+    def length_gap(self) -> float:
+        """Tokens a lone example falls short of the sequence cap on average (seq_len - tokens_per_example
+        when batches are padded only to their longest, else 0): a micro-batch runs at its longest
+        example's length (physics/run.batch_lengths)."""
+        if not (self.variable_shapes() and self.seq_len and self.tokens_per_example):
+            return 0.0
+        return max(float(self.seq_len) - float(self.tokens_per_example), 0.0)
 
     def sharding_kind(self) -> str:
         """Normalised sharding: none, ddp, zero1, zero2, zero3 (fsdp full), hybrid, offload."""
