@@ -23,7 +23,10 @@ name (`--teacher-model`); one with a separate engine is refused (not modelled).
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
 measured step time), the median |error| of the step time, how many rows that ran (every row here
 ran: each is a measurement) are predicted "does not fit", and how many answered rows give only the
-completion cap, no mean (the mean taken as half the cap). Refused with the reason (not guessed): rows whose
+completion cap, no mean (the mean taken as half the cap); cover_before / cover: the share of timed rows
+whose measured step lies in the 80% step-time interval `tuneplan estimate` gives (the shipped calibration's
+width), without / with the range of the mean completion length where the row gives none
+(rl_stages.mean_spread). Refused with the reason (not guessed): rows whose
 source names no GPU; rows stating no prompts per step, group size or completion length; GRPO-family rows
 of a framework whose default is no group (verl's rollout.n 1, OpenRLHF's n_samples_per_prompt 1) that
 state no group size; NeMo-Aligner rows

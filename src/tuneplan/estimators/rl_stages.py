@@ -100,8 +100,8 @@ def _engine(a: dict, gspec: GPUSpec, jspec: JobSpec, c) -> dict:
 def generation(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c,
                longest: int | None = None, tail_share: float = ps.DECODE_TAIL_BATCH_SHARE) -> dict:
     """Prefill, decode (to the mean length, then the tail to the longest on `tail_share` of the batch),
-    refit and memory of one step's rollouts. The step's completions share the engines; an engine's weights and FLOPs split over
-    its GPUs, each GPU computing at the SFT efficiency curve's rate. The KV cache is the model's own
+    refit and memory of one step's rollouts. The step's completions share the engines; an engine's
+    weights and FLOPs split over its GPUs, each GPU computing at the SFT efficiency curve's rate. The KV cache is the model's own
     (architecture.kv_cache_bytes_per_token: MLA's compressed latent, sliding windows, Mamba states),
     its layers split over the pipeline and its KV heads over tensor parallel: a rank holds at least one
     head (vLLM replicates KV heads fewer than its tp; MLA's latent is one, on every rank)."""

@@ -100,7 +100,7 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None, m
     elif mem is not None and len(mem) >= 5:
         lo_m, hi_m = conformal_bounds(mem, coverage)
     else:
-        lo_m = hi_m = None
+        lo_m, hi_m, m_s = None, None, (1.0, 1.0)
     if lo_m is not None:
         for key in ("memory_per_gpu_gib", "memory_allocated_gib", "memory_reserved_gib"):
             if getattr(result, key, None) is not None:
