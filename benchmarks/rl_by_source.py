@@ -23,7 +23,10 @@ name (`--teacher-model`); one with a separate engine is refused (not modelled).
 Printed per source and stage: rows, answered (a prediction came back), n_step (answered rows with a
 measured step time), the median |error| of the step time, how many rows that ran (every row here
 ran: each is a measurement) are predicted "does not fit", and how many answered rows give only the
-completion cap, no mean (the mean taken as half the cap). Refused with the reason (not guessed): rows whose
+completion cap, no mean (the mean taken as half the cap); cover_before / cover: the share of timed rows
+whose measured step lies in the 80% step-time interval `tuneplan estimate` gives (the shipped calibration's
+width), without / with the range of the mean completion length where the row gives none
+(rl_stages.mean_spread). Refused with the reason (not guessed): rows whose
 source names no GPU; rows stating no prompts per step, group size or completion length; GRPO-family rows
 of a framework whose default is no group (verl's rollout.n 1, OpenRLHF's n_samples_per_prompt 1) that
 state no group size; NeMo-Aligner rows
@@ -204,6 +207,19 @@ def phases(row: dict, out: dict) -> dict:
     return rec
 
 
+def step_interval(cfg, job) -> dict:
+    """The 80% step-time interval `tuneplan estimate` gives the row (its shipped calibration's width): with
+    the mean completion length's range where the row gives no mean (after), and without it (before)."""
+    from tuneplan.api import estimate
+
+    iv = estimate(cfg.model, cfg.gpu, job=job).interval or {}
+    if "step_time_s_low" not in iv:
+        return {}
+    s_lo, s_hi = iv.get("completion_len_spread", {}).get("step_s", (1.0, 1.0))
+    lo, hi = iv["step_time_s_low"], iv["step_time_s_high"]
+    return {"low_before": lo / s_lo, "high_before": hi / s_hi, "low": lo, "high": hi}
+
+
 def evaluate(paths):
     import numpy as np
     import pandas as pd
@@ -232,11 +248,17 @@ def evaluate(paths):
             rec["pred_step"] = float(np.asarray(run.out["step_s"]).reshape(-1)[0])
             rec["fits"] = float(bool(np.asarray(run.out.get("fits", True)).reshape(-1)[0]))
             rec.update(phases(row, run.out))
+            rec.update(step_interval(cfg, job))
         except (TuneplanError, ValueError, KeyError) as exc:
             rec["why"] = f"{type(exc).__name__}: {str(exc)[:110]}"
         recs.append(rec)
     out = pd.DataFrame(recs)
     out["step_ape"] = (out["pred_step"] / out["measured_step"] - 1).abs()
+    m = out["measured_step"]
+    for end in ("_before", ""):  # the measured step inside the interval (NaN: no interval or no measurement)
+        if f"low{end}" in out:
+            out[f"inside{end}"] = ((out[f"low{end}"] <= m) & (m <= out[f"high{end}"])).where(
+                out[f"low{end}"].notna() & m.notna())
     return out
 
 
@@ -250,7 +272,8 @@ def summary(out):
         e = g["step_ape"].dropna()
         rows.append({"source": src, "stage": st, "rows": len(g), "answered": int(ans.sum()), "n_step": len(e),
                      "step_mdape": e.median() if len(e) else np.nan,
-                     "no_fit": int((g["fits"] == 0).sum()), "cap_only": int((g["cap_only"] & ans).sum())})
+                     "no_fit": int((g["fits"] == 0).sum()), "cap_only": int((g["cap_only"] & ans).sum()),
+                     **{f"cover{end}": g[f"inside{end}"].mean() for end in ("_before", "") if f"inside{end}" in g}})
     return pd.DataFrame(rows)
 
 
@@ -269,8 +292,9 @@ def main(argv=None) -> int:
     with pd.option_context("display.width", 200, "display.max_colwidth", 120):
         print(summary(out).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         if args.rows:
-            print(out.dropna(subset=["measured_step"])[["id", "stage", "measured_step", "pred_step", "step_ape",
-                                                          "fits"]].to_string(index=False))
+            cols = ["id", "stage", "measured_step", "pred_step", "step_ape", "fits", "cap_only", "low_before",
+                    "high_before", "low", "high"]
+            print(out.dropna(subset=["measured_step"])[[c for c in cols if c in out]].to_string(index=False))
         if args.phases:
             cols = [c for n in (*PHASES, "update_actor") for c in (f"{n}_s", f"{n}_pred_s") if c in out]
             print(out.dropna(subset=cols[:1])[["id", "measured_step", "pred_step", *cols]].to_string(

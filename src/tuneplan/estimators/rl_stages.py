@@ -23,7 +23,7 @@ from tuneplan.physics.architecture import kv_cache_bytes_per_token
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS
 from tuneplan.physics.ops import efficiency
 from tuneplan.specs.gpu import GPUSpec
-from tuneplan.specs.job import JobSpec
+from tuneplan.specs.job import RL_STAGES, JobSpec
 from tuneplan.specs.model import ModelSpec
 
 DECODE_CEILING_TOKENS = 1e12
@@ -98,10 +98,10 @@ def _engine(a: dict, gspec: GPUSpec, jspec: JobSpec, c) -> dict:
 
 
 def generation(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int, prompt: int, completion: int, c,
-               longest: int | None = None) -> dict:
-    """Prefill, decode (to the mean length, then the tail to the longest), refit and memory of one
-    step's rollouts. The step's completions share the engines; an engine's weights and FLOPs split over
-    its GPUs, each GPU computing at the SFT efficiency curve's rate. The KV cache is the model's own
+               longest: int | None = None, tail_share: float = ps.DECODE_TAIL_BATCH_SHARE) -> dict:
+    """Prefill, decode (to the mean length, then the tail to the longest on `tail_share` of the batch),
+    refit and memory of one step's rollouts. The step's completions share the engines; an engine's
+    weights and FLOPs split over its GPUs, each GPU computing at the SFT efficiency curve's rate. The KV cache is the model's own
     (architecture.kv_cache_bytes_per_token: MLA's compressed latent, sliding windows, Mamba states),
     its layers split over the pipeline and its KV heads over tensor parallel: a rank holds at least one
     head (vLLM replicates KV heads fewer than its tp; MLA's latent is one, on every rank)."""
@@ -134,9 +134,9 @@ def generation(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int
     traffic = ps.VLLM_KV_CACHE_TRAFFIC if vllm else ps.HF_KV_CACHE_TRAFFIC
     ceiling = _rate(a, DECODE_CEILING_TOKENS)
 
-    def decode(steps: int, ctx: float, fn=ps.decode_s, *first) -> float:
+    def decode(steps: int, ctx: float, fn=ps.decode_s, *first, **kw) -> float:
         return first_value(fn(*first, steps, prompt, wave_batch, e["weights"], kv_tok, traffic, bw,
-                              _forward_flops_per_token(a, ctx) / split, ceiling, overhead))
+                              _forward_flops_per_token(a, ctx) / split, ceiling, overhead, **kw))
 
     t_decode = max(waves, 1) * decode(completion, prompt + (completion + 1.0) / 2.0)
     t_tail = 0.0
@@ -144,7 +144,8 @@ def generation(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int
         # HF generate keeps finished sequences in the batch (padding) until the longest ends
         t_tail = max(waves, 1) * decode(longest, prompt + (longest + 1.0) / 2.0) - t_decode
     elif longest is not None and longest > completion:  # vLLM: the last wave's longest, the batch draining
-        t_tail = decode(longest, prompt + (completion + longest) / 2.0, ps.decode_tail_s, completion)
+        t_tail = decode(longest, prompt + (completion + longest) / 2.0, ps.decode_tail_s, completion,
+                        share=tail_share)
     t_sync = 0.0
     if vllm:  # within a node (colocated, or a one-node run) over NVLink, else the network
         intra = (gspec.intra_node_gbs or 16.0) * 1e9
@@ -265,7 +266,7 @@ def _calls(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int, *r
 
 
 def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int,
-             search_max_mb: bool = True) -> StageRun:
+             search_max_mb: bool = True, tail_share: float = ps.DECODE_TAIL_BATCH_SHARE) -> StageRun:
     from tuneplan.physics.terms import build_arrays
 
     c = getattr(est, "constants", None) or DEFAULT_CONSTANTS
@@ -287,7 +288,7 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
     for k in POLICY_PARTS + ("step_s", "compute_s", "communication_total_s"):
         if k in out:
             out[k] = out[k] * epochs
-    gen = _calls(a, mspec, gspec, jspec, n, prompt_len, completion, c, longest)
+    gen = _calls(a, mspec, gspec, jspec, n, prompt_len, completion, c, longest, tail_share)
     if gen["vllm"] and gen["waves"] == 0:
         raise InputError("rollout-engine", f"vLLM's memory share on {gspec.name} does not hold {mspec.name}'s "
                          f"weights at rollout tp {gen['tp']}: shard them with a larger --rollout-tp, a larger "
@@ -364,6 +365,35 @@ def rl_stage(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: 
                             "each reading the weights again (more --rollout-gpus, or a larger share)")
     res.assumptions = rl_assumptions(jspec, group, completion, beta, epochs, prompts, n, ga, gen, rm is not None)
     return res
+
+
+MEAN_FLOOR = 1
+"""The least mean completion length (tokens): every completion ends at its first token but the longest,
+which the synchronous step still waits for, decoding alone to the cap (the decode tail on one sequence);
+a cap alone says nothing shorter of the longest, and it is where RL runs truncate."""
+
+
+def mean_spread(est, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, prompt_len: int, run: StageRun
+                ) -> dict | None:
+    """An RL estimate whose mean completion length is not given: the (low, high) ratios of its step time,
+    throughput and peak memory over the range the mean can take, each figure from the same stage evaluated
+    at the mean's two bounds - MEAN_FLOOR (the tail on the longest alone), and the cap (every completion at
+    it; the cap is --completion-len-max, else the default length the estimate generates to full). None when
+    the mean is given."""
+    if jspec.completion_len is not None or jspec.stage not in RL_STAGES:
+        return None
+    cap = run.extra["stage"]["completion_len_max"] or run.extra["stage"]["completion_len"]
+
+    def figures(out: dict) -> dict[str, float]:
+        step, mem = first_value(out["step_s"]), first_value(out.get("memory_gib", 0.0))
+        return {"step_s": step, "tokens_per_s": first_value(out["tokens_per_step"]) / step,
+                **({"memory_gib": mem} if mem > 0 else {})}
+
+    got = [figures(run.out)] + [figures(rl_stage(est, mspec, gspec, jspec.updated(
+        completion_len=m, completion_len_max=cap), prompt_len, False, share).out) for m, share in (
+        (MEAN_FLOOR, 0.0), (cap, ps.DECODE_TAIL_BATCH_SHARE))]
+    return {"mean_low": MEAN_FLOOR, "mean_high": cap,
+            **{k: (min(g[k] for g in got) / v, max(g[k] for g in got) / v) for k, v in got[0].items()}}
 
 
 ONLINE_NOTES = {

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from tuneplan.errors import InputError
-from tuneplan.estimators.rl_stages import gkd_stage, rl_stage
+from tuneplan.estimators.rl_stages import gkd_stage, mean_spread, rl_stage
 from tuneplan.estimators.stage_run import (
     TRAIN_GROUPS,
     StageRun,
@@ -34,6 +34,14 @@ def stage_for_estimate(est, estimator: str, mspec: ModelSpec, gspec: GPUSpec, js
         raise InputError("stage", "the Run Planner seed has no stage model: use --estimator tuneplan (default), "
                          "kavier, xia or slst with --stage")
     run = run_stage(est, mspec, gspec, jspec, wl.seq_len, wl.samples_per_epoch)
+    spread = mean_spread(est, mspec, gspec, jspec, wl.seq_len, run)
+    if spread:  # the interval spans it (learn.intervals.attach_interval)
+        run.extra["stage"]["completion_len_spread"] = spread
+        run.assumptions.append(
+            f"The interval spans the mean completion length from {spread['mean_low']} token (all but the longest "
+            f"ending at once; the step still decodes the longest to the cap) to {spread['mean_high']} (every "
+            f"completion at the cap): step time x{spread['step_s'][0]:.3g}-x{spread['step_s'][1]:.3g} of this "
+            "estimate's, the same stage evaluated at each.")
     if "forward_s" not in run.out:
         run.assumptions.append(f"{estimator} has no forward part: each no-grad forward (reference, KL, old "
                                f"log-probs) is taken as {ps.FORWARD_SHARE:.2f} of its training step.")

@@ -69,16 +69,21 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None, m
     else:
         pool, what = residual_pool(res, getattr(job, "framework", None))
         (lo_t, hi_t), n = conformal_bounds(pool, coverage), len(pool)
+    # an RL mean completion length not given: its range's ratios multiply the bounds (rl_stages.mean_spread)
+    spread = (result.extra.get("stage") or {}).pop("completion_len_spread", None) or {}
+    (s_lo, s_hi), (q_lo, q_hi), m_s = (spread.get(k, (1.0, 1.0)) for k in ("step_s", "tokens_per_s", "memory_gib"))
     # throughput measured/predicted in [lo, hi] -> time in [1/hi, 1/lo]
     t = result.totals
-    train_lo, train_hi = t.train_s / hi_t, t.train_s / lo_t
+    train_lo, train_hi = t.train_s / hi_t * s_lo, t.train_s / lo_t * s_hi
     fixed = t.wall_clock_s - t.train_s
     interval = {
         "coverage": coverage,
         "wall_clock_s_low": fixed + train_lo,
         "wall_clock_s_high": fixed + train_hi,
-        "tokens_per_s_low": result.tokens_per_s * lo_t,
-        "tokens_per_s_high": result.tokens_per_s * hi_t,
+        "step_time_s_low": result.step_time_s / hi_t * s_lo,
+        "step_time_s_high": result.step_time_s / lo_t * s_hi,
+        "tokens_per_s_low": result.tokens_per_s * lo_t * q_lo,
+        "tokens_per_s_high": result.tokens_per_s * hi_t * q_hi,
         "source": f"{res.get('source', '')} ({what})",
         "n_residuals": n,
     }
@@ -95,14 +100,19 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None, m
     elif mem is not None and len(mem) >= 5:
         lo_m, hi_m = conformal_bounds(mem, coverage)
     else:
-        lo_m = hi_m = None
+        lo_m, hi_m, m_s = None, None, (1.0, 1.0)
     if lo_m is not None:
         for key in ("memory_per_gpu_gib", "memory_allocated_gib", "memory_reserved_gib"):
             if getattr(result, key, None) is not None:
-                interval[f"{key}_low"] = getattr(result, key) * lo_m
-                interval[f"{key}_high"] = getattr(result, key) * hi_m
-    if width:
-        interval["why"] = [f"{label} (+-{x:.0%})" for label, x in why[:WHY_SHOWN]]
+                interval[f"{key}_low"] = getattr(result, key) * lo_m * m_s[0]
+                interval[f"{key}_high"] = getattr(result, key) * hi_m * m_s[1]
+    said = [(f"{label} (+-{x:.0%})", x) for label, x in why] + [
+        (f"mean completion length not given{tag} (x{lo:.3g}-x{hi:.3g})", max(hi, 1.0 / lo) - 1.0)
+        for tag, (lo, hi) in (("", (s_lo, s_hi)), (" (memory)", m_s)) if spread and (lo, hi) != (1.0, 1.0)]
+    if said:
+        interval["why"] = [text for text, _ in sorted(said, key=lambda w: -w[1])[:WHY_SHOWN]]
+    if spread:
+        interval["completion_len_spread"] = spread
     result.interval = interval
 
 

@@ -182,13 +182,13 @@ the tail decodes on average a quarter of the batch."""
 
 
 def decode_tail_s(mean_len, max_len, prompt_len, batch, weight_bytes, kv_per_token, kv_traffic, bandwidth,
-                  flops_per_token, rate, per_token_overhead_s):
+                  flops_per_token, rate, per_token_overhead_s, share=DECODE_TAIL_BATCH_SHARE):
     """Decode from the mean completion length to the longest (s): a synchronous step waits for its
     longest completion, and decode is memory-bound, so each of the (max - mean) steps still reads every
-    weight while the batch drains; the tail's batch is `DECODE_TAIL_BATCH_SHARE` x batch (at least one
-    sequence) at its mean context prompt + (mean + max) / 2. Zero when max <= mean."""
+    weight while the batch drains; the tail's batch is `share` x batch (at least one sequence; share 0:
+    the longest alone) at its mean context prompt + (mean + max) / 2. Zero when max <= mean."""
     steps = np.maximum(np.asarray(max_len, dtype=float) - mean_len, 0.0)
-    tail_batch = np.maximum(batch * DECODE_TAIL_BATCH_SHARE, 1.0)
+    tail_batch = np.maximum(batch * share, 1.0)
     context = prompt_len + (mean_len + max_len) / 2.0
     t_mem = decode_step_bytes(weight_bytes, tail_batch, kv_per_token, context, kv_traffic) / bandwidth
     t_flops = tail_batch * flops_per_token / rate

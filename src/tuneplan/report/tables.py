@@ -67,7 +67,10 @@ def estimate_items(r) -> list:
     add = main.rows.append
     _run_rows(add, d, iv)
     add(_cells("throughput", number(d["tokens_per_s"], "tokens/s"), f"{number(d['samples_per_s'], 'samples/s')}"))
-    add(_cells("step time", duration(d["step_time_s"]),
+    step = duration(d["step_time_s"])
+    if iv and "step_time_s_low" in iv:
+        step += f" ({duration(iv['step_time_s_low'])} - {duration(iv['step_time_s_high'])})"
+    add(_cells("step time", step,
                f"{d['steps']:,} optimizer steps" if d.get("steps") is not None else "per optimizer step"))
     if d.get("tokens_total") is not None:
         add(_cells("tokens processed", number(d["tokens_total"], "tokens"), "all epochs, as padded/packed"))
