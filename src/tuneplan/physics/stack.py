@@ -13,7 +13,7 @@ from tuneplan.physics.ops import ATTENTION_KERNEL_CODES, FLASH_MAX_EFFICIENCY, G
 from tuneplan.physics.precision import FP8_RECIPE_CODES, linear_tflops, low_precision_code, ops_by_precision
 
 CKPT_CODES = {"none": 0, "selective": 1, "full": 2, "offload": 3}
-CE_CODES = {"none": 0, "chunked": 1, "fused": 2}
+CE_CODES = {"none": 0, "chunked": 1, "fused": 2, "bf16": 3}
 OFFLOAD_CODES = {"none": 0, "optimizer": 1, "all": 2}
 
 STACK_DEFAULTS = {
@@ -85,8 +85,10 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
     keys, span = attention_spans(model, seq_len)
     kernel = "eager" if not job.flash_attn else fw.attention
     seq_par = job.sequence_parallel if job.sequence_parallel is not None else fw.sequence_parallel
-    # --fused-ce: a fused linear + cross-entropy (Liger, Cut Cross-Entropy); --no-fused-ce: torch's loss
-    ce = CE_CODES[fw.cross_entropy] if job.fused_ce is None else (CE_CODES["fused"] if job.fused_ce else 0)
+    # --fused-ce: a fused linear + cross-entropy (Liger, Cut Cross-Entropy); --no-fused-ce: torch's loss;
+    # a trainer may run another loss under context / sequence parallelism (cp_cross_entropy)
+    kind = fw.cp_cross_entropy if job.cp > 1 and fw.cp_cross_entropy else fw.cross_entropy
+    ce = CE_CODES[kind] if job.fused_ce is None else (CE_CODES["fused"] if job.fused_ce else 0)
     out = {
         "lowp": float(code), "lin_peak_flops": lin * 1e12, "bf16_peak_flops": bf16 * 1e12,
         "ckpt_code": float(CKPT_CODES[job.checkpointing]), "ckpt_share": 1.0 / job.ckpt_every,
