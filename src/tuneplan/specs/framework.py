@@ -37,7 +37,8 @@ FP8_RECIPES = ("te", "torchao", "fp8-params")
 """What an fp8 recipe stores for each linear weight (physics/precision.py fp8_weight_bytes): te (Transformer
 Engine: the bf16 weight plus its cached fp8 copy and transpose), torchao (torchao float8: the bf16 weight,
 cast on the fly in each GEMM, no copy kept) or fp8-params (Megatron's fp8 primary weights, fp8_param_gather:
-the weight itself in fp8 plus its transpose, the fp32 master in the optimizer)."""
+the weight itself in fp8 plus its transpose, the fp32 master in the optimizer; under nvfp4 / mxfp4 the same
+in fp4, fp4_param_gather)."""
 BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
                "tp_comm_overlap", "adapter_fp32", "packing")
 
