@@ -146,17 +146,21 @@ def test_a_verdict_that_turns_on_checkpointing_is_said(capsys):
                    for a in given["assumptions"])
 
 
-@pytest.mark.parametrize(("recipe", "per_weight"), [("te", 4.0), ("torchao", 2.0), ("fp8-params", 2.0)])
-def test_fp8_weight_storage_per_recipe_by_hand(recipe, per_weight):
+@pytest.mark.parametrize(("precision", "recipe", "per_weight"), [
+    ("fp8", "te", 4.0), ("fp8", "torchao", 2.0), ("fp8", "fp8-params", 2.0),
+    ("nvfp4", "te", 2.0 + 1.125), ("nvfp4", "fp8-params", 1.125)])
+def test_fp8_weight_storage_per_recipe_by_hand(precision, recipe, per_weight):
     """Full fine-tuning of a tiny Llama in fp8: every weight is trained; te holds bf16 + fp8 copy + fp8
-    transpose (2 + 1 + 1), torchao the bf16 weight alone (2), fp8 primary weights fp8 + transpose (1 + 1)."""
+    transpose (2 + 1 + 1), torchao the bf16 weight alone (2), fp8 primary weights fp8 + transpose (1 + 1).
+    NVFP4: the bf16 weight and its cast copy and transpose (0.5 + 1/16 scale each), or, as fp4 primary
+    weights (Megatron's fp4_param_gather), those two alone."""
     from tuneplan.physics.memory import memory
     from tuneplan.physics.terms import build_arrays, model_terms
     from tuneplan.specs.architectures import model_from_config
     from tuneplan.specs.gpu import resolve_gpu
 
     m = model_from_config(tiny_llama_config(), "tiny")
-    job = make_job(method="full", precision="fp8", fp8_recipe=recipe, framework="generic", micro_batch=1, seq_len=64)
+    job = make_job(method="full", precision=precision, fp8_recipe=recipe, framework="generic", micro_batch=1, seq_len=64)
     out = memory(build_arrays([(m, resolve_gpu("H100-SXM5-80GB"), job, 64)]))
     params = model_terms(m, job).params_trainable
     assert out["weights_gib"][0] * 2**30 == pytest.approx(per_weight * params)

@@ -135,6 +135,20 @@ def test_a_rows_fused_loss_holds_one_chunk_of_logits():
     assert logits[0] * G == pytest.approx(8192 * plain.model.vocab_size * DEFAULT_CONSTANTS.logits_bytes_per_element)
 
 
+def test_ms_swift_sequence_parallel_loss_over_bf16_logits():
+    # ms-swift >= 3.4.1 under sequence parallel: torch's cross-entropy on each rank's bf16 logits shard, no
+    # fp32 copy: 6 bytes per (token x vocab) element (physics/ops.py LOGITS_BYTES_PER_ELEMENT[3]) over
+    # micro-batch x seq / cp tokens; without sequence parallel, and before 3.4.1 (xtuner's path, the
+    # model's fp32 loss), the generic 14
+    job = dict(method="lora", micro_batch=2, gpus=4, framework="ms-swift")
+    m, _, sp = mem(make_job(**job, cp=4), seq=1024)
+    _, _, plain = mem(make_job(**job), seq=1024)
+    _, _, old = mem(make_job(**{**job, "framework": "ms-swift@3.4.0"}, cp=4), seq=1024)
+    assert sp["logits_gib"] * G == pytest.approx(2 * 1024 / 4 * m.vocab_size * 6.0)
+    assert plain["logits_gib"] * G == pytest.approx(2 * 1024 * m.vocab_size * DEFAULT_CONSTANTS.logits_bytes_per_element)
+    assert old["logits_gib"] * G == pytest.approx(2 * 1024 / 4 * m.vocab_size * DEFAULT_CONSTANTS.logits_bytes_per_element)
+
+
 @pytest.mark.skipif(reference_dir() is None, reason="shared reference runs not present")
 def test_ms_swift_examples_liger_rows_read_as_fused_loss():
     from tuneplan.runs import read_runs

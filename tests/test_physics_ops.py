@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tuneplan.errors import InputError
-from tuneplan.physics.activations import OFFLOAD_RESIDENT_LAYERS
+from tuneplan.physics.activations import OFFLOAD_RESIDENT_LAYERS, offloaded_bytes
 from tuneplan.physics.constants import DEFAULT_CONSTANTS as C
 from tuneplan.physics.memory import memory
 from tuneplan.physics.ops import (
@@ -233,6 +233,34 @@ def test_activation_offload_keeps_two_layers():
     none = memory(_arrays(m, make_job(**kw), 2048))["activations_gib"][0]
     off = memory(_arrays(m, make_job(act_offload=True, **kw), 2048))["activations_gib"][0]
     assert off == pytest.approx(none * OFFLOAD_RESIDENT_LAYERS / m.n_layers)
+
+
+def test_offloading_a_number_of_layers_frees_theirs():
+    # Megatron-Core cpu_offloading_num_layers: N of the L layers' saved activations go to the host, at
+    # most L - 1; the host copies of N layers each way per micro-step show in the step when not hidden
+    m = resolve_model("meta-llama/Llama-3.1-8B")
+    kw = {"method": "full", "micro_batch": 1, "seq_len": 2048, "examples": 1.0}
+    L = m.n_layers
+    none = memory(_arrays(m, make_job(**kw), 2048))["activations_gib"][0]
+    part = memory(_arrays(m, make_job(act_offload_layers=8, **kw), 2048))["activations_gib"][0]
+    most = memory(_arrays(m, make_job(act_offload_layers=500, **kw), 2048))["activations_gib"][0]
+    assert part == pytest.approx(none * (L - 8) / L) and most == pytest.approx(none / L)
+    a = _arrays(m, make_job(act_offload_layers=8, **kw), 2048)
+    assert float(offloaded_bytes(a, 2048.0, 1000.0, 10.0, float(L))[0]) == 2048 * 8 * 1000.0
+    assert step_time(a)["step_s"][0] > step_time(_arrays(m, make_job(**kw), 2048))["step_s"][0]
+    with pytest.raises(InputError, match="act-offload-layers"):
+        make_job(act_offload_layers=-1, **kw)
+
+
+def test_a_rows_offloaded_layers_cell():
+    from tuneplan.learn.dataset import row_to_config
+
+    row = {"model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB", "method": "full", "seq_len": 2048,
+           "micro_batch_size": 1, "gpus": 1, "framework": "megatron"}
+    assert row_to_config(row).job.act_offload_layers == 0
+    assert row_to_config({**row, "act_offload_layers": "6"}).job.act_offload_layers == 6
+    with pytest.raises(InputError, match="act_offload_layers"):
+        row_to_config({**row, "act_offload_layers": "two"})
 
 
 def test_fused_cross_entropy_logits_by_hand():

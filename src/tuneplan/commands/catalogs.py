@@ -120,7 +120,8 @@ def _framework_row(fw) -> tuple[str, ...]:
     ckpt = {True: "on", False: "off", None: "-"}[fw.grad_ckpt]
     return (fw.name, ", ".join(fw.aliases), (f"{fw.version_of} {fw.version or fw.current}" if fw.version_of else ""),
             ckpt, fw.master_weights, fw.optimizer_impl + (", ZeRO-1" if fw.distributed_optimizer else ""),
-            "packed" if fw.packing else f"padded to {fw.padding}", fw.attention, fw.cross_entropy, fw.moe_experts,
+            "packed" if fw.packing else f"padded to {fw.padding}", fw.attention,
+            fw.cross_entropy + (f" ({fw.cp_cross_entropy} under cp)" if fw.cp_cross_entropy else ""), fw.moe_experts,
             fw.grad_accum_sync)
 
 

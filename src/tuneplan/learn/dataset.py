@@ -398,7 +398,7 @@ BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "
                 "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
                 "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version", "peft_version",
                 "model_config_json", "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank", "trl_version",
-                "fused_ce", "fp32_grads")
+                "fused_ce", "fp32_grads", "act_offload_layers", "ms-swift_version")
 """Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
 
 
@@ -475,6 +475,8 @@ def row_base(row: dict, cache: dict | None = None) -> RowBase:
     for key in ("fused_ce", "fp32_grads"):  # a fused loss (Liger), fp32 gradient buffers; empty: the framework's
         if _get(row, key) is not None:
             kw[key] = bool(int(float(_get(row, key))))
+    if _get(row, "act_offload_layers") is not None:  # Megatron's cpu_offloading_num_layers (a source's recipe)
+        kw["act_offload_layers"] = _positive_int(_get(row, "act_offload_layers"), "act_offload_layers")
     rank = _get(row, "galore_rank")
     if rank is not None and optimizer == "galore-adamw":
         kw["galore_rank"] = _positive_int(rank, "galore_rank")

@@ -63,9 +63,10 @@ def checkpointed_activations(a, tokens, per_layer, layer_input, eager_scores, la
     checkpointed layer (a share 1/ckpt_every) keeps only its input, the others their full set, plus
     one layer's full set while it is recomputed; offload: the checkpointed layers' inputs go to host
     memory, two stay; activation offload (any mode): only OFFLOAD_RESIDENT_LAYERS layers' saved tensors
-    stay on the GPU."""
+    stay on the GPU; a number of offloaded layers (`offloaded_layers`): those layers' saved tensors leave."""
     mode = get(a, "ckpt_code")
     share = np.clip(get(a, "ckpt_share"), 0.0, 1.0)
+    layers = layers - offloaded_layers(a, layers)
     full = tokens * layers * per_layer
     selective = tokens * layers * (per_layer - eager_scores)
     ckpt = tokens * (layers * share * layer_input + layers * (1.0 - share) * per_layer) + tokens * per_layer
@@ -76,12 +77,20 @@ def checkpointed_activations(a, tokens, per_layer, layer_input, eager_scores, la
     return np.where(get(a, "act_offload") > 0, np.minimum(acts, resident), acts)
 
 
+def offloaded_layers(a, layers):
+    """Layers per pipeline stage whose saved activations go to host memory by count (megatron-core 0.19.2
+    model_parallel_config.py cpu_offloading_num_layers, through Transformer Engine's cpu offload context;
+    transformer_config.py requires it below num_layers, without pipeline parallelism or recompute): at
+    most all but the one computing."""
+    return np.clip(get(a, "act_offload_layers"), 0.0, np.maximum(layers - 1.0, 0.0))
+
+
 def offloaded_bytes(a, tokens, per_layer, layer_input, layers):
     """Bytes copied to host memory and back per micro-step (each way): activation offload copies every
-    layer's saved tensors, checkpoint offload the checkpointed layers' inputs."""
+    layer's saved tensors (a number of layers: theirs), checkpoint offload the checkpointed layers' inputs."""
     mode = get(a, "ckpt_code")
     share = np.clip(get(a, "ckpt_share"), 0.0, 1.0)
-    ck = np.where(mode == 3, tokens * layers * share * layer_input, 0.0)
+    ck = np.where(mode == 3, tokens * layers * share * layer_input, 0.0) + tokens * offloaded_layers(a, layers) * per_layer
     return np.where(get(a, "act_offload") > 0, tokens * layers * per_layer, ck)
 
 
@@ -128,7 +137,7 @@ def activation_offload_seconds(a, c, tokens, host_bw, overlap_s):
     forward and back during the backward over the host link, overlapped with compute (copies on their
     own CUDA stream): max(copy - compute, 0)."""
     mode = get(a, "ckpt_code")
-    if not (np.any(mode == 3) or np.any(get(a, "act_offload") > 0)):
+    if not (np.any(mode == 3) or np.any(get(a, "act_offload") > 0) or np.any(get(a, "act_offload_layers") > 0)):
         return np.zeros_like(np.asarray(tokens, dtype=float))
     per = activation_bytes_per_token_layer(a, c)
     layers = a["n_layers"] / a["pp"] * a["bwd_layer_fraction"]

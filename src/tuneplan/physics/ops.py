@@ -42,17 +42,20 @@ FLASH_HEAD_DIM_HALF = 25.6
 """Head dimension at which FlashAttention reaches half its limit (elements): FA2 on A100 at 16k runs
 head dim 64 at ~169 and 128 at ~196 TFLOP/s (Dao 2023, Fig. 6): d / (d + d_half) through both gives 25.6."""
 
-LOSS_BYTES_PER_LOGIT = {0: None, 1: 8.0, 2: 4.0}
+LOSS_BYTES_PER_LOGIT = {0: None, 1: 8.0, 2: 4.0, 3: 14.0}
 """Loss traffic per (token x vocab) element, forward + backward (bytes), by cross-entropy kind: 0 torch
 cross-entropy over upcast logits (PhysicsConstants.loss_bytes_per_logit, 24); 1 chunked / in-kernel
 (bf16 logits written and read forward, the in-place gradient written and read backward: 2 + 2 + 2 + 2);
-2 fused linear + cross-entropy (logits of one chunk written and read once each way: 4)."""
+2 fused linear + cross-entropy (logits of one chunk written and read once each way: 4); 3 torch
+cross-entropy over the bf16 logits (log-softmax read 2, written 2, read by the loss 2; backward: its
+gradient written 2 and read 2, the saved output read 2, the logits' gradient written 2)."""
 
-LOGITS_BYTES_PER_ELEMENT = {0: None, 1: 4.0, 2: 0.0}
+LOGITS_BYTES_PER_ELEMENT = {0: None, 1: 4.0, 2: 0.0, 3: 6.0}
 """Memory held per (token x vocab) element at the loss (bytes): 0 PhysicsConstants.logits_bytes_per_element
 (16: bf16 logits, fp32 copy, fp32 log-softmax, fp32 and bf16 gradients); 1 chunked (bf16 logits and their
 bf16 gradient, fp32 work one chunk at a time: 2 + 2); 2 fused (no full logits: a chunk's, counted in
-FUSED_CE_CHUNK_TOKENS)."""
+FUSED_CE_CHUNK_TOKENS); 3 torch cross-entropy over the bf16 logits, no upcast (the saved bf16
+log-softmax, its gradient and the logits' gradient at the backward's start: 2 + 2 + 2)."""
 
 FUSED_CE_CHUNK_TOKENS = 4096.0
 """Tokens per chunk of a fused linear + cross-entropy (tokens): Liger's FusedLinearCrossEntropy sizes
@@ -104,17 +107,23 @@ def causal_share(span, seq, causal_kernel):
     return np.where(causal_kernel > 0, np.where(window, 1.0, 0.5), 1.0)
 
 
+def _per_kind(table, ce_code, default_bytes):
+    """table[kind] by cross-entropy kind code; `default_bytes` for kind 0 (torch over upcast logits)."""
+    out = np.asarray(default_bytes, dtype=float) * np.ones_like(np.asarray(ce_code, dtype=float))
+    for code, v in table.items():
+        out = out if v is None else np.where(ce_code == code, v, out)
+    return out
+
+
 def lm_loss_bytes(ce_code, default_bytes):
     """Loss traffic per (token x vocab) element by cross-entropy kind (LOSS_BYTES_PER_LOGIT)."""
-    return np.where(ce_code == 1, LOSS_BYTES_PER_LOGIT[1], np.where(ce_code == 2, LOSS_BYTES_PER_LOGIT[2],
-                                                                      default_bytes))
+    return _per_kind(LOSS_BYTES_PER_LOGIT, ce_code, default_bytes)
 
 
 def logits_memory_bytes(tokens, vocab, tp, ce_code, default_bytes):
     """Bytes held at the loss per GPU: tokens x vocab / tp x bytes per element by cross-entropy kind;
     a fused loss holds one chunk instead."""
-    per = np.where(ce_code == 1, LOGITS_BYTES_PER_ELEMENT[1], default_bytes)
-    full = tokens * vocab / tp * per
+    full = tokens * vocab / tp * _per_kind(LOGITS_BYTES_PER_ELEMENT, ce_code, default_bytes)
     chunk = np.minimum(tokens, FUSED_CE_CHUNK_TOKENS) * vocab / tp * 6.0
     return np.where(ce_code == 2, chunk, full)
 

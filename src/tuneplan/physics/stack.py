@@ -13,12 +13,12 @@ from tuneplan.physics.ops import ATTENTION_KERNEL_CODES, FLASH_MAX_EFFICIENCY, G
 from tuneplan.physics.precision import FP8_RECIPE_CODES, linear_tflops, low_precision_code, ops_by_precision
 
 CKPT_CODES = {"none": 0, "selective": 1, "full": 2, "offload": 3}
-CE_CODES = {"none": 0, "chunked": 1, "fused": 2}
+CE_CODES = {"none": 0, "chunked": 1, "fused": 2, "bf16": 3}
 OFFLOAD_CODES = {"none": 0, "optimizer": 1, "all": 2}
 
 STACK_DEFAULTS = {
     "lowp": 0.0, "lin_peak_flops": np.nan, "bf16_peak_flops": np.nan, "ckpt_code": np.nan, "ckpt_share": 1.0,
-    "act_offload": 0.0, "ce_code": 0.0, "fused_lora": 0.0, "fused_elementwise": 0.0, "dist_opt": 0.0,
+    "act_offload": 0.0, "act_offload_layers": 0.0, "ce_code": 0.0, "fused_lora": 0.0, "fused_elementwise": 0.0, "dist_opt": 0.0,
     "fp32_grads": 0.0, "seq_par": 0.0, "tp_overlap": 0.0, "cp_ulysses": 0.0, "vpp": 1.0, "offload_code": 0.0,
     "attn_kernel": 0.0, "gpu_gen": 0.0, "eager_norm_rope": 0.0, "grad_buffers": 1.0, "attn_keys": np.nan, "attn_span": np.nan, "host_bw": np.nan,
     "opt_foreach": 0.0, "accum_no_sync": 0.0, "fsdp": 0.0, "adapters_in_blocks": 0.0, "fp8_recipe": 0.0,
@@ -85,12 +85,14 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
     keys, span = attention_spans(model, seq_len)
     kernel = "eager" if not job.flash_attn else fw.attention
     seq_par = job.sequence_parallel if job.sequence_parallel is not None else fw.sequence_parallel
-    # --fused-ce: a fused linear + cross-entropy (Liger, Cut Cross-Entropy); --no-fused-ce: torch's loss
-    ce = CE_CODES[fw.cross_entropy] if job.fused_ce is None else (CE_CODES["fused"] if job.fused_ce else 0)
+    # --fused-ce: a fused linear + cross-entropy (Liger, Cut Cross-Entropy); --no-fused-ce: torch's loss;
+    # a trainer may run another loss under context / sequence parallelism (cp_cross_entropy)
+    kind = fw.cp_cross_entropy if job.cp > 1 and fw.cp_cross_entropy else fw.cross_entropy
+    ce = CE_CODES[kind] if job.fused_ce is None else (CE_CODES["fused"] if job.fused_ce else 0)
     out = {
         "lowp": float(code), "lin_peak_flops": lin * 1e12, "bf16_peak_flops": bf16 * 1e12,
         "ckpt_code": float(CKPT_CODES[job.checkpointing]), "ckpt_share": 1.0 / job.ckpt_every,
-        "act_offload": float(job.act_offload), "ce_code": float(ce), "fused_lora": float(fw.fused_lora),
+        "act_offload": float(job.act_offload), "act_offload_layers": float(job.act_offload_layers), "ce_code": float(ce), "fused_lora": float(fw.fused_lora),
         "fused_elementwise": float(fw.fused_elementwise), "eager_norm_rope": float(fw.eager_norm_rope),
         # DeepSpeed ZeRO (--sharding zero*) keeps contiguous gradient partitions whatever the trainer
         "grad_buffers": float(fw.grad_buffers or job.sharding.startswith("zero")),
@@ -264,9 +266,11 @@ def stack_assumptions(model, gpu, job) -> list[str]:
     if mode != "none":
         every = f", one layer in {job.ckpt_every}" if job.ckpt_every > 1 else ""
         out.append(f"Activation checkpointing: {mode}{every}.")
-    if job.act_offload or job.offload != "none":
+    if job.act_offload or job.act_offload_layers or job.offload != "none":
         out.append("Offload: " + ", ".join(x for x in (
-            "saved activations to host memory (two layers stay)" if job.act_offload else "",
+            "saved activations to host memory (two layers stay)" if job.act_offload else
+            f"saved activations of {job.act_offload_layers} layers per stage to host memory (at most all but one)"
+            if job.act_offload_layers else "",
             {"optimizer": "optimizer states and master weights on the host (ZeRO-offload)",
              "all": "parameters, gradients and optimizer states on the host"}.get(job.offload, "")) if x) + ".")
     if job.tp > 1:

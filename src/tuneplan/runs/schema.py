@@ -47,7 +47,7 @@ POSITIVE_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + (
 
 SETTING_COLUMNS: tuple[str, ...] = ("padding", "adapter_dtype", "stage", "peft_options", "trainable_params",
                                     "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap",
-                                    "galore_rank", "fused_ce", "fp32_grads")
+                                    "galore_rank", "fused_ce", "fp32_grads", "act_offload_layers", "ms-swift_version")
 """Settings tuneplan reads beyond the reference schema (each described in docs/runs.md), kept in every
 table (empty when not given: the source's or the framework's default)."""
 

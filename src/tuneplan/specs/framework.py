@@ -11,7 +11,7 @@ from functools import lru_cache
 from tuneplan.errors import InputError
 
 ATTENTION_KERNELS = ("flash1", "flash2", "flash3", "te", "sdpa", "eager")
-CROSS_ENTROPY_KINDS = ("none", "chunked", "fused")
+CROSS_ENTROPY_KINDS = ("none", "chunked", "fused", "bf16")
 MOE_EXPERT_LAYOUTS = ("modules", "stacked")
 """How the model code holds a MoE layer's experts (physics/moe_lora.py): an nn.Linear per expert
 (transformers 4, most frameworks) or stacked 3-D tensors (transformers >= 5), which peft adapts as a whole."""
@@ -37,7 +37,8 @@ FP8_RECIPES = ("te", "torchao", "fp8-params")
 """What an fp8 recipe stores for each linear weight (physics/precision.py fp8_weight_bytes): te (Transformer
 Engine: the bf16 weight plus its cached fp8 copy and transpose), torchao (torchao float8: the bf16 weight,
 cast on the fly in each GEMM, no copy kept) or fp8-params (Megatron's fp8 primary weights, fp8_param_gather:
-the weight itself in fp8 plus its transpose, the fp32 master in the optimizer)."""
+the weight itself in fp8 plus its transpose, the fp32 master in the optimizer; under nvfp4 / mxfp4 the same
+in fp4, fp4_param_gather)."""
 BOOL_FIELDS = ("fused_lora", "fused_elementwise", "distributed_optimizer", "fp32_grads", "sequence_parallel",
                "tp_comm_overlap", "adapter_fp32", "packing")
 
@@ -81,6 +82,9 @@ class FrameworkSpec:
     """Samples per GPU in an evaluation pass by default (None: the framework does not say; the micro-batch)."""
     expandable_segments: bool = False
     """Whether it runs training under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (physics/memory.py)."""
+    cp_cross_entropy: str = ""
+    """The loss its trainer runs instead under sequence / context parallelism (CROSS_ENTROPY_KINDS; empty:
+    `cross_entropy` as without)."""
     aliases: tuple[str, ...] = ()
     """Other names `--framework` and a runs file's `framework` cell accept for it (nemo-toolkit, xtuner...)."""
     version_of: str = ""
@@ -108,6 +112,8 @@ class FrameworkSpec:
         """One line of what the framework runs, for the assumptions."""
         on = [k.replace("_", " ") for k in BOOL_FIELDS if getattr(self, k) and k not in ("packing", "adapter_fp32")]
         ce = CROSS_ENTROPY_WORDS.get(self.cross_entropy, self.cross_entropy)
+        if self.cp_cross_entropy:
+            ce += f"; {CROSS_ENTROPY_WORDS[self.cp_cross_entropy]} under context parallelism"
         return (f"framework {self.label}: attention {self.attention}, cross-entropy {ce}"
                 + (f", {', '.join(on)}" if on else "")
                 + (", eager fp32 RMSNorm and RoPE op chains" if self.eager_norm_rope else "")
@@ -123,7 +129,7 @@ class FrameworkSpec:
 
 
 CROSS_ENTROPY_WORDS = {"none": "unfused (fp32 copy of the logits)", "chunked": "chunked", "fused": "fused with the output "
-                       "projection"}
+                       "projection", "bf16": "unfused over the bf16 logits"}
 """The cross-entropy kinds of data/frameworks.yaml in a sentence."""
 
 
@@ -164,6 +170,7 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         fsdp_adapter_wrap=_choice(name, d, "fsdp_adapter_wrap", FSDP_ADAPTER_WRAPS),
         fp8_recipe=_choice(name, d, "fp8_recipe", FP8_RECIPES),
         eval_batch=_optional(name, d, "eval_batch", int),
+        cp_cross_entropy=_choice(name, d, "cp_cross_entropy", ("", *CROSS_ENTROPY_KINDS)),
         expandable_segments=bool(_optional(name, d, "expandable_segments", bool)),
         aliases=tuple(str(a).lower() for a in d.get("aliases") or ()),
         version_of=str(d.get("version_of") or ""), current=str(d.get("current") or ""),

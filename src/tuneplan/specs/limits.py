@@ -85,7 +85,7 @@ JOB_BOUNDS: dict[str, float] = {
     "epochs": MAX_EPOCHS, "eval_every": MAX_STEPS_BETWEEN, "eval_examples": MAX_STEPS_BETWEEN,
     "save_every": MAX_STEPS_BETWEEN, "load_time_s": MAX_SECONDS, "disk_gbs": MAX_DISK_GBS,
     "rate_usd_per_gpu_hour": MAX_RATE_USD_PER_GPU_HOUR, "grid_gco2_kwh": MAX_GRID_GCO2_KWH,
-    "ckpt_every": MAX_LAYERS, "vpp": MAX_LAYERS, "trainable_params": MAX_TOKENS,
+    "ckpt_every": MAX_LAYERS, "act_offload_layers": MAX_LAYERS, "vpp": MAX_LAYERS, "trainable_params": MAX_TOKENS,
     "images_per_example": MAX_MICRO_BATCH, "image_size": MAX_IMAGE_SIDE, "rollout_gpus": MAX_GPUS,
     "group_size": MAX_RL_COUNT, "prompts_per_step": MAX_RL_COUNT, "ppo_epochs": MAX_RL_COUNT,
     "completion_len": MAX_SEQ_LEN, "kl_beta": MAX_KL_BETA, "completion_len_max": MAX_SEQ_LEN,
