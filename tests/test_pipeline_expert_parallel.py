@@ -49,10 +49,17 @@ def test_bubble_is_pp_minus_one_over_m_times_vpp_of_the_micro_batches():
     kw = {"method": "full", "gpus": 32, "tp": 4, "pp": 8, "micro_batch": 1, "seq_len": 4096, "examples": 1.0,
           "framework": "megatron"}
     for ga, vpp in ((16, 1), (64, 1), (16, 4)):
-        out = step_time(build_arrays([(m, H100, make_job(grad_accum=ga, vpp=vpp, **kw), 4096)]))
+        a = build_arrays([(m, H100, make_job(grad_accum=ga, vpp=vpp, **kw), 4096)])
+        out = step_time(a)
         busy = _f(out["step_s"]) - _f(out["optimizer_s"]) - _f(out["communication_s"]) - _f(out["pipeline_bubble_s"])
-        # the m micro-batches' time, and the bubble (pp - 1)/(m x vpp) of it
-        assert _f(out["pipeline_bubble_s"]) / busy == pytest.approx(7 / (ga * vpp))
+        # the m micro-batches run at the last stage's pace; the fill and drain, (pp - 1)/vpp micro-steps, at the
+        # others': without the LM head (forward + 2x backward, bf16, over tp 4) and Megatron's chunked loss
+        # (8 bytes per logit, ops.LOSS_BYTES_PER_LOGIT, over tp 4)
+        head = 3 * _f(a["head_flops"]) * 4096 / 4 / (_f(a["bf16_peak_flops"]) * _f(out["efficiency"])
+                                                   * _f(a["matmul_rel"]))
+        loss = 4096 * m.vocab_size * 8.0 / 4 / (_f(a["mem_bw"]) * C.bandwidth_efficiency)
+        assert _f(out["pipeline_bubble_s"]) == pytest.approx(7 / vpp * (busy / ga - head - loss))
+        assert _f(out["pipeline_bubble_s"]) / busy < 7 / (ga * vpp)
 
 
 def test_pipeline_send_recv_crosses_nodes_when_the_stage_stride_fills_a_node():
@@ -82,6 +89,16 @@ def test_a_row_reads_its_virtual_stages_from_the_notes():
     assert (cfg.job.vpp, cfg.job.micro_batch, cfg.job.grad_accum) == (5, 1, 32)
     assert cfg.job.dp == 2
     assert row_to_config({**row, "notes": "VP=n/a"}).job.vpp == 1
+
+
+def test_a_checkpointed_row_reads_megatron_recompute_granularity_from_the_notes():
+    row = {"model": "Qwen/Qwen2.5-14B", "gpu": "A800-SXM4-80GB", "method": "full", "sharding": "tp4", "gpus": 8,
+           "micro_batch_size": 1, "grad_accum": 8, "seq_len": 8192, "framework": "megatron", "grad_ckpt": 1,
+           "notes": "tensor_model_parallel_size 4, recompute_granularity selective, flash attn"}
+    assert row_to_config(row).job.checkpointing == "selective"
+    assert row_to_config({**row, "notes": "recompute_granularity full"}).job.checkpointing == "full"
+    assert row_to_config({**row, "notes": ""}).job.checkpointing == "full"  # grad_ckpt 1 alone: full
+    assert not row_to_config({**row, "grad_ckpt": 0}).job.grad_ckpt  # the cell says off: the notes do not count
 
 
 def test_a_config_global_batch_counts_data_parallel_ranks_only(tmp_path):

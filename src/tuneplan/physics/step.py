@@ -144,7 +144,8 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     return {"t_fwd": per_tok_fwd * scale, "t_bwd": per_tok_bwd * scale, "t_rec": per_tok_rec * scale,
             "t_attn_fwd_layer": attn_tok / attn_rate * tokens / tp / np.maximum(a["attn_layers"], 1.0),
             "t_gemm": (dense / block_rate + expert / expert_rate) * scale * (1.0 + frac * a["bwd_block_factor"]),
-            "eff": eff, "rec_share": share, "attn_rate": attn_rate, "expert_rate": expert_rate}
+            "eff": eff, "rec_share": share, "attn_rate": attn_rate, "expert_rate": expert_rate,
+            "t_head": (1.0 + a["bwd_head_factor"]) * a["head_flops"] * tokens / tp / bf16_rate}
 
 
 def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, bw: np.ndarray,
@@ -189,7 +190,8 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     io = a.get("linear_io_elements", np.zeros_like(tokens))
     t_cast = cast_seconds(io / split, tokens, lowp, bw) * recompute
     t_elem = t_elem + eager_norm_rope_seconds(a, tokens, bw, rec_share)
-    return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast}
+    return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast,
+            "t_loss": t_loss}
 
 
 def fp32_adapter_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, recompute: np.ndarray,
@@ -305,7 +307,10 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, dom: Arrays | None) -> np.ndarra
     """Data-parallel communication of one step by sharding (s), before overlap, recorded by domain in `dom`."""
     split = a["tp"] * a["pp"]
     dp, ga, shard = a["dp"], a["grad_accum"], a["sharding"]
-    grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, c.ddp_grad_bytes)
+    # Megatron-Core's DDP reduces its grad buffer in its own dtype: fp32 under grad_reduce_in_fp32, else the
+    # parameters' (distributed/distributed_data_parallel.py); torch DDP under autocast, fp32 (ddp_grad_bytes)
+    grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0,
+                          np.where(get(a, "dist_opt") > 0, a["weight_bytes_compute"], c.ddp_grad_bytes))
     train_bytes_ddp = a["params_trainable"] / split * grad_bytes
     # adapters in FSDP1 block units reduce the whole flat parameter's gradient
     reduced = a["params_trainable"] + np.where(flat_parameter_gradients(a), a["params_frozen_linear"], 0.0)
@@ -372,7 +377,9 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool 
         if "vision_flops_per_sample" in a else 0.0
     t_micro = (t_fwd + t_bwd + t_rec + mt["t_dequant"] + mt["t_elementwise"] + mt["t_overhead"] + par["t_tp"]
                + par["t_cp"] + par["t_ep"] + par["t_pp_p2p"] + t_offload + t_vision)
-    t_bubble = pipeline_bubble_fraction(pp, get(a, "vpp")) * t_micro
+    # the schedule's fill and drain run through the stages before the last: without the LM head and loss
+    # (1F1B: m x the last stage's micro-step + (pp - 1) x the others')
+    t_bubble = pipeline_bubble_fraction(pp, get(a, "vpp")) * (t_micro - ct["t_head"] - mt["t_loss"])
     t_pipeline = ga * t_micro + t_bubble
 
     # optimizer: bytes per trainable parameter, divided by the ranks that own a shard; on the host when
