@@ -46,6 +46,15 @@ def test_deepseek_v3_1024_gpus_expert_all_to_all_mostly_across_nodes():
     assert "tensor" not in d and "context" not in d
 
 
+def test_full_recompute_re_runs_the_forward_dispatch_and_combine():
+    m, g = resolve_model("deepseek-ai/DeepSeek-V3"), gpu_catalog()["H100-SXM5-80GB"]
+    off, full = (step_time(build_arrays([(m, g, make_job(seq_len=4096, grad_ckpt=ck, **DSV3), 4096)]), C)
+                 for ck in (False, True))
+    # 4 all-to-alls per MoE layer (dispatch + combine, forward + backward), 6 when the forward runs twice
+    for key in ("comm_expert_inside_bytes", "comm_expert_across_bytes"):
+        assert full[key][0] == pytest.approx(1.5 * off[key][0])
+
+
 def test_deepseek_v3_experts_reduce_gradients_over_the_expert_data_parallel_pair():
     m, g = resolve_model("deepseek-ai/DeepSeek-V3"), gpu_catalog()["H100-SXM5-80GB"]
     a = build_arrays([(m, g, make_job(seq_len=4096, **DSV3), 4096)])

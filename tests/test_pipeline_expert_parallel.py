@@ -178,6 +178,27 @@ def test_expert_parallel_step_costs_the_all_to_all_across_nodes():
     assert "ep 8 x expert tensor parallel 2" in text and "across nodes" in text
 
 
+def test_expert_gemms_run_at_the_experts_own_width():
+    from tuneplan.physics.ops import gemm_efficiency, gemm_width
+
+    m = resolve_model("Qwen/Qwen3-30B-A3B")  # 128 experts of width 768 over hidden 2048, top-8
+    a = build_arrays([(m, H100, make_job(method="full", gpus=16, nodes=2, tp=2, ep=8, micro_batch=1, seq_len=4096,
+                                         examples=1.0, framework="megatron"), 4096)])
+    # gate/up split their 768 outputs, down its 768 inputs: 768 split by etp 2, the 2048 side whole
+    assert (_f(a["expert_split_width"]), _f(a["expert_full_width"])) == (768.0, 2048.0)
+    assert _f(gemm_width(a, "expert", np.array(2.0))) == 384.0
+    # each expert's rows: 4096 tokens x etp 2 / tp 2 x ep 8 x top-8 / 128 experts = 2048; the experts' FLOPs
+    # at that GEMM's efficiency
+    out = step_time(a)
+    dense = _f(a["fwd_block_flops"]) - _f(a["expert_fwd_flops"])
+    eff_dense = _f(out["efficiency"])
+    eff_expert = _f(gemm_efficiency(np.array(2048.0), np.array(384.0), C))
+    gemm_fwd = 4096 / 2 * (dense / eff_dense + _f(a["expert_fwd_flops"]) / eff_expert) / (
+        _f(a["lin_peak_flops"]) * _f(a["matmul_rel"]))
+    attention_etc = _f(out["forward_s"]) - gemm_fwd
+    assert 0 < attention_etc < 0.25 * _f(out["forward_s"])  # attention and the head: the rest of the forward
+
+
 # --- NVLink domains beyond the node (GB200 / GB300 NVL72) -----------------------------------------
 
 def test_nvlink_domain_spans_the_trays():

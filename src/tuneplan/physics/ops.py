@@ -193,11 +193,13 @@ def efficiency(a: dict[str, np.ndarray], c: PhysicsConstants = DEFAULT_CONSTANTS
     return gemm_efficiency(tokens, gemm_width(a), c)
 
 
-def gemm_width(a: dict[str, np.ndarray]) -> np.ndarray:
+def gemm_width(a: dict[str, np.ndarray], kind: str = "gemm", ranks=None) -> np.ndarray:
     """The block GEMMs' narrow dimension per tensor-parallel rank (elements): the FLOP-weighted split
-    dimension / tp or the unsplit one, whichever is narrower (hidden / tp where the terms lack them)."""
-    split = a.get("gemm_split_width")
-    full = a.get("gemm_full_width")
+    dimension / tp or the unsplit one, whichever is narrower (hidden / tp where the terms lack them);
+    kind "expert": the MoE experts' GEMMs alone, split over `ranks` (the expert tensor-parallel degree)."""
+    ranks = a["tp"] if ranks is None else ranks
+    split = a.get(f"{kind}_split_width")
+    full = a.get(f"{kind}_full_width")
     if split is None or full is None:
-        return a["hidden"] / a["tp"]
-    return np.where((split > 0) & (full > 0), np.minimum(split / a["tp"], full), a["hidden"] / a["tp"])
+        return a["hidden"] / ranks
+    return np.where((split > 0) & (full > 0), np.minimum(split / ranks, full), a["hidden"] / ranks)

@@ -114,7 +114,9 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     block_rate = get(a, "lin_peak_flops") * eff * rel * lowp_eff
     # an expert's rows: the tokens of its ep x etp group's GPUs (sequence parallel splits them over tp)
     m_exp = expert_gemm_rows(tokens * get(a, "etp") / tp, a["top_k"], a["n_experts"], a["ep"])
-    expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a), c) * rel * lowp_eff
+    # at the experts' own width (fine-grained experts are narrow: Qwen3-30B-A3B's 768, split again by etp)
+    expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a, "expert", get(a, "etp")), c) \
+        * rel * lowp_eff
     bf16_rate = get(a, "bf16_peak_flops") * eff * rel
     flash = a["flash_attn"] > 0
     # attention over full and local layers (+ Mamba scans, architecture.sequence_mixing_flops); eager
@@ -243,13 +245,14 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     # expert parallel (Megatron-Core's all-to-all token dispatcher): each GPU sends its own tokens'
     # top-k copies to the experts' ranks (sequence parallel: the GPU holds 1/tp of the tokens), then the
     # expert-tensor-parallel group all-gathers what arrived; combine is the reverse (all-to-all after a
-    # reduce-scatter). Dispatch and combine, forward and backward, per MoE layer
+    # reduce-scatter). Dispatch and combine, forward and backward, per MoE layer, and the forward's again
+    # where full recompute re-runs the layer (the dispatcher sits inside the checkpointed layer)
     etp = get(a, "etp")
     routed = tokens / np.where(get(a, "seq_par") > 0, tp, 1.0) * a["hidden"] * np.maximum(a["top_k"], 1.0) \
         * a["weight_bytes_compute"]
     a2a = expert_all_to_all(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c)
     etp_gather = ring_time(routed * etp, etp, a["intra_bw"], 1.0, c)
-    ep_calls = np.where(ep * etp > 1, 4.0 * a["moe_layers"] / pp, 0.0)
+    ep_calls = np.where(ep * etp > 1, (4.0 + 2.0 * rec_full) * a["moe_layers"] / pp, 0.0)
     t_ep = ep_calls * (a2a + etp_gather)
     # pipeline: activations to the next stage, forward and backward, once per virtual stage
     # (sequence parallel: each rank sends its 1/tp of the sequence, megatron-core p2p_communication's
