@@ -199,6 +199,24 @@ def test_expert_gemms_run_at_the_experts_own_width():
     assert 0 < attention_etc < 0.25 * _f(out["forward_s"])  # attention and the head: the rest of the forward
 
 
+def test_moe_token_permutation_traffic_by_hand(monkeypatch):
+    from tuneplan.physics import step
+    from tuneplan.physics.ops import moe_permute_bytes
+
+    one = np.array(1.0)
+    assert _f(moe_permute_bytes(one, one, one)) == 12.0  # one GPU: gather, weight, scatter-add, both ways
+    assert _f(moe_permute_bytes(one, np.array(8.0), np.array(2.0))) == 12.0 + 2 * 8.0  # + sort what arrives
+    m = resolve_model("Qwen/Qwen3-30B-A3B")
+    a = build_arrays([(m, H100, make_job(method="full", gpus=16, nodes=2, tp=2, ep=8, micro_batch=1, grad_accum=2,
+                                         seq_len=4096, examples=1.0, framework="megatron"), 4096)])
+    with_ = _f(step_time(a)["elementwise_s"])
+    monkeypatch.setattr(step, "moe_permute_bytes", lambda routed, ep, etp: 0.0 * routed)
+    without = _f(step_time(a)["elementwise_s"])
+    # 2 micro-steps x 48 MoE layers x (4096 / tp 2 tokens x 2048 x top-8 x 2 bytes) x 28 passes, at 80% of 3,350 GB/s
+    routed = 4096 / 2 * 2048 * 8 * 2
+    assert with_ - without == pytest.approx(2 * 48 * routed * 28 / (_f(a["mem_bw"]) * C.bandwidth_efficiency))
+
+
 # --- NVLink domains beyond the node (GB200 / GB300 NVL72) -----------------------------------------
 
 def test_nvlink_domain_spans_the_trays():

@@ -30,6 +30,7 @@ from tuneplan.physics.ops import (
     gemm_efficiency,
     gemm_width,
     lm_loss_bytes,
+    moe_permute_bytes,
 )
 from tuneplan.physics.parallel import (
     domain_gpus,
@@ -192,8 +193,18 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     io = a.get("linear_io_elements", np.zeros_like(tokens))
     t_cast = cast_seconds(io / split, tokens, lowp, bw) * recompute
     t_elem = t_elem + eager_norm_rope_seconds(a, tokens, bw, rec_share)
+    # MoE token permutation into expert order and back (ops.moe_permute_bytes), on the routed copies of the
+    # GPU's tokens (sequence parallel: 1/tp of them)
+    t_elem = t_elem + recompute * a["moe_layers"] / a["pp"] * moe_permute_bytes(
+        routed_bytes(a, tokens), a["ep"], get(a, "etp")) / bw
     return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast,
             "t_loss": t_loss}
+
+
+def routed_bytes(a: Arrays, tokens: np.ndarray) -> np.ndarray:
+    """Bytes of the top-k routed copies of a GPU's tokens per MoE layer (sequence parallel: 1/tp of them)."""
+    return tokens / np.where(get(a, "seq_par") > 0, a["tp"], 1.0) * a["hidden"] * np.maximum(a["top_k"], 1.0) \
+        * a["weight_bytes_compute"]
 
 
 def fp32_adapter_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, recompute: np.ndarray,
@@ -248,8 +259,7 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     # reduce-scatter). Dispatch and combine, forward and backward, per MoE layer, and the forward's again
     # where full recompute re-runs the layer (the dispatcher sits inside the checkpointed layer)
     etp = get(a, "etp")
-    routed = tokens / np.where(get(a, "seq_par") > 0, tp, 1.0) * a["hidden"] * np.maximum(a["top_k"], 1.0) \
-        * a["weight_bytes_compute"]
+    routed = routed_bytes(a, tokens)
     a2a = expert_all_to_all(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c)
     etp_gather = ring_time(routed * etp, etp, a["intra_bw"], 1.0, c)
     ep_calls = np.where(ep * etp > 1, (4.0 + 2.0 * rec_full) * a["moe_layers"] / pp, 0.0)
