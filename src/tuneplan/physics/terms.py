@@ -9,7 +9,7 @@ configuration or a million.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -236,7 +236,15 @@ def lora_target_linears(model: ModelSpec, targets_arg: Sequence[str]) -> list:
 def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, block_linear_params: float,
                 dense_moe: bool) -> TrainedSplit:
     """LoRA, QLoRA, DoRA...: rank-r adapters on the chosen linears, the base frozen (maybe quantised)."""
+    from tuneplan.specs.framework import get_framework
+
     chosen = lora_target_linears(model, job.lora_targets)
+    if get_framework(job.framework).fused_linears:  # one adapter per fused matrix (q|k|v, gate|up)
+        groups: dict[tuple, list] = {}
+        for lin in chosen:
+            groups.setdefault((FUSED_TARGETS.get(lin.name, lin.name), lin.in_features, lin.count_per_layer,
+                               lin.n_layers), []).append(lin)
+        chosen = [replace(g[0], name=k[0], out_features=sum(x.out_features for x in g)) for k, g in groups.items()]
     r = float(job.lora_rank)
     if r > model.hidden_size:
         raise InputError("lora-rank", f"rank {job.lora_rank} is above {model.name}'s hidden size "
