@@ -176,6 +176,7 @@ def test_expert_parallel_step_costs_the_all_to_all_across_nodes():
     job = make_job(ep=8, **kw)
     text = " ".join(stack_assumptions(m, H100, job))
     assert "ep 8 x expert tensor parallel 2" in text and "across nodes" in text
+    assert "routing assumed balanced and dropless" in text  # load imbalance is not costed, and says so
 
 
 def test_expert_gemms_run_at_the_experts_own_width():
