@@ -260,6 +260,13 @@ def test_megatron_lora_on_q_k_v_is_one_adapter_on_the_fused_matrix():
     assert (hf.adapted_modules, mc.adapted_modules) == (96, 32)
     assert hf.params_trainable == 3 * 32 * (4096 + 4096) * 32
     assert mc.params_trainable == 32 * (4096 + 3 * 4096) * 32
+    # one build over both frameworks keeps them apart (the terms' memo key names the framework)
+    from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.gpu import gpu_catalog
+
+    g = gpu_catalog()["H100-SXM5-80GB"]
+    a = build_arrays([(m, g, make_job(lora_targets="q,k,v", framework=fw, **kw), 4096) for fw in ("generic", "megatron")])
+    assert list(a["adapted_modules"]) == [96, 32]
     # gate and up are linear_fc1 (4096 -> 2 x 11008), down stays alone
     mlp = model_terms(m, make_job(lora_targets="mlp", framework="megatron", **kw))
     assert mlp.adapted_modules == 2 * 32

@@ -461,7 +461,7 @@ def terms_key(job: JobSpec) -> tuple:
     return (job.method, job.lora_rank, job.lora_targets, job.trainable_layers, job.precision, job.quant,
             job.optimizer, job.grad_ckpt, job.moe_mode, job.moe_experts, job.images_per_example, job.image_size,
             job.train_vision_tower, job.peft_options, job.trainable_params,
-            frozenset(job.given & {"lora_rank", "lora_targets"}), job.ckpt_mode)
+            frozenset(job.given & {"lora_rank", "lora_targets"}), job.ckpt_mode, job.framework)
 
 
 def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None) -> dict[str, np.ndarray]:
