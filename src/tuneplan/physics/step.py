@@ -320,10 +320,11 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, dom: Arrays | None) -> np.ndarra
     """Data-parallel communication of one step by sharding (s), before overlap, recorded by domain in `dom`."""
     split = a["tp"] * a["pp"]
     dp, ga, shard = a["dp"], a["grad_accum"], a["sharding"]
-    # Megatron-Core's DDP reduces its grad buffer in its own dtype: fp32 under grad_reduce_in_fp32, else the
-    # parameters' (distributed/distributed_data_parallel.py); torch DDP under autocast, fp32 (ddp_grad_bytes)
-    grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0,
-                          np.where(get(a, "dist_opt") > 0, a["weight_bytes_compute"], c.ddp_grad_bytes))
+    # Megatron-Core's DDP (distributed optimizer over persistent grad buffers) reduces its buffer in its own
+    # dtype: fp32 under grad_reduce_in_fp32, else the parameters' (distributed/distributed_data_parallel.py);
+    # torch DDP under autocast, fp32 (ddp_grad_bytes)
+    mcore = (get(a, "dist_opt") > 0) & (get(a, "grad_buffers") > 0)
+    grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, np.where(mcore, a["weight_bytes_compute"], c.ddp_grad_bytes))
     train_bytes_ddp = a["params_trainable"] / split * grad_bytes
     # adapters in FSDP1 block units reduce the whole flat parameter's gradient
     reduced = a["params_trainable"] + np.where(flat_parameter_gradients(a), a["params_frozen_linear"], 0.0)
