@@ -46,18 +46,30 @@ def test_deepseek_v3_1024_gpus_expert_all_to_all_mostly_across_nodes():
     assert "tensor" not in d and "context" not in d
 
 
+def test_full_recompute_re_runs_the_forward_dispatch_and_combine():
+    m, g = resolve_model("deepseek-ai/DeepSeek-V3"), gpu_catalog()["H100-SXM5-80GB"]
+    off, full = (step_time(build_arrays([(m, g, make_job(seq_len=4096, grad_ckpt=ck, **DSV3), 4096)]), C)
+                 for ck in (False, True))
+    # 4 all-to-alls per MoE layer (dispatch + combine, forward + backward), 6 when the forward runs twice
+    for key in ("comm_expert_inside_bytes", "comm_expert_across_bytes"):
+        assert full[key][0] == pytest.approx(1.5 * off[key][0])
+
+
 def test_deepseek_v3_experts_reduce_gradients_over_the_expert_data_parallel_pair():
     m, g = resolve_model("deepseek-ai/DeepSeek-V3"), gpu_catalog()["H100-SXM5-80GB"]
     a = build_arrays([(m, g, make_job(seq_len=4096, **DSV3), 4096)])
     t = step_time(a, C)
-    # the distributed optimizer's gradient all-reduce (4-byte gradients): dense weights over the 128
-    # data-parallel ranks, 8 to a node (2 x 7/8 inside, 2 x 15/16 of the 1/8 shard across); experts over the
-    # 2 expert-data-parallel ranks 64 GPUs apart (2 x 1/2 across), each GPU holding 1/64 of them
-    per_gpu = a["params_trainable"][0] / 8 * 4.0
+    # the distributed optimizer's gradient all-reduce (Megatron-Core's bf16 grad buffer, 2 bytes): dense weights
+    # over the 128 data-parallel ranks, 8 to a node (2 x 7/8 inside, 2 x 15/16 of the 1/8 shard across); experts
+    # over the 2 expert-data-parallel ranks 64 GPUs apart (2 x 1/2 across), each GPU holding 1/64 of them
+    per_gpu = a["params_trainable"][0] / 8 * 2.0
     share = a["params_expert"][0] / a["params_total"][0]
     dense, expert = per_gpu * (1 - share), per_gpu * share / 64
     assert t["comm_data_inside_bytes"][0] == pytest.approx(2 * 7 / 8 * dense)
     assert t["comm_data_across_bytes"][0] == pytest.approx(2 * 15 / 16 * dense / 8 + 2 * 1 / 2 * expert)
+    # grad_reduce_in_fp32 (--fp32-grads): the same reductions in 4-byte elements
+    f = step_time(build_arrays([(m, g, make_job(seq_len=4096, fp32_grads=True, **DSV3), 4096)]), C)
+    assert f["comm_data_inside_bytes"][0] == pytest.approx(2 * t["comm_data_inside_bytes"][0])
 
 
 def test_gb200_nvl72_context_parallel_stays_inside_the_domain():

@@ -249,3 +249,29 @@ def test_a_rows_recorded_version_selects_the_profiles_values():
     assert (old.framework, old.optimizer_impl) == ("hf-trainer@4.46.3", "foreach")
     trl = row_to_config({**row, "framework": "trl", "trl_version": "0.21.0"}).job
     assert trl.framework == "trl@0.21.0" and not trl.grad_ckpt
+
+
+def test_megatron_lora_on_q_k_v_is_one_adapter_on_the_fused_matrix():
+    from tuneplan.physics.terms import model_terms
+    from tuneplan.specs.catalog import resolve_model
+    from tuneplan.specs.job import make_job
+
+    m = resolve_model("meta-llama/Llama-2-7b-hf")  # 32 layers, q/k/v 4096 x 4096 each, gate/up 4096 x 11008
+    kw = dict(method="lora", lora_rank=32, gpus=8, seq_len=4096)
+    hf = model_terms(m, make_job(lora_targets="q,k,v", **kw))
+    mc = model_terms(m, make_job(lora_targets="q,k,v", framework="megatron", **kw))
+    # peft: an adapter per projection, 32 x (4096 + 4096) each; Megatron's linear_qkv: one, 32 x (4096 + 12288)
+    assert (hf.adapted_modules, mc.adapted_modules) == (96, 32)
+    assert hf.params_trainable == 3 * 32 * (4096 + 4096) * 32
+    assert mc.params_trainable == 32 * (4096 + 3 * 4096) * 32
+    # one build over both frameworks keeps them apart (the terms' memo key names the framework)
+    from tuneplan.physics.terms import build_arrays
+    from tuneplan.specs.gpu import gpu_catalog
+
+    g = gpu_catalog()["H100-SXM5-80GB"]
+    a = build_arrays([(m, g, make_job(lora_targets="q,k,v", framework=fw, **kw), 4096) for fw in ("generic", "megatron")])
+    assert list(a["adapted_modules"]) == [96, 32]
+    # gate and up are linear_fc1 (4096 -> 2 x 11008), down stays alone
+    mlp = model_terms(m, make_job(lora_targets="mlp", framework="megatron", **kw))
+    assert mlp.adapted_modules == 2 * 32
+    assert mlp.params_trainable == 32 * ((4096 + 2 * 11008) + (11008 + 4096)) * 32

@@ -49,10 +49,17 @@ def test_bubble_is_pp_minus_one_over_m_times_vpp_of_the_micro_batches():
     kw = {"method": "full", "gpus": 32, "tp": 4, "pp": 8, "micro_batch": 1, "seq_len": 4096, "examples": 1.0,
           "framework": "megatron"}
     for ga, vpp in ((16, 1), (64, 1), (16, 4)):
-        out = step_time(build_arrays([(m, H100, make_job(grad_accum=ga, vpp=vpp, **kw), 4096)]))
+        a = build_arrays([(m, H100, make_job(grad_accum=ga, vpp=vpp, **kw), 4096)])
+        out = step_time(a)
         busy = _f(out["step_s"]) - _f(out["optimizer_s"]) - _f(out["communication_s"]) - _f(out["pipeline_bubble_s"])
-        # the m micro-batches' time, and the bubble (pp - 1)/(m x vpp) of it
-        assert _f(out["pipeline_bubble_s"]) / busy == pytest.approx(7 / (ga * vpp))
+        # the m micro-batches run at the last stage's pace; the fill and drain, (pp - 1)/vpp micro-steps, at the
+        # others': without the LM head (forward + 2x backward, bf16, over tp 4) and Megatron's chunked loss
+        # (8 bytes per logit, ops.LOSS_BYTES_PER_LOGIT, over tp 4)
+        head = 3 * _f(a["head_flops"]) * 4096 / 4 / (_f(a["bf16_peak_flops"]) * _f(out["efficiency"])
+                                                   * _f(a["matmul_rel"]))
+        loss = 4096 * m.vocab_size * 8.0 / 4 / (_f(a["mem_bw"]) * C.bandwidth_efficiency)
+        assert _f(out["pipeline_bubble_s"]) == pytest.approx(7 / vpp * (busy / ga - head - loss))
+        assert _f(out["pipeline_bubble_s"]) / busy < 7 / (ga * vpp)
 
 
 def test_pipeline_send_recv_crosses_nodes_when_the_stage_stride_fills_a_node():
@@ -82,6 +89,16 @@ def test_a_row_reads_its_virtual_stages_from_the_notes():
     assert (cfg.job.vpp, cfg.job.micro_batch, cfg.job.grad_accum) == (5, 1, 32)
     assert cfg.job.dp == 2
     assert row_to_config({**row, "notes": "VP=n/a"}).job.vpp == 1
+
+
+def test_a_checkpointed_row_reads_megatron_recompute_granularity_from_the_notes():
+    row = {"model": "Qwen/Qwen2.5-14B", "gpu": "A800-SXM4-80GB", "method": "full", "sharding": "tp4", "gpus": 8,
+           "micro_batch_size": 1, "grad_accum": 8, "seq_len": 8192, "framework": "megatron", "grad_ckpt": 1,
+           "notes": "tensor_model_parallel_size 4, recompute_granularity selective, flash attn"}
+    assert row_to_config(row).job.checkpointing == "selective"
+    assert row_to_config({**row, "notes": "recompute_granularity full"}).job.checkpointing == "full"
+    assert row_to_config({**row, "notes": ""}).job.checkpointing == "full"  # grad_ckpt 1 alone: full
+    assert not row_to_config({**row, "grad_ckpt": 0}).job.grad_ckpt  # the cell says off: the notes do not count
 
 
 def test_a_config_global_batch_counts_data_parallel_ranks_only(tmp_path):
@@ -159,6 +176,46 @@ def test_expert_parallel_step_costs_the_all_to_all_across_nodes():
     job = make_job(ep=8, **kw)
     text = " ".join(stack_assumptions(m, H100, job))
     assert "ep 8 x expert tensor parallel 2" in text and "across nodes" in text
+    assert "routing assumed balanced and dropless" in text  # load imbalance is not costed, and says so
+
+
+def test_expert_gemms_run_at_the_experts_own_width():
+    from tuneplan.physics.ops import gemm_efficiency, gemm_width
+
+    m = resolve_model("Qwen/Qwen3-30B-A3B")  # 128 experts of width 768 over hidden 2048, top-8
+    a = build_arrays([(m, H100, make_job(method="full", gpus=16, nodes=2, tp=2, ep=8, micro_batch=1, seq_len=4096,
+                                         examples=1.0, framework="megatron"), 4096)])
+    # gate/up split their 768 outputs, down its 768 inputs: 768 split by etp 2, the 2048 side whole
+    assert (_f(a["expert_split_width"]), _f(a["expert_full_width"])) == (768.0, 2048.0)
+    assert _f(gemm_width(a, "expert", np.array(2.0))) == 384.0
+    # each expert's rows: 4096 tokens x etp 2 / tp 2 x ep 8 x top-8 / 128 experts = 2048; the experts' FLOPs
+    # at that GEMM's efficiency
+    out = step_time(a)
+    dense = _f(a["fwd_block_flops"]) - _f(a["expert_fwd_flops"])
+    eff_dense = _f(out["efficiency"])
+    eff_expert = _f(gemm_efficiency(np.array(2048.0), np.array(384.0), C))
+    gemm_fwd = 4096 / 2 * (dense / eff_dense + _f(a["expert_fwd_flops"]) / eff_expert) / (
+        _f(a["lin_peak_flops"]) * _f(a["matmul_rel"]))
+    attention_etc = _f(out["forward_s"]) - gemm_fwd
+    assert 0 < attention_etc < 0.25 * _f(out["forward_s"])  # attention and the head: the rest of the forward
+
+
+def test_moe_token_permutation_traffic_by_hand(monkeypatch):
+    from tuneplan.physics import step
+    from tuneplan.physics.ops import moe_permute_bytes
+
+    one = np.array(1.0)
+    assert _f(moe_permute_bytes(one, one, one)) == 12.0  # one GPU: gather, weight, scatter-add, both ways
+    assert _f(moe_permute_bytes(one, np.array(8.0), np.array(2.0))) == 12.0 + 2 * 8.0  # + sort what arrives
+    m = resolve_model("Qwen/Qwen3-30B-A3B")
+    a = build_arrays([(m, H100, make_job(method="full", gpus=16, nodes=2, tp=2, ep=8, micro_batch=1, grad_accum=2,
+                                         seq_len=4096, examples=1.0, framework="megatron"), 4096)])
+    with_ = _f(step_time(a)["elementwise_s"])
+    monkeypatch.setattr(step, "moe_permute_bytes", lambda routed, ep, etp: 0.0 * routed)
+    without = _f(step_time(a)["elementwise_s"])
+    # 2 micro-steps x 48 MoE layers x (4096 / tp 2 tokens x 2048 x top-8 x 2 bytes) x 28 passes, at 80% of 3,350 GB/s
+    routed = 4096 / 2 * 2048 * 8 * 2
+    assert with_ - without == pytest.approx(2 * 48 * routed * 28 / (_f(a["mem_bw"]) * C.bandwidth_efficiency))
 
 
 # --- NVLink domains beyond the node (GB200 / GB300 NVL72) -----------------------------------------

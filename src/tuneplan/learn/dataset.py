@@ -318,6 +318,11 @@ def _row_virtual_stages(row: dict, shard: dict[str, Any]) -> int:
     return int(m.group(1)) if m and int(m.group(1)) > 1 else 1
 
 
+RECOMPUTE_NOTE = re.compile(r"\brecompute_granularity (selective|full)\b")
+"""How a checkpointed row's notes state Megatron's recompute granularity (Megatron-SWIFT's scripts:
+`recompute_granularity selective` recomputes only attention's core, full the whole layer)."""
+
+
 def _positive_int(v: Any, column: str) -> int:
     """A cell that must be a positive whole number (InputError naming the column otherwise)."""
     try:
@@ -464,6 +469,8 @@ def row_base(row: dict, cache: dict | None = None) -> RowBase:
         "master_weights": "fp32" if str(prec_raw or "").lower().startswith("amp-") else "auto",
         "micro_batch": None, "grad_accum": None, "seq_len": int(round(float(seq))),
         "grad_ckpt": bool(int(float(gc))) if gc is not None else bool(used.take_framework("grad_ckpt", fw)),
+        "ckpt_mode": m.group(1) if gc is not None and float(gc) and (m := RECOMPUTE_NOTE.search(
+            str(_get(row, "notes") or ""))) else "auto",
         "flash_attn": bool(int(float(fa))) if fa is not None else bool(used.take("flash_attn")),
         "examples": 1.0, "tokens_per_example": min(float(_get(row, "avg_tokens_per_sample") or seq), float(seq)), "padding": pad,
         "adapter_dtype": adapter_dtype, "framework": fw.name + (f"@{fw.version}" if fw.version else ""),

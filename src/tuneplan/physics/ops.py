@@ -73,6 +73,26 @@ FUSED_ELEMENTWISE_PASSES = 1.0
 """Times saved activations are streamed by fused element-wise kernels (passes): a fused chain (torch.compile,
 Triton or Megatron's fusions) reads each tensor once and writes its result once, against ~3 unfused."""
 
+MOE_PERMUTE_PASSES = 12.0
+"""Passes over each routed copy of a token's hidden state per MoE layer, forward + backward (passes of
+compute-dtype elements): gathered into expert order (read + write), weighted by its router probability
+(read + write) and scatter-added back to its token (read + write), each again in the backward
+(megatron-core 0.12 moe_utils.permute / unpermute unfused, moe_permute_fusion's default off; transformers'
+MoE blocks index, weight and index_add_ alike)."""
+
+MOE_SORT_PASSES = 8.0
+"""Passes over each routed copy a GPU receives from the expert-parallel all-to-all, per MoE layer, forward +
+backward (passes): megatron-core's sort_chunks_by_idxs concatenates the per-rank chunks into local-expert
+order (read + write) and back before the combine, each again in the backward (token_dispatcher.py,
+MoEAlltoAllTokenDispatcher, more than one local expert)."""
+
+
+def moe_permute_bytes(routed, ep, etp):
+    """Memory traffic of MoE token permutation per MoE layer, forward + backward (bytes): `routed` bytes of
+    routed copies a GPU sends (MOE_PERMUTE_PASSES), etp x as many received and sorted where experts are
+    spread over ep x etp GPUs (MOE_SORT_PASSES)."""
+    return routed * (MOE_PERMUTE_PASSES + np.where(ep * etp > 1, etp * MOE_SORT_PASSES, 0.0))
+
 
 def gemm_efficiency(m, n_rank, c):
     """Achieved share of dense peak of a GEMM of m rows (tokens per GPU per micro-step) and width n_rank
@@ -202,11 +222,13 @@ def efficiency(a: dict[str, np.ndarray], c: PhysicsConstants = DEFAULT_CONSTANTS
     return gemm_efficiency(tokens, gemm_width(a), c)
 
 
-def gemm_width(a: dict[str, np.ndarray]) -> np.ndarray:
+def gemm_width(a: dict[str, np.ndarray], kind: str = "gemm", ranks=None) -> np.ndarray:
     """The block GEMMs' narrow dimension per tensor-parallel rank (elements): the FLOP-weighted split
-    dimension / tp or the unsplit one, whichever is narrower (hidden / tp where the terms lack them)."""
-    split = a.get("gemm_split_width")
-    full = a.get("gemm_full_width")
+    dimension / tp or the unsplit one, whichever is narrower (hidden / tp where the terms lack them);
+    kind "expert": the MoE experts' GEMMs alone, split over `ranks` (the expert tensor-parallel degree)."""
+    ranks = a["tp"] if ranks is None else ranks
+    split = a.get(f"{kind}_split_width")
+    full = a.get(f"{kind}_full_width")
     if split is None or full is None:
-        return a["hidden"] / a["tp"]
-    return np.where((split > 0) & (full > 0), np.minimum(split / a["tp"], full), a["hidden"] / a["tp"])
+        return a["hidden"] / ranks
+    return np.where((split > 0) & (full > 0), np.minimum(split / ranks, full), a["hidden"] / ranks)

@@ -295,5 +295,7 @@ def stack_assumptions(model, gpu, job) -> list[str]:
         out.append(f"Expert parallel: ep {job.ep} x expert tensor parallel {etp}"
                    f"{' (--tp, Megatron-Core default)' if job.etp is None else ''}, the experts' data parallel "
                    f"{edp}; token dispatch/combine all-to-all over {job.ep * etp} consecutive GPUs "
-                   f"({'inside one node' if job.ep * etp <= job.gpus_per_node else 'across nodes'}).")
+                   f"({'inside one node' if job.ep * etp <= job.gpus_per_node else 'across nodes'}); routing "
+                   "assumed balanced and dropless (no expert rank waits on a busier one, no capacity factor), the "
+                   "tokens permuted into expert order and back unfused (megatron-core's default).")
     return out

@@ -30,6 +30,7 @@ from tuneplan.physics.ops import (
     gemm_efficiency,
     gemm_width,
     lm_loss_bytes,
+    moe_permute_bytes,
 )
 from tuneplan.physics.parallel import (
     domain_gpus,
@@ -119,7 +120,9 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     block_rate = get(a, "lin_peak_flops") * eff * rel * lowp_eff
     # an expert's rows: the tokens of its ep x etp group's GPUs (sequence parallel splits them over tp)
     m_exp = expert_gemm_rows(tokens * get(a, "etp") / tp, a["top_k"], a["n_experts"], a["ep"])
-    expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a), c) * rel * lowp_eff
+    # at the experts' own width (fine-grained experts are narrow: Qwen3-30B-A3B's 768, split again by etp)
+    expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a, "expert", get(a, "etp")), c) \
+        * rel * lowp_eff
     bf16_rate = get(a, "bf16_peak_flops") * eff * rel
     flash = a["flash_attn"] > 0
     # attention over full and local layers (+ Mamba scans, architecture.sequence_mixing_flops); eager
@@ -149,7 +152,8 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
     return {"t_fwd": per_tok_fwd * scale, "t_bwd": per_tok_bwd * scale, "t_rec": per_tok_rec * scale,
             "t_attn_fwd_layer": attn_tok / attn_rate * tokens / tp / np.maximum(a["attn_layers"], 1.0),
             "t_gemm": (dense / block_rate + expert / expert_rate) * scale * (1.0 + frac * a["bwd_block_factor"]),
-            "eff": eff, "rec_share": share, "attn_rate": attn_rate, "expert_rate": expert_rate}
+            "eff": eff, "rec_share": share, "attn_rate": attn_rate, "expert_rate": expert_rate,
+            "t_head": (1.0 + a["bwd_head_factor"]) * a["head_flops"] * tokens / tp / bf16_rate}
 
 
 def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, bw: np.ndarray,
@@ -194,7 +198,18 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     io = a.get("linear_io_elements", np.zeros_like(tokens))
     t_cast = cast_seconds(io / split, tokens, lowp, bw) * recompute
     t_elem = t_elem + eager_norm_rope_seconds(a, tokens, bw, rec_share)
-    return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast}
+    # MoE token permutation into expert order and back (ops.moe_permute_bytes), on the routed copies of the
+    # GPU's tokens (sequence parallel: 1/tp of them)
+    t_elem = t_elem + recompute * a["moe_layers"] / a["pp"] * moe_permute_bytes(
+        routed_bytes(a, tokens), a["ep"], get(a, "etp")) / bw
+    return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast,
+            "t_loss": t_loss}
+
+
+def routed_bytes(a: Arrays, tokens: np.ndarray) -> np.ndarray:
+    """Bytes of the top-k routed copies of a GPU's tokens per MoE layer (sequence parallel: 1/tp of them)."""
+    return tokens / np.where(get(a, "seq_par") > 0, a["tp"], 1.0) * a["hidden"] * np.maximum(a["top_k"], 1.0) \
+        * a["weight_bytes_compute"]
 
 
 def fp32_adapter_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, recompute: np.ndarray,
@@ -246,13 +261,13 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     # expert parallel (Megatron-Core's all-to-all token dispatcher): each GPU sends its own tokens'
     # top-k copies to the experts' ranks (sequence parallel: the GPU holds 1/tp of the tokens), then the
     # expert-tensor-parallel group all-gathers what arrived; combine is the reverse (all-to-all after a
-    # reduce-scatter). Dispatch and combine, forward and backward, per MoE layer
+    # reduce-scatter). Dispatch and combine, forward and backward, per MoE layer, and the forward's again
+    # where full recompute re-runs the layer (the dispatcher sits inside the checkpointed layer)
     etp = get(a, "etp")
-    routed = tokens / np.where(get(a, "seq_par") > 0, tp, 1.0) * a["hidden"] * np.maximum(a["top_k"], 1.0) \
-        * a["weight_bytes_compute"]
+    routed = routed_bytes(a, tokens)
     a2a = expert_all_to_all(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c)
     etp_gather = ring_time(routed * etp, etp, a["intra_bw"], 1.0, c)
-    ep_calls = np.where(ep * etp > 1, 4.0 * a["moe_layers"] / pp, 0.0)
+    ep_calls = np.where(ep * etp > 1, (4.0 + 2.0 * rec_full) * a["moe_layers"] / pp, 0.0)
     t_ep = ep_calls * (a2a + etp_gather)
     # pipeline: activations to the next stage, forward and backward, once per virtual stage
     # (sequence parallel: each rank sends its 1/tp of the sequence, megatron-core p2p_communication's
@@ -310,7 +325,11 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, dom: Arrays | None) -> np.ndarra
     """Data-parallel communication of one step by sharding (s), before overlap, recorded by domain in `dom`."""
     split = a["tp"] * a["pp"]
     dp, ga, shard = a["dp"], a["grad_accum"], a["sharding"]
-    grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, c.ddp_grad_bytes)
+    # Megatron-Core's DDP (distributed optimizer over persistent grad buffers) reduces its buffer in its own
+    # dtype: fp32 under grad_reduce_in_fp32, else the parameters' (distributed/distributed_data_parallel.py);
+    # torch DDP under autocast, fp32 (ddp_grad_bytes)
+    mcore = (get(a, "dist_opt") > 0) & (get(a, "grad_buffers") > 0)
+    grad_bytes = np.where(get(a, "fp32_grads") > 0, 4.0, np.where(mcore, a["weight_bytes_compute"], c.ddp_grad_bytes))
     train_bytes_ddp = a["params_trainable"] / split * grad_bytes
     # adapters in FSDP1 block units reduce the whole flat parameter's gradient
     reduced = a["params_trainable"] + np.where(flat_parameter_gradients(a), a["params_frozen_linear"], 0.0)
@@ -377,7 +396,9 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool 
         if "vision_flops_per_sample" in a else 0.0
     t_micro = (t_fwd + t_bwd + t_rec + mt["t_dequant"] + mt["t_elementwise"] + mt["t_overhead"] + par["t_tp"]
                + par["t_cp"] + par["t_ep"] + par["t_pp_p2p"] + t_offload + t_vision)
-    t_bubble = pipeline_bubble_fraction(pp, get(a, "vpp")) * t_micro
+    # the schedule's fill and drain run through the stages before the last: without the LM head and loss
+    # (1F1B: m x the last stage's micro-step + (pp - 1) x the others')
+    t_bubble = pipeline_bubble_fraction(pp, get(a, "vpp")) * (t_micro - ct["t_head"] - mt["t_loss"])
     t_pipeline = ga * t_micro + t_bubble
 
     # optimizer: bytes per trainable parameter, divided by the ranks that own a shard; on the host when

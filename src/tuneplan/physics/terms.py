@@ -9,7 +9,7 @@ configuration or a million.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -131,6 +131,8 @@ class ModelTerms:
     head_dim: float = 128.0  # attention head dimension (elements)
     gemm_split_width: float = 0.0  # FLOP-weighted width of the block GEMMs' dimension tensor parallel splits
     gemm_full_width: float = 0.0  # FLOP-weighted width of their other (unsplit) dimension
+    expert_split_width: float = 0.0  # the same two widths over the MoE experts' GEMMs alone (split by etp)
+    expert_full_width: float = 0.0
     # LoRA over MoE experts held as stacked tensors (physics/moe_lora.py; zero otherwise)
     stacked_lora_params: float = 0.0  # expert weights re-materialised as W + BA every forward
     stacked_lora_flops: float = 0.0  # the re-materialising products' FLOPs per micro-step, forward
@@ -138,22 +140,25 @@ class ModelTerms:
     stacked_lora_stacks: float = 0.0  # adapted stacks in the whole model
 
 
-def _linear_sums(linears, dense_moe: bool) -> tuple[float, float, float, float, float]:
+def _linear_sums(linears, dense_moe: bool) -> tuple[float, float, float, np.ndarray]:
     """Per token, whole model: forward FLOPs of the block linears, of the experts among them, their
-    input + output elements, and the FLOP-weighted sums of their split / unsplit widths."""
-    fwd = expert = io = split_w = full_w = 0.0
+    input + output elements, and the FLOP-weighted sums of their split / unsplit widths ([all, experts] x
+    [split, unsplit])."""
+    fwd = expert = io = 0.0
+    widths = np.zeros((2, 2))
     for lin in linears:
         active = lin.count_per_layer if (dense_moe and lin.count_per_layer > 1) else lin.active_per_token
         f = 2.0 * lin.in_features * lin.out_features * active * lin.n_layers
         fwd += f
         io += (lin.in_features + lin.out_features) * active * lin.n_layers
-        if lin.count_per_layer > 1:
-            expert += f
         # Megatron layout: row-parallel linears (o, down) split their input, column-parallel ones their output
         row = lin.name in ROW_PARALLEL
-        split_w += f * (lin.in_features if row else lin.out_features)
-        full_w += f * (lin.out_features if row else lin.in_features)
-    return fwd, expert, io, split_w, full_w
+        w = f * np.array([lin.in_features, lin.out_features] if row else [lin.out_features, lin.in_features])
+        widths[0] += w
+        if lin.count_per_layer > 1:
+            expert += f
+            widths[1] += w
+    return fwd, expert, io, widths
 
 
 @dataclass
@@ -233,7 +238,15 @@ def lora_target_linears(model: ModelSpec, targets_arg: Sequence[str]) -> list:
 def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, block_linear_params: float,
                 dense_moe: bool) -> TrainedSplit:
     """LoRA, QLoRA, DoRA...: rank-r adapters on the chosen linears, the base frozen (maybe quantised)."""
+    from tuneplan.specs.framework import get_framework
+
     chosen = lora_target_linears(model, job.lora_targets)
+    if get_framework(job.framework).fused_linears:  # one adapter per fused matrix (q|k|v, gate|up)
+        groups: dict[tuple, list] = {}
+        for lin in chosen:
+            groups.setdefault((FUSED_TARGETS.get(lin.name, lin.name), lin.in_features, lin.count_per_layer,
+                               lin.n_layers), []).append(lin)
+        chosen = [replace(g[0], name=k[0], out_features=sum(x.out_features for x in g)) for k, g in groups.items()]
     r = float(job.lora_rank)
     if r > model.hidden_size:
         raise InputError("lora-rank", f"rank {job.lora_rank} is above {model.name}'s hidden size "
@@ -310,7 +323,7 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     linears = model.linears
     L = max(1, model.n_layers)
 
-    fwd_block, expert_fwd, linear_io, split_w, full_w = _linear_sums(linears, dense_moe)
+    fwd_block, expert_fwd, linear_io, widths = _linear_sums(linears, dense_moe)
     head_flops = 2.0 * model.vocab_size * model.hidden_size  # tied or not, the head is a V x h GEMM
     mix = mixer_terms(model)
     vis = vision_terms(model, job.images_per_example, job.train_vision_tower, job.image_size)
@@ -368,8 +381,10 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
         adapted_modules=sp.adapted_modules,
         weight_bytes_compute=pbytes,
         expert_fwd_flops=expert_fwd, linear_io_elements=linear_io, head_dim=float(model.head_dim),
-        gemm_split_width=split_w / fwd_block if fwd_block else float(model.hidden_size),
-        gemm_full_width=full_w / fwd_block if fwd_block else float(model.hidden_size),
+        gemm_split_width=widths[0, 0] / fwd_block if fwd_block else float(model.hidden_size),
+        gemm_full_width=widths[0, 1] / fwd_block if fwd_block else float(model.hidden_size),
+        expert_split_width=widths[1, 0] / expert_fwd if expert_fwd else 0.0,
+        expert_full_width=widths[1, 1] / expert_fwd if expert_fwd else 0.0,
         **mix,
         **vis,
         **sp.peft,
@@ -448,7 +463,7 @@ def terms_key(job: JobSpec) -> tuple:
     return (job.method, job.lora_rank, job.lora_targets, job.trainable_layers, job.precision, job.quant,
             job.optimizer, job.grad_ckpt, job.moe_mode, job.moe_experts, job.images_per_example, job.image_size,
             job.train_vision_tower, job.peft_options, job.trainable_params,
-            frozenset(job.given & {"lora_rank", "lora_targets"}), job.ckpt_mode)
+            frozenset(job.given & {"lora_rank", "lora_targets"}), job.ckpt_mode, job.framework)
 
 
 def build_arrays(rows: Sequence[tuple[ModelSpec, GPUSpec, JobSpec, int]], constants=None) -> dict[str, np.ndarray]:

@@ -61,6 +61,9 @@ class FrameworkSpec:
     padding: str
     eager_norm_rope: bool = False
     grad_buffers: bool = False
+    fused_linears: bool = False
+    """Its model code fuses q/k/v into one matrix and gate/up into another (Megatron-Core's linear_qkv and
+    linear_fc1), so a LoRA target among them is one adapter on the fused matrix."""
     sources: dict[str, str] = field(default_factory=dict)
     grad_ckpt: bool | None = None
     """Activation checkpointing by default in this framework's recipes (None: the framework does not say)."""
@@ -163,7 +166,7 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
         master_weights=need("master_weights", ("auto", "fp32", "none")), padding=need("padding", ("max", "longest")),
         sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
         eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
-        grad_buffers=_optional_bool(name, d, "grad_buffers"),
+        grad_buffers=_optional_bool(name, d, "grad_buffers"), fused_linears=_optional_bool(name, d, "fused_linears"),
         grad_ckpt=_optional(name, d, "grad_ckpt", bool), micro_batch=_optional(name, d, "micro_batch", int),
         moe_experts=_moe_experts(name, d), optimizer_impl=_choice(name, d, "optimizer_impl", OPTIMIZER_IMPLS),
         grad_accum_sync=_choice(name, d, "grad_accum_sync", GRAD_ACCUM_SYNCS),
