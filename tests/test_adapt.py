@@ -115,6 +115,9 @@ def test_residuals_after_reveal_remove_each_sources_offset():
     after = np.asarray(residuals_after_reveal(by, 3))
     pooled = np.concatenate([np.asarray(v) for v in by.values()])
     assert np.abs(after).max() < 0.25 < np.abs(pooled).max()
+    assert len(after) == 3 * 17  # each source weighs its 17 other rows, not its 20 draws' 340 residuals
+    few = residuals_after_reveal({**by, "d": [5.0, 5.1, 4.9, 5.2, 4.8]}, 3)
+    assert len(few) == 3 * 17 + 2  # a source of five rows gives two (its five minus the three revealed)
 
 
 def test_calibrate_adapts_the_shipped_file_and_from_scratch_ignores_it(tmp_path, capsys):

@@ -30,8 +30,7 @@ fewer runs the offset is reported, not applied."""
 EDGE_NOTE = ("predicted not to fit in the GPU's memory, left out of the throughput scale: a run at the memory "
              "limit is slowed by the allocator's frees and retries, which is the memory model's error, not the stack's "
              "speed")
-"""Why runs the base predicts not to fit do not set the throughput scale (held out by source, three such runs
-of one source set a scale that made its other runs' predictions twice as far off)."""
+"""Why runs the base predicts not to fit never set the throughput scale, even where no run that fits is there."""
 MAX_LOG_SCALE = 3.0
 """The adapter refuses scales beyond e^3 (20x): a run that far off is a different job, not a new stack."""
 

@@ -129,14 +129,17 @@ def _spaced(v: list[float]) -> list[float]:
 def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int = 0) -> list[float]:
     """The log-ratios an adapter fitted on k runs of a new stack leaves, simulated on the held-out
     sources' own residuals (adapt.simulated_reveals): the share of the revealed rows' offset an adapter
-    keeps (adapt.kept_share) removed from the others, every source weighing the same."""
+    keeps (adapt.kept_share) removed from the others. A source gives as many evenly spaced quantiles of
+    its draws as it has other rows (at most BALANCED_POINTS), as balanced_residuals weighs its rows."""
     from tuneplan.learn.adapt import kept_share, simulated_reveals
 
     keep = kept_share(by_source, k, seed)
     groups: dict[str, list[float]] = {}
     for src, rest, off in simulated_reveals(by_source, k, seed):
         groups.setdefault(src, []).extend((rest - keep * off).tolist())
-    return balanced_residuals(groups, True)
+    sizes = {src: min(len(by_source[src]) - k, BALANCED_POINTS) for src in groups}
+    return sorted(float(x) for src, g in groups.items()
+                  for x in np.quantile(g, (np.arange(sizes[src]) + 0.5) / sizes[src]))
 
 
 def adapted_residuals(tp: dict, n_rows: dict[str, int], seed: int = 0) -> dict:
