@@ -158,11 +158,11 @@ def test_an_adapted_calibration_narrows_the_throughput_width_by_what_its_runs_le
     memory one, with no memory run applied (fewer than MEMORY_OFFSET_MIN_ROWS), is the base's."""
     from tuneplan.api import estimate
     from tuneplan.estimators.calibration import default_calibration
-    from tuneplan.learn.calibration import adapted_intervals, balanced_residuals
+    from tuneplan.learn.calibration import adapted_residuals, balanced_residuals
 
     base = default_calibration()
     tp0 = base.intervals["tuneplan"]
-    tp = adapted_intervals(base, {"throughput": 3, "memory": 3})["tuneplan"]
+    tp = adapted_residuals(base.intervals["tuneplan"], {"throughput": 3, "memory": 3})
     mad = lambda x: np.median(np.abs(np.asarray(x) - np.median(x)))  # noqa: E731
     s = mad(tp["throughput"]) / mad(balanced_residuals(tp0["throughput_by_source"], True))
     w0, w1 = tp0["width"]["throughput"], tp["width"]["throughput"]
@@ -220,13 +220,13 @@ def test_predict_with_only_a_memory_width_model_reads_throughput_from_the_pool(t
     bounds are that pool's, its memory bounds still the width model's."""
     from tuneplan.estimators.base import get_estimator
     from tuneplan.estimators.calibration import default_calibration
-    from tuneplan.learn.calibration import adapted_intervals
+    from tuneplan.learn.calibration import adapted_residuals
     from tuneplan.learn.intervals import conformal_bounds
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
 
     base = default_calibration()
-    tp = adapted_intervals(base, {"throughput": 3, "memory": 0})["tuneplan"]
+    tp = adapted_residuals(base.intervals["tuneplan"], {"throughput": 3, "memory": 0})
     tp["width"] = {k: v for k, v in tp["width"].items() if k != "throughput"}
     cal = type(base)(**{**base.__dict__, "intervals": {**base.intervals, "tuneplan": tp}})
     path = tmp_path / "runs.csv"
@@ -252,12 +252,12 @@ def test_a_derived_batch_figure_is_not_a_filled_in_setting():
 
 def test_an_adapted_pool_replaces_the_base_framework_pools():
     from tuneplan.estimators.calibration import default_calibration
-    from tuneplan.learn.calibration import adapted_intervals
+    from tuneplan.learn.calibration import adapted_residuals
     from tuneplan.learn.intervals import residual_pool
 
     base = default_calibration()
     assert "throughput_framework_seen" in base.intervals["tuneplan"]
-    tp = adapted_intervals(base, {"throughput": 3, "memory": 0})["tuneplan"]
+    tp = adapted_residuals(base.intervals["tuneplan"], {"throughput": 3, "memory": 0})
     assert "throughput_framework_seen" not in tp and "throughput_framework_unseen" not in tp
     pool, what = residual_pool(tp, "hf-trainer")  # an estimate after adaptation reads what the runs leave
     assert pool == tp["throughput"] and what == "held-out rows"

@@ -86,11 +86,6 @@ def _predict(est, ts: TrainingSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
             np.asarray(p["fits"], dtype=bool))
 
 
-def _keep(by_source, w: np.ndarray) -> float:
-    """Share of the offset of runs weighing w that an adapter keeps (all of it without per-source residuals)."""
-    return kept_share(by_source, max(1, int(round(w.sum())))) if by_source else 1.0
-
-
 def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: float, by_source) -> dict[str, float]:
     """Each method's log-scale on top of the overall one when two or more methods have METHOD_MIN_ROWS
     runs: its own runs' offset, kept as a source's that many runs are (`kept_share`)."""
@@ -98,8 +93,8 @@ def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: f
     eligible = [str(m) for m, n in zip(uniq, counts, strict=True) if n >= METHOD_MIN_ROWS]
     if len(eligible) < 2:
         return {}
-    return {m: _keep(by_source, w[methods == m]) * median_or_mean(r[methods == m], w[methods == m]) - overall
-            for m in eligible}
+    return {m: kept_share(by_source, w[methods == m].sum()) * median_or_mean(r[methods == m], w[methods == m])
+            - overall for m in eligible}
 
 
 KEEP_GRID = np.linspace(0.0, 1.0, 21)
@@ -120,13 +115,15 @@ def simulated_reveals(by_source: dict[str, list[float]], k: int, seed: int = 0):
             yield src, g[~sel], median_or_mean(g[sel], np.ones(k))
 
 
-def kept_share(by_source: dict[str, list[float]] | None, k: int, seed: int = 0) -> float:
-    """Share of k runs' (median or mean) log-ratio an adapter keeps: the one that, with k rows of each of
-    the base's held-out sources revealed (`simulated_reveals`), predicts their other rows best (the median
-    absolute error over the sources' stored rows). Chosen on the base's training sources alone, so
-    nested; 1 when the base stored too few per-source residuals to tell. Sources whose rows scatter
-    more than their offsets differ keep little: the offset of a few rows is then mostly their noise."""
-    if k <= 0 or sum(len(v) > k for v in (by_source or {}).values()) < 3:
+def kept_share(by_source: dict[str, list[float]] | None, k: float, seed: int = 0) -> float:
+    """Share of k runs' (median or mean) log-ratio an adapter keeps (k: their weight, rounded, at least 1):
+    the one that, with k rows of each of the base's held-out sources revealed (`simulated_reveals`),
+    predicts their other rows best (the median absolute error over the sources' stored rows). Chosen on
+    the base's training sources alone, so nested; 1 when the base stored too few per-source residuals
+    to tell. Sources whose rows scatter more than their offsets differ keep little: the offset of a few
+    rows is then mostly their noise."""
+    k = max(1, int(round(k)))
+    if sum(len(v) > k for v in (by_source or {}).values()) < 3:
         return 1.0
     errs = np.concatenate([np.abs(np.expm1(KEEP_GRID[:, None] * off - rest[None, :]))
                            for _, rest, off in simulated_reveals(by_source, k, seed)], axis=1)
@@ -153,7 +150,7 @@ def fit_adapter(base, ts: TrainingSet, by_source: dict[str, list[float]] | None 
     if t.any():
         r = np.log(ts.tokens_per_s[t] / pred_t[t])
         w = w_all[t]
-        keep = _keep(by_source, w)
+        keep = kept_share(by_source, w.sum())
         overall = float(np.clip(keep * median_or_mean(r, w), -MAX_LOG_SCALE, MAX_LOG_SCALE))
         adapter.throughput_log_scale = overall
         fitted.append(f"throughput x{np.exp(overall):.3g} from {int(t.sum())} run(s)"

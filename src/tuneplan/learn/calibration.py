@@ -93,7 +93,7 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         out["frameworks"] = sorted(known_frameworks(ts))
         out["throughput_framework_seen"] = balanced_residuals(thr_seen, True)
         out["throughput_framework_unseen"] = balanced_residuals(thr_unseen, True)
-        # each held-out source's own residuals: what an adapter to a new stack leaves (adapted_intervals)
+        # each held-out source's own residuals: what an adapter to a new stack leaves (adapted_residuals)
         out["throughput_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(thr.items()) if v}
         if mem:
             out["memory_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(mem.items()) if v}
@@ -172,15 +172,6 @@ def adapted_residuals(tp: dict, n_rows: dict[str, int], seed: int = 0) -> dict:
 
 def _mad(x) -> float:
     return float(np.median(np.abs(np.asarray(x) - np.median(x))))
-
-
-def adapted_intervals(base: Calibration, n_rows: dict[str, int]) -> dict:
-    """A calibration adapted on runs of a new stack: the tuneplan intervals as `adapted_residuals` leaves
-    them (n_rows: the adapter's throughput and memory runs); the other estimators' are the base's."""
-    out = {name: dict(v) for name, v in base.intervals.items()}
-    if out.get("tuneplan"):
-        out["tuneplan"] = adapted_residuals(out["tuneplan"], n_rows)
-    return out
 
 
 BALANCED_POINTS = 50
@@ -346,7 +337,8 @@ def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: st
         learner="tuneplan", payload=payload, fingerprint=ts.fingerprint(),
         n_rows={"configured": len(ts), "throughput": n_thr, "memory": int(ts.has_memory.sum()),
                 "oom": int(ts.is_oom.sum())},
-        sources=own_sources, intervals=adapted_intervals(base, fit.adapter.n_rows),
+        sources=own_sources,
+        intervals={**base.intervals, "tuneplan": adapted_residuals(base.intervals.get("tuneplan", {}), fit.adapter.n_rows)},
         tuneplan_version=__version__, name=name or "adapted",
         notes=[*base.notes, f"adapted from '{base.name}' ({base.fingerprint[:12]}) on {len(ts)} runs: "
                f"{fit.adapter.describe()}", *(f"warning: {w}" for w in fit.warnings)],

@@ -280,7 +280,7 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     """One interval row (metric, measured, low, high, source and row_groups) for each held-out row
     with a throughput: the tuneplan interval a calibration fitted on the fold's training part would
     carry (its width model on the row's contributions against the fold's training rows, else conformal
-    from its own out-of-source residuals; with reveal, as adapted_intervals narrows them). Memory rows
+    from its own out-of-source residuals; with reveal, as adapted_residuals narrows them). Memory rows
     too where those residuals hold memory ones, and a "fit" row (the fit probability, and whether the
     row ran) for each row with a measured peak or OOM where there is a memory width model."""
     from tuneplan.learn.calibration import adapted_residuals, row_flags
