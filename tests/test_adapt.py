@@ -12,7 +12,7 @@ import pytest
 from tuneplan.cli import main
 from tuneplan.estimators.calibration import default_calibration, load_calibration
 from tuneplan.estimators.stack_adapter import StackAdapter
-from tuneplan.learn.adapt import fit_adapter, offset_variances, shrinkage
+from tuneplan.learn.adapt import fit_adapter, kept_share
 from tuneplan.learn.calibration import residuals_after_reveal
 from tuneplan.learn.measured import training_set
 from tuneplan.learn.predict_table import predict_configs
@@ -71,12 +71,26 @@ def test_memory_offset_moves_the_predictions_onto_the_measured_peaks_from_eight_
     assert sum(out[k][0] for k in MEMORY_PARTS if k in out) == pytest.approx(out["memory_gib"][0], rel=1e-6)
 
 
-def test_shrinkage_is_the_normal_posterior_share():
-    assert shrinkage(1, 0.04, 0.04) == pytest.approx(0.5)
-    assert shrinkage(3, 0.04, 0.04) == pytest.approx(0.75)
-    assert shrinkage(3, None, 0.04) == 1.0
-    between, within = offset_variances({"a": [0.0, 0.1, -0.1], "b": [1.0, 1.1, 0.9], "c": [2.0, 2.1, 1.9]})
-    assert between > within > 0
+TIGHT = {s: list(off + np.linspace(-0.02, 0.02, 11)) for s, off in (("a", 0.5), ("b", -0.5), ("c", 0.3))}
+"""Held-out sources far from the base, each source's rows close together: a few runs tell the offset."""
+NOISY = {s: list(np.linspace(-0.4, 0.4, 11)) for s in "abc"}
+"""Held-out sources on the base, their rows scattered: a few runs' offset is their noise."""
+
+
+def test_kept_share_keeps_an_offset_only_where_held_out_sources_show_it_carries_over():
+    assert kept_share(TIGHT, 3) == 1.0  # three runs of a source predict its others best taken whole
+    assert kept_share(NOISY, 3) == 0.0  # any share of three runs' offset moves the others off
+    assert kept_share(None, 3) == kept_share(dict(list(TIGHT.items())[:2]), 3) == 1.0  # too few sources to tell
+
+
+def test_three_noisy_runs_move_predictions_no_more_than_their_evidence_supports():
+    base = default_calibration().estimator()
+    ts = training_set(_rows(3, "lora"))
+    whole = fit_adapter(base, ts).adapter.throughput_log_scale
+    assert abs(whole) > 0.0
+    assert fit_adapter(base, ts, TIGHT).adapter.throughput_log_scale == pytest.approx(whole)
+    noisy = fit_adapter(base, ts, NOISY)
+    assert noisy.adapter.throughput_log_scale == 0.0 and "0% of their offset" in noisy.adapter.describe()
 
 
 def test_the_median_of_an_even_count_is_the_mean_of_the_middle_two():
@@ -101,6 +115,9 @@ def test_residuals_after_reveal_remove_each_sources_offset():
     after = np.asarray(residuals_after_reveal(by, 3))
     pooled = np.concatenate([np.asarray(v) for v in by.values()])
     assert np.abs(after).max() < 0.25 < np.abs(pooled).max()
+    assert len(after) == 3 * 17  # each source weighs its 17 other rows, not its 20 draws' 340 residuals
+    few = residuals_after_reveal({**by, "d": [5.0, 5.1, 4.9, 5.2, 4.8]}, 3)
+    assert len(few) == 3 * 17 + 2  # a source of five rows gives two (its five minus the three revealed)
 
 
 def test_calibrate_adapts_the_shipped_file_and_from_scratch_ignores_it(tmp_path, capsys):
@@ -171,13 +188,6 @@ def test_runs_predicted_not_to_fit_do_not_set_the_throughput_scale():
     assert fit.adapter.throughput_log_scale == pytest.approx(alone.adapter.throughput_log_scale)
     assert any(EDGE_NOTE in x and x.startswith("1 run(s)") for x in fit.not_fitted)
     assert any(w.startswith("run edge:") for w in fit.warnings)
-    only_edge = fit_adapter(base, ts_edge)  # nothing else to go by: it is used, and said so
-    assert only_edge.adapter.throughput_log_scale != 0.0
-    assert any("all of them predicted not to fit" in x for x in only_edge.adapter.fitted)
-    # ... as a noisy run: with a prior on how far stacks sit, less of its offset is kept than of a run that fits
-    prior = (0.02, 0.02)
-    kept_edge = fit_adapter(base, ts_edge, prior).adapter.throughput_log_scale / only_edge.adapter.throughput_log_scale
-    one = training_set(two.iloc[[0]].assign(tokens_per_s=two["tokens_per_s"].iloc[0] / 3))
-    kept_fit = fit_adapter(base, one, prior).adapter.throughput_log_scale / fit_adapter(base, one).adapter.throughput_log_scale
-    assert kept_edge == pytest.approx(shrinkage(0.25, *prior)) and kept_fit == pytest.approx(shrinkage(1.0, *prior))
-    assert kept_edge < kept_fit
+    only_edge = fit_adapter(base, ts_edge)  # nothing else to go by: still no scale from it, and said so
+    assert only_edge.adapter.throughput_log_scale == 0.0
+    assert any(x.startswith("throughput scale: all 1 run(s)") for x in only_edge.not_fitted)

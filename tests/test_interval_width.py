@@ -47,7 +47,16 @@ def test_a_contribution_seen_in_one_source_only_is_not_fitted():
     r, flags, src = _rows()
     flags = [f if s == "a" else set() for f, s in zip(flags, src, strict=True)]  # 4 rows of one source
     r, flags, src = r * 3, flags * 3, src * 3  # 12 rows, still one source
-    assert "framework" not in fit_width(r, flags, src)["contributions"]
+    m = fit_width(r, flags, src)
+    assert "framework" not in m["contributions"] and m["unfitted"] == 0.0  # nothing fitted to go by
+
+
+def test_a_contribution_the_rows_cannot_fit_counts_as_the_mean_of_those_they_do():
+    m = fit_width(*_rows())  # framework fitted at sqrt(0.08); packing never seen
+    assert m["unfitted"] == pytest.approx(math.sqrt(0.08))
+    packing = width_bounds(m, {"packing": "packing / padding not given"}, 0.8)
+    assert packing[:2] == pytest.approx(width_bounds(m, {"framework": "framework not given"}, 0.8)[:2])
+    assert [w for w, _ in packing[2]] == ["packing / padding not given"]
 
 
 def test_width_bounds_add_the_contributions_in_quadrature_and_name_them():
@@ -143,26 +152,36 @@ def test_what_the_caller_said_not_the_framework_defaults_decides_what_was_filled
     assert filled_in(make_job(framework="trl", packing=True, micro_batch=2)) == {"grad_ckpt", "precision"}
 
 
-def test_a_calibration_whose_throughput_width_was_replaced_keeps_the_memory_one():
-    """An adapted calibration with throughput runs only: the throughput interval from the residuals the
-    runs leave, the memory interval and fit probability still from the width model."""
+def test_an_adapted_calibration_narrows_the_throughput_width_by_what_its_runs_leave():
+    """Three throughput runs: the throughput width model is centred on the residuals they leave and every
+    part scaled by their spread against the held-out sources' own (median absolute deviations); the
+    memory one, with no memory run applied (fewer than MEMORY_OFFSET_MIN_ROWS), is the base's."""
     from tuneplan.api import estimate
     from tuneplan.estimators.calibration import default_calibration
-    from tuneplan.learn.calibration import adapted_intervals
+    from tuneplan.learn.calibration import adapted_residuals, balanced_residuals
 
     base = default_calibration()
-    cal = type(base)(**{**base.__dict__, "intervals": adapted_intervals(base, {"throughput": 3, "memory": 0})})
-    assert set(cal.intervals["tuneplan"]["width"]) == {"covered", "memory"}
+    tp0 = base.intervals["tuneplan"]
+    tp = adapted_residuals(base.intervals["tuneplan"], {"throughput": 3, "memory": 3})
+    mad = lambda x: np.median(np.abs(np.asarray(x) - np.median(x)))  # noqa: E731
+    s = mad(tp["throughput"]) / mad(balanced_residuals(tp0["throughput_by_source"], True))
+    w0, w1 = tp0["width"]["throughput"], tp["width"]["throughput"]
+    assert w1["centre"] == pytest.approx(np.median(tp["throughput"])) and w1["z"] == w0["z"]
+    assert w1["base"] == pytest.approx(w0["base"] * s) and w1["unfitted"] == pytest.approx(w0["unfitted"] * s)
+    assert w1["contributions"] == pytest.approx({k: v * s for k, v in w0["contributions"].items()})
+    assert tp["width"]["memory"] == tp0["width"]["memory"] and tp["memory"] == tp0["memory"]
+    cal = type(base)(**{**base.__dict__, "intervals": {**base.intervals, "tuneplan": tp}})
     iv = estimate("llama-3-8b", "H100", seq_len=2048, interval=0.8, calibration=cal).interval
-    assert "width" not in iv["source"]  # the throughput bounds: the pool the runs leave
-    assert 0.0 <= iv["fit_probability"] <= 1.0 and all("(memory)" in w for w in iv["why"])
+    assert "width" in iv["source"] and 0.0 <= iv["fit_probability"] <= 1.0
 
 
 def test_predict_gives_a_row_the_interval_estimate_gives_its_configuration(tmp_path):
     """One configuration with every setting said: predict's row and estimate (same shipped calibration)
     give the same multipliers and fit probability. The same row with the precision, checkpointing,
     grad accumulation, framework and padding left out is as wide as width_bounds of exactly those
-    contributions (hand-listed), at least as wide as the first."""
+    contributions (hand-listed: precision, checkpointing and batch; an empty framework or padding cell of a
+    runs row is the generic stack with max-length padding, which training rows ran, not a setting filled
+    in: a source default that fills one is, recorded in defaults_used), at least as wide as the first."""
     from tuneplan.api import estimate
     from tuneplan.estimators.base import get_estimator
     from tuneplan.estimators.calibration import default_calibration
@@ -190,24 +209,26 @@ def test_predict_gives_a_row_the_interval_estimate_gives_its_configuration(tmp_p
                                                     iv["memory_reserved_gib_high"] / r.memory_reserved_gib))
     assert row["pred_fit_probability"] == pytest.approx(iv["fit_probability"]) and 0.0 < iv["fit_probability"] < 1.0
     width = default_calibration().intervals["tuneplan"]["width"]
-    filled = dict.fromkeys(("precision", "grad_ckpt", "batch", "framework", "packing"), "")
+    filled = dict.fromkeys(("precision", "grad_ckpt", "batch"), "")
     assert (thr[0][1], thr[1][1]) == pytest.approx(width_bounds(width["throughput"], filled, 0.8)[:2])
     assert (mem[0][1], mem[1][1]) == pytest.approx(width_bounds(width["memory"], filled, 0.8)[:2])
     assert thr[1][1] / thr[0][1] >= thr[1][0] / thr[0][0] and mem[1][1] / mem[0][1] >= mem[1][0] / mem[0][0]
 
 
 def test_predict_with_only_a_memory_width_model_reads_throughput_from_the_pool(tmp_path):
-    """An adapted calibration whose throughput width was replaced by the residuals its runs leave: every
-    row's throughput bounds are that pool's, its memory bounds still the width model's."""
+    """A calibration with no throughput width model (the adapted pool only): every row's throughput
+    bounds are that pool's, its memory bounds still the width model's."""
     from tuneplan.estimators.base import get_estimator
     from tuneplan.estimators.calibration import default_calibration
-    from tuneplan.learn.calibration import adapted_intervals
+    from tuneplan.learn.calibration import adapted_residuals
     from tuneplan.learn.intervals import conformal_bounds
     from tuneplan.learn.predict_table import predict_frame
     from tuneplan.runs import read_runs
 
     base = default_calibration()
-    cal = type(base)(**{**base.__dict__, "intervals": adapted_intervals(base, {"throughput": 3, "memory": 0})})
+    tp = adapted_residuals(base.intervals["tuneplan"], {"throughput": 3, "memory": 0})
+    tp["width"] = {k: v for k, v in tp["width"].items() if k != "throughput"}
+    cal = type(base)(**{**base.__dict__, "intervals": {**base.intervals, "tuneplan": tp}})
     path = tmp_path / "runs.csv"
     path.write_text("id,source,model,method,gpu,gpus,micro_batch_size,seq_len,tokens_per_s\n"
                     "t-1,t,meta-llama/Llama-3.1-8B,lora,H100-SXM5-80GB,1,2,2048,1000\n")
@@ -216,7 +237,7 @@ def test_predict_with_only_a_memory_width_model_reads_throughput_from_the_pool(t
     lo, hi = conformal_bounds(cal.intervals["tuneplan"]["throughput"], 0.8)
     assert (row["pred_tokens_per_s_low"], row["pred_tokens_per_s_high"]) == pytest.approx(
         (row["pred_tokens_per_s"] * lo, row["pred_tokens_per_s"] * hi))
-    filled = dict.fromkeys(("precision", "grad_ckpt", "batch", "framework", "packing"), "")
+    filled = dict.fromkeys(("precision", "grad_ckpt", "batch"), "")
     lo_m, hi_m = width_bounds(width["memory"], filled, 0.8)[:2]
     assert (row["pred_peak_mem_gib_low"], row["pred_peak_mem_gib_high"]) == pytest.approx(
         (row["pred_peak_mem_gib"] * lo_m, row["pred_peak_mem_gib"] * hi_m))
@@ -231,12 +252,12 @@ def test_a_derived_batch_figure_is_not_a_filled_in_setting():
 
 def test_an_adapted_pool_replaces_the_base_framework_pools():
     from tuneplan.estimators.calibration import default_calibration
-    from tuneplan.learn.calibration import adapted_intervals
+    from tuneplan.learn.calibration import adapted_residuals
     from tuneplan.learn.intervals import residual_pool
 
     base = default_calibration()
     assert "throughput_framework_seen" in base.intervals["tuneplan"]
-    tp = adapted_intervals(base, {"throughput": 3, "memory": 0})["tuneplan"]
+    tp = adapted_residuals(base.intervals["tuneplan"], {"throughput": 3, "memory": 0})
     assert "throughput_framework_seen" not in tp and "throughput_framework_unseen" not in tp
     pool, what = residual_pool(tp, "hf-trainer")  # an estimate after adaptation reads what the runs leave
     assert pool == tp["throughput"] and what == "held-out rows"

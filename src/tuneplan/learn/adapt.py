@@ -15,10 +15,6 @@ from tuneplan.learn.measured import TrainingSet, numeric_column
 
 METHOD_MIN_ROWS = 2
 """Throughput runs of one method before it gets a scale of its own (and at least two methods measured)."""
-METHOD_PRIOR_ROWS = 2.0
-"""Shrinkage of a method's scale toward the overall one: its mean log-ratio times n / (n + this), the
-posterior mean of a normal mean under a prior worth this many rows (empirical-Bayes style: two runs of a
-method move its scale two thirds of the way they point, one run is not enough to split it off)."""
 NOISY_SPREAD = 0.10
 """A measured row whose step times spread more than this (p90/p10 - 1) is noisy: it weighs NOISY_WEIGHT."""
 NOISY_WEIGHT = 0.25
@@ -34,7 +30,7 @@ fewer runs the offset is reported, not applied."""
 EDGE_NOTE = ("predicted not to fit in the GPU's memory, left out of the throughput scale: a run at the memory "
              "limit is slowed by the allocator's frees and retries, which is the memory model's error, not the stack's "
              "speed")
-"""Why runs the base predicts not to fit do not set the throughput scale (when runs that fit are there)."""
+"""Why runs the base predicts not to fit never set the throughput scale, even where no run that fits is there."""
 MAX_LOG_SCALE = 3.0
 """The adapter refuses scales beyond e^3 (20x): a run that far off is a different job, not a new stack."""
 
@@ -90,79 +86,84 @@ def _predict(est, ts: TrainingSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
             np.asarray(p["fits"], dtype=bool))
 
 
-def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: float) -> dict[str, float]:
-    """Each method's log-scale on top of the overall one, shrunk toward it, when two or more methods
-    have METHOD_MIN_ROWS runs."""
+def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: float, by_source) -> dict[str, float]:
+    """Each method's log-scale on top of the overall one when two or more methods have METHOD_MIN_ROWS
+    runs: its own runs' offset, kept as a source's that many runs are (`kept_share`)."""
     uniq, counts = np.unique(methods, return_counts=True)
-    eligible = {str(m): float(n) for m, n in zip(uniq, counts, strict=True) if n >= METHOD_MIN_ROWS}
+    eligible = [str(m) for m, n in zip(uniq, counts, strict=True) if n >= METHOD_MIN_ROWS]
     if len(eligible) < 2:
         return {}
-    return {m: (n / (n + METHOD_PRIOR_ROWS)) * (median_or_mean(r[methods == m], w[methods == m]) - overall)
-            for m, n in eligible.items()}
+    return {m: kept_share(by_source, w[methods == m].sum()) * median_or_mean(r[methods == m], w[methods == m])
+            - overall for m in eligible}
 
 
-def shrinkage(n: float, between: float | None, within: float | None) -> float:
-    """Share of the runs' mean log-ratio an adapter keeps: n tau^2 / (n tau^2 + sigma^2), the posterior
-    mean of a stack's offset under a normal prior of variance tau^2 (how far stacks sit from the base:
-    the spread of its held-out sources' median residuals) with runs of noise sigma^2 (the spread of a
-    source's rows around its median). 1 when the base stored no per-source residuals to tell."""
-    if not between or not within or n <= 0:
+KEEP_GRID = np.linspace(0.0, 1.0, 21)
+"""Shares of k runs' offset an adapter may keep (kept_share chooses one)."""
+REVEAL_DRAWS = 20
+"""Random reveals per held-out source when simulating what k runs of a new stack teach."""
+
+
+def simulated_reveals(by_source: dict[str, list[float]], k: int, seed: int = 0):
+    """(source, its other rows, the revealed rows' median or mean) for each of REVEAL_DRAWS random reveals
+    of k rows of each source with more than k (held-out log-ratios: what k runs of a new stack show)."""
+    rng = np.random.default_rng(seed)
+    for src, v in sorted(by_source.items()):
+        g = np.asarray(v, dtype=float)
+        for _ in range(REVEAL_DRAWS if len(g) > k else 0):
+            sel = np.zeros(len(g), dtype=bool)
+            sel[rng.choice(len(g), size=k, replace=False)] = True
+            yield src, g[~sel], median_or_mean(g[sel], np.ones(k))
+
+
+def kept_share(by_source: dict[str, list[float]] | None, k: float, seed: int = 0) -> float:
+    """Share of k runs' (median or mean) log-ratio an adapter keeps (k: their weight, rounded, at least 1):
+    the one that, with k rows of each of the base's held-out sources revealed (`simulated_reveals`),
+    predicts their other rows best (the median absolute error over the sources' stored rows). Chosen on
+    the base's training sources alone, so nested; 1 when the base stored too few per-source residuals
+    to tell. Sources whose rows scatter more than their offsets differ keep little: the offset of a few
+    rows is then mostly their noise."""
+    k = max(1, int(round(k)))
+    if sum(len(v) > k for v in (by_source or {}).values()) < 3:
         return 1.0
-    return float(n * between / (n * between + within))
+    errs = np.concatenate([np.abs(np.expm1(KEEP_GRID[:, None] * off - rest[None, :]))
+                           for _, rest, off in simulated_reveals(by_source, k, seed)], axis=1)
+    return float(KEEP_GRID[int(np.argmin(np.median(errs, axis=1)))])
 
 
-def offset_variances(by_source: dict[str, list[float]] | None) -> tuple[float | None, float | None]:
-    """(between, within): robust variances of the held-out sources' median log-ratios and of the rows
-    around their source's median (MAD x 1.4826, squared), from a calibration's per-source residuals."""
-    if not by_source:
-        return None, None
-    groups = [np.asarray(v, dtype=float) for v in by_source.values() if len(v) >= 3]
-    if len(groups) < 3:
-        return None, None
-    med = np.array([np.median(g) for g in groups])
-    dev = np.concatenate([g - np.median(g) for g in groups])
-
-    def mad2(x: np.ndarray) -> float:
-        return float((1.4826 * np.median(np.abs(x - np.median(x)))) ** 2)
-
-    return mad2(med), mad2(dev)
-
-
-def fit_adapter(base, ts: TrainingSet, prior: tuple[float | None, float | None] = (None, None)) -> AdapterFit:
-    """Fit a stack adapter for estimator `base` (a TuneplanEstimator) on a user's runs; `prior` is
-    (between, within) of `offset_variances` for the base (None: the runs' offset kept whole)."""
+def fit_adapter(base, ts: TrainingSet, by_source: dict[str, list[float]] | None = None) -> AdapterFit:
+    """Fit a stack adapter for estimator `base` (a TuneplanEstimator) on a user's runs; `by_source`: the
+    base's held-out residuals per source, which set the share of the runs' offset kept (`kept_share`;
+    None: kept whole)."""
     w_all = row_weights(ts)
     pred_t, pred_m, slope, fits = _predict(base, ts)
     t = ts.has_throughput & np.isfinite(pred_t) & (pred_t > 0)
     m = ts.has_memory & np.isfinite(pred_m)
     fitted: list[str] = []
     not_fitted: list[str] = []
-    edge_only = t.any() and not (t & fits).any()
-    if (t & ~fits).any() and (t & fits).any():
-        not_fitted.append(f"{int((t & ~fits).sum())} run(s) {EDGE_NOTE}")
+    edge = t & ~fits
+    if edge.any():
+        not_fitted.append(f"{int(edge.sum())} run(s) {EDGE_NOTE}" if (t & fits).any() else
+                          f"throughput scale: all {int(t.sum())} run(s) {EDGE_NOTE}; check what the runs file says "
+                          "of checkpointing, sharding and precision, or add a run that fits")
         t = t & fits
-    elif edge_only:  # nothing else to go by: they count as noisy runs (less of their offset is kept)
-        w_all = np.where(fits, w_all, np.minimum(w_all, NOISY_WEIGHT))
     adapter = StackAdapter(n_rows={"throughput": int(t.sum()), "memory": int(m.sum())})
     if t.any():
         r = np.log(ts.tokens_per_s[t] / pred_t[t])
         w = w_all[t]
-        keep = shrinkage(float(w.sum()), *prior)
+        keep = kept_share(by_source, w.sum())
         overall = float(np.clip(keep * median_or_mean(r, w), -MAX_LOG_SCALE, MAX_LOG_SCALE))
         adapter.throughput_log_scale = overall
         fitted.append(f"throughput x{np.exp(overall):.3g} from {int(t.sum())} run(s)"
-                      + (f" ({keep:.0%} of their offset: the rest is run-to-run noise)" if keep < 0.995 else "")
-                      + (": all of them predicted not to fit, so each counts as a noisy run (the scale may carry "
-                         "the allocator's slowdown at the memory limit); check what the runs file says of checkpointing, sharding and precision, "
-                         "or add a run that fits" if edge_only else ""))
+                      + (f" ({keep:.0%} of their offset: held out, the share that many runs of a source predicted "
+                         "its other runs best with)" if keep < 0.995 else ""))
         methods = np.array([c.job.method for c in (ts.configs[i] for i in np.flatnonzero(t))])
-        adapter.method_log_scales = _method_scales(r, w, methods, overall)
+        adapter.method_log_scales = _method_scales(r, w, methods, overall, by_source)
         if adapter.method_log_scales:
             fitted.append("per method " + ", ".join(f"{k} x{np.exp(v):.3g}"
                                                     for k, v in sorted(adapter.method_log_scales.items())))
         else:
             not_fitted.append(f"per-method scales (need {METHOD_MIN_ROWS} runs of each of 2 methods)")
-    else:
+    elif not edge.any():
         not_fitted.append("throughput scale (no run with a measured throughput)")
     if m.any():
         gap = float(median_or_mean((ts.peak_mem_gib[m] - pred_m[m]) / slope[m], w_all[m]))

@@ -93,7 +93,7 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         out["frameworks"] = sorted(known_frameworks(ts))
         out["throughput_framework_seen"] = balanced_residuals(thr_seen, True)
         out["throughput_framework_unseen"] = balanced_residuals(thr_unseen, True)
-        # each held-out source's own residuals: what an adapter to a new stack leaves (adapted_intervals)
+        # each held-out source's own residuals: what an adapter to a new stack leaves (adapted_residuals)
         out["throughput_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(thr.items()) if v}
         if mem:
             out["memory_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(mem.items()) if v}
@@ -126,54 +126,52 @@ def _spaced(v: list[float]) -> list[float]:
     return [float(x) for x in (g if k == len(g) else np.quantile(g, (np.arange(k) + 0.5) / k))]
 
 
-ADAPT_DRAWS = 20
-"""Random reveals per source when simulating the residuals an adapted calibration leaves."""
-
-
 def residuals_after_reveal(by_source: dict[str, list[float]], k: int, seed: int = 0) -> list[float]:
     """The log-ratios an adapter fitted on k runs of a new stack leaves, simulated on the held-out
-    sources' own residuals: in each source, k residuals revealed, the share of their (median or mean) offset
-    an adapter keeps (adapt.shrinkage) removed from the others (as the adapter's overall scale removes it),
-    every source weighing the same."""
-    from tuneplan.learn.adapt import median_or_mean, offset_variances, shrinkage
+    sources' own residuals (adapt.simulated_reveals): the share of the revealed rows' offset an adapter
+    keeps (adapt.kept_share) removed from the others. A source gives as many evenly spaced quantiles of
+    its draws as it has other rows (at most BALANCED_POINTS), as balanced_residuals weighs its rows."""
+    from tuneplan.learn.adapt import kept_share, simulated_reveals
 
-    keep = shrinkage(float(k), *offset_variances(by_source))  # the share of the offset an adapter keeps
-    rng = np.random.default_rng(seed)
+    keep = kept_share(by_source, k, seed)
     groups: dict[str, list[float]] = {}
-    for src, v in sorted(by_source.items()):
-        g = np.asarray(v, dtype=float)
-        if len(g) <= k:
-            continue
-        out: list[float] = []
-        for _ in range(ADAPT_DRAWS):
-            sel = np.zeros(len(g), dtype=bool)
-            sel[rng.choice(len(g), size=k, replace=False)] = True
-            off = keep * median_or_mean(g[sel], np.ones(k))
-            out.extend((g[~sel] - off).tolist())
-        groups[src] = out
-    return balanced_residuals(groups, True)
+    for src, rest, off in simulated_reveals(by_source, k, seed):
+        groups.setdefault(src, []).extend((rest - keep * off).tolist())
+    sizes = {src: min(len(by_source[src]) - k, BALANCED_POINTS) for src in groups}
+    return sorted(float(x) for src, g in groups.items()
+                  for x in np.quantile(g, (np.arange(sizes[src]) + 0.5) / sizes[src]))
 
 
-def adapted_intervals(base: Calibration, n_rows: dict[str, int]) -> dict:
-    """A calibration adapted on k runs: the interval residuals of its base with each source's offset
-    removed as k runs remove it (residuals_after_reveal), in place of the base's width model for that
-    metric (the base's own where it stored no per-source residuals; n_rows: the adapter's throughput
-    and memory runs). The other estimators' intervals are the base's."""
-    out = {name: dict(v) for name, v in base.intervals.items()}
-    tp = out.get("tuneplan")
-    if not tp:
-        return out
+def adapted_residuals(tp: dict, n_rows: dict[str, int], seed: int = 0) -> dict:
+    """The tuneplan interval residuals of a calibration adapted on a new stack's runs (n_rows: the
+    adapter's throughput and memory runs; memory ones only once the offset is applied): each metric's
+    pool is what those runs leave (residuals_after_reveal) and its width model is centred on it and
+    scaled by how much narrower it spreads than the held-out sources' own residuals (median absolute
+    deviations); the base's framework pools are dropped. Metrics without per-source residuals stay."""
+    from tuneplan.learn.adapt import MEMORY_OFFSET_MIN_ROWS
+
+    tp = dict(tp)
     for metric in ("throughput", "memory"):
         by = tp.get(f"{metric}_by_source")
         k = int(n_rows.get(metric, 0))
-        if by and k > 0:
-            r = residuals_after_reveal(by, k)
-            if len(r) >= 10:  # the user's runs show the width: it no longer comes from the assumptions
-                tp[metric] = r
-                tp["width"] = {m: v for m, v in (tp.get("width") or {}).items() if m != metric}
-                for pool in ("framework_seen", "framework_unseen"):  # the base's pools: not what the runs leave
-                    tp.pop(f"{metric}_{pool}", None)
-    return out
+        applied = k >= (1 if metric == "throughput" else MEMORY_OFFSET_MIN_ROWS)
+        r = residuals_after_reveal(by, k, seed) if by and applied else []
+        if len(r) < 10:
+            continue
+        tp[metric] = r
+        width = tp.get("width") or {}
+        if metric in width:
+            s, m = _mad(r) / max(_mad(balanced_residuals(by, True)), 1e-9), width[metric]
+            tp["width"] = {**width, metric: {**m, "centre": float(np.median(r)), "base": m["base"] * s,
+                                             "unfitted": m.get("unfitted", 0.0) * s,
+                                             "contributions": {c: v * s for c, v in m["contributions"].items()}}}
+        for pool in ("framework_seen", "framework_unseen"):  # the base's pools: not what the runs leave
+            tp.pop(f"{metric}_{pool}", None)
+    return tp
+
+
+def _mad(x) -> float:
+    return float(np.median(np.abs(np.asarray(x) - np.median(x))))
 
 
 BALANCED_POINTS = 50
@@ -209,6 +207,9 @@ def fit_width(residuals, flags, sources) -> dict:
     row's interval_flags keys and source): a centre (the median), and squared widths that add up,
     (r - centre)^2 ~ base^2 + the sum of the row's contributions^2, fitted by non-negative least
     squares, every source weighing the same; a contribution needs MIN_GROUP_ROWS rows from two sources.
+    One the rows cannot fit that way ("unfitted": a setting only one source left to defaults, a GPU
+    family no two sources ran) counts as the mean of the positive ones fitted: that an assumption made
+    a difference nowhere else is not known, so it is as uncertain as the typical one that did.
     The standardised residuals (r - centre) / width, at most BALANCED_POINTS per source, give the
     interval's quantiles at any coverage (conformal, learn.intervals.width_bounds)."""
     from scipy.optimize import nnls
@@ -228,8 +229,9 @@ def fit_width(residuals, flags, sources) -> dict:
     by: dict[str, list[float]] = {}
     for s_, v in zip(src, z, strict=True):
         by.setdefault(str(s_), []).append(float(v))
-    return {"centre": centre, "base": float(np.sqrt(sq[0])), "z": balanced_residuals(by, True),
-            "contributions": {k: float(np.sqrt(v)) for k, v in zip(keys, sq[1:], strict=True) if v > 0}}
+    fitted = {k: float(np.sqrt(v)) for k, v in zip(keys, sq[1:], strict=True)}
+    return {"centre": centre, "base": float(np.sqrt(sq[0])), "z": balanced_residuals(by, True), "contributions": fitted,
+            "unfitted": float(np.mean([v for v in fitted.values() if v > 0] or [0.0]))}
 
 
 def fit_calibration(df, learner: str = "tuneplan", name: str = "", base: Calibration | None = None
@@ -296,7 +298,7 @@ def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: st
     the user's rows alone when that predicts the user's own held-out rows better (chosen on folds of the
     user's rows; the figures are reported either way)."""
     from tuneplan import __version__
-    from tuneplan.learn.adapt import fit_adapter, offset_variances
+    from tuneplan.learn.adapt import fit_adapter
     from tuneplan.learn.learners import fit_learner
 
     if base.learner != "tuneplan" or learner != "tuneplan":
@@ -308,7 +310,7 @@ def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: st
 
         raise NotEnoughData("no row with a measured throughput or peak memory")
     base_est = base.estimator()
-    prior = offset_variances(base.intervals.get("tuneplan", {}).get("throughput_by_source"))
+    prior = base.intervals.get("tuneplan", {}).get("throughput_by_source")
     messages: list[str] = []
     if n_thr >= FULL_FIT_MIN_ROWS:
         folds = np.random.default_rng(0).permutation(len(ts)) % CHOICE_FOLDS
@@ -335,7 +337,8 @@ def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: st
         learner="tuneplan", payload=payload, fingerprint=ts.fingerprint(),
         n_rows={"configured": len(ts), "throughput": n_thr, "memory": int(ts.has_memory.sum()),
                 "oom": int(ts.is_oom.sum())},
-        sources=own_sources, intervals=adapted_intervals(base, fit.adapter.n_rows),
+        sources=own_sources,
+        intervals={**base.intervals, "tuneplan": adapted_residuals(base.intervals.get("tuneplan", {}), fit.adapter.n_rows)},
         tuneplan_version=__version__, name=name or "adapted",
         notes=[*base.notes, f"adapted from '{base.name}' ({base.fingerprint[:12]}) on {len(ts)} runs: "
                f"{fit.adapter.describe()}", *(f"warning: {w}" for w in fit.warnings)],

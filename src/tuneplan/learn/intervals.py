@@ -279,20 +279,24 @@ def covered_values(configs) -> dict[str, list[str]]:
     return {g: sorted(v) for g, v in out.items()}
 
 
+def _contribution(model: dict, key: str) -> float:
+    """A width model's log-width contribution of one key: fitted, else its "unfitted" one (fit_width)."""
+    return model.get("contributions", {}).get(key, model.get("unfitted", 0.0))
+
+
 def _width(model: dict, flags) -> float:
     """A width model's log-width for a configuration with these contributions (in quadrature)."""
-    c = model.get("contributions", {})
-    return math.sqrt(model["base"] ** 2 + sum(c.get(k, 0.0) ** 2 for k in flags))
+    return math.sqrt(model["base"] ** 2 + sum(_contribution(model, k) ** 2 for k in flags))
 
 
 def width_bounds(model: dict, flags: dict[str, str], coverage: float) -> tuple[float, float, list[tuple[str, float]]]:
     """(low, high) multipliers of a fitted width model for a configuration with these contributions,
     and the contributions present, largest first, each as the +- share it adds to the interval alone."""
-    c = model.get("contributions", {})
     width = _width(model, flags)
     z_lo, z_hi = (math.log(b) for b in conformal_bounds(model["z"], coverage))
     half = (z_hi - z_lo) / 2.0
-    why = sorted(((flags[k], math.exp(c[k] * half) - 1.0) for k in flags if c.get(k, 0.0) > 0), key=lambda t: -t[1])
+    c = {k: _contribution(model, k) for k in flags}
+    why = sorted(((flags[k], math.exp(c[k] * half) - 1.0) for k in flags if c[k] > 0), key=lambda t: -t[1])
     return math.exp(model["centre"] + width * z_lo), math.exp(model["centre"] + width * z_hi), why
 
 

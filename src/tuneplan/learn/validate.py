@@ -176,7 +176,7 @@ def _fold_estimators(fold: Fold, learners, raw: dict, messages: list[str], seed:
     training part. With revealed rows the tuneplan learner is fitted on the other sources only and
     adapted to the revealed rows (`tuneplan.learn.adapt`: what `calibrate` does with a user's first runs),
     and the physics adapted to them is judged too."""
-    from tuneplan.learn.adapt import fit_adapter, offset_variances
+    from tuneplan.learn.adapt import fit_adapter
     from tuneplan.learn.learners import NotEnoughData, fit_learner
 
     ests = dict(raw)
@@ -193,7 +193,7 @@ def _fold_estimators(fold: Fold, learners, raw: dict, messages: list[str], seed:
     if adapting:
         if "tuneplan" in fitted:
             res = _training_residuals(fold, fitted["tuneplan"], seed)
-            prior = offset_variances(res.get("throughput_by_source") if res else None)
+            prior = res.get("throughput_by_source") if res else None
             ests["tuneplan"] = ests["tuneplan"].with_stack(fit_adapter(ests["tuneplan"], fold.revealed, prior).adapter)
         physics = raw["tuneplan-physics"]
         ests["tuneplan-physics+adapter"] = physics.with_stack(fit_adapter(physics, fold.revealed).adapter)
@@ -280,17 +280,14 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     """One interval row (metric, measured, low, high, source and row_groups) for each held-out row
     with a throughput: the tuneplan interval a calibration fitted on the fold's training part would
     carry (its width model on the row's contributions against the fold's training rows, else conformal
-    from its own out-of-source residuals; with reveal, as adapted_intervals narrows them). Memory rows
+    from its own out-of-source residuals; with reveal, as adapted_residuals narrows them). Memory rows
     too where those residuals hold memory ones, and a "fit" row (the fit probability, and whether the
     row ran) for each row with a measured peak or OOM where there is a memory width model."""
-    from tuneplan.learn.calibration import residuals_after_reveal, row_flags
+    from tuneplan.learn.calibration import adapted_residuals, row_flags
     if res is None:
         return []
-    r = res["throughput"]
-    if reveal and res.get("throughput_by_source"):
-        after = residuals_after_reveal(res["throughput_by_source"], reveal, seed)
-        r = after if len(after) >= 10 else r
-    if len(r) < 10:
+    res = adapted_residuals(res, {"throughput": reveal}, seed) if reveal else res
+    if len(res["throughput"]) < 10:
         return []
     test = fold.test
     width = res.get("width") or {}
@@ -300,14 +297,14 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     flags = row_flags(test, width.get("covered")) if width else [{}] * len(test)
 
     def bounds(metric: str, i: int, pool) -> tuple[float, float]:
-        if metric in width and not (reveal and metric == "throughput"):
+        if metric in width:
             f = {**flags[i], **({"comm": ""} if metric == "throughput" and p["comm_share"][i] > COMM_BOUND else {})}
             return width_bounds(width[metric], f, interval)[:2]
         return conformal_bounds(pool, interval)
 
     out = []
     for i in np.flatnonzero(test.has_throughput):
-        lo, hi = bounds("throughput", i, r if reveal else residual_pool(res, test.configs[i].job.framework)[0])
+        lo, hi = bounds("throughput", i, residual_pool(res, test.configs[i].job.framework)[0])
         out.append({"metric": "throughput", "source": str(test.source[i]), **row_groups(test.configs[i]),
                     "measured": float(test.tokens_per_s[i]), "low": float(p["tokens_per_s"][i] * lo),
                     "high": float(p["tokens_per_s"][i] * hi)})
@@ -406,7 +403,7 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
     adapted to k revealed rows for each k (k = 0: the plain by-source validation). The revealed rows are
     the same as `validate`'s for that k and seed."""
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.learn.adapt import fit_adapter, offset_variances
+    from tuneplan.learn.adapt import fit_adapter
     from tuneplan.learn.learners import NotEnoughData, fit_learner
 
     ts = training_set(df)
@@ -424,7 +421,7 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
         else:
             holder = Fold(f"source={src}", base_ts, ts.subset(ts.source == src), base_ts, None)
             res = _training_residuals(holder, learner, seed)
-        prior = offset_variances(res.get("throughput_by_source") if res else None)
+        prior = res.get("throughput_by_source") if res else None
         for k in reveals:
             fold = folds_by_k[k][i]
             if len(fold.test) == 0:
