@@ -46,6 +46,25 @@ def get(a: dict, key: str) -> np.ndarray:
     return np.full(n, float(STACK_DEFAULTS[key]))
 
 
+def host_bandwidth(a: dict, c) -> np.ndarray:
+    """CPU <-> GPU rate per GPU, one direction (B/s), that every host copy crosses (offloaded activations,
+    ZeRO-offload's states and weights): the catalog's host link (Grace parts' NVLink-C2C), else the
+    constants' PCIe-class cpu_offload_gbs."""
+    bw = get(a, "host_bw")
+    return np.where(np.isfinite(bw), bw, c.cpu_offload_gbs * 1e9)
+
+
+def host_link_words(gpu) -> str:
+    """The host link rate an estimate's offload copies are costed at, and where it comes from."""
+    gbs = getattr(gpu, "host_link_gbs", 0.0)
+    if gbs:
+        return f"{gbs:g} GB/s each way per GPU ({gpu.name}'s host link, data/gpus.csv host_link_gbs_bidir)"
+    from tuneplan.physics.constants import DEFAULT_CONSTANTS
+
+    return (f"{DEFAULT_CONSTANTS.cpu_offload_gbs:g} GB/s each way (tuneplan's PCIe 4 x16 figure, cpu_offload_gbs; "
+            f"data/gpus.csv gives no host link for {gpu.name})")
+
+
 def gpu_generation(gpu) -> int:
     arch = f"{getattr(gpu, 'architecture', '')} {getattr(gpu, 'name', '')}".lower()
     if getattr(gpu, "vendor", "NVIDIA") not in ("", "NVIDIA") and "nvidia" not in arch:
@@ -102,7 +121,7 @@ def stack_numbers(model, gpu, job, seq_len: int, with_ckpt: bool = True) -> dict
         "vpp": float(job.vpp), "etp": float(job.expert_tp), "offload_code": float(OFFLOAD_CODES[job.offload]),
         "attn_kernel": float(ATTENTION_KERNEL_CODES[kernel]), "gpu_gen": float(gpu_generation(gpu)),
         "attn_keys": keys, "attn_span": span,
-        "host_bw": float(getattr(gpu, "host_gbs", 0.0) or 0.0) * 1e9 or np.nan,
+        "host_bw": float(getattr(gpu, "host_link_gbs", 0.0) or 0.0) * 1e9 or np.nan,
         "opt_foreach": float(job.optimizer_impl == "foreach"),
         # FSDP under accumulation with no_sync (physics/fsdp.py accumulated_unsharded); the planner's grid
         # sets `fsdp` per sharding it tries
@@ -272,7 +291,8 @@ def stack_assumptions(model, gpu, job) -> list[str]:
             f"saved activations of {job.act_offload_layers} layers per stage to host memory (at most all but one)"
             if job.act_offload_layers else "",
             {"optimizer": "optimizer states and master weights on the host (ZeRO-offload)",
-             "all": "parameters, gradients and optimizer states on the host"}.get(job.offload, "")) if x) + ".")
+             "all": "parameters, gradients and optimizer states on the host"}.get(job.offload, "")) if x)
+            + f"; host copies at {host_link_words(gpu)}.")
     if job.tp > 1:
         sp = job.sequence_parallel if job.sequence_parallel is not None else fw.sequence_parallel
         out.append("Sequence parallel: norms and residual activations split over tp." if sp else

@@ -51,7 +51,7 @@ from tuneplan.physics.precision import (
     cast_seconds,
     weight_cast_seconds,
 )
-from tuneplan.physics.stack import get
+from tuneplan.physics.stack import get, host_bandwidth
 
 Arrays = dict[str, np.ndarray]
 
@@ -351,7 +351,7 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, dom: Arrays | None) -> np.ndarra
     if kinds & {ShardingCode.ZERO3, ShardingCode.OFFLOAD}:  # ZeRO-3 / FSDP: all-gather forward and backward, reduce-scatter, per micro-step
         on = (shard == ShardingCode.ZERO3) | (shard == ShardingCode.OFFLOAD)
         t_comm = t_comm + coll(all_bytes, 1.0, ga * 2.0, on) + coll(train_bytes_sh, 1.0, reduces, on)
-        t_comm = t_comm + np.where(shard == ShardingCode.OFFLOAD, ga * 2.0 * all_bytes / dp / (c.cpu_offload_gbs * 1e9),
+        t_comm = t_comm + np.where(shard == ShardingCode.OFFLOAD, ga * 2.0 * all_bytes / dp / host_bandwidth(a, c),
                                    0.0)
     if ShardingCode.HYBRID in kinds:  # hybrid: sharded within a node, gradients all-reduced across nodes
         on = shard == ShardingCode.HYBRID
@@ -380,7 +380,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool 
     mt = _memory_traffic_seconds(a, c, tokens, bw, ct["rec_share"])
     micro_dom: Arrays | None = {} if (np.size(mb) <= DOMAIN_ROWS if domains is None else domains) else None
     par = _model_parallel_seconds(a, c, tokens, ct, micro_dom)
-    host = np.where(np.isfinite(get(a, "host_bw")), get(a, "host_bw"), c.cpu_offload_gbs * 1e9)
+    host = host_bandwidth(a, c)
     t_offload = activation_offload_seconds(a, c, tokens, host, t_fwd + t_bwd)
     # PEFT methods' own work (physics/peft_methods.py): fp32 matmuls with built weights, weight products
     p_fwd, p_bwd, p_rec, p_launch = peft_step_times(a, c, tokens, split, pp)
@@ -415,8 +415,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool 
     shard = a["sharding"]
     opt_div = np.where(shard >= ShardingCode.ZERO1, dp * cp, 1.0) * split
     offload = (shard == ShardingCode.OFFLOAD) | (get(a, "offload_code") > 0)
-    host_opt = a["params_trainable"] / opt_div * (opt_bytes + 2.0 * a["weight_bytes_compute"]) / (
-        c.cpu_offload_gbs * 1e9)
+    host_opt = a["params_trainable"] / opt_div * (opt_bytes + 2.0 * a["weight_bytes_compute"]) / host
     t_opt = np.where(offload, host_opt, a["params_trainable"] / opt_div * opt_bytes / bw)
     t_opt = t_opt + weight_cast_seconds((a["params_trainable"] + a["params_frozen_linear"]) / split,
                                         get(a, "lowp"), bw)

@@ -50,10 +50,14 @@ PEAK_LAST_RESORT = ("bf16", "fp16", "tf32", "fp32")
 
 FIGURE_COLUMNS = ("memory_gib", "usable_mem_mib_reported", "memory_bandwidth_gbs", "fp32_tflops", "tf32_tflops",
                   "bf16_tflops", "fp16_tflops", "fp8_tflops", "fp4_tflops", "int8_tops", "boost_clock_mhz",
-                  "sm_count", "matmul_efficiency", "tdp_w", "intra_node_gbs_bidir", "inter_node_gbps_per_gpu")
+                  "sm_count", "matmul_efficiency", "tdp_w", "intra_node_gbs_bidir", "inter_node_gbps_per_gpu",
+                  "host_link_gbs_bidir")
 """The numeric columns of gpus.csv: each non-empty one names its source in `figure_sources`; each empty one
-is listed in `missing` (no source gives it) or `not_in_hardware`, except `matmul_efficiency`, a
-measurement (empty: not measured)."""
+is listed in `missing` (no source gives it) or `not_in_hardware`, except those of OPTIONAL_COLUMNS."""
+
+OPTIONAL_COLUMNS = ("matmul_efficiency", "host_link_gbs_bidir")
+"""Figures whose empty cell has a meaning of its own: a measurement not made, and a CPU-GPU link that is
+the PCIe-class one the constants give (physics/constants.py cpu_offload_gbs; said where offload is used)."""
 
 FILLABLE_COLUMNS = ("memory_bandwidth_gbs", "fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops",
                     "fp8_tflops", "fp4_tflops", "tdp_w", "intra_node_gbs_bidir")
@@ -80,6 +84,9 @@ class GPUSpec:
     intra_node_gbs: float = 0.0  # per-GPU, one direction, GB/s (NVLink / PCIe / xGMI)
     inter_node_gbps: float = 0.0  # per-GPU network between nodes, Gbit/s
     intra_node_link: str = ""
+    # per-GPU CPU <-> GPU link, one direction, GB/s (Grace parts: NVLink-C2C); 0: not given, the constants'
+    # PCIe-class cpu_offload_gbs. Offloaded activations, optimizer states and weights cross it
+    host_link_gbs: float = 0.0
     # GPUs one NVLink switch domain joins (HGX: 8; GB200/GB300 NVL72: 72 across 4-GPU trays); 0: not
     # given, the node is the domain. Collectives inside it run at intra_node_gbs
     nvlink_domain_gpus: int = 0
@@ -176,6 +183,7 @@ def _row_spec(row: dict[str, str]) -> GPUSpec:
         **{k: row.get(k, "") for k in ("vendor", "architecture", "source", "notes")},
         intra_node_gbs=_num(row.get("intra_node_gbs_bidir")) / 2.0,
         inter_node_gbps=_num(row.get("inter_node_gbps_per_gpu")),
+        host_link_gbs=_num(row.get("host_link_gbs_bidir")) / 2.0,
         intra_node_link=row.get("intra_node_interconnect", ""),
         nvlink_domain_gpus=int(_num(row.get("nvlink_domain_gpus"))),
         missing=tuple(_items(row.get("missing"))), not_in_hardware=tuple(_items(row.get("not_in_hardware"))),
@@ -271,7 +279,8 @@ def gpu_from_dict(d: dict, source: str = "") -> GPUSpec:
         if v <= 0:
             raise InputError(f"peak_tflops.{k}", "must be > 0")
     figures = {k: float(d.get(k, 0) or 0) for k in ("memory_gib", "memory_bandwidth_gbs", "tdp_w",
-                                                     "matmul_efficiency", "intra_node_gbs", "inter_node_gbps")}
+                                                     "matmul_efficiency", "intra_node_gbs", "inter_node_gbps",
+                                                     "host_link_gbs")}
     for key in ("memory_gib", "memory_bandwidth_gbs"):
         if figures[key] <= 0:
             raise InputError(key, "must be > 0")

@@ -233,6 +233,7 @@ def check_fraction(field: str, value: float | None) -> float | None:
 GPU_BOUNDS: dict[str, float] = {
     "memory_gib": MAX_MEMORY_GIB, "memory_bandwidth_gbs": MAX_BANDWIDTH_GBS, "tdp_w": MAX_TDP_W,
     "intra_node_gbs": MAX_BANDWIDTH_GBS, "inter_node_gbps": MAX_BANDWIDTH_GBS * 8, "matmul_efficiency": 1.0,
+    "host_link_gbs": MAX_BANDWIDTH_GBS,
 }
 """Upper bound of each numeric field of a GPU entry (peak_tflops: MAX_TFLOPS per precision)."""
 
