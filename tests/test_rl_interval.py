@@ -17,7 +17,8 @@ from tuneplan.specs.job import make_job
 
 GPU, MODEL = "H100-SXM5-80GB", "Qwen/Qwen2.5-7B"
 CAP_ONLY = dict(method="full", sharding="fsdp", stage="grpo", gpus=8, micro_batch=4, grad_accum=4, seq_len=512,
-                group_size=8, grad_ckpt=True, rollout_engine="vllm", rollout_sleep=True, completion_len_max=4096)
+                group_size=8, grad_ckpt=True, rollout_engine="vllm", rollout_sleep=True, completion_len_max=4096,
+               precision="bf16", padding="longest")  # recipe and padding said: the spread ranks among the 3 named
 
 
 def test_tail_of_the_longest_alone_by_hand():
