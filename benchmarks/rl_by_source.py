@@ -100,6 +100,7 @@ def sft_row(row: dict) -> dict:
 def stage_job(row: dict, cfg) -> tuple:
     """(JobSpec with the row's stage columns, prompt length) of a stage row read as SFT `cfg`."""
     from tuneplan.errors import InputError
+    from tuneplan.specs.framework import get_framework
     from tuneplan.specs.job import RL_STAGES, JobSpec, job_fields, read_stage
 
     stage, _ = read_stage(str(row["stage"]).strip().lower())
@@ -128,6 +129,10 @@ def stage_job(row: dict, cfg) -> tuple:
             kw["micro_batch"] = 1
         if "verl" in fw and str(row.get("sharding") or "nan").strip() in ("", "nan"):
             kw["sharding"] = "fsdp"  # verl 0.9.1 actor.strategy: fsdp (its Megatron rows state no layout)
+            if re.search(r"\bMegatron\b", str(row.get("notes"))) and _num(row, "grad_ckpt") is None:
+                # trained by Megatron, its layout not stated (FSDP stands in): the recompute of verl's Megatron
+                # strategy (none), not its FSDP default's (data/frameworks.yaml verl-megatron grad_ckpt)
+                kw["grad_ckpt"] = bool(get_framework("verl-megatron").job_defaults()["grad_ckpt"])
         elif "verl" in fw and "offload" in str(row.get("sharding")).split("+") and kw.get("sharding") == "ddp":
             # verl's Megatron recipes' offload (the row's '+offload'): optimizer_offload_fraction 1 is Megatron's
             # optimizer_cpu_offload (master weights and moments on the host, the step on the CPU); param and
@@ -186,9 +191,12 @@ def stage_job(row: dict, cfg) -> tuple:
     return JobSpec(**kw), prompt
 
 
-PHASES = {"gen": ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s"),
+PHASES = {"gen": ("rollout_prefill_s", "rollout_decode_s", "rollout_decode_tail_s", "rollout_weight_sync_s"),
           "old_log_prob": ("policy_nograd_s",), "ref": ("reference_forward_s",)}
-"""verl's phase timers (the notes' copies of its tables) and the step parts that cost them."""
+"""verl's phase timers (the notes' copies of its tables) and the step parts that cost them. verl 0.6.0's
+"gen" timer (trainer/ppo/ray_trainer.py marked_timer("gen")) wraps generate_sequences, which runs
+rollout_mode() (the refit: the trainer's weights gathered into the woken engine), the generation, and
+trainer_mode() (the engine put to sleep) (workers/fsdp_workers.py generate_sequences): the refit is gen's."""
 
 
 def phases(row: dict, out: dict) -> dict:
@@ -197,7 +205,8 @@ def phases(row: dict, out: dict) -> dict:
     first = {k: float(v.reshape(-1)[0]) for k, v in out.items() if k.endswith("_s") and hasattr(v, "reshape")}
     rec = {}
     for name, parts in {**PHASES, "update_actor": ()}.items():
-        got = re.search(r"\b" + name.replace("_", "[_ ]") + r" ([\d.]+)", str(row.get("notes")), re.I)
+        label = r"(?:gen|rollout time\(s\))" if name == "gen" else name.replace("_", "[_ ]")  # verl's dpsk.md table
+        got = re.search(r"\b" + label + r" ([\d.]+)", str(row.get("notes")), re.I)
         if got:
             extra = [k for k in first if k.startswith(("rollout_", "reward_", "reference_", "policy_nograd",
                                                        "value_", "overlap_"))]

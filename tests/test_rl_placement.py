@@ -39,6 +39,21 @@ def test_terms_by_hand():
     assert ps.micro_steps(40, 3) == 14 and ps.micro_steps(48, 3) == 16
     assert ps.async_overlap_s(30.0, 50.0, 1) == -30.0 and ps.async_overlap_s(30.0, 50.0, 0) == 0.0
     assert ps.weight_sync_s(14e9, 350e9) == pytest.approx(0.04)
+    # the refit gathers the weights from their holders: 8 on a node of 8 -> NVLink (900); 16 -> the network (50)
+    assert ps.refit_bandwidth(900.0, 50.0, 8, 8, False) == 900.0
+    assert ps.refit_bandwidth(900.0, 50.0, 16, 8, False) == 50.0
+    assert ps.refit_bandwidth(900.0, 50.0, 1, 8, True) == 50.0  # separate engines on other nodes
+
+
+def test_colocated_refit_over_the_network_when_the_shards_span_nodes():
+    # ZeRO-3 over 16 GPUs on 2 nodes: each GPU gathers 7.6 B x 2 bytes from shards on both nodes, over its
+    # network share (the H100's 400 Gb/s = 50 GB/s x comm efficiency 0.7); on one node over NVLink (450 GB/s
+    # each way)
+    one = _est(**VLLM).step_breakdown_s["rollout_weight_sync"]
+    two = _est(**{**VLLM, "gpus": 16, "prompts_per_step": 128}).step_breakdown_s["rollout_weight_sync"]
+    full = tuneplan.specs.catalog.resolve_model("Qwen/Qwen2.5-7B").params_total * 2
+    assert two == pytest.approx(full / (50e9 * DEFAULT_CONSTANTS.comm_efficiency), rel=1e-6)
+    assert one == pytest.approx(full / (450e9 * DEFAULT_CONSTANTS.comm_efficiency), rel=1e-6)
 
 
 def test_generation_follows_the_engine_not_the_training_layout():

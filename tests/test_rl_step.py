@@ -160,6 +160,12 @@ def test_rl_benchmark_reads_the_rows_as_their_frameworks_run():
     assert (v1["gen_s"], v1["old_log_prob_s"], v1["update_actor_s"]) == (357.41, 107.71, 269.80)
     assert v1["gen_pred_s"] + v1["old_log_prob_pred_s"] + v1["update_actor_pred_s"] == pytest.approx(
         v1["pred_step"], rel=1e-3)
+    # verl-13 trained by Megatron (notes; no layout stated): no recompute in its update, which then costs
+    # fwd + bwd = 3 of the old-log-prob forward plus communication; verl-23's "rollout time(s)" is its gen timer,
+    # which holds the refit (rollout_mode), here over the network: tp 8 x pp 12 spans 12 nodes
+    v13, v23 = out.loc["verl-13"], out.loc["verl-23"]
+    assert 3.0 < v13["update_actor_pred_s"] / v13["old_log_prob_pred_s"] < 3.5
+    assert v23["gen_s"] == 1050 and v23["gen_pred_s"] > 0
     # coverage: verl-1 gives only the cap (20480): the interval over the mean's range holds its 790 s step,
     # the learned width alone around the half-cap estimate does not; verl-23 gives its mean: no spread
     assert v1["cap_only"] and v1["inside"] == 1.0 and v1["inside_before"] == 0.0 and v1["low"] < v1["low_before"]

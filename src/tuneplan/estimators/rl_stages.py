@@ -17,6 +17,7 @@ from tuneplan.estimators.stage_run import (
     forward_only,
     reference_bytes,
     search_micro_batch,
+    shard_degree,
 )
 from tuneplan.physics import stages as ps
 from tuneplan.physics.architecture import kv_cache_bytes_per_token
@@ -147,11 +148,12 @@ def generation(a: dict, mspec: ModelSpec, gspec: GPUSpec, jspec: JobSpec, n: int
         t_tail = decode(longest, prompt + (completion + longest) / 2.0, ps.decode_tail_s, completion,
                         share=tail_share)
     t_sync = 0.0
-    if vllm:  # within a node (colocated, or a one-node run) over NVLink, else the network
-        intra = (gspec.intra_node_gbs or 16.0) * 1e9
-        inter = (gspec.inter_node_gbps or c.default_inter_node_gbps) / 8.0 * 1e9
-        t_sync = first_value(ps.weight_sync_s(e["full"], (inter if e["server"] and jspec.nodes > 1 else intra)
-                                              * c.comm_efficiency))
+    if vllm:  # over NVLink, or the network where the weights' holders (or separate engines) span nodes
+        link = ps.refit_bandwidth((gspec.intra_node_gbs or 16.0) * 1e9,
+                                  (gspec.inter_node_gbps or c.default_inter_node_gbps) / 8.0 * 1e9,
+                                  first_value(a["tp"] * a["pp"] * shard_degree(a)), jspec.gpus_per_node,
+                                  e["server"] and jspec.nodes > 1)
+        t_sync = first_value(ps.weight_sync_s(e["full"], link * c.comm_efficiency))
     kv_hf = 0.0 if vllm else 2.0 * ps.kv_cache_bytes(batch, prompt + max(completion, longest or 0), kv_tok)
     return {**e, "kv_tok": kv_tok, "prefill_s": t_prefill, "decode_s": t_decode, "tail_s": t_tail, "sync_s": t_sync,
             "waves": waves, "kv_hf_bytes": kv_hf, "batch": batch,

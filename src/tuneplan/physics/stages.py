@@ -257,6 +257,16 @@ def weight_sync_s(weight_bytes, bandwidth):
     return weight_bytes / bandwidth
 
 
+def refit_bandwidth(intra, inter, holders: float, gpus_per_node: int, server_across_nodes: bool):
+    """The link a refit's bytes cross (bytes/s). Every engine GPU receives the full weights from the GPUs
+    that together hold one training copy (`holders`: tensor x pipeline parallel x the FSDP / ZeRO-3 shard
+    degree): verl 0.6.0 workers/fsdp_workers.py rollout_mode all-gathers each FSDP tensor over the shard
+    group (DTensor.full_tensor()), utils/megatron_utils.py per_tensor_generator broadcasts each tensor over
+    the pipeline group and all-gathers it over expert and tensor parallel. Those groups spanning nodes (or
+    engines on nodes of their own) put the bytes on each GPU's network share, else on NVLink."""
+    return inter if server_across_nodes or holders > gpus_per_node else intra
+
+
 def engine_tp(weight_bytes, pool_gpus: int, pp: int, room_bytes: float) -> int:
     """The smallest power-of-two tensor parallel size dividing the generation GPUs (over `pp` pipeline
     stages) whose weight shard takes at most ENGINE_WEIGHT_SHARE_MAX of the engine's memory `room_bytes`;
