@@ -454,8 +454,9 @@ def rl_assumptions(jspec: JobSpec, group: int, completion: int, beta: float, epo
                    f"{ps.VLLM_KV_CACHE_TRAFFIC:g}x per token), CUDA graphs (no launch overhead); an engine of "
                    f"tensor parallel > 1 waits for {ps.ENGINE_TP_ALLREDUCES_PER_LAYER:g} all-reduces per layer in "
                    "every forward (each decode step's latency-bound). Refit after every "
-                   "step: the full merged weights gathered over NVLink (colocated, or one node) or broadcast over "
-                   "the network (engines on other nodes).")
+                   "step: the full merged weights gathered from the GPUs holding the training copy (tp x pp x "
+                   "FSDP/ZeRO-3 shards) over NVLink, or over the network where those GPUs or the engines span "
+                   "nodes.")
     else:
         out.append(f"Rollouts by HF generate in the training process: prefill from FLOPs, decode from memory "
                    f"bandwidth with the KV cache read {ps.HF_KV_CACHE_TRAFFIC:g}x per token (DynamicCache grows by "
