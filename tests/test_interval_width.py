@@ -88,13 +88,36 @@ def test_the_flags_of_an_estimate():
     from tuneplan.specs.gpu import gpu_catalog
 
     keys = coverage_keys(job, resolve_model("llama-3-8b"), gpu_catalog()["H100-SXM5-80GB"], 4096)
-    assert keys == {"gpu_family": "H100", "scale": "65+", "parallel": "tensor", "moe": "dense", "seq": "2k-8k"}
+    assert keys == {"gpu_family": "H100", "scale": "65+", "parallel": "tensor", "moe": "dense", "seq": "2k-8k",
+                    "matmul": "measured"}
     covered = {"framework": ["trl"], "gpu_family": ["H100"], "scale": ["1", "2-8"], "parallel": ["tensor"],
                "moe": ["dense"], "seq": ["2k-8k"]}
     flags = interval_flags({"batch"}, keys, "trl@0.20", 0.3, covered)
     assert flags == {"batch": "micro-batch count not given", "scale": "no training source at 65+ GPUs",
                      "comm": "communication-bound step (30% of it)"}
     assert comm_share({"communication": 0.2, "tensor_parallel": 0.1, "total": 1.0}) == pytest.approx(0.3)
+
+
+def test_a_gpu_without_a_measured_matmul_efficiency_widens_the_throughput_interval_only():
+    from tuneplan.learn.intervals import MATMUL_ASSUMED, THROUGHPUT_ONLY
+    from tuneplan.specs.catalog import resolve_model
+    from tuneplan.specs.gpu import gpu_catalog
+
+    job = JobSpec(framework="trl", gpus=4)
+    keys = coverage_keys(job, resolve_model("llama-3-8b"), gpu_catalog()["GB200"], 4096)  # matmul_efficiency empty
+    assert keys["matmul"] == "assumed"
+    flags = interval_flags(set(), keys, "trl", 0.0, None)
+    assert flags == {"matmul": MATMUL_ASSUMED} and "matmul" in THROUGHPUT_ONLY
+
+
+def test_each_sources_standardised_residuals_come_from_the_model_fitted_without_it():
+    # a and b at +-0.1, c at +-0.3. Without c: centre -0.1, base^2 = mean(0.2^2, 0) = 0.02, so c's rows give
+    # (0.3 + 0.1) / sqrt(0.02) and (-0.3 + 0.1) / sqrt(0.02). Without a (or b): centre -0.1, base^2 =
+    # mean(0.2^2, 0, 0.4^2, 0.2^2) = 0.06, so a's rows give 0.2 / sqrt(0.06) and 0.
+    m = fit_width([0.1, -0.1, 0.1, -0.1, 0.3, -0.3], [set()] * 6, ["a", "a", "b", "b", "c", "c"])
+    c, ab = 1 / math.sqrt(0.02), 1 / math.sqrt(0.06)
+    assert m["z"] == pytest.approx(sorted([0.4 * c, -0.2 * c, 0.2 * ab, 0.0, 0.2 * ab, 0.0]))
+    assert "z" not in fit_width([0.1, -0.1], [set()] * 2, ["a", "a"], honest=False)
 
 
 def test_reliability_table_counted_by_hand():

@@ -7,7 +7,15 @@ import numpy as np
 
 from tuneplan.errors import InputError
 from tuneplan.estimators.calibration import Calibration
-from tuneplan.learn.intervals import COMM_BOUND, coverage_keys, covered_values, filled_in, interval_flags
+from tuneplan.learn.intervals import (
+    COMM_BOUND,
+    THROUGHPUT_ONLY,
+    _width,
+    coverage_keys,
+    covered_values,
+    filled_in,
+    interval_flags,
+)
 
 CV_FOLDS = 5
 """Out-of-fold residuals for intervals: each row predicted by a learner fitted without its fold."""
@@ -75,7 +83,7 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
             t, m = np.flatnonzero(test.has_throughput), np.flatnonzero(test.has_memory)
             rows_t += [(v, set(flags[i]) | ({"comm"} if cs > COMM_BOUND else set()), test.source[i])
                        for i, v, cs in zip(t, r["throughput"], r["comm_share"], strict=True)]
-            rows_m += [(v, set(flags[i]), test.source[i]) for i, v in zip(m, r.get("memory", ()), strict=False)]
+            rows_m += [(v, set(flags[i]) - set(THROUGHPUT_ONLY), test.source[i]) for i, v in zip(m, r.get("memory", ()), strict=False)]
         seen_fw = known_frameworks(train)
         seen = np.array([c.job.framework.partition("@")[0] in seen_fw for c in test.configs],
                         dtype=bool)[test.has_throughput]
@@ -119,7 +127,7 @@ def known_frameworks(ts) -> set[str]:
     return {c.job.framework.partition("@")[0] for c in ts.configs} - {"generic"}
 
 
-def _spaced(v: list[float]) -> list[float]:
+def _spaced(v) -> list[float]:
     """At most BALANCED_POINTS evenly spaced quantiles of a source's residuals (all of them when fewer)."""
     g = np.sort(np.asarray(v, dtype=float))
     k = min(len(g), BALANCED_POINTS)
@@ -189,11 +197,7 @@ def balanced_residuals(by_group: dict[str, list[float]], balanced: bool) -> list
         return []
     if not balanced:
         return sorted(float(x) for g in groups for x in g)
-    out: list[float] = []
-    for g in groups:
-        k = min(len(g), BALANCED_POINTS)
-        out.extend(float(x) for x in np.quantile(g, (np.arange(k) + 0.5) / k))
-    return sorted(out)
+    return sorted(x for g in groups for x in _spaced(g))
 
 
 MIN_GROUP_ROWS = 10
@@ -202,7 +206,7 @@ MIN_WIDTH = 0.01
 """Smallest log-width a configuration with no contribution is given (a base fitted to nothing)."""
 
 
-def fit_width(residuals, flags, sources) -> dict:
+def fit_width(residuals, flags, sources, honest: bool = True) -> dict:
     """The interval's log-width as named contributions, fitted on held-out rows (their log-ratios, each
     row's interval_flags keys and source): a centre (the median), and squared widths that add up,
     (r - centre)^2 ~ base^2 + the sum of the row's contributions^2, fitted by non-negative least
@@ -211,7 +215,11 @@ def fit_width(residuals, flags, sources) -> dict:
     family no two sources ran) counts as the mean of the positive ones fitted: that an assumption made
     a difference nowhere else is not known, so it is as uncertain as the typical one that did.
     The standardised residuals (r - centre) / width, at most BALANCED_POINTS per source, give the
-    interval's quantiles at any coverage (conformal, learn.intervals.width_bounds)."""
+    interval's quantiles at any coverage (conformal, learn.intervals.width_bounds); `honest`: each
+    source's standardised by the model fitted on the other sources' rows (unfitted contributions and
+    all), as a source the model never saw is, so the quantiles hold out of sample, not only on the
+    rows the widths were fitted to (there they over-cover: a held-out source's rows gain contributions
+    the fitted rows did not have)."""
     from scipy.optimize import nnls
 
     from tuneplan.estimators.residual_fit import weighted_median
@@ -225,13 +233,17 @@ def fit_width(residuals, flags, sources) -> dict:
     F = np.array([[1.0] + [float(k in f) for k in keys] for f in flags])
     sq, _ = nnls(F * np.sqrt(w)[:, None], (r - centre) ** 2 * np.sqrt(w))
     sq[0] = max(sq[0], MIN_WIDTH ** 2)
-    z = (r - centre) / np.sqrt(F @ sq)
-    by: dict[str, list[float]] = {}
-    for s_, v in zip(src, z, strict=True):
-        by.setdefault(str(s_), []).append(float(v))
     fitted = {k: float(np.sqrt(v)) for k, v in zip(keys, sq[1:], strict=True)}
-    return {"centre": centre, "base": float(np.sqrt(sq[0])), "z": balanced_residuals(by, True), "contributions": fitted,
-            "unfitted": float(np.mean([v for v in fitted.values() if v > 0] or [0.0]))}
+    model = {"centre": centre, "base": float(np.sqrt(sq[0])), "contributions": fitted,
+             "unfitted": float(np.mean([v for v in fitted.values() if v > 0] or [0.0]))}
+    if not honest:
+        return model
+    by: dict[str, list[float]] = {}  # each source's rows standardised by the model fitted without it
+    for s_ in np.unique(src):
+        out = src != s_
+        m = fit_width(r[out], [f for f, o in zip(flags, out, strict=True) if o], src[out], False) if out.any() else model
+        by[str(s_)] = [float((v - m["centre"]) / _width(m, f)) for v, f, o in zip(r, flags, out, strict=True) if not o]
+    return {**model, "z": balanced_residuals(by, True)}
 
 
 def fit_calibration(df, learner: str = "tuneplan", name: str = "", base: Calibration | None = None

@@ -92,7 +92,7 @@ def attach_interval(result, estimator: str, coverage: float, calibration=None, m
         interval["cost_usd_high"] = t.cost_usd * interval["wall_clock_s_high"] / t.wall_clock_s
     mem = res.get("memory")
     if width and "memory" in width:
-        mflags = {k: v for k, v in flags.items() if k != "comm"}
+        mflags = {k: v for k, v in flags.items() if k not in THROUGHPUT_ONLY}
         lo_m, hi_m, why_m = width_bounds(width["memory"], mflags, coverage)
         why = sorted(why + [(f"{label} (memory)", x) for label, x in why_m], key=lambda w: -w[1])
         peak = result.extra.get("memory_fit_gib", result.memory_per_gpu_gib)  # the peak the verdict reads
@@ -156,7 +156,7 @@ def add_interval_columns(df, estimator: str, coverage: float, calibration, assum
         cols["pred_fit_probability"] = np.full(len(idx), np.nan)
     for k, flags in sets.values():
         at = row_set == k
-        mflags = {f: v for f, v in flags.items() if f != "comm"}
+        mflags = {f: v for f, v in flags.items() if f not in THROUGHPUT_ONLY}
         for c, metric, f, pool in (("pred_tokens_per_s", "throughput", flags, res["throughput"]),
                                    ("pred_peak_mem_gib", "memory", mflags, pool_m)):
             if c in names:
@@ -198,6 +198,11 @@ DISTANT = {"gpu_family": "no training source on {} GPUs", "scale": "no training 
            "parallel": "no training source with {} parallelism", "moe": "no training source with {} models",
            "seq": "no training source at {} tokens per sample"}
 """How far a configuration lies from the training sources: its value of each, not run by any of them."""
+MATMUL_ASSUMED = "GPU's matmul efficiency not measured (0.80 assumed)"
+"""A GPU without a measured `matmul_efficiency` in the catalog runs at the reference one: its GEMMs'
+speed is assumed, not known (throughput only)."""
+THROUGHPUT_ONLY = ("comm", "matmul")
+"""Contributions that widen the throughput interval alone (not memory's)."""
 COMM_BOUND = 0.25
 """Share of the step in communication above which a step counts as communication-bound (less certain
 than a GEMM-bound one: the interconnect's achieved bandwidth varies more than the GEMMs' efficiency)."""
@@ -224,12 +229,14 @@ def scale_bucket(gpus: int) -> str:
 
 
 def coverage_keys(job, model, gpu, seq_len: int) -> dict[str, str]:
-    """Where a configuration lies, in the terms of DISTANT."""
+    """Where a configuration lies, in the terms of DISTANT, and whether its GPU's matmul efficiency was
+    measured ("matmul": the catalog's `matmul_efficiency`, else the physics assumes the reference one)."""
     mix = "+".join(n for n, d in (("tensor", job.tp), ("pipeline", job.pp), ("context", job.cp), ("expert", job.ep))
                    if d > 1) or "data-only"
     seq = next((label for top, label in SEQ_BUCKETS if seq_len <= top), f">{SEQ_BUCKETS[-1][1].split('-')[-1]}")
     return {"gpu_family": gpu_family(gpu), "scale": scale_bucket(int(job.gpus)), "parallel": mix,
-            "moe": "MoE" if model.is_moe else "dense", "seq": seq}
+            "moe": "MoE" if model.is_moe else "dense", "seq": seq,
+            "matmul": "measured" if getattr(gpu, "matmul_efficiency", 0.0) else "assumed"}
 
 
 def filled_in(job=None, defaults_used=()) -> set[str]:
@@ -255,9 +262,12 @@ def comm_share(parts, suffix: str = ""):
 def interval_flags(filled: set[str], keys: dict[str, str], framework: str, comm: float, covered: dict | None
                    ) -> dict[str, str]:
     """The contributions to a configuration's interval, key -> what it says: settings filled in, the
-    framework and each of `keys` run by no training source (`covered`: the values they ran), and a
-    communication-bound step."""
+    framework and each of `keys` run by no training source (`covered`: the values they ran), a GPU
+    whose matmul efficiency was assumed, and a communication-bound step."""
     out = {k: label for k, label, _, _ in FILLED if k in filled}
+    keys = dict(keys)
+    if keys.pop("matmul", None) == "assumed":
+        out["matmul"] = MATMUL_ASSUMED
     if not covered:
         return out
     fw = str(framework).partition("@")[0]

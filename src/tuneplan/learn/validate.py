@@ -11,6 +11,7 @@ import pandas as pd
 from tuneplan.learn.intervals import (
     COMM_BOUND,
     SCALE_BUCKETS,
+    THROUGHPUT_ONLY,
     conformal_bounds,
     fit_probability,
     gpu_family,
@@ -295,10 +296,12 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     judge_mem = mem is not None and len(mem) >= 5
     p = _predictions(est, test, judge_mem)
     flags = row_flags(test, width.get("covered")) if width else [{}] * len(test)
+    mflags = [{k: v for k, v in f.items() if k not in THROUGHPUT_ONLY} for f in flags]
 
     def bounds(metric: str, i: int, pool) -> tuple[float, float]:
         if metric in width:
-            f = {**flags[i], **({"comm": ""} if metric == "throughput" and p["comm_share"][i] > COMM_BOUND else {})}
+            f = {**flags[i], **({"comm": ""} if p["comm_share"][i] > COMM_BOUND else {})} \
+                if metric == "throughput" else mflags[i]
             return width_bounds(width[metric], f, interval)[:2]
         return conformal_bounds(pool, interval)
 
@@ -317,7 +320,7 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     if judge_mem and "memory" in width:
         for i in np.flatnonzero(np.isfinite(test.peak_mem_gib) | test.is_oom):
             out.append({"metric": "fit", "source": str(test.source[i]), "ran": not bool(test.is_oom[i]),
-                        "probability": fit_probability(width["memory"], flags[i], float(p["fit_gib"][i]),
+                        "probability": fit_probability(width["memory"], mflags[i], float(p["fit_gib"][i]),
                                                        float(p["capacity"][i]))})
     return out
 
