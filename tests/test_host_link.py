@@ -66,3 +66,14 @@ def test_the_assumptions_say_the_host_link():
     assert "host copies at 225 GB/s each way per GPU (GB200's host link, data/gpus.csv" in said
     said = " ".join(stack_assumptions(m, gpus["H100-SXM5-80GB"], job))
     assert f"host copies at {C.cpu_offload_gbs:g} GB/s each way (tuneplan's PCIe 4 x16 figure" in said
+
+
+@pytest.mark.parametrize(("extra", "words"), [({"act_offload_layers": 32}, "has 32: at most 31"),
+                                              ({"act_offload_layers": 4, "pp": 2, "gpus": 2}, "without pipeline"),
+                                              ({"act_offload_layers": 4, "grad_ckpt": True}, "without recompute")])
+def test_layer_offload_refused_where_megatron_core_refuses_it(extra, words):
+    # megatron-core 0.14 transformer_config.py: cpu_offloading_num_layers < num_layers, no pp, no recompute
+    from tuneplan import estimate
+
+    with pytest.raises(InputError, match=words):
+        estimate("meta-llama/Llama-3.1-8B", "GB200", method="full", seq_len=2048, **extra)

@@ -288,7 +288,7 @@ def stack_assumptions(model, gpu, job) -> list[str]:
     if job.act_offload or job.act_offload_layers or job.offload != "none":
         out.append("Offload: " + ", ".join(x for x in (
             "saved activations to host memory (two layers stay)" if job.act_offload else
-            f"saved activations of {job.act_offload_layers} layers per stage to host memory (at most all but one)"
+            f"saved activations of {job.act_offload_layers} layers per stage to host memory"
             if job.act_offload_layers else "",
             {"optimizer": "optimizer states and master weights on the host (ZeRO-offload)",
              "all": "parameters, gradients and optimizer states on the host"}.get(job.offload, "")) if x)

@@ -271,9 +271,9 @@ class JobSpec:
     ckpt_mode: Literal["auto", "none", "selective", "full", "offload"] = "auto"
     ckpt_every: int = option(1, "checkpoint one layer in every N (default 1: all)", "method")
     act_offload: bool = option(False, "offload saved activations to host memory (default off)", "method")
-    act_offload_layers: int = option(0, "offload the saved activations of this many layers per pipeline stage to "
-                                        "host memory, the rest stay (Megatron-Core cpu_offloading_num_layers; "
-                                        "default 0)", "method", number="nonneg")
+    act_offload_layers: int = option(0, "offload the saved activations of this many layers to host memory, the "
+                                        "rest stay (Megatron-Core cpu_offloading_num_layers: below the layer "
+                                        "count, no --pp, no --grad-ckpt; default 0)", "method", number="nonneg")
     optimizer_in_bwd: bool = option(False, "optimizer step inside the backward, each parameter's as soon as its "
                                            "gradient is ready (torchtune optimizer_in_bwd): one gradient alive at a "
                                            "time; needs --grad-accum 1 (default off)", "method")

@@ -196,6 +196,13 @@ def check_job_for_model(model: Any, job: Any, seq_len: int | None, known_targets
     if layers and job.pp > layers:
         raise InputError("pp", f"pipeline parallelism splits layers: pp {job.pp} is more than the model's "
                                f"{layers} layers")
+    if job.act_offload_layers and (job.pp > 1 or job.grad_ckpt):  # megatron-core 0.14 transformer_config.py refuses all three
+        raise InputError("act-offload-layers", "Megatron-Core offloads activations only without pipeline "
+                                               "parallelism and without recompute (--pp 1, no --grad-ckpt)")
+    if layers and job.act_offload_layers >= layers:
+        raise InputError("act-offload-layers", f"{job.act_offload_layers} layers offloaded, but "
+                                               f"{getattr(model, 'name', 'the model')} has {layers}: at most "
+                                               f"{layers - 1} (Megatron-Core keeps one on the GPU)")
     if seq_len and job.cp > seq_len:
         raise InputError("cp", f"context parallelism splits the sequence: cp {job.cp} is more than "
                                f"seq-len {seq_len} tokens")
