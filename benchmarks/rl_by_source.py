@@ -1,7 +1,8 @@
 """Uncalibrated physics on the shared RL and preference runs, per source and stage.
 
-Each row with a stage column is read like `validate` reads an SFT row (`row_to_config`: model, GPU,
-precision, sharding, batch shape), then its stage columns go onto the job (`--stage`, `--group-size`,
+Each row with a stage column is read like `validate` reads an SFT row (`read_runs`, with the sources' stated
+defaults of data/source_defaults.yaml for empty cells, then `row_to_config`: model, GPU, precision, sharding,
+batch shape), then its stage columns go onto the job (`--stage`, `--group-size`,
 `--prompts-per-step`, `--completion-len` = the mean when the row gives one (else tuneplan's default for a
 cap alone: half the cap, decode to the cap), `--completion-len-max`, `--rollout-engine`, `--rollout-gpus`
 when separate, `--rollout-tp`, `--ppo-epochs`,
@@ -31,7 +32,7 @@ source names no GPU; rows stating no prompts per step, group size or completion 
 of a framework whose default is no group (verl's rollout.n 1, OpenRLHF's n_samples_per_prompt 1) that
 state no group size; NeMo-Aligner rows
 stating no layout.
-`--why` lists the refusals' reasons.
+`--why` lists the refusals' reasons and the source defaults each answered row took.
 
 `--phases` sets verl's phase timers (gen, old_log_prob, ref, update_actor, from the notes) beside the parts
 that cost them.
@@ -237,8 +238,9 @@ def evaluate(paths):
     from tuneplan.estimators.stages import run_stage
     from tuneplan.estimators.tuneplan_physics import TuneplanEstimator
     from tuneplan.learn.dataset import row_to_config
+    from tuneplan.runs.io import read_runs
 
-    df = pd.concat([pd.read_csv(p) for p in paths if Path(p).exists()], ignore_index=True)
+    df = read_runs([p for p in paths if Path(p).exists()], resolve=False).df
     df = df[df["stage"].notna() & (df["stage"].astype(str).str.lower() != "sft")]
     est = TuneplanEstimator()
     cache: dict = {}
@@ -258,12 +260,13 @@ def evaluate(paths):
             rec["fits"] = float(bool(np.asarray(run.out.get("fits", True)).reshape(-1)[0]))
             rec.update(phases(row, run.out))
             rec.update(step_interval(cfg, job))
+            rec["filled"] = str(row.get("defaults_used") or "")  # the source defaults the row took
         except (TuneplanError, ValueError, KeyError) as exc:
             rec["why"] = f"{type(exc).__name__}: {str(exc)[:110]}"
         recs.append(rec)
     out = pd.DataFrame(recs)
     out["step_ape"] = (out["pred_step"] / out["measured_step"] - 1).abs()
-    m = out["measured_step"]
+    m = pd.to_numeric(out["measured_step"])
     for end in ("_before", ""):  # the measured step inside the interval (NaN: no interval or no measurement)
         if f"low{end}" in out:
             out[f"inside{end}"] = ((out[f"low{end}"] <= m) & (m <= out[f"high{end}"])).where(
@@ -310,6 +313,8 @@ def main(argv=None) -> int:
                 index=False, float_format=lambda x: f"{x:.0f}"))
         if args.why:
             print(out[out["why"] != ""][["id", "why"]].to_string(index=False))
+            filled = out[out.get("filled", pd.Series("", index=out.index)).fillna("") != ""]
+            print(filled[["id", "filled"]].to_string(index=False) if len(filled) else "")
     if args.csv:
         out.to_csv(args.csv, index=False)
     print(f"\n{len(out)} rows in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

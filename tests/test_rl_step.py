@@ -148,7 +148,7 @@ def test_rl_benchmark_reads_the_rows_as_their_frameworks_run():
     spec = importlib.util.spec_from_file_location("rl_by_source", REPO / "benchmarks" / "rl_by_source.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    out = bench.evaluate([reference_dir() / "verl.csv", reference_dir() / "trl-docs.csv"]).set_index("id")
+    out = bench.evaluate([reference_dir() / f"{s}.csv" for s in ("verl", "trl-docs", "open-instruct")]).set_index("id")
     # DeepSeek-V3 on 96 GPUs at tp 8 x pp 12 x ep 8: only expert tensor parallel 1 fits its 8 tp x dp ranks
     # (verl's expert_tensor_parallel_size), so it answers; rows with no GPU or no group say why
     assert out.loc["verl-23", "why"] == "" and out.loc["verl-23", "pred_step"] > 0
@@ -170,3 +170,13 @@ def test_rl_benchmark_reads_the_rows_as_their_frameworks_run():
     # the learned width alone around the half-cap estimate does not; verl-23 gives its mean: no spread
     assert v1["cap_only"] and v1["inside"] == 1.0 and v1["inside_before"] == 0.0 and v1["low"] < v1["low_before"]
     assert out.loc["verl-23", "low"] == pytest.approx(out.loc["verl-23", "low_before"])
+    # open-instruct's OLMo 2 1B DPO ran on 8 H100s at 8 pairs x 2048 tokens per GPU; its row states no sharding
+    # or checkpointing: the source's defaults (ZeRO-3, checkpointing, data/source_defaults.yaml) fill them, said
+    # in the row's fills; the SFT row of the same page keeps its own cells (the defaults are the DPO rows')
+    oi = out.loc["open-instruct-2"]
+    assert oi["fits"] == 1.0 and "sharding=zero3(source default open-instruct)" in oi["filled"]
+    assert "grad_ckpt=1(source default open-instruct)" in oi["filled"]
+    from tuneplan.runs.io import read_runs
+
+    sft = read_runs([reference_dir() / "open-instruct.csv"], resolve=False).df.set_index("id").loc["open-instruct-1"]
+    assert "source default open-instruct" not in str(sft["defaults_used"])
