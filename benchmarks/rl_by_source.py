@@ -30,7 +30,7 @@ width), without / with the range of the mean completion length where the row giv
 (rl_stages.mean_spread). Refused with the reason (not guessed): rows whose
 source names no GPU; rows stating no prompts per step, group size or completion length; GRPO-family rows
 of a framework whose default is no group (verl's rollout.n 1, OpenRLHF's n_samples_per_prompt 1) that
-state no group size; NeMo-Aligner rows
+state no group size; multi-turn tool-calling rollouts (the notes say so: not modelled); NeMo-Aligner rows
 stating no layout.
 `--why` lists the refusals' reasons and the source defaults each answered row took.
 
@@ -116,6 +116,8 @@ def stage_job(row: dict, cfg) -> tuple:
         if not any(_num(row, k) for k in ("prompts_per_step", "group_size", "completion_len_mean",
                                           "completion_len_max")):
             raise InputError("row", "states no prompts per step, group size or completion length: not estimated")
+        if re.search(r"multi-turn", str(row.get("notes")), re.I):  # tool calls between the turns of a rollout
+            raise InputError("stage", "multi-turn tool-calling rollouts are not modelled: not estimated")
         if stage != "ppo" and not _num(row, "group_size") and any(t in fw for t in ("verl", "openrlhf")):
             # verl's rollout.n default is 1 (verl 0.9.1 trainer/config/_generated_ppo_trainer.yaml), as is
             # OpenRLHF's n_samples_per_prompt: a group whose relative advantage is always zero
