@@ -154,6 +154,7 @@ def test_rl_benchmark_reads_the_rows_as_their_frameworks_run():
     assert out.loc["verl-23", "why"] == "" and out.loc["verl-23", "pred_step"] > 0
     assert "names no GPU" in out.loc["trl-docs-1", "why"]
     assert out.loc["verl-19", "why"].startswith("InputError: group_size: not stated")
+    assert "multi-turn tool-calling rollouts are not modelled" in out.loc["verl-17", "why"]  # the notes say so
     # verl's phase timers from the notes beside the parts that cost them: verl-1 times gen 357.41 s,
     # old_log_prob 107.71 s and update_actor 269.80 s; the predicted phases and the refit make the step
     v1 = out.loc["verl-1"]
