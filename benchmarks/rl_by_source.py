@@ -14,9 +14,10 @@ the notes call async or off-policy (verl fully-async / one-step-off), `--critic-
 "Critic Node Count", `--gpu-memory-utilization`, `--max-num-seqs` and AReaL's `ppo_n_minibatches` where the
 notes state them); a verl Megatron layout with experts and no etp gets expert tensor parallel 1 (verl's
 default, and the only one Megatron-Core accepts for DeepSeek-V3's tp 8 x pp 12 x ep 8 on 96 GPUs)
-and the stage is estimated by `run_stage` with the prior constants (nothing fitted). An RL
-row's prompt length is its prompt_len (else seq_len, else verl's default 512 for a verl row); its seq_len
-cell, when empty, is filled with it.
+(Megatron-SWIFT's too: ms-swift 3.12.6 megatron_args.py) and the stage is estimated by `run_stage` with the
+prior constants (nothing fitted). An RL row's prompt length is its prompt_len (a cap), or the mean prompt
+of realhf's step log where the notes copy it (AReaL v0.1), else seq_len, else verl's default 512 for a verl
+row; its seq_len cell, when empty, is filled with it.
 A `ppo` row with value_model `none` (critic-free PPO) is costed as `grpo` (the same computation). A `gkd`
 row: its completion_len_max (max_new_tokens) as `--completion-len`, its engine, and the teacher its notes
 name (`--teacher-model`); one with a separate engine is refused (not modelled).
@@ -31,7 +32,8 @@ width), without / with the range of the mean completion length where the row giv
 source names no GPU; rows stating no prompts per step, group size or completion length; GRPO-family rows
 of a framework whose default is no group (verl's rollout.n 1, OpenRLHF's n_samples_per_prompt 1) that
 state no group size; multi-turn tool-calling rollouts (the notes say so: not modelled); NeMo-Aligner rows
-stating no layout.
+stating no layout; rows stating no sequence or prompt length at all (ms-swift's max_length default is the
+model's max_model_len: the dataset's own lengths).
 `--why` lists the refusals' reasons and the source defaults each answered row took.
 
 `--phases` sets verl's phase timers (gen, old_log_prob, ref, update_actor, from the notes) beside the parts
@@ -79,22 +81,50 @@ def _num(row: dict, key: str):
     return None if math.isnan(f) else f
 
 
+def prompt_len(row: dict) -> float | None:
+    """The row's prompt length: where the notes copy realhf's (AReaL v0.1's) step log, its mean prompt -
+    "Average #tokens per batch" is the dataset's tokens over the steps of an epoch, steps = samples //
+    the source call's batch (realhf 0.3.0 system/master_worker.py load_data_func; the samples are the
+    prompts), so per prompt it is that over the prompts per step - else the prompt_len cell (a cap)."""
+    logged = re.search(r"Average #tokens per batch is (\d+)", str(row.get("notes")))
+    per_step = _num(row, "prompts_per_step")
+    return round(int(logged.group(1)) / per_step) if logged and per_step else _num(row, "prompt_len")
+
+
 def sft_row(row: dict) -> dict:
     """The row as `row_to_config` reads an SFT row: its seq_len (else the prompt length) and, for AReaL
     rows whose notes name the release (AReaL v0.1), that release's trainer (data/frameworks.yaml areal@); a
-    verl row with a Megatron layout, verl's Megatron strategy (verl-megatron)."""
+    verl row with a Megatron layout, verl's Megatron strategy (verl-megatron). A stage row stating no length
+    at all is refused (a preference pair's length is its dataset's; an RL row outside verl has no default)."""
+    from tuneplan.errors import InputError
+    from tuneplan.specs.job import RL_STAGES, read_stage
+
+    if read_stage(str(row["stage"]).strip().lower())[0] in RL_STAGES and not any(_num(row, k) for k in (
+            "prompts_per_step", "group_size", "completion_len_mean", "completion_len_max")):
+        raise InputError("row", "states no prompts per step, group size or completion length: not estimated")
+    fw = str(row.get("framework")).strip().lower()
+    layout = str(row.get("sharding") or "nan")
+    if fw in NO_DEFAULT_LAYOUT and not any(_num(row, k) for k in ("tp", "pp")) and layout in ("", "nan"):
+        raise InputError("sharding", f"{fw} has no default layout and the row states none: not estimated")
     sft = dict(row, stage="sft")
     version = re.search(r"AReaL v(\d+\.\d+)", str(row.get("notes")))
     if version and not _num(row, "areal_version"):
         sft["areal_version"] = version.group(1)
-    layout = str(row.get("sharding") or "nan")
-    if str(row.get("framework")).strip().lower() == "verl" and layout != "nan" and "fsdp" not in layout:
+    if fw == "verl" and layout != "nan" and "fsdp" not in layout:
         sft["framework"] = "verl-megatron"  # a Megatron layout (tp/pp/ep): verl's Megatron strategy
-        if "ep" in layout and "etp" not in layout:  # verl 0.6.0 trainer/config/_generated_ppo_megatron_trainer
-            sft["sharding"] = layout + "+etp1"  # .yaml: expert_tensor_parallel_size 1 (Megatron-Core's is tp)
+    megatron = sft["framework"] == "verl-megatron" or (fw == "megatron" and str(row.get("source")).startswith(
+        "ms-swift"))
+    if megatron and any(p.startswith("ep") for p in layout.split("+")) and "etp" not in layout:
+        # expert tensor parallel 1, where Megatron-Core's own default is tp: verl 0.6.0 trainer/config/
+        # _generated_ppo_megatron_trainer.yaml, ms-swift 3.12.6 swift/megatron/argument/megatron_args.py
+        sft["sharding"] = layout + "+etp1"
     if _num(row, "seq_len") is None:
         verl = str(sft.get("framework")).startswith("verl")
-        sft["seq_len"] = _num(row, "prompt_len") or (VERL_PROMPT_LEN if verl else 1024)
+        sft["seq_len"] = prompt_len(row) or (VERL_PROMPT_LEN if verl else None)
+        if sft["seq_len"] is None:  # ms-swift: max_length None is the model's max_model_len (3.12.6
+            # swift/llm/argument/base_args/base_args.py): no truncation, the dataset's own lengths
+            raise InputError("seq_len", "the row states no sequence or prompt length (the run's are its "
+                             "dataset's): not estimated (not guessed)")
     return sft
 
 
@@ -109,13 +139,10 @@ def stage_job(row: dict, cfg) -> tuple:
         stage = "grpo"  # critic-free PPO (AReaL's disable_value): GRPO's computation, no value model
     kw = {k: getattr(cfg.job, k) for k in cfg.job.given}
     kw["stage"] = stage
-    prompt = int(_num(row, "prompt_len") or cfg.seq_len)
+    prompt = int(prompt_len(row) or cfg.seq_len)
     if stage in RL_STAGES:
         fields = job_fields()
         fw = str(row.get("framework") or row.get("source") or "").lower()
-        if not any(_num(row, k) for k in ("prompts_per_step", "group_size", "completion_len_mean",
-                                          "completion_len_max")):
-            raise InputError("row", "states no prompts per step, group size or completion length: not estimated")
         if re.search(r"multi-turn", str(row.get("notes")), re.I):  # tool calls between the turns of a rollout
             raise InputError("stage", "multi-turn tool-calling rollouts are not modelled: not estimated")
         if stage != "ppo" and not _num(row, "group_size") and any(t in fw for t in ("verl", "openrlhf")):
@@ -123,9 +150,6 @@ def stage_job(row: dict, cfg) -> tuple:
             # OpenRLHF's n_samples_per_prompt: a group whose relative advantage is always zero
             raise InputError("group_size", f"not stated, and {fw}'s default (1 completion per prompt) is no group: "
                              "not estimated")
-        if fw in NO_DEFAULT_LAYOUT and not any(_num(row, k) for k in ("tp", "pp")) and str(
-                row.get("sharding") or "nan") in ("", "nan"):
-            raise InputError("sharding", f"{fw} has no default layout and the row states none: not estimated")
         if _num(row, "micro_batch_size") is None or "use_dynamic_bsz" in str(row.get("notes")):
             # token-budget micro-batches (verl use_dynamic_bsz, which ignores the micro-batch size, AReaL,
             # NeMo RL): the smallest

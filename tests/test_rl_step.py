@@ -181,3 +181,29 @@ def test_rl_benchmark_reads_the_rows_as_their_frameworks_run():
 
     sft = read_runs([reference_dir() / "open-instruct.csv"], resolve=False).df.set_index("id").loc["open-instruct-1"]
     assert "source default open-instruct" not in str(sft["defaults_used"])
+
+
+def test_rl_benchmark_reads_prompt_lengths_layouts_and_refuses_unstated_lengths():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rl_by_source", REPO / "benchmarks" / "rl_by_source.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # realhf's step log: "Average #tokens per batch" = the dataset's prompt tokens per step of 1024 prompts,
+    # so 111847 / 1024 = 109.2 -> 109 tokens a prompt; without the log line the cell (a cap) stands
+    areal = {"id": "a", "source": "areal", "framework": "areal", "stage": "ppo", "prompts_per_step": 1024,
+             "prompt_len": 2048, "group_size": 16, "notes": "log line 'Average #tokens per batch is 111847'"}
+    assert bench.prompt_len(areal) == 109 and bench.sft_row(areal)["seq_len"] == 109
+    assert bench.prompt_len({**areal, "notes": ""}) == 2048
+    # Megatron-SWIFT's expert tensor parallel defaults to 1 (Megatron-Core's own default is tp: 4 x 4 would
+    # not divide tp 4 x dp 1); an FSDP / DeepSpeed layout is left as it is
+    swift = {"id": "s", "source": "ms-swift-examples", "framework": "megatron", "stage": "dpo", "seq_len": 8192,
+             "sharding": "tp4+pp2+ep4+optim-offload"}
+    assert bench.sft_row(swift)["sharding"] == "tp4+pp2+ep4+optim-offload+etp1"
+    assert bench.sft_row({**swift, "sharding": "zero3"})["sharding"] == "zero3"
+    # a preference row stating no length (ms-swift's max_length default: the model's max_model_len, the
+    # dataset's own lengths) and an RL row stating no batch, group or length are refused, not guessed
+    with pytest.raises(InputError, match="no sequence or prompt length"):
+        bench.sft_row({**swift, "seq_len": None})
+    with pytest.raises(InputError, match="states no prompts per step"):
+        bench.sft_row({"id": "r", "source": "areal", "framework": "areal", "stage": "ppo"})
