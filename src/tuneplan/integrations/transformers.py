@@ -185,24 +185,15 @@ class TuneplanCallback(TrainerCallback):
         row = describe_run(model, args, world, self._device, self.model_name)
         row.update(self._memory())
         row.update({
-            "source": SOURCE,
-            "step_time_s": med,
-            "step_time_s_p10": times[int(0.1 * (len(times) - 1))],
-            "step_time_s_p90": times[int(round(0.9 * (len(times) - 1)))],
-            "n_steps": len(warm),
-            "warmup_steps": skipped,
-            "tokens_per_s": padded * world / med,
-            "tokens_per_s_per_gpu": padded / med,
-            "samples_per_s": samples * world / med,
-            "runtime_s": time.perf_counter() - self._train_t0,
-            "train_tokens_total": self._all.padded * world,
-            "epochs": float(getattr(state, "epoch", 0) or 0) or None,
+            "source": SOURCE, "step_time_s": med, "step_time_s_p10": times[int(0.1 * (len(times) - 1))],
+            "step_time_s_p90": times[int(round(0.9 * (len(times) - 1)))], "n_steps": len(warm),
+            "warmup_steps": skipped, "tokens_per_s": padded * world / med, "tokens_per_s_per_gpu": padded / med,
+            "samples_per_s": samples * world / med, "runtime_s": time.perf_counter() - self._train_t0,
+            "train_tokens_total": self._all.padded * world, "epochs": float(getattr(state, "epoch", 0) or 0) or None,
             "seq_len": self._all.max_len,
             "avg_tokens_per_sample": self._all.real / self._all.samples if self._all.samples else None,
-            "padding": "longest" if len(self._all.lengths) > 1 else "max",
-            "tokens_per_step_padded": padded * world,
-            "tokens_per_step_real": real * world,
-            "longest_batch_tokens": self._all.max_tokens or None,
+            "padding": "longest" if len(self._all.lengths) > 1 else "max", "tokens_per_step_padded": padded * world,
+            "tokens_per_step_real": real * world, "longest_batch_tokens": self._all.max_tokens or None,
         })
         notes = [f"recorded by tuneplan's TuneplanCallback; step time = median of {len(warm)} optimizer steps "
                  f"after {skipped} warm-up step(s), compute only (data loading, logging, eval and saves excluded)",

@@ -100,12 +100,10 @@ class PeakTracker:
         self._poll_thread.start()
 
     def stop(self) -> None:
-        if self._poll_stop is not None:
+        if self._poll_stop is not None and self._poll_thread is not None:
             self._poll_stop.set()
-            if self._poll_thread is not None:
-                self._poll_thread.join(timeout=1)
-        self._poll_stop = None
-        self._poll_thread = None
+            self._poll_thread.join(timeout=1)
+        self._poll_stop = self._poll_thread = None
 
     def peak_bytes(self) -> int:
         """Peak allocated (CUDA) or peak RSS of the whole process (CPU)."""

@@ -152,19 +152,19 @@ class FeatureMap:
         return tuple(c.get(k) for k in self.keys)
 
 
-def _penalty(p: int, ridge: float) -> np.ndarray:
-    d = np.eye(p) * ridge
+def _normal(x: np.ndarray, w: np.ndarray, ridge: float) -> np.ndarray:
+    """X'WX plus the ridge on every coefficient but the intercept."""
+    d = np.eye(x.shape[1]) * ridge
     d[0, 0] = 0.0
-    return d
+    return (x * w[:, None]).T @ x + d
 
 
-def _weighted_solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, d: np.ndarray) -> np.ndarray:
-    xw = x * w[:, None]
-    a = xw.T @ x + d
+def _weighted_solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, ridge: float) -> np.ndarray:
+    a, rhs = _normal(x, w, ridge), (x * w[:, None]).T @ y
     try:
-        return np.linalg.solve(a, xw.T @ y)
+        return np.linalg.solve(a, rhs)
     except np.linalg.LinAlgError:
-        return np.linalg.lstsq(a, xw.T @ y, rcond=None)[0]
+        return np.linalg.lstsq(a, rhs, rcond=None)[0]
 
 
 def robust_weights(x: np.ndarray, y: np.ndarray, ridge: float, robust: bool = True
@@ -175,36 +175,31 @@ def robust_weights(x: np.ndarray, y: np.ndarray, ridge: float, robust: bool = Tr
     median absolute residual (at least 2% in log space), so one disturbed measurement (a busy machine)
     does not drag the whole law.
     """
-    p = x.shape[1]
-    d = _penalty(p, ridge)
     w = np.ones(len(y))
-    b = _weighted_solve(x, y, w, d)
-    if not robust or len(y) <= p + 1:
+    b = _weighted_solve(x, y, w, ridge)
+    if not robust or len(y) <= x.shape[1] + 1:
         return b, w
     for _ in range(8):
         r = y - x @ b
-        scale = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), 0.02)
-        k = 1.345 * scale
+        k = 1.345 * max(1.4826 * float(np.median(np.abs(r - np.median(r)))), 0.02)
         a = np.abs(r)
         w_new = np.where(a <= k, 1.0, k / np.maximum(a, 1e-12))
         if np.allclose(w_new, w, atol=1e-3):
             break
         w = w_new
-        b = _weighted_solve(x, y, w, d)
+        b = _weighted_solve(x, y, w, ridge)
     return b, w
 
 
 def loo_relative_errors(x: np.ndarray, y: np.ndarray, b: np.ndarray, w: np.ndarray, ridge: float) -> np.ndarray:
     """Leave-one-out |predicted / measured - 1| of each point (closed form at the fitted weights)."""
-    d = _penalty(x.shape[1], ridge)
-    a = (x * w[:, None]).T @ x + d
+    a = _normal(x, w, ridge)
     try:
         ainv = np.linalg.inv(a)
     except np.linalg.LinAlgError:
         ainv = np.linalg.pinv(a)
     h = w * np.einsum("ij,jk,ik->i", x, ainv, x)
-    r = y - x @ b
-    loo = r / np.maximum(1.0 - h, 1e-3)
+    loo = (y - x @ b) / np.maximum(1.0 - h, 1e-3)
     return np.abs(np.exp(-loo) - 1.0)
 
 

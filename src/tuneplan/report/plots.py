@@ -11,6 +11,7 @@ extension. Every plot has a title, labelled axes with units, and a legend.
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -102,15 +103,10 @@ def plot_plan(result: Any, path: str | Path) -> Path:
     elig = d["eligible"].to_numpy(dtype=bool)
     gcol = d["gpu"].to_numpy()
     mcol = d["method"].to_numpy()
-    for g in gpus:
-        for m in methods:
-            sel = (gcol == g) & (mcol == m)
-            if not sel.any():
-                continue
-            for ok, alpha in ((True, 0.75), (False, 0.2)):
-                s = sel & (elig == ok)
-                if s.any():
-                    ax.scatter(x[s], y[s], s=18, marker=marker[m], color=colour[g], alpha=alpha, linewidths=0)
+    for g, m, (ok, alpha) in itertools.product(gpus, methods, ((True, 0.75), (False, 0.2))):
+        s = (gcol == g) & (mcol == m) & (elig == ok)
+        if s.any():
+            ax.scatter(x[s], y[s], s=18, marker=marker[m], color=colour[g], alpha=alpha, linewidths=0)
     front = result.pareto
     if len(front):
         f = front.sort_values(xcol)
