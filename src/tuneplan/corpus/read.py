@@ -1,21 +1,6 @@
-"""Reading a dataset file in batches of rows, and each row's shape: what is prompt (not trained on) and
-what is completion (trained on).
-
-Files: JSONL (a line at a time, each parsed by the json module: its values keep their own types), CSV
-(the csv module: every cell is text), Parquet (row groups in batches), a JSON file holding one list of
-rows (read whole: a JSON list cannot be streamed), and a folder written by `datasets.Dataset.save_to_disk`
-(memory-mapped Arrow; a DatasetDict's `train` split). Rows are numbered from 1, blank JSONL lines left
-out, the first data row of a CSV file being row 1 (the header is not a row).
-
-Shapes (`--data-format`, else detected from the columns of the first rows):
-  text               {"text": ...}: all trained on
-  chat               {"messages": [{"role", "content"}...]} (or ShareGPT {"conversations": [{"from", "value"}]}):
-                     the last assistant turn is the completion, the turns before it the prompt
-  prompt-completion  {"prompt": ..., "completion": ...} (strings or TRL's conversational message lists)
-  alpaca             {"instruction", "input" (optional), "output"}: a user turn and an assistant turn
-  preference         {"prompt" (optional), "chosen", "rejected"}: two sequences per example
-  rl-prompt          {"prompt": ...} alone: the prompts of an RL run (completions are generated)
-"""
+"""Reading a dataset file (JSONL, CSV, Parquet, a JSON list, a `datasets.save_to_disk` folder) in batches of
+rows, numbered from 1, and each row's shape: what is prompt (not trained on) and what is completion (trained
+on). The files, the shapes and how a bad row is reported: docs/data.md, "Files and row shapes"."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """An estimate on the user's own dataset (`--data`): the examples and their token counts replace
---examples / --tokens-per-example, the collator's batches give the time and the peak memory.
-
-Time: packed or padded-to-max batches all have one length; batches padded to their longest vary, so
-the step time is evaluated at a few batch lengths (quantile bins of the sampler's micro-batch lengths,
-the shortest and the longest), interpolated for every micro-batch, and each optimizer step waits for
-its slowest data-parallel rank (`synced_step_time`); the estimate then runs at the length whose step
-time is that mean, so its wall clock, cost and energy are the distribution's, not the mean length's. Memory: the peak at the longest micro-batch
-the sampler can form (every example padded to the longest example when it is drawn), at the p99 and
-at the median batch; when the longest does not fit, the longest batch length that does (bisection on
-the memory model), the share of batches above it, the step where the first is expected, and the
-cheapest fixes that make the longest batch fit."""
+--examples / --tokens-per-example, the collator's batches give the time (the mean step over the sampler's
+micro-batch lengths, each step waiting for its slowest data-parallel rank) and the peak memory (at the
+longest batch the sampler can form, with the fixes when it does not fit). docs/data.md, "Time from the real
+distribution" and "The worst batch"."""
 
 from __future__ import annotations
 

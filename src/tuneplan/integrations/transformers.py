@@ -4,23 +4,8 @@ other TRL trainers) as one row of the runs schema, and log tuneplan's prediction
     from tuneplan.integrations.transformers import TuneplanCallback
     trainer = SFTTrainer(..., callbacks=[TuneplanCallback()])
 
-What it measures, on the main process:
-- step time: optimizer step from `on_step_begin` to `on_step_end` (forward, backward and optimizer of
-  every micro-batch; data loading, logging, evaluation and saves fall outside), the first
-  `warmup_steps` steps excluded, the median kept (p10/p90 alongside);
-- tokens per step from the batches themselves (a forward pre-hook on the model, training forwards
-  only): padded tokens (`input_ids.numel()`) and real tokens (`attention_mask.sum()`, or every token
-  of a padding-free / packed batch without a mask);
-- peak memory: `torch.cuda.max_memory_allocated` and `max_memory_reserved` (reset at train begin:
-  `peak_mem_allocated_gib`, `peak_mem_reserved_gib`, and `peak_mem_gib` the reserved one), or the
-  process's peak RSS on CPU;
-- the longest batch: the tokens (padded) of the longest training micro-batch (`longest_batch_tokens`);
-- the configuration: the model's config, its peft config, the training arguments, world size and
-  device name (JSON in extra columns, and mapped onto the schema's columns).
-
-The row is appended to `out` (default `$TUNEPLAN_HOME/runs/runs.csv`); an existing file is never
-overwritten, and the append holds an exclusive lock on it (`tuneplan.runs.write_runs`).
-`tuneplan calibrate` without `--runs` fits on that file.
+What it measures on the main process (step time, tokens per step from the batches, peak memory, the
+longest batch, the configuration) and where the row goes: docs/configs.md, "Recording your own runs".
 """
 
 from __future__ import annotations

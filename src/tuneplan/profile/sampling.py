@@ -1,29 +1,12 @@
-"""Smart sampling: which configurations to measure, in what order, within a time budget.
+"""Smart sampling: which configurations to measure, in what order, within a time budget (docs/profiling.md,
+"Smart sampling"): anchors that identify a log-space scaling law of step time, then the candidate with the
+largest bootstrap spread per second of predicted cost that fits the budget left, until the budget is spent or
+the leave-one-out error falls below the target. A failed (out-of-memory) configuration rules out every
+candidate at least as large in every numeric setting.
 
-The learner is a scaling law of step time fitted in log space,
-
-    log(step_time) = b0 + sum_k b_k log(x_k) + sum_j d_j [category_j]      (stage 0, log-linear)
-                     + sum_k c_k (log x_k - centre_k)^2                       (stage 1, curvature)
-                     + pairwise products of the centred logs and indicators   (stage 2, interactions)
-
-over the numeric settings that vary in the space (micro-batch, seq-len, layers, nproc, LoRA rank...)
-and one indicator per categorical level (method, precision, grad-ckpt...). It is a robust (Huber)
-ridge fit; the richest stage that the points support is kept when its leave-one-out error is lower.
-A bootstrap ensemble gives the spread (log space) of each candidate's prediction; it is fitted with
-at least the curvature terms (ridge-regularised while points are few), because the simplest law can
-be confidently wrong far from the cheap corner where the anchors are.
-
-Order of runs:
-1. anchors: the cheapest configuration, then repeatedly the cheapest one (by a prior cost proxy, the
-   product of its numeric settings) that makes the scaling law identifiable (raises the rank of the
-   design matrix) -- in practice one step along each axis from the cheapest corner;
-2. then, each time, the candidate with the largest bootstrap spread per second of predicted cost
-   (cost = fitted overhead + steps_per_run x predicted step time) among those that fit the budget left;
-3. until the budget is spent, no candidate fits in it, or the leave-one-out relative error of the fit
-   falls below the target error.
-
-A failed (out-of-memory) configuration makes every candidate at least as large in every numeric
-setting (same categories) infeasible.
+The law: log(step_time) = b0 + sum_k b_k log(x_k) + sum_j d_j [category_j] (stage 0), + curvature terms
+(stage 1), + pairwise products (stage 2); a robust (Huber) ridge fit, the richest stage the points support
+kept when its leave-one-out error is lower.
 
 No torch here: `measure` is injected, so the choice order can be tested on a planted function.
 """
