@@ -195,19 +195,11 @@ def profile_grid(model: str, methods: Iterable[str] = ("full",), seq_lens: Itera
 
 
 def _feature_dict(cfg: ProfileConfig, n_layers_full: int) -> dict[str, Any]:
-    return {
-        "method": cfg.method,
-        "micro_batch": cfg.micro_batch,
-        "seq_len": cfg.seq_len,
-        "grad_accum": cfg.grad_accum,
-        "layers": cfg.layers or n_layers_full or None,
-        "lora_rank": cfg.lora_rank if cfg.is_lora else None,
-        "precision": cfg.precision,
-        "grad_ckpt": "on" if cfg.grad_ckpt else "off",
-        "attn": cfg.attn,
-        "optimizer": cfg.optimizer,
-        "nproc": cfg.nproc,
-    }
+    """The settings the sampler's scaling law reads, in the order of its features."""
+    return {"method": cfg.method, "micro_batch": cfg.micro_batch, "seq_len": cfg.seq_len, "grad_accum": cfg.grad_accum,
+            "layers": cfg.layers or n_layers_full or None, "lora_rank": cfg.lora_rank if cfg.is_lora else None,
+            "precision": cfg.precision, "grad_ckpt": "on" if cfg.grad_ckpt else "off", "attn": cfg.attn,
+            "optimizer": cfg.optimizer, "nproc": cfg.nproc}
 
 
 def curve_path(out: str | Path) -> Path:
