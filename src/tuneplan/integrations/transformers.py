@@ -63,17 +63,13 @@ class TuneplanCallback(TrainerCallback):
 
         self.out = Path(out) if out is not None else recorded_runs_path()
         self.warmup_steps = max(0, int(warmup_steps))
-        self.gpu = gpu
-        self.predict = predict
-        self.model_name = model_name
+        self.gpu, self.predict, self.model_name = gpu, predict, model_name
         self.steps: list[_Step] = []
         self.row: dict[str, Any] | None = None
         self.prediction: dict[str, Any] | None = None
-        self._cur = _Counts()
-        self._all = _Counts()
+        self._cur, self._all = _Counts(), _Counts()
         self._t0: float | None = None
-        self._hook = None
-        self._model = None
+        self._hook = self._model = None
         self._device = "cpu"
         self._train_t0 = 0.0
 

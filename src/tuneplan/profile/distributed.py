@@ -50,13 +50,7 @@ def worker_main(cfg_path: str, src_path: str, res_path: str) -> int:
 
     from tuneplan.profile.device import sync
     from tuneplan.profile.memory import is_oom
-    from tuneplan.profile.runner import (
-        DistContext,
-        Measured,
-        _measure,
-        failure_row,
-        result_row,
-    )
+    from tuneplan.profile.runner import DistContext, Measured, _measure, failure_row, result_row
 
     cfg = ProfileConfig.from_json(Path(cfg_path).read_text(encoding="utf-8"))
     src = ModelSource(**json.loads(Path(src_path).read_text(encoding="utf-8")))

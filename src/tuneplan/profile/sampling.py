@@ -197,12 +197,8 @@ class Learner:
     bootstrap ensemble (of the chosen stage) for the spread of each prediction."""
 
     def __init__(self, fmap: FeatureMap, n_boot: int = 32, ridge: float = 1e-3, seed: int = 0) -> None:
-        self.fmap = fmap
-        self.n_boot = n_boot
-        self.ridge = ridge
-        self.seed = seed
-        self._boot_stage = 0
-        self.stage = 0
+        self.fmap, self.n_boot, self.ridge, self.seed = fmap, n_boot, ridge, seed
+        self._boot_stage = self.stage = 0
         self.coef: np.ndarray | None = None
         self.boot: np.ndarray | None = None
         self.loo: float | None = None
@@ -381,10 +377,9 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
         res.stop_reason = "exhausted"
         return res
     fmap = FeatureMap(cands)
-    anchors = anchor_order(fmap, cands)
+    pending = anchor_order(fmap, cands)
     measured: set[int] = set()
     infeasible: set[int] = set()
-    pending = list(anchors)
 
     while True:
         remaining_budget = budget_s - res.spent_s
