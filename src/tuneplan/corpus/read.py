@@ -171,14 +171,27 @@ def _jsonl_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
         yield row, obj if isinstance(obj, (dict, BadRow)) else BadRow(f"a JSON {type(obj).__name__}, not an object"), f.tell()
 
 
+def _csv_records(reader: Any) -> Iterator[list[str] | BadRow]:
+    """Each record of a csv reader; a BadRow for one the csv module cannot parse (a bare carriage return
+    inside a line), the reader going on with the next line."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield BadRow(f"not valid CSV ({str(exc).split(' - ')[0]})")
+
+
 def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
     """(row number, dict or BadRow, bytes read) of each record (a record of the wrong width is a bad row)."""
-    reader = csv.reader(line.decode("utf-8", "replace") for line in f)
-    header = next(reader, None) or []
+    records = _csv_records(csv.reader(line.decode("utf-8", "replace") for line in f))
+    header = next(records, None)
+    header = [] if header is None or isinstance(header, BadRow) else header
     if header:
         header[0] = header[0].removeprefix("\ufeff")  # a byte-order mark
-    for row, rec in enumerate(reader, start=1):
-        yield row, (dict(zip(header, rec, strict=True)) if len(rec) == len(header)
+    for row, rec in enumerate(records, start=1):
+        yield row, (rec if isinstance(rec, BadRow) else dict(zip(header, rec, strict=True)) if len(rec) == len(header)
                     else BadRow(f"{len(rec)} fields, the header has {len(header)}")), f.tell()
 
 
