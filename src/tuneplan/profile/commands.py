@@ -27,14 +27,20 @@ def _need_profile_deps() -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     _need_profile_deps()
+    import os
+
     import yaml
 
+    from tuneplan.errors import check_output_path
     from tuneplan.profile.device import probe, save_entry
 
     _check_threads(args.threads)
     if args.out is not None and not str(args.out).strip():
         raise InputError("out", "empty path: give a YAML/JSON file or a folder")
-    _check_probe_out(args)
+    # before the measurement: an --out file that exists only with --force (a folder's file is named after
+    # the entry, known after the probe)
+    if args.out is not None and not os.path.isdir(args.out) and os.path.splitext(args.out)[1]:
+        check_output_path(os.path.expanduser(args.out), "out", "GPU file (YAML or JSON)", force=args.force)
     entry = probe(args.device, args.name, quick=args.quick, threads=args.threads)
     entry.pop("_spreads", None)
     for w in entry.pop("_warnings", []):
@@ -43,18 +49,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     sys.stdout.write(yaml.safe_dump(entry, sort_keys=False))
     print(f"saved to {path}")
     return 0
-
-
-def _check_probe_out(args: argparse.Namespace) -> None:
-    """Before the measurement: an --out file (not a folder) that exists only with --force."""
-    import os
-
-    from tuneplan.errors import check_output_path
-
-    out = args.out
-    if out is None or os.path.isdir(out) or not os.path.splitext(out)[1]:
-        return  # a folder: the file is named after the entry, known after the probe
-    check_output_path(os.path.expanduser(out), "out", "GPU file (YAML or JSON)", force=args.force)
 
 
 # ---------------------------------------------------------------- profile
