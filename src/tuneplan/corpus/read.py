@@ -191,8 +191,9 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
     if header:
         header[0] = header[0].removeprefix("\ufeff")  # a byte-order mark
     for row, rec in enumerate(records, start=1):
-        yield row, (rec if isinstance(rec, BadRow) else dict(zip(header, rec, strict=True)) if len(rec) == len(header)
-                    else BadRow(f"{len(rec)} fields, the header has {len(header)}")), f.tell()
+        if not isinstance(rec, BadRow) and len(rec) != len(header):
+            rec = BadRow(f"{len(rec)} fields, the header has {len(header)}")
+        yield row, rec if isinstance(rec, BadRow) else dict(zip(header, rec, strict=True)), f.tell()
 
 
 def _batches_lines(path: Path, row_reader) -> Iterator[tuple[int, list, int]]:

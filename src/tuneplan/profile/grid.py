@@ -162,7 +162,8 @@ def _configs(model: str, methods: Iterable[str], seq_lens: Iterable[int], micro_
              ) -> tuple[ModelSource, list[ProfileConfig]]:
     """The model's source and the grid's configurations, checked (preflight)."""
     src = load_model_source(model)
-    return src, preflight(build_configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, **opts), src)
+    configs = build_configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, **opts)
+    return src, preflight(configs, src)
 
 
 def profile_grid(model: str, methods: Iterable[str] = ("full",), seq_lens: Iterable[int] = (512,),

@@ -653,7 +653,7 @@ def _launch(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="tuneplan-dist-") as tmp:
-        cfg_path, src_path, res_path = (Path(tmp) / name for name in ("config.json", "model_config.json", "result.json"))
+        cfg_path, src_path, res_path = (Path(tmp, name) for name in ("config.json", "model_config.json", "result.json"))
         src_path.write_text(json.dumps(asdict(src)), encoding="utf-8")
         cfg_path.write_text(cfg.to_json(), encoding="utf-8")
         env = dict(os.environ)

@@ -21,17 +21,18 @@ def _table(title: str, headers: list[str], justify: list[str], styles: list[str 
     """A rich Table: the title on the left, bold headers, each column's style (a terminal shows it)."""
     from rich.table import Table
 
-    t = Table(title=title, show_header=True, header_style="bold", title_justify="left")
-    for h, j, style in zip(headers, justify, styles or [None] * len(headers), strict=True):
-        t.add_column(h, justify=j, style=style)
-    return t
+    table = Table(title=title, show_header=True, header_style="bold", title_justify="left")
+    for header, how, style in zip(headers, justify, styles or [None] * len(headers), strict=True):
+        table.add_column(header, justify=how, style=style)
+    return table
 
 
 def _add(table, *cells, bold: bool = False) -> None:
     """One row, its cells printed as written (no rich markup; a Text keeps its style); `bold`: a total."""
     from rich.text import Text
 
-    table.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in cells), style="bold" if bold else None)
+    table.add_row(*(cell if isinstance(cell, Text) else Text(str(cell)) for cell in cells),
+                  style="bold" if bold else None)
 
 
 def report_console(*, stderr: bool = False, file=None):
