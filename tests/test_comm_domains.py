@@ -115,11 +115,14 @@ def test_domains_are_bookkeeping_only():
 
 
 def test_text_output_prints_the_domains_table():
-    from tuneplan.report.tables import Table, estimate_items
+    from rich.table import Table
+
+    from tuneplan.report.tables import estimate_items
 
     r = estimate("meta-llama/Llama-3.1-70B", "GB200", seq_len=131072, nodes=16, interval=None, **LLAMA_CP)
     tables = {t.title: t for t in estimate_items(r) if isinstance(t, Table)}
-    rows = {row[0]: row[1:] for row in tables["communication per GPU by domain (per step, before overlap)"].rows}
+    columns = tables["communication per GPU by domain (per step, before overlap)"].columns
+    rows = {row[0]: row[1:] for row in zip(*([str(cell) for cell in col.cells] for col in columns), strict=True)}
     assert set(rows) == {"tensor", "context", "data"}
     assert rows["context"][0].startswith(f"{r.to_dict()['communication_by_domain']['context']['inside_domain_gb']:,.2f} GB")
     assert rows["context"][1].startswith("0.00 GB")

@@ -130,6 +130,16 @@ def test_csv_row_of_the_wrong_width(tmp_path):
     assert s.examples == 2 and s.bad_rows == 1
 
 
+def test_csv_record_the_csv_module_cannot_parse_is_a_bad_row(tmp_path):
+    p = tmp_path / "cr.csv"
+    p.write_bytes(b'text\n"a b"\nc\rd\n"e"\n')  # a bare carriage return inside an unquoted field
+    assert "row 2: not valid CSV (new-line character seen in unquoted field)" in _error(p)
+    s = summarise(p, skip_bad_rows=True)
+    assert s.examples == 2 and s.bad_rows == 1
+    p.write_bytes(b"\r\x00")  # the header itself: no rows
+    assert "no rows" in _error(p)
+
+
 def test_chat_without_assistant_turn(tmp_path):
     p = write_jsonl(tmp_path / "c.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}])
     assert "row 1: field 'messages' has no assistant turn" in _error(p)

@@ -1,17 +1,7 @@
-"""What the collator does with a length distribution (numpy): truncation at the sequence length, padding
-(to the maximum, to the longest in each batch, group-by-length), packing (best-fit decreasing or wrapped),
-and the micro-batches that result: real and padded tokens, the padding waste, and the batch lengths
-(median, p99, the longest the sampler can form).
-
-Samplers, as the trainers run them: `longest` (HF's DataCollatorWithPadding, TRL's SFT collator) pads
-each micro-batch to its longest example over a random order; `group-by-length` (HF's
-LengthGroupedSampler) sorts each megabatch of 50 micro-batches by length, longest first, and puts the
-micro-batch holding the longest example first (to fail early: an OOM shows at step 1); `max` pads every
-example to the sequence length. Packing: `bfd` (TRL >= 0.20's default: examples truncated to the
-length, then best-fit decreasing into sequences of the length, the rest padded) or `wrapped` (the
-concatenated tokens cut into sequences of the length: no padding but the last, examples split across
-sequences). With cross-document masking a packed sequence's attention covers each example alone: the
-fraction of the full causal attention it computes is sum(l^2) / (sequences x length^2)."""
+"""What the collator does with a length distribution (numpy): truncation, padding (to the maximum, to the
+longest in each batch, group-by-length), packing (best-fit decreasing or wrapped), and the micro-batches that
+result. The samplers as the trainers run them, and the attention share of packing with cross-document
+masking: docs/data.md, "What the collator does"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""Reading a dataset file in batches of rows, and each row's shape: what is prompt (not trained on) and
-what is completion (trained on).
-
-Files: JSONL (a line at a time, each parsed by the json module: its values keep their own types), CSV
-(the csv module: every cell is text), Parquet (row groups in batches), a JSON file holding one list of
-rows (read whole: a JSON list cannot be streamed), and a folder written by `datasets.Dataset.save_to_disk`
-(memory-mapped Arrow; a DatasetDict's `train` split). Rows are numbered from 1, blank JSONL lines left
-out, the first data row of a CSV file being row 1 (the header is not a row).
-
-Shapes (`--data-format`, else detected from the columns of the first rows):
-  text               {"text": ...}: all trained on
-  chat               {"messages": [{"role", "content"}...]} (or ShareGPT {"conversations": [{"from", "value"}]}):
-                     the last assistant turn is the completion, the turns before it the prompt
-  prompt-completion  {"prompt": ..., "completion": ...} (strings or TRL's conversational message lists)
-  alpaca             {"instruction", "input" (optional), "output"}: a user turn and an assistant turn
-  preference         {"prompt" (optional), "chosen", "rejected"}: two sequences per example
-  rl-prompt          {"prompt": ...} alone: the prompts of an RL run (completions are generated)
-"""
+"""Reading a dataset file (JSONL, CSV, Parquet, a JSON list, a `datasets.save_to_disk` folder) in batches of
+rows, numbered from 1, and each row's shape: what is prompt (not trained on) and what is completion (trained
+on). The files, the shapes and how a bad row is reported: docs/data.md, "Files and row shapes"."""
 
 from __future__ import annotations
 
@@ -186,15 +171,29 @@ def _jsonl_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
         yield row, obj if isinstance(obj, (dict, BadRow)) else BadRow(f"a JSON {type(obj).__name__}, not an object"), f.tell()
 
 
+def _csv_records(reader: Any) -> Iterator[list[str] | BadRow]:
+    """Each record of a csv reader; a BadRow for one the csv module cannot parse (a bare carriage return
+    inside a line), the reader going on with the next line."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield BadRow(f"not valid CSV ({str(exc).split(' - ')[0]})")
+
+
 def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
     """(row number, dict or BadRow, bytes read) of each record (a record of the wrong width is a bad row)."""
-    reader = csv.reader(line.decode("utf-8", "replace") for line in f)
-    header = next(reader, None) or []
+    records = _csv_records(csv.reader(line.decode("utf-8", "replace") for line in f))
+    header = next(records, None)
+    header = [] if header is None or isinstance(header, BadRow) else header
     if header:
         header[0] = header[0].removeprefix("\ufeff")  # a byte-order mark
-    for row, rec in enumerate(reader, start=1):
-        yield row, (dict(zip(header, rec, strict=True)) if len(rec) == len(header)
-                    else BadRow(f"{len(rec)} fields, the header has {len(header)}")), f.tell()
+    for row, rec in enumerate(records, start=1):
+        if not isinstance(rec, BadRow) and len(rec) != len(header):
+            rec = BadRow(f"{len(rec)} fields, the header has {len(header)}")
+        yield row, rec if isinstance(rec, BadRow) else dict(zip(header, rec, strict=True)), f.tell()
 
 
 def _batches_lines(path: Path, row_reader) -> Iterator[tuple[int, list, int]]:

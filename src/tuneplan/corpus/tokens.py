@@ -1,14 +1,6 @@
-"""Tokens per example: exact with a local tokenizer (a `tokenizer.json`, or a tokenizer folder read by
-transformers' AutoTokenizer with local_files_only, whose chat template is applied to message lists),
-or a stated approximation from characters.
-
-What is counted, per sequence: the prompt with its special tokens (a template's generation prompt
-included) and the whole sequence, prompt + completion; the completion is their difference (what a
-completion-only loss trains on). Plain strings are joined as TRL joins a prompt and its completion
-(prompt + completion, the tokenizer's special tokens added); message lists go through the chat template,
-or, with no template, are joined as "role: content" lines (said in the assumptions). A preference pair
-is two sequences, prompt + chosen and prompt + rejected: the example's length is the longer one (a pair
-is padded together), its real tokens both."""
+"""Tokens per example: exact with a local tokenizer (a `tokenizer.json`, or a tokenizer folder with its chat
+template), or a stated approximation from characters. What is counted per sequence, and a preference pair's
+two sequences: docs/data.md, "Tokens"."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
 """An estimate on the user's own dataset (`--data`): the examples and their token counts replace
---examples / --tokens-per-example, the collator's batches give the time and the peak memory.
-
-Time: packed or padded-to-max batches all have one length; batches padded to their longest vary, so
-the step time is evaluated at a few batch lengths (quantile bins of the sampler's micro-batch lengths,
-the shortest and the longest), interpolated for every micro-batch, and each optimizer step waits for
-its slowest data-parallel rank (`synced_step_time`); the estimate then runs at the length whose step
-time is that mean, so its wall clock, cost and energy are the distribution's, not the mean length's. Memory: the peak at the longest micro-batch
-the sampler can form (every example padded to the longest example when it is drawn), at the p99 and
-at the median batch; when the longest does not fit, the longest batch length that does (bisection on
-the memory model), the share of batches above it, the step where the first is expected, and the
-cheapest fixes that make the longest batch fit."""
+--examples / --tokens-per-example, the collator's batches give the time (the mean step over the sampler's
+micro-batch lengths, each step waiting for its slowest data-parallel rank) and the peak memory (at the
+longest batch the sampler can form, with the fixes when it does not fit). docs/data.md, "Time from the real
+distribution" and "The worst batch"."""
 
 from __future__ import annotations
 
@@ -153,8 +146,7 @@ def _worst_batch(res: EstimateResult, col: Collation, summary: DataSummary, job:
     rows = {k: at(L) for k, L in lengths.items()}
     out: dict[str, Any] = {k: {"batch_len": lengths[k], "memory_per_gpu_gib": r.memory_per_gpu_gib, "fits": r.fits}
                            for k, r in rows.items()}
-    out["memory_capacity_gib"] = cap
-    out["fits_longest"] = rows["longest"].fits
+    out.update(memory_capacity_gib=cap, fits_longest=rows["longest"].fits)
     mb = job.micro_batch
     longest = lengths["longest"]
     if rows["longest"].fits:
@@ -164,16 +156,12 @@ def _worst_batch(res: EstimateResult, col: Collation, summary: DataSummary, job:
         return out
     fit_len = _bisect_fit(lambda L: at(L).fits, 1, longest - 1)
     out["longest_fitting_batch_len"] = fit_len
-    over = col.batch_lengths > (fit_len or 0)
-    share = float(over.mean())
-    per_step = job.grad_accum * job.dp
+    share = float((col.batch_lengths > (fit_len or 0)).mean())
     # the expected first over-long micro-batch in a random order; group-by-length puts the longest first
     first = 1 if "group-by-length" in col.mode or share <= 0 else math.ceil(1.0 / share)
-    oom_step = math.ceil(first / per_step)
-    out["share_over"] = share
-    out["oom_step"] = oom_step
+    oom_step = math.ceil(first / (job.grad_accum * job.dp))
     fixes = _fixes(col, summary, job, fit_len, longest, at)
-    out["fixes"] = fixes
+    out.update(share_over=share, oom_step=oom_step, fixes=fixes)
     unless = "; ".join(f["change"] for f in fixes[:3]) or "a larger GPU or more sharding"
     if lengths["median"] == longest:  # one shape: packed, padded to max, or every batch as long
         out["verdict"] = (f"does not fit: every micro-batch is {mb} x {longest:,} tokens "

@@ -4,23 +4,8 @@ other TRL trainers) as one row of the runs schema, and log tuneplan's prediction
     from tuneplan.integrations.transformers import TuneplanCallback
     trainer = SFTTrainer(..., callbacks=[TuneplanCallback()])
 
-What it measures, on the main process:
-- step time: optimizer step from `on_step_begin` to `on_step_end` (forward, backward and optimizer of
-  every micro-batch; data loading, logging, evaluation and saves fall outside), the first
-  `warmup_steps` steps excluded, the median kept (p10/p90 alongside);
-- tokens per step from the batches themselves (a forward pre-hook on the model, training forwards
-  only): padded tokens (`input_ids.numel()`) and real tokens (`attention_mask.sum()`, or every token
-  of a padding-free / packed batch without a mask);
-- peak memory: `torch.cuda.max_memory_allocated` and `max_memory_reserved` (reset at train begin:
-  `peak_mem_allocated_gib`, `peak_mem_reserved_gib`, and `peak_mem_gib` the reserved one), or the
-  process's peak RSS on CPU;
-- the longest batch: the tokens (padded) of the longest training micro-batch (`longest_batch_tokens`);
-- the configuration: the model's config, its peft config, the training arguments, world size and
-  device name (JSON in extra columns, and mapped onto the schema's columns).
-
-The row is appended to `out` (default `$TUNEPLAN_HOME/runs/runs.csv`); an existing file is never
-overwritten, and the append holds an exclusive lock on it (`tuneplan.runs.write_runs`).
-`tuneplan calibrate` without `--runs` fits on that file.
+What it measures on the main process (step time, tokens per step from the batches, peak memory, the
+longest batch, the configuration) and where the row goes: docs/configs.md, "Recording your own runs".
 """
 
 from __future__ import annotations
@@ -78,17 +63,13 @@ class TuneplanCallback(TrainerCallback):
 
         self.out = Path(out) if out is not None else recorded_runs_path()
         self.warmup_steps = max(0, int(warmup_steps))
-        self.gpu = gpu
-        self.predict = predict
-        self.model_name = model_name
+        self.gpu, self.predict, self.model_name = gpu, predict, model_name
         self.steps: list[_Step] = []
         self.row: dict[str, Any] | None = None
         self.prediction: dict[str, Any] | None = None
-        self._cur = _Counts()
-        self._all = _Counts()
+        self._cur, self._all = _Counts(), _Counts()
         self._t0: float | None = None
-        self._hook = None
-        self._model = None
+        self._hook = self._model = None
         self._device = "cpu"
         self._train_t0 = 0.0
 
@@ -185,24 +166,15 @@ class TuneplanCallback(TrainerCallback):
         row = describe_run(model, args, world, self._device, self.model_name)
         row.update(self._memory())
         row.update({
-            "source": SOURCE,
-            "step_time_s": med,
-            "step_time_s_p10": times[int(0.1 * (len(times) - 1))],
-            "step_time_s_p90": times[int(round(0.9 * (len(times) - 1)))],
-            "n_steps": len(warm),
-            "warmup_steps": skipped,
-            "tokens_per_s": padded * world / med,
-            "tokens_per_s_per_gpu": padded / med,
-            "samples_per_s": samples * world / med,
-            "runtime_s": time.perf_counter() - self._train_t0,
-            "train_tokens_total": self._all.padded * world,
-            "epochs": float(getattr(state, "epoch", 0) or 0) or None,
+            "source": SOURCE, "step_time_s": med, "step_time_s_p10": times[int(0.1 * (len(times) - 1))],
+            "step_time_s_p90": times[int(round(0.9 * (len(times) - 1)))], "n_steps": len(warm),
+            "warmup_steps": skipped, "tokens_per_s": padded * world / med, "tokens_per_s_per_gpu": padded / med,
+            "samples_per_s": samples * world / med, "runtime_s": time.perf_counter() - self._train_t0,
+            "train_tokens_total": self._all.padded * world, "epochs": float(getattr(state, "epoch", 0) or 0) or None,
             "seq_len": self._all.max_len,
             "avg_tokens_per_sample": self._all.real / self._all.samples if self._all.samples else None,
-            "padding": "longest" if len(self._all.lengths) > 1 else "max",
-            "tokens_per_step_padded": padded * world,
-            "tokens_per_step_real": real * world,
-            "longest_batch_tokens": self._all.max_tokens or None,
+            "padding": "longest" if len(self._all.lengths) > 1 else "max", "tokens_per_step_padded": padded * world,
+            "tokens_per_step_real": real * world, "longest_batch_tokens": self._all.max_tokens or None,
         })
         notes = [f"recorded by tuneplan's TuneplanCallback; step time = median of {len(warm)} optimizer steps "
                  f"after {skipped} warm-up step(s), compute only (data loading, logging, eval and saves excluded)",

@@ -27,14 +27,20 @@ def _need_profile_deps() -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     _need_profile_deps()
+    import os
+
     import yaml
 
+    from tuneplan.errors import check_output_path
     from tuneplan.profile.device import probe, save_entry
 
     _check_threads(args.threads)
     if args.out is not None and not str(args.out).strip():
         raise InputError("out", "empty path: give a YAML/JSON file or a folder")
-    _check_probe_out(args)
+    # before the measurement: an --out file that exists only with --force (a folder's file is named after
+    # the entry, known after the probe)
+    if args.out is not None and not os.path.isdir(args.out) and os.path.splitext(args.out)[1]:
+        check_output_path(os.path.expanduser(args.out), "out", "GPU file (YAML or JSON)", force=args.force)
     entry = probe(args.device, args.name, quick=args.quick, threads=args.threads)
     entry.pop("_spreads", None)
     for w in entry.pop("_warnings", []):
@@ -45,46 +51,22 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_probe_out(args: argparse.Namespace) -> None:
-    """Before the measurement: an --out file (not a folder) that exists only with --force."""
-    import os
-
-    from tuneplan.errors import check_output_path
-
-    out = args.out
-    if out is None or os.path.isdir(out) or not os.path.splitext(out)[1]:
-        return  # a folder: the file is named after the entry, known after the probe
-    check_output_path(os.path.expanduser(out), "out", "GPU file (YAML or JSON)", force=args.force)
-
-
 # ---------------------------------------------------------------- profile
 
 
 def _lists(args: argparse.Namespace) -> dict[str, Any]:
     """The comma-separated options as lists (empty where not given: the grid takes the default)."""
-    from tuneplan.profile.config import (
-        parse_int,
-        parse_layers,
-        parse_list,
-        parse_on_off,
-    )
+    from tuneplan.profile.config import parse_int, parse_layers, parse_list, parse_on_off
 
     def strs(s: str) -> str:
         return s.strip().lower()
 
-    return {
-        "methods": parse_list(args.method, strs, "method"),
-        "seq_lens": parse_list(args.seq_len, parse_int, "seq-len"),
-        "micro_batches": parse_list(args.micro_batch, parse_int, "micro-batch"),
-        "grad_accums": parse_list(args.grad_accum, parse_int, "grad-accum"),
-        "layers": parse_list(args.layers, parse_layers, "layers"),
-        "lora_ranks": parse_list(args.lora_rank, parse_int, "lora-rank"),
-        "precisions": parse_list(args.precision, strs, "precision"),
-        "grad_ckpts": parse_list(args.grad_ckpt, parse_on_off, "grad-ckpt"),
-        "attns": parse_list(args.attn, lambda s: s.strip(), "attn"),
-        "optimizers": parse_list(args.optimizer, strs, "optimizer"),
-        "nprocs": parse_list(args.nproc, parse_int, "nproc"),
-    }
+    convs = (("methods", "method", strs), ("seq_lens", "seq_len", parse_int),
+             ("micro_batches", "micro_batch", parse_int), ("grad_accums", "grad_accum", parse_int),
+             ("layers", "layers", parse_layers), ("lora_ranks", "lora_rank", parse_int),
+             ("precisions", "precision", strs), ("grad_ckpts", "grad_ckpt", parse_on_off),
+             ("attns", "attn", str.strip), ("optimizers", "optimizer", strs), ("nprocs", "nproc", parse_int))
+    return {key: parse_list(getattr(args, name), conv, name.replace("_", "-")) for key, name, conv in convs}
 
 
 def _check_threads(threads: int | None) -> None:
@@ -239,10 +221,8 @@ def _print_curve(res: Any, budget: float) -> None:
     from rich.table import Table
 
     table = Table(title="learning curve (leave-one-out relative error of step time)")
-    table.add_column("runs", justify="right")
-    table.add_column("phase")
-    table.add_column("spent", justify="right")
-    table.add_column("LOO error", justify="right")
+    for name, justify in (("runs", "right"), ("phase", "left"), ("spent", "right"), ("LOO error", "right")):
+        table.add_column(name, justify=justify)
     for p, ch in zip(res.curve, res.trace, strict=False):
         table.add_row(str(p.n_runs), ch.phase, f"{p.cost_s:.1f} s",
                       "-" if p.loo_error is None else f"{100 * p.loo_error:.1f}%")

@@ -125,7 +125,7 @@ class ProfileConfig:
 def parse_list(text: str | None, conv: Callable[[str], T], field_name: str) -> list[T]:
     """Comma-separated values, each converted (none given: an empty list); InputError naming the field
     on a bad value."""
-    if text is None or text == "":
+    if not text:
         return []
     out: list[T] = []
     for item in text.split(","):

@@ -188,15 +188,10 @@ def probe(device: str = "auto", name: str | None = None, quick: bool = False,
         torch.set_num_threads(threads)
     cuda = dev.startswith("cuda")
     min_time = 0.05 if quick else 0.3
-    if cuda:
-        sizes: Sequence[int] = (512, 1024) if quick else CUDA_SIZES
-        precs = ["fp32", "tf32", "bf16", "fp16"]
-    else:
-        sizes = (128, 256) if quick else CPU_SIZES
-        precs = ["fp32", "bf16"]
+    sizes: Sequence[int] = ((512, 1024) if quick else CUDA_SIZES) if cuda else ((128, 256) if quick else CPU_SIZES)
     peaks: dict[str, float] = {}
     spreads: dict[str, float] = {}
-    for p in precs:
+    for p in ["fp32", "tf32", "bf16", "fp16"] if cuda else ["fp32", "bf16"]:
         if p == "bf16" and cuda and not torch.cuda.is_bf16_supported():
             continue
         try:
@@ -230,10 +225,7 @@ def probe(device: str = "auto", name: str | None = None, quick: bool = False,
         "peak_tflops": peaks,
         "tdp_w": 0,
         "matmul_efficiency": 1.0,  # the peaks above are the measured ones
-        "intra_node_gbs": 0,
-        "inter_node_gbps": 0,
-        "vendor": vendor,
-        "architecture": arch,
+        "intra_node_gbs": 0, "inter_node_gbps": 0, "vendor": vendor, "architecture": arch,
         "source": f"tuneplan probe {when} (torch {torch.__version__}) on {dev_name}",
         "notes": ("measured achievable figures, not datasheet peaks: best square matmul over sizes "
                   f"{','.join(map(str, sizes))}, tensor copy bandwidth (read+write); "

@@ -1,13 +1,9 @@
-"""Data-parallel measurements: `--nproc N` runs N processes with torchrun (gloo on CPU, nccl on CUDA),
-each holding the model under DDP or FSDP (FSDP2 `fully_shard`, one unit per decoder layer).
-
-Communication share: the timed steps are run twice, normally and with gradient synchronisation
-switched off (DDP `no_sync`, FSDP `set_requires_gradient_sync(False)`); comm_share =
-1 - median(no-sync step) / median(step), the share of the step spent in exposed gradient
-communication. `allreduce_s` also times a standalone all-reduce of one gradient's worth of numbers.
+"""Data-parallel measurements: `--nproc N` runs N processes with torchrun (gloo on CPU, nccl on CUDA), each
+holding the model under DDP or FSDP2; comm_share from steps with gradient synchronisation switched off
+(docs/profiling.md).
 
 Usage (internal): python -m torch.distributed.run --standalone --nproc_per_node N \
-    -m tuneplan.profile.distributed CONFIG_JSON RESULT_JSON
+    -m tuneplan.profile.distributed CONFIG_JSON MODEL_CONFIG_JSON RESULT_JSON
 """
 
 from __future__ import annotations
@@ -54,13 +50,7 @@ def worker_main(cfg_path: str, src_path: str, res_path: str) -> int:
 
     from tuneplan.profile.device import sync
     from tuneplan.profile.memory import is_oom
-    from tuneplan.profile.runner import (
-        DistContext,
-        Measured,
-        _measure,
-        failure_row,
-        result_row,
-    )
+    from tuneplan.profile.runner import DistContext, Measured, _measure, failure_row, result_row
 
     cfg = ProfileConfig.from_json(Path(cfg_path).read_text(encoding="utf-8"))
     src = ModelSource(**json.loads(Path(src_path).read_text(encoding="utf-8")))

@@ -137,23 +137,19 @@ def effective_config_path(out: str | Path, src: ModelSource, cfg: ProfileConfig)
     return path
 
 
-def finish_row(row: dict[str, Any], cfg: ProfileConfig, src: ModelSource, out: str | Path | None) -> dict[str, Any]:
-    """model_hf_id that resolves from anywhere: the absolute config path for a path model, the
-    effective config file when the config was overridden."""
+def _measure_row(cfg: ProfileConfig, src: ModelSource, out: str | Path | None, writer: RowWriter | None,
+                 echo: Any) -> dict[str, Any]:
+    """Measure one configuration, append its row to the runs file and echo its summary line. The row's
+    model_hf_id resolves from anywhere: the effective config file when the config was overridden, the
+    absolute config path for a path model."""
+    from tuneplan.profile.runner import run_one
+
+    row = run_one(cfg, src)
     if cfg.config_override and out:
         row["model_hf_id"] = str(effective_config_path(out, src, cfg))
         row["notes"] = (row.get("notes") or "") + "; model_hf_id is the measured config (overrides applied)"
     elif src.origin not in ("catalog", "hub") and row.get("model_hf_id") == src.name:
         row["model_hf_id"] = str(Path(src.origin).resolve())
-    return row
-
-
-def _measure_row(cfg: ProfileConfig, src: ModelSource, out: str | Path | None, writer: RowWriter | None,
-                 echo: Any) -> dict[str, Any]:
-    """Measure one configuration, append its row to the runs file and echo its summary line."""
-    from tuneplan.profile.runner import run_one
-
-    row = finish_row(run_one(cfg, src), cfg, src, out)
     if writer:
         row = writer.write(row)
     if echo:
@@ -161,17 +157,13 @@ def _measure_row(cfg: ProfileConfig, src: ModelSource, out: str | Path | None, w
     return row
 
 
-def profile_configs(configs: Sequence[ProfileConfig], src: ModelSource, out: str | Path | None = None,
-                    progress: bool = False, echo: Any = None) -> list[dict[str, Any]]:
-    """Measure configs in order, writing each row to `out` as soon as it is measured."""
-    writer = RowWriter(out) if out else None
-    rows: list[dict[str, Any]] = []
-    with _progress(progress, len(configs), budget=False) as bar:
-        for cfg in configs:
-            bar[0].update(bar[1], description=cfg.label())
-            rows.append(_measure_row(cfg, src, out, writer, echo))
-            bar[0].advance(bar[1])
-    return rows
+def _configs(model: str, methods: Iterable[str], seq_lens: Iterable[int], micro_batches: Iterable[int],
+             layers: Iterable[int | None], steps: int, warmup: int, opts: dict[str, Any]
+             ) -> tuple[ModelSource, list[ProfileConfig]]:
+    """The model's source and the grid's configurations, checked (preflight)."""
+    src = load_model_source(model)
+    configs = build_configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, **opts)
+    return src, preflight(configs, src)
 
 
 def profile_grid(model: str, methods: Iterable[str] = ("full",), seq_lens: Iterable[int] = (512,),
@@ -189,29 +181,26 @@ def profile_grid(model: str, methods: Iterable[str] = ("full",), seq_lens: Itera
     InputError before anything is measured for bad input; out-of-memory and other failures of one
     configuration become rows with status oom / error and profiling goes on.
     """
-    src = load_model_source(model)
-    configs = build_configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, **opts)
-    configs = preflight(configs, src)
-    return profile_configs(configs, src, out, progress=bool(opts.get("progress")), echo=opts.get("echo"))
+    src, configs = _configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, opts)
+    writer = RowWriter(out) if out else None
+    rows: list[dict[str, Any]] = []
+    with _progress(bool(opts.get("progress")), len(configs), budget=False) as bar:
+        for cfg in configs:
+            bar[0].update(bar[1], description=cfg.label())
+            rows.append(_measure_row(cfg, src, out, writer, opts.get("echo")))
+            bar[0].advance(bar[1])
+    return rows
 
 
 # ---------------------------------------------------------------- smart sampling over real runs
 
 
 def _feature_dict(cfg: ProfileConfig, n_layers_full: int) -> dict[str, Any]:
-    return {
-        "method": cfg.method,
-        "micro_batch": cfg.micro_batch,
-        "seq_len": cfg.seq_len,
-        "grad_accum": cfg.grad_accum,
-        "layers": cfg.layers or n_layers_full or None,
-        "lora_rank": cfg.lora_rank if cfg.is_lora else None,
-        "precision": cfg.precision,
-        "grad_ckpt": "on" if cfg.grad_ckpt else "off",
-        "attn": cfg.attn,
-        "optimizer": cfg.optimizer,
-        "nproc": cfg.nproc,
-    }
+    """The settings the sampler's scaling law reads, in the order of its features."""
+    return {"method": cfg.method, "micro_batch": cfg.micro_batch, "seq_len": cfg.seq_len, "grad_accum": cfg.grad_accum,
+            "layers": cfg.layers or n_layers_full or None, "lora_rank": cfg.lora_rank if cfg.is_lora else None,
+            "precision": cfg.precision, "grad_ckpt": "on" if cfg.grad_ckpt else "off", "attn": cfg.attn,
+            "optimizer": cfg.optimizer, "nproc": cfg.nproc}
 
 
 def curve_path(out: str | Path) -> Path:
@@ -235,9 +224,7 @@ def profile_auto(model: str, budget_s: float, target_error: float = 0.05,
         raise InputError("budget", "must be > 0; give e.g. --budget 10m")
     if not 0 < target_error < 1:
         raise InputError("target-error", "must be between 0 and 1 (e.g. 0.05 for 5%)")
-    src = load_model_source(model)
-    configs = build_configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, **opts)
-    configs = preflight(configs, src)
+    src, configs = _configs(model, methods, seq_lens, micro_batches, layers, steps, warmup, opts)
     _, full = build_config(src, configs[0])
     by_key: dict[tuple[Any, ...], ProfileConfig] = {}
     for c in configs:  # one config per feature set: e.g. --layers 24,full on a 24-layer model

@@ -62,9 +62,8 @@ class PeakTracker:
     def __init__(self, device: str) -> None:
         self.device = device
         self.cuda = device.startswith("cuda")
-        self.baseline = 0
+        self.baseline = self._poll_peak = 0
         self._clear_refs = Path("/proc/self/clear_refs")
-        self._poll_peak = 0
         self._poll_stop: threading.Event | None = None
         self._poll_thread: threading.Thread | None = None
         self.use_hwm = False
@@ -100,12 +99,10 @@ class PeakTracker:
         self._poll_thread.start()
 
     def stop(self) -> None:
-        if self._poll_stop is not None:
+        if self._poll_stop is not None and self._poll_thread is not None:
             self._poll_stop.set()
-            if self._poll_thread is not None:
-                self._poll_thread.join(timeout=1)
-        self._poll_stop = None
-        self._poll_thread = None
+            self._poll_thread.join(timeout=1)
+        self._poll_stop = self._poll_thread = None
 
     def peak_bytes(self) -> int:
         """Peak allocated (CUDA) or peak RSS of the whole process (CPU)."""
@@ -140,9 +137,7 @@ class MemoryCap:
     """
 
     def __init__(self, cap_gib: float | None, tracker: PeakTracker, collective: bool = False) -> None:
-        self.cap_gib = cap_gib
-        self.tracker = tracker
-        self.collective = collective
+        self.cap_gib, self.tracker, self.collective = cap_gib, tracker, collective
         self._cuda_set = False
 
     def __enter__(self) -> MemoryCap:

@@ -95,10 +95,7 @@ class RowWriter:
         existing = read_header(self.path)
         if existing is None:
             self.columns = wanted
-            with self.path.open("w", newline="", encoding="utf-8") as f:
-                csv.writer(f).writerow(self.columns)
-                f.flush()
-                os.fsync(f.fileno())
+            self._rewrite_with(wanted)
         else:
             if len(set(existing)) != len(existing) or "" in existing:
                 raise InputError("out", f"{self.path} has a malformed header (empty or repeated column "

@@ -485,44 +485,25 @@ def config_row(cfg: ProfileConfig, src: ModelSource | None, device: str) -> dict
     fused_attn = cfg.attn in ("flash_attention_2", "sdpa")  # no seq x seq score matrix kept
     threads = cfg.threads or torch.get_num_threads()
     row: dict[str, Any] = {
-        "source": SOURCE,
-        "source_ref": "tuneplan profile (synthetic random tokens, random weights)",
-        "model": cfg.model,
-        "model_hf_id": src.hf_id if src else "",
-        "method": cfg.method,
+        "source": SOURCE, "source_ref": "tuneplan profile (synthetic random tokens, random weights)",
+        "model": cfg.model, "model_hf_id": src.hf_id if src else "", "method": cfg.method,
         "lora_rank": cfg.lora_rank if cfg.is_lora else None,
         "lora_targets": (cfg.lora_targets or "all-linear") if cfg.is_lora else None,
         "adapter_dtype": adapter_dtype() if cfg.is_lora else None,
         # make_optimizer's torch.optim.AdamW takes torch's default path: foreach on CUDA, a loop elsewhere
         "optimizer_impl": (("foreach" if str(device).startswith("cuda") else "for-loop")
                            if cfg.optimizer == "adamw" else None),
-        "stage": cfg.stage,
-        "precision": cfg.precision,
-        "quant": QUANT_OF_METHOD.get(cfg.method, "none"),
-        "optimizer": cfg.optimizer,
-        "grad_ckpt": cfg.grad_ckpt,
-        "flash_attn": fused_attn,
-        "framework": FRAMEWORK,
+        "stage": cfg.stage, "precision": cfg.precision, "quant": QUANT_OF_METHOD.get(cfg.method, "none"),
+        "optimizer": cfg.optimizer, "grad_ckpt": cfg.grad_ckpt, "flash_attn": fused_attn, "framework": FRAMEWORK,
         "sharding": {"none": "none", "ddp": "ddp", "fsdp": "fsdp-full"}[cfg.effective_sharding],
-        "gpu": gpu_column(device, cfg.gpu_name),
-        "gpus": cfg.nproc,
-        "nodes": 1,
-        "micro_batch_size": cfg.micro_batch,
-        "grad_accum": cfg.grad_accum,
+        "gpu": gpu_column(device, cfg.gpu_name), "gpus": cfg.nproc, "nodes": 1,
+        "micro_batch_size": cfg.micro_batch, "grad_accum": cfg.grad_accum,
         "global_batch_size": cfg.micro_batch * cfg.grad_accum * cfg.nproc,
-        "seq_len": cfg.seq_len,
-        "avg_tokens_per_sample": cfg.seq_len,
-        "dataset": "synthetic",
-        "mem_kind": "allocated" if device.startswith("cuda") else "rss",
-        "layers": cfg.layers,
-        "warmup_steps": cfg.warmup,
-        "nproc": cfg.nproc,
-        "threads": threads,
-        "device": device,
-        "device_name": device_name(device),
-        "attn_impl": cfg.attn,
-        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        **versions(),
+        "seq_len": cfg.seq_len, "avg_tokens_per_sample": cfg.seq_len, "dataset": "synthetic",
+        "mem_kind": "allocated" if device.startswith("cuda") else "rss", "layers": cfg.layers,
+        "warmup_steps": cfg.warmup, "nproc": cfg.nproc, "threads": threads, "device": device,
+        "device_name": device_name(device), "attn_impl": cfg.attn,
+        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), **versions(),
     }
     notes = [f"attn={cfg.attn}"]
     if cfg.config_override:
@@ -538,15 +519,9 @@ def config_row(cfg: ProfileConfig, src: ModelSource | None, device: str) -> dict
 def _build_cells(b: BuiltModel | None) -> dict[str, Any]:
     if b is None:
         return {}
-    return {
-        "params_b": b.params_full / 1e9,
-        "params_b_built": b.params_built / 1e9,
-        "trainable_params_m": b.trainable / 1e6,
-        "n_layers_full": b.n_layers_full,
-        "hidden_size": b.hidden_size,
-        "attn_impl": b.attn_impl,
-        "build_s": b.build_s,
-    }
+    return {"params_b": b.params_full / 1e9, "params_b_built": b.params_built / 1e9,
+            "trainable_params_m": b.trainable / 1e6, "n_layers_full": b.n_layers_full,
+            "hidden_size": b.hidden_size, "attn_impl": b.attn_impl, "build_s": b.build_s}
 
 
 NOISY_STEP_SPREAD = 0.10
@@ -564,24 +539,16 @@ def result_row(cfg: ProfileConfig, src: ModelSource | None, device: str, m: Meas
     med = statistics.median(m.step_times)
     tokens = cfg.tokens_per_step
     row.update({
-        "status": "ok",
-        "step_time_s": med,
-        "step_time_s_p10": float(np.percentile(m.step_times, 10)),
+        "status": "ok", "step_time_s": med, "step_time_s_p10": float(np.percentile(m.step_times, 10)),
         "step_time_s_p90": float(np.percentile(m.step_times, 90)),
-        "step_time_s_std": statistics.pstdev(m.step_times),
-        "noisy": _is_noisy(m.step_times),
-        "n_steps": len(m.step_times),
-        "tokens_per_s": tokens / med,
-        "tokens_per_s_per_gpu": tokens / med / cfg.nproc,
-        "samples_per_s": cfg.micro_batch * cfg.grad_accum * cfg.nproc / med,
-        "runtime_s": sum(m.step_times),
-        "train_tokens_total": tokens * len(m.step_times),
-        "peak_mem_gib": m.peak_bytes / GIB,
+        "step_time_s_std": statistics.pstdev(m.step_times), "noisy": _is_noisy(m.step_times),
+        "n_steps": len(m.step_times), "tokens_per_s": tokens / med, "tokens_per_s_per_gpu": tokens / med / cfg.nproc,
+        "samples_per_s": cfg.micro_batch * cfg.grad_accum * cfg.nproc / med, "runtime_s": sum(m.step_times),
+        "train_tokens_total": tokens * len(m.step_times), "peak_mem_gib": m.peak_bytes / GIB,
         "peak_mem_reserved_gib": m.peak_reserved_bytes / GIB if m.peak_reserved_bytes is not None else None,
         # on CUDA peak_mem_gib is torch's allocated peak; on the CPU it is RSS and no allocator peak exists
         "peak_mem_allocated_gib": m.peak_bytes / GIB if device.startswith("cuda") else None,
-        "longest_batch_tokens": m.longest_batch_tokens,
-        "peak_mem_growth_gib": m.peak_growth_bytes / GIB,
+        "longest_batch_tokens": m.longest_batch_tokens, "peak_mem_growth_gib": m.peak_growth_bytes / GIB,
     })
     if cfg.stage != "sft" or cfg.trainer == "trl":
         from tuneplan.profile.stages import stage_cells
@@ -686,9 +653,7 @@ def _launch(cfg: ProfileConfig, src: ModelSource, device: str) -> dict[str, Any]
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="tuneplan-dist-") as tmp:
-        cfg_path = Path(tmp) / "config.json"
-        res_path = Path(tmp) / "result.json"
-        src_path = Path(tmp) / "model_config.json"
+        cfg_path, src_path, res_path = (Path(tmp, name) for name in ("config.json", "model_config.json", "result.json"))
         src_path.write_text(json.dumps(asdict(src)), encoding="utf-8")
         cfg_path.write_text(cfg.to_json(), encoding="utf-8")
         env = dict(os.environ)

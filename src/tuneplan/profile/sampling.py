@@ -1,29 +1,12 @@
-"""Smart sampling: which configurations to measure, in what order, within a time budget.
+"""Smart sampling: which configurations to measure, in what order, within a time budget (docs/profiling.md,
+"Smart sampling"): anchors that identify a log-space scaling law of step time, then the candidate with the
+largest bootstrap spread per second of predicted cost that fits the budget left, until the budget is spent or
+the leave-one-out error falls below the target. A failed (out-of-memory) configuration rules out every
+candidate at least as large in every numeric setting.
 
-The learner is a scaling law of step time fitted in log space,
-
-    log(step_time) = b0 + sum_k b_k log(x_k) + sum_j d_j [category_j]      (stage 0, log-linear)
-                     + sum_k c_k (log x_k - centre_k)^2                       (stage 1, curvature)
-                     + pairwise products of the centred logs and indicators   (stage 2, interactions)
-
-over the numeric settings that vary in the space (micro-batch, seq-len, layers, nproc, LoRA rank...)
-and one indicator per categorical level (method, precision, grad-ckpt...). It is a robust (Huber)
-ridge fit; the richest stage that the points support is kept when its leave-one-out error is lower.
-A bootstrap ensemble gives the spread (log space) of each candidate's prediction; it is fitted with
-at least the curvature terms (ridge-regularised while points are few), because the simplest law can
-be confidently wrong far from the cheap corner where the anchors are.
-
-Order of runs:
-1. anchors: the cheapest configuration, then repeatedly the cheapest one (by a prior cost proxy, the
-   product of its numeric settings) that makes the scaling law identifiable (raises the rank of the
-   design matrix) -- in practice one step along each axis from the cheapest corner;
-2. then, each time, the candidate with the largest bootstrap spread per second of predicted cost
-   (cost = fitted overhead + steps_per_run x predicted step time) among those that fit the budget left;
-3. until the budget is spent, no candidate fits in it, or the leave-one-out relative error of the fit
-   falls below the target error.
-
-A failed (out-of-memory) configuration makes every candidate at least as large in every numeric
-setting (same categories) infeasible.
+The law: log(step_time) = b0 + sum_k b_k log(x_k) + sum_j d_j [category_j] (stage 0), + curvature terms
+(stage 1), + pairwise products (stage 2); a robust (Huber) ridge fit, the richest stage the points support
+kept when its leave-one-out error is lower.
 
 No torch here: `measure` is injected, so the choice order can be tested on a planted function.
 """
@@ -152,19 +135,19 @@ class FeatureMap:
         return tuple(c.get(k) for k in self.keys)
 
 
-def _penalty(p: int, ridge: float) -> np.ndarray:
-    d = np.eye(p) * ridge
+def _normal(x: np.ndarray, w: np.ndarray, ridge: float) -> np.ndarray:
+    """X'WX plus the ridge on every coefficient but the intercept."""
+    d = np.eye(x.shape[1]) * ridge
     d[0, 0] = 0.0
-    return d
+    return (x * w[:, None]).T @ x + d
 
 
-def _weighted_solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, d: np.ndarray) -> np.ndarray:
-    xw = x * w[:, None]
-    a = xw.T @ x + d
+def _weighted_solve(x: np.ndarray, y: np.ndarray, w: np.ndarray, ridge: float) -> np.ndarray:
+    a, rhs = _normal(x, w, ridge), (x * w[:, None]).T @ y
     try:
-        return np.linalg.solve(a, xw.T @ y)
+        return np.linalg.solve(a, rhs)
     except np.linalg.LinAlgError:
-        return np.linalg.lstsq(a, xw.T @ y, rcond=None)[0]
+        return np.linalg.lstsq(a, rhs, rcond=None)[0]
 
 
 def robust_weights(x: np.ndarray, y: np.ndarray, ridge: float, robust: bool = True
@@ -175,36 +158,31 @@ def robust_weights(x: np.ndarray, y: np.ndarray, ridge: float, robust: bool = Tr
     median absolute residual (at least 2% in log space), so one disturbed measurement (a busy machine)
     does not drag the whole law.
     """
-    p = x.shape[1]
-    d = _penalty(p, ridge)
     w = np.ones(len(y))
-    b = _weighted_solve(x, y, w, d)
-    if not robust or len(y) <= p + 1:
+    b = _weighted_solve(x, y, w, ridge)
+    if not robust or len(y) <= x.shape[1] + 1:
         return b, w
     for _ in range(8):
         r = y - x @ b
-        scale = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), 0.02)
-        k = 1.345 * scale
+        k = 1.345 * max(1.4826 * float(np.median(np.abs(r - np.median(r)))), 0.02)
         a = np.abs(r)
         w_new = np.where(a <= k, 1.0, k / np.maximum(a, 1e-12))
         if np.allclose(w_new, w, atol=1e-3):
             break
         w = w_new
-        b = _weighted_solve(x, y, w, d)
+        b = _weighted_solve(x, y, w, ridge)
     return b, w
 
 
 def loo_relative_errors(x: np.ndarray, y: np.ndarray, b: np.ndarray, w: np.ndarray, ridge: float) -> np.ndarray:
     """Leave-one-out |predicted / measured - 1| of each point (closed form at the fitted weights)."""
-    d = _penalty(x.shape[1], ridge)
-    a = (x * w[:, None]).T @ x + d
+    a = _normal(x, w, ridge)
     try:
         ainv = np.linalg.inv(a)
     except np.linalg.LinAlgError:
         ainv = np.linalg.pinv(a)
     h = w * np.einsum("ij,jk,ik->i", x, ainv, x)
-    r = y - x @ b
-    loo = r / np.maximum(1.0 - h, 1e-3)
+    loo = (y - x @ b) / np.maximum(1.0 - h, 1e-3)
     return np.abs(np.exp(-loo) - 1.0)
 
 
@@ -219,12 +197,8 @@ class Learner:
     bootstrap ensemble (of the chosen stage) for the spread of each prediction."""
 
     def __init__(self, fmap: FeatureMap, n_boot: int = 32, ridge: float = 1e-3, seed: int = 0) -> None:
-        self.fmap = fmap
-        self.n_boot = n_boot
-        self.ridge = ridge
-        self.seed = seed
-        self._boot_stage = 0
-        self.stage = 0
+        self.fmap, self.n_boot, self.ridge, self.seed = fmap, n_boot, ridge, seed
+        self._boot_stage = self.stage = 0
         self.coef: np.ndarray | None = None
         self.boot: np.ndarray | None = None
         self.loo: float | None = None
@@ -403,10 +377,9 @@ def smart_sample(candidates: Sequence[Config], measure: MeasureFn, budget_s: flo
         res.stop_reason = "exhausted"
         return res
     fmap = FeatureMap(cands)
-    anchors = anchor_order(fmap, cands)
+    pending = anchor_order(fmap, cands)
     measured: set[int] = set()
     infeasible: set[int] = set()
-    pending = list(anchors)
 
     while True:
         remaining_budget = budget_s - res.spent_s

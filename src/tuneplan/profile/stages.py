@@ -132,33 +132,21 @@ def measure_stage(cfg: ProfileConfig, built: Any, device: str) -> tuple[list[flo
     n_rows = cfg.micro_batch * cfg.grad_accum * (cfg.warmup + cfg.steps)
     with tempfile.TemporaryDirectory(prefix="tuneplan-trl-") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        import trl
+
+        common = _common_args(cfg, device, tmp)
         if cfg.stage == "sft":
-            from trl import SFTConfig, SFTTrainer
-
-            args = SFTConfig(**_common_args(cfg, device, tmp), max_length=cfg.seq_len, packing=False)
-            trainer = SFTTrainer(model=model, args=args, train_dataset=_dataset(cfg, n_rows), processing_class=tok,
-                                 callbacks=[timer])
-        elif cfg.stage == "dpo":
-            from trl import DPOConfig, DPOTrainer
-
-            ref = None
-            if not cfg.is_lora:  # a frozen copy (TRL would load one from the Hub by name)
-                ref = copy.deepcopy(model).eval()
-                for p in ref.parameters():
-                    p.requires_grad_(False)
-            args = DPOConfig(**_common_args(cfg, device, tmp), max_length=cfg.seq_len)
-            trainer = DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=_dataset(cfg, n_rows),
-                                 processing_class=tok, callbacks=[timer])
+            args, extra, rows = trl.SFTConfig(**common, max_length=cfg.seq_len, packing=False), {}, n_rows
+        elif cfg.stage == "dpo":  # reference: a frozen copy (TRL would load one from the Hub by name)
+            ref = None if cfg.is_lora else copy.deepcopy(model).eval().requires_grad_(False)
+            args, extra, rows = trl.DPOConfig(**common, max_length=cfg.seq_len), {"ref_model": ref}, n_rows
         else:
-            from trl import GRPOConfig, GRPOTrainer
-
-            prompts = n_rows // cfg.group_size
-            args = GRPOConfig(**_common_args(cfg, device, tmp), num_generations=cfg.group_size,
-                              max_completion_length=cfg.completion_len,
-                              generation_kwargs={"min_new_tokens": cfg.completion_len}, beta=0.0)
-            trainer = GRPOTrainer(model=model, reward_funcs=_reward, args=args,
-                                  train_dataset=_dataset(cfg, max(prompts, 1)), processing_class=tok,
-                                  callbacks=[timer])
+            args = trl.GRPOConfig(**common, num_generations=cfg.group_size, max_completion_length=cfg.completion_len,
+                                  generation_kwargs={"min_new_tokens": cfg.completion_len}, beta=0.0)
+            extra, rows = {"reward_funcs": _reward}, max(n_rows // cfg.group_size, 1)
+        trainer_class = {"sft": trl.SFTTrainer, "dpo": trl.DPOTrainer, "grpo": trl.GRPOTrainer}[cfg.stage]
+        trainer = trainer_class(model=model, args=args, train_dataset=_dataset(cfg, rows), processing_class=tok,
+                                callbacks=[timer], **extra)
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # no metrics printed

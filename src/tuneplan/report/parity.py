@@ -26,11 +26,9 @@ def parity_plot(report, path: str, estimator: str = "tuneplan") -> None:
             xs = np.array([lo, hi])
             ax.plot(xs, xs, "k-", lw=1, label="parity")
             ax.fill_between(xs, xs / 1.25, xs * 1.25, color="grey", alpha=0.15, label="±25%")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-        ax.set_xlabel(f"measured {label}")
-        ax.set_ylabel(f"predicted {label}")
-        ax.set_title(f"{estimator}: {label}, held-out ({report.split})")
+            ax.set(xscale="log", yscale="log")
+        ax.set(xlabel=f"measured {label}", ylabel=f"predicted {label}",
+               title=f"{estimator}: {label}, held-out ({report.split})")
         ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     from tuneplan.errors import atomic_output
@@ -50,9 +48,6 @@ def _reliability_panel(ax, table: list[dict]) -> None:
                    s=[10 + 2 * b["rows"] for b in table], alpha=0.4)
     else:
         ax.text(0.5, 0.5, "no fit probability\n(no memory width model)", ha="center", va="center")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("fit probability given")
-    ax.set_ylabel("share of rows that ran (did not OOM)")
-    ax.set_title("fit probability: reliability")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="fit probability given", ylabel="share of rows that ran (did not OOM)",
+           title="fit probability: reliability")
     ax.legend(fontsize=7, loc="upper left")

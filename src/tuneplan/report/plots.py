@@ -11,6 +11,7 @@ extension. Every plot has a title, labelled axes with units, and a legend.
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,7 @@ def plot_plan(result: Any, path: str | Path) -> Path:
     xcol, xlabel = ("cost_usd", "cost per run (USD)") if cost_ok else ("energy_kwh", "energy per run (kWh)")
     title = f"{result.model}: time versus {'cost' if cost_ok else 'energy'} of {len(df):,} configurations that fit"
     ax.set_title(title, fontsize=11)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("wall-clock time (h)")
+    ax.set(xlabel=xlabel, ylabel="wall-clock time (h)")
     handles: list = []
     if len(df) == 0:
         ax.text(0.5, 0.5, result.message or "no configuration fits in memory", ha="center", va="center",
@@ -97,20 +97,12 @@ def plot_plan(result: Any, path: str | Path) -> Path:
         keep[rng.choice(len(d), MAX_POINTS, replace=False)] = True
         keep |= d["pareto"].to_numpy() | (np.arange(len(d)) < 2)
         d = d[keep]
-    x = d[xcol].to_numpy(dtype=float)
-    y = d["time_h"].to_numpy(dtype=float)
-    elig = d["eligible"].to_numpy(dtype=bool)
-    gcol = d["gpu"].to_numpy()
-    mcol = d["method"].to_numpy()
-    for g in gpus:
-        for m in methods:
-            sel = (gcol == g) & (mcol == m)
-            if not sel.any():
-                continue
-            for ok, alpha in ((True, 0.75), (False, 0.2)):
-                s = sel & (elig == ok)
-                if s.any():
-                    ax.scatter(x[s], y[s], s=18, marker=marker[m], color=colour[g], alpha=alpha, linewidths=0)
+    x, y = d[xcol].to_numpy(dtype=float), d["time_h"].to_numpy(dtype=float)
+    elig, gcol, mcol = d["eligible"].to_numpy(dtype=bool), d["gpu"].to_numpy(), d["method"].to_numpy()
+    for g, m, (ok, alpha) in itertools.product(gpus, methods, ((True, 0.75), (False, 0.2))):
+        s = (gcol == g) & (mcol == m) & (elig == ok)
+        if s.any():
+            ax.scatter(x[s], y[s], s=18, marker=marker[m], color=colour[g], alpha=alpha, linewidths=0)
     front = result.pareto
     if len(front):
         f = front.sort_values(xcol)
@@ -125,22 +117,18 @@ def plot_plan(result: Any, path: str | Path) -> Path:
     if result.budget_usd is not None and cost_ok:
         ax.axvline(result.budget_usd, color="#9467bd", ls="--", lw=1.1)
         handles.append(Line2D([], [], color="#9467bd", ls="--", label=f"budget ${result.budget_usd:,.0f}"))
-    if result.runner_up is not None:
-        r = result.runner_up
-        if r.get(xcol) is not None:
-            ax.scatter([r[xcol]], [r["time_h"]], s=160, marker="o", facecolors="none", edgecolors="#ff7f0e",
-                       lw=2, zorder=5)
-            handles.append(Line2D([], [], linestyle="none", marker="o", markersize=10, markerfacecolor="none",
-                                  markeredgecolor="#ff7f0e", markeredgewidth=2, label="runner-up"))
-    if result.recommended is not None:
-        r = result.recommended
-        if r.get(xcol) is not None:
-            ax.scatter([r[xcol]], [r["time_h"]], s=320, marker="*", color="gold", edgecolors="black", lw=1,
-                       zorder=6)
-            ax.annotate(f"  {r['gpus']} x {r['gpu']} {r['method']}", (r[xcol], r["time_h"]), fontsize=8,
-                        xytext=(8, 8), textcoords="offset points", zorder=6)
-            handles.append(Line2D([], [], linestyle="none", marker="*", markersize=15, color="gold",
-                                  markeredgecolor="black", label=f"recommended ({result.objective})"))
+    r = result.runner_up
+    if r is not None and r.get(xcol) is not None:
+        ax.scatter([r[xcol]], [r["time_h"]], s=160, marker="o", facecolors="none", edgecolors="#ff7f0e", lw=2, zorder=5)
+        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=10, markerfacecolor="none",
+                              markeredgecolor="#ff7f0e", markeredgewidth=2, label="runner-up"))
+    r = result.recommended
+    if r is not None and r.get(xcol) is not None:
+        ax.scatter([r[xcol]], [r["time_h"]], s=320, marker="*", color="gold", edgecolors="black", lw=1, zorder=6)
+        ax.annotate(f"  {r['gpus']} x {r['gpu']} {r['method']}", (r[xcol], r["time_h"]), fontsize=8,
+                    xytext=(8, 8), textcoords="offset points", zorder=6)
+        handles.append(Line2D([], [], linestyle="none", marker="*", markersize=15, color="gold",
+                              markeredgecolor="black", label=f"recommended ({result.objective})"))
     from matplotlib.ticker import FuncFormatter
 
     if _use_log(x):
@@ -254,8 +242,7 @@ def plot_curve(result: Any, path: str | Path) -> Path:
             i = largest - 1
             ax.axvline(largest, color="#2ca02c", ls=":", lw=1.2)
             ax.scatter([mb[i]], [y[i]], s=90, marker="D", color="#2ca02c", zorder=5)
-        ax.set_xlabel("micro-batch (samples per GPU per micro-step)")
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel="micro-batch (samples per GPU per micro-step)", ylabel=ylabel)
         ax.set_title(title, fontsize=10)
         if len(mb) > 16:
             from matplotlib.ticker import FuncFormatter

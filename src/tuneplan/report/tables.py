@@ -1,13 +1,11 @@
-"""The estimate as tables: run totals, step-time parts, memory parts, assumptions.
-
-The tables are built as plain data (`estimate_items`: `Table` and `Styled` items) and printed by rich
-(imported when printing), on the console of `report_console`: a terminal's width, or the content's
-full width when the output is not a terminal (a pipe, a file, CI)."""
+"""The estimate as rich tables and texts: run totals, step-time parts, memory parts, assumptions, printed
+on the console of `report_console`: a terminal's width, or the content's full width when the output is not
+a terminal (a pipe, a file, CI). rich is imported when printing."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from functools import partial
 
 from tuneplan.report.format import duration, gib, money, number
 
@@ -19,27 +17,22 @@ STYLED = {"verdict_fit": "green", "verdict_no_fit": "bold red", "warning": "yell
 """rich styles of the estimate's styled texts (a terminal shows them)."""
 
 
-class Styled(str):
-    """A text of the output with its rich style (and no markup: rich prints it as written)."""
+def _table(title: str, headers: list[str], justify: list[str], styles: list[str | None] | None = None):
+    """A rich Table: the title on the left, bold headers, each column's style (a terminal shows it)."""
+    from rich.table import Table
 
-    style: str
-
-    def __new__(cls, text: str, style: str) -> Styled:
-        obj = super().__new__(cls, text)
-        obj.style = style
-        return obj
+    table = Table(title=title, show_header=True, header_style="bold", title_justify="left")
+    for header, how, style in zip(headers, justify, styles or [None] * len(headers), strict=True):
+        table.add_column(header, justify=how, style=style)
+    return table
 
 
-@dataclass
-class Table:
-    """A table to print: title, column headers and justification, rows of cells (str or Styled)."""
+def _add(table, *cells, bold: bool = False) -> None:
+    """One row, its cells printed as written (no rich markup; a Text keeps its style); `bold`: a total."""
+    from rich.text import Text
 
-    title: str | None
-    headers: list[str]
-    justify: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    styles: list[str | None] | None = None  # each column's rich style (a terminal shows it)
-    bold_last: bool = False  # the last row (a total) in bold on a terminal
+    table.add_row(*(cell if isinstance(cell, Text) else Text(str(cell)) for cell in cells),
+                  style="bold" if bold else None)
 
 
 def report_console(*, stderr: bool = False, file=None):
@@ -54,7 +47,9 @@ def report_console(*, stderr: bool = False, file=None):
 
 
 def estimate_items(r) -> list:
-    """The estimate's output as Table / Styled items, in print order."""
+    """The estimate's output as rich Tables and Texts, in print order."""
+    from rich.text import Text
+
     d = r.to_dict()
     iv = d.get("interval")
     title = f"{d['model']} · {d['method']} · {d['gpus']} x {d['gpu']} · estimator {d['estimator']}"
@@ -63,18 +58,17 @@ def estimate_items(r) -> list:
         title += f" · stage {st['stage']}"
     if d.get("weights_scheme"):
         title += f" · {d['weights_scheme']}"
-    main = Table(title, ["figure", "value", "note"], ["left", "right", "left"], styles=[None, None, "dim"])
-    add = main.rows.append
+    main = _table(title, ["figure", "value", "note"], ["left", "right", "left"], styles=[None, None, "dim"])
+    add = partial(_add, main)
     _run_rows(add, d, iv)
-    add(_cells("throughput", number(d["tokens_per_s"], "tokens/s"), f"{number(d['samples_per_s'], 'samples/s')}"))
+    add("throughput", number(d["tokens_per_s"], "tokens/s"), f"{number(d['samples_per_s'], 'samples/s')}")
     step = duration(d["step_time_s"])
     if iv and "step_time_s_low" in iv:
         step += f" ({duration(iv['step_time_s_low'])} - {duration(iv['step_time_s_high'])})"
-    add(_cells("step time", step,
-               f"{d['steps']:,} optimizer steps" if d.get("steps") is not None else "per optimizer step"))
+    add("step time", step, f"{d['steps']:,} optimizer steps" if d.get("steps") is not None else "per optimizer step")
     if d.get("tokens_total") is not None:
-        add(_cells("tokens processed", number(d["tokens_total"], "tokens"), "all epochs, as padded/packed"))
-    add(_cells("MFU", f"{d['mfu']:.1%}", "model FLOPs / (time x GPUs x dense peak)"))
+        add("tokens processed", number(d["tokens_total"], "tokens"), "all epochs, as padded/packed")
+    add("MFU", f"{d['mfu']:.1%}", "model FLOPs / (time x GPUs x dense peak)")
     fit_text = "fits" if d["fits"] else "DOES NOT FIT"
     if iv and iv.get("fit_probability") is not None:  # the chance the measured peak fits (learn.intervals)
         p = iv["fit_probability"]
@@ -82,77 +76,71 @@ def estimate_items(r) -> list:
     if d["fits"] and d.get("memory_fit_gib") is not None and d["memory_per_gpu_gib"] > d["memory_capacity_gib"]:
         # the peak counts blocks cached for other batch shapes, which torch frees before it runs out
         fit_text += f": {gib(d['memory_fit_gib'])} without blocks cached for other batch shapes"
-    verdict = Styled(fit_text, STYLED["verdict_fit" if d["fits"] else "verdict_no_fit"])
+    verdict = Text(fit_text, style=STYLED["verdict_fit" if d["fits"] else "verdict_no_fit"])
     mem = f"{gib(d['memory_per_gpu_gib'])} of {d['memory_capacity_gib']:g} GiB"
     if iv and "memory_per_gpu_gib_low" in iv:
         mem += f" ({iv['memory_per_gpu_gib_low']:.1f} - {iv['memory_per_gpu_gib_high']:.1f})"
-    add(_cells("memory per GPU", mem, verdict))
-    add(_cells(*largest_micro_batch_row(d)))
+    add("memory per GPU", mem, verdict)
+    add(*largest_micro_batch_row(d))
 
-    parts = Table("step time parts (per optimizer step)", ["part", "time", "share"], ["left", "right", "right"],
-                       bold_last=True)
+    parts = _table("step time parts (per optimizer step)", ["part", "time", "share"], ["left", "right", "right"])
     total = d["step_breakdown_s"].get("total") or 1.0
     for k, v in d["step_breakdown_s"].items():
         if k == "total" or v == 0:
             continue
-        parts.rows.append(_cells(d.get("step_part_labels", {}).get(k, k.replace("_", " ")), duration(v),
-                                 f"{v / total:.0%}"))
-    parts.rows.append(_cells("total", duration(total), "100%"))
+        _add(parts, d.get("step_part_labels", {}).get(k, k.replace("_", " ")), duration(v), f"{v / total:.0%}")
+    _add(parts, "total", duration(total), "100%", bold=True)
 
-    memt = Table("memory per GPU", ["part", "GiB"], ["left", "right"], bold_last=True)
+    memt = _table("memory per GPU", ["part", "GiB"], ["left", "right"])
     for k, v in d["memory_breakdown_gib"].items():
         if v:
-            memt.rows.append(_cells(k.replace("_", " "), f"{v:,.2f}"))
+            _add(memt, k.replace("_", " "), f"{v:,.2f}")
     # the two peaks torch reports (each a peak, not a part of the sum); nvidia-smi's adds the CUDA context
     if d.get("memory_allocated_gib") is not None:
-        memt.rows.append(_cells("peak allocated (torch)", f"{d['memory_allocated_gib']:,.2f}"))
+        _add(memt, "peak allocated (torch)", f"{d['memory_allocated_gib']:,.2f}")
     if d.get("memory_reserved_gib") is not None:
-        memt.rows.append(_cells("peak reserved (torch)", f"{d['memory_reserved_gib']:,.2f}"))
-    memt.rows.append(_cells("peak (nvidia-smi)", f"{d['memory_per_gpu_gib']:,.2f}"))
+        _add(memt, "peak reserved (torch)", f"{d['memory_reserved_gib']:,.2f}")
+    _add(memt, "peak (nvidia-smi)", f"{d['memory_per_gpu_gib']:,.2f}", bold=True)
 
     items: list = [main, parts, memt]
     if d.get("communication_by_domain"):  # physics/comm_domains.py: before overlap, per optimizer step
-        comm = Table("communication per GPU by domain (per step, before overlap)",
-                     ["collectives", "inside the NVLink domain", "across domains"], ["left", "right", "right"])
+        comm = _table("communication per GPU by domain (per step, before overlap)",
+                      ["collectives", "inside the NVLink domain", "across domains"], ["left", "right", "right"])
         for k, v in d["communication_by_domain"].items():
-            comm.rows.append(_cells(k.replace("_", " "), *(f"{v[f'{dom}_gb']:,.2f} GB, {duration(v[f'{dom}_s'])}"
-                                                           for dom in ("inside_domain", "across_domains"))))
+            _add(comm, k.replace("_", " "), *(f"{v[f'{dom}_gb']:,.2f} GB, {duration(v[f'{dom}_s'])}"
+                                              for dom in ("inside_domain", "across_domains")))
         items.insert(2, comm)
     if st and st.get("train_parts_s"):
         tp = st["train_parts_s"]
-        items.insert(1, Styled("training time by stage part: " + ", ".join(
-            f"{k.replace('_', ' ')} {duration(v)}" for k, v in tp.items()), STYLED["stage"]))
+        items.insert(1, Text("training time by stage part: " + ", ".join(
+            f"{k.replace('_', ' ')} {duration(v)}" for k, v in tp.items()), style=STYLED["stage"]))
     if d["warnings"]:
-        items.append(Styled("\n".join(f"warning: {w}" for w in d["warnings"]), STYLED["warning"]))
+        items.append(Text("\n".join(f"warning: {w}" for w in d["warnings"]), style=STYLED["warning"]))
     if d["suggestions"]:
-        items.append(Styled("to make it fit (cheapest first):\n" + "\n".join(f"  - {s}" for s in d["suggestions"]),
-                            STYLED["warning"]))
+        items.append(Text("to make it fit (cheapest first):\n" + "\n".join(f"  - {s}" for s in d["suggestions"]),
+                          style=STYLED["warning"]))
     if iv and iv.get("why"):
-        items.append(Styled("the interval is widest for: " + "; ".join(iv["why"]), STYLED["assumptions"]))
-    items.append(Styled("what this assumes:\n" + "\n".join(f"  - {a}" for a in d["assumptions"]),
-                        STYLED["assumptions"]))
+        items.append(Text("the interval is widest for: " + "; ".join(iv["why"]), style=STYLED["assumptions"]))
+    items.append(Text("what this assumes:\n" + "\n".join(f"  - {a}" for a in d["assumptions"]),
+                      style=STYLED["assumptions"]))
     return items
-
-
-def _cells(*texts) -> list[str]:
-    return [t if isinstance(t, Styled) else str(t) for t in texts]
 
 
 def _run_rows(add, d: dict, iv: dict | None) -> None:
     """Wall clock, device-hours, cost and energy; without a data size, one row saying what they need."""
     if d.get("wall_clock_s") is None:
-        add(_cells("wall clock, cost", "need a data size", "--examples N --tokens-per-example T, or --tokens T"))
+        add("wall clock, cost", "need a data size", "--examples N --tokens-per-example T, or --tokens T")
         return
     wall = duration(d["wall_clock_s"])
     if iv and "wall_clock_s_low" in iv:
         wall += f" ({duration(iv['wall_clock_s_low'])} - {duration(iv['wall_clock_s_high'])}, {iv['coverage']:.0%})"
-    add(_cells("wall clock", wall, "load + train + eval + checkpoints"))
-    add(_cells("device-hours", number(d["device_hours"], "GPU-h"), f"{d['gpus']} GPU(s)"))
+    add("wall clock", wall, "load + train + eval + checkpoints")
+    add("device-hours", number(d["device_hours"], "GPU-h"), f"{d['gpus']} GPU(s)")
     cost = money(d["cost_usd"])
     if iv and "cost_usd_low" in iv:
         cost += f" ({money(iv['cost_usd_low'])} - {money(iv['cost_usd_high'])})"
-    add(_cells("cost", cost, d["rate_source"]))
-    add(_cells("energy", number(d["energy_kwh"], "kWh"), f"{number(d['co2_kg'], 'kg CO2')}"))
+    add("cost", cost, d["rate_source"])
+    add("energy", number(d["energy_kwh"], "kWh"), f"{number(d['co2_kg'], 'kg CO2')}")
 
 
 def largest_micro_batch_row(d: dict) -> tuple[str, str, str]:
@@ -166,30 +154,10 @@ def largest_micro_batch_row(d: dict) -> tuple[str, str, str]:
     return ("largest micro-batch", str(mb), f"at seq_len {seq}")
 
 
-def rich_renderable(items: list):
-    """The items as rich renderables (a Group of tables and styled texts; cells are read as written,
-    without rich markup)."""
-    from rich.console import Group
-    from rich.table import Table as RichTable
-    from rich.text import Text
-
-    out = []
-    for it in items:
-        if isinstance(it, Styled):
-            out.append(Text(str(it), style=it.style))
-            continue
-        t = RichTable(title=it.title, show_header=True, header_style="bold", title_justify="left")
-        for h, j, style in zip(it.headers, it.justify, it.styles or [None] * len(it.headers), strict=True):
-            t.add_column(h, justify=j, style=style)
-        for n, row in enumerate(it.rows):
-            cells = [Text(str(c), style=c.style if isinstance(c, Styled) else "") for c in row]
-            t.add_row(*cells, style="bold" if it.bold_last and n == len(it.rows) - 1 else None)
-        out.append(t)
-    return Group(*out)
-
-
 def print_estimate(r, console=None) -> None:
-    (console or report_console()).print(rich_renderable(estimate_items(r)))
+    from rich.console import Group
+
+    (console or report_console()).print(Group(*estimate_items(r)))
 
 
 def estimate_text(r) -> str:
