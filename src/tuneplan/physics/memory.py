@@ -11,15 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.physics.activations import (
-    activation_bytes_per_token_layer,
-    backward_peak_bytes,
-    checkpointed_activations,
-    frozen_product_saving,
-    fused_swiglu_saving,
-    linear_input_saving,
-    replicated_bytes,
-)
+from tuneplan.physics import activations
 from tuneplan.physics.architecture import vision_activation_bytes
 from tuneplan.physics.codes import MethodCode, OptimizerCode, ShardingCode, full_weights
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
@@ -83,7 +75,7 @@ def eval_pass_bytes(a: Arrays, states: np.ndarray, grads: np.ndarray,
     states = states + np.where(get(a, "grad_buffers") > 0, grads, 0.0)
     eb = get(a, "eval_batch")
     tokens = eb * a["seq_len"] / a["cp"]
-    per = activation_bytes_per_token_layer(a, c)
+    per = activations.activation_bytes_per_token_layer(a, c)
     layer = tokens * np.maximum(per["dense"], per["moe"]) * c.activation_scale / a["tp"]
     logits = logits_memory_bytes(tokens, a["vocab"], a["tp"], get(a, "ce_code"), EVAL_LOGITS_BYTES_PER_ELEMENT)
     return np.where(eb > 0, states + layer + logits, 0.0)
@@ -167,23 +159,23 @@ def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -
     sequence parallel keep them (physics/activations.py); the first pipeline stage holds the
     in-flight micro-batches, the last one the loss."""
     tp, pp, cp = a["tp"], a["pp"], a["cp"]
-    per = activation_bytes_per_token_layer(a, c)
+    per = activations.activation_bytes_per_token_layer(a, c)
     el_bytes = np.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
-    saving = linear_input_saving(a, el_bytes)
-    repl = replicated_bytes(a, el_bytes) * c.activation_scale
+    saving = activations.linear_input_saving(a, el_bytes)
+    repl = activations.replicated_bytes(a, el_bytes) * c.activation_scale
     tokens = a["micro_batch"] * a["seq_len"] / cp
     L = a["n_layers"]
     moe_layers = np.minimum(a["moe_layers"], L)
     layers = L / pp * a["bwd_layer_fraction"]
     moe_share = np.where(L > 0, moe_layers / np.maximum(L, 1.0), 0.0)
-    fused = fused_swiglu_saving(a, el_bytes)
-    frozen = frozen_product_saving(a, el_bytes)  # a frozen down projection keeps no input
+    fused = activations.fused_swiglu_saving(a, el_bytes)
+    frozen = activations.frozen_product_saving(a, el_bytes)  # a frozen down projection keeps no input
     fused = {k: fused[k] + frozen[k] for k in fused}
     per_dense, per_moe = ((per[k] - (saving[k] + fused[k]) * c.activation_scale - repl) / tp + repl
                           for k in ("dense", "moe"))
     per_layer = (1.0 - moe_share) * per_dense + moe_share * per_moe
     eager = np.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / cp) * el_bytes * c.activation_scale / tp
-    acts_stage = checkpointed_activations(a, tokens, per_layer, per["layer_input"], eager, layers)
+    acts_stage = activations.checkpointed_activations(a, tokens, per_layer, per["layer_input"], eager, layers)
     in_flight = pipeline_inflight_factor(pp, get(a, "vpp"), a["grad_accum"])
     logits = logits_memory_bytes(tokens, a["vocab"], tp, get(a, "ce_code"), c.logits_bytes_per_element)
     # pipeline: the first stage holds in_flight micro-batches' activations, the last one a micro-batch's
@@ -262,7 +254,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
     # gradients at the peak: those not written into memory the backward has freed
     # (activations.backward_peak_bytes; all of them where they accumulate or live in a buffer)
-    grads = backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
+    grads = activations.backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
     # in the backward's step: the first (largest) gradient is written while every activation is still held
     grads = np.where(in_bwd, optimizer_in_backward_bytes(a, trainable, grad_bytes, split), grads)
     backward = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
@@ -274,22 +266,12 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     evaluation = eval_pass_bytes(a, weights + master + opt + gathered + ddp_buckets + workspace, step_grads, c)
     g = BYTES_PER_GIB
     out = {
-        "weights_gib": weights / g,
-        "gradients_gib": grads / g,
-        "gradient_buckets_gib": ddp_buckets / g,
-        "master_weights_gib": master / g,
-        "optimizer_gib": opt / g,
-        "gathered_params_gib": gathered / g,
-        "activations_gib": acts / g,
-        "logits_gib": logits / g,
-        "workspace_gib": workspace / g,
-        "calibration_gib": np.zeros_like(backward),
-        "cuda_context_gib": np.full_like(backward, c.cuda_context_gib),
-        "capacity_gib": a["memory_bytes"] / g,
-        "variable_shape_gib": variable / g,
-        "step_peak_gib": step / g,
-        "eval_peak_gib": evaluation / g,
-    }
+        "weights_gib": weights / g, "gradients_gib": grads / g, "gradient_buckets_gib": ddp_buckets / g,
+        "master_weights_gib": master / g, "optimizer_gib": opt / g, "gathered_params_gib": gathered / g,
+        "activations_gib": acts / g, "logits_gib": logits / g, "workspace_gib": workspace / g,
+        "calibration_gib": np.zeros_like(backward), "cuda_context_gib": np.full_like(backward, c.cuda_context_gib),
+        "capacity_gib": a["memory_bytes"] / g, "variable_shape_gib": variable / g, "step_peak_gib": step / g,
+        "eval_peak_gib": evaluation / g}
     settle_peaks(out, backward / g, c)
     return out
 
