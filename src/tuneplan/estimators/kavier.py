@@ -195,18 +195,9 @@ class KavierEstimator(BorrowsMemory):
         tokens = Ga * B * S * G
         thr = tokens / Ts * scale
         step = tokens / thr
-        out = {
-            "step_s": step,
-            "forward_s": Ga * Tf,
-            "backward_s": Ga * Tb,
-            "optimizer_s": To,
-            "communication_s": Tc,
-            "compute_s": Ga * (Tf + Tb),
-            "tokens_per_step": tokens,
-            "model_flops_per_step": 6.0 * P * tokens,
-            "efficiency": E,
-        }
-        return out
+        return {"step_s": step, "forward_s": Ga * Tf, "backward_s": Ga * Tb, "optimizer_s": To, "communication_s": Tc,
+                "compute_s": Ga * (Tf + Tb), "tokens_per_step": tokens, "model_flops_per_step": 6.0 * P * tokens,
+                "efficiency": E}
 
     def assumptions(self, job=None) -> list[str]:
         return [

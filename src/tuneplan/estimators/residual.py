@@ -124,13 +124,12 @@ class Residual:
         self.far_forest = Forest(far_model) if far_model else None
         names = list(model.get("features") or [])
         self.far_columns = ([names.index(n) for n in far_model["features"]] if far_model else None)
-        self.lo_list = [float(v) for v in lo]
-        self.hi_list = [float(v) for v in hi]
+        self.lo, self.hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
         self.shrink = float(shrink)  # share kept far from every measured configuration
         self.near = float(shrink if near is None else near)  # share kept next to measured configurations
         self.tau = float(tau)
         # earlier calibration files stored one feature box per source instead of the training rows
-        self.box_lists = [([float(v) for v in b[0]], [float(v) for v in b[1]]) for b in (boxes or [])]
+        self.boxes = [(np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=float)) for b in (boxes or [])]
         self.capacity = dict(capacity or {})  # the boosting rounds and smallest leaf chosen for it
         self._points = points  # the training rows (rows x features; numpy's or lists), read lazily
         # the training rows' residuals, and the share of the correction that is the nearest row's one
@@ -138,24 +137,12 @@ class Residual:
         self.values = None if values is None else [float(v) for v in values]
         self.value_share = float(value_share) if self.values else 0.0
 
-    # numpy views of the bounds and training rows
-    @cached_property
-    def lo(self) -> np.ndarray:
-        return np.asarray(self.lo_list, dtype=float)
-
-    @cached_property
-    def hi(self) -> np.ndarray:
-        return np.asarray(self.hi_list, dtype=float)
-
-    @cached_property
-    def boxes(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [(np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=float)) for b in self.box_lists]
-
     @cached_property
     def points(self) -> np.ndarray:
+        """The training rows as a numpy matrix (read lazily)."""
         if self._points is None:
-            return np.empty((0, len(self.lo_list)))
-        return np.asarray(self._points, dtype=float).reshape(-1, len(self.lo_list))
+            return np.empty((0, len(self.lo)))
+        return np.asarray(self._points, dtype=float).reshape(-1, len(self.lo))
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(lo, hi, span) of the training range."""

@@ -168,12 +168,7 @@ class XiaEstimator(BorrowsMemory):
         samples_per_step = a["micro_batch"] * a["grad_accum"] * a["dp"]
         step = samples_per_step / (q * a["dp"])
         tokens = samples_per_step * a["seq_len"]
-        return {
-            "step_s": step,
-            "compute_s": step,
-            "tokens_per_step": tokens,
-            "xia_c2": c2, "xia_c3": c3, "xia_c4": c4,
-        }
+        return {"step_s": step, "compute_s": step, "tokens_per_step": tokens, "xia_c2": c2, "xia_c3": c3, "xia_c4": c4}
 
     def assumptions(self, job=None) -> list[str]:
         src = (f"Eq. (2) coefficients fitted per (model, GPU, dataset) in '{self.calibration_name}'."

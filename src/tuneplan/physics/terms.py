@@ -395,12 +395,9 @@ def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]
     intra = gpu.intra_node_gbs if gpu.intra_node_gbs > 0 else 16.0
     inter = gpu.inter_node_gbps if gpu.inter_node_gbps > 0 else c.default_inter_node_gbps
     return {
-        "peak_flops": gpu.tflops(precision) * 1e12,
-        "mem_bw": gpu.memory_bandwidth_gbs * 1e9,
-        "memory_bytes": usable_memory_gib(gpu) * 1024.0**3,
-        "intra_bw": intra * 1e9,
-        "inter_bw": inter / 8.0 * 1e9,
-        "nvlink_domain": float(gpu.nvlink_domain_gpus),
+        "peak_flops": gpu.tflops(precision) * 1e12, "mem_bw": gpu.memory_bandwidth_gbs * 1e9,
+        "memory_bytes": usable_memory_gib(gpu) * 1024.0**3, "intra_bw": intra * 1e9,
+        "inter_bw": inter / 8.0 * 1e9, "nvlink_domain": float(gpu.nvlink_domain_gpus),
         "tdp_w": gpu.tdp_w if gpu.tdp_w > 0 else 300.0,
         "matmul_rel": (gpu.matmul_efficiency or REFERENCE_MATMUL_EFFICIENCY) / REFERENCE_MATMUL_EFFICIENCY,
         # PEFT adapters' fp32 matmuls (physics/peft_methods.py): torch leaves TF32 off for matmuls by default
