@@ -104,14 +104,10 @@ def nearest_values(X: np.ndarray, points: np.ndarray, values, span: np.ndarray) 
 
 
 class Residual:
-    """A boosted correction on log-residuals. How much of it applies depends on where a configuration
-    lies: next to measured configurations (a sibling of a training row: the same source, one setting
-    changed) the `near` share, far from all of them the `far` share, fading between them with the
-    distance to the nearest training row (scale `tau`); the shares, `tau` and the trees' size are chosen
-    on held-out folds and sources. The far share may come from trees of its own on a subset of the
-    features (`far_model`: the throughput correction's are fitted on the work's shape only, so a new
-    machine is not given a measured one's offset). Outside the whole training range the correction
-    fades to nothing."""
+    """A boosted correction on log-residuals: the `near` share of it next to measured configurations, the
+    `far` share away from all, fading with the distance to the nearest training row (scale `tau`), and to
+    nothing outside the training range. The far share may come from trees on a subset of the features
+    (`far_model`: the work's shape only, so a new machine is not given a measured one's offset)."""
 
     def __init__(self, model: dict, lo: list[float], hi: list[float], shrink: float = 1.0,
                  near: float | None = None, tau: float = 1.0, boxes: list | None = None,

@@ -1,7 +1,5 @@
-"""tuneplan's own estimator: FLOPs per layer from the config, the backward pass costed by method,
-recompute, dequantisation, optimizer traffic, overlapped communication, an efficiency curve in the
-tokens per micro-step — then, when a calibration is loaded, its fitted constants and a
-gradient-boosted correction on the log-residuals. `fit` learns both from measured runs: the physics'
+"""tuneplan's own estimator: the physics (physics/step.py, physics/memory.py) with a calibration's fitted
+constants and gradient-boosted correction on the log-residuals. `fit` learns both from measured runs: the
 named constants by bounded least squares on log-error with an L2 pull to their priors (every source
 weighing the same), then the residual correction (`residual_fit`)."""
 
@@ -35,11 +33,9 @@ LOOKAHEAD_MAX_ROWS = 64
 
 def source_centring(sources: np.ndarray | None):
     """A function removing each source's own mean log-error, relative to the mean over sources, from the
-    log-errors of the rows (None with fewer than two sources). The throughput constants are fitted on
-    what the sources share — how throughput moves with the work's shape — while each source's overall
-    offset (its stack: framework, kernels, data loader, clocks) is left out: a new stack's offset is one
-    number, which its first runs give (`tuneplan.learn.adapt`); fitted into the constants it would bend
-    their shape. The mean level over sources stays in the constants."""
+    rows' log-errors (None with fewer than two sources): the throughput constants are fitted on how
+    throughput moves with the work's shape, not on each stack's overall offset (one number, which a new
+    stack's first runs give: `tuneplan.learn.adapt`)."""
     if sources is None:
         return None
     _, inv, counts = np.unique(np.asarray(sources).astype(str), return_inverse=True, return_counts=True)
@@ -145,10 +141,9 @@ class TuneplanEstimator:
         return consts(sol.x)
 
     def _throughput_weight(self, a: dict, y: np.ndarray, sources: np.ndarray) -> float | None:
-        """The throughput constants' prior pull, chosen on the training sources alone: groups of them held
-        out in turn (INNER_SOURCE_GROUPS), each candidate of THROUGHPUT_PRIOR_GRID fitted on the others
-        and scored by the mean over held-out sources of their median absolute log error (every source
-        weighing the same). None: the priors transfer best, keep them. Ties go to the stronger pull."""
+        """The throughput constants' prior pull (None: keep the priors), chosen on the training sources alone:
+        each THROUGHPUT_PRIOR_GRID candidate fitted with INNER_SOURCE_GROUPS groups of them held out in turn,
+        scored by the mean over held-out sources of their median absolute log error; ties to the stronger pull."""
         from tuneplan.estimators import residual_fit as rf
 
         src = np.asarray(sources).astype(str)
@@ -182,9 +177,8 @@ class TuneplanEstimator:
         return best
 
     def _memory_weight(self, a: dict, y: np.ndarray, kinds: list[str], sources: np.ndarray) -> float | None:
-        """The memory constants' prior pull, chosen by leave-one-source-out error among
-        MEMORY_PRIOR_GRID (None: keep the priors): a calibration is applied to machines and frameworks it
-        has not seen, so the pull that transfers best across sources wins."""
+        """The memory constants' prior pull, chosen by leave-one-source-out error among MEMORY_PRIOR_GRID
+        (None: keep the priors): the pull that transfers best across sources wins."""
         from tuneplan.estimators import residual_fit as rf
 
         uniq = sorted(set(np.asarray(sources).tolist()))
@@ -209,9 +203,8 @@ class TuneplanEstimator:
         return min(scores, key=lambda w: (scores[w], 0 if w is None else 1)) if scores else rf.MEMORY_PRIOR_WEIGHT
 
     def fit(self, X: Arrays, y: np.ndarray, groups: np.ndarray) -> TuneplanEstimator:
-        """Fit on X, the physics' arrays of the rows with `_mem_kinds` (what each measured peak counts:
-        allocated, reserved or nvidia-smi), y their (tokens/s, peak GiB), NaN where not measured, and
-        groups their sources. Fitted: `constants` and `residual` (what it predicts with), `thr_residual_`,
+        """Fit on X (the physics' arrays, `_mem_kinds`: what each measured peak counts), y (tokens/s, peak
+        GiB; NaN where not measured) and groups (sources). Fitted: `constants`, `residual`, `thr_residual_`,
         `mem_residual_`, `thr_pull_`, `notes_`, `choices_`."""
         from tuneplan.estimators import residual_fit as rf
         from tuneplan.estimators.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
@@ -358,11 +351,9 @@ class TuneplanEstimator:
         out["memory_gib"] = out["nvidia_smi_gib"]
 
     def max_micro_batch(self, a: Arrays, represents: int | None = None) -> np.ndarray:
-        """The largest micro-batch that fits, per row. `represents`: the rows these stand for (a
-        table's rows with each distinct configuration searched once): the search runs as it would
-        over them all (its steps per call follow that count).
-        The halvings of `physics.memory.max_micro_batch`, several per call when few rows are searched."""
-        # search with the (corrected) memory: 14 halvings of [0, 4097)
+        """The largest micro-batch that fits, per row, by the (corrected) memory's halvings of [0, 4097),
+        several per call when few rows are searched. `represents`: the rows these distinct ones stand for
+        (the search's steps per call follow that count)."""
         n = len(a["micro_batch"])
         rows = n if represents is None else represents
         lo = np.zeros(n)

@@ -1,10 +1,7 @@
-"""Peak GPU memory of a fine-tuning step, term by term, vectorised over configurations.
-
-Per GPU, in bytes: weights by storage, gradients, the fp32 master copy where the job keeps one
-(`JobSpec.fp32_master`), optimizer states (each divided by the ranks that shard it), activations (per
-layer from the shapes), logits with their fp32 loss copy, and fixed overheads. The analytic sum is what
-torch's allocator holds (`allocated`); `reserved` adds the caching allocator's fragmentation and
-`nvidia-smi` the CUDA context.
+"""Peak GPU memory of a fine-tuning step, term by term, vectorised over configurations: weights by
+storage, gradients, the fp32 master copy (`JobSpec.fp32_master`), optimizer states (each divided by the
+ranks that shard it), activations, logits with their fp32 loss copy, and fixed overheads. The sum is
+torch's `allocated`; `reserved` adds the caching allocator's fragmentation, `nvidia-smi` the CUDA context.
 """
 
 from __future__ import annotations
@@ -38,10 +35,9 @@ moment when beta1 is set); GaLore-AdamW as AdamW for the weights it does not pro
 
 
 def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
-    """Temporaries of the optimizer step (bytes): torch.optim.AdamW's default multi-tensor path
-    (`_multi_tensor_adam`) computes `torch._foreach_sqrt(exp_avg_sqs)` for a whole group at once: one
-    second moment's bytes (half of AdamW's states). A fused step (torch `fused=True`, apex, TE, DeepSpeed
-    FusedAdam), a per-parameter loop and the other optimizers are counted without one."""
+    """Temporaries of the optimizer step (bytes): torch AdamW's multi-tensor path (`_multi_tensor_adam`)
+    computes `torch._foreach_sqrt(exp_avg_sqs)` for a whole group at once, one second moment's bytes; a
+    fused step (torch `fused=True`, apex, TE, DeepSpeed FusedAdam), a loop and other optimizers have none."""
     adamw = np.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
     return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
 
@@ -49,10 +45,8 @@ def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
 def optimizer_in_backward_bytes(a: Arrays, trainable: np.ndarray, grad_bytes: np.ndarray,
                                 split: np.ndarray) -> np.ndarray:
     """Gradient bytes alive at once with the optimizer inside the backward (torchtune 0.6.1
-    training/memory.py register_optim_in_bwd_hooks, `optimizer_in_bwd: True`): a post-accumulate-grad hook
-    on every trained parameter runs that parameter's own optimizer step and `zero_grad()` as soon as its
-    gradient is ready, so one parameter's gradient is held at a time: the largest trained tensor's (the
-    embedding or output projection, vocab x hidden, else an MLP matrix), at most all trained weights'."""
+    training/memory.py register_optim_in_bwd_hooks): each parameter is stepped and its gradient freed when
+    ready, so one is held at a time: the largest trained tensor's (vocab x hidden, else an MLP matrix)."""
     largest = np.maximum(a["vocab"], np.maximum(a["intermediate"], a["moe_intermediate"])) * a["hidden"] / split
     return np.minimum(largest, trainable) * grad_bytes
 
@@ -66,12 +60,10 @@ gradients under the Trainer's `torch.no_grad()` (prediction_step)."""
 
 def eval_pass_bytes(a: Arrays, states: np.ndarray, grads: np.ndarray,
                     c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
-    """Peak of an evaluation pass per GPU (bytes), a phase between optimizer steps; 0 where the job does
-    not evaluate (`eval_batch` 0). The persistent `states` (weights, master copy, moments), the step's
-    `grads` only where they live in persistent buffers (HF's zero_grad(set_to_none=True) frees them), and
-    a forward without autograd at the evaluation batch: one layer's tensors at a time, nothing saved for a
-    backward, and the batch's logits at the loss (`EVAL_LOGITS_BYTES_PER_ELEMENT`; a chunked or fused
-    loss as in training)."""
+    """Peak of an evaluation pass per GPU (bytes; 0 without one, `eval_batch` 0): the persistent `states`,
+    the step's `grads` where they live in persistent buffers (HF's zero_grad(set_to_none=True) frees them),
+    and a forward without autograd at the evaluation batch: one layer's tensors and the batch's logits at
+    the loss (`EVAL_LOGITS_BYTES_PER_ELEMENT`; a chunked or fused loss as in training)."""
     states = states + np.where(get(a, "grad_buffers") > 0, grads, 0.0)
     eb = get(a, "eval_batch")
     tokens = eb * a["seq_len"] / a["cp"]
@@ -84,44 +76,38 @@ def eval_pass_bytes(a: Arrays, states: np.ndarray, grads: np.ndarray,
 def variable_shape_bytes(a: Arrays, per_token_bytes: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
     """Blocks the caching allocator keeps for batches of other lengths (bytes, reserved only):
     `variable_shape_reserve` x the per-token transients where batch shapes vary; none under expandable
-    segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment grows and its freed pages
-    serve any size, so a shorter batch's blocks are reused by a longer one instead of held beside it)."""
+    segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: freed pages serve any size)."""
     vary = (a["variable_shapes"] > 0) & (get(a, "expandable_segments") == 0)
     return np.where(vary, c.variable_shape_reserve * per_token_bytes, 0.0)
 
 
 def galore_state_elements(a: Arrays) -> np.ndarray:
-    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0, as
-    transformers' `galore_adamw` runs it): each m x n gradient is projected to rank r on its smaller side,
-    so the projector holds r x min(m, n) and the two moments r x max(m, n) each, in the weights' dtype.
-    Autograd still allocates the full gradient; the step runs one matrix at a time (no temporary)."""
+    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0 as
+    transformers' `galore_adamw` runs it): a rank-r projector r x min(m, n) and two moments r x max(m, n)
+    per m x n matrix; autograd still allocates the full gradient."""
     return a["galore_rank"] * (a["galore_min_dims"] + 2.0 * a["galore_max_dims"])
 
 
 def expert_split_ratio(a: Arrays) -> np.ndarray:
-    """How many more GPUs split one copy of the experts than split the dense weights: ep x etp / tp.
-    Megatron-Core (parallel_state.initialize_model_parallel, 0.13) builds the expert groups over the
-    same tp x cp x dp ranks of a pipeline stage as etp x ep x expert-data-parallel, so the experts'
-    data-parallel degree is tp x cp x dp / (ep x etp) = (cp x dp) / this ratio."""
+    """How many more GPUs split one copy of the experts than the dense weights: ep x etp / tp (Megatron-Core
+    0.13 parallel_state.initialize_model_parallel: the experts' data parallel is (cp x dp) / this ratio)."""
     return a["ep"] * get(a, "etp") / a["tp"]
 
 
 def expert_sharding(div: np.ndarray, ep: np.ndarray, expert_here: np.ndarray) -> np.ndarray:
     """The effective shard count of a GPU's weights, gradients or states when `expert_here` of them are
-    expert weights: dense ones over the `div` data x context parallel ranks, expert ones over the
-    expert-data-parallel ranks only, div / ep (`ep`: expert_split_ratio; Megatron-Core's
-    `expert_data_parallel_group`, DeepSpeed-MoE alike). Unsharded (div 1) stays 1."""
+    expert weights: dense ones over `div` ranks, expert ones over div / ep (`ep`: expert_split_ratio;
+    Megatron-Core's `expert_data_parallel_group`, DeepSpeed-MoE alike)."""
     expert_div = np.where(div > 1, np.maximum(div / ep, 1.0), 1.0)
     return 1.0 / ((1.0 - expert_here) / div + expert_here / expert_div)
 
 
 def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole: np.ndarray,
                       share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding: the master copy and fp32
-    moments where the job keeps one (JobSpec.fp32_master); otherwise 16-bit weights train in place with
-    moments allocated like the parameter (torch zeros_like: 16-bit; 8-bit states unchanged). GaLore (full
-    fine-tuning) keeps the block linears' states in rank-r projections (`galore_state_elements`).
-    `whole`: rows training whole weights (full, freeze); `share`: the part of the model's matrices on this GPU."""
+    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding: master and fp32 moments
+    where the job keeps one (JobSpec.fp32_master), else 16-bit weights train in place with moments like the
+    parameter (torch zeros_like; 8-bit states unchanged); GaLore keeps the block linears' states in rank-r
+    projections. `whole`: rows training whole weights; `share`: the part of the matrices on this GPU."""
     pbytes = a["weight_bytes_compute"]
     trained16 = whole & (pbytes == 2)
     keep32 = a["fp32_master"] > 0
@@ -140,11 +126,9 @@ def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole:
 
 def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, grad_bytes: np.ndarray,
                    shards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(through the backward, at the optimizer step) gradient bytes per GPU: every trained weight's
-    gradient over `shards` GPUs. Adapters inside FSDP1 block units: the whole flat parameter's gradient,
-    in its storage dtype (one dtype per flat parameter, the adapters' the compute dtype; physics/fsdp.py
-    flat_parameter_gradients). FSDP accumulating under no_sync holds them unsharded through the backward,
-    on the GPU even when offloaded (physics/fsdp.py accumulated_unsharded); the step sees the shards."""
+    """(through the backward, at the optimizer step) gradient bytes per GPU over `shards` GPUs: adapters in
+    FSDP1 block units the whole flat parameter's, in its storage dtype (fsdp.flat_parameter_gradients);
+    under no_sync unsharded through the backward, even when offloaded (fsdp.accumulated_unsharded)."""
     whole = np.where(flat_parameter_gradients(a), trainable * a["weight_bytes_compute"]
                      + frozen_lin * a["frozen_linear_bytes"], trainable * grad_bytes)
     sharded = whole / np.maximum(shards, 1.0)
@@ -153,11 +137,9 @@ def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, gra
 
 
 def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> tuple[np.ndarray, np.ndarray]:
-    """Saved activations and loss buffers per GPU (bytes) at the peak stage.
-
-    Per layer from the shapes, as the checkpointing mode, offload, the low-precision recipe and
-    sequence parallel keep them (physics/activations.py); the first pipeline stage holds the
-    in-flight micro-batches, the last one the loss."""
+    """Saved activations and loss buffers per GPU (bytes) at the peak stage: per layer as the checkpointing
+    mode, offload, low precision and sequence parallel keep them (physics/activations.py); the first
+    pipeline stage holds the in-flight micro-batches, the last one the loss."""
     tp, pp, cp = a["tp"], a["pp"], a["cp"]
     per = activations.activation_bytes_per_token_layer(a, c)
     el_bytes = np.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
@@ -278,14 +260,11 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
 def settle_peaks(out: Arrays, backward_gib: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS,
                  outside_gib: np.ndarray | float = 0.0) -> None:
-    """Allocated (the largest of the backward's peak, the optimizer step's `step_peak_gib` and an
-    evaluation pass's `eval_peak_gib`, with the step's share above the backward as `optimizer_step_gib`
-    and the evaluation's above both as `eval_pass_gib`), reserved, nvidia-smi and the fit.
-
-    Only the backward's blocks carry fragmentation (`allocator_overhead`): the later phases reuse the
-    blocks it freed (other batch shapes' included). Blocks cached for other batch shapes show in
-    reserved / nvidia-smi but do not decide the fit (torch frees them before failing). `outside_gib`:
-    memory outside torch's allocator (an inference engine's pool) on top of the CUDA context."""
+    """Allocated (the largest of the backward's, the optimizer step's and an evaluation pass's peaks, the
+    later phases' shares above it as `optimizer_step_gib` and `eval_pass_gib`), reserved, nvidia-smi and
+    the fit. Only the backward's blocks carry fragmentation (the later phases reuse them); blocks cached
+    for other batch shapes count in reserved but not in the fit (torch frees them before failing).
+    `outside_gib`: memory outside torch's allocator (an inference engine's pool)."""
     step = out["step_peak_gib"]
     trained = np.maximum(backward_gib, step)
     after = np.maximum(step, out.get("eval_peak_gib", 0.0))  # the phases after the backward freed its tensors
@@ -308,8 +287,7 @@ def backward_peak_gib(out: Arrays) -> np.ndarray:
 
 
 def max_micro_batch(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, upper: int = 4096) -> np.ndarray:
-    """Largest micro-batch whose peak (as nvidia-smi would see it) fits the GPU, by binary search
-    over the vectorised memory model at the configured sequence length; 0 when even 1 does not fit."""
+    """Largest micro-batch that fits the GPU, by binary search over the memory model; 0 when 1 does not."""
     n = len(next(iter(a.values())))
     lo = np.zeros(n)
     hi = np.full(n, float(upper) + 1)

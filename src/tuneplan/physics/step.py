@@ -1,8 +1,5 @@
-"""Step time of a fine-tuning run, term by term, vectorised over configurations.
-
-All inputs are the flat arrays of `physics.terms.build_arrays` (or arrays the planner builds
-directly); every function broadcasts, so one call evaluates one configuration or a million.
-Times are seconds per optimizer step on one GPU (all GPUs run in lockstep).
+"""Step time of a fine-tuning run, term by term, vectorised over the flat arrays of
+`physics.terms.build_arrays` (or the planner's): seconds per optimizer step on one GPU (all in lockstep).
 """
 
 from __future__ import annotations
@@ -41,9 +38,8 @@ DOMAIN_ROWS = 4096
 planner's grids of thousands skip the bookkeeping."""
 
 PEFT_ADAPTER_PASSES = 4.0
-"""Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
-(IA3's scaling vectors, the rest of physics/peft_methods.py), forward + backward (passes of 2-byte
-elements): a multiply each way and its gradient (their fp32 copies are peft_methods' own terms)."""
+"""Element-wise passes (2-byte elements, forward + backward) over the adapted inputs and outputs of PEFT
+methods outside the LoRA family (physics/peft_methods.py): a multiply each way and its gradient."""
 
 
 def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
@@ -62,10 +58,9 @@ def ring_bytes(nbytes: np.ndarray, p: np.ndarray, factor: float) -> np.ndarray:
 
 
 def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
-    """Element-wise work per token per layer (elements): the hidden state through norms and residuals
-    (4h), attention's q/k/v/output (2q + 2kv), and the MLP's intermediate tensors (3I gated, 2I plain;
-    MoE: top-k experts' widths); hybrid stacks weigh attention and MLP by the layers that have them and
-    add the Mamba mixers' tensors (`architecture.layer_shares`)."""
+    """Element-wise work per token per layer (elements): norms and residuals (4h), attention's q/k/v/output
+    (2q + 2kv), the MLP's intermediates (3I gated, 2I plain; MoE: top-k experts'), weighed for hybrid
+    stacks by the layers that have them, plus the Mamba mixers' tensors (`architecture.layer_shares`)."""
     attn_share, mlp_share, ssm_per_layer = layer_shares(a)
     inter = np.where(a["moe_layers"] > 0, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"],
                      a["intermediate"] * mlp_share)
@@ -74,10 +69,9 @@ def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
 
 
 def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arrays:
-    """Forward, backward and recompute seconds of one micro-step, operation by operation: the blocks'
-    dense GEMMs at the precision's rate (physics/precision.py), MoE experts' GEMMs at the rows each
-    expert receives, the LM head and adapters in bf16, attention at FlashAttention's efficiency for its
-    span and head dimension (physics/ops.py)."""
+    """Forward, backward and recompute seconds of one micro-step: dense GEMMs at the precision's rate,
+    experts' at the rows each receives, LM head and adapters in bf16, attention at FlashAttention's
+    efficiency for its span and head dimension (physics/ops.py)."""
     tp, pp = a["tp"], a["pp"]
     split = tp * pp
     S = a["seq_len"]
@@ -126,9 +120,8 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
 
 def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, bw: np.ndarray,
                             rec_share: np.ndarray) -> Arrays:
-    """Memory-bound work of one micro-step (s): dequantisation, DoRA's norm, adapter element-wise
-    passes and kernel launches, per-layer overhead, the loss, the activations' element-wise kernels,
-    and the low-precision casts; each by the kernels the framework runs (physics/ops.py)."""
+    """Memory-bound work of one micro-step (s): dequantisation, DoRA's norm, adapters' passes and launches,
+    per-layer overhead, the loss, element-wise kernels and low-precision casts (physics/ops.py)."""
     split = a["tp"] * a["pp"]
     L = a["n_layers"]
     kind = np.asarray(a["dequant_bytes"]).astype(np.intp)
@@ -264,12 +257,9 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
 def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants, dom: Arrays | None,
                    times) -> np.ndarray:
     """`times` data-parallel collectives of `nbytes` per GPU (factor 2 all-reduce, 1 all-gather /
-    reduce-scatter): a ring inside a domain, hierarchical across domains
-    (parallel.hierarchical_allreduce_parts), recorded by domain in `dom` (None: not recorded). Gradients
-    are reduced over data x context parallel ranks (context ranks hold the same weights); the experts'
-    share of the bytes only over the expert-data-parallel group, ep x etp / tp times smaller and as many
-    times further apart (Megatron-Core's expert_data_parallel_group, memory.expert_split_ratio; each GPU
-    holds that much less of them)."""
+    reduce-scatter), hierarchical across domains (parallel.hierarchical_allreduce_parts), recorded in
+    `dom`: over data x context ranks, the experts' share over the expert-data-parallel group, ep x etp / tp
+    times smaller and further apart (Megatron-Core's expert_data_parallel_group, memory.expert_split_ratio)."""
     gpn = parallel.domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
     # Megatron-Core orders ranks tp-cp-ep-dp-pp (parallel_state RankGenerator): a data x context group's
     # ranks are tp apart, an expert-data-parallel group's ep x etp apart
@@ -334,10 +324,8 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, dom: Arrays | None) -> np.ndarra
 
 
 def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool | None = None) -> Arrays:
-    """Breakdown of one optimizer step (s): forward, backward, recompute, dequant, overhead,
-    tensor/context/expert-parallel communication, pipeline bubble, optimizer, data-parallel
-    communication (exposed after overlap), and the total; with `domains` (default: up to DOMAIN_ROWS
-    rows, an estimate's) the communication by domain too (physics/comm_domains.py)."""
+    """Breakdown of one optimizer step (s), part by part (contract.STEP_PARTS) and the total; with `domains`
+    (default: up to DOMAIN_ROWS rows) the communication by domain too (physics/comm_domains.py)."""
     mb, S, ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
     tp, pp, cp, dp = a["tp"], a["pp"], a["cp"], a["dp"]
     split = tp * pp
@@ -408,8 +396,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool 
 
 
 def model_flops_per_step(a: Arrays) -> np.ndarray:
-    """The 6N-style model FLOPs of one optimizer step, all GPUs (for MFU): forward + backward,
-    without recompute or dequantisation, counting the attention term."""
+    """Model FLOPs of one optimizer step, all GPUs (for MFU): forward + backward with attention, no recompute."""
     S = a["seq_len"]
     attn_tok = sequence_mixing_flops(a, S, np.where(a["flash_attn"] > 0, get(a, "attn_keys") / S, 1.0))
     per_tok = (a["fwd_block_flops"] + a["head_flops"] + attn_tok + a["adapter_flops"]) + (

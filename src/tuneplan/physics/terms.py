@@ -1,9 +1,6 @@
-"""From specs to numbers: the per-configuration terms the vectorised physics works on.
-
-`model_terms` turns (model, method options) into scalars (FLOPs per token, parameter groups,
-bytes per weight); `job_arrays` adds the job's numbers and the GPU's figures. The result is a
-flat dict of numpy arrays, so one call of `physics.step_time` / `physics.memory` evaluates one
-configuration or a million.
+"""From specs to numbers: `model_terms` turns (model, method options) into scalars (FLOPs per token,
+parameter groups, bytes per weight); `build_arrays` adds the job's and the GPU's into a flat dict of numpy
+arrays, so one call of `physics.step_time` / `physics.memory` evaluates one configuration or a million.
 """
 
 from __future__ import annotations
@@ -277,9 +274,9 @@ def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, bloc
 
 
 def _stacked_expert_split(model: ModelSpec, job: JobSpec, chosen: list, r: float, dense_moe: bool):
-    """`--moe-experts stacked`: the chosen linears LoRA's per-module path still adapts, and the
-    stacked adapters (physics/moe_lora.py). Where peft does not reach the stacks (the model type),
-    the routed experts and router are not adapted at all; an InputError when nothing is left."""
+    """`--moe-experts stacked`: (the chosen linears LoRA's per-module path still adapts, the stacked
+    adapters' terms, physics/moe_lora.py); where peft does not reach the stacks, the routed experts and
+    router are not adapted at all (an InputError when nothing is left)."""
     experts = [lin for lin in chosen if is_routed_expert(lin)]
     rest = [lin for lin in chosen if not is_routed_expert(lin)]
     if peft_reaches_stacks(model, job.peft_version):
@@ -372,17 +369,14 @@ MI300X 0.511...) runs at that / 0.80 of the curve; one not measured at the refer
 
 
 ECC_GDDR_GPUS = ("T4", "A2-", "A10-", "A10G", "A16", "A40", "L4-", "L40")
-"""Data-centre GDDR GPUs that run with ECC on by default (catalog name prefixes). Inline ECC on GDDR
-memory stores its check bits in the DRAM itself: 1/16 of the memory is reserved (NVIDIA T4 / A10 /
-A40 / L40 user guides: "ECC ... reduces the available memory by 6.25%"), which is what nvidia-smi
-reports as total: T4 16 GiB -> 15,360 MiB, A10G 24 GiB -> 23,028 MiB, A40 48 GiB -> 46,068 MiB. HBM
-GPUs (A100, H100, B200) keep ECC out of band: no loss."""
+"""Data-centre GDDR GPUs that run with inline ECC on by default (catalog name prefixes): 1/16 of the DRAM
+holds the check bits (NVIDIA T4 / A10 / A40 / L40 user guides: "ECC ... reduces the available memory by
+6.25%"; nvidia-smi: T4 16 GiB -> 15,360 MiB). HBM GPUs keep ECC out of band: no loss."""
 ECC_RESERVED_FRACTION = 1.0 / 16.0  # the 6.25% above
 
 
 def usable_memory_gib(gpu: GPUSpec) -> float:
-    """Memory a job can use on the GPU (GiB): the catalog's capacity, less inline ECC's 1/16 on the
-    data-centre GDDR parts that have it on by default (ECC_GDDR_GPUS)."""
+    """Memory a job can use on the GPU (GiB): the catalog's, less inline ECC's share (ECC_GDDR_GPUS)."""
     name = getattr(gpu, "name", "").upper()
     ecc = any(name.startswith(p) for p in ECC_GDDR_GPUS)
     return gpu.memory_gib * (1.0 - ECC_RESERVED_FRACTION) if ecc else gpu.memory_gib
