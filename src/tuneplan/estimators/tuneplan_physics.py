@@ -53,15 +53,10 @@ def source_centring(sources: np.ndarray | None):
 def memory_for_kind(mem: dict, kinds: list[str]) -> np.ndarray:
     """The predicted peak in the measurement's own terms: torch allocated, reserved, or nvidia-smi
     (reserved + CUDA context; also used when the kind is unknown)."""
-    out = np.asarray(mem["nvidia_smi_gib"], dtype=float).copy()
-    alloc = np.asarray(mem["allocated_gib"], dtype=float)
-    res = np.asarray(mem["reserved_gib"], dtype=float)
-    for i, k in enumerate(kinds):
-        if k == "allocated":
-            out[i] = alloc[i]
-        elif k == "reserved":
-            out[i] = res[i]
-    return out
+    kinds = np.asarray(kinds, dtype=object)
+    return np.select([kinds == "allocated", kinds == "reserved"],
+                     [np.asarray(mem[k], dtype=float) for k in ("allocated_gib", "reserved_gib")],
+                     np.asarray(mem["nvidia_smi_gib"], dtype=float))
 
 
 def _physics_with(a: Arrays, c: PhysicsConstants) -> Arrays:
