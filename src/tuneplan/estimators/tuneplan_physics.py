@@ -5,7 +5,6 @@ weighing the same), then the residual correction (`residual_fit`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -276,7 +275,7 @@ class TuneplanEstimator:
 
     def payload(self) -> dict:
         return {
-            "constants": {f.name: getattr(self.constants, f.name) for f in dataclasses.fields(PhysicsConstants)},
+            "constants": self.constants.to_dict(),
             "throughput_residual": self.thr_residual_.to_dict() if self.thr_residual_ else None,
             "memory_residual": self.mem_residual_.to_dict() if self.mem_residual_ else None,
             "notes": self.notes_,
@@ -370,12 +369,8 @@ class TuneplanEstimator:
             return np.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
         # the memory correction's features may read the step's parts; without one, memory alone decides
         out = self.physics(a) if getattr(self.residual, "memory_reads_step", True) else memory(a, self.constants)
-        n = len(out["fits"])
-        mem_factor = np.ones(n)
-        if self.residual is not None:
-            mem_factor = self.residual.memory_factor(a, out)
         offset = self.stack.memory_offset_gib if self.stack is not None else 0.0
-        self._apply_memory_correction(a, out, mem_factor, offset)
+        self._apply_memory_correction(a, out, self.residual.memory_factor(a, out), offset)
         return np.asarray(out["fits"], dtype=bool)
 
     def _halvings(self, a: Arrays, lo: np.ndarray, hi: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -114,10 +114,8 @@ def _terms(a: dict, key: str) -> np.ndarray:
 
 
 def stacked_lora_held_bytes(a: dict) -> np.ndarray:
-    """Bytes per GPU autograd holds for the stacks (activations): every adapted layer's W' until the
-    backward (one layer's under activation checkpointing, which rebuilds it there), and the dW' of
-    the layer the backward is in. Stacks are spread like the expert weights (expert, tensor and
-    pipeline parallel: ep x etp x pp GPUs share one copy)."""
+    """Bytes per GPU autograd holds for the stacks: every adapted layer's W' until the backward (one
+    layer's under checkpointing) and the dW' of the layer in hand, over the ep x etp x pp GPUs of a copy."""
     params = _terms(a, "stacked_lora_params")
     per_layer = params / np.maximum(a["moe_layers"], 1.0)
     held = np.where(a["grad_ckpt"] > 0, per_layer, params) + per_layer

@@ -51,11 +51,9 @@ fp8_param_gather, Transformer Engine's fp8_model_init) with its transpose beside
 
 def fp8_weight_bytes(lowp, recipe):
     """Bytes per low-precision linear weight on top of its 16-bit storage: fp8 by recipe
-    (FP8_RECIPE_WEIGHT_BYTES: held beside it less what fp8 primary weights save), fp4 its cast copies
-    (WEIGHT_COPY_BYTES), which are the weight itself under fp8-params: Megatron's fp4_param_gather
-    (megatron-core 0.19.2 fp4_utils.py / extensions/transformer_engine.py: fp4_param builds the weights
-    under Transformer Engine's fp8_model_init with the NVFP4 recipe, as fp8_param does with fp8), so the
-    16-bit copy (2) is not held."""
+    (FP8_RECIPE_WEIGHT_BYTES), fp4 its cast copies (WEIGHT_COPY_BYTES), less the 16-bit copy under
+    fp8-params (Megatron's fp4_param_gather: megatron-core 0.19.2 fp4_utils.py builds the weights under
+    Transformer Engine's fp8_model_init with the NVFP4 recipe)."""
     fp8 = np.select([recipe == code for code in FP8_RECIPE_WEIGHT_BYTES],
                     [held - saved for saved, held in FP8_RECIPE_WEIGHT_BYTES.values()], WEIGHT_COPY_BYTES[1])
     fp4 = WEIGHT_COPY_BYTES[2] - np.where(recipe == FP8_RECIPE_CODES["fp8-params"], 2.0, 0.0)

@@ -57,10 +57,8 @@ def workload(job: JobSpec) -> Workload:
 
 
 def longest_of(mean, cap, k):
-    """Expected longest of k examples (tokens) whose lengths spread evenly about their mean over the widest
-    range the cap allows: uniform on [max(0, 2 mean - cap), min(cap, 2 mean)], whose longest of k averages
-    lo + (hi - lo) k / (k + 1); one example: the mean. An assumption (the runs and --tokens-per-example give
-    the mean only); a batch padded to its longest computes this many tokens per example."""
+    """Expected longest of k examples (tokens), their lengths assumed uniform on [max(0, 2 mean - cap),
+    min(cap, 2 mean)] (only the mean is known): lo + (hi - lo) k / (k + 1); one example: the mean."""
     lo, hi = np.maximum(2.0 * mean - cap, 0.0), np.minimum(cap, 2.0 * mean)
     return lo + (hi - lo) * k / (k + 1.0)
 
