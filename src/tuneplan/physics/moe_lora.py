@@ -139,7 +139,6 @@ def stacked_lora_seconds(a: dict, c, tokens: np.ndarray, bw: np.ndarray, expert_
     return build, factors + wgrad, rec_share * build, launch
 
 
-
 def moe_experts_assumptions(model, job) -> list[str]:
     """What the experts' layout means for a LoRA-family job on a MoE model (said once per estimate)."""
     if not (getattr(model, "is_moe", False) and job.is_lora_family):

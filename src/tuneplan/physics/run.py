@@ -33,13 +33,11 @@ def workload(job: JobSpec) -> Workload:
     """Samples and tokens per epoch from examples / tokens-per-example / tokens / seq-len."""
     tpe, ex, tok = job.tokens_per_example, job.examples, job.tokens
     seq = job.seq_len
+    src = "--seq-len"
     if seq is None:
-        if tpe is not None:
-            seq, src = int(math.ceil(tpe)), "mean tokens per example"
-        else:
+        if tpe is None:
             raise InputError("seq-len", "is needed when --tokens-per-example is not given")
-    else:
-        src = "--seq-len"
+        seq, src = int(math.ceil(tpe)), "mean tokens per example"
     if ex is not None and tpe is not None:
         real = ex * tpe
     elif tok is not None:
