@@ -73,9 +73,8 @@ class KavierScales:
 
 
 class KavierEstimator(BorrowsMemory):
-    """Kavier's model; `fit(X, y)` calibrates its scales on measured throughput. X is the physics'
-    arrays of the rows (`tuneplan.physics.terms.build_arrays`, with the rows' GPU, method and model
-    names: the scales are per name), y their tokens/s. Fitted: `scales_`, `l2_weight_`."""
+    """Kavier's model; `fit(X, y)` calibrates its per-name scales on measured throughput (X the rows'
+    `build_arrays` with their GPU, method and model names, y tokens/s). Fitted: `scales_`, `l2_weight_`."""
 
     name = "kavier"
 

@@ -299,8 +299,7 @@ class TuneplanEstimator:
 
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False, represents: int | None = None) -> Arrays:
         """The physics' figures with the calibration's corrections. `represents`: the rows these distinct
-        configurations stand for (a table predicts its repeated configurations once; the figures do not
-        depend on it)."""
+        configurations stand for (the figures do not depend on it)."""
         out = self.physics(a)
         if self.residual is not None or self.stack is not None:
             n = len(out["step_s"])

@@ -90,9 +90,8 @@ class XiaCoefficients:
 
 
 class XiaEstimator(BorrowsMemory):
-    """Eq. (2); `fit(X, y)` fits C2..C4 per (model, GPU, dataset) and per (model, GPU) with scipy's
-    curve_fit. X is the physics' arrays of the rows (with their model and GPU names and, as `_datasets`,
-    their datasets: the coefficients are per name), y their tokens/s. Fitted: `coefficients_`."""
+    """Eq. (2); `fit(X, y)` fits C2..C4 per (model, GPU, dataset) and per (model, GPU) with scipy's curve_fit
+    (X the rows' arrays with model, GPU and `_datasets` names, y tokens/s). Fitted: `coefficients_`."""
 
     name = "xia"
 

@@ -193,9 +193,8 @@ def vision_trainable_split(model: ModelSpec, job, trainable: float, frozen_other
 
 
 def vision_tower_flops_per_micro(a: Arrays) -> np.ndarray:
-    """Tower FLOPs per GPU per micro-step, forward and backward: the micro-batch's images through the
-    tower (split by tensor and pipeline parallel like the LM), backward 2x forward only when trained
-    (a frozen tower at the input needs no gradient at all)."""
+    """Tower FLOPs per GPU per micro-step (split over tp x pp like the LM): forward, and backward 2x forward
+    only when trained (a frozen tower at the input needs no gradient)."""
     fwd = a["micro_batch"] * a["vision_flops_per_sample"] / (a["tp"] * a["pp"])
     return fwd * (1.0 + 2.0 * a["vision_trainable"] + a["grad_ckpt"] * a["vision_trainable"])
 

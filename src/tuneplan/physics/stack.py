@@ -45,9 +45,8 @@ def get(a: dict, key: str) -> np.ndarray:
 
 
 def host_bandwidth(a: dict, c) -> np.ndarray:
-    """CPU <-> GPU rate per GPU, one direction (B/s), that every host copy crosses (offloaded activations,
-    ZeRO-offload's states and weights): the catalog's host link (Grace parts' NVLink-C2C), else the
-    constants' PCIe-class cpu_offload_gbs."""
+    """CPU <-> GPU rate per GPU, one direction (B/s), of every host copy: the catalog's host link (Grace
+    parts' NVLink-C2C), else the constants' PCIe-class cpu_offload_gbs."""
     bw = get(a, "host_bw")
     return np.where(np.isfinite(bw), bw, c.cpu_offload_gbs * 1e9)
 

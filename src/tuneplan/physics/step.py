@@ -184,9 +184,8 @@ def fp32_adapter_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, recomput
 
 
 def eager_norm_rope_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, rec_share: np.ndarray) -> np.ndarray:
-    """Extra memory traffic of norms and RoPE run as eager fp32 op chains (frameworks.yaml
-    `eager_norm_rope`), per micro-step (s): ops.eager_norm_rope_bytes per token per layer over the
-    layers the backward runs through, the recomputed forward share again under checkpointing."""
+    """Extra memory traffic of norms and RoPE run as eager fp32 op chains (frameworks.yaml `eager_norm_rope`)
+    per micro-step (s), over the layers the backward runs through (the recomputed share again)."""
     attn_share, _mlp, _ssm = layer_shares(a)
     per = ops.eager_norm_rope_bytes(a["hidden"], a["q_dim"], a["kv_dim"], attn_share)
     layers = a["n_layers"] * a["bwd_layer_fraction"] * (1.0 + ops.EAGER_FORWARD_SHARE * rec_share)

@@ -138,9 +138,8 @@ class ModelTerms:
 
 
 def _linear_sums(linears, dense_moe: bool) -> tuple[float, float, float, np.ndarray]:
-    """Per token, whole model: forward FLOPs of the block linears, of the experts among them, their
-    input + output elements, and the FLOP-weighted sums of their split / unsplit widths ([all, experts] x
-    [split, unsplit])."""
+    """Per token, whole model: forward FLOPs of the block linears, of the experts among them, their input +
+    output elements, and FLOP-weighted split / unsplit widths ([all, experts] x [split, unsplit])."""
     fwd = expert = io = 0.0
     widths = np.zeros((2, 2))
     for lin in linears:
