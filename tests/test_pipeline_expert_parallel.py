@@ -211,7 +211,7 @@ def test_moe_token_permutation_traffic_by_hand(monkeypatch):
     a = build_arrays([(m, H100, make_job(method="full", gpus=16, nodes=2, tp=2, ep=8, micro_batch=1, grad_accum=2,
                                          seq_len=4096, examples=1.0, framework="megatron"), 4096)])
     with_ = _f(step_time(a)["elementwise_s"])
-    monkeypatch.setattr(step, "moe_permute_bytes", lambda routed, ep, etp: 0.0 * routed)
+    monkeypatch.setattr(step.ops, "moe_permute_bytes", lambda routed, ep, etp: 0.0 * routed)
     without = _f(step_time(a)["elementwise_s"])
     # 2 micro-steps x 48 MoE layers x (4096 / tp 2 tokens x 2048 x top-8 x 2 bytes) x 28 passes, at 80% of 3,350 GB/s
     routed = 4096 / 2 * 2048 * 8 * 2

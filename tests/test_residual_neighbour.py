@@ -31,7 +31,7 @@ def test_the_nearest_row_gives_its_own_value():
 def test_a_training_row_gets_the_mean_of_the_trees_and_its_own_residual():
     X, y = _rows()
     r = fit_residual(X, y, NAMES, np.array(["mine"] * len(y)), neighbour_share=NEIGHBOUR_SHARE)
-    trees_only = Residual(r.model, r.lo_list, r.hi_list, 1.0, 1.0, r.tau, None, r.capacity, X.tolist())
+    trees_only = Residual(r.model, r.lo, r.hi, 1.0, 1.0, r.tau, None, r.capacity, X.tolist())
     corr, weight = r(X)
     assert np.allclose(weight, 1.0)  # a user's own stack: in full
     tree_corr = trees_only(X)[0]

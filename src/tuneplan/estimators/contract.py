@@ -1,17 +1,11 @@
-"""The estimator contract, one for every estimator: `predict_arrays(arrays) -> dict of arrays` over
-many configurations (the flat arrays of `tuneplan.physics.terms.build_arrays`).
-
-Every estimator returns `step_s` (seconds per optimizer step), `tokens_per_step`, `compute_s`,
-`memory_gib` (per GPU, as nvidia-smi shows it), `allocated_gib`, `reserved_gib`, `nvidia_smi_gib` and
-`fits`, and `model_flops_per_step` when it counts FLOPs (the MFU is 0 otherwise); the parts of the step it models (keys of STEP_PARTS) and of memory (its own `memory_parts`, which add
-up to `memory_gib`). It also says which `constants` the arrays are built with, which estimator's
-`memory_model` answers "what is the largest micro-batch" and "what would make it fit" (None: it has no
-model that depends on the batch), and `assumptions(job)`: what its figures assume for that job.
-Estimators that predict time only borrow tuneplan's uncalibrated memory model
-(`tuneplan_physics.BorrowsMemory`).
-Learned estimators are built from a calibration file's payload (`from_payload`, what their `payload()`
-wrote) and fit themselves (`fit(X, y) -> self`, X the arrays; `tuneplan.learn.learners` builds X and y
-from measured runs); `estimators.base.get_estimator` gives one by name and calibration.
+"""The estimator contract: `predict_arrays(arrays) -> dict of arrays` over the flat arrays of
+`tuneplan.physics.terms.build_arrays`, returning `step_s` (per optimizer step), `tokens_per_step`,
+`compute_s`, `memory_gib` (per GPU, as nvidia-smi shows it), `allocated_gib`, `reserved_gib`,
+`nvidia_smi_gib`, `fits`, `model_flops_per_step` when it counts FLOPs, and the parts it models (STEP_PARTS,
+its `memory_parts`). It names its `constants`, the `memory_model` that answers "largest micro-batch" and
+"what would make it fit" (None: none depends on the batch), and `assumptions(job)`. Time-only estimators
+borrow tuneplan's memory model (`tuneplan_physics.BorrowsMemory`); learned ones load from a calibration
+payload (`from_payload` / `payload()`) and `fit(X, y) -> self`; `estimators.base.get_estimator` gives one.
 """
 
 from __future__ import annotations

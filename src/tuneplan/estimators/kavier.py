@@ -73,9 +73,8 @@ class KavierScales:
 
 
 class KavierEstimator(BorrowsMemory):
-    """Kavier's model; `fit(X, y)` calibrates its scales on measured throughput. X is the physics'
-    arrays of the rows (`tuneplan.physics.terms.build_arrays`, with the rows' GPU, method and model
-    names: the scales are per name), y their tokens/s. Fitted: `scales_`, `l2_weight_`."""
+    """Kavier's model; `fit(X, y)` calibrates its per-name scales on measured throughput (X the rows'
+    `build_arrays` with their GPU, method and model names, y tokens/s). Fitted: `scales_`, `l2_weight_`."""
 
     name = "kavier"
 
@@ -195,18 +194,9 @@ class KavierEstimator(BorrowsMemory):
         tokens = Ga * B * S * G
         thr = tokens / Ts * scale
         step = tokens / thr
-        out = {
-            "step_s": step,
-            "forward_s": Ga * Tf,
-            "backward_s": Ga * Tb,
-            "optimizer_s": To,
-            "communication_s": Tc,
-            "compute_s": Ga * (Tf + Tb),
-            "tokens_per_step": tokens,
-            "model_flops_per_step": 6.0 * P * tokens,
-            "efficiency": E,
-        }
-        return out
+        return {"step_s": step, "forward_s": Ga * Tf, "backward_s": Ga * Tb, "optimizer_s": To, "communication_s": Tc,
+                "compute_s": Ga * (Tf + Tb), "tokens_per_step": tokens, "model_flops_per_step": 6.0 * P * tokens,
+                "efficiency": E}
 
     def assumptions(self, job=None) -> list[str]:
         return [

@@ -37,18 +37,10 @@ def planner_numbers(params: float, tokens: float, flops_per_param_token: float, 
     mem_total_gib = bytes_per_param * params / 1024.0**3
     per_dev_gib = mem_total_gib / devices
     return {
-        "tokens": tokens,
-        "total_flops": total_flops,
-        "per_device_flops": per_device,
-        "cluster_flops": cluster,
-        "wall_clock_s": wall_s,
-        "device_hours": device_hours,
-        "cost_usd": None if rate is None else device_hours * rate,
-        "tokens_per_s": tokens / wall_s,
-        "memory_total_gib": mem_total_gib,
-        "memory_per_device_gib": per_dev_gib,
-        "fits": per_dev_gib <= memory_gib,
-    }
+        "tokens": tokens, "total_flops": total_flops, "per_device_flops": per_device,
+        "cluster_flops": cluster, "wall_clock_s": wall_s, "device_hours": device_hours,
+        "cost_usd": None if rate is None else device_hours * rate, "tokens_per_s": tokens / wall_s,
+        "memory_total_gib": mem_total_gib, "memory_per_device_gib": per_dev_gib, "fits": per_dev_gib <= memory_gib}
 
 
 class PlannerEstimator:
@@ -77,20 +69,11 @@ class PlannerEstimator:
         step = factor * params * tokens / rate
         mem = bpp * a["params_total"] / 1024.0**3 / a["gpus"]
         return {
-            "step_s": step,
-            "compute_s": step,
-            "forward_s": step * np.where(full, 2.0 / 6.0, 2.0 / 4.0),
-            "backward_s": step * np.where(full, 4.0 / 6.0, 2.0 / 4.0),
-            "memory_gib": mem,
-            "weights_and_optimizer_state_gib": mem,
-            "allocated_gib": mem,
-            "reserved_gib": mem,
-            "nvidia_smi_gib": mem,
-            "fits": mem <= a["memory_bytes"] / 1024.0**3,
-            "tokens_per_step": tokens,
-            "model_flops_per_step": factor * params * tokens,
-            "efficiency": np.full_like(step, self.mfu),
-        }
+            "step_s": step, "compute_s": step, "forward_s": step * np.where(full, 2.0 / 6.0, 2.0 / 4.0),
+            "backward_s": step * np.where(full, 4.0 / 6.0, 2.0 / 4.0), "memory_gib": mem,
+            "weights_and_optimizer_state_gib": mem, "allocated_gib": mem, "reserved_gib": mem,
+            "nvidia_smi_gib": mem, "fits": mem <= a["memory_bytes"] / 1024.0**3, "tokens_per_step": tokens,
+            "model_flops_per_step": factor * params * tokens, "efficiency": np.full_like(step, self.mfu)}
 
     def assumptions(self, job=None) -> list[str]:
         return [

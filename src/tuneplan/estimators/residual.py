@@ -104,14 +104,10 @@ def nearest_values(X: np.ndarray, points: np.ndarray, values, span: np.ndarray) 
 
 
 class Residual:
-    """A boosted correction on log-residuals. How much of it applies depends on where a configuration
-    lies: next to measured configurations (a sibling of a training row: the same source, one setting
-    changed) the `near` share, far from all of them the `far` share, fading between them with the
-    distance to the nearest training row (scale `tau`); the shares, `tau` and the trees' size are chosen
-    on held-out folds and sources. The far share may come from trees of its own on a subset of the
-    features (`far_model`: the throughput correction's are fitted on the work's shape only, so a new
-    machine is not given a measured one's offset). Outside the whole training range the correction
-    fades to nothing."""
+    """A boosted correction on log-residuals: the `near` share of it next to measured configurations, the
+    `far` share away from all, fading with the distance to the nearest training row (scale `tau`), and to
+    nothing outside the training range. The far share may come from trees on a subset of the features
+    (`far_model`: the work's shape only, so a new machine is not given a measured one's offset)."""
 
     def __init__(self, model: dict, lo: list[float], hi: list[float], shrink: float = 1.0,
                  near: float | None = None, tau: float = 1.0, boxes: list | None = None,
@@ -124,13 +120,12 @@ class Residual:
         self.far_forest = Forest(far_model) if far_model else None
         names = list(model.get("features") or [])
         self.far_columns = ([names.index(n) for n in far_model["features"]] if far_model else None)
-        self.lo_list = [float(v) for v in lo]
-        self.hi_list = [float(v) for v in hi]
+        self.lo, self.hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
         self.shrink = float(shrink)  # share kept far from every measured configuration
         self.near = float(shrink if near is None else near)  # share kept next to measured configurations
         self.tau = float(tau)
         # earlier calibration files stored one feature box per source instead of the training rows
-        self.box_lists = [([float(v) for v in b[0]], [float(v) for v in b[1]]) for b in (boxes or [])]
+        self.boxes = [(np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=float)) for b in (boxes or [])]
         self.capacity = dict(capacity or {})  # the boosting rounds and smallest leaf chosen for it
         self._points = points  # the training rows (rows x features; numpy's or lists), read lazily
         # the training rows' residuals, and the share of the correction that is the nearest row's one
@@ -138,24 +133,12 @@ class Residual:
         self.values = None if values is None else [float(v) for v in values]
         self.value_share = float(value_share) if self.values else 0.0
 
-    # numpy views of the bounds and training rows
-    @cached_property
-    def lo(self) -> np.ndarray:
-        return np.asarray(self.lo_list, dtype=float)
-
-    @cached_property
-    def hi(self) -> np.ndarray:
-        return np.asarray(self.hi_list, dtype=float)
-
-    @cached_property
-    def boxes(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [(np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=float)) for b in self.box_lists]
-
     @cached_property
     def points(self) -> np.ndarray:
+        """The training rows as a numpy matrix (read lazily)."""
         if self._points is None:
-            return np.empty((0, len(self.lo_list)))
-        return np.asarray(self._points, dtype=float).reshape(-1, len(self.lo_list))
+            return np.empty((0, len(self.lo)))
+        return np.asarray(self._points, dtype=float).reshape(-1, len(self.lo))
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(lo, hi, span) of the training range."""

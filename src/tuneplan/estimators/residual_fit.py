@@ -15,29 +15,23 @@ from tuneplan.estimators.trees import export_hgb
 MIN_ROWS = 8
 """Fewer measured rows than this: a learner refuses to fit (the physics result stands)."""
 L2_PRIOR_WEIGHT = 0.0005
-"""tuneplan learner: weight of the pull of each fitted constant's log toward its prior, against the
-mean squared log error of the rows: a weak prior (about the noise variance, 0.1^2, over a prior spread
-of a factor e, over a few tens of rows): weak enough that a CPU's few tens of profiled rows can move
-constants whose priors were set for datacenter GPUs (docs/learning.md has the comparison)."""
+"""tuneplan learner: weight of each fitted constant's log pull toward its prior, against the rows' mean
+squared log error: weak (noise variance 0.1^2 over a prior spread of a factor e, over a few tens of rows),
+so a CPU's few tens of profiled rows can move constants set for datacenter GPUs (docs/learning.md)."""
 MEMORY_PRIOR_WEIGHT = 0.005
-"""The same pull for the memory constants when there are fewer than three memory sources to choose by.
-With more, the pull is chosen by leave-one-source-out error among MEMORY_PRIOR_GRID, priors kept
-included: memory sources disagree more than throughput sources (the frameworks hold different loss
-buffers), and fitted memory constants can transfer worse to a source they have not seen than the
-byte-counted priors (docs/learning.md)."""
+"""The same pull for the memory constants with fewer than three memory sources; with more it is chosen
+by leave-one-source-out error among MEMORY_PRIOR_GRID (priors kept included: frameworks hold different
+loss buffers, and fitted memory constants can transfer worse than the byte-counted priors; docs/learning.md)."""
 HGB_PARAMS = {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 15, "min_samples_leaf": 8,
               "l2_regularization": 1.0, "early_stopping": False, "random_state": 0}
 """Gradient-boosting settings for the residual models (deterministic: no early stopping)."""
 CAPACITY_GRID = tuple({"max_iter": n, "min_samples_leaf": leaf, "loss": loss}
                       for loss in ("squared_error", "absolute_error") for n, leaf in ((150, 8), (300, 4)))
-"""Candidate residual trees over HGB_PARAMS: size (rounds, smallest leaf) and loss (squared error, or
-absolute error, which a few rows far off — a source counting something else — cannot pull), chosen in
-each fit on out-of-fold errors of the training rows (never on rows held out from the fit): see
-fit_residual."""
+"""Candidate residual trees over HGB_PARAMS: size (rounds, smallest leaf) and loss (absolute error: a few
+rows far off cannot pull it), chosen in each fit on out-of-fold errors of the training rows (fit_residual)."""
 THROUGHPUT_PRIOR_GRID = (L2_PRIOR_WEIGHT, 0.02, None)
 """Candidate pulls for the throughput constants with three or more sources, chosen on held-out groups of
-the training sources (None: priors kept): fitted constants that do not transfer to sources they did not
-see are not shipped."""
+the training sources (None: priors kept, when fitted ones do not transfer)."""
 INNER_SOURCE_GROUPS = 4
 """Groups of training sources the throughput pull is chosen on (each held out in turn)."""
 INNER_NFEV = 40
@@ -50,16 +44,12 @@ MIN_RESIDUAL_ROWS = 30
 """Rows needed before a residual model is fitted on top of the constants."""
 NEIGHBOUR_SHARE = 0.5
 """Share of a user's own-stack throughput correction that is the residual of the nearest measured
-configuration (the rest: the boosted trees'). Trees need rows to split on; a source of a few tens of
-rows is better told by its nearest sibling (the same model and method, one setting changed). The mean
-of both lost little where the trees were right and gained most where they were not, on sources other
-than the one it was judged on (benchmarks/own_stack_residual.py; the comparison is in docs/learning.md)."""
+configuration (the rest: the trees'): a source of a few tens of rows is better told by its nearest
+sibling than by trees that need rows to split on (benchmarks/own_stack_residual.py, docs/learning.md)."""
 RESIDUAL_MAX_SOURCES = 2
-"""The residual trees (throughput and memory) are fitted for a user's own stack only: rows of at most
-this many sources, where they help in distribution. Fitted on several sources (the shipped
-calibration, meant for a stack none of them is), they did not beat the uncalibrated physics on most
-held-out sources in the nested by-source validation (benchmarks/learning_by_source.py, figures in
-docs/learning.md), and a component that does not is left out of the shipped default."""
+"""The residual trees are fitted for a user's own stack only (rows of at most this many sources): fitted on
+several sources they did not beat the uncalibrated physics on most held-out ones
+(benchmarks/learning_by_source.py, docs/learning.md), so the shipped default leaves them out."""
 
 THROUGHPUT_CONSTANTS = {
     "mfu_max": (0.05, 2.0), "tokens_half": (16.0, 65536.0), "hidden_half": (16.0, 65536.0),
@@ -85,15 +75,13 @@ def _log(x):
     return np.log(np.maximum(np.asarray(x, dtype=float), 1e-30))
 
 
-# ---------------------------------------------------------------------------------------------
 SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Candidate shares of a residual correction kept for unseen sources, chosen by leave-one-source-out."""
 
 
 def one_thread(fn):
-    """Run `fn` with OpenMP on one thread (scikit-learn's boosted trees fit and predict with it): on a few
-    hundred rows its threads gain nothing, and on a machine whose cores are busy their spin-waits made
-    each fit 20x slower (55 s against 2.4 s for 500 rows, two cores loaded by other work)."""
+    """Run `fn` with OpenMP on one thread (scikit-learn's boosted trees use it): on a few hundred rows its
+    threads gain nothing, and on busy cores their spin-waits slow each fit many times over."""
     import functools
 
     @functools.wraps(fn)
@@ -147,35 +135,22 @@ fades to the far share."""
 
 
 RESIDUAL_SOURCE_GROUPS = 6
-"""Groups of training sources held out in turn when a residual's far share is chosen (GroupKFold style):
-each fold still lacks whole sources, at a third of the fits of one fold per source (18 sources)."""
-
-
-def source_groups(sources: np.ndarray, n: int = RESIDUAL_SOURCE_GROUPS) -> np.ndarray:
-    """Each row's group: the sources, sorted by name, dealt round-robin into at most n groups."""
-    uniq = sorted(set(np.asarray(sources).astype(str).tolist()))
-    index = {s: i % n for i, s in enumerate(uniq)}
-    return np.array([index[s] for s in np.asarray(sources).astype(str)])
+"""Groups of training sources held out in turn when a residual's far share is chosen (GroupKFold style)."""
 
 
 @one_thread
 def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: np.ndarray | None = None,
                  fixed: tuple | None = None, far_names: tuple[str, ...] | None = None,
                  neighbour_share: float = 0.0) -> Residual:
-    """Boosted trees on log-residuals. The trees' size (CAPACITY_GRID) and how much of the correction
-    applies (`near` share next to a measured configuration, `far` share away from all of them, fading
-    with the distance to the nearest training row over `tau`) are chosen together on held-out sources:
-    rows predicted by trees fitted without their whole source, sources held out in
-    RESIDUAL_SOURCE_GROUPS groups (a new framework or machine), each row's share computed from its
-    distance to the rows that fit had. Rows of several sources (the slst learner's; the tuneplan learner
-    fits its trees on a user's own stack only, RESIDUAL_MAX_SOURCES) are fitted for stacks they do not
-    contain, so that is what they are scored on: median absolute log error, every source weighing the same (a large source must not decide how a
-    correction transfers to a new one). Rows of one or two sources (a user's own stack) are scored on
-    random folds and only the size is chosen: the correction applies in full. `fixed` (far, near, tau[, capacity]) skips the choices
-    (cross-fits reuse the full fit's). With `far_names` (a subset of `names`), the far share applies
-    trees fitted on those features only (the shape of the work, not what it ran on); the near share,
-    trees on all of them. With `neighbour_share` and rows of one or two sources, that share of the
-    correction is the residual of the nearest training row (the rest: the trees')."""
+    """Boosted trees on log-residuals. With rows of three or more sources, the trees' size (CAPACITY_GRID)
+    and the shares (`near` next to a measured configuration, `far` away from all, fading with the distance
+    to the nearest training row over `tau`) are chosen together on sources held out in
+    RESIDUAL_SOURCE_GROUPS groups, by median absolute log error with every source weighing the same (a
+    large source must not decide how a correction transfers to a new one). Rows of one or two sources (a
+    user's own stack): random folds choose the size only, and the correction applies in full, with
+    `neighbour_share` of it the nearest training row's residual. `fixed` (far, near, tau[, capacity])
+    skips the choices (cross-fits reuse the full fit's); with `far_names` the far share applies trees
+    fitted on those features only (the shape of the work, not what it ran on)."""
     lo, hi = np.nanmin(X, axis=0), np.nanmax(X, axis=0)
     span = np.maximum(hi - lo, 1e-9)
     n_groups = 0 if groups is None else len(set(np.asarray(groups).tolist()))
@@ -203,7 +178,9 @@ def fit_residual(X: np.ndarray, y: np.ndarray, names: tuple[str, ...], groups: n
     _, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
     if (counts >= MIN_SCORING_ROWS).sum() >= 2:
         w_src = np.where(counts[inv] >= MIN_SCORING_ROWS, w_src, 0.0)
-    gk = source_groups(g)  # the sources held out together in the far half's fits
+    # the sources held out together in the far half's fits: sorted by name, dealt round-robin into groups
+    group_of = {s: i % RESIDUAL_SOURCE_GROUPS for i, s in enumerate(sorted(set(g.tolist())))}
+    gk = np.array([group_of[s] for s in g])
     d_far = np.empty(len(y))
     for k in set(gk.tolist()):  # distance to the rows the row's held-out fit had
         m = gk == k
@@ -229,10 +206,8 @@ SOURCE_BALANCE = 1.0
 
 
 def source_weights(sources: np.ndarray | None, n: int) -> np.ndarray:
-    """Square roots of the rows' weights in the constants' fit, summing to 1 over the rows. Each row
-    weighs 1 / (its source's row count) ** SOURCE_BALANCE: with 1, every source counts the same
-    however many rows it published, so one large source (llm-foundry's 300 rows of one framework) does
-    not set the constants every other framework is predicted with."""
+    """Square roots of the rows' weights in the constants' fit, summing to 1: each row weighs 1 / (its
+    source's row count) ** SOURCE_BALANCE, so one large source does not set every framework's constants."""
     if sources is None or n == 0:
         return np.full(n, 1.0 / math.sqrt(max(n, 1)))
     _, inv, counts = np.unique(np.asarray(sources).astype(str), return_inverse=True, return_counts=True)

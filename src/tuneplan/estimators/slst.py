@@ -8,13 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from tuneplan.estimators.residual import Residual
+from tuneplan.estimators.residual_fit import _log
 from tuneplan.estimators.tuneplan_physics import BorrowsMemory
 from tuneplan.physics.codes import lora_family
-
-
-def _log(x):
-    return np.log(np.maximum(np.asarray(x, dtype=float), 1e-30))
-
 
 SLST_LAW_FEATURES = ("log_params_active", "log_tokens_per_step", "log_gpus", "log_peak_tflops", "is_lora_family",
                      "log_seq_len")

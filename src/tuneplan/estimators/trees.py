@@ -22,11 +22,9 @@ def export_hgb(model, feature_names: list[str]) -> dict:
 
 
 class Forest:
-    """All trees stacked into flat node arrays (children numbered after their parent, as scikit-learn
-    writes them). `predict` of a numpy matrix evaluates each distinct row once, as the trees see it
-    (the same rank among every feature's thresholds), and walks each tree node by node with whole-column
-    comparisons, summing a row's leaves in numpy's pairwise order, so one row's figure is the same in any
-    batch."""
+    """All trees stacked into flat node arrays (children after their parent, as scikit-learn writes them).
+    `predict` evaluates each row distinct to the trees once, walking each tree node by node with whole-column
+    comparisons and summing a row's leaves in numpy's pairwise order (one row's figure is the same in any batch)."""
 
     CHUNK = 1 << 14
     """Distinct rows evaluated at a time (bounds the rows x trees matrix of leaf values)."""

@@ -1,13 +1,10 @@
-"""tuneplan's own estimator: FLOPs per layer from the config, the backward pass costed by method,
-recompute, dequantisation, optimizer traffic, overlapped communication, an efficiency curve in the
-tokens per micro-step — then, when a calibration is loaded, its fitted constants and a
-gradient-boosted correction on the log-residuals. `fit` learns both from measured runs: the physics'
+"""tuneplan's own estimator: the physics (physics/step.py, physics/memory.py) with a calibration's fitted
+constants and gradient-boosted correction on the log-residuals. `fit` learns both from measured runs: the
 named constants by bounded least squares on log-error with an L2 pull to their priors (every source
 weighing the same), then the residual correction (`residual_fit`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -24,9 +21,6 @@ Arrays = dict[str, np.ndarray]
 MFU_CEILING = 0.80
 """No configuration is predicted above this model-FLOPs utilisation, whatever a learned correction
 says (the best published large-model training MFUs are ~0.5-0.6 of dense peak; 0.8 leaves room)."""
-
-
-
 BISECTION_STEPS = 14
 """Halvings of [0, 4097) in the search for the largest micro-batch that fits (at least log2 4097)."""
 LOOKAHEAD = 5
@@ -35,18 +29,12 @@ LOOKAHEAD = 5
 LOOKAHEAD_MAX_ROWS = 64
 """Rows up to which the look-ahead pays (each call's fixed cost dominates); more rows: one halving a call."""
 
-def _tiled(a: Arrays, n: int, reps: int) -> Arrays:
-    """`a` with each per-row array repeated `reps` times end to end."""
-    return {key: (np.tile(v, reps) if getattr(v, "shape", ())[:1] == (n,) else v) for key, v in a.items()}
-
 
 def source_centring(sources: np.ndarray | None):
     """A function removing each source's own mean log-error, relative to the mean over sources, from the
-    log-errors of the rows (None with fewer than two sources). The throughput constants are fitted on
-    what the sources share — how throughput moves with the work's shape — while each source's overall
-    offset (its stack: framework, kernels, data loader, clocks) is left out: a new stack's offset is one
-    number, which its first runs give (`tuneplan.learn.adapt`); fitted into the constants it would bend
-    their shape. The mean level over sources stays in the constants."""
+    rows' log-errors (None with fewer than two sources): the throughput constants are fitted on how
+    throughput moves with the work's shape, not on each stack's overall offset (one number, which a new
+    stack's first runs give: `tuneplan.learn.adapt`)."""
     if sources is None:
         return None
     _, inv, counts = np.unique(np.asarray(sources).astype(str), return_inverse=True, return_counts=True)
@@ -64,15 +52,10 @@ def source_centring(sources: np.ndarray | None):
 def memory_for_kind(mem: dict, kinds: list[str]) -> np.ndarray:
     """The predicted peak in the measurement's own terms: torch allocated, reserved, or nvidia-smi
     (reserved + CUDA context; also used when the kind is unknown)."""
-    out = np.asarray(mem["nvidia_smi_gib"], dtype=float).copy()
-    alloc = np.asarray(mem["allocated_gib"], dtype=float)
-    res = np.asarray(mem["reserved_gib"], dtype=float)
-    for i, k in enumerate(kinds):
-        if k == "allocated":
-            out[i] = alloc[i]
-        elif k == "reserved":
-            out[i] = res[i]
-    return out
+    kinds = np.asarray(kinds, dtype=object)
+    return np.select([kinds == "allocated", kinds == "reserved"],
+                     [np.asarray(mem[k], dtype=float) for k in ("allocated_gib", "reserved_gib")],
+                     np.asarray(mem["nvidia_smi_gib"], dtype=float))
 
 
 def _physics_with(a: Arrays, c: PhysicsConstants) -> Arrays:
@@ -120,12 +103,7 @@ class TuneplanEstimator:
                        max_nfev: int | None = None) -> PhysicsConstants:
         from scipy.optimize import least_squares
 
-        from tuneplan.estimators.residual_fit import (
-            L2_PRIOR_WEIGHT,
-            MEMORY_PRIOR_WEIGHT,
-            _log,
-            source_weights,
-        )
+        from tuneplan.estimators import residual_fit as rf
 
         base = self.constants
         keys = list(names)
@@ -133,12 +111,12 @@ class TuneplanEstimator:
                        for k in keys])
         prior = np.array([math.log(max(getattr(DEFAULT_CONSTANTS, k), names[k][0])) for k in keys])
         if weight is None:
-            weight = L2_PRIOR_WEIGHT if target == "throughput" else MEMORY_PRIOR_WEIGHT
+            weight = rf.L2_PRIOR_WEIGHT if target == "throughput" else rf.MEMORY_PRIOR_WEIGHT
         pull = np.sqrt(weight * np.array([names[k][2] if len(names[k]) > 2 else 1.0 for k in keys]))
         lo = np.array([math.log(max(names[k][0], 1e-9)) for k in keys])
         hi = np.array([math.log(names[k][1]) for k in keys])
         x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-        row_w = source_weights(sources, len(y))
+        row_w = rf.source_weights(sources, len(y))
         centre = source_centring(sources) if target == "throughput" else None
 
         def consts(x):
@@ -147,7 +125,7 @@ class TuneplanEstimator:
         def resid(x):
             out = _physics_with(a, consts(x))
             pred = (out["tokens_per_step"] / out["step_s"]) if target == "throughput" else memory_for_kind(out, kinds)
-            e = _log(pred) - _log(y)
+            e = rf._log(pred) - rf._log(y)
             if centre is not None:
                 e = centre(e)
             return np.concatenate([e * row_w, pull * (x - prior)])
@@ -157,44 +135,35 @@ class TuneplanEstimator:
         return consts(sol.x)
 
     def _throughput_weight(self, a: dict, y: np.ndarray, sources: np.ndarray) -> float | None:
-        """The throughput constants' prior pull, chosen on the training sources alone: groups of them held
-        out in turn (INNER_SOURCE_GROUPS), each candidate of THROUGHPUT_PRIOR_GRID fitted on the others
-        and scored by the mean over held-out sources of their median absolute log error (every source
-        weighing the same). None: the priors transfer best, keep them. Ties go to the stronger pull."""
-        from tuneplan.estimators.residual_fit import (
-            INNER_NFEV,
-            INNER_SOURCE_GROUPS,
-            L2_PRIOR_WEIGHT,
-            MIN_ROWS,
-            THROUGHPUT_CONSTANTS,
-            THROUGHPUT_PRIOR_GRID,
-            _log,
-        )
+        """The throughput constants' prior pull (None: keep the priors), chosen on the training sources alone:
+        each THROUGHPUT_PRIOR_GRID candidate fitted with INNER_SOURCE_GROUPS groups of them held out in turn,
+        scored by the mean over held-out sources of their median absolute log error; ties to the stronger pull."""
+        from tuneplan.estimators import residual_fit as rf
 
         src = np.asarray(sources).astype(str)
         uniq = sorted(set(src.tolist()))
         if len(uniq) < 3:
-            return L2_PRIOR_WEIGHT
-        group = {s: i % INNER_SOURCE_GROUPS for i, s in enumerate(uniq)}
+            return rf.L2_PRIOR_WEIGHT
+        group = {s: i % rf.INNER_SOURCE_GROUPS for i, s in enumerate(uniq)}
         g = np.array([group[s] for s in src])
-        per_source: dict = {w: [] for w in THROUGHPUT_PRIOR_GRID}
+        per_source: dict = {w: [] for w in rf.THROUGHPUT_PRIOR_GRID}
         for k in sorted(set(g.tolist())):
             test = g == k
-            if (~test).sum() < MIN_ROWS:
+            if (~test).sum() < rf.MIN_ROWS:
                 continue
             tr = {key: v[~test] for key, v in a.items()}
             te = {key: v[test] for key, v in a.items()}
-            for w in THROUGHPUT_PRIOR_GRID:
+            for w in rf.THROUGHPUT_PRIOR_GRID:
                 c = self.constants if w is None else self._fit_constants(
-                    tr, y[~test], THROUGHPUT_CONSTANTS, "throughput", weight=w, sources=src[~test],
-                    max_nfev=INNER_NFEV)
+                    tr, y[~test], rf.THROUGHPUT_CONSTANTS, "throughput", weight=w, sources=src[~test],
+                    max_nfev=rf.INNER_NFEV)
                 out = _physics_with(te, c)
-                err = np.abs(_log(out["tokens_per_step"] / out["step_s"]) - _log(y[test]))
+                err = np.abs(rf._log(out["tokens_per_step"] / out["step_s"]) - rf._log(y[test]))
                 per_source[w].extend(float(np.median(err[src[test] == s])) for s in sorted(set(src[test].tolist())))
         scores = {w: float(np.mean(e)) for w, e in per_source.items() if e}
         if not scores:
-            return L2_PRIOR_WEIGHT
-        order = {w: i for i, w in enumerate(THROUGHPUT_PRIOR_GRID)}  # later entries pull harder
+            return rf.L2_PRIOR_WEIGHT
+        order = {w: i for i, w in enumerate(rf.THROUGHPUT_PRIOR_GRID)}  # later entries pull harder
         best = min(scores, key=lambda w: (round(scores[w], 6), -order[w]))
         # the scores at the 6 digits they are compared at: their last bits move with the BLAS threads'
         # summation order, and the file is regenerated byte for byte
@@ -202,87 +171,69 @@ class TuneplanEstimator:
         return best
 
     def _memory_weight(self, a: dict, y: np.ndarray, kinds: list[str], sources: np.ndarray) -> float | None:
-        """The memory constants' prior pull, chosen by leave-one-source-out error among
-        MEMORY_PRIOR_GRID (None: keep the priors): a calibration is applied to machines and frameworks it
-        has not seen, so the pull that transfers best across sources wins."""
-        from tuneplan.estimators.residual_fit import (
-            MEMORY_CONSTANTS,
-            MEMORY_PRIOR_GRID,
-            MEMORY_PRIOR_WEIGHT,
-            MIN_ROWS,
-            _log,
-        )
+        """The memory constants' prior pull, chosen by leave-one-source-out error among MEMORY_PRIOR_GRID
+        (None: keep the priors): the pull that transfers best across sources wins."""
+        from tuneplan.estimators import residual_fit as rf
 
         uniq = sorted(set(np.asarray(sources).tolist()))
         if len(uniq) < 3:
-            return MEMORY_PRIOR_WEIGHT
+            return rf.MEMORY_PRIOR_WEIGHT
         base = self.constants
-        errs: dict = {w: [] for w in MEMORY_PRIOR_GRID}
+        errs: dict = {w: [] for w in rf.MEMORY_PRIOR_GRID}
         for src in uniq:
             test = np.asarray(sources) == src
-            if (~test).sum() < MIN_ROWS:
+            if (~test).sum() < rf.MIN_ROWS:
                 continue
             tr = {k: v[~test] for k, v in a.items()}
             te = {k: v[test] for k, v in a.items()}
             k_tr = [k for k, t in zip(kinds, test, strict=True) if not t]
             k_te = [k for k, t in zip(kinds, test, strict=True) if t]
-            for w in MEMORY_PRIOR_GRID:
-                c = base if w is None else self._fit_constants(tr, y[~test], MEMORY_CONSTANTS, "memory", k_tr, w,
+            for w in rf.MEMORY_PRIOR_GRID:
+                c = base if w is None else self._fit_constants(tr, y[~test], rf.MEMORY_CONSTANTS, "memory", k_tr, w,
                                                                np.asarray(sources)[~test])
                 pred = memory_for_kind(_physics_with(te, c), k_te)
-                errs[w].extend(np.abs(_log(pred) - _log(y[test])).tolist())
+                errs[w].extend(np.abs(rf._log(pred) - rf._log(y[test])).tolist())
         scores = {w: float(np.median(e)) for w, e in errs.items() if e}
-        return min(scores, key=lambda w: (scores[w], 0 if w is None else 1)) if scores else MEMORY_PRIOR_WEIGHT
+        return min(scores, key=lambda w: (scores[w], 0 if w is None else 1)) if scores else rf.MEMORY_PRIOR_WEIGHT
 
     def fit(self, X: Arrays, y: np.ndarray, groups: np.ndarray) -> TuneplanEstimator:
-        """Fit on X, the physics' arrays of the rows with `_mem_kinds` (what each measured peak counts:
-        allocated, reserved or nvidia-smi), y their (tokens/s, peak GiB), NaN where not measured, and
-        groups their sources. Fitted: `constants` and `residual` (what it predicts with), `thr_residual_`,
+        """Fit on X (the physics' arrays, `_mem_kinds`: what each measured peak counts), y (tokens/s, peak
+        GiB; NaN where not measured) and groups (sources). Fitted: `constants`, `residual`, `thr_residual_`,
         `mem_residual_`, `thr_pull_`, `notes_`, `choices_`."""
+        from tuneplan.estimators import residual_fit as rf
         from tuneplan.estimators.features import MEMORY_FEATURES, THROUGHPUT_FEATURES, feature_matrix
         from tuneplan.estimators.residual import TuneplanCorrection
-        from tuneplan.estimators.residual_fit import (
-            MEMORY_CONSTANTS,
-            MIN_RESIDUAL_ROWS,
-            MIN_ROWS,
-            NEIGHBOUR_SHARE,
-            RESIDUAL_MAX_SOURCES,
-            THROUGHPUT_CONSTANTS,
-            NotEnoughData,
-            _log,
-            fit_residual,
-        )
 
         tokens_per_s, peak_mem_gib = np.asarray(y, dtype=float).T
         source, mem_kind = np.asarray(groups), list(X.get("_mem_kinds", []))
         thr_mask = np.isfinite(tokens_per_s)
         mem_mask = np.isfinite(peak_mem_gib) if self.memory else np.zeros(len(tokens_per_s), dtype=bool)
-        if thr_mask.sum() + mem_mask.sum() < MIN_ROWS:
-            raise NotEnoughData(f"tuneplan learner: {int(thr_mask.sum())} throughput and {int(mem_mask.sum())} "
-                                f"memory rows; at least {MIN_ROWS} needed")
+        if thr_mask.sum() + mem_mask.sum() < rf.MIN_ROWS:
+            raise rf.NotEnoughData(f"tuneplan learner: {int(thr_mask.sum())} throughput and "
+                                   f"{int(mem_mask.sum())} memory rows; at least {rf.MIN_ROWS} needed")
         self.constants, self.residual, self.thr_residual_, self.mem_residual_ = DEFAULT_CONSTANTS, None, None, None
         self.thr_pull_, self.notes_, self.choices_ = None, [], {}
         a_all = {k: v for k, v in X.items() if k != "_mem_kinds"}
-        if thr_mask.sum() >= MIN_ROWS:
+        if thr_mask.sum() >= rf.MIN_ROWS:
             a = {k: v[thr_mask] for k, v in a_all.items()}
             y, src = tokens_per_s[thr_mask], source[thr_mask]
             weight = self.pull if self.pull is not False else self._throughput_weight(a, y, src)
             self.thr_pull_ = weight
             if weight is not None:
-                self.constants = self._fit_constants(a, y, THROUGHPUT_CONSTANTS, "throughput", weight=weight,
+                self.constants = self._fit_constants(a, y, rf.THROUGHPUT_CONSTANTS, "throughput", weight=weight,
                                                      sources=src)
             else:
                 self.notes_.append("throughput constants kept at their priors (fitted ones did worse on held-out "
                                    "training sources)")
         else:
             self.notes_.append("throughput constants not fitted (too few rows)")
-        if mem_mask.sum() >= MIN_ROWS:
+        if mem_mask.sum() >= rf.MIN_ROWS:
             a = {k: v[mem_mask] for k, v in a_all.items()}
             kinds = [k for k, m in zip(mem_kind, mem_mask, strict=True) if m]
             y = peak_mem_gib[mem_mask]
             weight = self._memory_weight(a, y, kinds, source[mem_mask])
             if weight is not None:
-                self.constants = self._fit_constants(a, y, MEMORY_CONSTANTS, "memory", kinds, weight,
+                self.constants = self._fit_constants(a, y, rf.MEMORY_CONSTANTS, "memory", kinds, weight,
                                                      source[mem_mask])
             else:
                 self.notes_.append("memory constants kept at their priors (fitted ones did worse on held-out sources)")
@@ -290,26 +241,27 @@ class TuneplanEstimator:
             self.notes_.append("memory constants not fitted (too few rows)")
         out = _physics_with(a_all, self.constants)
         thr_sources = len(set(np.asarray(source[thr_mask]).astype(str).tolist()))
-        if thr_mask.sum() >= MIN_RESIDUAL_ROWS and thr_sources > RESIDUAL_MAX_SOURCES:
+        if thr_mask.sum() >= rf.MIN_RESIDUAL_ROWS and thr_sources > rf.RESIDUAL_MAX_SOURCES:
             self.notes_.append(f"throughput residual not fitted: rows of {thr_sources} sources (a calibration for "
                                "a new stack keeps the physics' shape; fitted across sources it beat the physics on "
                                "fewer than half of the held-out ones)")
-        elif thr_mask.sum() >= MIN_RESIDUAL_ROWS:
+        elif thr_mask.sum() >= rf.MIN_RESIDUAL_ROWS:
             X = feature_matrix(a_all, out, THROUGHPUT_FEATURES)[thr_mask]
             pred = (out["tokens_per_step"] / out["step_s"])[thr_mask]
-            self.thr_residual_ = fit_residual(X, _log(tokens_per_s[thr_mask]) - _log(pred), THROUGHPUT_FEATURES,
-                                              source[thr_mask], self.shrink[0] if self.shrink else None,
-                                              neighbour_share=NEIGHBOUR_SHARE)
+            self.thr_residual_ = rf.fit_residual(X, rf._log(tokens_per_s[thr_mask]) - rf._log(pred),
+                                                 THROUGHPUT_FEATURES, source[thr_mask],
+                                                 self.shrink[0] if self.shrink else None,
+                                                 neighbour_share=rf.NEIGHBOUR_SHARE)
         mem_sources = len(set(np.asarray(source[mem_mask]).astype(str).tolist()))
-        if mem_mask.sum() >= MIN_RESIDUAL_ROWS and mem_sources > RESIDUAL_MAX_SOURCES:
+        if mem_mask.sum() >= rf.MIN_RESIDUAL_ROWS and mem_sources > rf.RESIDUAL_MAX_SOURCES:
             self.notes_.append(f"memory residual not fitted: rows of {mem_sources} sources (a calibration for a new "
                                "stack keeps the physics' memory; fitted across sources it did worse on held-out ones)")
-        elif mem_mask.sum() >= MIN_RESIDUAL_ROWS:
+        elif mem_mask.sum() >= rf.MIN_RESIDUAL_ROWS:
             X = feature_matrix(a_all, out, MEMORY_FEATURES)[mem_mask]
             kinds = [k for k, m in zip(mem_kind, mem_mask, strict=True) if m]
             pred = memory_for_kind({k: v[mem_mask] for k, v in out.items()}, kinds)
-            self.mem_residual_ = fit_residual(X, _log(peak_mem_gib[mem_mask]) - _log(pred), MEMORY_FEATURES,
-                                              source[mem_mask], self.shrink[1] if self.shrink else None)
+            self.mem_residual_ = rf.fit_residual(X, rf._log(peak_mem_gib[mem_mask]) - rf._log(pred), MEMORY_FEATURES,
+                                                 source[mem_mask], self.shrink[1] if self.shrink else None)
         if self.thr_residual_ is not None or self.mem_residual_ is not None:
             self.residual = TuneplanCorrection(self.thr_residual_, self.mem_residual_)
         return self
@@ -323,7 +275,7 @@ class TuneplanEstimator:
 
     def payload(self) -> dict:
         return {
-            "constants": {f.name: getattr(self.constants, f.name) for f in dataclasses.fields(PhysicsConstants)},
+            "constants": self.constants.to_dict(),
             "throughput_residual": self.thr_residual_.to_dict() if self.thr_residual_ else None,
             "memory_residual": self.mem_residual_.to_dict() if self.mem_residual_ else None,
             "notes": self.notes_,
@@ -347,8 +299,7 @@ class TuneplanEstimator:
 
     def predict_arrays(self, a: Arrays, with_max_batch: bool = False, represents: int | None = None) -> Arrays:
         """The physics' figures with the calibration's corrections. `represents`: the rows these distinct
-        configurations stand for (a table predicts its repeated configurations once; the figures do not
-        depend on it)."""
+        configurations stand for (the figures do not depend on it)."""
         out = self.physics(a)
         if self.residual is not None or self.stack is not None:
             n = len(out["step_s"])
@@ -393,11 +344,9 @@ class TuneplanEstimator:
         out["memory_gib"] = out["nvidia_smi_gib"]
 
     def max_micro_batch(self, a: Arrays, represents: int | None = None) -> np.ndarray:
-        """The largest micro-batch that fits, per row. `represents`: the rows these stand for (a
-        table's rows with each distinct configuration searched once): the search runs as it would
-        over them all (its steps per call follow that count).
-        The halvings of `physics.memory.max_micro_batch`, several per call when few rows are searched."""
-        # search with the (corrected) memory: 14 halvings of [0, 4097)
+        """The largest micro-batch that fits, per row, by the (corrected) memory's halvings of [0, 4097),
+        several per call when few rows are searched. `represents`: the rows these distinct ones stand for
+        (the search's steps per call follow that count)."""
         n = len(a["micro_batch"])
         rows = n if represents is None else represents
         lo = np.zeros(n)
@@ -419,12 +368,8 @@ class TuneplanEstimator:
             return np.asarray(self.predict_arrays(a)["fits"], dtype=bool)  # a correction of another shape
         # the memory correction's features may read the step's parts; without one, memory alone decides
         out = self.physics(a) if getattr(self.residual, "memory_reads_step", True) else memory(a, self.constants)
-        n = len(out["fits"])
-        mem_factor = np.ones(n)
-        if self.residual is not None:
-            mem_factor = self.residual.memory_factor(a, out)
         offset = self.stack.memory_offset_gib if self.stack is not None else 0.0
-        self._apply_memory_correction(a, out, mem_factor, offset)
+        self._apply_memory_correction(a, out, self.residual.memory_factor(a, out), offset)
         return np.asarray(out["fits"], dtype=bool)
 
     def _halvings(self, a: Arrays, lo: np.ndarray, hi: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -440,7 +385,7 @@ class TuneplanEstimator:
             nodes.append((np.where(mid > n_lo, mid, n_lo), n_hi))  # fits: lo moves up
             nodes.append((n_lo, mid))  # does not fit: hi comes down
         reps = len(mids)
-        trial = _tiled(a, n, reps) if reps > 1 else dict(a)
+        trial = {key: (np.tile(v, reps) if getattr(v, "shape", ())[:1] == (n,) else v) for key, v in a.items()}
         mid_at = np.concatenate(mids)  # node i's micro-batches at [i n, (i + 1) n)
         trial["micro_batch"] = mid_at
         ok = self._fits(trial)

@@ -90,9 +90,8 @@ class XiaCoefficients:
 
 
 class XiaEstimator(BorrowsMemory):
-    """Eq. (2); `fit(X, y)` fits C2..C4 per (model, GPU, dataset) and per (model, GPU) with scipy's
-    curve_fit. X is the physics' arrays of the rows (with their model and GPU names and, as `_datasets`,
-    their datasets: the coefficients are per name), y their tokens/s. Fitted: `coefficients_`."""
+    """Eq. (2); `fit(X, y)` fits C2..C4 per (model, GPU, dataset) and per (model, GPU) with scipy's curve_fit
+    (X the rows' arrays with model, GPU and `_datasets` names, y tokens/s). Fitted: `coefficients_`."""
 
     name = "xia"
 
@@ -168,12 +167,7 @@ class XiaEstimator(BorrowsMemory):
         samples_per_step = a["micro_batch"] * a["grad_accum"] * a["dp"]
         step = samples_per_step / (q * a["dp"])
         tokens = samples_per_step * a["seq_len"]
-        return {
-            "step_s": step,
-            "compute_s": step,
-            "tokens_per_step": tokens,
-            "xia_c2": c2, "xia_c3": c3, "xia_c4": c4,
-        }
+        return {"step_s": step, "compute_s": step, "tokens_per_step": tokens, "xia_c2": c2, "xia_c3": c3, "xia_c4": c4}
 
     def assumptions(self, job=None) -> list[str]:
         src = (f"Eq. (2) coefficients fitted per (model, GPU, dataset) in '{self.calibration_name}'."

@@ -1,7 +1,5 @@
-"""Saved activations under the memory modes: checkpointing (none, selective, full, offload) with a
-per-layer frequency, activation CPU offload, low-precision saved inputs, and sequence-parallel
-sharding of the norm / residual activations. Bytes per GPU (vectorised), and the exposed time of the
-host transfers.
+"""Saved activations (bytes per GPU) under checkpointing (none, selective, full, offload; every k layers),
+activation offload, low-precision saved inputs and sequence parallel, and the host copies' exposed time.
 """
 
 from __future__ import annotations
@@ -57,13 +55,11 @@ def replicated_bytes(a, el_bytes):
 
 
 def checkpointed_activations(a, tokens, per_layer, layer_input, eager_scores, layers):
-    """Saved activations of `layers` layers (bytes) under the checkpointing mode:
-    none: every layer's full set; selective: the full set without eager attention's scores (Megatron's
-    selective recompute of the attention core; nothing to drop under FlashAttention); full: each
-    checkpointed layer (a share 1/ckpt_every) keeps only its input, the others their full set, plus
-    one layer's full set while it is recomputed; offload: the checkpointed layers' inputs go to host
-    memory, two stay; activation offload (any mode): only OFFLOAD_RESIDENT_LAYERS layers' saved tensors
-    stay on the GPU; a number of offloaded layers (`offloaded_layers`): those layers' saved tensors leave."""
+    """Saved activations of `layers` layers (bytes) by checkpointing mode: none, every layer's full set;
+    selective, without eager attention's scores (Megatron's selective recompute); full, checkpointed
+    layers (1/ckpt_every) keep their input, the others their full set, plus one layer being recomputed;
+    offload, the checkpointed inputs go to the host, two stay. Activation offload keeps
+    OFFLOAD_RESIDENT_LAYERS layers' tensors; `offloaded_layers` removes those layers'."""
     mode = get(a, "ckpt_code")
     share = np.clip(get(a, "ckpt_share"), 0.0, 1.0)
     layers = layers - offloaded_layers(a, layers)
@@ -146,23 +142,19 @@ def activation_offload_seconds(a, c, tokens, host_bw, overlap_s):
 
 
 def backward_peak_bytes(grads, acts, logits, a):
-    """Gradients, saved activations and loss buffers at the step's peak (bytes per GPU). With
-    zero_grad(set_to_none=True) (torch >= 2.0) and one micro-step per optimizer step, each layer's
-    weight gradients are written as its saved activations are freed, so the peak is max(activations +
-    loss buffers, gradients). Gradients accumulated over micro-steps, held in a persistent buffer
-    (frameworks.yaml grad_buffers) or reduce-scattered on a communication stream whose blocks the
-    compute stream cannot reuse until the collective ends (sharded runs; record_stream) add up: the sum."""
+    """Gradients, saved activations and loss buffers at the step's peak (bytes per GPU): with
+    zero_grad(set_to_none=True) and one micro-step a step, gradients are written as activations are freed,
+    max(activations + loss, gradients); accumulated, in a persistent buffer (frameworks.yaml grad_buffers)
+    or reduce-scattered on a communication stream (sharded runs; record_stream): the sum."""
     on_demand = (a["grad_accum"] <= 1) & (get(a, "grad_buffers") == 0) & (a["sharding"] == 0)
     return np.where(on_demand, np.maximum(acts + logits, grads), grads + acts + logits)
 
 
 def frozen_product_saving(a, el_bytes):
-    """Bytes per token per layer not saved when the MLP's down projection is frozen (dense, MoE): its
-    input, the product act(gate) x up, is kept only for the down weight's gradient (the input gradient
-    needs only W). Under LoRA-family methods it is kept only by an adapter on down in the compute
-    dtype (lora_A saves the same tensor); fp32 adapters over a 16-bit base keep their own fp32 copy
-    instead (memory.py's adapter_cast). Down counts as adapted when an adapted input per layer is as
-    wide as the MLP's intermediate. Quantised bases (bitsandbytes, GPTQ kernels) save their inputs."""
+    """Bytes per token per layer not saved when the MLP's down projection is frozen (dense, MoE): its input,
+    act(gate) x up, is kept only for the down weight's gradient, or by a compute-dtype adapter on down
+    (adapted when an adapted input is as wide as the intermediate; fp32 adapters keep their own copy).
+    Quantised bases (bitsandbytes, GPTQ kernels) save their inputs."""
     own_copy = (a.get("adapter_fp32", 0.0) > 0) & (a["weight_bytes_compute"] < 4)
     down_adapted = a["adapter_in_elements"] / np.maximum(a["n_layers"], 1.0) >= np.maximum(
         a["intermediate"], a["moe_intermediate"])

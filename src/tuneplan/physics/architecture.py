@@ -1,6 +1,5 @@
-"""Architecture terms beyond dense softmax attention: local attention spans, MLA widths, Mamba scans
-and states, vision towers. Model-side scalars (`mixer_terms`, `vision_terms`) become fields of
-`terms.ModelTerms`; the array functions broadcast over configurations like the rest of the physics.
+"""Architecture terms beyond dense softmax attention: local attention spans, MLA widths, Mamba scans and
+states, vision towers (model-side scalars become `terms.ModelTerms` fields; array functions broadcast).
 """
 
 from __future__ import annotations
@@ -22,18 +21,10 @@ inputs/outputs (4), q, k, v and the attention output (4), the MLP input and outp
 inner tensors are added from its width (the same bookkeeping as the LM layers' in `memory`)."""
 
 
-# ----------------------------------------------------------------------------------------------------
-# attention span
-
-
 def attention_span(seq_len: np.ndarray, window: np.ndarray | float, causal: np.ndarray | float) -> np.ndarray:
-    """Mean keys per query a layer computes scores for.
-
-    A full causal layer: `causal` x S (FlashAttention skips the masked half: 0.5; eager computes the
-    whole square: 1.0). A layer limited to `window` tokens (sliding window or chunk), with a kernel
-    that skips blocks outside it (causal < 1): the exact causal mean, w (1 - (w - 1) / (2 S)) for S > w,
-    the full-layer span below it; eager attention masks after computing the square (S).
-    """
+    """Mean keys per query a layer computes scores for: `causal` x S for a full layer (FlashAttention 0.5,
+    eager 1.0); limited to `window` tokens with a kernel that skips blocks (causal < 1), the exact causal
+    mean w (1 - (w - 1) / (2 S)) for S > w; eager attention computes the whole square (S)."""
     S = np.asarray(seq_len, dtype=float)
     w = np.maximum(np.asarray(window, dtype=float), 1.0)
     full = causal * S
@@ -50,15 +41,11 @@ def attention_flops_per_key(model: ModelSpec) -> float:
 
 
 def ssm_scan_flops(ssm: SSMShape) -> float:
-    """Forward FLOPs per token of one Mamba layer's sequence mixing (the projections are matmuls in
-    `linears`): the depthwise conv1d (2 x channels x kernel) plus the scan.
-
-    Mamba-1: 9 d_inner d_state (`MAMBA1_SCAN_FLOPS_PER_STATE`). Mamba-2 (SSD, chunks of Q tokens,
-    H heads of P channels, N states): within a chunk C B^T (2 Q N per head) and its product with x
-    (2 Q P), the chunk states B^T x (2 N P) and their read-out C h (2 N P): H (2 Q (N + P) + 4 N P).
-    Chunked linear attention (Gated DeltaNet, lightning) has the same shape with q, k for C, B, N the
-    key width and P the value width (DeltaNet's WY correction within a chunk is not counted).
-    """
+    """Forward FLOPs per token of one Mamba layer's sequence mixing: the depthwise conv1d (2 x channels x
+    kernel) plus the scan. Mamba-1: 9 d_inner d_state. Mamba-2 (SSD, chunks of Q tokens, H heads of P
+    channels, N states): C B^T (2 Q N), its product with x (2 Q P), the chunk states and their read-out
+    (4 N P): H (2 Q (N + P) + 4 N P); chunked linear attention (Gated DeltaNet, lightning) alike with N the
+    key and P the value width (DeltaNet's WY correction not counted)."""
     conv = 2.0 * ssm.conv_dim * ssm.conv_kernel
     if ssm.kind != "mamba1":  # SSD and chunked linear attention: the same chunk algebra
         H, P, N, Q = ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.chunk
@@ -128,13 +115,9 @@ def layer_shares(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def kv_cache_bytes_per_token(model: ModelSpec, context: int, bytes_per_element: float = 2.0) -> float:
-    """KV cache per generated/prefilled token at `context` tokens, all layers (for decode and RL rollouts).
-
-    Full layers: 2 x kv heads x head_dim per token (MLA: the compressed kv_lora_rank + rope dims);
-    local layers hold at most `attention_window` tokens, so per token of the context they cost
-    window / context of that; Mamba layers hold a fixed state (d_inner x d_state + conv) per sequence,
-    spread over the context.
-    """
+    """KV cache per token at `context` tokens, all layers (decode and RL rollouts): full layers 2 x kv heads
+    x head_dim (MLA: the compressed latent), local layers window / context of that, Mamba layers a fixed
+    state (d_inner x d_state + conv) per sequence spread over the context."""
     per_layer = float(model.kv_latent_dim) if model.is_mla else 2.0 * model.n_kv_heads * model.head_dim
     n_local = min(model.n_local_attention_layers, model.attention_layers)
     n_full = model.attention_layers - n_local
@@ -145,10 +128,6 @@ def kv_cache_bytes_per_token(model: ModelSpec, context: int, bytes_per_element: 
         s = model.ssm
         elements += s.n_layers * (s.d_inner * s.d_state + s.conv_dim * (s.conv_kernel - 1)) / ctx
     return elements * bytes_per_element
-
-
-# ----------------------------------------------------------------------------------------------------
-# vision towers
 
 
 def vision_flops_per_image(v: VisionTower) -> float:
@@ -214,9 +193,8 @@ def vision_trainable_split(model: ModelSpec, job, trainable: float, frozen_other
 
 
 def vision_tower_flops_per_micro(a: Arrays) -> np.ndarray:
-    """Tower FLOPs per GPU per micro-step, forward and backward: the micro-batch's images through the
-    tower (split by tensor and pipeline parallel like the LM), backward 2x forward only when trained
-    (a frozen tower at the input needs no gradient at all)."""
+    """Tower FLOPs per GPU per micro-step (split over tp x pp like the LM): forward, and backward 2x forward
+    only when trained (a frozen tower at the input needs no gradient)."""
     fwd = a["micro_batch"] * a["vision_flops_per_sample"] / (a["tp"] * a["pp"])
     return fwd * (1.0 + 2.0 * a["vision_trainable"] + a["grad_ckpt"] * a["vision_trainable"])
 
@@ -225,10 +203,6 @@ def vision_activation_bytes(a: Arrays) -> np.ndarray:
     """Saved tower activations per GPU (a trained tower; a frozen one runs without saving any)."""
     per = np.where(a["grad_ckpt"] > 0, a["vision_ckpt_bytes_per_sample"], a["vision_act_bytes_per_sample"])
     return a["micro_batch"] * per / a["tp"]
-
-
-# ----------------------------------------------------------------------------------------------------
-# what is assumed
 
 
 def architecture_assumptions(model: ModelSpec, images: int = 0, trained: bool = False,

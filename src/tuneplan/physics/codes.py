@@ -8,15 +8,7 @@ from enum import IntEnum
 
 import numpy as np
 
-
-class MethodCode(IntEnum):
-    FULL = 0
-    LORA = 1
-    QLORA = 2
-    GPTQ_LORA = 3
-    ALORA = 4
-    DORA = 5
-    FREEZE = 6
+MethodCode = IntEnum("MethodCode", "FULL LORA QLORA GPTQ_LORA ALORA DORA FREEZE", start=0)
 
 
 class ShardingCode(IntEnum):
@@ -30,15 +22,8 @@ class ShardingCode(IntEnum):
     OFFLOAD = 5  # ZeRO-3 with states and weights on the host
 
 
-class OptimizerCode(IntEnum):
-    ADAMW = 0
-    ADAMW_8BIT = 1
-    PAGED_ADAMW_8BIT = 2
-    SGD = 3
-    SGD_MOMENTUM = 4
-    ADAFACTOR = 5
-    GALORE_ADAMW = 6
-    ADAMW_4BIT = 7
+OptimizerCode = IntEnum("OptimizerCode", "ADAMW ADAMW_8BIT PAGED_ADAMW_8BIT SGD SGD_MOMENTUM ADAFACTOR GALORE_ADAMW "
+                        "ADAMW_4BIT", start=0)
 
 
 def _by_name(codes: type[IntEnum]) -> dict[str, IntEnum]:

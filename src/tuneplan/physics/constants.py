@@ -1,8 +1,5 @@
-"""Named constants of tuneplan's physics. Each has a unit, a line saying where it comes from, and a
-place in the calibration file (`tuneplan calibrate` refits the ones marked *fitted*).
-
-The values here are the uncalibrated priors: literature figures or conservative engineering
-choices, not tuned to any measured row.
+"""Named constants of tuneplan's physics, each with its unit and source. The values are the uncalibrated
+priors (literature figures or conservative engineering choices); `tuneplan calibrate` refits the *fitted* ones.
 """
 
 from __future__ import annotations
@@ -16,9 +13,7 @@ class PhysicsConstants:
     mfu_max: float = 0.80
     """Ceiling of the block GEMMs' efficiency curve on the reference GPU (fraction of dense peak): the
     measured maximum achievable matmul FLOP/s of H100 SXM (794.5 of 989 TFLOP/s) and H200 (786 of 989),
-    the `REFERENCE_MATMUL_EFFICIENCY` a GPU's own `matmul_efficiency` is stated against. Not a whole-step
-    MFU (0.4-0.6 in well-tuned runs): attention, element-wise work, loss, communication and the optimizer
-    are costed as their own terms."""
+    the `REFERENCE_MATMUL_EFFICIENCY`. Not a whole-step MFU: the other work is costed in its own terms."""
     tokens_half: float = 512.0
     """Tokens per GPU micro-step at which the efficiency reaches half of its maximum (tokens).
     Small micro-steps under-use the GPU (Kavier's MFU curve in the micro-batch)."""
@@ -43,15 +38,12 @@ class PhysicsConstants:
     """Extra bytes per adapted weight per pass for DoRA's weight-norm (materialise W + BA, its norm):
     a cost per optimizer micro-step that does not grow with the tokens."""
     adapter_passes: float = 8.0
-    """Times each adapted module's input and output are streamed through memory per token by the
-    adapter's element-wise kernels and its narrow (memory-bound) GEMMs, forward and backward, with
-    adapters in the compute dtype (passes of 2-byte elements). Counted from peft's lora.Linear.forward
-    (tuners/lora/layer.py) and its autograd: per input element lora_A reads x (2), backward its weight
-    gradient reads x again (2), writes its input gradient (2) and adds it into x's gradient (6): 12
-    bytes; per output element lora_B writes (2), `* scaling` (4), `result + lora` (6), backward the
-    scaling (4) and lora_B's two gradients reading the output gradient (2 + 2): 20 bytes; together
-    ~32 bytes per (input, output) pair = 8 passes x 2 bytes x 2. fp32 adapters add
-    ops.fp32_adapter_bytes; lora_dropout > 0 adds a copy of the input each way (not counted)."""
+    """Times each adapted module's input and output are streamed through memory per token by the adapter's
+    element-wise kernels and narrow GEMMs, forward and backward, adapters in the compute dtype (2-byte
+    passes). From peft's lora.Linear.forward (tuners/lora/layer.py) and its autograd: per input element
+    lora_A reads x, its weight gradient reads x, writes and accumulates the input gradient (2+2+2+6 = 12
+    bytes); per output element lora_B writes, scales, adds, and backward (2+4+6+4+2+2 = 20 bytes): ~32
+    bytes per (input, output) pair = 8 passes x 2 bytes x 2. fp32 adapters: ops.fp32_adapter_bytes."""
     kernel_launch_s: float = 8e-6
     """Time of one small kernel launch or op dispatch that does no real work (s): CUDA launch latency
     is ~5-10 us; an eager op on a CPU ~10-30 us. Adapters run a chain of such ops per module."""
@@ -60,11 +52,9 @@ class PhysicsConstants:
     LoRA forward): dropout, A, B, scale, add forward (5); their backward with the A and B weight
     gradients and the input-gradient accumulation (11)."""
     dora_kernels_per_module: float = 56.0
-    """Kernels a DoRA-adapted module runs per forward+backward micro-step (count, from peft's DoRA
-    forward): LoRA's 16, plus B A materialised through an identity (eye, A, B, transpose), the norm
-    of W + s B A (transpose, scale, add, norm, cast, detach), the magnitude / norm rescaling of the
-    frozen and low-rank outputs (view, divide, subtract, 3 multiplies, add) forward (~20), and their
-    backward (~20)."""
+    """Kernels a DoRA-adapted module runs per forward+backward micro-step (count, from peft's DoRA forward):
+    LoRA's 16, plus B A through an identity, the norm of W + s B A and the magnitude rescaling of the
+    frozen and low-rank outputs forward (~20), and their backward (~20)."""
     loss_bytes_per_logit: float = 24.0
     """Memory traffic of the loss per (token x vocab) element, forward and backward (bytes): bf16
     logits read, fp32 upcast written and read, softmax, its gradient written and read. Memory-bound:
@@ -99,12 +89,10 @@ class PhysicsConstants:
     activation_scale: float = 1.0
     """Multiplier on the analytic activation bytes (framework temporaries, saved copies)."""
     logits_bytes_per_element: float = 14.0
-    """Bytes per (token x vocab) held at the loss's peak with torch's cross-entropy over upcast logits
-    (bytes), counted from transformers' loss: `logits.float()` frees the bf16 logits (2, transient) and
-    keeps the fp32 copy (4); before 4.46 its shifted `.contiguous()` copy (4) and log-softmax's saved
-    fp32 output (4) join it at the forward's loss (12); in the backward the log-softmax output, its
-    gradient and the logits' fp32 gradient (4 + 4 + 4) with the slice's zero-filled gradient: 12-16.
-    Taken as 14, the middle of that range (4.46+ shifts the labels instead: ~12)."""
+    """Bytes per (token x vocab) held at the loss's peak with torch's cross-entropy over upcast logits,
+    counted from transformers' loss: the fp32 copy (4), before 4.46 a shifted copy and log-softmax's
+    output (12 at the forward's loss); in the backward the log-softmax output, its gradient and the
+    logits' fp32 gradient with the slice's zero-filled one: 12-16. Taken as 14 (4.46+: ~12)."""
     cuda_context_gib: float = 0.6
     """CUDA context + cuBLAS/NCCL workspaces, outside torch's allocator (GiB); seen by nvidia-smi."""
     allocator_overhead: float = 0.08
@@ -117,9 +105,8 @@ class PhysicsConstants:
     """Allocated temporaries not in the analytic terms (GiB): GEMM workspaces, loss buffers."""
     nf4_input_bytes: float = 4.0
     """Bytes per element of each NF4-quantized linear's input kept for its backward beyond the 16-bit
-    activations (bytes): bitsandbytes' Linear4bit casts its input to the layer's compute dtype, float32
-    unless set, and its matmul saves that copy. Per token per layer: inputs of q/k/v (h), o (q), gate/up
-    (h) and down (I)."""
+    activations: bitsandbytes' Linear4bit casts its input to the compute dtype (float32 unless set) and
+    its matmul saves that copy."""
     lora_dropout_copies: float = 0.0
     """Extra copies of an adapted module's input kept for LoRA dropout (0 when lora_dropout = 0)."""
     # --- energy ----------------------------------------------------------------------------------

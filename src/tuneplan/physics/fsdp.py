@@ -1,6 +1,5 @@
-"""What FSDP holds of the gradients, beyond a shard per GPU: the unsharded gradients accumulated under
-no_sync, and a flat parameter's whole gradient where adapters share it with frozen weights. Vectorised
-over the physics arrays; bool masks and counts, used by memory.py (bytes) and step.py (collectives).
+"""What FSDP holds of the gradients beyond a shard per GPU (unsharded under no_sync; a flat parameter's
+whole gradient where adapters share it with frozen weights), as masks and counts for memory.py and step.py.
 """
 
 from __future__ import annotations
@@ -14,11 +13,10 @@ Arrays = dict[str, np.ndarray]
 
 
 def accumulated_unsharded(a: Arrays, g_div: np.ndarray) -> np.ndarray:
-    """Where each GPU holds the unsharded gradients through the backward (bool): FSDP with sharded
-    gradients (`g_div` > 1) accumulating under no_sync on all but the last micro-batch (`grad_accum_sync`
-    no-sync: HF Trainer / accelerate, Lightning Fabric). torch's FSDP.no_sync: "FSDP will accumulate the
-    full model gradients (instead of gradient shards) until the eventual sync" (FSDP2 alike); the optimizer
-    step sees the shards only. DeepSpeed ZeRO reduces every micro-batch into its partitions: never."""
+    """Where each GPU holds the unsharded gradients through the backward: FSDP with sharded gradients
+    (`g_div` > 1) accumulating under no_sync (HF Trainer / accelerate, Lightning Fabric; torch's
+    FSDP.no_sync: "FSDP will accumulate the full model gradients (instead of gradient shards) until the
+    eventual sync"). DeepSpeed ZeRO reduces every micro-batch into its partitions: never."""
     return (get(a, "accum_no_sync") > 0) & (get(a, "fsdp") > 0) & (np.asarray(a["grad_accum"]) > 1) & (g_div > 1)
 
 
@@ -30,11 +28,9 @@ def gradient_reductions(a: Arrays) -> np.ndarray:
 
 
 def flat_parameter_gradients(a: Arrays) -> np.ndarray:
-    """Where a PEFT method's gradients cover the frozen block weights too (bool): adapters inside each
-    block's FSDP1 flat parameter (`fsdp_adapter_wrap` with-block, use_orig_params=True) get the whole
-    flat parameter's gradient, as if the block's frozen weights (`params_frozen_linear`) were trained
-    (torch FSDP: mixing frozen and non-frozen parameters in one unit gives "higher than expected gradient
-    memory usage"). The root unit (embeddings, head) is all frozen and needs no gradient."""
+    """Where a PEFT method's gradients cover the frozen block weights too: adapters inside each block's FSDP1
+    flat parameter (`fsdp_adapter_wrap` with-block) get the whole flat parameter's gradient (torch FSDP:
+    mixing frozen and non-frozen parameters in one unit gives "higher than expected gradient memory usage")."""
     peft = ~full_weights(np.asarray(a["method_code"]))
     sharded = np.asarray(a["sharding"]) >= ShardingCode.ZERO2
     return (peft & sharded & (get(a, "fsdp") > 0) & (get(a, "adapters_in_blocks") > 0)

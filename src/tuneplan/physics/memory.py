@@ -1,25 +1,14 @@
-"""Peak GPU memory of a fine-tuning step, term by term, vectorised over configurations.
-
-Per GPU, in bytes: weights by storage, gradients, the fp32 master copy where the job keeps one
-(`JobSpec.fp32_master`), optimizer states (each divided by the ranks that shard it), activations (per
-layer from the shapes), logits with their fp32 loss copy, and fixed overheads. The analytic sum is what
-torch's allocator holds (`allocated`); `reserved` adds the caching allocator's fragmentation and
-`nvidia-smi` the CUDA context.
+"""Peak GPU memory of a fine-tuning step, term by term, vectorised over configurations: weights by
+storage, gradients, the fp32 master copy (`JobSpec.fp32_master`), optimizer states (each divided by the
+ranks that shard it), activations, logits with their fp32 loss copy, and fixed overheads. The sum is
+torch's `allocated`; `reserved` adds the caching allocator's fragmentation, `nvidia-smi` the CUDA context.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tuneplan.physics.activations import (
-    activation_bytes_per_token_layer,
-    backward_peak_bytes,
-    checkpointed_activations,
-    frozen_product_saving,
-    fused_swiglu_saving,
-    linear_input_saving,
-    replicated_bytes,
-)
+from tuneplan.physics import activations
 from tuneplan.physics.architecture import vision_activation_bytes
 from tuneplan.physics.codes import MethodCode, OptimizerCode, ShardingCode, full_weights
 from tuneplan.physics.constants import BYTES_PER_GIB, DEFAULT_CONSTANTS, PhysicsConstants
@@ -46,10 +35,9 @@ moment when beta1 is set); GaLore-AdamW as AdamW for the weights it does not pro
 
 
 def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
-    """Temporaries of the optimizer step (bytes): torch.optim.AdamW's default multi-tensor path
-    (`_multi_tensor_adam`) computes `torch._foreach_sqrt(exp_avg_sqs)` for a whole group at once: one
-    second moment's bytes (half of AdamW's states). A fused step (torch `fused=True`, apex, TE, DeepSpeed
-    FusedAdam), a per-parameter loop and the other optimizers are counted without one."""
+    """Temporaries of the optimizer step (bytes): torch AdamW's multi-tensor path (`_multi_tensor_adam`)
+    computes `torch._foreach_sqrt(exp_avg_sqs)` for a whole group at once, one second moment's bytes; a
+    fused step (torch `fused=True`, apex, TE, DeepSpeed FusedAdam), a loop and other optimizers have none."""
     adamw = np.asarray(a["optimizer_code"]) == OptimizerCode.ADAMW
     return np.where(adamw & (get(a, "opt_foreach") > 0), 0.5 * opt, 0.0)
 
@@ -57,10 +45,8 @@ def optimizer_step_bytes(opt: np.ndarray, a: Arrays) -> np.ndarray:
 def optimizer_in_backward_bytes(a: Arrays, trainable: np.ndarray, grad_bytes: np.ndarray,
                                 split: np.ndarray) -> np.ndarray:
     """Gradient bytes alive at once with the optimizer inside the backward (torchtune 0.6.1
-    training/memory.py register_optim_in_bwd_hooks, `optimizer_in_bwd: True`): a post-accumulate-grad hook
-    on every trained parameter runs that parameter's own optimizer step and `zero_grad()` as soon as its
-    gradient is ready, so one parameter's gradient is held at a time: the largest trained tensor's (the
-    embedding or output projection, vocab x hidden, else an MLP matrix), at most all trained weights'."""
+    training/memory.py register_optim_in_bwd_hooks): each parameter is stepped and its gradient freed when
+    ready, so one is held at a time: the largest trained tensor's (vocab x hidden, else an MLP matrix)."""
     largest = np.maximum(a["vocab"], np.maximum(a["intermediate"], a["moe_intermediate"])) * a["hidden"] / split
     return np.minimum(largest, trainable) * grad_bytes
 
@@ -74,16 +60,14 @@ gradients under the Trainer's `torch.no_grad()` (prediction_step)."""
 
 def eval_pass_bytes(a: Arrays, states: np.ndarray, grads: np.ndarray,
                     c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
-    """Peak of an evaluation pass per GPU (bytes), a phase between optimizer steps; 0 where the job does
-    not evaluate (`eval_batch` 0). The persistent `states` (weights, master copy, moments), the step's
-    `grads` only where they live in persistent buffers (HF's zero_grad(set_to_none=True) frees them), and
-    a forward without autograd at the evaluation batch: one layer's tensors at a time, nothing saved for a
-    backward, and the batch's logits at the loss (`EVAL_LOGITS_BYTES_PER_ELEMENT`; a chunked or fused
-    loss as in training)."""
+    """Peak of an evaluation pass per GPU (bytes; 0 without one, `eval_batch` 0): the persistent `states`,
+    the step's `grads` where they live in persistent buffers (HF's zero_grad(set_to_none=True) frees them),
+    and a forward without autograd at the evaluation batch: one layer's tensors and the batch's logits at
+    the loss (`EVAL_LOGITS_BYTES_PER_ELEMENT`; a chunked or fused loss as in training)."""
     states = states + np.where(get(a, "grad_buffers") > 0, grads, 0.0)
     eb = get(a, "eval_batch")
     tokens = eb * a["seq_len"] / a["cp"]
-    per = activation_bytes_per_token_layer(a, c)
+    per = activations.activation_bytes_per_token_layer(a, c)
     layer = tokens * np.maximum(per["dense"], per["moe"]) * c.activation_scale / a["tp"]
     logits = logits_memory_bytes(tokens, a["vocab"], a["tp"], get(a, "ce_code"), EVAL_LOGITS_BYTES_PER_ELEMENT)
     return np.where(eb > 0, states + layer + logits, 0.0)
@@ -92,44 +76,38 @@ def eval_pass_bytes(a: Arrays, states: np.ndarray, grads: np.ndarray,
 def variable_shape_bytes(a: Arrays, per_token_bytes: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS) -> np.ndarray:
     """Blocks the caching allocator keeps for batches of other lengths (bytes, reserved only):
     `variable_shape_reserve` x the per-token transients where batch shapes vary; none under expandable
-    segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment grows and its freed pages
-    serve any size, so a shorter batch's blocks are reused by a longer one instead of held beside it)."""
+    segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: freed pages serve any size)."""
     vary = (a["variable_shapes"] > 0) & (get(a, "expandable_segments") == 0)
     return np.where(vary, c.variable_shape_reserve * per_token_bytes, 0.0)
 
 
 def galore_state_elements(a: Arrays) -> np.ndarray:
-    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0, as
-    transformers' `galore_adamw` runs it): each m x n gradient is projected to rank r on its smaller side,
-    so the projector holds r x min(m, n) and the two moments r x max(m, n) each, in the weights' dtype.
-    Autograd still allocates the full gradient; the step runs one matrix at a time (no temporary)."""
+    """GaLore-AdamW's states of the block linears, in elements (Zhao et al. 2024; galore_torch 1.0 as
+    transformers' `galore_adamw` runs it): a rank-r projector r x min(m, n) and two moments r x max(m, n)
+    per m x n matrix; autograd still allocates the full gradient."""
     return a["galore_rank"] * (a["galore_min_dims"] + 2.0 * a["galore_max_dims"])
 
 
 def expert_split_ratio(a: Arrays) -> np.ndarray:
-    """How many more GPUs split one copy of the experts than split the dense weights: ep x etp / tp.
-    Megatron-Core (parallel_state.initialize_model_parallel, 0.13) builds the expert groups over the
-    same tp x cp x dp ranks of a pipeline stage as etp x ep x expert-data-parallel, so the experts'
-    data-parallel degree is tp x cp x dp / (ep x etp) = (cp x dp) / this ratio."""
+    """How many more GPUs split one copy of the experts than the dense weights: ep x etp / tp (Megatron-Core
+    0.13 parallel_state.initialize_model_parallel: the experts' data parallel is (cp x dp) / this ratio)."""
     return a["ep"] * get(a, "etp") / a["tp"]
 
 
 def expert_sharding(div: np.ndarray, ep: np.ndarray, expert_here: np.ndarray) -> np.ndarray:
     """The effective shard count of a GPU's weights, gradients or states when `expert_here` of them are
-    expert weights: dense ones over the `div` data x context parallel ranks, expert ones over the
-    expert-data-parallel ranks only, div / ep (`ep`: expert_split_ratio; Megatron-Core's
-    `expert_data_parallel_group`, DeepSpeed-MoE alike). Unsharded (div 1) stays 1."""
+    expert weights: dense ones over `div` ranks, expert ones over div / ep (`ep`: expert_split_ratio;
+    Megatron-Core's `expert_data_parallel_group`, DeepSpeed-MoE alike)."""
     expert_div = np.where(div > 1, np.maximum(div / ep, 1.0), 1.0)
     return 1.0 / ((1.0 - expert_here) / div + expert_here / expert_div)
 
 
 def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole: np.ndarray,
                       share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding: the master copy and fp32
-    moments where the job keeps one (JobSpec.fp32_master); otherwise 16-bit weights train in place with
-    moments allocated like the parameter (torch zeros_like: 16-bit; 8-bit states unchanged). GaLore (full
-    fine-tuning) keeps the block linears' states in rank-r projections (`galore_state_elements`).
-    `whole`: rows training whole weights (full, freeze); `share`: the part of the model's matrices on this GPU."""
+    """(fp32 master copy, optimizer states) in bytes per GPU before ZeRO sharding: master and fp32 moments
+    where the job keeps one (JobSpec.fp32_master), else 16-bit weights train in place with moments like the
+    parameter (torch zeros_like; 8-bit states unchanged); GaLore keeps the block linears' states in rank-r
+    projections. `whole`: rows training whole weights; `share`: the part of the matrices on this GPU."""
     pbytes = a["weight_bytes_compute"]
     trained16 = whole & (pbytes == 2)
     keep32 = a["fp32_master"] > 0
@@ -148,11 +126,9 @@ def master_and_states(a: Arrays, trainable: np.ndarray, full: np.ndarray, whole:
 
 def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, grad_bytes: np.ndarray,
                    shards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(through the backward, at the optimizer step) gradient bytes per GPU: every trained weight's
-    gradient over `shards` GPUs. Adapters inside FSDP1 block units: the whole flat parameter's gradient,
-    in its storage dtype (one dtype per flat parameter, the adapters' the compute dtype; physics/fsdp.py
-    flat_parameter_gradients). FSDP accumulating under no_sync holds them unsharded through the backward,
-    on the GPU even when offloaded (physics/fsdp.py accumulated_unsharded); the step sees the shards."""
+    """(through the backward, at the optimizer step) gradient bytes per GPU over `shards` GPUs: adapters in
+    FSDP1 block units the whole flat parameter's, in its storage dtype (fsdp.flat_parameter_gradients);
+    under no_sync unsharded through the backward, even when offloaded (fsdp.accumulated_unsharded)."""
     whole = np.where(flat_parameter_gradients(a), trainable * a["weight_bytes_compute"]
                      + frozen_lin * a["frozen_linear_bytes"], trainable * grad_bytes)
     sharded = whole / np.maximum(shards, 1.0)
@@ -161,29 +137,27 @@ def gradient_bytes(a: Arrays, trainable: np.ndarray, frozen_lin: np.ndarray, gra
 
 
 def activations_and_logits(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> tuple[np.ndarray, np.ndarray]:
-    """Saved activations and loss buffers per GPU (bytes) at the peak stage.
-
-    Per layer from the shapes, as the checkpointing mode, offload, the low-precision recipe and
-    sequence parallel keep them (physics/activations.py); the first pipeline stage holds the
-    in-flight micro-batches, the last one the loss."""
+    """Saved activations and loss buffers per GPU (bytes) at the peak stage: per layer as the checkpointing
+    mode, offload, low precision and sequence parallel keep them (physics/activations.py); the first
+    pipeline stage holds the in-flight micro-batches, the last one the loss."""
     tp, pp, cp = a["tp"], a["pp"], a["cp"]
-    per = activation_bytes_per_token_layer(a, c)
+    per = activations.activation_bytes_per_token_layer(a, c)
     el_bytes = np.where(a["weight_bytes_compute"] >= 4, 4.0, 2.0)
-    saving = linear_input_saving(a, el_bytes)
-    repl = replicated_bytes(a, el_bytes) * c.activation_scale
+    saving = activations.linear_input_saving(a, el_bytes)
+    repl = activations.replicated_bytes(a, el_bytes) * c.activation_scale
     tokens = a["micro_batch"] * a["seq_len"] / cp
     L = a["n_layers"]
     moe_layers = np.minimum(a["moe_layers"], L)
     layers = L / pp * a["bwd_layer_fraction"]
     moe_share = np.where(L > 0, moe_layers / np.maximum(L, 1.0), 0.0)
-    fused = fused_swiglu_saving(a, el_bytes)
-    frozen = frozen_product_saving(a, el_bytes)  # a frozen down projection keeps no input
+    fused = activations.fused_swiglu_saving(a, el_bytes)
+    frozen = activations.frozen_product_saving(a, el_bytes)  # a frozen down projection keeps no input
     fused = {k: fused[k] + frozen[k] for k in fused}
     per_dense, per_moe = ((per[k] - (saving[k] + fused[k]) * c.activation_scale - repl) / tp + repl
                           for k in ("dense", "moe"))
     per_layer = (1.0 - moe_share) * per_dense + moe_share * per_moe
     eager = np.where(a["flash_attn"] > 0, 0.0, a["n_heads"] * a["seq_len"] / cp) * el_bytes * c.activation_scale / tp
-    acts_stage = checkpointed_activations(a, tokens, per_layer, per["layer_input"], eager, layers)
+    acts_stage = activations.checkpointed_activations(a, tokens, per_layer, per["layer_input"], eager, layers)
     in_flight = pipeline_inflight_factor(pp, get(a, "vpp"), a["grad_accum"])
     logits = logits_memory_bytes(tokens, a["vocab"], tp, get(a, "ce_code"), c.logits_bytes_per_element)
     # pipeline: the first stage holds in_flight micro-batches' activations, the last one a micro-batch's
@@ -262,7 +236,7 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
 
     # gradients at the peak: those not written into memory the backward has freed
     # (activations.backward_peak_bytes; all of them where they accumulate or live in a buffer)
-    grads = backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
+    grads = activations.backward_peak_bytes(grads, acts, logits, a) - (acts + logits)
     # in the backward's step: the first (largest) gradient is written while every activation is still held
     grads = np.where(in_bwd, optimizer_in_backward_bytes(a, trainable, grad_bytes, split), grads)
     backward = weights + grads + master + opt + gathered + ddp_buckets + acts + logits + workspace
@@ -274,36 +248,23 @@ def memory(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS) -> Arrays:
     evaluation = eval_pass_bytes(a, weights + master + opt + gathered + ddp_buckets + workspace, step_grads, c)
     g = BYTES_PER_GIB
     out = {
-        "weights_gib": weights / g,
-        "gradients_gib": grads / g,
-        "gradient_buckets_gib": ddp_buckets / g,
-        "master_weights_gib": master / g,
-        "optimizer_gib": opt / g,
-        "gathered_params_gib": gathered / g,
-        "activations_gib": acts / g,
-        "logits_gib": logits / g,
-        "workspace_gib": workspace / g,
-        "calibration_gib": np.zeros_like(backward),
-        "cuda_context_gib": np.full_like(backward, c.cuda_context_gib),
-        "capacity_gib": a["memory_bytes"] / g,
-        "variable_shape_gib": variable / g,
-        "step_peak_gib": step / g,
-        "eval_peak_gib": evaluation / g,
-    }
+        "weights_gib": weights / g, "gradients_gib": grads / g, "gradient_buckets_gib": ddp_buckets / g,
+        "master_weights_gib": master / g, "optimizer_gib": opt / g, "gathered_params_gib": gathered / g,
+        "activations_gib": acts / g, "logits_gib": logits / g, "workspace_gib": workspace / g,
+        "calibration_gib": np.zeros_like(backward), "cuda_context_gib": np.full_like(backward, c.cuda_context_gib),
+        "capacity_gib": a["memory_bytes"] / g, "variable_shape_gib": variable / g, "step_peak_gib": step / g,
+        "eval_peak_gib": evaluation / g}
     settle_peaks(out, backward / g, c)
     return out
 
 
 def settle_peaks(out: Arrays, backward_gib: np.ndarray, c: PhysicsConstants = DEFAULT_CONSTANTS,
                  outside_gib: np.ndarray | float = 0.0) -> None:
-    """Allocated (the largest of the backward's peak, the optimizer step's `step_peak_gib` and an
-    evaluation pass's `eval_peak_gib`, with the step's share above the backward as `optimizer_step_gib`
-    and the evaluation's above both as `eval_pass_gib`), reserved, nvidia-smi and the fit.
-
-    Only the backward's blocks carry fragmentation (`allocator_overhead`): the later phases reuse the
-    blocks it freed (other batch shapes' included). Blocks cached for other batch shapes show in
-    reserved / nvidia-smi but do not decide the fit (torch frees them before failing). `outside_gib`:
-    memory outside torch's allocator (an inference engine's pool) on top of the CUDA context."""
+    """Allocated (the largest of the backward's, the optimizer step's and an evaluation pass's peaks, the
+    later phases' shares above it as `optimizer_step_gib` and `eval_pass_gib`), reserved, nvidia-smi and
+    the fit. Only the backward's blocks carry fragmentation (the later phases reuse them); blocks cached
+    for other batch shapes count in reserved but not in the fit (torch frees them before failing).
+    `outside_gib`: memory outside torch's allocator (an inference engine's pool)."""
     step = out["step_peak_gib"]
     trained = np.maximum(backward_gib, step)
     after = np.maximum(step, out.get("eval_peak_gib", 0.0))  # the phases after the backward freed its tensors
@@ -326,8 +287,7 @@ def backward_peak_gib(out: Arrays) -> np.ndarray:
 
 
 def max_micro_batch(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, upper: int = 4096) -> np.ndarray:
-    """Largest micro-batch whose peak (as nvidia-smi would see it) fits the GPU, by binary search
-    over the vectorised memory model at the configured sequence length; 0 when even 1 does not fit."""
+    """Largest micro-batch that fits the GPU, by binary search over the memory model; 0 when 1 does not."""
     n = len(next(iter(a.values())))
     lo = np.zeros(n)
     hi = np.full(n, float(upper) + 1)

@@ -1,26 +1,15 @@
 """LoRA over MoE experts held as stacked tensors (`--moe-experts stacked`: transformers >= 5 with peft).
 
-Transformers 5 keeps a MoE layer's routed experts as two 3-D parameters, `gate_up_proj` [E, 2I, H]
-and `down_proj` [E, H, I] (e.g. `Qwen3MoeExperts`, "Collection of expert weights stored as 3D
-tensors"), where transformers 4 had an nn.Linear per expert. peft 0.21 adapts a stack with one
-`ParamWrapper` (peft/tuners/lora/layer.py), and only for the model types whose v4 checkpoints
-transformers converts with the mixtral or qwen2_moe pattern (`_convert_peft_config_moe`,
-peft/utils/transformers_weight_conversion.py): there `all-linear` and the v4 names (gate, up, down,
-router) reach the stacks, with the rank doubled on the fused gate_up stack (peft's rank_pattern).
-Other MoE types (granitemoe, gpt_oss, ..., and under peft 0.21 qwen2_moe itself, which peft 0.22 adds)
-keep their routed experts and router out: the adapters sit on attention and the shared experts only.
-Which types are reached is keyed by the peft release (PEFT_STACKED_MOE_TYPES_BY_VERSION; the job's
-`peft_version`, filled from the installed peft). Both counts match peft's exactly (tests/test_moe_lora.py).
-
-Each forward, ParamWrapper parametrizes the stack as W' = W + s B A (`torch.baddbmm` per stack in the
-weights' dtype, `_LoraFactorsProxy`), so that:
-- W' is a new tensor the experts' GEMMs save for the backward: one copy of the adapted expert weights
-  is held from the forward to the backward (one layer's under activation checkpointing), and the
-  backward's dW' of the layer in hand is another layer's worth;
-- the backward computes W''s full weight gradient, as full fine-tuning does (the expert GEMMs'
-  forward FLOPs once more), then the factors' gradients from it (two more products);
-- the stack's bytes move STACK_PASSES_FORWARD times forward and STACK_PASSES_BACKWARD times backward;
-- a few kernels run per stack (STACK_KERNELS), not LoRA's per-module chain per expert.
+Transformers 5 keeps a MoE layer's routed experts as two 3-D parameters, `gate_up_proj` [E, 2I, H] and
+`down_proj` [E, H, I] (e.g. `Qwen3MoeExperts`), where transformers 4 had an nn.Linear per expert. peft
+0.21 adapts a stack with one `ParamWrapper` (peft/tuners/lora/layer.py), only for the model types whose
+v4 checkpoints transformers converts with the mixtral or qwen2_moe pattern (`_convert_peft_config_moe`,
+peft/utils/transformers_weight_conversion.py; keyed by peft release, PEFT_STACKED_MOE_TYPES_BY_VERSION),
+with the rank doubled on the fused gate_up stack; other MoE types keep their routed experts and router
+out. Each forward builds W' = W + s B A (`torch.baddbmm`, `_LoraFactorsProxy`): W' is held until the
+backward (one layer's under checkpointing) beside the layer's dW'; the backward computes W''s full
+weight gradient, then the factors' from it; the stack's bytes move STACK_PASSES_FORWARD /
+STACK_PASSES_BACKWARD times, with STACK_KERNELS kernels per stack. Counts match peft's (tests/test_moe_lora.py).
 """
 
 from __future__ import annotations
@@ -125,10 +114,8 @@ def _terms(a: dict, key: str) -> np.ndarray:
 
 
 def stacked_lora_held_bytes(a: dict) -> np.ndarray:
-    """Bytes per GPU autograd holds for the stacks (activations): every adapted layer's W' until the
-    backward (one layer's under activation checkpointing, which rebuilds it there), and the dW' of
-    the layer the backward is in. Stacks are spread like the expert weights (expert, tensor and
-    pipeline parallel: ep x etp x pp GPUs share one copy)."""
+    """Bytes per GPU autograd holds for the stacks: every adapted layer's W' until the backward (one
+    layer's under checkpointing) and the dW' of the layer in hand, over the ep x etp x pp GPUs of a copy."""
     params = _terms(a, "stacked_lora_params")
     per_layer = params / np.maximum(a["moe_layers"], 1.0)
     held = np.where(a["grad_ckpt"] > 0, per_layer, params) + per_layer
@@ -150,7 +137,6 @@ def stacked_lora_seconds(a: dict, c, tokens: np.ndarray, bw: np.ndarray, expert_
     wgrad = tokens * _terms(a, "stacked_wgrad_flops") / (a["tp"] * a["pp"]) / expert_rate
     launch = (1.0 + 0.5 * rec_share) * _terms(a, "stacked_lora_stacks") * STACK_KERNELS * c.kernel_launch_s / a["pp"]
     return build, factors + wgrad, rec_share * build, launch
-
 
 
 def moe_experts_assumptions(model, job) -> list[str]:

@@ -1,6 +1,5 @@
-"""Parallelism terms: context parallel (ring attention, Ulysses all-to-all), tensor / sequence
-parallel exposure, pipeline schedules (1F1B, interleaved) with their bubble and in-flight
-activations, and hierarchical data-parallel collectives across nodes. Vectorised; seconds and bytes.
+"""Parallelism terms, vectorised (seconds and bytes): context parallel, tensor parallel exposure, pipeline
+schedules (bubble, in-flight activations), expert all-to-alls and hierarchical data-parallel collectives.
 """
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ gathered by sequence, and the output back (Jacobs et al., 'DeepSpeed Ulysses', 2
 
 def domain_gpus(gpus, nodes, nvlink_domain):
     """Consecutive GPUs joined by the fast link (NVLink / xGMI switch): the node, or the part's NVLink
-    domain where it spans nodes (GB200 / GB300 NVL72: 72 GPUs over 4-GPU trays), at most all GPUs.
-    The collectives cost ranks inside it at the intra-node bandwidth, across it at the network's."""
+    domain where it spans nodes (GB200 / GB300 NVL72: 72 GPUs over 4-GPU trays), at most all GPUs."""
     return np.minimum(np.maximum(gpus / np.maximum(nodes, 1.0), nvlink_domain), gpus)
 
 
@@ -26,19 +24,17 @@ def link_bandwidth(group, gpus_per_node, intra_bw, inter_bw):
 
 
 def ring_attention_exposed(kv_bytes_local, cp, attn_seconds, bw, c):
-    """Exposed time of ring attention's K/V exchange for one layer, one direction (s): cp - 1 steps each
-    passing the local K/V block (kv_bytes_local) to the next rank, overlapped with the attention of the
-    block in hand (Liu et al., 'Ring Attention', 2023; Megatron-Core's CP overlaps the P2P with
-    compute): max(comm - attention, 0) plus the per-step latency."""
+    """Exposed time of ring attention's K/V exchange for one layer, one direction (s): cp - 1 steps passing
+    the local K/V block on, overlapped with the attention of the block in hand (Liu et al., 'Ring
+    Attention', 2023; Megatron-Core's CP): max(comm - attention, 0) plus the per-step latency."""
     steps = np.maximum(cp - 1.0, 0.0)
     comm = steps * kv_bytes_local / (bw * c.comm_efficiency)
     return np.maximum(comm - attn_seconds, 0.0) + steps * c.comm_latency_s
 
 
 def ulysses_seconds(tokens_local, q_dim, kv_dim, el_bytes, cp, bw, c):
-    """Ulysses all-to-alls for one attention layer forward: (bytes each GPU sends, seconds): q, k, v in
-    and the output back, each moving (cp - 1)/cp of the local tensor; not overlapped (the attention
-    waits for them)."""
+    """Ulysses all-to-alls for one attention layer forward (bytes each GPU sends, seconds): q, k, v and the
+    output, each moving (cp - 1)/cp of the local tensor; not overlapped (the attention waits for them)."""
     p = np.maximum(cp, 1.0)
     volume = tokens_local * (2.0 * q_dim + 2.0 * kv_dim) * el_bytes * (p - 1.0) / p
     return volume, np.where(p > 1, volume / (bw * c.comm_efficiency) + ULYSSES_ALL_TO_ALLS_FWD * c.comm_latency_s,
@@ -46,12 +42,10 @@ def ulysses_seconds(tokens_local, q_dim, kv_dim, el_bytes, cp, bw, c):
 
 
 def expert_all_to_all_parts(nbytes, ep, etp, gpus_per_node, intra_bw, inter_bw, c):
-    """One expert-parallel all-to-all (dispatch or combine) of `nbytes` per GPU: (bytes sent inside the
-    domain, bytes sent across, seconds of each with one latency per peer). Megatron-Core orders the
-    expert ranks etp innermost, then ep (parallel_state RankGenerator, order tp-cp-ep-dp-pp), so an EP
-    group's ranks are etp apart and a domain holds gpus_per_node / etp of them: of the (ep - 1)/ep of the
-    bytes that leave the GPU, the domain's other members' share goes over the fast link, the other
-    domains' over the GPU's network share."""
+    """One expert-parallel all-to-all of `nbytes` per GPU: (bytes sent inside the domain, across, seconds
+    of each with a latency per peer). Megatron-Core orders expert ranks etp innermost, then ep
+    (parallel_state RankGenerator, tp-cp-ep-dp-pp), so a domain holds gpus_per_node / etp of an EP group:
+    their share of the bytes goes over the fast link, the rest over the GPU's network share."""
     p = np.maximum(ep, 1.0)
     in_node = np.clip(np.floor(gpus_per_node / np.maximum(etp, 1.0)), 1.0, p)
     eff, lat = c.comm_efficiency, c.comm_latency_s
@@ -99,17 +93,16 @@ def pipeline_p2p_bandwidth(tp, cp, dp, gpus_per_node, intra_bw, inter_bw):
 
 
 def tp_exposed(t_tp, t_gemm, overlap, c):
-    """Tensor-parallel communication left exposed (s): with communication overlap (userbuffers,
-    async TP) up to overlap_fraction of it hides behind the GEMMs; without, all of it shows."""
+    """Tensor-parallel communication left exposed (s): with overlap (userbuffers, async TP) up to
+    overlap_fraction of it hides behind the GEMMs."""
     hidden = np.where(overlap > 0, np.minimum(t_tp * c.overlap_fraction, t_gemm), 0.0)
     return t_tp - hidden
 
 
 def hierarchical_allreduce_parts(nbytes, dp, gpus_per_node, intra_bw, inter_bw, c):
-    """All-reduce over dp ranks that span nodes, hierarchically: reduce-scatter inside each node,
-    all-reduce of each GPU's 1/g shard across the nodes over its own network share, all-gather inside
-    the node (NCCL's multi-ring / tree across NICs; Sergeev & Del Balso, Horovod 2018); within one node
-    it is the plain ring. (bytes each GPU sends inside the domain, across, seconds inside, across)."""
+    """All-reduce over dp ranks spanning nodes, hierarchically (NCCL across NICs; Sergeev & Del Balso,
+    Horovod 2018): reduce-scatter in the node, all-reduce of each GPU's 1/g shard across nodes, all-gather
+    in the node. (bytes each GPU sends inside the domain, across, seconds inside, across)."""
     g = np.maximum(np.minimum(dp, gpus_per_node), 1.0)
     n = np.maximum(dp / g, 1.0)
     eff = c.comm_efficiency

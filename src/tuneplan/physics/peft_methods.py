@@ -1,11 +1,8 @@
-"""The cost of each PEFT method beyond the classic LoRA family: trainable parameters (exact, as peft
-0.21 builds them), FLOPs (per token, and per micro-step for the weights some methods build every
-forward), memory (saved activations, buffers, extra states) and small kernels.
-
-`method_terms` gives the method's `terms.ModelTerms` fields; `peft_step_times` and `peft_memory_bytes`
-their time and memory. Per module of in_features i, out_features o, the counts follow peft's layer code
-(`peft/tuners/<method>/layer.py`). The LoRA family keeps its own physics in `terms`; rsLoRA, PiSSA,
-OLoRA, EVA and LoftQ train exactly like LoRA (QLoRA for LoftQ) and go through it unchanged.
+"""The cost of each PEFT method beyond the LoRA family: trainable parameters (exact, as peft 0.21 builds
+them), FLOPs (per token, and per micro-step for weights built every forward), memory and small kernels.
+`method_terms` gives the method's `terms.ModelTerms` fields, `peft_step_times` / `peft_memory_bytes` their
+time and memory; per module (in_features i, out_features o) the counts follow peft's
+`peft/tuners/<method>/layer.py`. rsLoRA, PiSSA, OLoRA, EVA and LoftQ train like LoRA (QLoRA) and use `terms`.
 """
 
 from __future__ import annotations
@@ -29,13 +26,11 @@ KERNELS_PER_MODULE = {
     "adalora": 22.0, "lora-fa": 14.0, "ia3": 4.0, "loha": 14.0, "lokr": 12.0, "oft": 14.0, "vera": 14.0,
     "fourierft": 10.0, "hra": 10.0, "bone": 10.0, "boft": 16.0, "ln-tuning": 4.0,
 }
-"""Small kernels each adapted module launches per micro-step (forward and backward), counted from the
-operations of peft 0.21's `<Method>Linear.forward` and their autograd backward: e.g. LoHa builds its
-delta weight from two products and a Hadamard product (custom autograd, recomputed in backward), casts
-the input and adds a second linear; IA3 one multiply and cast forward, two multiplies and a reduction
-backward; AdaLoRA LoRA's chain plus the E scaling and the rank allocator's per-step importance update.
-HRA adds 3 kernels per reflection and BOFT 6 per butterfly factor (`extra_kernels`). peft's LoRA
-(16 per module) is `constants.lora_kernels_per_module`."""
+"""Small kernels each adapted module launches per micro-step (forward and backward), counted from peft
+0.21's `<Method>Linear.forward` and its autograd: e.g. LoHa two products and a Hadamard product
+(recomputed in backward), an input cast and a second linear; IA3 a multiply and cast forward, two
+multiplies and a reduction backward; AdaLoRA LoRA's chain, the E scaling and the importance update.
+HRA and BOFT add kernels per reflection / factor; LoRA's is `constants.lora_kernels_per_module`."""
 
 HRA_KERNELS_PER_REFLECTION = 3.0
 """HRA `get_delta_weight`: per reflection a matrix-vector product, an outer product and a subtraction."""
@@ -181,13 +176,6 @@ def boft_shape(i: int, block_size: int, block_num: int, factor: int) -> tuple[in
     if n and blocks % 2:
         raise InputError("peft-option", f"boft: boft_block_num ({blocks}) must be even")
     return n + 1, blocks, block_size
-
-
-def norm_params(model: ModelSpec) -> float:
-    """Every parameter of the blocks outside the linear layers, and the final norm: the norms LN tuning
-    trains (peft's defaults: input_layernorm, post_attention_layernorm and the final norm for Llama)."""
-    return float(model.params_total - model.params_embedding - model.params_lm_head
-                 - sum(lin.params for lin in model.linears))
 
 
 TERM_KEYS = ("trainable", "adapter_flops", "adapter_io_elements", "adapter_in_elements", "lora_rank",
@@ -343,7 +331,10 @@ def method_terms(model: ModelSpec, job: JobSpec) -> dict[str, float]:
     elif method in ("prefix-tuning", "prompt-tuning", "p-tuning"):
         prompt_terms(t, model, job, opts, pbytes)
     elif method == "ln-tuning":
-        t["trainable"] = norm_params(model)
+        # the norms (peft's defaults for Llama: input_layernorm, post_attention_layernorm, the final norm):
+        # every parameter outside the embedding, the head and the block linears
+        t["trainable"] = float(model.params_total - model.params_embedding - model.params_lm_head
+                               - sum(lin.params for lin in model.linears))
         norms = 2.0 * model.n_layers + 1.0
         t["adapter_io_elements"] = norms * model.hidden_size  # the norms' weight gradients
         t["peft_saved_bytes"] = norms * model.hidden_size * pbytes  # normalised input kept for them
@@ -357,10 +348,9 @@ def method_terms(model: ModelSpec, job: JobSpec) -> dict[str, float]:
 
 
 def peft_step_times(a: dict, c, tokens: np.ndarray, split: np.ndarray, pp: np.ndarray) -> tuple:
-    """(forward, backward, recompute, launch) seconds per micro-step of the PEFT methods' own work:
-    fp32 matmuls with built weights (per token), the weight products built every forward (per
-    micro-step, at the curve's ceiling: large square products), and their small kernels. Backward
-    is twice the forward (input and weight gradients)."""
+    """(forward, backward = 2 x forward, recompute, launch) seconds per micro-step of the PEFT methods' own
+    work: fp32 matmuls with built weights, the weight products built every forward (at the curve's
+    ceiling: large square products), and their small kernels."""
     if "peft_fp32_flops" not in a:
         z = np.zeros_like(np.asarray(tokens, dtype=float))
         return z, z, z, z
@@ -376,10 +366,9 @@ def peft_step_times(a: dict, c, tokens: np.ndarray, split: np.ndarray, pp: np.nd
 
 
 def peft_memory_bytes(a: dict, tokens: np.ndarray, split: np.ndarray) -> tuple:
-    """(weights, optimizer, activations) bytes per GPU the PEFT methods add: buffers (VeRA's shared
-    projections, BOFT's permutations), AdaLoRA's importance statistics, and what autograd keeps: the
-    per-token operands (one layer's worth under gradient checkpointing), the prefix per sample, and
-    the weights built every forward (held until backward)."""
+    """(weights, optimizer, activations) bytes per GPU the PEFT methods add: frozen buffers, AdaLoRA's
+    importance statistics, and what autograd keeps (per-token operands, one layer's under checkpointing;
+    the prefix per sample; the weights built every forward)."""
     if "peft_saved_bytes" not in a:
         z = np.zeros_like(np.asarray(tokens, dtype=float))
         return z, z, z

@@ -1,9 +1,6 @@
-"""Low-precision training (fp8, NVFP4, MXFP4) and fp8 base weights, operation by operation.
-
-As Transformer Engine / torchao float8 and NVIDIA's NVFP4 recipe run it, only the blocks' linear layers
-run their GEMMs at the low precision (`ops_by_precision` says the rest); it adds memory traffic of its
-own: casting each linear's input and output gradient (with its scales), the transposed copies the
-backward GEMMs read, and casting the weights once per optimizer step (cached across micro-batches).
+"""Low-precision training (fp8, NVFP4, MXFP4) and fp8 base weights: as Transformer Engine / torchao float8
+and NVIDIA's NVFP4 recipe run it, only the blocks' linear GEMMs run at low precision (`ops_by_precision`),
+with traffic of their own: input and gradient casts, transposed copies, and the weights cast once a step.
 """
 
 from __future__ import annotations
@@ -18,11 +15,9 @@ LOW_PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp32": 0, "fp8": 1, "nvfp4": 2, "m
 with an E8M0 scale per 32 elements)."""
 
 LOW_PRECISION_GEMM_EFFICIENCY = 0.85
-"""Achieved share of the low-precision peak relative to a bf16 GEMM of the same shape (fraction).
-Prior: cuBLASLt fp8 GEMMs at large shapes reach about 0.65-0.70 of the H100's 1,979 TFLOP/s fp8 peak,
-against 0.80 of the 989 bf16 peak (stas00/ml-engineering MAMF, H100 SXM 794.5/989); 0.68/0.80 = 0.85.
-NVIDIA's Transformer Engine docs report 1.3-1.5x end-to-end over bf16, consistent with it. The same
-ratio is taken for fp4 on Blackwell (no public MAMF figure)."""
+"""Achieved share of the low-precision peak relative to a bf16 GEMM of the same shape: cuBLASLt fp8 GEMMs
+reach about 0.68 of the H100's 1,979 TFLOP/s fp8 peak against 0.80 of the bf16 peak (stas00/ml-engineering
+MAMF, H100 SXM 794.5/989): 0.68/0.80 = 0.85; the same ratio for fp4 on Blackwell (no public MAMF figure)."""
 
 CAST_BYTES_PER_IO_ELEMENT = {1: 5.0, 2: 4.25}
 """Extra memory traffic per element of each low-precision linear's input and output, per token, one
@@ -56,11 +51,9 @@ fp8_param_gather, Transformer Engine's fp8_model_init) with its transpose beside
 
 def fp8_weight_bytes(lowp, recipe):
     """Bytes per low-precision linear weight on top of its 16-bit storage: fp8 by recipe
-    (FP8_RECIPE_WEIGHT_BYTES: held beside it less what fp8 primary weights save), fp4 its cast copies
-    (WEIGHT_COPY_BYTES), which are the weight itself under fp8-params: Megatron's fp4_param_gather
-    (megatron-core 0.19.2 fp4_utils.py / extensions/transformer_engine.py: fp4_param builds the weights
-    under Transformer Engine's fp8_model_init with the NVFP4 recipe, as fp8_param does with fp8), so the
-    16-bit copy (2) is not held."""
+    (FP8_RECIPE_WEIGHT_BYTES), fp4 its cast copies (WEIGHT_COPY_BYTES), less the 16-bit copy under
+    fp8-params (Megatron's fp4_param_gather: megatron-core 0.19.2 fp4_utils.py builds the weights under
+    Transformer Engine's fp8_model_init with the NVFP4 recipe)."""
     fp8 = np.select([recipe == code for code in FP8_RECIPE_WEIGHT_BYTES],
                     [held - saved for saved, held in FP8_RECIPE_WEIGHT_BYTES.values()], WEIGHT_COPY_BYTES[1])
     fp4 = WEIGHT_COPY_BYTES[2] - np.where(recipe == FP8_RECIPE_CODES["fp8-params"], 2.0, 0.0)
@@ -109,8 +102,7 @@ def linear_tflops(gpu, precision: str) -> tuple[float, str | None]:
 
 
 def cast_seconds(io_elements_per_token, tokens, code, bandwidth):
-    """Time of the low-precision casts and transposes of one micro-step (s): bytes per io element
-    (CAST_BYTES_PER_IO_ELEMENT) x the linears' input + output elements per token x tokens / bandwidth."""
+    """Time of the low-precision casts and transposes of one micro-step (s)."""
     per = np.where(code == 1, CAST_BYTES_PER_IO_ELEMENT[1], np.where(code == 2, CAST_BYTES_PER_IO_ELEMENT[2], 0.0))
     return per * io_elements_per_token * tokens / bandwidth
 

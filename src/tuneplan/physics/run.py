@@ -33,13 +33,11 @@ def workload(job: JobSpec) -> Workload:
     """Samples and tokens per epoch from examples / tokens-per-example / tokens / seq-len."""
     tpe, ex, tok = job.tokens_per_example, job.examples, job.tokens
     seq = job.seq_len
+    src = "--seq-len"
     if seq is None:
-        if tpe is not None:
-            seq, src = int(math.ceil(tpe)), "mean tokens per example"
-        else:
+        if tpe is None:
             raise InputError("seq-len", "is needed when --tokens-per-example is not given")
-    else:
-        src = "--seq-len"
+        seq, src = int(math.ceil(tpe)), "mean tokens per example"
     if ex is not None and tpe is not None:
         real = ex * tpe
     elif tok is not None:
@@ -57,20 +55,17 @@ def workload(job: JobSpec) -> Workload:
 
 
 def longest_of(mean, cap, k):
-    """Expected longest of k examples (tokens) whose lengths spread evenly about their mean over the widest
-    range the cap allows: uniform on [max(0, 2 mean - cap), min(cap, 2 mean)], whose longest of k averages
-    lo + (hi - lo) k / (k + 1); one example: the mean. An assumption (the runs and --tokens-per-example give
-    the mean only); a batch padded to its longest computes this many tokens per example."""
+    """Expected longest of k examples (tokens), their lengths assumed uniform on [max(0, 2 mean - cap),
+    min(cap, 2 mean)] (only the mean is known): lo + (hi - lo) k / (k + 1); one example: the mean."""
     lo, hi = np.maximum(2.0 * mean - cap, 0.0), np.minimum(cap, 2.0 * mean)
     return lo + (hi - lo) * k / (k + 1.0)
 
 
 def batch_lengths(a: dict) -> tuple[dict, np.ndarray]:
-    """(the arrays at the length a micro-step computes, the mean tokens per example): batches padded only
-    to their longest example (`length_gap` > 0: seq_len - the mean, JobSpec.length_gap) run at the expected
-    longest of their micro-batch (`longest_of`; one example is not padded at all); a query attends at most
-    that span, and a causal kernel half of it (stack.attention_spans). Step time and FLOPs take these, the
-    tokens per step count the mean; memory keeps the cap (the longest example sets the peak)."""
+    """(the arrays at the length a micro-step computes, the mean tokens per example): batches padded to their
+    longest example (`length_gap` > 0) run at the expected longest of their micro-batch (`longest_of`),
+    attention spans capped by it. Step time and FLOPs take these, tokens per step the mean; memory keeps
+    the cap (the longest example sets the peak)."""
     gap = a.get("length_gap", 0.0)
     if not np.any(np.asarray(gap) > 0):
         return a, a["seq_len"]
@@ -122,14 +117,10 @@ def checkpoint_bytes(a: dict) -> np.ndarray:
 
 def run_totals(job: JobSpec, wl: Workload, a: dict, out: dict, rate=None, grid_gco2_kwh: float | None = None,
                c: PhysicsConstants = DEFAULT_CONSTANTS) -> dict[str, np.ndarray]:
-    """The run-level totals of every configuration, vectorised: a step time (`out`, an estimator's
-    output over the arrays `a`) becomes the wall clock with its overheads (model load, evaluation
-    passes, checkpoint saves), device-hours, cost, energy and CO2.
-
-    `job` gives the settings every row shares (load time, disk, evaluation and save cadence); the
-    per-row job numbers (GPUs, micro-batch, accumulation, data parallel) come from `a`. `rate`:
-    $/GPU-hour per row or one for all (None or NaN: no cost). `grid_gco2_kwh`: g/kWh (default: the
-    job's, else DEFAULT_GRID_GCO2_KWH)."""
+    """Run-level totals of every configuration: the step time (`out` over the arrays `a`, which give the
+    per-row job numbers) becomes the wall clock with load, evaluation and saves (`job`'s shared settings),
+    device-hours, cost (`rate`: $/GPU-hour per row or one; None or NaN: none), energy and CO2
+    (`grid_gco2_kwh`, default the job's, else DEFAULT_GRID_GCO2_KWH)."""
     step_s = np.asarray(out["step_s"], dtype=float)
     n = len(step_s)
     mb, ga, dp = (np.asarray(a[k], dtype=float) for k in ("micro_batch", "grad_accum", "dp"))

@@ -1,8 +1,6 @@
-"""The numbers of the software stack a job runs on, as flat arrays for step.py and memory.py: the
-precision recipe (which GEMMs run at low precision, at what peak), the framework's kernels
-(data/frameworks.yaml), the checkpointing mode, the parallel modes (sequence parallel, Ulysses or ring
-context parallel, interleaved pipeline), offload, and the attention span. Every key has a default
-(`get`: the generic framework in bf16), so arrays built without them still evaluate.
+"""The numbers of the software stack a job runs on, as flat arrays for step.py and memory.py: precision
+recipe, the framework's kernels (data/frameworks.yaml), checkpointing, parallel modes, offload, attention
+span. Every key has a default (`get`: the generic framework in bf16).
 """
 
 from __future__ import annotations
@@ -47,9 +45,8 @@ def get(a: dict, key: str) -> np.ndarray:
 
 
 def host_bandwidth(a: dict, c) -> np.ndarray:
-    """CPU <-> GPU rate per GPU, one direction (B/s), that every host copy crosses (offloaded activations,
-    ZeRO-offload's states and weights): the catalog's host link (Grace parts' NVLink-C2C), else the
-    constants' PCIe-class cpu_offload_gbs."""
+    """CPU <-> GPU rate per GPU, one direction (B/s), of every host copy: the catalog's host link (Grace
+    parts' NVLink-C2C), else the constants' PCIe-class cpu_offload_gbs."""
     bw = get(a, "host_bw")
     return np.where(np.isfinite(bw), bw, c.cpu_offload_gbs * 1e9)
 
@@ -80,9 +77,8 @@ def gpu_generation(gpu) -> int:
 
 
 def attention_spans(model, seq_len: int) -> tuple[float, float]:
-    """(mean keys per query a causal kernel computes, mean attended span) over the attention layers.
-    A model with sliding-window layers gives `attention_spans(seq_len)` (the span of each attention
-    layer, the models catalogue's hook); otherwise every layer attends the whole sequence."""
+    """(mean keys per query a causal kernel computes, mean attended span) over the attention layers (the
+    model's `attention_spans(seq_len)` hook where it has sliding-window layers, else the whole sequence)."""
     fn = getattr(model, "attention_spans", None)
     spans = list(fn(seq_len)) if callable(fn) else []
     if not spans:
@@ -171,8 +167,7 @@ profile decides when the job leaves them out (specs/job.py _framework_defaults).
 
 
 def profile_defaults(fw, job) -> list[str]:
-    """One line per job setting that has the framework profile's value, with the profile's source: what an
-    unstated setting was taken as (a setting the user gave with the same value reads the same)."""
+    """One line per job setting that has the framework profile's value, with the profile's source."""
     want = {"grad_ckpt": fw.grad_ckpt, "micro_batch": fw.micro_batch,
             "adapter_dtype": "fp32" if fw.adapter_fp32 else "compute", "padding": fw.padding,
             "master_weights": None if fw.master_weights == "auto" else fw.master_weights == "fp32"}
@@ -208,9 +203,8 @@ def _whose(fw, key: str, is_default: bool, fallback: str | None = None) -> str:
 
 
 def phase_assumptions(fw, job) -> list[str]:
-    """DeepSpeed's fp32 master copy over a framework that trains in place, fp32 gradients as set, the
-    evaluation pass, the optimizer inside the backward and the allocator's segments, each with where its
-    value came from (physics/memory.py eval_pass_bytes, optimizer_in_backward_bytes, variable_shape_bytes)."""
+    """Assumption lines of the memory phases and allocator settings, each with where its value came from
+    (physics/memory.py eval_pass_bytes, optimizer_in_backward_bytes, variable_shape_bytes)."""
     from tuneplan.specs.job import ZERO_FP32_MASTER
 
     out = []

@@ -1,14 +1,12 @@
-"""Step time of a fine-tuning run, term by term, vectorised over configurations.
-
-All inputs are the flat arrays of `physics.terms.build_arrays` (or arrays the planner builds
-directly); every function broadcasts, so one call evaluates one configuration or a million.
-Times are seconds per optimizer step on one GPU (all GPUs run in lockstep).
+"""Step time of a fine-tuning run, term by term, vectorised over the flat arrays of
+`physics.terms.build_arrays` (or the planner's): seconds per optimizer step on one GPU (all in lockstep).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tuneplan.physics import ops, parallel, precision
 from tuneplan.physics.activations import activation_offload_seconds
 from tuneplan.physics.architecture import layer_shares, sequence_mixing_flops, vision_tower_flops_per_micro
 from tuneplan.physics.codes import MethodCode, ShardingCode, lora_family
@@ -17,40 +15,7 @@ from tuneplan.physics.constants import DEFAULT_CONSTANTS, PhysicsConstants
 from tuneplan.physics.fsdp import flat_parameter_gradients, gradient_reductions
 from tuneplan.physics.memory import expert_split_ratio
 from tuneplan.physics.moe_lora import stacked_lora_seconds
-from tuneplan.physics.ops import (
-    EAGER_FORWARD_SHARE,
-    FUSED_ADAPTER_PASSES,
-    FUSED_ELEMENTWISE_PASSES,
-    FUSED_LORA_KERNELS,
-    attention_efficiency,
-    eager_norm_rope_bytes,
-    efficiency,
-    expert_gemm_rows,
-    fp32_adapter_bytes,
-    gemm_efficiency,
-    gemm_width,
-    lm_loss_bytes,
-    moe_permute_bytes,
-)
-from tuneplan.physics.parallel import (
-    domain_gpus,
-    expert_all_to_all,
-    expert_all_to_all_parts,
-    hierarchical_allreduce_parts,
-    link_bandwidth,
-    pipeline_bubble_fraction,
-    pipeline_p2p_bandwidth,
-    ring_attention_exposed,
-    tp_exposed,
-    ulysses_seconds,
-)
 from tuneplan.physics.peft_methods import peft_step_times
-from tuneplan.physics.precision import (
-    FP8_DEQUANT_BYTES,
-    LOW_PRECISION_GEMM_EFFICIENCY,
-    cast_seconds,
-    weight_cast_seconds,
-)
 from tuneplan.physics.stack import get, host_bandwidth
 
 Arrays = dict[str, np.ndarray]
@@ -73,9 +38,8 @@ DOMAIN_ROWS = 4096
 planner's grids of thousands skip the bookkeeping."""
 
 PEFT_ADAPTER_PASSES = 4.0
-"""Element-wise passes over the adapted inputs and outputs of PEFT methods outside the LoRA family
-(IA3's scaling vectors, the rest of physics/peft_methods.py), forward + backward (passes of 2-byte
-elements): a multiply each way and its gradient (their fp32 copies are peft_methods' own terms)."""
+"""Element-wise passes (2-byte elements, forward + backward) over the adapted inputs and outputs of PEFT
+methods outside the LoRA family (physics/peft_methods.py): a multiply each way and its gradient."""
 
 
 def ring_time(nbytes: np.ndarray, p: np.ndarray, bw: np.ndarray, factor: float,
@@ -94,10 +58,9 @@ def ring_bytes(nbytes: np.ndarray, p: np.ndarray, factor: float) -> np.ndarray:
 
 
 def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
-    """Element-wise work per token per layer (elements): the hidden state through norms and residuals
-    (4h), attention's q/k/v/output (2q + 2kv), and the MLP's intermediate tensors (3I gated, 2I plain;
-    MoE: top-k experts' widths); hybrid stacks weigh attention and MLP by the layers that have them and
-    add the Mamba mixers' tensors (`architecture.layer_shares`)."""
+    """Element-wise work per token per layer (elements): norms and residuals (4h), attention's q/k/v/output
+    (2q + 2kv), the MLP's intermediates (3I gated, 2I plain; MoE: top-k experts'), weighed for hybrid
+    stacks by the layers that have them, plus the Mamba mixers' tensors (`architecture.layer_shares`)."""
     attn_share, mlp_share, ssm_per_layer = layer_shares(a)
     inter = np.where(a["moe_layers"] > 0, np.maximum(a["top_k"], 1.0) * a["moe_intermediate"],
                      a["intermediate"] * mlp_share)
@@ -106,30 +69,29 @@ def activation_elements_per_token_layer(a: Arrays) -> np.ndarray:
 
 
 def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arrays:
-    """Forward, backward and recompute seconds of one micro-step, operation by operation: the blocks'
-    dense GEMMs at the precision's rate (physics/precision.py), MoE experts' GEMMs at the rows each
-    expert receives, the LM head and adapters in bf16, attention at FlashAttention's efficiency for its
-    span and head dimension (physics/ops.py)."""
+    """Forward, backward and recompute seconds of one micro-step: dense GEMMs at the precision's rate,
+    experts' at the rows each receives, LM head and adapters in bf16, attention at FlashAttention's
+    efficiency for its span and head dimension (physics/ops.py)."""
     tp, pp = a["tp"], a["pp"]
     split = tp * pp
     S = a["seq_len"]
     lowp = get(a, "lowp")
-    eff = efficiency(a, c)
+    eff = ops.efficiency(a, c)
     rel = a["matmul_rel"]
-    lowp_eff = np.where(lowp > 0, LOW_PRECISION_GEMM_EFFICIENCY, 1.0)
+    lowp_eff = np.where(lowp > 0, precision.LOW_PRECISION_GEMM_EFFICIENCY, 1.0)
     block_rate = get(a, "lin_peak_flops") * eff * rel * lowp_eff
     # an expert's rows: the tokens of its ep x etp group's GPUs (sequence parallel splits them over tp)
-    m_exp = expert_gemm_rows(tokens * get(a, "etp") / tp, a["top_k"], a["n_experts"], a["ep"])
+    m_exp = ops.expert_gemm_rows(tokens * get(a, "etp") / tp, a["top_k"], a["n_experts"], a["ep"])
     # at the experts' own width (fine-grained experts are narrow: Qwen3-30B-A3B's 768, split again by etp)
-    expert_rate = get(a, "lin_peak_flops") * gemm_efficiency(m_exp, gemm_width(a, "expert", get(a, "etp")), c) \
-        * rel * lowp_eff
+    width = ops.gemm_width(a, "expert", get(a, "etp"))
+    expert_rate = get(a, "lin_peak_flops") * ops.gemm_efficiency(m_exp, width, c) * rel * lowp_eff
     bf16_rate = get(a, "bf16_peak_flops") * eff * rel
     flash = a["flash_attn"] > 0
     # attention over full and local layers (+ Mamba scans, architecture.sequence_mixing_flops); eager
     # attention computes the full square
     attn_tok = sequence_mixing_flops(a, S, np.where(flash, get(a, "attn_keys") / S, 1.0))
     attn_rate = np.where(flash & (get(a, "attn_kernel") != 2),
-                         get(a, "bf16_peak_flops") * attention_efficiency(
+                         get(a, "bf16_peak_flops") * ops.attention_efficiency(
                              get(a, "attn_span"), a.get("head_dim", 128.0), get(a, "attn_kernel"), get(a, "gpu_gen")),
                          bf16_rate)
     attn_rate = np.where(attn_rate > 0, attn_rate, bf16_rate)  # no attention layers (Mamba): any rate
@@ -158,15 +120,14 @@ def _compute_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray) -> Arra
 
 def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, bw: np.ndarray,
                             rec_share: np.ndarray) -> Arrays:
-    """Memory-bound work of one micro-step (s): dequantisation, DoRA's norm, adapter element-wise
-    passes and kernel launches, per-layer overhead, the loss, the activations' element-wise kernels,
-    and the low-precision casts; each by the kernels the framework runs (physics/ops.py)."""
+    """Memory-bound work of one micro-step (s): dequantisation, DoRA's norm, adapters' passes and launches,
+    per-layer overhead, the loss, element-wise kernels and low-precision casts (physics/ops.py)."""
     split = a["tp"] * a["pp"]
     L = a["n_layers"]
     kind = np.asarray(a["dequant_bytes"]).astype(np.intp)
     # GPTQ's eager path dequantises in the forward (and its recompute) only: autograd keeps the weight it built
     passes = np.where(kind >= 4, 1.0, 2.0) + rec_share
-    dq_table = np.asarray((0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, FP8_DEQUANT_BYTES,
+    dq_table = np.asarray((0.0, c.dequant_bytes_nf4, c.dequant_bytes_gptq, precision.FP8_DEQUANT_BYTES,
                            gptq_eager_bytes(4), gptq_eager_bytes(8)), dtype=float)
     t_dequant = passes * dq_table[kind] * a["params_frozen_linear"] / split / bw
     is_dora = (a["method_code"] == MethodCode.DORA).astype(float)
@@ -178,29 +139,29 @@ def _memory_traffic_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     # peft's LoRA path as counted (PhysicsConstants.adapter_passes); the other PEFT methods' element-wise
     # scalings (IA3's one multiply, ...) at PEFT_ADAPTER_PASSES
     lora = lora_family(a["method_code"])
-    adapter_passes = np.where(fused_lora & (is_dora == 0), FUSED_ADAPTER_PASSES,
+    adapter_passes = np.where(fused_lora & (is_dora == 0), ops.FUSED_ADAPTER_PASSES,
                               np.where(lora, c.adapter_passes, PEFT_ADAPTER_PASSES))
     t_adapter = adapter_passes * recompute * tokens * a["adapter_io_elements"] * a["weight_bytes_compute"] / (
         split * bw)
     t_adapter = t_adapter + fp32_adapter_seconds(a, tokens, bw, recompute, (fused_lora & (is_dora == 0)) | ~lora)
     kernels = np.where(is_dora > 0, c.dora_kernels_per_module,
-                       np.where(fused_lora, FUSED_LORA_KERNELS, c.lora_kernels_per_module))
+                       np.where(fused_lora, ops.FUSED_LORA_KERNELS, c.lora_kernels_per_module))
     # every tensor-parallel rank launches the same kernels; pipeline stages split the modules
     t_adapter_launch = recompute * a["adapted_modules"] * kernels * c.kernel_launch_s / a["pp"]
     t_overhead = c.overhead_s_per_layer * L / a["pp"] * recompute + t_adapter_launch
     # the loss over the vocabulary (last stage) and the activations streamed by norms, activation
     # functions and residual adds, as the framework's kernels stream them
-    t_loss = tokens * a["vocab"] * lm_loss_bytes(get(a, "ce_code"), c.loss_bytes_per_logit) / a["tp"] / bw
+    t_loss = tokens * a["vocab"] * ops.lm_loss_bytes(get(a, "ce_code"), c.loss_bytes_per_logit) / a["tp"] / bw
     act_el = activation_elements_per_token_layer(a)
-    el_passes = np.where(get(a, "fused_elementwise") > 0, FUSED_ELEMENTWISE_PASSES, c.elementwise_passes)
+    el_passes = np.where(get(a, "fused_elementwise") > 0, ops.FUSED_ELEMENTWISE_PASSES, c.elementwise_passes)
     t_elem = el_passes * tokens * act_el * a["weight_bytes_compute"] * L * a["bwd_layer_fraction"] / split / bw
     lowp = get(a, "lowp")
     io = a.get("linear_io_elements", np.zeros_like(tokens))
-    t_cast = cast_seconds(io / split, tokens, lowp, bw) * recompute
+    t_cast = precision.cast_seconds(io / split, tokens, lowp, bw) * recompute
     t_elem = t_elem + eager_norm_rope_seconds(a, tokens, bw, rec_share)
     # MoE token permutation into expert order and back (ops.moe_permute_bytes), on the routed copies of the
     # GPU's tokens (sequence parallel: 1/tp of them)
-    t_elem = t_elem + recompute * a["moe_layers"] / a["pp"] * moe_permute_bytes(
+    t_elem = t_elem + recompute * a["moe_layers"] / a["pp"] * ops.moe_permute_bytes(
         routed_bytes(a, tokens), a["ep"], get(a, "etp")) / bw
     return {"t_dequant": t_dequant, "t_overhead": t_overhead, "t_elementwise": t_loss + t_elem + t_adapter + t_cast,
             "t_loss": t_loss}
@@ -218,17 +179,16 @@ def fp32_adapter_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, recomput
     (ops.fp32_adapter_bytes); 16-bit models only (an fp32 model has nothing to cast)."""
     lowp_model = a["weight_bytes_compute"] < 4
     on = np.where(lowp_model & ~fused, a.get("adapter_fp32", np.zeros_like(tokens)), 0.0)
-    per = fp32_adapter_bytes(a["adapter_in_elements"], a["adapter_io_elements"], on)
+    per = ops.fp32_adapter_bytes(a["adapter_in_elements"], a["adapter_io_elements"], on)
     return recompute * tokens * per / (a["tp"] * a["pp"]) / bw
 
 
 def eager_norm_rope_seconds(a: Arrays, tokens: np.ndarray, bw: np.ndarray, rec_share: np.ndarray) -> np.ndarray:
-    """Extra memory traffic of norms and RoPE run as eager fp32 op chains (frameworks.yaml
-    `eager_norm_rope`), per micro-step (s): ops.eager_norm_rope_bytes per token per layer over the
-    layers the backward runs through, the recomputed forward share again under checkpointing."""
+    """Extra memory traffic of norms and RoPE run as eager fp32 op chains (frameworks.yaml `eager_norm_rope`)
+    per micro-step (s), over the layers the backward runs through (the recomputed share again)."""
     attn_share, _mlp, _ssm = layer_shares(a)
-    per = eager_norm_rope_bytes(a["hidden"], a["q_dim"], a["kv_dim"], attn_share)
-    layers = a["n_layers"] * a["bwd_layer_fraction"] * (1.0 + EAGER_FORWARD_SHARE * rec_share)
+    per = ops.eager_norm_rope_bytes(a["hidden"], a["q_dim"], a["kv_dim"], attn_share)
+    layers = a["n_layers"] * a["bwd_layer_fraction"] * (1.0 + ops.EAGER_FORWARD_SHARE * rec_share)
     return get(a, "eager_norm_rope") * tokens * per * layers / (a["tp"] * a["pp"]) / bw
 
 
@@ -238,23 +198,23 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     domain in `dom` (None: not recorded)."""
     tp, pp, cp, ep = a["tp"], a["pp"], a["cp"], a["ep"]
     L = a["n_layers"]
-    gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))  # the NVLink domain (parallel.py)
+    gpn = parallel.domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))  # the NVLink domain (parallel.py)
     rec_full = ct["rec_share"]
     # tensor parallel: 2 all-reduces (sequence parallel: all-gather + reduce-scatter, the same bytes) of the
     # layer activations forward, 2 backward (+2 recompute); overlapped with the GEMMs where the framework does
     act_bytes = tokens * a["hidden"] * a["weight_bytes_compute"]
     tp_calls = (4.0 + 2.0 * rec_full) * L / pp
     tp_ring = ring_time(act_bytes, tp, a["intra_bw"], 2.0, c)
-    t_tp = tp_exposed(tp_calls * tp_ring, ct["t_gemm"], get(a, "tp_overlap"), c)
+    t_tp = parallel.tp_exposed(tp_calls * tp_ring, ct["t_gemm"], get(a, "tp_overlap"), c)
     # context parallel: ring attention passes K/V blocks (forward; K/V and their gradients backward),
     # overlapped with the attention of the block in hand; Ulysses: all-to-alls around attention
-    cp_bw = link_bandwidth(tp * cp, gpn, a["intra_bw"], a["inter_bw"])
+    cp_bw = parallel.link_bandwidth(tp * cp, gpn, a["intra_bw"], a["inter_bw"])
     kv_local = 2.0 * tokens * a["kv_dim"] / tp * a["weight_bytes_compute"]
     t_attn = ct["t_attn_fwd_layer"]
-    ring = (ring_attention_exposed(kv_local, cp, t_attn, cp_bw, c) * (1.0 + rec_full)
-            + ring_attention_exposed(2.0 * kv_local, cp, a["bwd_attn_factor"] * t_attn, cp_bw, c))
-    uly_bytes, uly_once = ulysses_seconds(tokens, a["q_dim"] / tp, a["kv_dim"] / tp, a["weight_bytes_compute"],
-                                          cp, cp_bw, c)
+    ring = (parallel.ring_attention_exposed(kv_local, cp, t_attn, cp_bw, c) * (1.0 + rec_full)
+            + parallel.ring_attention_exposed(2.0 * kv_local, cp, a["bwd_attn_factor"] * t_attn, cp_bw, c))
+    uly_bytes, uly_once = parallel.ulysses_seconds(tokens, a["q_dim"] / tp, a["kv_dim"] / tp,
+                                                   a["weight_bytes_compute"], cp, cp_bw, c)
     uly = (3.0 + rec_full) * uly_once
     ulysses = get(a, "cp_ulysses") > 0
     t_cp = np.where(cp > 1, a["attn_layers"] / pp * np.where(ulysses, uly, ring), 0.0)
@@ -265,14 +225,14 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
     # where full recompute re-runs the layer (the dispatcher sits inside the checkpointed layer)
     etp = get(a, "etp")
     routed = routed_bytes(a, tokens)
-    a2a = expert_all_to_all(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c)
+    a2a = parallel.expert_all_to_all(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c)
     etp_gather = ring_time(routed * etp, etp, a["intra_bw"], 1.0, c)
     ep_calls = np.where(ep * etp > 1, (4.0 + 2.0 * rec_full) * a["moe_layers"] / pp, 0.0)
     t_ep = ep_calls * (a2a + etp_gather)
     # pipeline: activations to the next stage, forward and backward, once per virtual stage
     # (sequence parallel: each rank sends its 1/tp of the sequence, megatron-core p2p_communication's
     # tensor shape), at the intra-node link or the network share (parallel.pipeline_p2p_bandwidth)
-    pp_bw = pipeline_p2p_bandwidth(tp, cp, a["dp"], gpn, a["intra_bw"], a["inter_bw"])
+    pp_bw = parallel.pipeline_p2p_bandwidth(tp, cp, a["dp"], gpn, a["intra_bw"], a["inter_bw"])
     p2p_bytes = act_bytes / np.where(get(a, "seq_par") > 0, tp, 1.0)
     pp_sends = np.where(pp > 1, 2.0 * get(a, "vpp"), 0.0)
     t_pp_p2p = pp_sends * p2p_bytes / (pp_bw * c.comm_efficiency)
@@ -285,8 +245,8 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
                           + np.maximum(cp - 1.0, 0.0) * (2.0 + rec_full) * c.comm_latency_s)
         record_where(dom, "context", tp * cp > gpn, np.where(ulysses, (3.0 + rec_full) * uly_bytes, ring_sent),
                      np.where(cp > 1, cp_raw, 0.0), a["attn_layers"] / pp)
-        record(dom, "expert", *expert_all_to_all_parts(routed, ep, etp, gpn, a["intra_bw"], a["inter_bw"], c),
-               ep_calls)
+        record(dom, "expert", *parallel.expert_all_to_all_parts(routed, ep, etp, gpn, a["intra_bw"],
+                                                                a["inter_bw"], c), ep_calls)
         record_where(dom, "expert_tensor", False, ring_bytes(routed * etp, etp, 1.0), etp_gather, ep_calls)
         record_where(dom, "pipeline", tp * cp * a["dp"] >= gpn, p2p_bytes,
                      p2p_bytes / (pp_bw * c.comm_efficiency), pp_sends)
@@ -296,13 +256,10 @@ def _model_parallel_seconds(a: Arrays, c: PhysicsConstants, tokens: np.ndarray, 
 def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConstants, dom: Arrays | None,
                    times) -> np.ndarray:
     """`times` data-parallel collectives of `nbytes` per GPU (factor 2 all-reduce, 1 all-gather /
-    reduce-scatter): a ring inside a domain, hierarchical across domains
-    (parallel.hierarchical_allreduce_parts), recorded by domain in `dom` (None: not recorded). Gradients
-    are reduced over data x context parallel ranks (context ranks hold the same weights); the experts'
-    share of the bytes only over the expert-data-parallel group, ep x etp / tp times smaller and as many
-    times further apart (Megatron-Core's expert_data_parallel_group, memory.expert_split_ratio; each GPU
-    holds that much less of them)."""
-    gpn = domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
+    reduce-scatter), hierarchical across domains (parallel.hierarchical_allreduce_parts), recorded in
+    `dom`: over data x context ranks, the experts' share over the expert-data-parallel group, ep x etp / tp
+    times smaller and further apart (Megatron-Core's expert_data_parallel_group, memory.expert_split_ratio)."""
+    gpn = parallel.domain_gpus(a["gpus"], a["nodes"], get(a, "nvlink_domain"))
     # Megatron-Core orders ranks tp-cp-ep-dp-pp (parallel_state RankGenerator): a data x context group's
     # ranks are tp apart, an expert-data-parallel group's ep x etp apart
     stride, group = a["tp"], a["dp"] * a["cp"]
@@ -313,8 +270,8 @@ def _dp_collective(a: Arrays, nbytes: np.ndarray, factor: float, c: PhysicsConst
         parts.append((nbytes * share / r, group / r, a["ep"] * get(a, "etp"), share > 0))
     total = 0.0
     for b, g, st, on in parts:
-        b_in, b_out, s_in, s_out = hierarchical_allreduce_parts(b, np.maximum(g, 1.0), np.maximum(gpn / st, 1.0),
-                                                                a["intra_bw"], a["inter_bw"], c)
+        b_in, b_out, s_in, s_out = parallel.hierarchical_allreduce_parts(
+            b, np.maximum(g, 1.0), np.maximum(gpn / st, 1.0), a["intra_bw"], a["inter_bw"], c)
         w = np.where(on, times * factor / 2.0, 0.0)
         record(dom, "data", b_in, b_out, s_in, s_out, w)
         total = total + (s_in + s_out) * w
@@ -366,10 +323,8 @@ def _dp_seconds(a: Arrays, c: PhysicsConstants, dom: Arrays | None) -> np.ndarra
 
 
 def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool | None = None) -> Arrays:
-    """Breakdown of one optimizer step (s): forward, backward, recompute, dequant, overhead,
-    tensor/context/expert-parallel communication, pipeline bubble, optimizer, data-parallel
-    communication (exposed after overlap), and the total; with `domains` (default: up to DOMAIN_ROWS
-    rows, an estimate's) the communication by domain too (physics/comm_domains.py)."""
+    """Breakdown of one optimizer step (s), part by part (contract.STEP_PARTS) and the total; with `domains`
+    (default: up to DOMAIN_ROWS rows) the communication by domain too (physics/comm_domains.py)."""
     mb, S, ga = a["micro_batch"], a["seq_len"], a["grad_accum"]
     tp, pp, cp, dp = a["tp"], a["pp"], a["cp"], a["dp"]
     split = tp * pp
@@ -398,7 +353,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool 
                + par["t_cp"] + par["t_ep"] + par["t_pp_p2p"] + t_offload + t_vision)
     # the schedule's fill and drain run through the stages before the last: without the LM head and loss
     # (1F1B: m x the last stage's micro-step + (pp - 1) x the others')
-    t_bubble = pipeline_bubble_fraction(pp, get(a, "vpp")) * (t_micro - ct["t_head"] - mt["t_loss"])
+    t_bubble = parallel.pipeline_bubble_fraction(pp, get(a, "vpp")) * (t_micro - ct["t_head"] - mt["t_loss"])
     t_pipeline = ga * t_micro + t_bubble
 
     # optimizer: bytes per trainable parameter, divided by the ranks that own a shard; on the host when
@@ -417,7 +372,7 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool 
     offload = (shard == ShardingCode.OFFLOAD) | (get(a, "offload_code") > 0)
     host_opt = a["params_trainable"] / opt_div * (opt_bytes + 2.0 * a["weight_bytes_compute"]) / host
     t_opt = np.where(offload, host_opt, a["params_trainable"] / opt_div * opt_bytes / bw)
-    t_opt = t_opt + weight_cast_seconds((a["params_trainable"] + a["params_frozen_linear"]) / split,
+    t_opt = t_opt + precision.weight_cast_seconds((a["params_trainable"] + a["params_frozen_linear"]) / split,
                                         get(a, "lowp"), bw)
 
     step_dom: Arrays | None = None if micro_dom is None else scaled(micro_dom, ga)
@@ -429,28 +384,18 @@ def step_time(a: Arrays, c: PhysicsConstants = DEFAULT_CONSTANTS, domains: bool 
 
     total = t_pipeline + t_opt + t_comm_exposed
     return {
-        "forward_s": ga * t_fwd,
-        "backward_s": ga * t_bwd,
-        "recompute_s": ga * t_rec,
-        "dequant_s": ga * mt["t_dequant"],
-        "elementwise_s": ga * (mt["t_elementwise"] + t_offload),
+        "forward_s": ga * t_fwd, "backward_s": ga * t_bwd, "recompute_s": ga * t_rec,
+        "dequant_s": ga * mt["t_dequant"], "elementwise_s": ga * (mt["t_elementwise"] + t_offload),
         "overhead_s": ga * mt["t_overhead"],
         "tensor_parallel_s": ga * (par["t_tp"] + par["t_cp"] + par["t_ep"] + par["t_pp_p2p"]),
-        "pipeline_bubble_s": t_bubble,
-        "optimizer_s": t_opt,
-        "communication_s": t_comm_exposed,
-        "vision_tower_s": ga * t_vision * np.ones_like(total),
-        "communication_total_s": t_comm,
-        "step_s": total,
-        "efficiency": ct["eff"],
-        "compute_s": ga * (t_fwd + t_bwd + t_rec),
-        **(step_dom or {}),
-    }
+        "pipeline_bubble_s": t_bubble, "optimizer_s": t_opt, "communication_s": t_comm_exposed,
+        "vision_tower_s": ga * t_vision * np.ones_like(total), "communication_total_s": t_comm,
+        "step_s": total, "efficiency": ct["eff"], "compute_s": ga * (t_fwd + t_bwd + t_rec),
+        **(step_dom or {})}
 
 
 def model_flops_per_step(a: Arrays) -> np.ndarray:
-    """The 6N-style model FLOPs of one optimizer step, all GPUs (for MFU): forward + backward,
-    without recompute or dequantisation, counting the attention term."""
+    """Model FLOPs of one optimizer step, all GPUs (for MFU): forward + backward with attention, no recompute."""
     S = a["seq_len"]
     attn_tok = sequence_mixing_flops(a, S, np.where(a["flash_attn"] > 0, get(a, "attn_keys") / S, 1.0))
     per_tok = (a["fwd_block_flops"] + a["head_flops"] + attn_tok + a["adapter_flops"]) + (

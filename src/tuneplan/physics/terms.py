@@ -1,9 +1,6 @@
-"""From specs to numbers: the per-configuration terms the vectorised physics works on.
-
-`model_terms` turns (model, method options) into scalars (FLOPs per token, parameter groups,
-bytes per weight); `job_arrays` adds the job's numbers and the GPU's figures. The result is a
-flat dict of numpy arrays, so one call of `physics.step_time` / `physics.memory` evaluates one
-configuration or a million.
+"""From specs to numbers: `model_terms` turns (model, method options) into scalars (FLOPs per token,
+parameter groups, bytes per weight); `build_arrays` adds the job's and the GPU's into a flat dict of numpy
+arrays, so one call of `physics.step_time` / `physics.memory` evaluates one configuration or a million.
 """
 
 from __future__ import annotations
@@ -141,9 +138,8 @@ class ModelTerms:
 
 
 def _linear_sums(linears, dense_moe: bool) -> tuple[float, float, float, np.ndarray]:
-    """Per token, whole model: forward FLOPs of the block linears, of the experts among them, their
-    input + output elements, and the FLOP-weighted sums of their split / unsplit widths ([all, experts] x
-    [split, unsplit])."""
+    """Per token, whole model: forward FLOPs of the block linears, of the experts among them, their input +
+    output elements, and FLOP-weighted split / unsplit widths ([all, experts] x [split, unsplit])."""
     fwd = expert = io = 0.0
     widths = np.zeros((2, 2))
     for lin in linears:
@@ -277,9 +273,9 @@ def _lora_split(model: ModelSpec, job: JobSpec, method: str, pbytes: float, bloc
 
 
 def _stacked_expert_split(model: ModelSpec, job: JobSpec, chosen: list, r: float, dense_moe: bool):
-    """`--moe-experts stacked`: the chosen linears LoRA's per-module path still adapts, and the
-    stacked adapters (physics/moe_lora.py). Where peft does not reach the stacks (the model type),
-    the routed experts and router are not adapted at all; an InputError when nothing is left."""
+    """`--moe-experts stacked`: (the chosen linears LoRA's per-module path still adapts, the stacked
+    adapters' terms, physics/moe_lora.py); where peft does not reach the stacks, the routed experts and
+    router are not adapted at all (an InputError when nothing is left)."""
     experts = [lin for lin in chosen if is_routed_expert(lin)]
     rest = [lin for lin in chosen if not is_routed_expert(lin)]
     if peft_reaches_stacks(model, job.peft_version):
@@ -337,58 +333,32 @@ def model_terms(model: ModelSpec, job: JobSpec, constants=None) -> ModelTerms:
     trainable, frozen_other = vision_trainable_split(model, job, sp.trainable, sp.frozen_other)
 
     return ModelTerms(
-        fwd_block_flops=fwd_block,
-        head_flops=head_flops,
-        adapter_flops=sp.adapter_flops,
-        bwd_block_factor=sp.bwd_block,
-        bwd_head_factor=sp.bwd_head,
-        bwd_attn_factor=2.0,
-        bwd_layer_fraction=sp.bwd_frac,
-        recompute_fraction=1.0 if job.grad_ckpt else 0.0,
-        params_total=total,
-        params_active=float(total if dense_moe else model.params_active),
-        params_trainable=float(trainable),
-        params_frozen_linear=float(sp.frozen_linear),
-        params_frozen_other=float(max(0.0, frozen_other)),
-        params_adapted=float(sp.adapted),
-        params_expert=expert_params,
-        frozen_linear_bytes=float(sp.frozen_linear_bytes),
-        frozen_other_bytes=pbytes,
-        dequant_bytes=float(sp.dequant),
-        optimizer_code=OPTIMIZER_CODES[job.optimizer],
+        fwd_block_flops=fwd_block, head_flops=head_flops, adapter_flops=sp.adapter_flops,
+        bwd_block_factor=sp.bwd_block, bwd_head_factor=sp.bwd_head, bwd_attn_factor=2.0,
+        bwd_layer_fraction=sp.bwd_frac, recompute_fraction=1.0 if job.grad_ckpt else 0.0, params_total=total,
+        params_active=float(total if dense_moe else model.params_active), params_trainable=float(trainable),
+        params_frozen_linear=float(sp.frozen_linear), params_frozen_other=float(max(0.0, frozen_other)),
+        params_adapted=float(sp.adapted), params_expert=expert_params,
+        frozen_linear_bytes=float(sp.frozen_linear_bytes), frozen_other_bytes=pbytes,
+        dequant_bytes=float(sp.dequant), optimizer_code=OPTIMIZER_CODES[job.optimizer],
         galore_rank=float(job.galore_rank),
         galore_min_dims=float(sum(min(lin.in_features, lin.out_features) * lin.count_per_layer * lin.n_layers
                                   for lin in linears)),
         galore_max_dims=float(sum(max(lin.in_features, lin.out_features) * lin.count_per_layer * lin.n_layers
                                   for lin in linears)),
-        params_block_linear=block_linear_params,
-        method_code=METHOD_CODES[method],
-        n_layers=L,
-        attn_layers=model.attention_layers,
-        hidden=model.hidden_size,
-        intermediate=float(model.intermediate_size),
-        moe_intermediate=float(model.moe_intermediate_size),
-        n_experts=model.n_experts,
-        top_k=float(model.n_experts if dense_moe else model.experts_per_token),
-        moe_layers=model.n_moe_layers,
-        n_heads=model.n_heads,
-        vocab=model.vocab_size,
-        gated=model.gated_mlp,
-        lora_rank=sp.lora_rank,
-        adapted_inputs_per_layer=sp.adapted_inputs,
-        adapter_io_elements=sp.adapter_io,
-        adapter_in_elements=sp.adapter_in,
-        adapted_modules=sp.adapted_modules,
-        weight_bytes_compute=pbytes,
+        params_block_linear=block_linear_params, method_code=METHOD_CODES[method], n_layers=L,
+        attn_layers=model.attention_layers, hidden=model.hidden_size,
+        intermediate=float(model.intermediate_size), moe_intermediate=float(model.moe_intermediate_size),
+        n_experts=model.n_experts, top_k=float(model.n_experts if dense_moe else model.experts_per_token),
+        moe_layers=model.n_moe_layers, n_heads=model.n_heads, vocab=model.vocab_size, gated=model.gated_mlp,
+        lora_rank=sp.lora_rank, adapted_inputs_per_layer=sp.adapted_inputs, adapter_io_elements=sp.adapter_io,
+        adapter_in_elements=sp.adapter_in, adapted_modules=sp.adapted_modules, weight_bytes_compute=pbytes,
         expert_fwd_flops=expert_fwd, linear_io_elements=linear_io, head_dim=float(model.head_dim),
         gemm_split_width=widths[0, 0] / fwd_block if fwd_block else float(model.hidden_size),
         gemm_full_width=widths[0, 1] / fwd_block if fwd_block else float(model.hidden_size),
         expert_split_width=widths[1, 0] / expert_fwd if expert_fwd else 0.0,
         expert_full_width=widths[1, 1] / expert_fwd if expert_fwd else 0.0,
-        **mix,
-        **vis,
-        **sp.peft,
-    )
+        **mix, **vis, **sp.peft)
 
 
 REFERENCE_MATMUL_EFFICIENCY = 0.80
@@ -398,17 +368,14 @@ MI300X 0.511...) runs at that / 0.80 of the curve; one not measured at the refer
 
 
 ECC_GDDR_GPUS = ("T4", "A2-", "A10-", "A10G", "A16", "A40", "L4-", "L40")
-"""Data-centre GDDR GPUs that run with ECC on by default (catalog name prefixes). Inline ECC on GDDR
-memory stores its check bits in the DRAM itself: 1/16 of the memory is reserved (NVIDIA T4 / A10 /
-A40 / L40 user guides: "ECC ... reduces the available memory by 6.25%"), which is what nvidia-smi
-reports as total: T4 16 GiB -> 15,360 MiB, A10G 24 GiB -> 23,028 MiB, A40 48 GiB -> 46,068 MiB. HBM
-GPUs (A100, H100, B200) keep ECC out of band: no loss."""
+"""Data-centre GDDR GPUs that run with inline ECC on by default (catalog name prefixes): 1/16 of the DRAM
+holds the check bits (NVIDIA T4 / A10 / A40 / L40 user guides: "ECC ... reduces the available memory by
+6.25%"; nvidia-smi: T4 16 GiB -> 15,360 MiB). HBM GPUs keep ECC out of band: no loss."""
 ECC_RESERVED_FRACTION = 1.0 / 16.0  # the 6.25% above
 
 
 def usable_memory_gib(gpu: GPUSpec) -> float:
-    """Memory a job can use on the GPU (GiB): the catalog's capacity, less inline ECC's 1/16 on the
-    data-centre GDDR parts that have it on by default (ECC_GDDR_GPUS)."""
+    """Memory a job can use on the GPU (GiB): the catalog's, less inline ECC's share (ECC_GDDR_GPUS)."""
     name = getattr(gpu, "name", "").upper()
     ecc = any(name.startswith(p) for p in ECC_GDDR_GPUS)
     return gpu.memory_gib * (1.0 - ECC_RESERVED_FRACTION) if ecc else gpu.memory_gib
@@ -421,12 +388,9 @@ def gpu_arrays(gpu: GPUSpec, precision: str, constants=None) -> dict[str, float]
     intra = gpu.intra_node_gbs if gpu.intra_node_gbs > 0 else 16.0
     inter = gpu.inter_node_gbps if gpu.inter_node_gbps > 0 else c.default_inter_node_gbps
     return {
-        "peak_flops": gpu.tflops(precision) * 1e12,
-        "mem_bw": gpu.memory_bandwidth_gbs * 1e9,
-        "memory_bytes": usable_memory_gib(gpu) * 1024.0**3,
-        "intra_bw": intra * 1e9,
-        "inter_bw": inter / 8.0 * 1e9,
-        "nvlink_domain": float(gpu.nvlink_domain_gpus),
+        "peak_flops": gpu.tflops(precision) * 1e12, "mem_bw": gpu.memory_bandwidth_gbs * 1e9,
+        "memory_bytes": usable_memory_gib(gpu) * 1024.0**3, "intra_bw": intra * 1e9,
+        "inter_bw": inter / 8.0 * 1e9, "nvlink_domain": float(gpu.nvlink_domain_gpus),
         "tdp_w": gpu.tdp_w if gpu.tdp_w > 0 else 300.0,
         "matmul_rel": (gpu.matmul_efficiency or REFERENCE_MATMUL_EFFICIENCY) / REFERENCE_MATMUL_EFFICIENCY,
         # PEFT adapters' fp32 matmuls (physics/peft_methods.py): torch leaves TF32 off for matmuls by default
