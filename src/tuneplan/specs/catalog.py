@@ -47,8 +47,7 @@ from tuneplan.specs.architectures.base import inferred_values
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
-"""The catalog's folder."""
+MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"  # The catalog's folder.
 ALIASES_FILE = MODELS_DIR / "ALIASES.md"
 FIELD = "model"
 

@@ -140,8 +140,7 @@ CHOICES = {"optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNC
            "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS, "fp8_recipe": FP8_RECIPES,
            "cp_cross_entropy": ("", *CROSS_ENTROPY_KINDS)}
 """An entry's optional settings and their values: the first when left out (torch's own behaviour)."""
-OPTIONAL_BOOLS = ("eager_norm_rope", "grad_buffers", "fused_linears")
-"""Switches an entry may leave out (false)."""
+OPTIONAL_BOOLS = ("eager_norm_rope", "grad_buffers", "fused_linears")  # Switches an entry may leave out (false).
 JOB_DEFAULTS = {"grad_ckpt": bool, "micro_batch": int, "eval_batch": int, "expandable_segments": bool}
 """Defaults of the framework's recipes an entry may state (None when it does not say)."""
 

@@ -27,8 +27,7 @@ from tuneplan.errors import (
 )
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_gpu_figures
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-"""The catalog's dense peak columns (`<p>_tflops`)."""
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # The catalog's dense peak columns (`<p>_tflops`).
 
 PEAK_COLUMN = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16",
                "amp-fp16": "fp16", "fp8": "fp8", "mxfp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4"}

@@ -24,7 +24,7 @@ from tuneplan.specs.framework import (  # noqa: F401 - the choice lists of the j
     MOE_EXPERT_LAYOUTS,
     OPTIMIZER_IMPLS,
 )
-from tuneplan.specs.limits import JOB_BOUNDS, MAX_GPUS, shown_number
+from tuneplan.specs.limits import MAX_GPUS, bound_job_field
 from tuneplan.specs.peft import (
     LORA_EQUIVALENT,
     canonical,
@@ -106,10 +106,8 @@ ENGINE_ONLY = ("rollout_tp", "rollout_sleep", "rollout_pp", "rollout_placement",
 ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
               "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
               "dense", "wo", "wi", "wi_0", "wi_1")
-DEFAULT_LORA_RANK = 16
-"""LoRA rank r when not given: a common fine-tuning recipe choice (peft's own default is 8)."""
-DEFAULT_MICRO_BATCH = 4
-"""Samples per GPU per forward/backward when not given."""
+DEFAULT_LORA_RANK = 16  # LoRA rank r when not given: a common fine-tuning recipe choice (peft's own default is 8).
+DEFAULT_MICRO_BATCH = 4  # Samples per GPU per forward/backward when not given.
 DEFAULT_FREEZE_TRAINABLE_LAYERS = 2
 """`freeze` trains the last N blocks; 2 is LLaMA-Factory's freeze_trainable_layers default."""
 DEFAULT_GALORE_RANK = 128
@@ -703,9 +701,9 @@ def make_job(**kwargs) -> JobSpec:
 CKPT_WORDS = {"true": "full", "1": "full", "yes": "full", "on": "full", "false": "none", "0": "none", "no": "none",
               "off": "none"}
 """`grad_ckpt` as text: a mode word, or a switch word (true = full, false = none)."""
+# the words a switch reads as text (case-insensitive)
 TRUE_WORDS = frozenset(("1", "on", "t", "true", "y", "yes"))
 FALSE_WORDS = frozenset(("0", "off", "f", "false", "n", "no"))
-"""The words a switch reads as text (case-insensitive)."""
 
 
 class _Bad(ValueError):
@@ -779,9 +777,7 @@ def _in_range(name: str, opt: Option, v: float) -> None:
             raise ValueError("must be an integer >= 0" if nonneg else "must be a positive integer")
     elif not math.isfinite(v) or v < 0 or (v == 0 and not nonneg):
         raise ValueError("must be a number >= 0" if nonneg else "must be a positive number")
-    upper = JOB_BOUNDS.get(name)
-    if upper is not None and v > upper:
-        raise ValueError(f"{shown_number(v)} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+    bound_job_field(name, v)
 
 
 def _as_type(kind: Any, v: Any, name: str) -> Any:

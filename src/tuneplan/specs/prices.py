@@ -29,8 +29,7 @@ from tuneplan.errors import (
 )
 
 SHIPPED_CSV = "gpu_prices.csv"
-DEFAULT_KINDS = ("on-demand",)
-"""Pricing kinds the default price is taken from (the cheapest of them per GPU)."""
+DEFAULT_KINDS = ("on-demand",)  # Pricing kinds the default price is taken from (the cheapest of them per GPU).
 DATE_RE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 PRICE_STALE_DAYS = 365
 """Days after its `date_seen` at which a price is called old and warned about: cloud GPU prices move

@@ -22,8 +22,7 @@ from tuneplan.specs.model import LinearShape, ModelSpec, SSMShape
 
 MISSING = object()
 
-Reader = Callable[[Mapping, str, str, str], ModelSpec]
-"""(config, model_type, name, source) -> ModelSpec."""
+Reader = Callable[[Mapping, str, str, str], ModelSpec]  # (config, model_type, name, source) -> ModelSpec.
 
 READERS: dict[str, Reader] = {}
 """model_type -> the reader that turns its config into a ModelSpec (filled by `register`)."""
