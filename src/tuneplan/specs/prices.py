@@ -204,15 +204,14 @@ def check_provider(provider: str, path: str | None = None) -> str:
     return match[0]
 
 
-def price_for(gpu: str, provider: str | None = None, path: str | None = None,
-              kinds: tuple[str, ...] = DEFAULT_KINDS) -> Price | None:
+def price_for(gpu: str, provider: str | None = None, path: str | None = None) -> Price | None:
     """The cheapest on-demand price per GPU-hour for a GPU (optionally from one provider); other
     pricing kinds only when the GPU has no on-demand price."""
     rows = [p for p in load_prices(path) if p.gpu == gpu]
     if provider:
         name = check_provider(provider, path)
         rows = [p for p in rows if p.provider == name]
-    pref = [p for p in rows if p.pricing_kind in kinds] or rows
+    pref = [p for p in rows if p.pricing_kind in DEFAULT_KINDS] or rows
     return min(pref, key=lambda p: p.usd_per_gpu_hour) if pref else None
 
 
