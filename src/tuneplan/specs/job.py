@@ -8,6 +8,7 @@ and the allowed values (the CLI prints it as one line and exits 2).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import types
@@ -761,7 +762,7 @@ def _checked(name: str, opt: Option, v: Any) -> Any:
             return str(v)
         raise InputError(name.replace("_", "-"), f"unknown value '{v}'", opt.choices)
     if type(v) is not opt.kind:  # already of its type: nothing to read
-        v = _as_type(opt.kind, v, name)
+        v = _as_type(opt.kind, v)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         _in_range(name, opt, v)
     if "check" in opt.extra:
@@ -780,8 +781,8 @@ def _in_range(name: str, opt: Option, v: float) -> None:
     bound_job_field(name, v)
 
 
-def _as_type(kind: Any, v: Any, name: str) -> Any:
-    """`v` read as `kind` (int, float, bool, str, a Literal, a tuple of them), text included."""
+def _as_type(kind: Any, v: Any) -> Any:
+    """`v` read as `kind` (int, float, bool, str, a tuple of them), text included (Literals: `_checked`)."""
     if kind is bool:
         if isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", "") == "b":  # numpy's bool too
             return bool(v)
@@ -801,19 +802,14 @@ def _as_type(kind: Any, v: Any, name: str) -> Any:
     if kind is float:
         if isinstance(v, numbers.Real):
             return float(v)
-        try:
-            return float(v.strip()) if isinstance(v, str) else _no_number(v)
-        except ValueError:
-            raise _Bad(f"'{v}' is not a valid number") from None
+        if isinstance(v, str):
+            with contextlib.suppress(ValueError):
+                return float(v.strip())
+        raise _Bad(f"'{v}' is not a valid number")
     if kind is str:
         if isinstance(v, str):
             return str(v)
         raise _Bad(f"'{v}' is not text")
-    if typing.get_origin(kind) is Literal:
-        choices = typing.get_args(kind)
-        if isinstance(v, str) and v in choices:
-            return v
-        raise InputError(name.replace("_", "-"), f"unknown value '{v}'", choices)
     if typing.get_origin(kind) is tuple:
         if isinstance(v, (str, bytes, dict)) or not isinstance(v, typing.Iterable):
             raise _Bad(f"'{v}' is not a list")
@@ -825,12 +821,8 @@ def _as_type(kind: Any, v: Any, name: str) -> Any:
         out = []
         for i, (k, x) in enumerate(zip(inner, items, strict=True)):
             try:
-                out.append(_as_type(k, x, name))
+                out.append(_as_type(k, x))
             except _Bad as bad:
                 raise _Bad(f"item {i + 1}: {bad}") from None
         return tuple(out)
     raise TypeError(f"JobSpec fields of type {kind!r} are not read")
-
-
-def _no_number(v: Any) -> float:
-    raise ValueError(v)
