@@ -115,8 +115,7 @@ class GPUSpec:
                          + "; give one with --peak-tflops or a --gpu-file")
 
     def tflops(self, precision: str) -> float:
-        """Dense peak TFLOP/s at a training precision (e.g. 'bf16', 'fp8', 'fp4', 'nvfp4', 'mxfp4'),
-        falling back to the nearest the part has (`peak_used`)."""
+        """Dense peak TFLOP/s at a training precision, or the nearest the part has (`peak_used`)."""
         return self.peak_used(precision)[1]
 
     def to_dict(self) -> dict:

@@ -118,18 +118,6 @@ def parse_csv_prices(text: str, path: str) -> tuple[Price, ...]:
     return tuple(out)
 
 
-def _check_yaml_shape(text: str, path: str) -> None:
-    """A user's price YAML nested and aliased within bounds (tuneplan.errors.check_yaml_shape)."""
-    import yaml
-
-    try:
-        check_yaml_shape(text)
-    except TooComplexError as exc:
-        raise DataFileError(path, exc.line, str(exc)) from None
-    except yaml.YAMLError:
-        return  # the parse below reports it with its line
-
-
 def parse_yaml_prices(text: str, path: str) -> tuple[Price, ...]:
     """Prices from YAML text: a `prices:` list of records (or a bare list)."""
     import yaml
@@ -184,7 +172,14 @@ def load_prices(path: str | None = None) -> tuple[Price, ...]:
         raise DataFileError(shown(path), None, "no such price file")
     text = read_user_text(path, "prices", "price file (YAML or CSV)")
     if p.suffix.lower() in (".yaml", ".yml"):
-        _check_yaml_shape(text, str(p))
+        import yaml
+
+        try:
+            check_yaml_shape(text)  # nested and aliased within bounds
+        except TooComplexError as exc:
+            raise DataFileError(str(p), exc.line, str(exc)) from None
+        except yaml.YAMLError:
+            pass  # the parse reports it with its line
         return parse_yaml_prices(text, str(p))
     return parse_csv_prices(text, str(p))
 
