@@ -314,12 +314,13 @@ def check_planner_inputs(args: Any) -> None:
         bound_job_field("rate_usd_per_gpu_hour" if name == "rate" else name, getattr(args, name, None))
 
 
-def non_finite_figures(obj: Any, path: str = "", limit: int = 5) -> list[str]:
-    """Keys (dotted paths) of figures that are NaN or infinite in a nested result (dicts and lists)."""
-    out: list[str] = []
+def check_finite_figures(result: Mapping[str, Any], what: str = "estimate") -> None:
+    """InputError naming (by dotted path, at most 5) the figures of a nested result that are NaN or infinite:
+    the inputs are beyond what the model can compute, and a figure like that must never be printed as an answer."""
+    bad: list[str] = []
 
     def walk(x: Any, where: str) -> None:
-        if len(out) >= limit:
+        if len(bad) >= 5:
             return
         if isinstance(x, Mapping):
             for k, v in x.items():
@@ -328,18 +329,11 @@ def non_finite_figures(obj: Any, path: str = "", limit: int = 5) -> list[str]:
             for i, v in enumerate(x):
                 walk(v, f"{where}[{i}]")
         elif isinstance(x, float) and not math.isfinite(x):
-            out.append(where or "value")
+            bad.append(where or "value")
         elif hasattr(x, "dtype") and hasattr(x, "item") and getattr(x, "ndim", 1) == 0:
             walk(x.item(), where)
 
-    walk(obj, path)
-    return out
-
-
-def check_finite_figures(result: Mapping[str, Any], what: str = "estimate") -> None:
-    """InputError when any figure of a result is NaN or infinite: the inputs are beyond what the
-    model can compute, and a figure like that must never be printed as an answer."""
-    bad = non_finite_figures(result)
+    walk(result, "")
     if bad:
         raise InputError("job", f"the {what} has non-finite figures ({', '.join(bad)}): the inputs are beyond "
                                 "what can be computed; check the sizes given")
