@@ -431,12 +431,8 @@ def build_decoder(d: Decoder) -> Counts:
 
 def inactive_params(linears: Iterable[LinearShape]) -> int:
     """Expert weights (and biases) a token does not pass through."""
-    out = 0
-    for x in linears:
-        if x.count_per_layer > x.active_per_token:
-            per = x.in_features * x.out_features + (x.out_features if x.bias else 0)
-            out += int(round(per * (x.count_per_layer - x.active_per_token) * x.n_layers))
-    return out
+    return sum(int(round(x.params // x.count_per_layer * (x.count_per_layer - x.active_per_token)))
+               for x in linears if x.count_per_layer > x.active_per_token)
 
 
 def counts_spec(counts: Counts, cfg: Mapping, name: str, source: str, mt: str, **fields) -> ModelSpec:
