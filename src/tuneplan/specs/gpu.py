@@ -424,12 +424,9 @@ def gpu_assumptions(gpu: GPUSpec, precision: str = "bf16", nodes: int = 1) -> li
     out: list[str] = []
     if gpu.resolved_as:
         out.append(gpu.resolved_as + ".")
-    if gpu.filled:
-        by: dict[str, list[str]] = {}
-        for col, sib in gpu.filled.items():
-            by.setdefault(sib, []).append(col)
-        for sib, cols in by.items():
-            out.append(f"{gpu.name}: no source gives {', '.join(cols)}; taken from {sib} (its catalog fill_from).")
+    for sib in dict.fromkeys(gpu.filled.values()):
+        cols = ", ".join(c for c, s in gpu.filled.items() if s == sib)
+        out.append(f"{gpu.name}: no source gives {cols}; taken from {sib} (its catalog fill_from).")
     col = PEAK_COLUMN.get(precision, precision)
     try:
         used, value = gpu.peak_used(precision)
