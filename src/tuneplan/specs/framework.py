@@ -168,7 +168,8 @@ def _parse(name: str, d: dict) -> FrameworkSpec:
     for k in BOOL_FIELDS + OPTIONAL_BOOLS:
         if k not in d and k in BOOL_FIELDS:
             raise ValueError(f"frameworks.yaml: {name} has no '{k}'")
-        if not isinstance(got.setdefault(k, d.get(k, False)), bool):
+        got[k] = d.get(k, False)
+        if not isinstance(got[k], bool):
             raise fail(k, "must be true or false")
     for k, allowed in CHOICES.items():
         got[k] = choice(k, allowed)

@@ -681,8 +681,7 @@ def servers(gpus: int) -> int:
 def make_job(**kwargs) -> JobSpec:
     """Build a JobSpec from keyword arguments (None: not given), with the framework's defaults for
     what is not given and `lora_targets` as comma-separated text; errors: one-line InputErrors."""
-    clean = {k: v for k, v in kwargs.items() if v is not None}
-    clean = _framework_defaults(clean)
+    clean = _framework_defaults({k: v for k, v in kwargs.items() if v is not None})
     gpus = clean.get("gpus")
     if "nodes" not in clean and type(gpus) in (int, str) and str(gpus).isdigit() and \
             GPUS_PER_SERVER < int(gpus) <= MAX_GPUS:
