@@ -47,8 +47,7 @@ from tuneplan.specs.architectures.base import inferred_values
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_name
 from tuneplan.specs.model import ModelSpec
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
-"""The catalog's folder."""
+MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"  # The catalog's folder.
 ALIASES_FILE = MODELS_DIR / "ALIASES.md"
 FIELD = "model"
 
@@ -289,15 +288,10 @@ def _strip_edits(cur: str) -> list[str]:
 def _variants(name: str) -> list[str]:
     """Checkpoint-name variants, fewest edits first: stripped forms, then catalog suffixes added."""
     by_edits: dict[str, int] = {name: 0}
-    frontier = [name]
     for depth in range(1, 4):
-        nxt = []
-        for cur in frontier:
+        for cur in [c for c, edits in by_edits.items() if edits == depth - 1]:
             for cand in _strip_edits(cur):
-                if cand not in by_edits:
-                    by_edits[cand] = depth
-                    nxt.append(cand)
-        frontier = nxt
+                by_edits.setdefault(cand, depth)
     for cand, edits in list(by_edits.items()):
         for suf in _ADD_SUFFIXES:
             added = cand + suf
@@ -329,7 +323,7 @@ def _prefix_matches(name: str) -> set[str]:
 def _resolve_catalog(name: str) -> _Resolved | None:
     requested = name
     base, quant = split_quant_suffix(name)
-    for cand in [name, base] + [v for v in _variants(base)]:
+    for cand in [name, base, *_variants(base)]:
         hit = _lookup_exact(cand, quant, requested, "" if cand in (name, base) else f"variant {cand}")
         if hit is not None:
             if hit.quant == "none" and quant != "none":
@@ -377,10 +371,9 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         url = urlparse(constants.ENDPOINT)
     except Exception:  # noqa: BLE001 - any import/attribute problem means no usable Hub
         return False
-    host = url.hostname or "huggingface.co"
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        with socket.create_connection((host, port), timeout=timeout):
+        with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout):
             return True
     except OSError:
         return False
@@ -471,16 +464,11 @@ def resolve_model(name_or_path: str) -> ModelSpec:
 
 
 def load_model_config(name_or_path: str) -> dict:
-    """The raw config dict of the resolved model (no underscore keys), for transformers AutoConfig.
-
-    Values the catalog marks as inferred (`_inferred_not_stated`) fill absent keys; look-alike alias
-    overrides apply. A `model_type` is added only where the architecture is plainly llama-like (or an
-    original Falcon "RW" config); otherwise the dict is returned as it is, except for keys transformers
-    would otherwise default differently from the estimate (the same readings `model_from_config` makes):
-    Falcon grouped-KV configs get `new_decoder_architecture`/`num_kv_heads`, a Granite-4.0-H config
-    without `layer_types` gets the 9:1 Mamba/attention layout, and a flat (text-only) Gemma-3 config
-    is labelled `gemma3_text` (its numbers describe the text decoder only).
-    """
+    """The raw config dict of the resolved model (no underscore keys), for transformers AutoConfig: the
+    catalog's inferred values fill absent keys, look-alike alias overrides apply, a `model_type` is added
+    only for a plainly llama-like (or Falcon "RW") config, and the keys transformers would default otherwise
+    than `model_from_config` reads them are set: Falcon grouped-KV `new_decoder_architecture`/`num_kv_heads`,
+    Granite-4.0-H's 9:1 Mamba/attention `layer_types`, a flat Gemma-3 config as `gemma3_text`."""
     r = _resolve(name_or_path)
     raw = _config_of(r)
     out = {k: v for k, v in raw.items() if not k.startswith("_")}

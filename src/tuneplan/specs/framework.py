@@ -136,78 +136,57 @@ CROSS_ENTROPY_WORDS = {"none": "unfused (fp32 copy of the logits)", "chunked": "
 """The cross-entropy kinds of data/frameworks.yaml in a sentence."""
 
 
-def _optional(name: str, d: dict, key: str, kind: type):
-    """An optional job default of a framework entry (None when absent), of the given type."""
-    v = d.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, kind) or (kind is int and (isinstance(v, bool) or v < 1)):
-        raise ValueError(f"frameworks.yaml: {name}.{key} must be {'true or false' if kind is bool else 'a positive integer'}")
-    if not (d.get("sources") or {}).get(key):
-        raise ValueError(f"frameworks.yaml: {name}.{key} needs its source (sources: {key}: ...)")
-    return v
+CHOICES = {"optimizer_impl": OPTIMIZER_IMPLS, "grad_accum_sync": GRAD_ACCUM_SYNCS, "moe_experts": MOE_EXPERT_LAYOUTS,
+           "fsdp_adapter_wrap": FSDP_ADAPTER_WRAPS, "fp8_recipe": FP8_RECIPES,
+           "cp_cross_entropy": ("", *CROSS_ENTROPY_KINDS)}
+"""An entry's optional settings and their values: the first when left out (torch's own behaviour)."""
+OPTIONAL_BOOLS = ("eager_norm_rope", "grad_buffers", "fused_linears")  # Switches an entry may leave out (false).
+JOB_DEFAULTS = {"grad_ckpt": bool, "micro_batch": int, "eval_batch": int, "expandable_segments": bool}
+"""Defaults of the framework's recipes an entry may state (None when it does not say)."""
 
 
 def _parse(name: str, d: dict) -> FrameworkSpec:
-    def need(key: str, allowed=None):
+    """An entry of data/frameworks.yaml, checked: each setting of its kind, each optional one given with
+    its source."""
+    sources = d.get("sources") or {}
+
+    def fail(key: str, why: str) -> ValueError:
+        return ValueError(f"frameworks.yaml: {name}.{key} {why}")
+
+    def need(key: str, allowed: tuple[str, ...]) -> str:
         if key not in d:
             raise ValueError(f"frameworks.yaml: {name} has no '{key}'")
-        v = d[key]
-        if allowed is not None and v not in allowed:
-            raise ValueError(f"frameworks.yaml: {name}.{key} = {v!r} (allowed: {', '.join(allowed)})")
+        return choice(key, allowed)
+
+    def choice(key: str, allowed: tuple[str, ...]) -> str:
+        v = d.get(key, allowed[0])
+        if v not in allowed:
+            raise fail(key, f"= {v!r} (allowed: {', '.join(allowed)})")
         return v
 
-    for k in BOOL_FIELDS:
-        if not isinstance(need(k), bool):
-            raise ValueError(f"frameworks.yaml: {name}.{k} must be true or false")
+    got: dict = {}
+    for k in BOOL_FIELDS + OPTIONAL_BOOLS:
+        if k not in d and k in BOOL_FIELDS:
+            raise ValueError(f"frameworks.yaml: {name} has no '{k}'")
+        got[k] = d.get(k, False)
+        if not isinstance(got[k], bool):
+            raise fail(k, "must be true or false")
+    for k, allowed in CHOICES.items():
+        got[k] = choice(k, allowed)
+    for k, kind in JOB_DEFAULTS.items():
+        v = got[k] = d.get(k)
+        if v is not None and (not isinstance(v, kind) or (kind is int and (isinstance(v, bool) or v < 1))):
+            raise fail(k, f"must be {'true or false' if kind is bool else 'a positive integer'}")
+    for k in (*CHOICES, *JOB_DEFAULTS):
+        if d.get(k) is not None and not sources.get(k):
+            raise fail(k, f"needs its source (sources: {k}: ...)")
+    got["expandable_segments"] = bool(got["expandable_segments"])
     return FrameworkSpec(
         name=name, match=tuple(str(m).lower() for m in d.get("match") or ()),
         attention=need("attention", ATTENTION_KERNELS), cross_entropy=need("cross_entropy", CROSS_ENTROPY_KINDS),
         master_weights=need("master_weights", ("auto", "fp32", "none")), padding=need("padding", ("max", "longest")),
-        sources={str(k): str(v) for k, v in (d.get("sources") or {}).items()},
-        eager_norm_rope=_optional_bool(name, d, "eager_norm_rope"),
-        grad_buffers=_optional_bool(name, d, "grad_buffers"), fused_linears=_optional_bool(name, d, "fused_linears"),
-        grad_ckpt=_optional(name, d, "grad_ckpt", bool), micro_batch=_optional(name, d, "micro_batch", int),
-        moe_experts=_moe_experts(name, d), optimizer_impl=_choice(name, d, "optimizer_impl", OPTIMIZER_IMPLS),
-        grad_accum_sync=_choice(name, d, "grad_accum_sync", GRAD_ACCUM_SYNCS),
-        fsdp_adapter_wrap=_choice(name, d, "fsdp_adapter_wrap", FSDP_ADAPTER_WRAPS),
-        fp8_recipe=_choice(name, d, "fp8_recipe", FP8_RECIPES),
-        eval_batch=_optional(name, d, "eval_batch", int),
-        cp_cross_entropy=_choice(name, d, "cp_cross_entropy", ("", *CROSS_ENTROPY_KINDS)),
-        expandable_segments=bool(_optional(name, d, "expandable_segments", bool)),
-        aliases=tuple(str(a).lower() for a in d.get("aliases") or ()),
-        version_of=str(d.get("version_of") or ""), current=str(d.get("current") or ""),
-        **{k: bool(d[k]) for k in BOOL_FIELDS},
-    )
-
-
-def _choice(name: str, d: dict, key: str, allowed: tuple[str, ...]) -> str:
-    """The entry's `key`, one of `allowed` (the first when left out: torch's own behaviour); a value
-    given needs its source."""
-    v = d.get(key, allowed[0])
-    if v not in allowed:
-        raise ValueError(f"frameworks.yaml: {name}.{key} = {v!r} (allowed: {', '.join(allowed)})")
-    if key in d and not (d.get("sources") or {}).get(key):
-        raise ValueError(f"frameworks.yaml: {name}.{key} needs its source (sources: {key}: ...)")
-    return v
-
-
-def _moe_experts(name: str, d: dict) -> str:
-    """The entry's `moe_experts` (modules when left out); `stacked` needs its source."""
-    v = d.get("moe_experts", "modules")
-    if v not in MOE_EXPERT_LAYOUTS:
-        raise ValueError(f"frameworks.yaml: {name}.moe_experts = {v!r} (allowed: {', '.join(MOE_EXPERT_LAYOUTS)})")
-    if v != "modules" and not (d.get("sources") or {}).get("moe_experts"):
-        raise ValueError(f"frameworks.yaml: {name}.moe_experts needs its source (sources: moe_experts: ...)")
-    return v
-
-
-def _optional_bool(name: str, d: dict, key: str) -> bool:
-    """A bool field an entry may leave out (false)."""
-    v = d.get(key, False)
-    if not isinstance(v, bool):
-        raise ValueError(f"frameworks.yaml: {name}.{key} must be true or false")
-    return v
+        sources={str(k): str(v) for k, v in sources.items()}, aliases=tuple(str(a).lower() for a in d.get("aliases") or ()),
+        version_of=str(d.get("version_of") or ""), current=str(d.get("current") or ""), **got)
 
 
 @lru_cache(maxsize=1)

@@ -27,8 +27,7 @@ from tuneplan.errors import (
 )
 from tuneplan.specs.limits import MAX_CONFIG_FILE_BYTES, check_gpu_figures
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-"""The catalog's dense peak columns (`<p>_tflops`)."""
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # The catalog's dense peak columns (`<p>_tflops`).
 
 PEAK_COLUMN = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "amp-bf16": "bf16", "fp16": "fp16",
                "amp-fp16": "fp16", "fp8": "fp8", "mxfp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4"}
@@ -116,8 +115,7 @@ class GPUSpec:
                          + "; give one with --peak-tflops or a --gpu-file")
 
     def tflops(self, precision: str) -> float:
-        """Dense peak TFLOP/s at a training precision (e.g. 'bf16', 'fp8', 'fp4', 'nvfp4', 'mxfp4'),
-        falling back to the nearest the part has (`peak_used`)."""
+        """Dense peak TFLOP/s at a training precision, or the nearest the part has (`peak_used`)."""
         return self.peak_used(precision)[1]
 
     def to_dict(self) -> dict:
@@ -426,12 +424,9 @@ def gpu_assumptions(gpu: GPUSpec, precision: str = "bf16", nodes: int = 1) -> li
     out: list[str] = []
     if gpu.resolved_as:
         out.append(gpu.resolved_as + ".")
-    if gpu.filled:
-        by: dict[str, list[str]] = {}
-        for col, sib in gpu.filled.items():
-            by.setdefault(sib, []).append(col)
-        for sib, cols in by.items():
-            out.append(f"{gpu.name}: no source gives {', '.join(cols)}; taken from {sib} (its catalog fill_from).")
+    for sib in dict.fromkeys(gpu.filled.values()):
+        cols = ", ".join(c for c, s in gpu.filled.items() if s == sib)
+        out.append(f"{gpu.name}: no source gives {cols}; taken from {sib} (its catalog fill_from).")
     col = PEAK_COLUMN.get(precision, precision)
     try:
         used, value = gpu.peak_used(precision)

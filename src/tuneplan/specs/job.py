@@ -8,6 +8,7 @@ and the allowed values (the CLI prints it as one line and exits 2).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import types
@@ -24,10 +25,9 @@ from tuneplan.specs.framework import (  # noqa: F401 - the choice lists of the j
     MOE_EXPERT_LAYOUTS,
     OPTIMIZER_IMPLS,
 )
-from tuneplan.specs.limits import JOB_BOUNDS, MAX_GPUS, shown_number
+from tuneplan.specs.limits import MAX_GPUS, bound_job_field
 from tuneplan.specs.peft import (
     LORA_EQUIVALENT,
-    PEFT_METHOD_NAMES,
     canonical,
     default_peft_version,
     method_options,
@@ -35,16 +35,30 @@ from tuneplan.specs.peft import (
     peft_version_key,
 )
 
-METHODS = ("full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze") + PEFT_METHOD_NAMES
+Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze",  # + specs/peft.py's catalogue
+                 "rslora", "pissa", "olora", "eva", "loftq", "lora-fa", "adalora", "ia3", "loha", "lokr", "oft",
+                 "boft", "vera", "fourierft", "hra", "bone", "prefix-tuning", "prompt-tuning", "p-tuning",
+                 "ln-tuning", "adapter"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "mxfp4"]
+Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
+                    "galore-adamw"]
+Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
+                   "zero3-offload", "fsdp-offload"]
+Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "rm", "grpo", "ppo", "rloo", "online-dpo", "xpo",
+                "nash-md", "gkd"]
+"""Training stages: supervised (sft), preference optimisation (dpo, orpo, kto, simpo, cpo), reward-model
+training (rm), RL with generated rollouts (grpo, ppo, rloo) and online preference optimisation (online-dpo,
+xpo, nash-md: generated and judged pairs), and on-policy distillation from a teacher (gkd). Their physics:
+`tuneplan.physics.stages`, docs/stages.md."""
+METHODS, PRECISIONS, OPTIMIZERS, SHARDINGS, STAGES = map(typing.get_args, (Method, Precision, Optimizer, Sharding,
+                                                                            Stage))
 LORA_FAMILY = ("lora", "qlora", "gptq-lora", "alora", "dora")
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8", "nvfp4", "mxfp4")
 LOW_PRECISIONS = ("fp8", "nvfp4", "mxfp4")
 """Training precisions whose linear layers run below 16 bits (physics/precision.py: the rest stays bf16)."""
 CKPT_MODES = ("none", "selective", "full", "offload")
 """Activation checkpointing: none; selective (Megatron's: recompute attention's core, keep the linears'
 inputs); full (keep each checkpointed layer's input, recompute the layer); offload (keep each layer's
 input in host memory, recompute the layer)."""
-CP_MODES = ("ring", "ulysses")
 FRAMEWORK_DEFAULT = "generic"
 """The JobSpec's own framework: the physics' neutral stack (what measured rows that name no framework ran)."""
 USER_FRAMEWORK_DEFAULT = "hf-trainer"
@@ -61,19 +75,10 @@ ZERO_FP32_MASTER = ("deepspeed 0.19.8 runtime/zero/stage_1_and_2.py single_parti
                     "fp32_partitioned_groups_flat, in master_weights_and_grads_dtype: float32 unless "
                     "bf16/fp16_master_weights_and_gradients is set")
 """Why DeepSpeed ZeRO keeps fp32 master weights (and so fp32 moments) whichever trainer runs above it."""
-OPTIMIZERS = ("adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
-              "galore-adamw")
-SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
-             "zero3-offload", "fsdp-offload")
 QUANTS = ("none", "int8", "nf4", "gptq-int4", "gptq-int8", "awq-int4", "aqlm-2bit", "fp8")
 MOE_MODES = ("sparse", "dense")
 PADDINGS = ("max", "longest")
 ADAPTER_DTYPES = ("fp32", "compute")
-STAGES = ("sft", "dpo", "orpo", "kto", "simpo", "cpo", "rm", "grpo", "ppo", "rloo", "online-dpo", "xpo", "nash-md",
-          "gkd")
-"""Training stages: supervised (sft), preference optimisation (dpo, orpo, kto, simpo, cpo), reward-model
-training (rm), RL with generated rollouts (grpo, ppo, rloo) and online preference optimisation (online-dpo,
-xpo, nash-md: generated and judged pairs), and on-policy distillation from a teacher (gkd). Their physics: `tuneplan.physics.stages`, docs/stages.md."""
 PREFERENCE_STAGES = ("dpo", "orpo", "kto", "simpo", "cpo", "rm")
 RL_STAGES = ("grpo", "ppo", "rloo", "online-dpo", "xpo", "nash-md")
 ROLLOUT_ENGINES = ("hf", "vllm")
@@ -91,6 +96,31 @@ STAGE_ALIASES: dict[str, tuple[str, str]] = {
 }
 """Stage names of runs files (reference/SCHEMA.md "Stage columns") that are a modelled stage's computation
 under another name: the modelled stage and why."""
+RL_ONLY = ("group_size", "completion_len", "prompts_per_step", "reward_model", "kl_beta", "rollout_gpus",
+           "rollout_engine", "completion_len_max", "rollout_tp", "rollout_sleep", "train_steps_per_rollout",
+           "rollout_placement", "rollout_pp", "gpu_memory_utilization", "off_policy_steps", "ref_gpus",
+           "old_logprobs", "max_num_seqs", "reward_gpus")
+"""Options of the RL stages alone: refused on another stage unless at their default (gkd takes a few)."""
+ENGINE_ONLY = ("rollout_tp", "rollout_sleep", "rollout_pp", "rollout_placement", "gpu_memory_utilization",
+               "max_num_seqs")
+"""Options of a vLLM rollout engine."""
+ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
+              "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
+              "dense", "wo", "wi", "wi_0", "wi_1")
+DEFAULT_LORA_RANK = 16  # LoRA rank r when not given: a common fine-tuning recipe choice (peft's own default is 8).
+DEFAULT_MICRO_BATCH = 4  # Samples per GPU per forward/backward when not given.
+DEFAULT_FREEZE_TRAINABLE_LAYERS = 2
+"""`freeze` trains the last N blocks; 2 is LLaMA-Factory's freeze_trainable_layers default."""
+DEFAULT_GALORE_RANK = 128
+"""GaLore's projection rank when not given: transformers' `galore_adamw` default (trainer_optimizer.py
+`_get_galore_optimizer`: optim_args rank 128)."""
+STAGE_GROUP = "stage (preference and RL fine-tuning)"
+VISION_GROUP = "vision-language models"
+JOB_GROUPS = ("method", "precision", "batch and sequence", "parallelism", "work and money", STAGE_GROUP, VISION_GROUP)
+"""The concerns a job option belongs to (`option`'s `group`): the method and its recipe (adapters,
+optimizer, checkpointing, kernels), precision, batch and sequence, parallelism, the work and its money,
+the training stage, and the images of vision-language models. Each is a section of `--help` and of the
+web API's request model (docs/architecture.md)."""
 
 
 def read_stage(value: str) -> tuple[str, str]:
@@ -103,39 +133,6 @@ def read_stage(value: str) -> tuple[str, str]:
         stage, why = STAGE_ALIASES[v]
         return stage, f"stage {v} read as {stage}: {why}"
     raise InputError("stage", f"unknown stage '{v}'", STAGES + tuple(STAGE_ALIASES))
-ALL_LINEAR = ("q", "k", "v", "o", "qkv", "gate", "up", "down", "fc1", "fc2", "shared_gate",
-              "shared_up", "shared_down", "in_proj", "x_proj", "out_proj", "q_a", "q_b", "kv_a", "kv_b",
-              "dense", "wo", "wi", "wi_0", "wi_1")
-DEFAULT_LORA_RANK = 16
-"""LoRA rank r when not given: a common fine-tuning recipe choice (peft's own default is 8)."""
-DEFAULT_MICRO_BATCH = 4
-"""Samples per GPU per forward/backward when not given."""
-DEFAULT_FREEZE_TRAINABLE_LAYERS = 2
-"""`freeze` trains the last N blocks; 2 is LLaMA-Factory's freeze_trainable_layers default."""
-
-Method = Literal["full", "lora", "qlora", "gptq-lora", "alora", "dora", "freeze",  # + specs/peft.py's catalogue
-                 "rslora", "pissa", "olora", "eva", "loftq", "lora-fa", "adalora", "ia3", "loha", "lokr", "oft",
-                 "boft", "vera", "fourierft", "hra", "bone", "prefix-tuning", "prompt-tuning", "p-tuning",
-                 "ln-tuning", "adapter"]
-Precision = Literal["bf16", "fp16", "fp32", "fp8", "nvfp4", "mxfp4"]
-Optimizer = Literal["adamw", "adamw-8bit", "paged-adamw-8bit", "adamw-4bit", "sgd", "sgd-momentum", "adafactor",
-                    "galore-adamw"]
-DEFAULT_GALORE_RANK = 128
-"""GaLore's projection rank when not given: transformers' `galore_adamw` default (trainer_optimizer.py
-`_get_galore_optimizer`: optim_args rank 128)."""
-Stage = Literal["sft", "dpo", "orpo", "kto", "simpo", "cpo", "rm", "grpo", "ppo", "rloo", "online-dpo", "xpo",
-                "nash-md", "gkd"]
-Sharding = Literal["none", "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-hybrid", "fsdp-grad-op",
-                   "zero3-offload", "fsdp-offload"]
-
-
-STAGE_GROUP = "stage (preference and RL fine-tuning)"
-VISION_GROUP = "vision-language models"
-JOB_GROUPS = ("method", "precision", "batch and sequence", "parallelism", "work and money", STAGE_GROUP, VISION_GROUP)
-"""The concerns a job option belongs to (`option`'s `group`): the method and its recipe (adapters,
-optimizer, checkpointing, kernels), precision, batch and sequence, parallelism, the work and its money,
-the training stage, and the images of vision-language models. Each is a section of `--help` and of the
-web API's request model (docs/architecture.md)."""
 
 
 def option(default: Any, help: str, group: str, *, flag: str | None = None, number: str = "positive",
@@ -143,20 +140,16 @@ def option(default: Any, help: str, group: str, *, flag: str | None = None, numb
            choices: str | None = None, axis: str | None = None, read: Callable[[Any], Any] | None = None,
            check: Callable[[Any], Any] | None = None) -> Any:
     """A JobSpec field that is also an option of `estimate`, `plan`, `curve` and the web API, declared
-    once (see docs/architecture.md): `help` is its help text everywhere, `group` its concern (one of
-    JOB_GROUPS: its section of `--help` and of the web request model), `flag` its name when not the field's own
-    (`--field-name`), `number` whether an int/float must be `positive` or may be `nonneg` (zero and
-    up), `switch_only` for a bool flag that only switches on (no --no-...), `repeat` for a flag given
-    once per value (NAME=VALUE pairs the field's validator reads), `modes` for a bool flag that also
-    takes a mode word (`--grad-ckpt selective`; alone it means true), `choices`
-    for a str field whose values a catalog lists ("frameworks": data/frameworks.yaml), `axis` for a
-    field `tuneplan plan` searches instead of taking it as given: the plan's axis (`methods`,
-    `micro_batches`, `grad_accums`, `shardings`, `grad_ckpt`: a value given pins it; `gpu_counts`: the
-    plan chooses; `parallel`, `rollout`: the plan's own flags or enumeration), `read` for a function
-    that reads the given value before its type does (aliases, NAME=VALUE text), `check` for one that
-    checks (and may normalise) the typed value beyond its type, number and bound. Choices
-    come otherwise from the field's Literal type, the default from `default`. A field declared without
-    `option` is no flag."""
+    once (docs/architecture.md). `help`: its help text everywhere; `group`: its concern (JOB_GROUPS: its
+    section of `--help` and of the web request model); `flag`: its name when not `--field-name`; `number`:
+    `positive`, or `nonneg` (zero and up); `switch_only`: a bool flag with no --no-...; `repeat`: a flag
+    given once per NAME=VALUE pair; `modes`: a bool flag that also takes a mode word (`--grad-ckpt
+    selective`); `choices`: a catalog listing a str field's values ("frameworks"), else its Literal type;
+    `axis`: the plan axis that searches the field (`methods`, `micro_batches`, `grad_accums`, `shardings`,
+    `grad_ckpt`: a value given pins it; `gpu_counts`: the plan chooses; `parallel`, `rollout`: the plan's
+    own flags or enumeration); `read`: reads the given value before its type does (aliases, NAME=VALUE
+    text); `check`: checks (and may normalise) the typed value beyond type, number and bound. A field
+    declared without `option` is no flag."""
     extra = {"group": group, "flag": flag or None, "number": number, "switch_only": switch_only, "repeat": repeat,
              "modes": list(modes) or None, "choices": choices, "axis": axis, "read": read, "check": check}
     return field(default=default, metadata={"help": help, **{k: v for k, v in extra.items() if v}})
@@ -177,10 +170,9 @@ def _known_framework(v: str) -> str:
 
 def _peft_version(v: str | None) -> str | None:
     """A peft release as text (0.22, 0.22.0): checked, kept as given."""
-    if v is None:
-        return v
-    peft_version_key(v)
-    return v.strip()
+    if v is not None:
+        peft_version_key(v)
+        return v.strip()
     return v
 
 
@@ -487,23 +479,11 @@ class JobSpec:
 
     def _stage_combos(self) -> None:
         """Stage options that do not apply to the stage, or a rollout split that leaves no trainer."""
-        rl_only = {"group_size": self.group_size, "completion_len": self.completion_len,
-                   "prompts_per_step": self.prompts_per_step, "reward_model": self.reward_model,
-                   "kl_beta": self.kl_beta, "rollout_gpus": self.rollout_gpus or None,
-                   "rollout_engine": None if self.rollout_engine == "hf" else self.rollout_engine,
-                   "completion_len_max": self.completion_len_max, "rollout_tp": self.rollout_tp,
-                   "rollout_sleep": self.rollout_sleep or None,
-                   "train_steps_per_rollout": self.train_steps_per_rollout,
-                   "rollout_placement": self.rollout_placement, "rollout_pp": self.rollout_pp,
-                   "gpu_memory_utilization": self.gpu_memory_utilization,
-                   "off_policy_steps": self.off_policy_steps or None, "ref_gpus": self.ref_gpus or None,
-                   "old_logprobs": self.old_logprobs or None, "max_num_seqs": self.max_num_seqs,
-                   "reward_gpus": self.reward_gpus or None}
         gkd = ("completion_len", "rollout_engine", "gpu_memory_utilization", "rollout_sleep") * (self.stage == "gkd")
         if self.teacher_model and self.stage != "gkd":
             raise ValueError(f"teacher-model applies to --stage gkd, not --stage {self.stage}")
         if self.stage not in RL_STAGES:
-            given = [k for k, v in rl_only.items() if v is not None and k not in gkd]
+            given = [k for k in RL_ONLY if getattr(self, k) != job_fields()[k].default and k not in gkd]
             if given:
                 raise ValueError(f"{given[0].replace('_', '-')} applies to the RL stages "
                                  f"({', '.join(RL_STAGES)}), not --stage {self.stage}")
@@ -516,9 +496,7 @@ class JobSpec:
         if None not in (self.completion_len_max, self.completion_len) and self.completion_len_max < self.completion_len:
             raise ValueError(f"completion-len-max ({self.completion_len_max}) must be at least --completion-len "
                              f"({self.completion_len}, the mean)")
-        engine = [k for k in ("rollout_tp", "rollout_sleep", "rollout_pp", "rollout_placement", "gpu_memory_utilization",
-                              "max_num_seqs")
-                  if getattr(self, k) not in (None, False)]
+        engine = [k for k in ENGINE_ONLY if getattr(self, k) not in (None, False)]
         if engine and self.rollout_engine != "vllm":
             raise ValueError(f"{engine[0].replace('_', '-')} needs --rollout-engine vllm (HF generate runs in the "
                              "training model's own layout)")
@@ -609,18 +587,13 @@ class JobSpec:
         return checkpoint_quant if self.quant is None else "none"
 
     def fp32_master(self) -> bool:
-        """Whether a 16-bit full (or freeze) fine-tuning keeps an fp32 master copy of the trained
-        weights, with fp32 optimizer moments. `fp32`: automatic mixed precision over fp32 weights
-        (16 bytes per parameter with AdamW). `none`: the 16-bit weights are trained in place (HF
-        Trainer or TRL on a bf16-loaded model, ms-swift, litgpt bf16-true, torchtune; torch's AdamW
-        then allocates its moments in bf16: 8 bytes per parameter). `auto`: DeepSpeed ZeRO and
-        Megatron (tensor parallel) keep fp32 masters, fp8 training keeps them too; everything else
-        (one GPU, DDP, FSDP, a model split over GPUs layer by layer with a device map) trains the
-        16-bit weights in place, unless the framework (data/frameworks.yaml `master_weights`) keeps
-        fp32 masters (Megatron, torchtitan, llm-foundry, DeepSpeed) or trains in place (unsloth,
-        torchtune, ms-swift, litgpt). Under DeepSpeed ZeRO (`--sharding zero*`) the engine's
-        optimizer keeps them whichever trainer runs above it (`ZERO_FP32_MASTER`). Not given (None,
-        the default): the framework's choice when data/frameworks.yaml states one, else fp32
+        """Whether a 16-bit full (or freeze) fine-tuning keeps an fp32 master copy of the trained weights,
+        with fp32 optimizer moments. `fp32`: mixed precision over fp32 weights (16 bytes per parameter with
+        AdamW). `none`: the 16-bit weights trained in place (HF Trainer or TRL on a bf16-loaded model,
+        ms-swift, litgpt bf16-true, torchtune; torch's AdamW then keeps bf16 moments: 8 bytes per parameter).
+        `auto`: fp32 under DeepSpeed ZeRO, Megatron (tensor parallel) and fp8, else in place, unless the
+        framework's `master_weights` (data/frameworks.yaml) says. ZeRO's engine keeps them whichever trainer
+        runs above it (`ZERO_FP32_MASTER`). Not given: the framework's choice, else fp32
         (`DEFAULT_MASTER_WEIGHTS`); measured runs that do not say are read with `auto` (learn/dataset.py)."""
         if self.master_weights in ("fp32", "none"):
             return self.master_weights == "fp32"
@@ -673,7 +646,6 @@ def _framework_defaults(clean: dict) -> dict:
     name = clean.get("framework")
     if not isinstance(name, str) or name.strip().lower() == FRAMEWORK_DEFAULT:
         return clean
-    from tuneplan.errors import InputError
     from tuneplan.specs.framework import get_framework
 
     try:
@@ -682,15 +654,11 @@ def _framework_defaults(clean: dict) -> dict:
         return clean  # the field validator names the allowed values
     out = dict(clean)
     for k, v in fw.job_defaults().items():  # checkpointing / micro-batch of the framework's recipes
-        if k == "grad_ckpt" and out.get("ckpt_mode") not in (None, "auto"):
-            continue
-        out.setdefault(k, v)
+        if k != "grad_ckpt" or out.get("ckpt_mode") in (None, "auto"):
+            out.setdefault(k, v)
     out.setdefault("adapter_dtype", "fp32" if fw.adapter_fp32 else "compute")
-    out.setdefault("moe_experts", fw.moe_experts)
-    out.setdefault("optimizer_impl", fw.optimizer_impl)
-    out.setdefault("grad_accum_sync", fw.grad_accum_sync)
-    out.setdefault("fsdp_adapter_wrap", fw.fsdp_adapter_wrap)
-    out.setdefault("fp8_recipe", fw.fp8_recipe)
+    for k in ("moe_experts", "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "fp8_recipe"):
+        out.setdefault(k, getattr(fw, k))
     if not out.get("packing"):
         out.setdefault("padding", fw.padding)
     return out
@@ -713,8 +681,7 @@ def servers(gpus: int) -> int:
 def make_job(**kwargs) -> JobSpec:
     """Build a JobSpec from keyword arguments (None: not given), with the framework's defaults for
     what is not given and `lora_targets` as comma-separated text; errors: one-line InputErrors."""
-    clean = {k: v for k, v in kwargs.items() if v is not None}
-    clean = _framework_defaults(clean)
+    clean = _framework_defaults({k: v for k, v in kwargs.items() if v is not None})
     gpus = clean.get("gpus")
     if "nodes" not in clean and type(gpus) in (int, str) and str(gpus).isdigit() and \
             GPUS_PER_SERVER < int(gpus) <= MAX_GPUS:
@@ -734,9 +701,9 @@ def make_job(**kwargs) -> JobSpec:
 CKPT_WORDS = {"true": "full", "1": "full", "yes": "full", "on": "full", "false": "none", "0": "none", "no": "none",
               "off": "none"}
 """`grad_ckpt` as text: a mode word, or a switch word (true = full, false = none)."""
+# the words a switch reads as text (case-insensitive)
 TRUE_WORDS = frozenset(("1", "on", "t", "true", "y", "yes"))
 FALSE_WORDS = frozenset(("0", "off", "f", "false", "n", "no"))
-"""The words a switch reads as text (case-insensitive)."""
 
 
 class _Bad(ValueError):
@@ -751,11 +718,9 @@ def _read_fields(given: dict) -> dict:
     for name in sorted((k for k in data if k in opts), key=_position().__getitem__):  # errors in field order
         try:
             out[name] = _checked(name, opts[name], data[name])
-        except _Bad as bad:
-            raise InputError(name.replace("_", "-"), str(bad)) from None
         except InputError:
             raise
-        except ValueError as exc:
+        except ValueError as exc:  # _Bad too
             raise InputError(name.replace("_", "-"), str(exc)) from None
     unknown = [k for k in given if k not in opts]
     if unknown:  # a misspelt keyword of the Python API (micro_bach=): named as given, with the closest
@@ -796,7 +761,7 @@ def _checked(name: str, opt: Option, v: Any) -> Any:
             return str(v)
         raise InputError(name.replace("_", "-"), f"unknown value '{v}'", opt.choices)
     if type(v) is not opt.kind:  # already of its type: nothing to read
-        v = _as_type(opt.kind, v, name)
+        v = _as_type(opt.kind, v)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         _in_range(name, opt, v)
     if "check" in opt.extra:
@@ -812,13 +777,11 @@ def _in_range(name: str, opt: Option, v: float) -> None:
             raise ValueError("must be an integer >= 0" if nonneg else "must be a positive integer")
     elif not math.isfinite(v) or v < 0 or (v == 0 and not nonneg):
         raise ValueError("must be a number >= 0" if nonneg else "must be a positive number")
-    upper = JOB_BOUNDS.get(name)
-    if upper is not None and v > upper:
-        raise ValueError(f"{shown_number(v)} is beyond any physical fine-tuning run (at most {upper:,.0f})")
+    bound_job_field(name, v)
 
 
-def _as_type(kind: Any, v: Any, name: str) -> Any:
-    """`v` read as `kind` (int, float, bool, str, a Literal, a tuple of them), text included."""
+def _as_type(kind: Any, v: Any) -> Any:
+    """`v` read as `kind` (int, float, bool, str, a tuple of them), text included (Literals: `_checked`)."""
     if kind is bool:
         if isinstance(v, bool) or getattr(getattr(v, "dtype", None), "kind", "") == "b":  # numpy's bool too
             return bool(v)
@@ -838,19 +801,14 @@ def _as_type(kind: Any, v: Any, name: str) -> Any:
     if kind is float:
         if isinstance(v, numbers.Real):
             return float(v)
-        try:
-            return float(v.strip()) if isinstance(v, str) else _no_number(v)
-        except ValueError:
-            raise _Bad(f"'{v}' is not a valid number") from None
+        if isinstance(v, str):
+            with contextlib.suppress(ValueError):
+                return float(v.strip())
+        raise _Bad(f"'{v}' is not a valid number")
     if kind is str:
         if isinstance(v, str):
             return str(v)
         raise _Bad(f"'{v}' is not text")
-    if typing.get_origin(kind) is Literal:
-        choices = typing.get_args(kind)
-        if isinstance(v, str) and v in choices:
-            return v
-        raise InputError(name.replace("_", "-"), f"unknown value '{v}'", choices)
     if typing.get_origin(kind) is tuple:
         if isinstance(v, (str, bytes, dict)) or not isinstance(v, typing.Iterable):
             raise _Bad(f"'{v}' is not a list")
@@ -862,12 +820,8 @@ def _as_type(kind: Any, v: Any, name: str) -> Any:
         out = []
         for i, (k, x) in enumerate(zip(inner, items, strict=True)):
             try:
-                out.append(_as_type(k, x, name))
+                out.append(_as_type(k, x))
             except _Bad as bad:
                 raise _Bad(f"item {i + 1}: {bad}") from None
         return tuple(out)
     raise TypeError(f"JobSpec fields of type {kind!r} are not read")
-
-
-def _no_number(v: Any) -> float:
-    raise ValueError(v)

@@ -228,15 +228,6 @@ def check_grad_accum_vs_data(samples_per_epoch: float, global_batch: int) -> lis
     return []
 
 
-def check_fraction(field: str, value: float | None) -> float | None:
-    """A utilisation or share in (0, 1]."""
-    if value is None:
-        return None
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 1):
-        raise InputError(field, f"must be in (0, 1] (got {value})")
-    return value
-
-
 GPU_BOUNDS: dict[str, float] = {
     "memory_gib": MAX_MEMORY_GIB, "memory_bandwidth_gbs": MAX_BANDWIDTH_GBS, "tdp_w": MAX_TDP_W,
     "intra_node_gbs": MAX_BANDWIDTH_GBS, "inter_node_gbps": MAX_BANDWIDTH_GBS * 8, "matmul_efficiency": 1.0,
@@ -289,17 +280,13 @@ MAX_GLOBAL_BATCH = 10**12
 """Samples per optimizer step: MAX_MICRO_BATCH x the largest data-parallel groups."""
 
 
-def bound_counts(field: str, values: Iterable[int], upper: float) -> None:
-    """Each of a list of counts at most `upper`."""
-    for v in values:
-        bound_number(field, v, upper)
-
-
 def check_space_bounds(space: Any) -> None:
     """A planner's search axes (gpu_counts, micro_batches, grad_accums, global_batch, gpus_per_node)."""
-    bound_counts("gpu-counts", space.gpu_counts, MAX_GPUS)
-    bound_counts("micro-batches", space.micro_batches, MAX_MICRO_BATCH)
-    bound_counts("grad-accums", space.grad_accums or (), MAX_GRAD_ACCUM)
+    for field, values, upper in (("gpu-counts", space.gpu_counts, MAX_GPUS),
+                                 ("micro-batches", space.micro_batches, MAX_MICRO_BATCH),
+                                 ("grad-accums", space.grad_accums or (), MAX_GRAD_ACCUM)):
+        for v in values:
+            bound_number(field, v, upper)
     if space.global_batch is not None:
         bound_number("global-batch", space.global_batch, MAX_GLOBAL_BATCH)
     bound_number("gpus-per-node", space.gpus_per_node, MAX_GPUS)
@@ -315,7 +302,9 @@ MAX_BYTES_PER_PARAM = 100.0
 
 def check_planner_inputs(args: Any) -> None:
     """The Run Planner seed's flags (an argparse namespace): MFU in (0, 1], every size bounded."""
-    check_fraction("mfu", args.mfu)
+    mfu = args.mfu
+    if mfu is not None and not (isinstance(mfu, (int, float)) and math.isfinite(mfu) and 0 < mfu <= 1):
+        raise InputError("mfu", f"must be in (0, 1] (got {mfu})")
     bound_number("params", args.params, MAX_PARAMS)
     for name, upper in (("flops_per_param_token", MAX_FLOPS_PER_PARAM_TOKEN),
                         ("bytes_per_param", MAX_BYTES_PER_PARAM), ("peak_tflops", MAX_TFLOPS),
@@ -325,12 +314,13 @@ def check_planner_inputs(args: Any) -> None:
         bound_job_field("rate_usd_per_gpu_hour" if name == "rate" else name, getattr(args, name, None))
 
 
-def non_finite_figures(obj: Any, path: str = "", limit: int = 5) -> list[str]:
-    """Keys (dotted paths) of figures that are NaN or infinite in a nested result (dicts and lists)."""
-    out: list[str] = []
+def check_finite_figures(result: Mapping[str, Any], what: str = "estimate") -> None:
+    """InputError naming (by dotted path, at most 5) the figures of a nested result that are NaN or infinite:
+    the inputs are beyond what the model can compute, and a figure like that must never be printed as an answer."""
+    bad: list[str] = []
 
     def walk(x: Any, where: str) -> None:
-        if len(out) >= limit:
+        if len(bad) >= 5:
             return
         if isinstance(x, Mapping):
             for k, v in x.items():
@@ -339,18 +329,11 @@ def non_finite_figures(obj: Any, path: str = "", limit: int = 5) -> list[str]:
             for i, v in enumerate(x):
                 walk(v, f"{where}[{i}]")
         elif isinstance(x, float) and not math.isfinite(x):
-            out.append(where or "value")
+            bad.append(where or "value")
         elif hasattr(x, "dtype") and hasattr(x, "item") and getattr(x, "ndim", 1) == 0:
             walk(x.item(), where)
 
-    walk(obj, path)
-    return out
-
-
-def check_finite_figures(result: Mapping[str, Any], what: str = "estimate") -> None:
-    """InputError when any figure of a result is NaN or infinite: the inputs are beyond what the
-    model can compute, and a figure like that must never be printed as an answer."""
-    bad = non_finite_figures(result)
+    walk(result, "")
     if bad:
         raise InputError("job", f"the {what} has non-finite figures ({', '.join(bad)}): the inputs are beyond "
                                 "what can be computed; check the sizes given")

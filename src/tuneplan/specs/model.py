@@ -175,11 +175,7 @@ class ModelSpec:
         return float(sum(lin.active_params for lin in self.linears))
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("extra", None)
+        d = {k: v for k, v in asdict(self).items() if k != "extra"}
         # the real counts, not the internal "all layers" marker (-1)
-        d["n_attention_layers"] = self.attention_layers
-        d["n_dense_mlp_layers"] = self.dense_mlp_layers
-        d["params_total_b"] = self.params_total / 1e9
-        d["params_active_b"] = self.params_active / 1e9
-        return d
+        return {**d, "n_attention_layers": self.attention_layers, "n_dense_mlp_layers": self.dense_mlp_layers,
+                "params_total_b": self.params_total / 1e9, "params_active_b": self.params_active / 1e9}

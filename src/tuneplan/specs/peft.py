@@ -197,21 +197,17 @@ def parse_options(text) -> tuple[tuple[str, str], ...]:
     if not text:
         return ()
     if isinstance(text, dict):
-        items = [(str(k), str(v)) for k, v in text.items()]
-    else:
-        parts = [text] if isinstance(text, str) else list(text)
-        items = []
-        for p in parts:
-            if isinstance(p, tuple | list) and len(p) == 2:
-                items.append((str(p[0]), str(p[1])))
-                continue
-            for piece in str(p).split(","):
-                if not piece.strip():
-                    continue
-                if "=" not in piece:
-                    raise InputError("peft-option", f"'{piece.strip()}' is not NAME=VALUE")
-                k, v = piece.split("=", 1)
-                items.append((k.strip(), v.strip()))
+        return tuple(sorted({str(k): str(v) for k, v in text.items()}.items()))
+    items = []
+    for p in [text] if isinstance(text, str) else text:
+        if isinstance(p, tuple | list) and len(p) == 2:
+            items.append((str(p[0]), str(p[1])))
+            continue
+        for piece in filter(str.strip, str(p).split(",")):
+            if "=" not in piece:
+                raise InputError("peft-option", f"'{piece.strip()}' is not NAME=VALUE")
+            k, v = piece.split("=", 1)
+            items.append((k.strip(), v.strip()))
     return tuple(sorted(dict(items).items()))
 
 

@@ -29,8 +29,7 @@ from tuneplan.errors import (
 )
 
 SHIPPED_CSV = "gpu_prices.csv"
-DEFAULT_KINDS = ("on-demand",)
-"""Pricing kinds the default price is taken from (the cheapest of them per GPU)."""
+DEFAULT_KINDS = ("on-demand",)  # Pricing kinds the default price is taken from (the cheapest of them per GPU).
 DATE_RE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 PRICE_STALE_DAYS = 365
 """Days after its `date_seen` at which a price is called old and warned about: cloud GPU prices move
@@ -119,18 +118,6 @@ def parse_csv_prices(text: str, path: str) -> tuple[Price, ...]:
     return tuple(out)
 
 
-def _check_yaml_shape(text: str, path: str) -> None:
-    """A user's price YAML nested and aliased within bounds (tuneplan.errors.check_yaml_shape)."""
-    import yaml
-
-    try:
-        check_yaml_shape(text)
-    except TooComplexError as exc:
-        raise DataFileError(path, exc.line, str(exc)) from None
-    except yaml.YAMLError:
-        return  # the parse below reports it with its line
-
-
 def parse_yaml_prices(text: str, path: str) -> tuple[Price, ...]:
     """Prices from YAML text: a `prices:` list of records (or a bare list)."""
     import yaml
@@ -185,7 +172,14 @@ def load_prices(path: str | None = None) -> tuple[Price, ...]:
         raise DataFileError(shown(path), None, "no such price file")
     text = read_user_text(path, "prices", "price file (YAML or CSV)")
     if p.suffix.lower() in (".yaml", ".yml"):
-        _check_yaml_shape(text, str(p))
+        import yaml
+
+        try:
+            check_yaml_shape(text)  # nested and aliased within bounds
+        except TooComplexError as exc:
+            raise DataFileError(str(p), exc.line, str(exc)) from None
+        except yaml.YAMLError:
+            pass  # the parse reports it with its line
         return parse_yaml_prices(text, str(p))
     return parse_csv_prices(text, str(p))
 
@@ -205,15 +199,14 @@ def check_provider(provider: str, path: str | None = None) -> str:
     return match[0]
 
 
-def price_for(gpu: str, provider: str | None = None, path: str | None = None,
-              kinds: tuple[str, ...] = DEFAULT_KINDS) -> Price | None:
+def price_for(gpu: str, provider: str | None = None, path: str | None = None) -> Price | None:
     """The cheapest on-demand price per GPU-hour for a GPU (optionally from one provider); other
     pricing kinds only when the GPU has no on-demand price."""
     rows = [p for p in load_prices(path) if p.gpu == gpu]
     if provider:
         name = check_provider(provider, path)
         rows = [p for p in rows if p.provider == name]
-    pref = [p for p in rows if p.pricing_kind in kinds] or rows
+    pref = [p for p in rows if p.pricing_kind in DEFAULT_KINDS] or rows
     return min(pref, key=lambda p: p.usd_per_gpu_hour) if pref else None
 
 

@@ -29,25 +29,23 @@ def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = Non
         base = resolve_gpu(gpu, strict=strict)
     else:
         base = None
-    if peak_tflops is None and memory_gib is None and bandwidth_gbs is None:
+    missing = [n for n, v in (("peak-tflops", peak_tflops), ("memory-gib", memory_gib),
+                              ("bandwidth-gbs", bandwidth_gbs)) if v is None]
+    if len(missing) == 3:
         if base is None:
             raise InputError("gpu", "give a catalog name (--gpu), a --gpu-file, or --peak-tflops, "
                              "--memory-gib and --bandwidth-gbs")
         return base
-    d = base.to_dict() if base else {"name": "custom-gpu"}
-    if base is None and (peak_tflops is None or memory_gib is None or bandwidth_gbs is None):
-        missing = [n for n, v in (("peak-tflops", peak_tflops), ("memory-gib", memory_gib),
-                                  ("bandwidth-gbs", bandwidth_gbs)) if v is None]
+    if base is None and missing:
         raise InputError(missing[0], "is needed for a one-off GPU (with --peak-tflops, --memory-gib, "
                          "--bandwidth-gbs), or name a catalog --gpu to start from")
+    d = base.to_dict() if base else {"name": "custom-gpu"}
     if peak_tflops is not None:
-        d["peak_tflops"] = {"bf16": peak_tflops, "fp16": peak_tflops, "fp8": peak_tflops,
-                            "fp32": peak_tflops, "tf32": peak_tflops}
+        d["peak_tflops"] = dict.fromkeys(("bf16", "fp16", "fp8", "fp32", "tf32"), peak_tflops)
         d["name"] = f"{d['name']} (custom peak)" if base else d["name"]
-    if memory_gib is not None:
-        d["memory_gib"] = memory_gib
-    if bandwidth_gbs is not None:
-        d["memory_bandwidth_gbs"] = bandwidth_gbs
+    for key, v in (("memory_gib", memory_gib), ("memory_bandwidth_gbs", bandwidth_gbs)):
+        if v is not None:
+            d[key] = v
     return gpu_from_dict(d, source="command-line flags")
 
 

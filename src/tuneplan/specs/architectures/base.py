@@ -22,8 +22,7 @@ from tuneplan.specs.model import LinearShape, ModelSpec, SSMShape
 
 MISSING = object()
 
-Reader = Callable[[Mapping, str, str, str], ModelSpec]
-"""(config, model_type, name, source) -> ModelSpec."""
+Reader = Callable[[Mapping, str, str, str], ModelSpec]  # (config, model_type, name, source) -> ModelSpec.
 
 READERS: dict[str, Reader] = {}
 """model_type -> the reader that turns its config into a ModelSpec (filled by `register`)."""
@@ -414,14 +413,11 @@ def build_decoder(d: Decoder) -> Counts:
     lm = sum(1 for m in mixers if "mamba" in m)
     le = sum(1 for k in kinds if k == "moe")
     ld = sum(1 for k in kinds if k == "dense")
-    a_lins, a_other = _attention_linears(d, la)
-    m_lins, m_other = _mamba_linears(d, lm)
     ll = sum(1 for m in mixers if m == "linear")
-    l_lins, l_other = _linear_attn_linears(d, ll)
-    m_lins, m_other = m_lins + l_lins, m_other + l_other
-    lins = a_lins + m_lins + _mlp_linears(d, ld, le)
+    mixer_parts = [_attention_linears(d, la), _mamba_linears(d, lm), _linear_attn_linears(d, ll)]
+    lins = [x for part, _ in mixer_parts for x in part] + _mlp_linears(d, ld, le)
     per = 2 if d.norm_bias else 1
-    other = a_other + m_other + d.norms_per_layer * h * per * L + (h * per if d.final_norm else 0)
+    other = sum(o for _, o in mixer_parts) + d.norms_per_layer * h * per * L + (h * per if d.final_norm else 0)
     other += d.other_params
     emb_dim = d.emb_dim or h
     embedding = d.vocab * emb_dim + d.pos_rows * h
@@ -435,12 +431,8 @@ def build_decoder(d: Decoder) -> Counts:
 
 def inactive_params(linears: Iterable[LinearShape]) -> int:
     """Expert weights (and biases) a token does not pass through."""
-    out = 0
-    for x in linears:
-        if x.count_per_layer > x.active_per_token:
-            per = x.in_features * x.out_features + (x.out_features if x.bias else 0)
-            out += int(round(per * (x.count_per_layer - x.active_per_token) * x.n_layers))
-    return out
+    return sum(int(round(x.params // x.count_per_layer * (x.count_per_layer - x.active_per_token)))
+               for x in linears if x.count_per_layer > x.active_per_token)
 
 
 def counts_spec(counts: Counts, cfg: Mapping, name: str, source: str, mt: str, **fields) -> ModelSpec:

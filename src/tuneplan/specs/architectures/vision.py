@@ -48,18 +48,20 @@ no shape); Qwen3.5's are Qwen3-Next stacks (3 Gated DeltaNet layers to 1 gated a
 or MoE (transformers' qwen3_5 / qwen3_5_moe modelling)."""
 
 
-def _vit_linears(hidden: int, inter: int, depth: int, gated: bool, fused_qkv: bool) -> list[LinearShape]:
+def _vit_linears(hidden: int, inter: int, depth: int, gated: bool, fused_qkv: bool) -> list[LinearShape | None]:
     """A pre-norm ViT block's matmuls (all with biases)."""
     if fused_qkv:
         lins = [lin("qkv", hidden, 3 * hidden, depth, True), lin("o", hidden, hidden, depth, True)]
     else:
         lins = [lin(n, hidden, hidden, depth, True) for n in ("q", "k", "v", "o")]
-    lins += mlp_linears(hidden, inter, depth, gated, True)
-    return [x for x in lins if x is not None]
+    return lins + mlp_linears(hidden, inter, depth, gated, True)
 
 
-def _params(lins: list[LinearShape]) -> int:
-    return sum(x.params for x in lins)
+def _tower(lins: list, other: int, proj: list, proj_other: int, **fields) -> VisionTower:
+    """A VisionTower of its block and projector matmuls (empty ones dropped) and their small tensors."""
+    lins, proj = tuple(x for x in lins if x), tuple(x for x in proj if x)
+    return VisionTower(linears=lins, projector=proj, **fields,
+                       params=sum(x.params for x in lins + proj) + other + proj_other)
 
 
 def _vit_dims(vc: Mapping, size_default: int) -> tuple[int, int, int, int, int, int]:
@@ -99,14 +101,11 @@ def _vit_tower(vc: Mapping, kind: str, text_hidden: int, top: Mapping) -> Vision
         if kind == "llava_next":
             tiles, tokens = _anyres(top, size, side)
             proj_other = text_hidden  # image_newline
-    proj_l = [x for x in proj if x is not None]
-    tower_tokens = patches + (1 if clip else 0)
-    return VisionTower(kind=str(vc.get("model_type") or kind), image_size=size, patch_size=patch, merge=merge,
-                       depth=depth, hidden=hidden, n_heads=heads, intermediate=inter, gated=False,
-                       out_hidden=text_hidden, tokens_per_image=tokens, patches_per_image=tower_tokens * tiles,
-                       linears=tuple(lins), projector=tuple(proj_l),
-                       params=_params(lins) + other + _params(proj_l) + proj_other, window=0, n_full_layers=-1,
-                       extra_tokens=0 if kind != "llava_next" else tokens - tiles * patches, tiles=tiles)
+    return _tower(lins, other, proj, proj_other, kind=str(vc.get("model_type") or kind), image_size=size,
+                  patch_size=patch, merge=merge, depth=depth, hidden=hidden, n_heads=heads, intermediate=inter,
+                  gated=False, out_hidden=text_hidden, tokens_per_image=tokens,
+                  patches_per_image=(patches + (1 if clip else 0)) * tiles,
+                  extra_tokens=0 if kind != "llava_next" else tokens - tiles * patches, tiles=tiles)
 
 
 def _anyres(top: Mapping, size: int, side: int) -> tuple[int, int]:
@@ -160,10 +159,10 @@ def _qwen_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> Vision
     # conv3d (Qwen3: with a bias); positions; two norms per block
     other = 3 * tp * patch * patch * hidden + (hidden if q3 else 0) + n_pos * hidden + depth * 2 * hidden * norm
     m_in = hidden * merge * merge
-    proj: list[LinearShape] = []
+    proj: list[LinearShape | None] = []
     for i in range(1 + n_deep):
         name = f"merger{i}" if q3 else "merger"
-        proj += [x for x in (lin(f"{name}_fc1", m_in, m_in, 1, True), lin(f"{name}_fc2", m_in, out, 1, True)) if x]
+        proj += [lin(f"{name}_fc1", m_in, m_in, 1, True), lin(f"{name}_fc2", m_in, out, 1, True)]
     proj_other = hidden * norm + n_deep * 2 * m_in  # the merger's norm (ln_q); DeepStack mergers' post-shuffle norms
     window, n_full, window_px = 0, -1, 0
     if v25 and has(vc, "window_size"):
@@ -172,11 +171,10 @@ def _qwen_tower(vc: Mapping, mt: str, text_hidden: int, image_px: int) -> Vision
         window = min(w * w, patches)
         full = vc.get("fullatt_block_indexes") or []
         n_full = len(full) if isinstance(full, list) else 0
-    return VisionTower(kind=mt, image_size=side * patch, patch_size=patch, merge=merge, depth=depth, hidden=hidden,
-                       n_heads=heads, intermediate=inter, gated=v25, out_hidden=out,
-                       tokens_per_image=patches // (merge * merge), patches_per_image=patches, linears=tuple(lins),
-                       projector=tuple(proj), params=_params(lins) + other + _params(proj) + proj_other,
-                       dynamic=True, window=window, n_full_layers=n_full, window_px=window_px)
+    return _tower(lins, other, proj, proj_other, kind=mt, image_size=side * patch, patch_size=patch, merge=merge,
+                  depth=depth, hidden=hidden, n_heads=heads, intermediate=inter, gated=v25, out_hidden=out,
+                  tokens_per_image=patches // (merge * merge), patches_per_image=patches, dynamic=True,
+                  window=window, n_full_layers=n_full, window_px=window_px)
 
 
 def _intern_vit_tower(vc: Mapping, text_hidden: int, top: Mapping) -> VisionTower:
@@ -192,22 +190,19 @@ def _intern_vit_tower(vc: Mapping, text_hidden: int, top: Mapping) -> VisionTowe
     side = size // patch
     patches = side * side
     qkv_bias = get_bool(vc, "qkv_bias", True)
-    lins = [x for x in (lin("qkv", hidden, 3 * hidden, depth, qkv_bias), lin("o", hidden, hidden, depth, True),
-                        lin("fc1", hidden, inter, depth, True), lin("fc2", inter, hidden, depth, True)) if x]
+    lins = [lin("qkv", hidden, 3 * hidden, depth, qkv_bias), lin("o", hidden, hidden, depth, True),
+            lin("fc1", hidden, inter, depth, True), lin("fc2", inter, hidden, depth, True)]
     layer_norm = str(vc.get("norm_type") or "layer_norm") == "layer_norm"
     norms = depth * 2 * hidden * (2 if layer_norm else 1)
     qk_norm = depth * 2 * hidden if get_bool(vc, ("use_qk_norm", "qk_normalization"), False) else 0
     # conv with bias, class token, positions (patches + class), norms, layer scales ls1 / ls2
     other = 3 * patch * patch * hidden + hidden + hidden + (patches + 1) * hidden + norms + qk_norm + depth * 2 * hidden
     m_in = hidden * merge * merge
-    proj = [x for x in (lin("mlp1_fc1", m_in, text_hidden, 1, True), lin("mlp1_fc2", text_hidden, text_hidden, 1, True))
-            if x]
+    proj = [lin("mlp1_fc1", m_in, text_hidden, 1, True), lin("mlp1_fc2", text_hidden, text_hidden, 1, True)]
     proj_other = 2 * m_in  # mlp1's LayerNorm
-    return VisionTower(kind="internvit", image_size=size, patch_size=patch, merge=merge, depth=depth, hidden=hidden,
-                       n_heads=heads, intermediate=inter, gated=False, out_hidden=text_hidden,
-                       tokens_per_image=patches // (merge * merge), patches_per_image=patches + 1,
-                       linears=tuple(lins), projector=tuple(proj),
-                       params=_params(lins) + other + _params(proj) + proj_other, window=0, n_full_layers=-1)
+    return _tower(lins, other, proj, proj_other, kind="internvit", image_size=size, patch_size=patch, merge=merge,
+                  depth=depth, hidden=hidden, n_heads=heads, intermediate=inter, gated=False, out_hidden=text_hidden,
+                  tokens_per_image=patches // (merge * merge), patches_per_image=patches + 1)
 
 
 TEXT_CLASS_DEFAULTS: dict[str, dict[str, int]] = {
