@@ -8,6 +8,10 @@ Every choice the learner makes is made inside its fit on the other sources; the 
 adapt it (`tuneplan.learn.adapt`). The figures of docs/learning.md come from this script:
 
     python benchmarks/learning_by_source.py [--runs DIR_OR_FILE ...] [--reveals 0,3,5] [--json out.json]
+        [--rows rows.csv]
+
+`--rows` writes every judged row (reveal, estimator, source, id, measured and predicted tokens/s and peak
+memory): the row-by-row diagnosis of docs/learning.md reads it.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reveals", default="0,3,5")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the per-source rows as JSON")
+    ap.add_argument("--rows", help="write every judged row as CSV")
     args = ap.parse_args(argv)
     from tuneplan.learn.validate import by_source_reveals
     from tuneplan.runs import read_runs
@@ -99,6 +104,10 @@ def main(argv=None) -> int:
     print(f"\n{time.perf_counter() - t0:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=float) + "\n")
+    if args.rows:
+        import pandas as pd
+
+        pd.concat([rep.rows.assign(reveal=k) for k, rep in reports.items()]).to_csv(args.rows, index=False)
     return 0
 
 

@@ -1,8 +1,9 @@
 """The few-runs loop: a calibration fitted elsewhere (the shipped default) adapted to a user's first
 runs on a new stack. What the runs can support is fitted, in this order, each with its own row minimum:
-an overall throughput scale (1 run), per-method scales on top (2 runs of a method, 2 methods), a
-memory offset (1 memory run). More runs unlock a fit of the physics' constants on the user's rows alone,
-chosen over the adapter only when it predicts the user's rows better out of sample (see `calibrate`)."""
+an overall throughput scale (1 run), per-method scales on top (2 runs of a method, 2 methods), a scale
+per model and method measured (as far as configurations' offsets carried over), a memory offset (1 memory
+run). More runs unlock a fit of the physics' constants on the user's rows alone, chosen over the adapter
+only when it predicts the user's rows better out of sample (see `calibrate`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuneplan.estimators.stack_adapter import StackAdapter
+from tuneplan.estimators.stack_adapter import StackAdapter, config_key
 from tuneplan.learn.measured import TrainingSet, numeric_column
 
 METHOD_MIN_ROWS = 2
@@ -130,10 +131,43 @@ def kept_share(by_source: dict[str, list[float]] | None, k: float, seed: int = 0
     return float(KEEP_GRID[int(np.argmin(np.median(errs, axis=1)))])
 
 
-def fit_adapter(base, ts: TrainingSet, by_source: dict[str, list[float]] | None = None) -> AdapterFit:
+def kept_shares(by_config: dict[str, dict[str, list[float]]] | None, k: float, seed: int = 0) -> tuple[float, float]:
+    """(overall, configuration) shares for k runs (their weight, rounded, at least 1): the overall one of the
+    runs' median log-ratio, and the one of each configuration's own median's difference from it, applied to
+    that configuration's other rows (a source's offset and its configurations' offsets pooled as far as
+    they carry over: partial pooling). Chosen together, on a grid, as the pair that predicts the other rows
+    of the base's held-out sources best (median absolute error) with k of each source's rows revealed
+    (`by_config`: each source's held-out log-ratios by `config_key`), so nested; (kept_share's, 0) when
+    fewer than 3 sources have more than k rows."""
+    k = max(1, int(round(k)))
+    groups = {s: (np.concatenate([np.asarray(v, dtype=float) for v in g.values()]),
+                  np.repeat(np.array(list(g), dtype=object), [len(v) for v in g.values()]))
+              for s, g in (by_config or {}).items()}
+    if sum(len(v) > k for v, _ in groups.values()) < 3:
+        return kept_share({s: list(v) for s, (v, _) in groups.items()} or None, k, seed), 0.0
+    rng = np.random.default_rng(seed)
+    med, own, rest = [], [], []
+    for v, keys in (groups[s] for s in sorted(groups)):
+        for _ in range(REVEAL_DRAWS if len(v) > k else 0):
+            sel = np.zeros(len(v), dtype=bool)
+            sel[rng.choice(len(v), size=k, replace=False)] = True
+            by_key = {c: float(np.median(v[sel][keys[sel] == c])) for c in set(keys[sel])}
+            med += [median_or_mean(v[sel], np.ones(k))] * int((~sel).sum())
+            own += [by_key.get(c, np.nan) for c in keys[~sel]]
+            rest += v[~sel].tolist()
+    m, o, x = np.array(med), np.array(own), np.array(rest)
+    errs = [[np.median(np.abs(np.expm1(np.where(np.isnan(o), a * m, a * m + g * (np.nan_to_num(o) - a * m)) - x)))
+             for g in KEEP_GRID] for a in KEEP_GRID]
+    a, g = np.unravel_index(int(np.argmin(errs)), (len(KEEP_GRID), len(KEEP_GRID)))
+    return float(KEEP_GRID[a]), float(KEEP_GRID[g])
+
+
+def fit_adapter(base, ts: TrainingSet, by_source: dict[str, list[float]] | None = None,
+                by_config: dict[str, dict[str, list[float]]] | None = None) -> AdapterFit:
     """Fit a stack adapter for estimator `base` (a TuneplanEstimator) on a user's runs; `by_source`: the
     base's held-out residuals per source, which set the share of the runs' offset kept (`kept_share`;
-    None: kept whole)."""
+    None: kept whole); `by_config`: the same by configuration, which set it together with the share of
+    each measured configuration's own offset kept for its other rows (`kept_shares`)."""
     w_all = row_weights(ts)
     pred_t, pred_m, slope, fits = _predict(base, ts)
     t = ts.has_throughput & np.isfinite(pred_t) & (pred_t > 0)
@@ -150,7 +184,7 @@ def fit_adapter(base, ts: TrainingSet, by_source: dict[str, list[float]] | None 
     if t.any():
         r = np.log(ts.tokens_per_s[t] / pred_t[t])
         w = w_all[t]
-        keep = kept_share(by_source, w.sum())
+        keep, share = kept_shares(by_config, w.sum()) if by_config else (kept_share(by_source, w.sum()), 0.0)
         overall = float(np.clip(keep * median_or_mean(r, w), -MAX_LOG_SCALE, MAX_LOG_SCALE))
         adapter.throughput_log_scale = overall
         fitted.append(f"throughput x{np.exp(overall):.3g} from {int(t.sum())} run(s)"
@@ -163,6 +197,13 @@ def fit_adapter(base, ts: TrainingSet, by_source: dict[str, list[float]] | None 
                                                     for k, v in sorted(adapter.method_log_scales.items())))
         else:
             not_fitted.append(f"per-method scales (need {METHOD_MIN_ROWS} runs of each of 2 methods)")
+        keys = np.array([config_key(c.model.name, c.job.method) for c in (ts.configs[i] for i in np.flatnonzero(t))])
+        adapter.config_log_scales = {
+            c: share * (median_or_mean(r[keys == c], w[keys == c]) - overall - adapter.method_log_scales.get(me, 0.0))
+            for c, me in dict(zip(keys.tolist(), methods.tolist(), strict=True)).items()} if share > 0 else {}
+        if adapter.config_log_scales:
+            fitted.append(f"per model and method ({share:.0%} of each one's own offset) " + ", ".join(
+                f"{k} x{np.exp(v):.3g}" for k, v in sorted(adapter.config_log_scales.items())))
     elif not edge.any():
         not_fitted.append("throughput scale (no run with a measured throughput)")
     if m.any():

@@ -7,6 +7,7 @@ import numpy as np
 
 from tuneplan.errors import InputError
 from tuneplan.estimators.calibration import Calibration
+from tuneplan.estimators.stack_adapter import config_key
 from tuneplan.learn.intervals import (
     COMM_BOUND,
     THROUGHPUT_ONLY,
@@ -61,6 +62,7 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
     thr_unseen: dict[str, list[float]] = {}
     rows_t: list[tuple] = []  # (log-ratio, interval_flags keys, source) of each held-out row
     rows_m: list[tuple] = []
+    by_config: dict[str, dict[str, list[float]]] = {}  # each held-out source's log-ratios by configuration
     shared = None  # throughput only: the one fit of every fold whose held-out source has no throughput row
     for k in sorted(set(keys.tolist())):
         train, test = ts.subset(keys != k), ts.subset(keys == k)
@@ -84,6 +86,10 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
             rows_t += [(v, set(flags[i]) | ({"comm"} if cs > COMM_BOUND else set()), test.source[i])
                        for i, v, cs in zip(t, r["throughput"], r["comm_share"], strict=True)]
             rows_m += [(v, set(flags[i]) - set(THROUGHPUT_ONLY), test.source[i]) for i, v in zip(m, r.get("memory", ()), strict=False)]
+            for i, v in zip(t, r["throughput"], strict=True):
+                c = test.configs[i]
+                by_config.setdefault(str(test.source[i]), {}).setdefault(config_key(c.model.name, c.job.method),
+                                                                         []).append(float(v))
         seen_fw = known_frameworks(train)
         seen = np.array([c.job.framework.partition("@")[0] in seen_fw for c in test.configs],
                         dtype=bool)[test.has_throughput]
@@ -103,6 +109,7 @@ def out_of_fold_residuals(learner_name: str, ts, folds: int = CV_FOLDS, seed: in
         out["throughput_framework_unseen"] = balanced_residuals(thr_unseen, True)
         # each held-out source's own residuals: what an adapter to a new stack leaves (adapted_residuals)
         out["throughput_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(thr.items()) if v}
+        out["throughput_by_config"] = by_config
         if mem:
             out["memory_by_source"] = {sources[int(k)]: _spaced(v) for k, v in sorted(mem.items()) if v}
         out["width"] = {"covered": covered_values(ts.configs),
@@ -322,11 +329,12 @@ def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: st
 
         raise NotEnoughData("no row with a measured throughput or peak memory")
     base_est = base.estimator()
-    prior = base.intervals.get("tuneplan", {}).get("throughput_by_source")
+    prior, by_config = (base.intervals.get("tuneplan", {}).get(f"throughput_by_{k}") for k in ("source", "config"))
     messages: list[str] = []
     if n_thr >= FULL_FIT_MIN_ROWS:
         folds = np.random.default_rng(0).permutation(len(ts)) % CHOICE_FOLDS
-        e_adapt = _fold_mdape(ts, folds, lambda tr: base_est.with_stack(fit_adapter(base_est, tr, prior).adapter))
+        e_adapt = _fold_mdape(ts, folds, lambda tr: base_est.with_stack(fit_adapter(base_est, tr, prior,
+                                                                                    by_config).adapter))
         e_full = _fold_mdape(ts, folds, lambda tr: fit_learner("tuneplan", tr))
         messages.append(f"held-out error on your runs ({CHOICE_FOLDS} folds): {base.name or 'shipped'} calibration "
                         f"adapted {e_adapt:.1%}, fitted on your runs alone {e_full:.1%}")
@@ -334,7 +342,7 @@ def adapt_calibration(ts, base: Calibration, learner: str = "tuneplan", name: st
             cal, more = fit_calibration(ts.df, learner, name)
             cal.notes.append(f"fitted on your runs alone: held-out {e_full:.1%} against {e_adapt:.1%} adapted")
             return cal, messages + more
-    fit = fit_adapter(base_est, ts, prior)
+    fit = fit_adapter(base_est, ts, prior, by_config)
     payload = {**base.payload, "stack": fit.adapter.to_dict()}
     if fit.in_sample_mdape is not None:
         messages.append(f"adapted {base.name or 'shipped'} calibration: {fit.adapter.describe()}; in-sample "

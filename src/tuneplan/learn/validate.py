@@ -195,7 +195,8 @@ def _fold_estimators(fold: Fold, learners, raw: dict, messages: list[str], seed:
         if "tuneplan" in fitted:
             res = _training_residuals(fold, fitted["tuneplan"], seed)
             prior = res.get("throughput_by_source") if res else None
-            ests["tuneplan"] = ests["tuneplan"].with_stack(fit_adapter(ests["tuneplan"], fold.revealed, prior).adapter)
+            ests["tuneplan"] = ests["tuneplan"].with_stack(fit_adapter(ests["tuneplan"], fold.revealed, prior,
+                                                                       res and res.get("throughput_by_config")).adapter)
         physics = raw["tuneplan-physics"]
         ests["tuneplan-physics+adapter"] = physics.with_stack(fit_adapter(physics, fold.revealed).adapter)
     return ests, fitted, res
@@ -431,7 +432,8 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
                 continue
             ests = {"tuneplan-physics": physics, "tuneplan": fitted}
             if k and fold.revealed is not None and len(fold.revealed):
-                ests["tuneplan"] = fitted.with_stack(fit_adapter(fitted, fold.revealed, prior).adapter)
+                ests["tuneplan"] = fitted.with_stack(fit_adapter(fitted, fold.revealed, prior,
+                                                                 res and res.get("throughput_by_config")).adapter)
                 ests["tuneplan-physics+adapter"] = physics.with_stack(fit_adapter(physics, fold.revealed).adapter)
             out[k][0].extend(_fold_records(fold, ests))
             out[k][1].extend(_fold_coverage(fold, ests["tuneplan"], res, interval, seed, k))
