@@ -105,8 +105,6 @@ def register(sub) -> None:
     add_from_args(cv, func=run_curve)
 
 
-# --- plan ---------------------------------------------------------------------------------------
-
 def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`plan_run(...)` keyword arguments from the flags (model excluded)."""
     check_interval(args.interval)
@@ -293,8 +291,6 @@ def print_plan(res, top: int = 10) -> None:
     for n in res.notes:
         con.print(f"[dim]{n}[/dim]")
 
-
-# --- curve --------------------------------------------------------------------------------------
 
 def run_curve(args: argparse.Namespace) -> int:
     cfg = apply_from(args)

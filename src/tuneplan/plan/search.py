@@ -5,11 +5,6 @@ memory, cost each run, draw the Pareto front of cost versus time, and recommend 
 The whole grid goes through the estimator in one vectorised call (`predict_arrays`) and the run totals are
 `tuneplan.physics.run.run_totals`, the function `tuneplan.estimate(...)` applies to its one row, so a
 candidate's figures equal the estimate of the same configuration.
-
-Objectives (`plan.objectives`): figures equal at the precision people read them tie (a cent, a second,
-10 Wh) and the next key decides; `balanced`, the smallest time x cost, is the front's knee in log-log
-terms (a 1% saving of time costs at least 1% more money). The runner-up is the best other candidate with
-a different GPU type, GPU count or method (another micro-batch of the same setup is no alternative).
 """
 
 from __future__ import annotations
@@ -540,7 +535,8 @@ def _table(ev: dict, t_lo, t_hi) -> pd.DataFrame:
 
 def _recommend(df, ev: dict, objective, deadline_s, budget_usd) -> tuple:
     """(recommended, runner-up, why, message, closest): the best eligible row and the best other GPU
-    type, count or method; or which constraint rules everything out."""
+    type, count or method (another micro-batch of the same setup is no alternative); or which constraint
+    rules everything out."""
     k, eligible, grid = ev["k"], ev["eligible"], ev["grid"]
     rec = ru = None
     why = message = ""

@@ -23,9 +23,6 @@ UNBOUNDED = 1e12
 MAX_LIST = 64
 """Most values of a repeatable option (`peft_option`)."""
 
-# ----------------------------------------------------------------------------------------------------
-# request bodies
-
 Float = Annotated[float, Field(allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=300)]
 Targets = Annotated[str, Field(min_length=1, max_length=400, pattern=r"^[A-Za-z0-9_,\- ]+$")]
