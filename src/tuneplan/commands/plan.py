@@ -114,14 +114,10 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if counts:  # `estimate --gpus 8` is a count; plan's --gpus names the GPU types to search
         raise InputError("gpus", f"plan's --gpus takes GPU types (e.g. H100-SXM5-80GB,A100-SXM4-80GB), not a count "
                          f"('{counts[0]}'): --max-gpus {counts[0]} searches up to that many GPUs")
-    kw: dict[str, Any] = {
-        "gpus": args.gpus, "methods": args.methods, "max_gpus": args.max_gpus, "objective": args.objective,
-        "provider": args.provider, "prices": args.prices, "rate": args.rate, "calibration": args.calibration,
-        "interval": args.interval or None, "gpus_per_node": args.gpus_per_node,
-        "micro_batches": args.micro_batches, "grad_accums": args.grad_accums, "global_batch": args.global_batch,
-        "shardings": args.shardings, "gpu_counts_": args.gpu_counts, "grid_gco2_kwh": args.grid_gco2_kwh,
-        "strict": args.strict_names,
-    }
+    kw: dict[str, Any] = {k: getattr(args, k) for k in (
+        "gpus", "methods", "max_gpus", "objective", "provider", "prices", "rate", "calibration", "gpus_per_node",
+        "micro_batches", "grad_accums", "global_batch", "shardings", "grid_gco2_kwh")}
+    kw |= {"interval": args.interval or None, "gpu_counts_": args.gpu_counts, "strict": args.strict_names}
     if args.deadline is not None:
         kw["deadline_s"] = parse_duration(args.deadline)
     elif args.deadline_h is not None:

@@ -286,8 +286,7 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
             raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
                              f"{space.global_batch}: widen --micro-batches or change --global-batch")
         ev = _evaluate(mspec, gpu_specs, method_list, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh)
-        iv, t_lo, t_hi = _interval_bounds(interval, calibration, ev["wall"], ev["totals"]["train_s"], notes, base,
-                                          mspec, gpu_specs, grid, ev["out"], wl)
+        iv, t_lo, t_hi = _interval_bounds(interval, calibration, ev, notes, base, mspec, gpu_specs, wl.seq_len)
         _rank(ev, objective, deadline_s, budget_usd)  # the table of configurations that fit, best first
         df = _table(ev, t_lo, t_hi)
         rec, ru, why, message, closest = _recommend(df, ev, objective, deadline_s, budget_usd)
@@ -446,36 +445,35 @@ def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
     return rate_tab, price_info
 
 
-def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarray, notes: list[str], base,
-                     mspec=None, gpu_specs=(), grid=None, out=None, wl=None
+def _interval_bounds(interval, calibration, ev: dict, notes: list[str], base, mspec, gpu_specs, seq_len: int
                      ) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
     """Wall-clock bounds from the held-out residuals stored in the calibration, when it has them: with
     a width model, each candidate's as `estimate` gives it for that configuration (learn.intervals: the
     settings the plan searched count as said); else the pool an estimate of the same framework reads
     (learn.intervals.residual_pool)."""
-    interval_info = None
-    t_lo = t_hi = np.full(len(wall), np.nan)
-    if interval:
-        from tuneplan.estimators.calibration import interval_residuals
-        from tuneplan.learn.intervals import conformal_bounds, residual_pool
+    wall, train_s = ev["wall"], ev["totals"]["train_s"]
+    nan = np.full(len(wall), np.nan)
+    if not interval:
+        return None, nan, nan
+    from tuneplan.estimators.calibration import interval_residuals
+    from tuneplan.learn.intervals import conformal_bounds, residual_pool
 
-        res = interval_residuals("tuneplan", calibration)
-        if res is not None and len(res.get("throughput", [])) >= 5:
-            width = res.get("width") or {}
-            if "throughput" in width and grid is not None:
-                lo_t, hi_t = _width_factors(width, interval, base, mspec, gpu_specs, grid, out, wl.seq_len)
-                what, n = "width from what the estimate assumed", len(width["throughput"]["z"])
-            else:
-                pool, what = residual_pool(res, base.framework)
-                (lo_t, hi_t), n = conformal_bounds(np.asarray(pool), interval), len(pool)
-            fixed_s = wall - train_s
-            t_lo, t_hi = fixed_s + train_s / hi_t, fixed_s + train_s / lo_t
-            interval_info = {"coverage": interval, "throughput_low_factor": float(np.min(lo_t)),
-                             "throughput_high_factor": float(np.max(hi_t)),
-                             "source": f"{res.get('source', '')} ({what})", "n_residuals": n}
-        else:
-            notes.append("No interval: no held-out residuals stored for this estimator.")
-    return interval_info, t_lo, t_hi
+    res = interval_residuals("tuneplan", calibration)
+    if res is None or len(res.get("throughput", [])) < 5:
+        notes.append("No interval: no held-out residuals stored for this estimator.")
+        return None, nan, nan
+    width = res.get("width") or {}
+    if "throughput" in width:
+        lo_t, hi_t = _width_factors(width, interval, base, mspec, gpu_specs, ev["grid"], ev["out"], seq_len)
+        what, n = "width from what the estimate assumed", len(width["throughput"]["z"])
+    else:
+        pool, what = residual_pool(res, base.framework)
+        (lo_t, hi_t), n = conformal_bounds(np.asarray(pool), interval), len(pool)
+    fixed_s = wall - train_s
+    info = {"coverage": interval, "throughput_low_factor": float(np.min(lo_t)),
+            "throughput_high_factor": float(np.max(hi_t)), "source": f"{res.get('source', '')} ({what})",
+            "n_residuals": n}
+    return info, fixed_s + train_s / hi_t, fixed_s + train_s / lo_t
 
 
 def _width_factors(width: dict, interval: float, base, mspec, gpu_specs, grid, out, seq_len: int
