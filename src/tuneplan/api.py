@@ -131,9 +131,7 @@ INTERVAL_RUN_KEYS = ("wall_clock_s_low", "wall_clock_s_high", "cost_usd_low", "c
 
 def _drop_run_totals(d: dict[str, Any]) -> None:
     """An estimate without a data size: the run totals as None (not a made-up dataset's), said why."""
-    for k in RUN_TOTAL_KEYS:
-        if k in d:
-            d[k] = None
+    d.update({k: None for k in RUN_TOTAL_KEYS if k in d})
     if d.get("interval"):
         d["interval"] = {k: v for k, v in d["interval"].items() if k not in INTERVAL_RUN_KEYS}
     d["needs_data_size"] = NO_DATA_SIZE
@@ -251,10 +249,9 @@ def model_assumptions(mspec: ModelSpec, jspec: JobSpec) -> list[str]:
     from tuneplan.physics.architecture import architecture_assumptions
     from tuneplan.physics.moe_lora import moe_experts_assumptions
 
-    out = []
-    if mspec.source.startswith("hub:"):
-        out.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
-    return out + architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
+    hub = ([f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}."]
+           if mspec.source.startswith("hub:") else [])
+    return hub + architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
                                           jspec.image_size) + moe_experts_assumptions(mspec, jspec)
 
 
@@ -386,9 +383,7 @@ def no_fit_at_one(memory_model, a: dict, capacity_gib: float) -> str | None:
     """Why not even micro-batch 1 fits: its peak, and how much of it the batch size does not shrink."""
     if memory_model is None:
         return None
-    one = dict(a)
-    one["micro_batch"] = np.ones_like(a["micro_batch"])
-    m = memory_model.predict_arrays(one)
+    m = memory_model.predict_arrays({**a, "micro_batch": np.ones_like(a["micro_batch"])})
     static = sum(_scalar(m, k + "_gib") for k in STATIC_MEMORY_PARTS[:-1] if k + "_gib" in m)
     return (f"does not fit even at micro-batch 1: {_scalar(m, 'memory_gib'):.1f} GiB per GPU needed, "
             f"{capacity_gib:g} GiB available; {static:.1f} GiB of it are weights, gradients and optimizer states, "

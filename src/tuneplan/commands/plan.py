@@ -207,7 +207,7 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
             return
         if r["status"] == "planned":
             print(f"{r['id']}: {r['model']}: {r['gpus']} x {r['gpu']} {r['method']}, "
-                  f"{money(r.get('cost_usd'))} in {_hours(r['time_s'])}")
+                  f"{money(r.get('cost_usd'))} in {hours(r['time_s'])}")
         else:
             print(f"{r['id']}: {r.get('model', '')}: {r['status']}: {r['message']}",
                   file=sys.stderr if r["status"] == "error" else sys.stdout)
@@ -219,17 +219,6 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
         print(f"{len(rows)} plan(s) written to {args.out}")
     statuses = {r["status"] for r in rows}
     return 2 if "error" in statuses else 0  # a no-plan row is an answer (its message says why)
-
-
-def _hours(s: float | None) -> str:
-    return "-" if s is None else hours(s)
-
-
-def _interval_text(r: dict) -> str:
-    lo, hi = r.get("time_low_s"), r.get("time_high_s")
-    if lo is None or hi is None:
-        return "no interval"
-    return f"{_hours(lo)} - {_hours(hi)}"
 
 
 PLAN_COLUMNS = (("GPUs", "right"), ("GPU", "left"), ("method", "left"), ("mb x ga", "right"), ("sharding", "left"),
@@ -246,7 +235,7 @@ def print_plan(res, top: int = 10) -> None:
     con.print(f"[bold]Plan for {res.model}[/bold]: {work}")
     cons = []
     if res.deadline_s is not None:
-        cons.append(f"deadline {_hours(res.deadline_s)}")
+        cons.append(f"deadline {hours(res.deadline_s)}")
     if res.budget_usd is not None:
         cons.append(f"budget {money(res.budget_usd)}")
     con.print(f"Searched {res.n_evaluated:,} configurations ({len(res.gpus)} GPU type(s) x {len(res.methods)} "
@@ -256,7 +245,9 @@ def print_plan(res, top: int = 10) -> None:
     if res.ok:
         r = res.recommended
         con.print(f"\n[bold green]Recommended:[/bold green] {r['description']}")
-        con.print(f"  time {_hours(r['time_s'])} ({_interval_text(r)}), cost {money(r['cost_usd'])} "
+        lo, hi = r.get("time_low_s"), r.get("time_high_s")
+        span = "no interval" if lo is None or hi is None else f"{hours(lo)} - {hours(hi)}"
+        con.print(f"  time {hours(r['time_s'])} ({span}), cost {money(r['cost_usd'])} "
                   f"at {money(r['rate_usd_per_gpu_hour'])}/GPU-h, energy {r['energy_kwh']:.1f} kWh "
                   f"({r['co2_kg']:.1f} kg CO2), {r['tokens_per_s']:,.0f} tokens/s, "
                   f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU"
@@ -270,7 +261,7 @@ def print_plan(res, top: int = 10) -> None:
     def table(title: str, df):
         return rich_table(title, PLAN_COLUMNS, [
             (str(row["gpus"]), row["gpu"], row["method"], f"{row['micro_batch']} x {row['grad_accum']}",
-             row["sharding"], "on" if row["grad_ckpt"] else "off", _hours(row["time_s"]), money(row["cost_usd"]),
+             row["sharding"], "on" if row["grad_ckpt"] else "off", hours(row["time_s"]), money(row["cost_usd"]),
              f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}", f"{row['memory_per_gpu_gib']:.1f}",
              "yes" if row["eligible"] else "no") for row in df.to_dict("records")])
 

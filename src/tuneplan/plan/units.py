@@ -48,10 +48,9 @@ def parse_money(text: str) -> float:
     return v
 
 
-def hours(seconds: float) -> str:
-    """'5.2 h', '45 min', '3.1 days'."""
-    s = float(seconds)
-    if not math.isfinite(s):
+def hours(seconds: float | None) -> str:
+    """'5.2 h', '45 min', '3.1 days' ('-' for no figure)."""
+    if seconds is None or not math.isfinite(s := float(seconds)):
         return "-"
     if s < 3600.0:
         return f"{s / 60.0:.0f} min" if s >= 60 else f"{s:.0f} s"
