@@ -241,13 +241,9 @@ def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
         if _looks_like_path(name):
             raise RequestError(["model"], "file paths are not read over the web: paste the config.json "
                                           "instead (config_json)")
-        if allow_hub:
-            from tuneplan.specs.catalog import resolve_model
+        from tuneplan.specs.catalog import resolve_model, resolve_run_model
 
-            return resolve_model(name)
-        from tuneplan.specs.catalog import resolve_run_model
-
-        return resolve_run_model(name, name)
+        return resolve_model(name) if allow_hub else resolve_run_model(name, name)
 
     @app.post("/api/estimate", tags=["estimate"], summary="time, memory, cost and energy of one run")
     def estimate_endpoint(req: EstimateRequest) -> dict[str, Any]:
@@ -278,9 +274,8 @@ def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
         kwargs = plan_kwargs(req)
         res = compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
         out = jsonable(res.to_dict(max_candidates=req.max_candidates))
-        out["n_candidates"] = int(len(res.candidates))
-        out["points"] = _plan_points(res)
-        out["model_info"] = jsonable(_model_summary(spec))
+        out |= {"n_candidates": int(len(res.candidates)), "points": _plan_points(res),
+                "model_info": jsonable(_model_summary(spec))}
         out["command"], out["command_note"] = plan_command(req)
         return out
 
