@@ -341,9 +341,7 @@ def _base_jobs(method_list: list[str], fixed: dict, examples, tokens_per_example
     """One validated base job per method (its options and the work), the model-parallel degree and the
     GPU counts' multiple: tp x pp x cp, and pp x ep x etp under expert parallel (JobSpec: ep x etp
     divides tp x cp x dp; etp defaults to tp)."""
-    model_par = 1
-    for k in ("tp", "pp", "cp"):
-        model_par *= int(fixed.get(k, 1) or 1)
+    model_par = math.prod(int(fixed.get(k, 1) or 1) for k in ("tp", "pp", "cp"))
     ep = int(fixed.get("ep", 1) or 1)
     expert = int(fixed.get("pp", 1) or 1) * ep * int(fixed.get("etp") or fixed.get("tp", 1) or 1)
     multiple = math.lcm(model_par, expert) if ep > 1 else model_par
