@@ -200,7 +200,7 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     if args.model:
         kw["model"] = args.model
     if args.plot:
-            raise InputError("plot", "draws one plan: leave it out with --runs")
+        raise InputError("plot", "draws one plan: leave it out with --runs")
 
     def show(r: dict) -> None:
         if args.json:
