@@ -75,43 +75,21 @@ class EstimateResult:
     def to_dict(self) -> dict[str, Any]:
         t = self.totals
         d: dict[str, Any] = {
-            "estimator": self.estimator,
-            "model": self.model,
-            "gpu": self.gpu,
-            "method": self.job.method,
-            "gpus": self.job.gpus,
-            "nodes": self.job.nodes,
-            "wall_clock_s": t.wall_clock_s,
-            "wall_clock_h": t.wall_clock_s / 3600.0,
-            "device_hours": t.device_hours,
-            "cost_usd": t.cost_usd,
-            "rate_usd_per_gpu_hour": self.rate_usd_per_gpu_hour,
-            "rate_source": self.rate_source,
-            "energy_kwh": t.energy_kwh,
-            "co2_kg": t.co2_kg,
-            "tokens_per_s": self.tokens_per_s,
-            "samples_per_s": self.samples_per_s,
-            "step_time_s": self.step_time_s,
-            "steps": t.steps,
+            "estimator": self.estimator, "model": self.model, "gpu": self.gpu, "method": self.job.method,
+            "gpus": self.job.gpus, "nodes": self.job.nodes, "wall_clock_s": t.wall_clock_s,
+            "wall_clock_h": t.wall_clock_s / 3600.0, "device_hours": t.device_hours, "cost_usd": t.cost_usd,
+            "rate_usd_per_gpu_hour": self.rate_usd_per_gpu_hour, "rate_source": self.rate_source,
+            "energy_kwh": t.energy_kwh, "co2_kg": t.co2_kg, "tokens_per_s": self.tokens_per_s,
+            "samples_per_s": self.samples_per_s, "step_time_s": self.step_time_s, "steps": t.steps,
             "tokens_total": self.workload.processed_tokens_per_epoch * self.workload.epochs,
-            "mfu": self.mfu,
-            "memory_per_gpu_gib": self.memory_per_gpu_gib,
-            "memory_allocated_gib": self.memory_allocated_gib,
-            "memory_reserved_gib": self.memory_reserved_gib,
-            "memory_capacity_gib": self.memory_capacity_gib,
-            "fits": self.fits,
-            "max_micro_batch": self.max_micro_batch,
-            "step_breakdown_s": self.step_breakdown_s,
-            "memory_breakdown_gib": self.memory_breakdown_gib,
+            **{k: getattr(self, k) for k in (
+                "mfu", "memory_per_gpu_gib", "memory_allocated_gib", "memory_reserved_gib", "memory_capacity_gib",
+                "fits", "max_micro_batch", "step_breakdown_s", "memory_breakdown_gib")},
             "wall_clock_breakdown_s": {"load": t.load_s, "train": t.train_s, "eval": t.eval_s,
                                        "checkpoint": t.checkpoint_s},
-            "workload": self.workload.to_dict(),
-            "job": asdict(self.job),
-            "weights_scheme": weights_scheme(self.job),
+            "workload": self.workload.to_dict(), "job": asdict(self.job), "weights_scheme": weights_scheme(self.job),
             "step_part_labels": {"tensor_parallel": parallel_label(self.job)},
-            "assumptions": self.assumptions,
-            "warnings": self.warnings,
-            "suggestions": self.suggestions,
+            "assumptions": self.assumptions, "warnings": self.warnings, "suggestions": self.suggestions,
         }
         if iv := self.interval:
             lo, hi = iv["wall_clock_s_low"], iv["wall_clock_s_high"]
@@ -153,17 +131,10 @@ INTERVAL_RUN_KEYS = ("wall_clock_s_low", "wall_clock_s_high", "cost_usd_low", "c
 
 def _drop_run_totals(d: dict[str, Any]) -> None:
     """An estimate without a data size: the run totals as None (not a made-up dataset's), said why."""
-    for k in RUN_TOTAL_KEYS:
-        if k in d:
-            d[k] = None
+    d.update({k: None for k in RUN_TOTAL_KEYS if k in d})
     if d.get("interval"):
         d["interval"] = {k: v for k, v in d["interval"].items() if k not in INTERVAL_RUN_KEYS}
     d["needs_data_size"] = NO_DATA_SIZE
-
-
-def has_data_size(job: JobSpec) -> bool:
-    """Whether the job says how much data it trains on (examples or tokens)."""
-    return job.examples is not None or job.tokens is not None
 
 
 def step_workload(job: JobSpec) -> Workload:
@@ -203,7 +174,7 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
     if rate is not None:
         job_kwargs["rate_usd_per_gpu_hour"] = rate
     jspec = job or make_job(**job_kwargs)
-    sized = has_data_size(jspec)
+    sized = jspec.examples is not None or jspec.tokens is not None  # the job says how much data it trains on
     wl = workload(jspec) if sized else step_workload(jspec)
     warnings = job_model_warnings(mspec, jspec, wl) + seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
     est = get_estimator(estimator, calibration)
@@ -218,7 +189,12 @@ def estimate(model: str | ModelSpec, gpu: str | GPUSpec | None = None, *, estima
         out = est.predict_arrays(a)
     flip = [] if stage else checkpointing_flip(mspec, gspec, jspec, wl.seq_len, est, out)
     rate_v, rate_src = resolve_rate(gspec, jspec.rate_usd_per_gpu_hour, provider, prices)
-    totals, extra = _totals(stage, jspec, wl, a, out, rate_v, est.constants)
+    if stage is None:
+        totals, extra = RunTotals.row(run_totals(jspec, wl, a, out, rate_v, c=est.constants)), {}
+    else:  # a stage's totals are counted over its own job (rollout GPUs, reference precompute)
+        from tuneplan.estimators.stages import stage_run_totals
+
+        totals, extra = stage_run_totals(stage, wl, rate_v, est.constants)
     run_lines = (totals.assumptions(jspec, float(a["tdp_w"][0]), rate_src) if sized
                  else [f"No data size given: {NO_DATA_SIZE}."])
     assumptions = (est.assumptions(jspec) + model_assumptions(mspec, jspec) + workload_assumptions(jspec, wl, est.constants)
@@ -273,22 +249,10 @@ def model_assumptions(mspec: ModelSpec, jspec: JobSpec) -> list[str]:
     from tuneplan.physics.architecture import architecture_assumptions
     from tuneplan.physics.moe_lora import moe_experts_assumptions
 
-    out = []
-    if mspec.source.startswith("hub:"):
-        out.append(f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}.")
-    return out + architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
+    hub = ([f"Model {mspec.name}: {mspec.extra.get('resolved_via', 'config.json from the Hub')}."]
+           if mspec.source.startswith("hub:") else [])
+    return hub + architecture_assumptions(mspec, jspec.images_per_example, jspec.train_vision_tower,
                                           jspec.image_size) + moe_experts_assumptions(mspec, jspec)
-
-
-def _totals(stage, jspec: JobSpec, wl: Workload, a: dict, out: dict, rate_v: float | None,
-            c) -> tuple[RunTotals, dict[str, Any]]:
-    """The run totals of the one row; a stage's counted over its own job (rollout GPUs, reference
-    precompute: `tuneplan.estimators.stages.stage_totals`)."""
-    if stage is None:
-        return RunTotals.row(run_totals(jspec, wl, a, out, rate_v, c=c)), {}
-    from tuneplan.estimators.stages import stage_run_totals
-
-    return stage_run_totals(stage, wl, rate_v, c)
 
 
 def job_model_warnings(mspec: ModelSpec, jspec: JobSpec, wl: Workload) -> list[str]:
@@ -419,9 +383,7 @@ def no_fit_at_one(memory_model, a: dict, capacity_gib: float) -> str | None:
     """Why not even micro-batch 1 fits: its peak, and how much of it the batch size does not shrink."""
     if memory_model is None:
         return None
-    one = dict(a)
-    one["micro_batch"] = np.ones_like(a["micro_batch"])
-    m = memory_model.predict_arrays(one)
+    m = memory_model.predict_arrays({**a, "micro_batch": np.ones_like(a["micro_batch"])})
     static = sum(_scalar(m, k + "_gib") for k in STATIC_MEMORY_PARTS[:-1] if k + "_gib" in m)
     return (f"does not fit even at micro-batch 1: {_scalar(m, 'memory_gib'):.1f} GiB per GPU needed, "
             f"{capacity_gib:g} GiB available; {static:.1f} GiB of it are weights, gradients and optimizer states, "

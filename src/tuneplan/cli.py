@@ -79,14 +79,6 @@ def examples_epilog(name: str) -> str:
     return "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES.get(name, ()))
 
 
-def add_examples(sub: argparse._SubParsersAction) -> None:
-    """Each subcommand's --help ends with its examples (kept as written: raw epilog)."""
-    for name, p in sub.choices.items():
-        if name in EXAMPLES and not p.epilog:
-            p.epilog = examples_epilog(name)
-            p.formatter_class = argparse.RawDescriptionHelpFormatter
-
-
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line (`tuneplan: error: ...`) with exit code 2."""
 
@@ -110,7 +102,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             continue
         mod.register(sub)
         done.add(module)
-    add_examples(sub)
+    for name, p in sub.choices.items():  # each subcommand's --help ends with its examples, kept as written
+        if name in EXAMPLES and not p.epilog:
+            p.epilog = examples_epilog(name)
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 

@@ -329,18 +329,12 @@ def check_yaml_shape(text: str, refuse_tags: bool = False) -> None:
 def check_nesting(data: object, limit: int = MAX_NESTING) -> None:
     """TooComplexError when parsed JSON/YAML data (dicts and lists) nests more than `limit` levels;
     an explicit stack, so no recursion."""
-    stack = [(data, 1)]
+    stack = [(data, 1)] if isinstance(data, (dict, list)) else []
     while stack:
         x, depth = stack.pop()
-        if isinstance(x, dict):
-            children = x.values()
-        elif isinstance(x, list):
-            children = x
-        else:
-            continue
         if depth > limit:
             raise TooComplexError(None, f"nested more than {limit} levels deep")
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+        stack.extend((c, depth + 1) for c in (x.values() if isinstance(x, dict) else x) if isinstance(c, (dict, list)))
 
 
 def load_bounded_json(text: str) -> object:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from tuneplan.commands.common import rich_table
+from tuneplan.commands.common import print_json, rich_table
 
 
 def register(sub) -> None:
@@ -32,8 +31,7 @@ def run_models(args: argparse.Namespace) -> int:
     if args.search:
         models = [m for m in models if args.search.lower() in m.name.lower()]
     if args.json:
-        print(json.dumps([m.to_dict() for m in models], indent=2, default=str))
-        return 0
+        return print_json([m.to_dict() for m in models])
     title = f"{len(models)} models (parameters computed from config.json)"
     rows = [(m.name, m.model_type, f"{m.params_total / 1e9:.2f} B", f"{m.params_active / 1e9:.2f} B" if m.is_moe else "",
              str(m.n_layers), str(m.hidden_size), f"{m.n_heads}/{m.n_kv_heads}", f"{m.vocab_size:,}") for m in models]
@@ -69,8 +67,7 @@ def run_gpus(args: argparse.Namespace) -> int:
 
     gpus = {**gpu_catalog(), **user_gpus()}
     if args.json:
-        print(json.dumps([g.to_dict() for g in gpus.values()], indent=2))
-        return 0
+        return print_json([g.to_dict() for g in gpus.values()])
     title = (f"{len(gpus)} GPUs (dense peak TFLOP/s, no sparsity; -: the part has none; ?: no source gives it, "
              "* taken from a sibling part; sources: --json)")
     cols = ("name", "memory", "bandwidth", "bf16", "fp8", "fp4", "intra-node", "inter-node", "TDP")
@@ -130,15 +127,15 @@ def run_frameworks(args: argparse.Namespace) -> int:
 
     profiles = [get_framework(args.name)] if args.name else list(load_frameworks().values())
     if args.json:
-        print(json.dumps([framework_dict(fw) for fw in profiles], indent=2))
-        return 0
+        return print_json([framework_dict(fw) for fw in profiles])
     if args.name:
         fw = profiles[0]
         print(fw.summary())
-        for k, v in framework_dict(fw).items():
+        d = framework_dict(fw)
+        for k, v in d.items():
             if k not in ("sources", "versions", "name"):
                 print(f"  {k}: {v}")
-        for rule in framework_dict(fw)["versions"]:
+        for rule in d["versions"]:
             print(f"  before {fw.version_of} {rule['before']}: " + ", ".join(
                 f"{k}={v}" for k, v in rule.items() if k not in ("before", "sources")))
         print("sources:")

@@ -28,9 +28,9 @@ def single_threaded_blas() -> None:
 def _int_from(text: str, lowest: int, what: str) -> int:
     from tuneplan.specs.limits import MAX_INT_DIGITS
 
-    digits = len(text.strip().lstrip("+-").replace("_", ""))
-    if digits > MAX_INT_DIGITS and text.strip().lstrip("+-").replace("_", "").isdigit():
-        raise argparse.ArgumentTypeError(f"an integer of {digits:,} digits is beyond any fine-tuning run "
+    digits = text.strip().lstrip("+-").replace("_", "")
+    if len(digits) > MAX_INT_DIGITS and digits.isdigit():
+        raise argparse.ArgumentTypeError(f"an integer of {len(digits):,} digits is beyond any fine-tuning run "
                                          f"(at most {MAX_INT_DIGITS} digits)")
     try:
         v = int(text)
@@ -118,7 +118,7 @@ def job_options() -> dict[str, tuple[str, str, dict]]:
     argparse keywords)}: the one place a job flag is declared is its field."""
     from tuneplan.specs.job import job_options as options
 
-    out: dict[str, tuple[str, dict]] = {}
+    out: dict[str, tuple[str, str, dict]] = {}
     for name, opt in options().items():
         extra = opt.extra
         flag = extra.get("flag") or name.replace("_", "-")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from tuneplan.commands.common import DATA_SHAPES, positive_int
+from tuneplan.commands.common import DATA_SHAPES, positive_int, print_json
 
 
 def register(sub) -> None:
@@ -52,9 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_lengths(s, col, args.plot, bins=max(args.bins, 30))
     if args.json:
-        json.dump(s.to_dict() | {"collator": col.to_dict()}, sys.stdout, indent=2)
-        print()
-        return 0
+        return print_json(s.to_dict() | {"collator": col.to_dict()})
     print("\n".join(render_summary(s) + ["length histogram (tokens per example):"]
                     + render_histogram(s, bins=args.bins) + render_collation(col)))
     if args.plot:

@@ -70,22 +70,12 @@ def _planner_seed(args: argparse.Namespace) -> int:
 
     samples = (args.examples or tokens / (args.tokens_per_example or 1.0)) * (args.epochs or 1.0)
     out = {
-        "estimator": "planner",
-        "wall_clock_s": n["wall_clock_s"],
-        "wall_clock_h": n["wall_clock_s"] / 3600.0,
-        "device_hours": n["device_hours"],
-        "cost_usd": n["cost_usd"],
-        "energy_kwh": None,
-        "tokens_per_s": n["tokens_per_s"],
-        "samples_per_s": samples / n["wall_clock_s"],
-        "step_time_s": None,
-        "memory_per_gpu_gib": n["memory_per_device_gib"],
-        "memory_total_gib": n["memory_total_gib"],
-        "fits": bool(n["fits"]),
-        "tokens_total": n["tokens"],
-        "total_flops": n["total_flops"],
-        "per_device_flops_per_s": n["per_device_flops"],
-        "cluster_flops_per_s": n["cluster_flops"],
+        "estimator": "planner", "wall_clock_s": n["wall_clock_s"], "wall_clock_h": n["wall_clock_s"] / 3600.0,
+        "device_hours": n["device_hours"], "cost_usd": n["cost_usd"], "energy_kwh": None,
+        "tokens_per_s": n["tokens_per_s"], "samples_per_s": samples / n["wall_clock_s"], "step_time_s": None,
+        "memory_per_gpu_gib": n["memory_per_device_gib"], "memory_total_gib": n["memory_total_gib"],
+        "fits": bool(n["fits"]), "tokens_total": n["tokens"], "total_flops": n["total_flops"],
+        "per_device_flops_per_s": n["per_device_flops"], "cluster_flops_per_s": n["cluster_flops"],
         "assumptions": PlannerEstimator(mfu=args.mfu or DEFAULT_MFU).assumptions()
         + ["Energy is not part of the seed calculator (no power figure given)."],
     }

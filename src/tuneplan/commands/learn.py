@@ -113,9 +113,7 @@ def _base_calibration(args: argparse.Namespace):
             raise InputError("base", "--base and --from-scratch exclude each other")
         return None
     if args.base:
-        from pathlib import Path
-
-        if args.base != "default" and not Path(args.base).is_file():
+        if args.base != "default" and not os.path.isfile(args.base):
             raise InputError("base", f"no such calibration file: {args.base} (a .json file, or 'default')")
         return load_calibration(args.base, expected="tuneplan")
     if args.learner != "tuneplan":

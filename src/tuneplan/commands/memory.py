@@ -4,11 +4,9 @@ on (no GPU to choose first; no data size)."""
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from tuneplan.commands.catalogs import plain_table
-from tuneplan.commands.common import add_data_args, name_list, positive_int, read_data
+from tuneplan.commands.common import add_data_args, name_list, positive_int, print_json, read_data
 
 
 def register(sub) -> None:
@@ -44,20 +42,15 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.plan.memory_table import memory_table
 
     data_note = _data_seq_len(args)
-    nodes = None
-    if args.gpus and args.gpus > 8:
-        nodes = args.gpus // 8
+    gpus = {"gpus": args.gpus, "nodes": args.gpus // 8 if args.gpus > 8 else None} if args.gpus else {}
     t = memory_table(args.model, methods=args.methods, precisions=args.precisions, seq_len=args.seq_len,
                      micro_batch=args.micro_batch, on=args.on, calibration=args.calibration,
                      grad_ckpt=args.grad_ckpt, optimizer=args.optimizer, optimizer_impl=args.optimizer_impl,
-                     sharding=args.sharding,
-                     lora_rank=args.lora_rank, **({"gpus": args.gpus, "nodes": nodes} if args.gpus else {}))
+                     sharding=args.sharding, lora_rank=args.lora_rank, **gpus)
     if data_note is not None:
         t.notes.append(data_note[0])
     if args.json:
-        json.dump(t.to_dict() | ({"data": data_note[1]} if data_note else {}), sys.stdout, indent=2)
-        print()
-        return 0
+        return print_json(t.to_dict() | ({"data": data_note[1]} if data_note else {}))
     print(render(t))
     return 0
 

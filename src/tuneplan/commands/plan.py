@@ -105,8 +105,6 @@ def register(sub) -> None:
     add_from_args(cv, func=run_curve)
 
 
-# --- plan ---------------------------------------------------------------------------------------
-
 def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`plan_run(...)` keyword arguments from the flags (model excluded)."""
     check_interval(args.interval)
@@ -116,14 +114,10 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if counts:  # `estimate --gpus 8` is a count; plan's --gpus names the GPU types to search
         raise InputError("gpus", f"plan's --gpus takes GPU types (e.g. H100-SXM5-80GB,A100-SXM4-80GB), not a count "
                          f"('{counts[0]}'): --max-gpus {counts[0]} searches up to that many GPUs")
-    kw: dict[str, Any] = {
-        "gpus": args.gpus, "methods": args.methods, "max_gpus": args.max_gpus, "objective": args.objective,
-        "provider": args.provider, "prices": args.prices, "rate": args.rate, "calibration": args.calibration,
-        "interval": args.interval or None, "gpus_per_node": args.gpus_per_node,
-        "micro_batches": args.micro_batches, "grad_accums": args.grad_accums, "global_batch": args.global_batch,
-        "shardings": args.shardings, "gpu_counts_": args.gpu_counts, "grid_gco2_kwh": args.grid_gco2_kwh,
-        "strict": args.strict_names,
-    }
+    kw: dict[str, Any] = {k: getattr(args, k) for k in (
+        "gpus", "methods", "max_gpus", "objective", "provider", "prices", "rate", "calibration", "gpus_per_node",
+        "micro_batches", "grad_accums", "global_batch", "shardings", "grid_gco2_kwh")}
+    kw |= {"interval": args.interval or None, "gpu_counts_": args.gpu_counts, "strict": args.strict_names}
     if args.deadline is not None:
         kw["deadline_s"] = parse_duration(args.deadline)
     elif args.deadline_h is not None:
@@ -206,14 +200,14 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     if args.model:
         kw["model"] = args.model
     if args.plot:
-            raise InputError("plot", "draws one plan: leave it out with --runs")
+        raise InputError("plot", "draws one plan: leave it out with --runs")
 
     def show(r: dict) -> None:
         if args.json:
             return
         if r["status"] == "planned":
             print(f"{r['id']}: {r['model']}: {r['gpus']} x {r['gpu']} {r['method']}, "
-                  f"{money(r.get('cost_usd'))} in {_hours(r['time_s'])}")
+                  f"{money(r.get('cost_usd'))} in {hours(r['time_s'])}")
         else:
             print(f"{r['id']}: {r.get('model', '')}: {r['status']}: {r['message']}",
                   file=sys.stderr if r["status"] == "error" else sys.stdout)
@@ -225,17 +219,6 @@ def _run_workload(args: argparse.Namespace, kw: dict[str, Any]) -> int:
         print(f"{len(rows)} plan(s) written to {args.out}")
     statuses = {r["status"] for r in rows}
     return 2 if "error" in statuses else 0  # a no-plan row is an answer (its message says why)
-
-
-def _hours(s: float | None) -> str:
-    return "-" if s is None else hours(s)
-
-
-def _interval_text(r: dict) -> str:
-    lo, hi = r.get("time_low_s"), r.get("time_high_s")
-    if lo is None or hi is None:
-        return "no interval"
-    return f"{_hours(lo)} - {_hours(hi)}"
 
 
 PLAN_COLUMNS = (("GPUs", "right"), ("GPU", "left"), ("method", "left"), ("mb x ga", "right"), ("sharding", "left"),
@@ -252,7 +235,7 @@ def print_plan(res, top: int = 10) -> None:
     con.print(f"[bold]Plan for {res.model}[/bold]: {work}")
     cons = []
     if res.deadline_s is not None:
-        cons.append(f"deadline {_hours(res.deadline_s)}")
+        cons.append(f"deadline {hours(res.deadline_s)}")
     if res.budget_usd is not None:
         cons.append(f"budget {money(res.budget_usd)}")
     con.print(f"Searched {res.n_evaluated:,} configurations ({len(res.gpus)} GPU type(s) x {len(res.methods)} "
@@ -262,7 +245,9 @@ def print_plan(res, top: int = 10) -> None:
     if res.ok:
         r = res.recommended
         con.print(f"\n[bold green]Recommended:[/bold green] {r['description']}")
-        con.print(f"  time {_hours(r['time_s'])} ({_interval_text(r)}), cost {money(r['cost_usd'])} "
+        lo, hi = r.get("time_low_s"), r.get("time_high_s")
+        span = "no interval" if lo is None or hi is None else f"{hours(lo)} - {hours(hi)}"
+        con.print(f"  time {hours(r['time_s'])} ({span}), cost {money(r['cost_usd'])} "
                   f"at {money(r['rate_usd_per_gpu_hour'])}/GPU-h, energy {r['energy_kwh']:.1f} kWh "
                   f"({r['co2_kg']:.1f} kg CO2), {r['tokens_per_s']:,.0f} tokens/s, "
                   f"{r['memory_per_gpu_gib']:.1f} of {r['memory_capacity_gib']:g} GiB per GPU"
@@ -276,7 +261,7 @@ def print_plan(res, top: int = 10) -> None:
     def table(title: str, df):
         return rich_table(title, PLAN_COLUMNS, [
             (str(row["gpus"]), row["gpu"], row["method"], f"{row['micro_batch']} x {row['grad_accum']}",
-             row["sharding"], "on" if row["grad_ckpt"] else "off", _hours(row["time_s"]), money(row["cost_usd"]),
+             row["sharding"], "on" if row["grad_ckpt"] else "off", hours(row["time_s"]), money(row["cost_usd"]),
              f"{row['energy_kwh']:.1f}", f"{row['tokens_per_s']:,.0f}", f"{row['memory_per_gpu_gib']:.1f}",
              "yes" if row["eligible"] else "no") for row in df.to_dict("records")])
 
@@ -293,8 +278,6 @@ def print_plan(res, top: int = 10) -> None:
     for n in res.notes:
         con.print(f"[dim]{n}[/dim]")
 
-
-# --- curve --------------------------------------------------------------------------------------
 
 def run_curve(args: argparse.Namespace) -> int:
     cfg = apply_from(args)

@@ -84,8 +84,6 @@ def with_unreadable_rows(out, problems):
              for p in problems if p.line is not None and (p.path, p.line) not in have]
     if not extra:
         return out
-    first: dict[tuple[str, int], dict] = {}
-    for r in extra:  # one row per line: its last (row-skipping) problem
-        first[(r["file"], r["line"])] = r
-    merged = pd.concat([out, pd.DataFrame(list(first.values()))], ignore_index=True)
+    last = {(r["file"], r["line"]): r for r in extra}  # one row per line: its last (row-skipping) problem
+    merged = pd.concat([out, pd.DataFrame(list(last.values()))], ignore_index=True)
     return merged.sort_values(["file", "line"], kind="stable").reset_index(drop=True)

@@ -1,21 +1,5 @@
-"""Plan every job of a workload file at once (`tuneplan plan --runs jobs.csv --out plans.csv`).
-
-A workload file is a CSV with one job per row. Columns (names as the `plan` flags, '-' or '_'):
-
-- `model` (or `model_hf_id`): required;
-- the work: `examples`, `tokens_per_example` (or `avg_tokens_per_sample`), `tokens`, `seq_len`,
-  `epochs`, `packing`;
-- the search: `gpus` (GPU types separated by ';' or ',' — a plain number is read as the largest GPU
-  count, as in a runs file), `gpu` (one type), `methods` (or `method`), `max_gpus`, `global_batch`;
-- the question: `deadline` (12h, 90min; a bare number is hours) or `deadline_h`, `budget` (or
-  `budget_usd`), `objective`, `provider`, `rate`, `grid_gco2_kwh`;
-- method options: `lora_rank`, `lora_targets`, `precision`, `quant`, `optimizer`;
-- `id`: copied to the output (default: the line number).
-
-Other columns are ignored, so a runs file in the reference schema works too. An empty cell takes the
-value given on the command line. The output has one row per job: `status` (`planned`, `no-plan`:
-nothing meets the constraints, `error`: bad input in that row) and the recommended configuration.
-"""
+"""Plan every job of a workload file at once (`tuneplan plan --runs jobs.csv --out plans.csv`): a CSV with
+one job per row, columns named as the `plan` flags (docs/planning.md lists them); one output row per job."""
 
 from __future__ import annotations
 
@@ -140,9 +124,7 @@ def plan_workload(path: str | Path, defaults: dict[str, Any], out: str | Path | 
                 r = res.recommended
                 res_row.update(status="planned", message="", why=res.why,
                                runner_up=res.runner_up["description"] if res.runner_up else "")
-                for c in OUT_COLUMNS:
-                    if c in r and c not in ("id", "model"):
-                        res_row[c] = r[c]
+                res_row |= {c: r[c] for c in OUT_COLUMNS if c in r and c not in ("id", "model")}
             else:
                 res_row.update(status="no-plan", message=res.message)
         rows.append(res_row)

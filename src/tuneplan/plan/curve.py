@@ -64,9 +64,7 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
 
     mspec = resolve_model_arg(model)
     gspec = resolve_gpu_arg(gpu, gpu_file, peak_tflops, memory_gib, bandwidth_gbs, strict=strict)
-    fields = {k: v for k, v in job_fields.items() if v is not None}
-    fields.pop("micro_batch", None)
-    fields.pop("rate_usd_per_gpu_hour", None)
+    fields = {k: v for k, v in job_fields.items() if v is not None and k not in ("micro_batch", "rate_usd_per_gpu_hour")}
     if "seq_len" not in fields and "tokens_per_example" not in fields:
         raise InputError("seq-len", "is needed for a curve (or --tokens-per-example)")
     if "examples" not in fields and "tokens" not in fields:
@@ -104,14 +102,9 @@ def curve(model: Any, gpu: Any = None, *, max_micro_batch: int | None = None, ru
     step = tokens / tps
     peak = np.asarray(a["peak_flops"], dtype=float)
     points = pd.DataFrame({
-        "micro_batch": mbs.astype(int),
-        "tokens_per_s": tps,
-        "tokens_per_s_per_gpu": tps / job.gpus,
-        "step_s": step,
-        "memory_per_gpu_gib": mem,
-        "fits": fits,
-        "mfu": np.asarray(out["model_flops_per_step"], dtype=float) / (step * job.gpus * peak),
-    })
+        "micro_batch": mbs.astype(int), "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / job.gpus, "step_s": step,
+        "memory_per_gpu_gib": mem, "fits": fits,
+        "mfu": np.asarray(out["model_flops_per_step"], dtype=float) / (step * job.gpus * peak)})
     if len(fits) and fits[0] and not fits.all():
         largest = min(largest, int(np.argmin(fits)))  # the shaped memory's own edge
     res = CurveResult(model=mspec.name, gpu=gspec.name, method=job.method, gpus=job.gpus, seq_len=seq, job=job,

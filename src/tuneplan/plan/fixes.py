@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tuneplan.errors import InputError
+from tuneplan.plan.space import GPUS_PER_NODE
 from tuneplan.specs.gpu import GPUSpec
 from tuneplan.specs.job import JobSpec
 from tuneplan.specs.model import ModelSpec
@@ -18,8 +19,7 @@ from tuneplan.specs.model import ModelSpec
 FULL_WEIGHT_METHODS = ("full", "freeze")
 LORA_METHODS = ("full", "freeze", "lora", "dora", "alora")
 GPU_COUNTS = (2, 4, 8, 16, 32, 64)
-"""GPU counts offered as a fix (one node holds 8)."""
-GPUS_PER_NODE = 8
+"""GPU counts offered as a fix (one node holds GPUS_PER_NODE)."""
 
 
 @dataclass(frozen=True)

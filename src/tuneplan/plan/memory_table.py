@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tuneplan.errors import InputError
+from tuneplan.plan.fixes import FULL_WEIGHT_METHODS
 
 COMMON_GPUS = ("RTX4090-24GB", "L4-24GB", "RTX5090-32GB", "L40S-48GB", "A100-SXM4-40GB", "A100-SXM4-80GB",
                "H100-SXM5-80GB", "H200-SXM-141GB", "B200-180GB", "MI300X-192GB")
@@ -28,7 +29,6 @@ DEFAULT_SEQ_LEN = 2048
 DEFAULT_MICRO_BATCH = 1
 """Samples per GPU when not given: the smallest batch, so the table says whether the model fits at all."""
 QUANTISED_METHODS = ("qlora", "gptq-lora", "loftq")
-FULL_WEIGHT_METHODS = ("full", "freeze")
 
 
 @dataclass

@@ -5,11 +5,6 @@ memory, cost each run, draw the Pareto front of cost versus time, and recommend 
 The whole grid goes through the estimator in one vectorised call (`predict_arrays`) and the run totals are
 `tuneplan.physics.run.run_totals`, the function `tuneplan.estimate(...)` applies to its one row, so a
 candidate's figures equal the estimate of the same configuration.
-
-Objectives (`plan.objectives`): figures equal at the precision people read them tie (a cent, a second,
-10 Wh) and the next key decides; `balanced`, the smallest time x cost, is the front's knee in log-log
-terms (a 1% saving of time costs at least 1% more money). The runner-up is the best other candidate with
-a different GPU type, GPU count or method (another micro-batch of the same setup is no alternative).
 """
 
 from __future__ import annotations
@@ -101,41 +96,20 @@ class PlanResult:
 
     def to_dict(self, max_candidates: int | None = None) -> dict[str, Any]:
         cands = self.candidates if max_candidates is None else self.candidates.head(max_candidates)
-        return {
-            "model": self.model,
-            "objective": self.objective,
-            "constraints": {
-                "deadline_s": self.deadline_s,
-                "deadline_h": None if self.deadline_s is None else self.deadline_s / 3600.0,
-                "budget_usd": self.budget_usd,
-                "max_gpus": max(self.space["gpu_counts"]),
-            },
-            "ok": self.ok,
-            "status": self.status,
-            "recommended": self.recommended,
-            "runner_up": self.runner_up,
-            "why": self.why,
-            "message": self.message,
-            "closest": self.closest,
-            "infeasible": self.infeasible,
-            "pareto": records(self.pareto),
-            "candidates": records(cands),
-            "n_evaluated": self.n_evaluated,
-            "n_fit": self.n_fit,
-            "n_eligible": self.n_eligible,
-            "gpus": self.gpus,
-            "methods": self.methods,
-            "prices": self.prices,
-            "interval": self.interval,
-            "workload": self.workload.to_dict(),
-            "space": self.space,
-            "seconds": self.seconds,
-            "notes": self.notes,
-        }
+        constraints = {"deadline_s": self.deadline_s,
+                       "deadline_h": None if self.deadline_s is None else self.deadline_s / 3600.0,
+                       "budget_usd": self.budget_usd, "max_gpus": max(self.space["gpu_counts"])}
+        return {"model": self.model, "objective": self.objective, "constraints": constraints,
+                **{k: getattr(self, k) for k in ("ok", "status", "recommended", "runner_up", "why", "message",
+                                                 "closest", "infeasible")},
+                "pareto": records(self.pareto), "candidates": records(cands),
+                **{k: getattr(self, k) for k in ("n_evaluated", "n_fit", "n_eligible", "gpus", "methods", "prices",
+                                                 "interval")},
+                "workload": self.workload.to_dict(), "space": self.space, "seconds": self.seconds, "notes": self.notes}
 
 
 def _py(v: Any) -> Any:
-    if isinstance(v, (np.generic,)):
+    if isinstance(v, np.generic):
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
         return None
@@ -153,26 +127,22 @@ SHARDING_WORDS = {"none": "no sharding", "ddp": "DDP", "fsdp": "FSDP", "fsdp-hyb
 """A sharding code as words in a sentence ("none" is no word to read there)."""
 
 
-def sharding_words(code: Any) -> str:
-    return SHARDING_WORDS.get(str(code), str(code))
-
-
 def describe(row: dict[str, Any] | Any, short: bool = False) -> str:
     """'4 x H100-SXM5-80GB lora (micro-batch 8 x grad-accum 1, ddp, no checkpointing)'."""
-    r = row
-    head = f"{int(r['gpus'])} x {r['gpu']} {r['method']}"
+    head = f"{int(row['gpus'])} x {row['gpu']} {row['method']}"
     if short:
         return head
-    nodes = int(r["nodes"])
-    parts = [f"micro-batch {int(r['micro_batch'])} x grad-accum {int(r['grad_accum'])}", sharding_words(r["sharding"]),
-             "checkpointing" if bool(r["grad_ckpt"]) else "no checkpointing"]
+    nodes = int(row["nodes"])
+    parts = [f"micro-batch {int(row['micro_batch'])} x grad-accum {int(row['grad_accum'])}",
+             SHARDING_WORDS.get(str(row["sharding"]), str(row["sharding"])),
+             "checkpointing" if bool(row["grad_ckpt"]) else "no checkpointing"]
     if nodes > 1:
         parts.insert(0, f"{nodes} nodes")
-    if r.get("stage") in ("grpo", "ppo", "rloo"):  # plan/stages.py: the rollout split
-        eng, rg = r.get("rollout_engine"), int(r.get("rollout_gpus") or 0)
-        tp = f"tp {int(r['rollout_tp'])}" if r.get("rollout_tp") else ""
+    if row.get("stage") in ("grpo", "ppo", "rloo"):  # plan/stages.py: the rollout split
+        eng, rg = row.get("rollout_engine"), int(row.get("rollout_gpus") or 0)
+        tp = f"tp {int(row['rollout_tp'])}" if row.get("rollout_tp") else ""
         parts.append(f"rollouts: vLLM on {rg} of the GPUs ({tp})" if rg else
-                     f"rollouts: vLLM colocated ({tp}{', sleeping' if r.get('rollout_sleep') else ''})"
+                     f"rollouts: vLLM colocated ({tp}{', sleeping' if row.get('rollout_sleep') else ''})"
                      if eng == "vllm" else "rollouts: HF generate")
     return f"{head} ({', '.join(parts)})"
 
@@ -279,7 +249,11 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
     jobs, model_par, multiple = _base_jobs(method_list, fixed, examples, tokens_per_example, epochs)
     base = jobs[0]
     wl = workload(base)
-    gpu_specs, notes = _gpus_and_notes(gpu_specs, objective, base, mspec, wl)
+    notes: list[str] = []
+    gpu_specs = gpus_with_power(gpu_specs, objective, notes)
+    for g in gpu_specs:  # what each GPU's figures assume, once
+        notes += [n for n in gpu_assumptions(g, base.precision) if n not in notes]
+    notes += seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
     rate_tab, price_info = _price_table(gpu_specs, rate, provider, prices, notes)
     needs_cost = objective in COST_OBJECTIVES or budget_usd is not None
     if needs_cost and np.isnan(rate_tab).all():
@@ -299,38 +273,35 @@ def plan_run(model: Any, gpus: Sequence[str | GPUSpec] | str | None = None,
             fixed=fixed, micro_batches=micro_batches, grad_ckpts=tuple(bool(c) for c in grad_ckpt),
             deadline_s=deadline_s, budget_usd=budget_usd, objective=objective)
         rec, ru, why, message, closest = _stage_answer(df, fixed["stage"], objective, deadline_s, budget_usd)
-        pareto_df = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True) \
-            if len(df) else df
-        return PlanResult(
-            model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
-            pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=[], message=message,
-            closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
-            interval=None, n_evaluated=n_evaluated, seconds=_time.perf_counter() - t0, space=space_d,
-            notes=notes + more)
-    space = Space(gpu_counts=counts,
-                  micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
-                  shardings=tuple(shardings or DEFAULT_SHARDINGS), grad_ckpt=tuple(bool(c) for c in grad_ckpt),
-                  global_batch=None if grad_accums else int(global_batch or DEFAULT_GLOBAL_BATCH),
-                  grad_accums=tuple(int(g) for g in grad_accums) if grad_accums else None, gpus_per_node=gpus_per_node)
-    grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, gpu_multiple=multiple)
-    if len(grid) == 0:
-        raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
-                         f"{space.global_batch}: widen --micro-batches or change --global-batch")
-    ev = _evaluate(mspec, gpu_specs, method_list, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh)
-    iv, t_lo, t_hi = _interval_bounds(interval, calibration, ev["wall"], ev["totals"]["train_s"], notes, base,
-                                      mspec, gpu_specs, grid, ev["out"], wl)
-    _rank(ev, objective, deadline_s, budget_usd)  # the table of configurations that fit, best first
-    df, pareto_df = _tables(ev, t_lo, t_hi)
-    rec, ru, why, message, closest = _recommend(df, ev, objective, deadline_s, budget_usd)
-    infeasible = _infeasible(ev, deadline_s, budget_usd, objective, space, provider)
-    notes += _space_notes(space, objective) + _cached_shapes_note(base, ev)
+        iv, infeasible, notes = None, [], notes + more
+    else:
+        space = Space(gpu_counts=counts,
+                      micro_batches=tuple(int(m) for m in (micro_batches or DEFAULT_MICRO_BATCHES)),
+                      shardings=tuple(shardings or DEFAULT_SHARDINGS), grad_ckpt=tuple(bool(c) for c in grad_ckpt),
+                      global_batch=None if grad_accums else int(global_batch or DEFAULT_GLOBAL_BATCH),
+                      grad_accums=tuple(int(g) for g in grad_accums) if grad_accums else None,
+                      gpus_per_node=gpus_per_node)
+        grid = enumerate_grid(len(gpu_specs), len(method_list), space, model_par=model_par, gpu_multiple=multiple)
+        if len(grid) == 0:
+            raise InputError("global-batch", f"no micro-batch x GPU count reaches a global batch near "
+                             f"{space.global_batch}: widen --micro-batches or change --global-batch")
+        ev = _evaluate(mspec, gpu_specs, method_list, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh)
+        iv, t_lo, t_hi = _interval_bounds(interval, calibration, ev, notes, base, mspec, gpu_specs, wl.seq_len)
+        _rank(ev, objective, deadline_s, budget_usd)  # the table of configurations that fit, best first
+        df = _table(ev, t_lo, t_hi)
+        rec, ru, why, message, closest = _recommend(df, ev, objective, deadline_s, budget_usd)
+        infeasible = _infeasible(ev, deadline_s, budget_usd, objective, space, provider)
+        notes += _space_notes(space, objective) + _cached_shapes_note(base, ev)
+        # the axes searched, JSON-ready (the global-batch tolerance is the planner's, not the question's)
+        n_evaluated = len(grid)
+        space_d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(space).items() if k != "tolerance"}
+    pareto = df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True) \
+        if len(df) else df  # fastest first
     return PlanResult(
         model=mspec.name, objective=objective, deadline_s=deadline_s, budget_usd=budget_usd, candidates=df,
-        pareto=pareto_df, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
+        pareto=pareto, recommended=rec, runner_up=ru, why=why, infeasible=infeasible, message=message,
         closest=closest, workload=wl, gpus=[g.name for g in gpu_specs], methods=method_list, prices=price_info,
-        interval=iv, n_evaluated=len(grid), seconds=_time.perf_counter() - t0,
-        space=_space_dict(space), notes=notes,
-    )
+        interval=iv, n_evaluated=n_evaluated, seconds=_time.perf_counter() - t0, space=space_d, notes=notes)
 
 
 def _evaluate(mspec, gpu_specs, method_list, jobs, grid, wl, calibration, rate_tab, grid_gco2_kwh) -> dict[str, Any]:
@@ -355,17 +326,6 @@ def _evaluate(mspec, gpu_specs, method_list, jobs, grid, wl, calibration, rate_t
             "fits": np.asarray(out["fits"], dtype=bool)}
 
 
-def _gpus_and_notes(gpu_specs: list[GPUSpec], objective: str, base: JobSpec, mspec, wl: Workload
-                    ) -> tuple[list[GPUSpec], list[str]]:
-    """The GPUs the objective can rank, and the notes so far: what each GPU's figures assume, a long
-    sequence."""
-    notes: list[str] = []
-    gpu_specs = gpus_with_power(gpu_specs, objective, notes)
-    for g in gpu_specs:
-        notes += [n for n in gpu_assumptions(g, base.precision) if n not in notes]
-    return gpu_specs, notes + seq_len_warning(mspec.max_position_embeddings, mspec.name, wl)
-
-
 def _check_question(objective: str, interval, deadline_s, budget_usd) -> None:
     if objective not in OBJECTIVES:
         raise InputError("objective", f"unknown objective '{objective}'", OBJECTIVES)
@@ -381,9 +341,7 @@ def _base_jobs(method_list: list[str], fixed: dict, examples, tokens_per_example
     """One validated base job per method (its options and the work), the model-parallel degree and the
     GPU counts' multiple: tp x pp x cp, and pp x ep x etp under expert parallel (JobSpec: ep x etp
     divides tp x cp x dp; etp defaults to tp)."""
-    model_par = 1
-    for k in ("tp", "pp", "cp"):
-        model_par *= int(fixed.get(k, 1) or 1)
+    model_par = math.prod(int(fixed.get(k, 1) or 1) for k in ("tp", "pp", "cp"))
     ep = int(fixed.get("ep", 1) or 1)
     expert = int(fixed.get("pp", 1) or 1) * ep * int(fixed.get("etp") or fixed.get("tp", 1) or 1)
     multiple = math.lcm(model_par, expert) if ep > 1 else model_par
@@ -430,11 +388,6 @@ def _space_notes(space: Space, objective: str) -> list[str]:
     return out
 
 
-def _space_dict(space: Space) -> dict[str, Any]:
-    """The axes searched, JSON-ready (the global-batch tolerance is the planner's, not the question's)."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(space).items() if k != "tolerance"}
-
-
 PIN_AS = {"micro_batches": int, "grad_accums": int, "grad_ckpt": bool}
 """How a pinned axis reads the value given for its JobSpec option (the others take it as given)."""
 
@@ -455,18 +408,13 @@ def _pin_axes(fixed_job_fields: dict, methods, micro_batches, grad_accums, shard
             raise InputError("gpus", "the planner chooses the GPU count: give max_gpus (and gpus= the GPU types)")
         if axis in axes:  # a value for a searched option pins its axis
             axes[axis] = [PIN_AS.get(axis, lambda v: v)(fixed.pop(name))]
-    methods, micro_batches, grad_accums, shardings = (axes[k] for k in ("methods", "micro_batches", "grad_accums",
-                                                                         "shardings"))
-    grad_ckpt = tuple(axes["grad_ckpt"])
-    if "rate_usd_per_gpu_hour" in fixed:
-        rate = fixed.pop("rate_usd_per_gpu_hour")
-    if "grid_gco2_kwh" in fixed:
-        grid_gco2_kwh = fixed.pop("grid_gco2_kwh")
-    if rate is not None and (not math.isfinite(float(rate)) or float(rate) < 0):
-        raise InputError("rate", f"must be a number >= 0, got {rate}")
-    if grid_gco2_kwh is not None and (not math.isfinite(float(grid_gco2_kwh)) or float(grid_gco2_kwh) < 0):
-        raise InputError("grid-gco2-kwh", f"must be a number >= 0, got {grid_gco2_kwh}")
-    return methods, micro_batches, grad_accums, shardings, grad_ckpt, rate, grid_gco2_kwh, fixed
+    rate = fixed.pop("rate_usd_per_gpu_hour", rate)
+    grid_gco2_kwh = fixed.pop("grid_gco2_kwh", grid_gco2_kwh)
+    for name, v in (("rate", rate), ("grid-gco2-kwh", grid_gco2_kwh)):
+        if v is not None and (not math.isfinite(float(v)) or float(v) < 0):
+            raise InputError(name, f"must be a number >= 0, got {v}")
+    return (*(axes[k] for k in ("methods", "micro_batches", "grad_accums", "shardings")), tuple(axes["grad_ckpt"]),
+            rate, grid_gco2_kwh, fixed)
 
 
 def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
@@ -495,36 +443,35 @@ def _price_table(gpu_specs: list[GPUSpec], rate, provider, prices,
     return rate_tab, price_info
 
 
-def _interval_bounds(interval, calibration, wall: np.ndarray, train_s: np.ndarray, notes: list[str], base,
-                     mspec=None, gpu_specs=(), grid=None, out=None, wl=None
+def _interval_bounds(interval, calibration, ev: dict, notes: list[str], base, mspec, gpu_specs, seq_len: int
                      ) -> tuple[dict[str, Any] | None, np.ndarray, np.ndarray]:
     """Wall-clock bounds from the held-out residuals stored in the calibration, when it has them: with
     a width model, each candidate's as `estimate` gives it for that configuration (learn.intervals: the
     settings the plan searched count as said); else the pool an estimate of the same framework reads
     (learn.intervals.residual_pool)."""
-    interval_info = None
-    t_lo = t_hi = np.full(len(wall), np.nan)
-    if interval:
-        from tuneplan.estimators.calibration import interval_residuals
-        from tuneplan.learn.intervals import conformal_bounds, residual_pool
+    wall, train_s = ev["wall"], ev["totals"]["train_s"]
+    nan = np.full(len(wall), np.nan)
+    if not interval:
+        return None, nan, nan
+    from tuneplan.estimators.calibration import interval_residuals
+    from tuneplan.learn.intervals import conformal_bounds, residual_pool
 
-        res = interval_residuals("tuneplan", calibration)
-        if res is not None and len(res.get("throughput", [])) >= 5:
-            width = res.get("width") or {}
-            if "throughput" in width and grid is not None:
-                lo_t, hi_t = _width_factors(width, interval, base, mspec, gpu_specs, grid, out, wl.seq_len)
-                what, n = "width from what the estimate assumed", len(width["throughput"]["z"])
-            else:
-                pool, what = residual_pool(res, base.framework)
-                (lo_t, hi_t), n = conformal_bounds(np.asarray(pool), interval), len(pool)
-            fixed_s = wall - train_s
-            t_lo, t_hi = fixed_s + train_s / hi_t, fixed_s + train_s / lo_t
-            interval_info = {"coverage": interval, "throughput_low_factor": float(np.min(lo_t)),
-                             "throughput_high_factor": float(np.max(hi_t)),
-                             "source": f"{res.get('source', '')} ({what})", "n_residuals": n}
-        else:
-            notes.append("No interval: no held-out residuals stored for this estimator.")
-    return interval_info, t_lo, t_hi
+    res = interval_residuals("tuneplan", calibration)
+    if res is None or len(res.get("throughput", [])) < 5:
+        notes.append("No interval: no held-out residuals stored for this estimator.")
+        return None, nan, nan
+    width = res.get("width") or {}
+    if "throughput" in width:
+        lo_t, hi_t = _width_factors(width, interval, base, mspec, gpu_specs, ev["grid"], ev["out"], seq_len)
+        what, n = "width from what the estimate assumed", len(width["throughput"]["z"])
+    else:
+        pool, what = residual_pool(res, base.framework)
+        (lo_t, hi_t), n = conformal_bounds(np.asarray(pool), interval), len(pool)
+    fixed_s = wall - train_s
+    info = {"coverage": interval, "throughput_low_factor": float(np.min(lo_t)),
+            "throughput_high_factor": float(np.max(hi_t)), "source": f"{res.get('source', '')} ({what})",
+            "n_residuals": n}
+    return info, fixed_s + train_s / hi_t, fixed_s + train_s / lo_t
 
 
 def _width_factors(width: dict, interval: float, base, mspec, gpu_specs, grid, out, seq_len: int
@@ -551,12 +498,11 @@ def _width_factors(width: dict, interval: float, base, mspec, gpu_specs, grid, o
         flags = interval_flags(filled, keys, base.framework, 1.0 if c else 0.0, width.get("covered"))
         lo[j], hi[j] = width_bounds(width["throughput"], flags, interval)[:2]
     inverse = np.asarray(inverse).reshape(-1)
-    lo, hi = lo[inverse], hi[inverse]
-    return lo, hi
+    return lo[inverse], hi[inverse]
 
 
-def _tables(ev: dict, t_lo, t_hi) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The candidates table (rows `k`, best first) and its cost-time Pareto front (fastest first)."""
+def _table(ev: dict, t_lo, t_hi) -> pd.DataFrame:
+    """The candidates table (rows `k`, best first), its cost-time Pareto front marked."""
     import pandas as pd
 
     k, grid, gpu_names, method_names, wall, cost, out, totals = (ev[x] for x in (
@@ -566,46 +512,27 @@ def _tables(ev: dict, t_lo, t_hi) -> tuple[pd.DataFrame, pd.DataFrame]:
     device_hours, energy_kwh, co2_kg, steps = (totals[x] for x in ("device_hours", "energy_kwh", "co2_kg", "steps"))
     shard_names = np.array(grid.sharding_labels, dtype=object)
     cols = {
-        "gpu": gpu_names[grid.gpu_idx[k]],
-        "gpus": grid.gpus[k],
-        "nodes": grid.nodes[k],
-        "method": method_names[grid.method_idx[k]],
-        "micro_batch": grid.micro_batch[k],
-        "grad_accum": grid.grad_accum[k],
-        "global_batch": ev["gb"][k].astype(np.int64),
-        "sharding": shard_names[grid.sharding_idx[k]],
-        "grad_ckpt": grid.grad_ckpt[k].astype(bool),
-        "time_s": wall[k],
-        "time_h": wall[k] / 3600.0,
-        "time_low_s": t_lo[k],
-        "time_high_s": t_hi[k],
-        "cost_usd": cost[k],
-        "cost_low_usd": cost[k] * t_lo[k] / wall[k],
-        "cost_high_usd": cost[k] * t_hi[k] / wall[k],
-        "rate_usd_per_gpu_hour": ev["rate_row"][k],
-        "device_hours": device_hours[k],
-        "energy_kwh": energy_kwh[k],
-        "co2_kg": co2_kg[k],
-        "tokens_per_s": tokens_step[k] / step_s[k],
-        "step_s": step_s[k],
-        "steps": steps[k].astype(np.int64),
-        "mfu": ev["mfu"][k],
-        "memory_per_gpu_gib": ev["mem"][k],
+        "gpu": gpu_names[grid.gpu_idx[k]], "gpus": grid.gpus[k], "nodes": grid.nodes[k],
+        "method": method_names[grid.method_idx[k]], "micro_batch": grid.micro_batch[k],
+        "grad_accum": grid.grad_accum[k], "global_batch": ev["gb"][k].astype(np.int64),
+        "sharding": shard_names[grid.sharding_idx[k]], "grad_ckpt": grid.grad_ckpt[k].astype(bool),
+        "time_s": wall[k], "time_h": wall[k] / 3600.0, "time_low_s": t_lo[k], "time_high_s": t_hi[k],
+        "cost_usd": cost[k], "cost_low_usd": cost[k] * t_lo[k] / wall[k], "cost_high_usd": cost[k] * t_hi[k] / wall[k],
+        "rate_usd_per_gpu_hour": ev["rate_row"][k], "device_hours": device_hours[k], "energy_kwh": energy_kwh[k],
+        "co2_kg": co2_kg[k], "tokens_per_s": tokens_step[k] / step_s[k], "step_s": step_s[k],
+        "steps": steps[k].astype(np.int64), "mfu": ev["mfu"][k], "memory_per_gpu_gib": ev["mem"][k],
         "memory_capacity_gib": ev["cap"][k],
-        "fits": ev["fits"][k],
-        "meets_deadline": ev["meets_deadline"][k],
-        "within_budget": ev["within_budget"][k],
-        "eligible": ev["eligible"][k],
+        **{x: ev[x][k] for x in ("fits", "meets_deadline", "within_budget", "eligible")},
     }
     cols["pareto"] = pareto_mask(wall[k], cost[k]) if ev["priced"][k].any() else (
         wall[k] == wall[k].min() if len(k) else np.zeros(0, bool))
-    df = pd.DataFrame(cols)
-    return df, df[df["pareto"]].sort_values(["time_s", "cost_usd"], kind="stable").reset_index(drop=True)
+    return pd.DataFrame(cols)
 
 
 def _recommend(df, ev: dict, objective, deadline_s, budget_usd) -> tuple:
     """(recommended, runner-up, why, message, closest): the best eligible row and the best other GPU
-    type, count or method; or which constraint rules everything out."""
+    type, count or method (another micro-batch of the same setup is no alternative); or which constraint
+    rules everything out."""
     k, eligible, grid = ev["k"], ev["eligible"], ev["grid"]
     rec = ru = None
     why = message = ""
@@ -771,17 +698,11 @@ def _infeasible(ev: dict, deadline_s, budget_usd, objective, space: Space, provi
         else:
             over_b = budget_usd is not None and not cheap[p] <= budget_usd
             late = deadline_s is not None and not fast[p] <= deadline_s
-            bits = []
-            if over_b:
-                bits.append(f"over budget (cheapest {money(cheap[p])})")
-            if late:
-                bits.append(f"past the deadline (fastest {hours(fast[p])})")
-            if bits:
-                reason, kind = " and ".join(bits), "budget" if over_b and not late else "deadline" if late and not over_b else "both"
-            else:
-                reason = ("no configuration meets both the deadline and the budget (within the deadline the "
-                          f"cheapest is {money(cheap_in_deadline[p])}; within the budget the fastest is "
-                          f"{hours(fast_in_budget[p])})")
-                kind = "both"
+            bits = ([f"over budget (cheapest {money(cheap[p])})"] if over_b else []) + (
+                [f"past the deadline (fastest {hours(fast[p])})"] if late else [])
+            kind = {(True, False): "budget", (False, True): "deadline"}.get((over_b, late), "both")
+            reason = " and ".join(bits) or (
+                "no configuration meets both the deadline and the budget (within the deadline the cheapest is "
+                f"{money(cheap_in_deadline[p])}; within the budget the fastest is {hours(fast_in_budget[p])})")
         out.append({"choice": f"{g} {m}", "gpu": g, "method": m, "reason": reason, "kind": kind})
     return out

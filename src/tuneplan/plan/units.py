@@ -15,47 +15,42 @@ _UNIT_S = {"s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)")
 
 
-def parse_duration(text: str | float, field: str = "deadline") -> float:
+def parse_duration(text: str) -> float:
     """Seconds from '12h', '90m', '1h30m', '2d', '3600s'; a bare number is hours."""
-    if isinstance(text, (int, float)):
-        v = float(text) * 3600.0
-    else:
-        s = str(text).strip().lower().replace(" ", "")
-        if not s:
-            raise InputError(field, "is empty")
-        pos, total = 0, 0.0
-        for m in _PART.finditer(s):
-            if m.start() != pos:
-                break
-            unit = m.group(2) or "h"
-            if unit not in _UNIT_S:
-                raise InputError(field, f"unknown unit '{unit}' in '{text}'", ("s", "min", "h", "d"))
-            total += float(m.group(1)) * _UNIT_S[unit]
-            pos = m.end()
-        if pos != len(s) or pos == 0:
-            raise InputError(field, f"'{text}' is not a duration (e.g. 12h, 90min, 1h30m, 2d)")
-        v = total
-    if not math.isfinite(v) or v <= 0:
-        raise InputError(field, f"must be a positive duration, got '{text}'")
-    return v
+    s = str(text).strip().lower().replace(" ", "")
+    if not s:
+        raise InputError("deadline", "is empty")
+    pos, total = 0, 0.0
+    for m in _PART.finditer(s):
+        if m.start() != pos:
+            break
+        unit = m.group(2) or "h"
+        if unit not in _UNIT_S:
+            raise InputError("deadline", f"unknown unit '{unit}' in '{text}'", ("s", "min", "h", "d"))
+        total += float(m.group(1)) * _UNIT_S[unit]
+        pos = m.end()
+    if pos != len(s) or pos == 0:
+        raise InputError("deadline", f"'{text}' is not a duration (e.g. 12h, 90min, 1h30m, 2d)")
+    if not math.isfinite(total) or total <= 0:
+        raise InputError("deadline", f"must be a positive duration, got '{text}'")
+    return total
 
 
-def parse_money(text: str | float, field: str = "budget") -> float:
+def parse_money(text: str) -> float:
     """Dollars from '400', '$400', '1,200.50'."""
     s = str(text).strip().replace("$", "").replace(",", "").replace("usd", "").replace("USD", "").strip()
     try:
         v = float(s)
     except ValueError:
-        raise InputError(field, f"'{text}' is not an amount of dollars (e.g. 400 or $400)") from None
+        raise InputError("budget", f"'{text}' is not an amount of dollars (e.g. 400 or $400)") from None
     if not math.isfinite(v) or v <= 0:
-        raise InputError(field, f"must be a positive amount, got '{text}'")
+        raise InputError("budget", f"must be a positive amount, got '{text}'")
     return v
 
 
-def hours(seconds: float) -> str:
-    """'5.2 h', '45 min', '3.1 days'."""
-    s = float(seconds)
-    if not math.isfinite(s):
+def hours(seconds: float | None) -> str:
+    """'5.2 h', '45 min', '3.1 days' ('-' for no figure)."""
+    if seconds is None or not math.isfinite(s := float(seconds)):
         return "-"
     if s < 3600.0:
         return f"{s / 60.0:.0f} min" if s >= 60 else f"{s:.0f} s"

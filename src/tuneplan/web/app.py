@@ -57,9 +57,6 @@ gradient accumulations x shardings x checkpointing): about 3 s and 200 MB on a 2
 planner's cost grows faster than linearly beyond: 300,000 took minutes and 2 GB). Every priced GPU x
 all seven methods x up to 8 GPUs is about 18,000; up to 1024 GPUs about 50,000."""
 
-# ----------------------------------------------------------------------------------------------------
-# helpers
-
 
 def _looks_like_path(name: str) -> bool:
     """A model name that would make the server read a file or folder (not served over the web)."""
@@ -105,9 +102,6 @@ def _model_summary(spec: Any) -> dict[str, Any]:
             "quant": spec.quant, "source": spec.source}
 
 
-# ----------------------------------------------------------------------------------------------------
-# the app
-
 
 def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
     """The web planner app. `allow_hub`: resolve model ids outside the catalog on the Hugging Face Hub
@@ -145,7 +139,6 @@ def create_app(*, allow_hub: bool = False, warm_up: bool = True) -> FastAPI:
 def _add_error_handlers(app: FastAPI) -> None:
     """Every failure as a JSON `detail` list: the body size limit, pydantic's checks, InputError and
     the other tuneplan errors (422), anything unexpected (500, logged)."""
-    # -- errors -------------------------------------------------------------------------------------
     @app.exception_handler(RequestValidationError)
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         detail = []
@@ -177,7 +170,6 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_catalog_routes(app: FastAPI) -> None:
     """The page, liveness, and the catalogs the form offers."""
-    # -- pages --------------------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
@@ -188,7 +180,6 @@ def _add_catalog_routes(app: FastAPI) -> None:
     def healthz() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 
-    # -- catalogs -----------------------------------------------------------------------------------
     @app.get("/api/options", tags=["catalogs"], summary="the form's closed sets and defaults")
     def options() -> dict[str, Any]:
         from tuneplan.specs.framework import framework_names
@@ -243,7 +234,6 @@ def _add_catalog_routes(app: FastAPI) -> None:
 
 def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
     """`POST /api/estimate` and `POST /api/plan`."""
-    # -- estimate and plan --------------------------------------------------------------------------
     def model_spec(req: ModelChoice) -> Any:
         if req.config_json is not None:
             return config_spec(req.config_json, req.config_name or "custom-model")
@@ -251,13 +241,9 @@ def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
         if _looks_like_path(name):
             raise RequestError(["model"], "file paths are not read over the web: paste the config.json "
                                           "instead (config_json)")
-        if allow_hub:
-            from tuneplan.specs.catalog import resolve_model
+        from tuneplan.specs.catalog import resolve_model, resolve_run_model
 
-            return resolve_model(name)
-        from tuneplan.specs.catalog import resolve_run_model
-
-        return resolve_run_model(name, name)
+        return resolve_model(name) if allow_hub else resolve_run_model(name, name)
 
     @app.post("/api/estimate", tags=["estimate"], summary="time, memory, cost and energy of one run")
     def estimate_endpoint(req: EstimateRequest) -> dict[str, Any]:
@@ -288,9 +274,8 @@ def _add_run_routes(app: FastAPI, allow_hub: bool) -> None:
         kwargs = plan_kwargs(req)
         res = compute(lambda: plan_in_worker(spec, kwargs), rename={"gpu": "gpus"}, kind="heavy")
         out = jsonable(res.to_dict(max_candidates=req.max_candidates))
-        out["n_candidates"] = int(len(res.candidates))
-        out["points"] = _plan_points(res)
-        out["model_info"] = jsonable(_model_summary(spec))
+        out |= {"n_candidates": int(len(res.candidates)), "points": _plan_points(res),
+                "model_info": jsonable(_model_summary(spec))}
         out["command"], out["command_note"] = plan_command(req)
         return out
 

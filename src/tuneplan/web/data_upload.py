@@ -88,7 +88,8 @@ def register(app) -> None:
                       skip_bad_rows: Annotated[bool, Form()] = False) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="tuneplan-upload-") as tmp:
             folder = Path(tmp)
-            hide = (str(folder / "tok") + "/", str(folder) + "/")  # the server's folder is no business of the page's
+            # the server's folder is no business of the page's
+            unhide = re.compile(f"{re.escape(str(folder / 'tok'))}/|{re.escape(str(folder))}/").sub
             path = _save(file, folder, "data.jsonl", SUFFIXES)
             tok = None
             if tokenizer is not None and tokenizer.filename:
@@ -101,9 +102,6 @@ def register(app) -> None:
                     framework=framework or None, skip_bad_rows=skip_bad_rows))
             except InputError as exc:
                 text = str(exc).removeprefix(f"{exc.field}: ").split(" (allowed: ")[0]
-                for h in hide:
-                    text = text.replace(h, "")
-                raise InputError(exc.field, text, exc.allowed) from None
-            for h in hide:
-                out["tokens_source"] = out["tokens_source"].replace(h, "")
+                raise InputError(exc.field, unhide("", text), exc.allowed) from None
+            out["tokens_source"] = unhide("", out["tokens_source"])
             return jsonable(out)

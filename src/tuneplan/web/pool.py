@@ -141,12 +141,10 @@ def shutdown() -> None:
     ex.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         p.join(timeout=WORKER_EXIT_S)
-        if p.is_alive():
-            p.terminate()
-            p.join(timeout=WORKER_EXIT_S)
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=WORKER_EXIT_S)
+        for stop in (p.terminate, p.kill):  # still there: terminated, then killed
+            if p.is_alive():
+                stop()
+                p.join(timeout=WORKER_EXIT_S)
     ex.shutdown(wait=True)  # the workers are gone: the executor's thread closes its queues and leaves
 
 

@@ -30,20 +30,15 @@ class RequestError(Exception):
         return {"loc": self.loc, "msg": self.msg, "type": self.kind, **self.extra}
 
 
-def _field_of(err: InputError) -> list[str]:
-    """Body location of an InputError's field (`tokens-per-example` -> tokens_per_example)."""
-    f = (err.field or "").replace("-", "_")
-    f = {"rate_usd_per_gpu_hour": "rate", "job": "", "gpu_file": "gpu"}.get(f, f)
-    return [f] if f else []
-
-
 _CLI_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
 
 
 def input_error_detail(err: InputError) -> dict[str, Any]:
     msg = str(err).removeprefix(f"{err.field}: ")
     msg = _CLI_FLAG.sub(lambda m: m.group(1).replace("-", "_"), msg)  # the page's field names, not flags
-    d: dict[str, Any] = {"loc": ["body", *_field_of(err)], "msg": msg, "type": "value_error"}
+    field = (err.field or "").replace("-", "_")  # its body location: `tokens-per-example` -> tokens_per_example
+    field = {"rate_usd_per_gpu_hour": "rate", "job": "", "gpu_file": "gpu"}.get(field, field)
+    d: dict[str, Any] = {"loc": ["body", *([field] if field else [])], "msg": msg, "type": "value_error"}
     if err.allowed:
         d["allowed"] = list(err.allowed)
     if isinstance(err, UnknownNameError):

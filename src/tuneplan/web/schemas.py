@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from tuneplan.commands.common import plain_type
+from tuneplan.plan.objectives import OBJECTIVES
 from tuneplan.specs.job import Method, Option, Sharding, job_options, plan_axes
 from tuneplan.specs.limits import JOB_BOUNDS
 
@@ -22,9 +23,6 @@ UNBOUNDED = 1e12
 """Upper bound of a job number JOB_BOUNDS does not bound (a request is refused above it)."""
 MAX_LIST = 64
 """Most values of a repeatable option (`peft_option`)."""
-
-# ----------------------------------------------------------------------------------------------------
-# request bodies
 
 Float = Annotated[float, Field(allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=300)]
@@ -92,12 +90,16 @@ class ModelChoice(BaseModel):
         return self
 
 
-class PriceFields(BaseModel):
+class RunFields(BaseModel):
+    """What an estimate and a plan both take besides the job: the price's provider, the interval."""
+
     provider: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
         None, description="take the price from this provider (see /api/options)")
+    interval: Annotated[Float, Field(ge=0, lt=1)] | None = Field(
+        None, description="interval coverage (default 0.8; 0 for none)")
 
 
-class EstimateRequest(ModelChoice, JobOptions, PriceFields):
+class EstimateRequest(ModelChoice, JobOptions, RunFields):
     """`POST /api/estimate`: the inputs of `tuneplan estimate`."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
@@ -112,16 +114,12 @@ class EstimateRequest(ModelChoice, JobOptions, PriceFields):
         None, description="one-off memory bandwidth, GB/s")
     ckpt_mode: Literal["none", "selective", "full", "offload"] | None = Field(
         None, description="activation checkpointing mode (overrides grad_ckpt): none, selective, full, offload")
-    estimator: Literal["tuneplan", "kavier", "xia", "planner"] = "tuneplan"
-    interval: Annotated[Float, Field(ge=0, lt=1)] | None = Field(
-        None, description="interval coverage (default 0.8; 0 for none)")
+    estimator: Literal[ESTIMATORS] = "tuneplan"
 
     @model_validator(mode="after")
     def _gpu_given(self) -> EstimateRequest:
-        figures = (self.peak_tflops, self.memory_gib, self.bandwidth_gbs)
-        if self.gpu is None and any(v is None for v in figures):
-            missing = [n for n, v in zip(("peak_tflops", "memory_gib", "bandwidth_gbs"), figures,
-                                         strict=True) if v is None]
+        missing = [n for n in ("peak_tflops", "memory_gib", "bandwidth_gbs") if getattr(self, n) is None]
+        if self.gpu is None and missing:
             raise ValueError("give `gpu` (a catalog name) or all of peak_tflops, memory_gib and "
                              f"bandwidth_gbs for your own GPU (missing: {', '.join(missing)})")
         return self
@@ -130,7 +128,7 @@ class EstimateRequest(ModelChoice, JobOptions, PriceFields):
 PosIntList = list[Annotated[int, Field(ge=1, le=1_048_576)]]
 
 
-class PlanRequest(ModelChoice, PlanJobOptions, PriceFields):
+class PlanRequest(ModelChoice, PlanJobOptions, RunFields):
     """`POST /api/plan`: the inputs of `tuneplan plan` (a search over GPU type x count x method x batch)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
@@ -155,9 +153,7 @@ class PlanRequest(ModelChoice, PlanJobOptions, PriceFields):
     grad_ckpt: bool | None = Field(None, description="pin gradient checkpointing (default: try both)")
     deadline_h: Annotated[Float, Field(gt=0, le=1e6)] | None = Field(None, description="wall-clock limit, hours")
     budget_usd: Annotated[Float, Field(gt=0, le=1e12)] | None = Field(None, description="cost limit, $")
-    objective: Literal["cheapest", "fastest", "energy", "balanced"] = "cheapest"
-    interval: Annotated[Float, Field(ge=0, lt=1)] | None = Field(
-        None, description="interval coverage (default 0.8; 0 for none)")
+    objective: Literal[OBJECTIVES] = "cheapest"
     max_candidates: Annotated[int, Field(ge=1, le=5000)] = Field(
         200, description="candidates returned, best first (all are searched; `points` has the best of "
                          "each GPU type x count x method)")
