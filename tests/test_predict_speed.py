@@ -7,8 +7,6 @@ import contextlib
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from tests.conftest import SHARED, reference_dir
 
 from tuneplan.learn.dataset import BASE_COLUMNS, BATCH_COLUMNS, arrays_for, configs_from_rows, row_to_config
@@ -105,41 +103,3 @@ def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures
         with monkeypatch.context() as m:
             m.setattr(predict_table, "_distinct_pays", lambda *a: False)
             pd.testing.assert_frame_equal(once, predict_table.predict_frame(twice, est), check_exact=True)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 2**40)), min_size=1, max_size=40))
-def test_distinct_rows_is_uniques_along_rows(rows):
-    from tuneplan.learn.predict_table import distinct_rows
-
-    table = np.asarray(rows, dtype=np.int64)
-    for t in (table, table[:, :2], table * np.asarray([1, 1, 2**21])):  # the last: too wide for one integer
-        first, inverse = distinct_rows(t)
-        want = np.unique(t, axis=0, return_index=True, return_inverse=True)
-        np.testing.assert_array_equal(first, want[1])
-        np.testing.assert_array_equal(inverse, np.asarray(want[2]).ravel())
-
-
-@pytest.mark.parametrize("case", ["some", "all", "existing", "repeated index", "other index"])
-def test_new_column_set_at_once_is_the_loc_column(case):
-    from tuneplan.learn.predict_table import _set_new_column
-
-    df = pd.DataFrame({"a": ["x", "y", "z", "w"], "b": [1.0, 2.0, 3.0, 4.0]})
-    ok = [0, 1, 2, 3] if case == "all" else [0, 2, 3]
-    if case == "existing":
-        df["c"] = ["old", "older", "", "kept"]
-    if case == "repeated index":
-        df.index = [0, 1, 1, 2]
-    if case == "other index":
-        df.index = [10, 7, 3, 5]
-    values = ["seq_len; gpus", "", 'a "quoted", text', "x"][:len(ok)]
-    ref = df.copy()
-    with contextlib.suppress(ValueError, KeyError):  # the repeated index: whatever loc does, the helper does
-        ref.loc[ref.index[ok], "c"] = values
-    out = df.copy()
-    with contextlib.suppress(ValueError, KeyError):
-        _set_new_column(out, out.index[ok], "c", values)
-    pd.testing.assert_frame_equal(out, ref, check_exact=True)
-    assert list(out.dtypes) == list(ref.dtypes)
-    assert out.to_csv(index=False) == ref.to_csv(index=False)
-

@@ -21,12 +21,10 @@ LITGPT_TARGETS = {"lora_query": "q", "lora_key": "k", "lora_value": "v", "lora_p
 LITGPT_TARGET_DEFAULTS = {"lora_query": True, "lora_key": False, "lora_value": True, "lora_projection": False,
                           "lora_mlp": False, "lora_head": False}
 """litgpt finetune/lora.py setup() defaults for which weights get adapters."""
-LITGPT_LORA_R_DEFAULT = 8
-"""litgpt finetune/lora.py `lora_r` default."""
+LITGPT_LORA_R_DEFAULT = 8  # litgpt finetune/lora.py `lora_r` default.
 LITGPT_GLOBAL_BATCH_DEFAULT = 16
 """litgpt finetune/lora.py TrainArgs(global_batch_size=16) default (samples per optimizer step)."""
-LITGPT_EPOCHS_DEFAULT = 5
-"""litgpt finetune/lora.py TrainArgs(epochs=5) default."""
+LITGPT_EPOCHS_DEFAULT = 5  # litgpt finetune/lora.py TrainArgs(epochs=5) default.
 
 
 @lru_cache(maxsize=1)

@@ -9,24 +9,16 @@ from tuneplan.configs.launchers import read_deepspeed, read_fsdp
 from tuneplan.configs.maps import attention, galore_rank, precision, set_optimizer, targets, truthy
 from tuneplan.configs.rl import read_trl_rl
 
-HF_BATCH_DEFAULT = 8
-"""transformers TrainingArguments.per_device_train_batch_size default (samples per GPU)."""
-HF_EPOCHS_DEFAULT = 3.0
-"""transformers TrainingArguments.num_train_epochs default."""
-AXOLOTL_SEQ_DEFAULT = 512
-"""axolotl `sequence_len` default (tokens), utils/schemas/config.py."""
-LLAMAFACTORY_CUTOFF_DEFAULT = 2048
-"""LLaMA-Factory `cutoff_len` default (tokens), hparams/data_args.py."""
-LLAMAFACTORY_RANK_DEFAULT = 8
-"""LLaMA-Factory `lora_rank` default, hparams/finetuning_args.py."""
+HF_BATCH_DEFAULT = 8  # transformers TrainingArguments.per_device_train_batch_size default (samples per GPU).
+HF_EPOCHS_DEFAULT = 3.0  # transformers TrainingArguments.num_train_epochs default.
+AXOLOTL_SEQ_DEFAULT = 512  # axolotl `sequence_len` default (tokens), utils/schemas/config.py.
+LLAMAFACTORY_CUTOFF_DEFAULT = 2048  # LLaMA-Factory `cutoff_len` default (tokens), hparams/data_args.py.
+LLAMAFACTORY_RANK_DEFAULT = 8  # LLaMA-Factory `lora_rank` default, hparams/finetuning_args.py.
 LLAMAFACTORY_GALORE_RANK_DEFAULT = 16
 """LLaMA-Factory `galore_rank` default, hparams/finetuning_args.py (0.9.5)."""
-TRL_MAX_LENGTH_DEFAULT = 1024
-"""TRL SFTConfig `max_length` default (tokens), trl/trainer/sft_config.py."""
-TRL_LORA_R_DEFAULT = 16
-"""TRL ModelConfig `lora_r` default, trl/trainer/model_config.py."""
-PEFT_LORA_R_DEFAULT = 8
-"""peft LoraConfig `r` default (axolotl passes lora_r through to it)."""
+TRL_MAX_LENGTH_DEFAULT = 1024  # TRL SFTConfig `max_length` default (tokens), trl/trainer/sft_config.py.
+TRL_LORA_R_DEFAULT = 16  # TRL ModelConfig `lora_r` default, trl/trainer/model_config.py.
+PEFT_LORA_R_DEFAULT = 8  # peft LoraConfig `r` default (axolotl passes lora_r through to it).
 PEFT_DEFAULT_TARGETS = ("q", "v")
 """peft's default LoRA targets for Llama-like models (q_proj, v_proj) when none are named."""
 NO_EFFECT_KEYS = (

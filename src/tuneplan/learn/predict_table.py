@@ -15,6 +15,10 @@ PRED_COLUMNS = ("pred_tokens_per_s", "pred_samples_per_s", "pred_step_time_s", "
                 "pred_estimator", "error")
 """`pred_peak_mem_gib` is the peak in the row's own terms (`memory_for_kind` of its `mem_kind`: torch's
 allocated, its reserved, else nvidia-smi's); the allocated and reserved peaks stand beside it."""
+PRED_FROM = {"pred_tokens_per_s": "tokens_per_s", "pred_samples_per_s": "samples_per_s", "pred_step_time_s": "step_s",
+             "pred_peak_mem_allocated_gib": "allocated_gib", "pred_peak_mem_reserved_gib": "reserved_gib",
+             "pred_fits": "fits", "pred_max_micro_batch": "max_micro_batch"}
+"""The `pred_*` columns set from `predict_configs`' arrays of the same name."""
 
 
 def predict_configs(configs: list[RowConfig], estimator, with_max_batch: bool = True) -> dict[str, np.ndarray]:
@@ -69,30 +73,15 @@ def predict_frame(df: pd.DataFrame, estimator, with_max_batch: bool = True, inte
         pred = _predict_distinct(fc, rows, estimator, with_max_batch)
         kinds = [fc.mem_kinds[j] for j in fc.group[rows].tolist()]
         idx = out.index[ok]
-        out.loc[idx, "pred_tokens_per_s"] = pred["tokens_per_s"]
-        out.loc[idx, "pred_samples_per_s"] = pred["samples_per_s"]
-        out.loc[idx, "pred_step_time_s"] = pred["step_s"]
+        for col, key in PRED_FROM.items():
+            if key in pred:
+                out.loc[idx, col] = pred[key]
         out.loc[idx, "pred_peak_mem_gib"] = memory_for_kind(pred, kinds)
-        out.loc[idx, "pred_peak_mem_allocated_gib"] = pred["allocated_gib"]
-        out.loc[idx, "pred_peak_mem_reserved_gib"] = pred["reserved_gib"]
-        out.loc[idx, "pred_fits"] = pred["fits"]
-        if "max_micro_batch" in pred:
-            out.loc[idx, "pred_max_micro_batch"] = pred["max_micro_batch"]
         used = [fc.defaults_used[i] for i in ok]
-        _set_new_column(out, idx, "pred_defaults_used", used)
+        out.loc[idx, "pred_defaults_used"] = used
         if interval:
             add_interval_columns(out, estimator.name, interval, calibration, (idx, fc.group[rows], fc.configs, used, pred))
     return out
-
-
-def _set_new_column(out: pd.DataFrame, idx: pd.Index, col: str, values: list) -> None:
-    """`out.loc[idx, col] = values`: a column not yet in `out` built at once from the values aligned on
-    the index (the same column: dtype, values, missing rows), not filled and then set row by row
-    (~0.15 s for 175,000 texts under pandas 3's string dtype)."""
-    if col in out.columns or not out.index.is_unique:
-        out.loc[idx, col] = values
-        return
-    out[col] = pd.Series(values, index=idx)
 
 
 def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> dict[str, np.ndarray]:
@@ -104,7 +93,7 @@ def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> 
     groups = np.unique(fc.group[rows])
     built = (groups, group_arrays(fc, groups, estimator.constants))  # each group's arrays, built once
     shape = np.stack([fc.group[rows], fc.micro_batch[rows], fc.grad_accum[rows]], axis=1)
-    first, inverse = distinct_rows(shape)
+    first, inverse = _distinct(shape)
     if _distinct_pays(estimator, len(first), len(rows)):
         a = frame_arrays(fc, rows[first], estimator.constants, built)
         pred = predict_configs_arrays(a, estimator, False, represents=len(rows))
@@ -113,35 +102,11 @@ def _predict_distinct(fc, rows: np.ndarray, estimator, with_max_batch: bool) -> 
         out = predict_configs_arrays(frame_arrays(fc, rows, estimator.constants, built), estimator, False)
     if with_max_batch and estimator.memory_model is not None:
         # the search sets the micro-batch itself: once per distinct configuration but its micro-batch
-        first, inverse = distinct_rows(shape[:, [0, 2]])
+        first, inverse = _distinct(shape[:, [0, 2]])
         a = frame_arrays(fc, rows[first], estimator.constants, built)
-        out["max_micro_batch"] = np.asarray(_search(estimator.memory_model, a, len(rows)), dtype=int)[inverse]
+        out["max_micro_batch"] = np.asarray(estimator.memory_model.max_micro_batch(a, represents=len(rows)),
+                                           dtype=int)[inverse]
     return out
-
-
-def distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(table, axis=0, return_index=True, return_inverse=True)[1:]` (inverse flattened) for a
-    table of non-negative integers, through one integer per row (its cells as the digits of a number):
-    the rows in the same (lexicographic) order, a sort of integers instead of one of records."""
-    table = np.asarray(table, dtype=np.int64)
-    radix = [int(c.max(initial=0)) + 1 for c in table.T]
-    if len(table) and int(table.min()) >= 0 and float(np.prod(radix, dtype=float)) < 2.0 ** 62:
-        key = np.zeros(len(table), dtype=np.int64)
-        for c, r in zip(table.T, radix, strict=True):
-            key = key * r + c
-        first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
-    else:
-        first, inverse = np.unique(table, axis=0, return_index=True, return_inverse=True)[1:]
-    return first, np.asarray(inverse).ravel()
-
-
-def _search(model, a: dict[str, np.ndarray], rows: int) -> np.ndarray:
-    """The largest micro-batch of each distinct configuration, searched as over all `rows` rows."""
-    import inspect
-
-    if "represents" in inspect.signature(model.max_micro_batch).parameters:
-        return model.max_micro_batch(a, represents=rows)
-    return model.max_micro_batch(a)
 
 
 def _distinct_pays(estimator, distinct: int, rows: int) -> bool:
@@ -151,3 +116,9 @@ def _distinct_pays(estimator, distinct: int, rows: int) -> bool:
     import inspect
 
     return distinct < rows and "represents" in inspect.signature(estimator.predict_arrays).parameters
+
+
+def _distinct(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct row of `table` and each row's distinct one (`np.unique` along rows)."""
+    first, inverse = np.unique(table, axis=0, return_index=True, return_inverse=True)[1:]
+    return first, np.asarray(inverse).ravel()

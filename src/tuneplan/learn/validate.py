@@ -325,8 +325,7 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     return out
 
 
-RELIABILITY_BINS = 10
-"""Equal-width bins of the fit probability in the reliability table."""
+RELIABILITY_BINS = 10  # Equal-width bins of the fit probability in the reliability table.
 
 
 def reliability(hits: list[dict]) -> list[dict]:
