@@ -16,8 +16,7 @@ LAYER_NAMES = ("model.layers.{i}.", "model.layers.{i}.block_sparse_moe.experts",
 
 
 def _unfrozen_layers(out: ConfigRead) -> None:
-    pats = out.value("unfrozen")
-    if not pats:
+    if not (pats := out.value("unfrozen")):
         return
     v = next(x for x in out.values if x.field == "unfrozen")
     out.values.remove(v)
@@ -58,8 +57,7 @@ def _unfrozen_layers(out: ConfigRead) -> None:
 
 
 def _global_batch(out: ConfigRead) -> None:
-    gb = out.value("global_batch")
-    if not gb:
+    if not (gb := out.value("global_batch")):
         return
     v = next(x for x in out.values if x.field == "global_batch")
     mb, ga = out.value("micro_batch", 1), out.value("grad_accum", 1)

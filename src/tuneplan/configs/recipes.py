@@ -39,8 +39,7 @@ def _launch_line(text: str) -> tuple[int | None, int | None, str | None]:
     for line in text.splitlines():
         if not line.lstrip().startswith("#"):
             continue
-        m = TORCHTUNE_LAUNCH.search(line)
-        if m:
+        if m := TORCHTUNE_LAUNCH.search(line):
             nodes = m.group(1) or m.group(3)
             return (int(m.group(2)) if m.group(2) else None, int(nodes) if nodes else None, m.group(4))
     return None, None, None
@@ -89,8 +88,7 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
              "gradient_accumulation_steps not set: torchtune recipes' default 1")
     out.take("epochs", doc.num("epochs"), f, "epochs")
     out.take("max_steps", doc.steps("max_steps_per_epoch"), f, "max_steps_per_epoch", note="optimizer steps per epoch")
-    pr = precision(doc.get("dtype"))
-    if pr:
+    if pr := precision(doc.get("dtype")):
         out.set("precision", pr, f, "dtype", "weights and compute in it (no fp32 master copy)")
         out.set("master_weights", "none", f, "dtype", "torchtune trains the low-precision weights in place")
     else:
@@ -117,8 +115,7 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
     if not out.value("packing"):
         out.assume("padding", "longest", f, "unpacked batches padded to their longest sample "
                                              "(torchtune's padded_collate_sft)")
-    opt = doc.get("optimizer._component_")
-    if opt:
+    if opt := doc.get("optimizer._component_"):
         set_optimizer(out, f, "optimizer._component_", opt, fused=doc.get("optimizer.fused"))
     if truthy(doc.get("optimizer_in_bwd", False)):
         out.notes.append(f"{f}: optimizer_in_bwd: gradients freed as the optimizer steps in backward, not modelled")

@@ -143,8 +143,7 @@ def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
     f = doc.path
     _model(doc, out, "base_model", "base_model_config")
     _axolotl_method(doc, out)
-    rl = doc.get("rl")
-    if rl:
+    if rl := doc.get("rl"):
         if str(rl).lower() in AXOLOTL_RL:
             out.set("stage", AXOLOTL_RL[str(rl).lower()], f, "rl")
             _rl_keys(doc, out, "trl.")
@@ -183,8 +182,7 @@ def _lora_rank_alpha(doc: Doc, out: ConfigRead, rank_key: str, default: int, why
 
 def _target_modules(doc: Doc, out: ConfigRead, f: str) -> None:
     """`lora_target_modules` (axolotl, TRL): the modules tuneplan models set, the others said ignored."""
-    tm = doc.strs("lora_target_modules")
-    if tm:
+    if tm := doc.strs("lora_target_modules"):
         t, unknown = targets(tm)
         if t:
             out.set("lora_targets", t, f, "lora_target_modules")
@@ -211,16 +209,14 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             out.set("lora_targets", ("all-linear",), f, "lora_target_linear")
         _target_modules(doc, out, f)
         out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "no lora_target_modules: peft's default q_proj, v_proj")
-        mts = doc.strs("lora_modules_to_save")
-        if mts:
+        if mts := doc.strs("lora_modules_to_save"):
             out.set("modules_to_save", tuple(str(x) for x in mts), f, "lora_modules_to_save",
                     "trained in full; their weights, gradients and optimizer state are not counted")
     elif adapter:
         out.ignore(f, "adapter", f"adapter '{adapter}' is not modelled: estimated as LoRA")
         out.set("method", "lora", f, "adapter")
     else:
-        unfrozen = doc.strs("unfrozen_parameters", split=False)
-        if unfrozen:
+        if unfrozen := doc.strs("unfrozen_parameters", split=False):
             out.set("method", "freeze", f, "unfrozen_parameters")
             out.set("unfrozen", tuple(str(x) for x in unfrozen), f, "unfrozen_parameters")
         else:
@@ -257,8 +253,7 @@ def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
     else:
         out.assume("grad_ckpt", False, f, "gradient_checkpointing not set: axolotl default off")
     doc.touch("gradient_checkpointing_kwargs")
-    ao = doc.get("activation_offloading")
-    if ao:
+    if ao := doc.get("activation_offloading"):
         out.set("activation_offload", str(ao), f, "activation_offloading", "not modelled: activations counted on the GPU")
     out.take("epochs", doc.num("num_epochs"), f, "num_epochs", 1.0, "num_epochs not set: axolotl default")
     out.take("max_steps", doc.steps("max_steps"), f, "max_steps")

@@ -12,13 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tuneplan.errors import (
-    RUNS_SUFFIXES,
-    DataFileError,
-    InputError,
-    TuneplanError,
-    check_output_path,
-)
+from tuneplan.errors import RUNS_SUFFIXES, DataFileError, InputError, TuneplanError, check_output_path
 from tuneplan.runs.defaults import Defaults, load_defaults
 from tuneplan.runs.normalise import (
     DUPLICATE_NOTE,
@@ -128,12 +122,9 @@ def _parquet_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]
 class _Reader:
     def __init__(self, strict: bool, resolve: bool, defaults: Defaults, strict_names: bool = False,
                  keep_unresolved: bool = False) -> None:
-        self.strict = strict
+        self.strict, self.resolve, self.defaults, self.strict_names = strict, resolve, defaults, strict_names
         self.keep_unresolved = keep_unresolved and resolve
         self.unresolved: list[dict[str, Any]] = []
-        self.strict_names = strict_names
-        self.resolve = resolve
-        self.defaults = defaults
         self.problems: list[Problem] = []
         self.rows: list[dict[str, Any]] = []
         self.extra_columns: list[str] = []
@@ -164,8 +155,7 @@ class _Reader:
         if not header:
             self.report(name, None, "empty file (no header); file skipped")
             return
-        bad = cell_problem(header)
-        if bad:
+        if bad := cell_problem(header):
             self.report(name, 1, f"header: {bad.removesuffix('; row skipped')}; file skipped")
             return
         if delimiter == ";":
@@ -181,16 +171,14 @@ class _Reader:
         if schema == "llmftbench":
             mapped |= {LLMFTBENCH_RENAMES[h] for h in header if h in LLMFTBENCH_RENAMES}
             mapped |= {_LLMFT_SPECIAL_TARGETS[h] for h in header if h in _LLMFT_SPECIAL_TARGETS}
-        missing = missing_required(mapped)
-        if missing:
+        if missing := missing_required(mapped):
             self.report(name, 1, f"missing required column(s): {'; '.join(missing)}; file skipped")
             return
         recs = []
         for line, cells in records:
             if not any(c.strip() for c in cells):
                 continue  # a blank line
-            problem = cell_problem(cells)
-            if problem:
+            if problem := cell_problem(cells):
                 self.report(name, line, problem)
                 continue
             recs.append((line, cells))
@@ -224,17 +212,11 @@ class _Reader:
                  unit: str) -> dict[str, Any] | None:
         name = str(path)
         original = raw
-        records: list[str] = []
-        errors: list[str] = []
-        if schema == "llmftbench":
-            raw, recs, errs = map_llmftbench(raw)
-            records += recs
-            errors += errs
+        raw, records, errors = map_llmftbench(raw) if schema == "llmftbench" else (raw, [], [])
         source = raw.get("source", "").strip() or path.stem
         raw["source"] = source
         v, errs = parse_numbers(raw, LLMFT_NUMERIC if schema == "llmftbench" else ())
-        errors += errs
-        errors += check_values(v)
+        errors += errs + check_values(v)
         if errors:
             for e in errors[:-1]:
                 self.report(name, line, e)
@@ -390,24 +372,18 @@ def _lookup(cache: dict, key: tuple, resolve: Any) -> Any:
 def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, resolve: bool = True,
               defaults: Defaults | str | Path | None = None, strict_names: bool = False,
               keep_unresolved: bool = False) -> RunTable:
-    """Read runs files into one `RunTable`.
-
-    Each file is CSV (or Parquet, with pyarrow) in the reference schema or the LLMFineTuningBench
-    schema (detected by its header); a folder stands for the runs files in it. Problems (missing
-    columns, non-numeric cells, throughput <= 0, duplicate ids or rows, names the catalogs cannot
-    resolve) are reported one per line with file and line and the row (or file) is skipped; `strict=True` raises `DataFileError` at the first.
-    `resolve=False` skips catalog look-ups (model_resolved / gpu_resolved stay '').
-    `defaults`: a parsed `Defaults` or a YAML path; the shipped source_defaults.yaml when None.
-    A GPU family name (A100-80GB) is read as the catalog's default variant, recorded in `defaults_used`;
-    `strict_names=True` refuses it instead (the row is reported and skipped).
-    `keep_unresolved=True` also keeps, in `RunTable.unresolved`, the rows set aside only because a
-    name did not resolve, as `resolve=False` would read them (one reading instead of two).
+    """Read runs files (CSV or Parquet, reference or LLMFineTuningBench schema; a folder: its runs files) into
+    one `RunTable`. Each problem (missing columns, bad cells, duplicate ids or rows, names the catalogs cannot
+    resolve) is reported with file and line and its row or file skipped; `strict` raises `DataFileError` at
+    the first. `resolve=False` skips catalog look-ups; `defaults`: a `Defaults` or a YAML path (None: the
+    shipped source_defaults.yaml). A GPU family name reads as the catalog's default variant (recorded in
+    `defaults_used`) unless `strict_names`. `keep_unresolved` also keeps, in `RunTable.unresolved`, the rows
+    set aside only because a name did not resolve, as `resolve=False` reads them.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     defs = defaults if isinstance(defaults, Defaults) else load_defaults(defaults)
-    reader = _Reader(strict=strict, resolve=resolve, defaults=defs, strict_names=strict_names,
-                     keep_unresolved=keep_unresolved)
+    reader = _Reader(strict, resolve, defs, strict_names, keep_unresolved)
     for f in (f for p in map(Path, paths) for f in (reference_run_files(p) if p.is_dir() else [p])):
         reader.read_file(f)
     return reader.table()
@@ -430,8 +406,7 @@ def reference_runs_dir() -> Path:
     `shared/reference/runs` next to an ancestor of this package's source tree or of the current
     working directory (CI clones the repository next to `shared/`).
     """
-    env = os.environ.get(REFERENCE_DIR_ENV)
-    if env:
+    if env := os.environ.get(REFERENCE_DIR_ENV):
         found = _runs_in(Path(env).expanduser())
         if found is None:
             raise TuneplanError(f"{REFERENCE_DIR_ENV}={env}: no runs CSV files there or in its runs/ folder")

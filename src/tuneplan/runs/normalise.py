@@ -191,12 +191,10 @@ def map_llmftbench(raw: dict[str, str]) -> tuple[dict[str, str], list[str], list
     if not row.get("grad_ckpt", "").strip():  # the actuator's default, as source_defaults.yaml's llmftbench
         row["grad_ckpt"] = "1"
         records.append("grad_ckpt=1(ado sfttrainer actuator default: gradient_checkpointing True)")
-    targets = row.get("lora_targets", "")
-    if targets:
+    if targets := row.get("lora_targets", ""):
         parts = [t.strip().strip("'\"") for t in re.split(r"[,\s\[\]]+", targets) if t.strip().strip("'\"")]
         row["lora_targets"] = ",".join(p.removesuffix("_proj") for p in parts)
-    method = row.get("method", "").strip().lower()
-    if method:
+    if method := row.get("method", "").strip().lower():
         row["method"] = method
     if "/" in row.get("model", "") and not row.get("model_hf_id", "").strip():
         row["model_hf_id"] = row["model"]
@@ -387,16 +385,14 @@ def parallel_degrees(sharding: str) -> dict[str, int]:
     """tp/pp/cp/sp degrees from a sharding string like 'ddp+tp4+pp8+cp2' (missing ones are 1)."""
     out = {"tp": 1, "pp": 1, "cp": 1, "sp": 1, "ep": 1}
     for tok in str(sharding or "").lower().split("+"):
-        m = _DEGREE.match(tok.strip())
-        if m:
+        if m := _DEGREE.match(tok.strip()):
             out[m.group(1)] = int(m.group(2))
     return out
 
 
 def data_parallel(v: dict[str, Any]) -> float | None:
     """Data-parallel degree: gpus / (tp x pp x cp x sp); None when not a whole number."""
-    gpus = v.get("gpus")
-    if not gpus:
+    if not (gpus := v.get("gpus")):
         return None
     d = parallel_degrees(str(v.get("sharding") or ""))
     model_parallel = d["tp"] * d["pp"] * d["cp"] * d["sp"]
@@ -444,8 +440,7 @@ def derive(st: RowState) -> None:
                                     f"{fmt(old)} s x {round(accum)} iterations per step)")
 
     for _ in range(3):
-        gpus = v.get("gpus")
-        if gpus:
+        if gpus := v.get("gpus"):
             if v.get("tokens_per_s") is None and v.get("tokens_per_s_per_gpu"):
                 st.fill("tokens_per_s", v["tokens_per_s_per_gpu"] * gpus, "derived tokens_per_s_per_gpu*gpus")
             if v.get("tokens_per_s_per_gpu") is None and v.get("tokens_per_s"):
@@ -456,8 +451,7 @@ def derive(st: RowState) -> None:
                 st.fill("tokens_per_s", v["samples_per_s"] * tps, f"derived samples_per_s*{tps_name}")
             if v.get("samples_per_s") is None and v.get("tokens_per_s"):
                 st.fill("samples_per_s", v["tokens_per_s"] / tps, f"derived tokens_per_s/{tps_name}")
-        gbs = v.get("global_batch_size")
-        if gbs:
+        if gbs := v.get("global_batch_size"):
             if v.get("step_time_s") is None and v.get("samples_per_s"):
                 st.fill("step_time_s", gbs / v["samples_per_s"], "derived global_batch_size/samples_per_s")
             if v.get("samples_per_s") is None and v.get("step_time_s"):
@@ -470,8 +464,7 @@ def fill_from_catalog(st: RowState, model_spec: Any) -> None:
     """params_b (and active_params_b for MoE) from the catalog model when the row has neither."""
     if model_spec is None or not st.empty("params_b"):
         return
-    total = getattr(model_spec, "params_total", None)
-    if not total:
+    if not (total := getattr(model_spec, "params_total", None)):
         return
     st.fill("params_b", round(total / 1e9, 4), "catalog")
     active = getattr(model_spec, "params_active", None)
