@@ -90,8 +90,6 @@ def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], st
 
 def cell_problem(cells: list[str]) -> str | None:
     """Why a record's cells cannot be a run: bytes that are not UTF-8, or a cell over MAX_CELL_CHARS."""
-    if max(map(len, cells), default=0) <= MAX_CELL_CHARS and not _NOT_UTF8.search("".join(cells)):
-        return None  # the common case in one pass; the loop below names the first bad cell
     for c in cells:
         if len(c) > MAX_CELL_CHARS:
             return f"a cell of {len(c):,} characters (at most {MAX_CELL_CHARS:,}); row skipped"
@@ -129,8 +127,7 @@ class _Reader:
         self.rows: list[dict[str, Any]] = []
         self.extra_columns: list[str] = []
         self.seen_ids: dict[str, str] = {}
-        self.seen_rows: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}  # by `row_key`
-        self.key_names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.seen_rows: dict[tuple[tuple[str, str], ...], str] = {}  # by `row_key`
         self.model_cache: dict[tuple[str, str], Any] = {}
         self.gpu_cache: dict[tuple[str, str], Any] = {}
 
@@ -247,13 +244,11 @@ class _Reader:
                 self.unresolved.append(self.normalise(*before, source, schema, unit, name, line, False))
             raise
 
-    def row_key(self, cells: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """A row's exact-duplicate key: the names of its non-empty cells but the id, sorted, and their
-        values (equal for rows of any files whose non-empty cells are equal; the names' tuple is
-        shared by the rows with the same cells empty, a file's rows keep ~0.3 KB each)."""
-        items = sorted((k, c) for k, c in cells.items() if k != "id" and c)
-        names = tuple(k for k, _ in items)
-        return self.key_names.setdefault(names, names), tuple(c for _, c in items)
+    @staticmethod
+    def row_key(cells: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        """A row's exact-duplicate key: its non-empty cells but the id, sorted by name (equal for rows of
+        any files whose non-empty cells are equal)."""
+        return tuple(sorted((k, c) for k, c in cells.items() if k != "id" and c))
 
     def normalise(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str, name: str,
                   line: int, resolve: bool) -> dict[str, Any]:

@@ -345,10 +345,7 @@ class RowState:
 
 
 def _ctx(st: RowState, model_type: str) -> dict[str, Any]:
-    ctx = dict(st.v)
-    ctx["model_type"] = model_type
-    ctx["source"] = st.source
-    return ctx
+    return {**st.v, "model_type": model_type, "source": st.source}
 
 
 def apply_flags(st: RowState, rules: SourceRules, model_type: str) -> None:
