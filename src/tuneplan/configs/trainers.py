@@ -50,22 +50,20 @@ NO_EFFECT_LEAVES = ("lr", "weight_decay", "betas", "eps", "fused", "foreach", "n
                     "clip_grad_norm", "metric_logger", "profiler", "low_cpu_ram", "shuffle")
 
 
-def _why_ignored(key: str) -> str:
-    top, leaf = key.split(".")[0], key.rsplit(".", 1)[-1]
-    if top in DATA_KEYS:
-        return "names the data, not its size (pass --examples or --tokens)"
-    if top in EVAL_KEYS:
-        return "evaluation settings: not estimated (pass --eval-every / --eval-examples)"
-    if top in SAVE_KEYS:
-        return "checkpoint settings: saves estimated from --save-every"
-    if top in NO_EFFECT_KEYS or leaf in NO_EFFECT_LEAVES or top in NO_EFFECT_LEAVES:
-        return NO_EFFECT
-    return "not read by tuneplan"
-
-
 def _common_ignored(doc: Doc, out: ConfigRead) -> None:
+    """Every key the reader did not read, listed as ignored with why."""
     for k in doc.unread():
-        out.ignore(doc.path, k, _why_ignored(k))
+        top, leaf = k.split(".")[0], k.rsplit(".", 1)[-1]
+        if top in DATA_KEYS:
+            why = "names the data, not its size (pass --examples or --tokens)"
+        elif top in EVAL_KEYS:
+            why = "evaluation settings: not estimated (pass --eval-every / --eval-examples)"
+        elif top in SAVE_KEYS:
+            why = "checkpoint settings: saves estimated from --save-every"
+        else:
+            no_effect = top in NO_EFFECT_KEYS or leaf in NO_EFFECT_LEAVES or top in NO_EFFECT_LEAVES
+            why = NO_EFFECT if no_effect else "not read by tuneplan"
+        out.ignore(doc.path, k, why)
 
 
 def _attention_impl(doc: Doc, out: ConfigRead, key: str) -> bool:
@@ -246,12 +244,9 @@ def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
         else:
             out.assume("padding", "longest", f, "unpacked batches padded to their longest sample (axolotl's collator)")
     gc = doc.get("gradient_checkpointing")
-    if gc is not None:
-        out.set("grad_ckpt", bool(gc) if not isinstance(gc, str) else True, f, "gradient_checkpointing",
-                f"'{gc}': activations offloaded to CPU, not modelled (checkpointing counted)" if isinstance(gc, str)
-                else "")
-    else:
-        out.assume("grad_ckpt", False, f, "gradient_checkpointing not set: axolotl default off")
+    out.take("grad_ckpt", None if gc is None else isinstance(gc, str) or bool(gc), f, "gradient_checkpointing", False,
+             "gradient_checkpointing not set: axolotl default off",
+             f"'{gc}': activations offloaded to CPU, not modelled (checkpointing counted)" if isinstance(gc, str) else "")
     doc.touch("gradient_checkpointing_kwargs")
     if ao := doc.get("activation_offloading"):
         out.set("activation_offload", str(ao), f, "activation_offloading", "not modelled: activations counted on the GPU")
@@ -261,29 +256,22 @@ def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
 
 def _axolotl_precision(doc: Doc, out: ConfigRead) -> None:
     f = doc.path
-    for key, pr in (("bfloat16", "bf16"), ("float16", "fp16"), ("fp8", "fp8")):
-        if truthy(doc.get(key, False)):
+    for key, pr in (("bfloat16", "bf16"), ("float16", "fp16"), ("fp8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"),
+                    ("float32", "fp32")):  # the first one set wins
+        v = doc.get(key)
+        if key == "bf16" and str(v).lower() == "auto":
+            out.set("precision", "bf16", f, "bf16", "'auto': bf16 on GPUs that have it (Ampere and newer)")
+        elif v is not None and truthy(v):
             out.set("precision", pr, f, key, "no mixed precision" if key in ("bfloat16", "float16") else "")
-    bf = doc.get("bf16")
-    if bf is not None and str(bf).lower() == "auto":
-        out.set("precision", "bf16", f, "bf16", "'auto': bf16 on GPUs that have it (Ampere and newer)")
-    elif bf is not None and truthy(bf):
-        out.set("precision", "bf16", f, "bf16")
-    if truthy(doc.get("fp16", False)):
-        out.set("precision", "fp16", f, "fp16")
-    if truthy(doc.get("float32", False)):
-        out.set("precision", "fp32", f, "float32")
     out.assume("precision", "bf16", f, "bf16 not set: axolotl default 'auto' (bf16 where supported)")
 
 
 def _axolotl_attention(doc: Doc, out: ConfigRead) -> None:
     f = doc.path
     _attention_impl(doc, out, "attn_implementation")
-    for key in ("flash_attention", "sdp_attention", "xformers_attention", "flex_attention"):
+    for key in ("flash_attention", "sdp_attention", "xformers_attention", "flex_attention", "eager_attention"):
         if truthy(doc.get(key, False)):
-            out.set("flash_attn", True, f, key)
-    if truthy(doc.get("eager_attention", False)):
-        out.set("flash_attn", False, f, "eager_attention")
+            out.set("flash_attn", key != "eager_attention", f, key)
     out.assume("flash_attn", True, f, "no attention setting: transformers' default SDPA (memory-efficient)")
 
 

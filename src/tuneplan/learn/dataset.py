@@ -204,22 +204,17 @@ def _row_method(row: dict, used: _Defaults) -> str:
 
 def _mapped(row: dict, column: str, table: dict[str, str]) -> str | None:
     """The row's cell read through `table` (None when empty; InputError naming the column when not in it)."""
-    raw = _get(row, column)
-    if raw is None:
-        return None
-    if str(raw).lower() not in table:
+    if (raw := _get(row, column)) is not None and str(raw).lower() not in table:
         raise InputError(column, f"'{raw}' not modelled", sorted(table))
-    return table[str(raw).lower()]
+    return None if raw is None else table[str(raw).lower()]
 
 
 def _choice(row: dict, column: str, allowed: tuple[str, ...], default: str, what: str = "value") -> str:
     """The row's cell in lower case, one of `allowed` (InputError naming the column otherwise); `default`
     when empty."""
-    given = _get(row, column)
-    if given is None:
+    if (given := _get(row, column)) is None:
         return default
-    v = str(given).strip().lower()
-    if v not in allowed:
+    if (v := str(given).strip().lower()) not in allowed:
         raise InputError(column, f"unknown {what} '{v}'", allowed)
     return v
 
@@ -230,11 +225,7 @@ def _row_precision_quant(row: dict, method: str, used: _Defaults) -> tuple[str, 
     if str(_get(row, "precision")).lower() == "fp4":
         used.append("precision=nvfp4 (fp4 taken as NVIDIA's NVFP4 recipe)")
     quant = _mapped(row, "quant", QUANT_MAP)
-    if method == "full":
-        quant = None
-    if method == "lora":
-        method = LORA_OVER_QUANT.get(quant, method)
-    return precision, quant, method
+    return precision, None if method == "full" else quant, LORA_OVER_QUANT.get(quant, method) if method == "lora" else method
 
 
 def _row_gpus(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, int]:
