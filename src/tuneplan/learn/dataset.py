@@ -250,10 +250,9 @@ Megatron-Bridge / NeMo performance recipes with pp > 1 run micro-batch 1 (their 
 
 
 def batch_shape(dp: int, mb: Any, ga: Any, gb: Any, used: _Defaults, pp: int = 1) -> tuple[Any, Any]:
-    """(micro-batch, grad accumulation) from the row's cells (None when empty); a global batch fills
-    the missing one. A pipeline
-    (pp > 1) never takes the whole local batch as one micro-batch (a bubble of most of the step): with
-    only a global batch, its micro-batch is PIPELINE_MICRO_BATCH and the accumulation the rest."""
+    """(micro-batch, grad accumulation) from the row's cells (None when empty); a global batch fills the
+    missing one. A pipeline (pp > 1) never takes the whole local batch as one micro-batch (a bubble of most
+    of the step): with only a global batch, its micro-batch is PIPELINE_MICRO_BATCH, the accumulation the rest."""
     if mb is None and gb is not None and ga is None and pp > 1:
         mb = PIPELINE_MICRO_BATCH
         used.append(f"micro_batch_size={mb} (pipeline parallel: Megatron recipes' micro-batch with pp > 1)")
@@ -297,14 +296,6 @@ def _row_peft_version(row: dict) -> str | None:
 VIRTUAL_STAGES_NOTE = re.compile(r"\bVP=(\d+)\b")
 """How a row's notes state an interleaved pipeline's virtual stages per rank (Megatron-Bridge's and
 NeMo's performance tables: `VP=4`; `VP=n/a` for none)."""
-
-
-def _row_virtual_stages(row: dict, shard: dict[str, Any]) -> int:
-    """Virtual pipeline stages per rank the notes state for a pipelined row (1: plain 1F1B)."""
-    if shard.get("pp", 1) <= 1:  # read the notes only where they can matter
-        return 1
-    m = VIRTUAL_STAGES_NOTE.search(str(_get(row, "notes") or ""))
-    return int(m.group(1)) if m and int(m.group(1)) > 1 else 1
 
 
 RECOMPUTE_NOTE = re.compile(r"\brecompute_granularity (selective|full)\b")
@@ -439,8 +430,8 @@ def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
     if rank is not None and optimizer == "galore-adamw":
         kw["galore_rank"] = _positive_int(rank, "galore_rank")
     kw.update(_row_adapter_fields(row, method, model, used))
-    vpp = _row_virtual_stages(row, shard)
-    if vpp > 1:
+    vp = VIRTUAL_STAGES_NOTE.search(str(_get(row, "notes") or "")) if shard.get("pp", 1) > 1 else None
+    if vp and (vpp := int(vp.group(1))) > 1:  # a pipelined row's virtual stages per rank (else plain 1F1B)
         kw["vpp"] = vpp
         used.append(f"vpp={vpp} (the notes' VP={vpp}: interleaved pipeline, virtual stages per rank)")
     shape = _Defaults()

@@ -65,12 +65,9 @@ _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
-    """Header, (first physical line, cells) of each record, and the delimiter of a CSV file.
-
-    Python's csv module reads the records (quoted multi-line cells included) and counts the lines.
-    Bytes that are not UTF-8 are kept as surrogates and reported on their row (`cell_problem`). A
-    semicolon-separated file (a spreadsheet's export where the comma is the decimal point) is read
-    with ';'."""
+    """Header, (first physical line, cells) of each record, and the delimiter of a CSV file (';' for a
+    spreadsheet's export where the comma is the decimal point). Bytes that are not UTF-8 are kept as
+    surrogates and reported on their row (`cell_problem`)."""
     csv.field_size_limit(2**31 - 1)  # a longer cell is reported on its row (MAX_CELL_CHARS), not fatal
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         first = f.readline()
@@ -395,12 +392,9 @@ def _runs_in(d: Path) -> Path | None:
 
 
 def reference_runs_dir() -> Path:
-    """The shared reference runs folder.
-
-    `$TUNEPLAN_REFERENCE_DIR` (the runs folder, or the reference folder that holds runs/), else
-    `shared/reference/runs` next to an ancestor of this package's source tree or of the current
-    working directory (CI clones the repository next to `shared/`).
-    """
+    """The shared reference runs folder: `$TUNEPLAN_REFERENCE_DIR` (the runs folder, or the reference folder
+    that holds runs/), else `shared/reference/runs` next to an ancestor of this package's source tree or of
+    the current working directory (CI clones the repository next to `shared/`)."""
     if env := os.environ.get(REFERENCE_DIR_ENV):
         found = _runs_in(Path(env).expanduser())
         if found is None:
@@ -445,16 +439,11 @@ _ID_SUFFIX = re.compile(r"^(.*)-(\d+)$")
 
 
 def write_runs(rows_or_df: Any, path: str | Path, append: bool = True) -> int:
-    """Append rows to a runs CSV file; returns the number of rows written.
-
-    A new file gets the reference header plus any extra columns of the rows. An existing file keeps
-    its header: rows may leave columns empty but may not bring columns it lacks. Existing rows are
-    never rewritten; an id already in the file is refused; a row without an id gets
-    `<source>-<n>` after the largest n in the file. `append=False` refuses an existing file. The
-    columns `read_runs` adds (file, line, model_resolved, ...) are not written. The file is read and
-    appended to under one exclusive lock, so concurrent writers (two training runs' callbacks) never
-    give two rows the same id nor interleave their lines.
-    """
+    """Append rows to a runs CSV file (`append=False`: refuse an existing one); returns the rows written.
+    A new file gets the reference header plus the rows' extra columns; an existing one keeps its header
+    and its rows, refuses a column it lacks and an id it has, and gives a row without an id `<source>-<n>`
+    after the largest n. The columns `read_runs` adds are not written. One exclusive lock covers the read
+    and the append, so concurrent writers (two runs' callbacks) never share an id nor interleave lines."""
     p = Path(path)
     records = [{k: v for k, v in r.items() if k not in ADDED_COLUMNS} for r in _as_records(rows_or_df)]
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -163,11 +163,8 @@ LLMFT_NUMERIC = ("batch_size", "train_steps_per_second", "gpu_memory_utilization
 
 
 def map_llmftbench(raw: dict[str, str]) -> tuple[dict[str, str], list[str], list[str]]:
-    """Rename LLMFineTuningBench columns onto reference names; convert dtype/booleans/is_valid text.
-
-    Returns (row, records, errors). Numeric conversions that need numbers (batch_size, steps/s,
-    memory utilisation) happen in `finish_llmftbench` after parsing and GPU resolution.
-    """
+    """(row, records, errors): LLMFineTuningBench columns renamed onto reference names, dtype, booleans and
+    is_valid read; the conversions that need numbers happen in `finish_llmftbench`."""
     row: dict[str, str] = {}
     records: list[str] = []
     errors: list[str] = []

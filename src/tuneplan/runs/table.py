@@ -56,11 +56,8 @@ def cell_str(value: Any, float_format: str | None = None) -> str:
 
 @dataclass
 class RunTable:
-    """Rows of measured runs (`df`, one row per run kept) and the problems found while reading.
-
-    `df` has every reference column (numbers typed as float, NaN when empty; text '' when empty), the
-    columns of `tuneplan.runs.schema.ADDED_COLUMNS`, and any extra columns of the input files.
-    """
+    """Rows of measured runs (`df`: every reference column, numbers as float, NaN or '' when empty, the
+    `schema.ADDED_COLUMNS` and the files' extra columns) and the problems found while reading."""
 
     df: pd.DataFrame
     problems: list[Problem] = field(default_factory=list)
