@@ -37,9 +37,7 @@ def torchtune_models() -> dict[str, str]:
 def _launch_line(text: str) -> tuple[int | None, int | None, str | None]:
     """(GPUs per node, nodes, recipe) from a `tune run ...` line in the file's comments."""
     for line in text.splitlines():
-        if not line.lstrip().startswith("#"):
-            continue
-        if m := TORCHTUNE_LAUNCH.search(line):
+        if line.lstrip().startswith("#") and (m := TORCHTUNE_LAUNCH.search(line)):
             nodes = m.group(1) or m.group(3)
             return (int(m.group(2)) if m.group(2) else None, int(nodes) if nodes else None, m.group(4))
     return None, None, None
@@ -65,8 +63,7 @@ def read_torchtune(doc: Doc, out: ConfigRead, follow, text: str = "") -> None:
     if method != "full":
         out.take("lora_rank", doc.int("model.lora_rank"), f, "model.lora_rank")
         out.take("lora_alpha", doc.get("model.lora_alpha"), f, "model.lora_alpha", note="no effect on cost")
-        t = [TORCHTUNE_TARGETS.get(str(x)) for x in doc.get("model.lora_attn_modules") or []]
-        t = [x for x in t if x]
+        t = [TORCHTUNE_TARGETS[str(x)] for x in doc.get("model.lora_attn_modules") or [] if str(x) in TORCHTUNE_TARGETS]
         if truthy(doc.get("model.apply_lora_to_mlp", False)):
             t += ["gate", "up", "down"]
         if t:
@@ -167,9 +164,9 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
     is_lora = any(doc.has(k) for k in ("lora_r", "lora_alpha", *LITGPT_TARGET_DEFAULTS))
     q = str(doc.get("quantize") or "")
     if is_lora:
-        method = "qlora" if q.startswith("bnb.nf4") or q.startswith("bnb.fp4") else "lora"
-        out.set("method", method, f, "lora_r" if doc.has("lora_r") else "lora_*")
-        if q.startswith("bnb.nf4") or q.startswith("bnb.fp4"):
+        four_bit = q.startswith(("bnb.nf4", "bnb.fp4"))
+        out.set("method", "qlora" if four_bit else "lora", f, "lora_r" if doc.has("lora_r") else "lora_*")
+        if four_bit:
             out.set("quant", "nf4", f, "quantize")
         _lora_rank_alpha(doc, out, "lora_r", LITGPT_LORA_R_DEFAULT, "lora_r not set: litgpt default",
                          "no effect on cost")

@@ -322,8 +322,7 @@ class _Reader:
         """Rows as a typed DataFrame: every reference, setting and added column, then the extras."""
         import pandas as pd
 
-        extras = [c for c in self.extra_columns
-                  if c not in REFERENCE_COLUMNS and c not in ADDED_COLUMNS and c not in SETTING_COLUMNS]
+        extras = [c for c in self.extra_columns if c not in SETTING_COLUMNS]  # not reference or added ones either
         columns = list(REFERENCE_COLUMNS) + list(SETTING_COLUMNS) + list(ADDED_COLUMNS) + extras
         df = pd.DataFrame.from_records(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
         numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)

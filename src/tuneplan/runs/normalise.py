@@ -264,12 +264,6 @@ def finish_llmftbench(v: dict[str, Any], unit: str, gpu_memory_gib: float | None
 
 # --- catalog names ------------------------------------------------------------------------------
 
-def _catalog_gpu(name: str, strict: bool = False):
-    from tuneplan.specs.gpu import resolve_gpu
-
-    return resolve_gpu(name, strict=strict)
-
-
 def _catalog_model(model: str, hf_id: str, notes: str = "", seq_len: Any = None, config_json: str = ""):
     from tuneplan.specs.catalog import resolve_run_model
 
@@ -282,16 +276,16 @@ def resolve_gpu_name(name: str, rules: SourceRules, strict: bool = False) -> tup
     The catalog's rule resolves names (a family name such as 'A100-80GB' reads as the family's default
     variant, recorded as `gpu=<variant>(catalog default for '<name>': <reason>)`; `strict` refuses it);
     a source's own `gpu_names` mapping, where source_defaults.yaml has one, comes first."""
+    from tuneplan.specs.gpu import family_of, resolve_gpu
+
     name = name.strip()
     if not name or NOT_STATED_GPU.match(name):
         return None, None
     if name in rules.gpu_names:
-        spec = _catalog_gpu(rules.gpu_names[name].value)
+        spec = resolve_gpu(rules.gpu_names[name].value)
         return spec, f"gpu={spec.name}(source default {rules.name}: '{name}' as written)"
-    spec = _catalog_gpu(name, strict)
+    spec = resolve_gpu(name, strict=strict)
     if spec.resolved_as:
-        from tuneplan.specs.gpu import family_of
-
         fam = family_of(name)
         why = fam.reason.split(";")[0] if fam else spec.resolved_as
         return spec, f"gpu={spec.name}(catalog default for '{name}': {why})"
