@@ -20,15 +20,12 @@ def _unfrozen_layers(out: ConfigRead) -> None:
         return
     v = next(x for x in out.values if x.field == "unfrozen")
     out.values.remove(v)
-    model = out.model
-    n_layers = None
-    if model:
-        try:
-            from tuneplan.specs.catalog import resolve_model
+    try:
+        from tuneplan.specs.catalog import resolve_model
 
-            n_layers = resolve_model(model).n_layers
-        except Exception:  # noqa: BLE001 - any resolution problem: reported below, the estimate decides
-            n_layers = None
+        n_layers = resolve_model(out.model).n_layers if out.model else None
+    except Exception:  # noqa: BLE001 - any resolution problem: reported below, the estimate decides
+        n_layers = None
     if not n_layers:
         out.notes.append(f"{v.file}: unfrozen_parameters: the model's block count is unknown, so the trained "
                          "blocks are not counted (freeze with the default trainable layers)")

@@ -51,13 +51,10 @@ def _revealed(ts: TrainingSet, held: np.ndarray, k: int, rng: np.random.Generato
     """k rows of a held-out source moved to training (rows with measured throughput first: they are
     what a user's first runs give), at most all but one of its rows."""
     idx = np.flatnonzero(held)
-    k = min(k, max(len(idx) - 1, 0))
-    if k <= 0:
-        return np.zeros(len(held), dtype=bool)
-    measured = idx[ts.has_throughput[idx]]
-    pool = measured if len(measured) > k else idx
     out = np.zeros(len(held), dtype=bool)
-    out[rng.choice(pool, size=k, replace=False)] = True
+    if (k := min(k, max(len(idx) - 1, 0))) > 0:
+        measured = idx[ts.has_throughput[idx]]
+        out[rng.choice(measured if len(measured) > k else idx, size=k, replace=False)] = True
     return out
 
 
