@@ -1,18 +1,13 @@
-"""predict over many rows: the per-distinct-setting paths give the row-by-row answers."""
+"""predict over many rows: each row its configuration's figures, or its error."""
 
 from __future__ import annotations
-
-import contextlib
 
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from tests.conftest import SHARED, reference_dir
 
-from tuneplan.learn.dataset import BASE_COLUMNS, BATCH_COLUMNS, arrays_for, configs_from_rows, row_to_config
-from tuneplan.learn.frame_configs import frame_arrays, frame_configs
+from tuneplan.learn.dataset import arrays_for, configs_from_rows
 from tuneplan.runs import read_runs
 
 REF = str(SHARED / "reference" / "runs")
@@ -33,53 +28,6 @@ def varied() -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-class _Reads(dict):
-    seen: set[str]
-
-    def get(self, key, default=None):
-        self.seen.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key):
-        self.seen.add(key)
-        return super().__getitem__(key)
-
-
-def test_row_to_config_reads_only_the_listed_columns(varied):
-    seen: set[str] = set()
-    for row in varied.to_dict("records")[::7]:
-        r = _Reads(row)
-        r.seen = seen
-        with contextlib.suppress(Exception):  # the reads up to an error count too
-            row_to_config(r, {})
-    assert seen <= set(BASE_COLUMNS) | set(BATCH_COLUMNS), seen - set(BASE_COLUMNS) - set(BATCH_COLUMNS)
-
-
-def test_frame_configs_equal_row_by_row(varied):
-    configs, errors = configs_from_rows(varied.to_dict("records"))
-    fc = frame_configs(varied)
-    assert fc.errors == errors
-    ok = [i for i, c in enumerate(configs) if c is not None]
-    assert len(ok) > 100 and len(ok) < len(varied)
-    refused = varied["id"].str.endswith("-v4").to_numpy()  # a micro-batch a JobSpec refuses
-    assert all(e is not None for e, r in zip(fc.errors, refused, strict=True) if r)
-    assert [fc.defaults_used[i] for i in ok] == ["; ".join(configs[i].defaults_used) for i in ok]
-    want = arrays_for([configs[i] for i in ok])
-    got = frame_arrays(fc, np.asarray(ok))
-    assert set(got) == set(want)
-    for k, v in want.items():
-        np.testing.assert_array_equal(got[k], v, err_msg=k)
-
-
-def test_group_ids_number_equal_cells_alike_in_order_of_first_appearance():
-    from tuneplan.learn.frame_configs import group_ids
-
-    cells = np.array(["x", None, "x", np.nan, "y"], dtype=object)  # None and NaN: both a missing cell
-    assert group_ids([cells, np.array([1.0, 2.0, 1.0, 2.0, 1.0])], 5).tolist() == [0, 1, 0, 1, 2]
-    assert group_ids([np.array([np.nan, 1.0, np.nan])], 3).tolist() == [0, 1, 0]
-    assert group_ids([], 3).tolist() == [0, 0, 0]
-
-
 def test_search_over_distinct_configurations_finds_the_same_micro_batch():
     from tuneplan.estimators.base import get_estimator
 
@@ -92,54 +40,15 @@ def test_search_over_distinct_configurations_finds_the_same_micro_batch():
         np.testing.assert_array_equal(est.max_micro_batch(a, represents=rows), want)
 
 
-@pytest.mark.parametrize("calibrated", [False, True])
-def test_predicting_each_distinct_configuration_once_gives_every_row_its_figures(varied, monkeypatch, calibrated,
-                                                                                 calibrated_estimator):
+def test_predict_frame_gives_each_row_its_configuration_or_its_error(varied):
     from tuneplan.estimators.base import get_estimator
-    from tuneplan.learn import predict_table
+    from tuneplan.learn.predict_table import predict_frame
 
-    est = calibrated_estimator if calibrated else get_estimator("tuneplan")  # with residual trees, or none
-    for rows in (varied, varied.iloc[:40]):  # many distinct configurations, and a few
-        twice = pd.concat([rows, rows.assign(id=rows["id"] + "-again")], ignore_index=True)
-        once = predict_table.predict_frame(twice, est)
-        with monkeypatch.context() as m:
-            m.setattr(predict_table, "_distinct_pays", lambda *a: False)
-            pd.testing.assert_frame_equal(once, predict_table.predict_frame(twice, est), check_exact=True)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 2**40)), min_size=1, max_size=40))
-def test_distinct_rows_is_uniques_along_rows(rows):
-    from tuneplan.learn.predict_table import distinct_rows
-
-    table = np.asarray(rows, dtype=np.int64)
-    for t in (table, table[:, :2], table * np.asarray([1, 1, 2**21])):  # the last: too wide for one integer
-        first, inverse = distinct_rows(t)
-        want = np.unique(t, axis=0, return_index=True, return_inverse=True)
-        np.testing.assert_array_equal(first, want[1])
-        np.testing.assert_array_equal(inverse, np.asarray(want[2]).ravel())
-
-
-@pytest.mark.parametrize("case", ["some", "all", "existing", "repeated index", "other index"])
-def test_new_column_set_at_once_is_the_loc_column(case):
-    from tuneplan.learn.predict_table import _set_new_column
-
-    df = pd.DataFrame({"a": ["x", "y", "z", "w"], "b": [1.0, 2.0, 3.0, 4.0]})
-    ok = [0, 1, 2, 3] if case == "all" else [0, 2, 3]
-    if case == "existing":
-        df["c"] = ["old", "older", "", "kept"]
-    if case == "repeated index":
-        df.index = [0, 1, 1, 2]
-    if case == "other index":
-        df.index = [10, 7, 3, 5]
-    values = ["seq_len; gpus", "", 'a "quoted", text', "x"][:len(ok)]
-    ref = df.copy()
-    with contextlib.suppress(ValueError, KeyError):  # the repeated index: whatever loc does, the helper does
-        ref.loc[ref.index[ok], "c"] = values
-    out = df.copy()
-    with contextlib.suppress(ValueError, KeyError):
-        _set_new_column(out, out.index[ok], "c", values)
-    pd.testing.assert_frame_equal(out, ref, check_exact=True)
-    assert list(out.dtypes) == list(ref.dtypes)
-    assert out.to_csv(index=False) == ref.to_csv(index=False)
-
+    configs, errors = configs_from_rows(varied.to_dict("records"))
+    out = predict_frame(varied, get_estimator("tuneplan"), with_max_batch=False)
+    assert [e if isinstance(e, str) else None for e in out["error"]] == errors
+    ok = [i for i, c in enumerate(configs) if c is not None]
+    assert 100 < len(ok) < len(varied)
+    assert all(e is not None for e, r in zip(errors, varied["id"].str.endswith("-v4"), strict=True) if r)
+    assert out["pred_defaults_used"].iloc[ok].tolist() == ["; ".join(configs[i].defaults_used) for i in ok]
+    assert out["pred_tokens_per_s"].iloc[ok].notna().all() and out["pred_tokens_per_s"].isna().sum() == len(varied) - len(ok)

@@ -98,7 +98,7 @@ def read_config_texts(files: list[tuple[str, bytes | str, Path | None]],
 
 
 def _formats(formats: list[str] | str | None, n: int) -> list[str | None]:
-    if formats is None or formats == [] or formats == "":
+    if not formats:
         return [None] * n
     items = [formats] if isinstance(formats, str) else list(formats)
     for f in items:

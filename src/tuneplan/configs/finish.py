@@ -16,20 +16,16 @@ LAYER_NAMES = ("model.layers.{i}.", "model.layers.{i}.block_sparse_moe.experts",
 
 
 def _unfrozen_layers(out: ConfigRead) -> None:
-    pats = out.value("unfrozen")
-    if not pats:
+    if not (pats := out.value("unfrozen")):
         return
     v = next(x for x in out.values if x.field == "unfrozen")
     out.values.remove(v)
-    model = out.model
-    n_layers = None
-    if model:
-        try:
-            from tuneplan.specs.catalog import resolve_model
+    try:
+        from tuneplan.specs.catalog import resolve_model
 
-            n_layers = resolve_model(model).n_layers
-        except Exception:  # noqa: BLE001 - any resolution problem: reported below, the estimate decides
-            n_layers = None
+        n_layers = resolve_model(out.model).n_layers if out.model else None
+    except Exception:  # noqa: BLE001 - any resolution problem: reported below, the estimate decides
+        n_layers = None
     if not n_layers:
         out.notes.append(f"{v.file}: unfrozen_parameters: the model's block count is unknown, so the trained "
                          "blocks are not counted (freeze with the default trainable layers)")
@@ -58,8 +54,7 @@ def _unfrozen_layers(out: ConfigRead) -> None:
 
 
 def _global_batch(out: ConfigRead) -> None:
-    gb = out.value("global_batch")
-    if not gb:
+    if not (gb := out.value("global_batch")):
         return
     v = next(x for x in out.values if x.field == "global_batch")
     mb, ga = out.value("micro_batch", 1), out.value("grad_accum", 1)

@@ -172,8 +172,7 @@ def read_accelerate(doc: Doc, out: ConfigRead, follow) -> None:
 def _accelerate_deepspeed(doc: Doc, out: ConfigRead, follow) -> None:
     f = doc.path
     file_key = "deepspeed_config.deepspeed_config_file"
-    ref = doc.get(file_key)
-    if ref:
+    if ref := doc.get(file_key):
         follow(ref, file_key)
     _zero_stage(doc, out, "deepspeed_config.zero_stage", "deepspeed_config.offload_param_device",
                 "deepspeed_config.offload_optimizer_device")

@@ -21,12 +21,10 @@ LITGPT_TARGETS = {"lora_query": "q", "lora_key": "k", "lora_value": "v", "lora_p
 LITGPT_TARGET_DEFAULTS = {"lora_query": True, "lora_key": False, "lora_value": True, "lora_projection": False,
                           "lora_mlp": False, "lora_head": False}
 """litgpt finetune/lora.py setup() defaults for which weights get adapters."""
-LITGPT_LORA_R_DEFAULT = 8
-"""litgpt finetune/lora.py `lora_r` default."""
+LITGPT_LORA_R_DEFAULT = 8  # litgpt finetune/lora.py `lora_r` default.
 LITGPT_GLOBAL_BATCH_DEFAULT = 16
 """litgpt finetune/lora.py TrainArgs(global_batch_size=16) default (samples per optimizer step)."""
-LITGPT_EPOCHS_DEFAULT = 5
-"""litgpt finetune/lora.py TrainArgs(epochs=5) default."""
+LITGPT_EPOCHS_DEFAULT = 5  # litgpt finetune/lora.py TrainArgs(epochs=5) default.
 
 
 @lru_cache(maxsize=1)
@@ -39,10 +37,7 @@ def torchtune_models() -> dict[str, str]:
 def _launch_line(text: str) -> tuple[int | None, int | None, str | None]:
     """(GPUs per node, nodes, recipe) from a `tune run ...` line in the file's comments."""
     for line in text.splitlines():
-        if not line.lstrip().startswith("#"):
-            continue
-        m = TORCHTUNE_LAUNCH.search(line)
-        if m:
+        if line.lstrip().startswith("#") and (m := TORCHTUNE_LAUNCH.search(line)):
             nodes = m.group(1) or m.group(3)
             return (int(m.group(2)) if m.group(2) else None, int(nodes) if nodes else None, m.group(4))
     return None, None, None
@@ -68,8 +63,7 @@ def read_torchtune(doc: Doc, out: ConfigRead, follow, text: str = "") -> None:
     if method != "full":
         out.take("lora_rank", doc.int("model.lora_rank"), f, "model.lora_rank")
         out.take("lora_alpha", doc.get("model.lora_alpha"), f, "model.lora_alpha", note="no effect on cost")
-        t = [TORCHTUNE_TARGETS.get(str(x)) for x in doc.get("model.lora_attn_modules") or []]
-        t = [x for x in t if x]
+        t = [TORCHTUNE_TARGETS[str(x)] for x in doc.get("model.lora_attn_modules") or [] if str(x) in TORCHTUNE_TARGETS]
         if truthy(doc.get("model.apply_lora_to_mlp", False)):
             t += ["gate", "up", "down"]
         if t:
@@ -91,8 +85,7 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
              "gradient_accumulation_steps not set: torchtune recipes' default 1")
     out.take("epochs", doc.num("epochs"), f, "epochs")
     out.take("max_steps", doc.steps("max_steps_per_epoch"), f, "max_steps_per_epoch", note="optimizer steps per epoch")
-    pr = precision(doc.get("dtype"))
-    if pr:
+    if pr := precision(doc.get("dtype")):
         out.set("precision", pr, f, "dtype", "weights and compute in it (no fp32 master copy)")
         out.set("master_weights", "none", f, "dtype", "torchtune trains the low-precision weights in place")
     else:
@@ -119,8 +112,7 @@ def _torchtune_training(doc: Doc, out: ConfigRead, text: str) -> None:
     if not out.value("packing"):
         out.assume("padding", "longest", f, "unpacked batches padded to their longest sample "
                                              "(torchtune's padded_collate_sft)")
-    opt = doc.get("optimizer._component_")
-    if opt:
+    if opt := doc.get("optimizer._component_"):
         set_optimizer(out, f, "optimizer._component_", opt, fused=doc.get("optimizer.fused"))
     if truthy(doc.get("optimizer_in_bwd", False)):
         out.notes.append(f"{f}: optimizer_in_bwd: gradients freed as the optimizer steps in backward, not modelled")
@@ -172,9 +164,9 @@ def read_litgpt(doc: Doc, out: ConfigRead, follow) -> None:
     is_lora = any(doc.has(k) for k in ("lora_r", "lora_alpha", *LITGPT_TARGET_DEFAULTS))
     q = str(doc.get("quantize") or "")
     if is_lora:
-        method = "qlora" if q.startswith("bnb.nf4") or q.startswith("bnb.fp4") else "lora"
-        out.set("method", method, f, "lora_r" if doc.has("lora_r") else "lora_*")
-        if q.startswith("bnb.nf4") or q.startswith("bnb.fp4"):
+        four_bit = q.startswith(("bnb.nf4", "bnb.fp4"))
+        out.set("method", "qlora" if four_bit else "lora", f, "lora_r" if doc.has("lora_r") else "lora_*")
+        if four_bit:
             out.set("quant", "nf4", f, "quantize")
         _lora_rank_alpha(doc, out, "lora_r", LITGPT_LORA_R_DEFAULT, "lora_r not set: litgpt default",
                          "no effect on cost")

@@ -9,24 +9,16 @@ from tuneplan.configs.launchers import read_deepspeed, read_fsdp
 from tuneplan.configs.maps import attention, galore_rank, precision, set_optimizer, targets, truthy
 from tuneplan.configs.rl import read_trl_rl
 
-HF_BATCH_DEFAULT = 8
-"""transformers TrainingArguments.per_device_train_batch_size default (samples per GPU)."""
-HF_EPOCHS_DEFAULT = 3.0
-"""transformers TrainingArguments.num_train_epochs default."""
-AXOLOTL_SEQ_DEFAULT = 512
-"""axolotl `sequence_len` default (tokens), utils/schemas/config.py."""
-LLAMAFACTORY_CUTOFF_DEFAULT = 2048
-"""LLaMA-Factory `cutoff_len` default (tokens), hparams/data_args.py."""
-LLAMAFACTORY_RANK_DEFAULT = 8
-"""LLaMA-Factory `lora_rank` default, hparams/finetuning_args.py."""
+HF_BATCH_DEFAULT = 8  # transformers TrainingArguments.per_device_train_batch_size default (samples per GPU).
+HF_EPOCHS_DEFAULT = 3.0  # transformers TrainingArguments.num_train_epochs default.
+AXOLOTL_SEQ_DEFAULT = 512  # axolotl `sequence_len` default (tokens), utils/schemas/config.py.
+LLAMAFACTORY_CUTOFF_DEFAULT = 2048  # LLaMA-Factory `cutoff_len` default (tokens), hparams/data_args.py.
+LLAMAFACTORY_RANK_DEFAULT = 8  # LLaMA-Factory `lora_rank` default, hparams/finetuning_args.py.
 LLAMAFACTORY_GALORE_RANK_DEFAULT = 16
 """LLaMA-Factory `galore_rank` default, hparams/finetuning_args.py (0.9.5)."""
-TRL_MAX_LENGTH_DEFAULT = 1024
-"""TRL SFTConfig `max_length` default (tokens), trl/trainer/sft_config.py."""
-TRL_LORA_R_DEFAULT = 16
-"""TRL ModelConfig `lora_r` default, trl/trainer/model_config.py."""
-PEFT_LORA_R_DEFAULT = 8
-"""peft LoraConfig `r` default (axolotl passes lora_r through to it)."""
+TRL_MAX_LENGTH_DEFAULT = 1024  # TRL SFTConfig `max_length` default (tokens), trl/trainer/sft_config.py.
+TRL_LORA_R_DEFAULT = 16  # TRL ModelConfig `lora_r` default, trl/trainer/model_config.py.
+PEFT_LORA_R_DEFAULT = 8  # peft LoraConfig `r` default (axolotl passes lora_r through to it).
 PEFT_DEFAULT_TARGETS = ("q", "v")
 """peft's default LoRA targets for Llama-like models (q_proj, v_proj) when none are named."""
 NO_EFFECT_KEYS = (
@@ -58,22 +50,20 @@ NO_EFFECT_LEAVES = ("lr", "weight_decay", "betas", "eps", "fused", "foreach", "n
                     "clip_grad_norm", "metric_logger", "profiler", "low_cpu_ram", "shuffle")
 
 
-def _why_ignored(key: str) -> str:
-    top, leaf = key.split(".")[0], key.rsplit(".", 1)[-1]
-    if top in DATA_KEYS:
-        return "names the data, not its size (pass --examples or --tokens)"
-    if top in EVAL_KEYS:
-        return "evaluation settings: not estimated (pass --eval-every / --eval-examples)"
-    if top in SAVE_KEYS:
-        return "checkpoint settings: saves estimated from --save-every"
-    if top in NO_EFFECT_KEYS or leaf in NO_EFFECT_LEAVES or top in NO_EFFECT_LEAVES:
-        return NO_EFFECT
-    return "not read by tuneplan"
-
-
 def _common_ignored(doc: Doc, out: ConfigRead) -> None:
+    """Every key the reader did not read, listed as ignored with why."""
     for k in doc.unread():
-        out.ignore(doc.path, k, _why_ignored(k))
+        top, leaf = k.split(".")[0], k.rsplit(".", 1)[-1]
+        if top in DATA_KEYS:
+            why = "names the data, not its size (pass --examples or --tokens)"
+        elif top in EVAL_KEYS:
+            why = "evaluation settings: not estimated (pass --eval-every / --eval-examples)"
+        elif top in SAVE_KEYS:
+            why = "checkpoint settings: saves estimated from --save-every"
+        else:
+            no_effect = top in NO_EFFECT_KEYS or leaf in NO_EFFECT_LEAVES or top in NO_EFFECT_LEAVES
+            why = NO_EFFECT if no_effect else "not read by tuneplan"
+        out.ignore(doc.path, k, why)
 
 
 def _attention_impl(doc: Doc, out: ConfigRead, key: str) -> bool:
@@ -151,8 +141,7 @@ def read_axolotl(doc: Doc, out: ConfigRead, follow) -> None:
     f = doc.path
     _model(doc, out, "base_model", "base_model_config")
     _axolotl_method(doc, out)
-    rl = doc.get("rl")
-    if rl:
+    if rl := doc.get("rl"):
         if str(rl).lower() in AXOLOTL_RL:
             out.set("stage", AXOLOTL_RL[str(rl).lower()], f, "rl")
             _rl_keys(doc, out, "trl.")
@@ -191,8 +180,7 @@ def _lora_rank_alpha(doc: Doc, out: ConfigRead, rank_key: str, default: int, why
 
 def _target_modules(doc: Doc, out: ConfigRead, f: str) -> None:
     """`lora_target_modules` (axolotl, TRL): the modules tuneplan models set, the others said ignored."""
-    tm = doc.strs("lora_target_modules")
-    if tm:
+    if tm := doc.strs("lora_target_modules"):
         t, unknown = targets(tm)
         if t:
             out.set("lora_targets", t, f, "lora_target_modules")
@@ -219,16 +207,14 @@ def _axolotl_method(doc: Doc, out: ConfigRead) -> None:
             out.set("lora_targets", ("all-linear",), f, "lora_target_linear")
         _target_modules(doc, out, f)
         out.assume("lora_targets", PEFT_DEFAULT_TARGETS, f, "no lora_target_modules: peft's default q_proj, v_proj")
-        mts = doc.strs("lora_modules_to_save")
-        if mts:
+        if mts := doc.strs("lora_modules_to_save"):
             out.set("modules_to_save", tuple(str(x) for x in mts), f, "lora_modules_to_save",
                     "trained in full; their weights, gradients and optimizer state are not counted")
     elif adapter:
         out.ignore(f, "adapter", f"adapter '{adapter}' is not modelled: estimated as LoRA")
         out.set("method", "lora", f, "adapter")
     else:
-        unfrozen = doc.strs("unfrozen_parameters", split=False)
-        if unfrozen:
+        if unfrozen := doc.strs("unfrozen_parameters", split=False):
             out.set("method", "freeze", f, "unfrozen_parameters")
             out.set("unfrozen", tuple(str(x) for x in unfrozen), f, "unfrozen_parameters")
         else:
@@ -258,15 +244,11 @@ def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
         else:
             out.assume("padding", "longest", f, "unpacked batches padded to their longest sample (axolotl's collator)")
     gc = doc.get("gradient_checkpointing")
-    if gc is not None:
-        out.set("grad_ckpt", bool(gc) if not isinstance(gc, str) else True, f, "gradient_checkpointing",
-                f"'{gc}': activations offloaded to CPU, not modelled (checkpointing counted)" if isinstance(gc, str)
-                else "")
-    else:
-        out.assume("grad_ckpt", False, f, "gradient_checkpointing not set: axolotl default off")
+    out.take("grad_ckpt", None if gc is None else isinstance(gc, str) or bool(gc), f, "gradient_checkpointing", False,
+             "gradient_checkpointing not set: axolotl default off",
+             f"'{gc}': activations offloaded to CPU, not modelled (checkpointing counted)" if isinstance(gc, str) else "")
     doc.touch("gradient_checkpointing_kwargs")
-    ao = doc.get("activation_offloading")
-    if ao:
+    if ao := doc.get("activation_offloading"):
         out.set("activation_offload", str(ao), f, "activation_offloading", "not modelled: activations counted on the GPU")
     out.take("epochs", doc.num("num_epochs"), f, "num_epochs", 1.0, "num_epochs not set: axolotl default")
     out.take("max_steps", doc.steps("max_steps"), f, "max_steps")
@@ -274,29 +256,22 @@ def _axolotl_batch(doc: Doc, out: ConfigRead) -> None:
 
 def _axolotl_precision(doc: Doc, out: ConfigRead) -> None:
     f = doc.path
-    for key, pr in (("bfloat16", "bf16"), ("float16", "fp16"), ("fp8", "fp8")):
-        if truthy(doc.get(key, False)):
+    for key, pr in (("bfloat16", "bf16"), ("float16", "fp16"), ("fp8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"),
+                    ("float32", "fp32")):  # the first one set wins
+        v = doc.get(key)
+        if key == "bf16" and str(v).lower() == "auto":
+            out.set("precision", "bf16", f, "bf16", "'auto': bf16 on GPUs that have it (Ampere and newer)")
+        elif v is not None and truthy(v):
             out.set("precision", pr, f, key, "no mixed precision" if key in ("bfloat16", "float16") else "")
-    bf = doc.get("bf16")
-    if bf is not None and str(bf).lower() == "auto":
-        out.set("precision", "bf16", f, "bf16", "'auto': bf16 on GPUs that have it (Ampere and newer)")
-    elif bf is not None and truthy(bf):
-        out.set("precision", "bf16", f, "bf16")
-    if truthy(doc.get("fp16", False)):
-        out.set("precision", "fp16", f, "fp16")
-    if truthy(doc.get("float32", False)):
-        out.set("precision", "fp32", f, "float32")
     out.assume("precision", "bf16", f, "bf16 not set: axolotl default 'auto' (bf16 where supported)")
 
 
 def _axolotl_attention(doc: Doc, out: ConfigRead) -> None:
     f = doc.path
     _attention_impl(doc, out, "attn_implementation")
-    for key in ("flash_attention", "sdp_attention", "xformers_attention", "flex_attention"):
+    for key in ("flash_attention", "sdp_attention", "xformers_attention", "flex_attention", "eager_attention"):
         if truthy(doc.get(key, False)):
-            out.set("flash_attn", True, f, key)
-    if truthy(doc.get("eager_attention", False)):
-        out.set("flash_attn", False, f, "eager_attention")
+            out.set("flash_attn", key != "eager_attention", f, key)
     out.assume("flash_attn", True, f, "no attention setting: transformers' default SDPA (memory-efficient)")
 
 

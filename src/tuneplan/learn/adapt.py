@@ -18,8 +18,7 @@ METHOD_MIN_ROWS = 2
 """Throughput runs of one method before it gets a scale of its own (and at least two methods measured)."""
 NOISY_SPREAD = 0.10
 """A measured row whose step times spread more than this (p90/p10 - 1) is noisy: it weighs NOISY_WEIGHT."""
-NOISY_WEIGHT = 0.25
-"""Weight of a noisy row in the adapter's fit (a busy machine is not a slow GPU)."""
+NOISY_WEIGHT = 0.25  # Weight of a noisy row in the adapter's fit (a busy machine is not a slow GPU).
 DEFAULT_SPREAD = 0.10
 """Measurement spread assumed for rows that record none (published benchmark figures): run-to-run
 variation of a training step time is a few percent; 10% with the data-loading and logging noise."""
@@ -100,8 +99,7 @@ def _method_scales(r: np.ndarray, w: np.ndarray, methods: np.ndarray, overall: f
 
 KEEP_GRID = np.linspace(0.0, 1.0, 21)
 """Shares of k runs' offset an adapter may keep (kept_share chooses one)."""
-REVEAL_DRAWS = 20
-"""Random reveals per held-out source when simulating what k runs of a new stack teach."""
+REVEAL_DRAWS = 20  # Random reveals per held-out source when simulating what k runs of a new stack teach.
 
 
 def simulated_reveals(by_source: dict[str, list[float]], k: int, seed: int = 0):

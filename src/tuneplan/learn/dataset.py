@@ -95,8 +95,7 @@ def parse_sharding(text: str | None) -> dict[str, Any]:
     parts = [p.strip().lower() for p in str(text).split("+") if p.strip()]
     offload = "cpu-offload" in parts or "offload" in parts
     for p in parts:
-        m = re.fullmatch(r"(tp|pp|cp|ep|etp|sp)(\d+)", p)
-        if m:
+        if m := re.fullmatch(r"(tp|pp|cp|ep|etp|sp)(\d+)", p):
             kind, n = m.group(1), int(m.group(2))
             out["cp" if kind == "sp" else kind] = n
             if kind == "sp":  # 'sp' in the reference rows: DeepSpeed-Ulysses sequence parallel (xtuner)
@@ -205,22 +204,17 @@ def _row_method(row: dict, used: _Defaults) -> str:
 
 def _mapped(row: dict, column: str, table: dict[str, str]) -> str | None:
     """The row's cell read through `table` (None when empty; InputError naming the column when not in it)."""
-    raw = _get(row, column)
-    if raw is None:
-        return None
-    if str(raw).lower() not in table:
+    if (raw := _get(row, column)) is not None and str(raw).lower() not in table:
         raise InputError(column, f"'{raw}' not modelled", sorted(table))
-    return table[str(raw).lower()]
+    return None if raw is None else table[str(raw).lower()]
 
 
 def _choice(row: dict, column: str, allowed: tuple[str, ...], default: str, what: str = "value") -> str:
     """The row's cell in lower case, one of `allowed` (InputError naming the column otherwise); `default`
     when empty."""
-    given = _get(row, column)
-    if given is None:
+    if (given := _get(row, column)) is None:
         return default
-    v = str(given).strip().lower()
-    if v not in allowed:
+    if (v := str(given).strip().lower()) not in allowed:
         raise InputError(column, f"unknown {what} '{v}'", allowed)
     return v
 
@@ -231,11 +225,7 @@ def _row_precision_quant(row: dict, method: str, used: _Defaults) -> tuple[str, 
     if str(_get(row, "precision")).lower() == "fp4":
         used.append("precision=nvfp4 (fp4 taken as NVIDIA's NVFP4 recipe)")
     quant = _mapped(row, "quant", QUANT_MAP)
-    if method == "full":
-        quant = None
-    if method == "lora":
-        method = LORA_OVER_QUANT.get(quant, method)
-    return precision, quant, method
+    return precision, None if method == "full" else quant, LORA_OVER_QUANT.get(quant, method) if method == "lora" else method
 
 
 def _row_gpus(row: dict, shard: dict[str, Any], used: _Defaults) -> tuple[int, int, int]:
@@ -260,11 +250,9 @@ Megatron-Bridge / NeMo performance recipes with pp > 1 run micro-batch 1 (their 
 
 
 def batch_shape(dp: int, mb: Any, ga: Any, gb: Any, used: _Defaults, pp: int = 1) -> tuple[Any, Any]:
-    """(micro-batch, grad accumulation) from the row's cells (None when empty); a global batch fills
-    the missing one. Reads nothing else of the row: `predict_frame` computes it once per distinct
-    (dp, pp, cells) and the rest of the configuration once per distinct other settings. A pipeline
-    (pp > 1) never takes the whole local batch as one micro-batch (a bubble of most of the step): with
-    only a global batch, its micro-batch is PIPELINE_MICRO_BATCH and the accumulation the rest."""
+    """(micro-batch, grad accumulation) from the row's cells (None when empty); a global batch fills the
+    missing one. A pipeline (pp > 1) never takes the whole local batch as one micro-batch (a bubble of most
+    of the step): with only a global batch, its micro-batch is PIPELINE_MICRO_BATCH, the accumulation the rest."""
     if mb is None and gb is not None and ga is None and pp > 1:
         mb = PIPELINE_MICRO_BATCH
         used.append(f"micro_batch_size={mb} (pipeline parallel: Megatron recipes' micro-batch with pp > 1)")
@@ -308,14 +296,6 @@ def _row_peft_version(row: dict) -> str | None:
 VIRTUAL_STAGES_NOTE = re.compile(r"\bVP=(\d+)\b")
 """How a row's notes state an interleaved pipeline's virtual stages per rank (Megatron-Bridge's and
 NeMo's performance tables: `VP=4`; `VP=n/a` for none)."""
-
-
-def _row_virtual_stages(row: dict, shard: dict[str, Any]) -> int:
-    """Virtual pipeline stages per rank the notes state for a pipelined row (1: plain 1F1B)."""
-    if shard.get("pp", 1) <= 1:  # read the notes only where they can matter
-        return 1
-    m = VIRTUAL_STAGES_NOTE.search(str(_get(row, "notes") or ""))
-    return int(m.group(1)) if m and int(m.group(1)) > 1 else 1
 
 
 RECOMPUTE_NOTE = re.compile(r"\brecompute_granularity (selective|full)\b")
@@ -396,47 +376,9 @@ def _job(kw: dict[str, Any]) -> JobSpec:
         raise InputError("row", msg[-1] if msg else "invalid configuration") from None
 
 
-BATCH_COLUMNS = ("micro_batch_size", "grad_accum", "global_batch_size")
-"""The cells `batch_shape` reads (and nothing else of a row reads them)."""
-BASE_COLUMNS = ("stage", "model", "model_hf_id", "notes", "seq_len", "layers", "gpu_resolved", "gpu", "method",
-                "precision", "quant", "optimizer", "sharding", "gpus", "nodes", "avg_tokens_per_sample",
-                "grad_ckpt", "flash_attn", "padding", "framework", "adapter_dtype", "lora_rank", "lora_targets",
-                "peft_options", "trainable_params", "mem_kind", "moe_experts", "transformers_version", "peft_version",
-                "model_config_json", "optimizer_impl", "grad_accum_sync", "fsdp_adapter_wrap", "galore_rank", "trl_version",
-                "fused_ce", "fp32_grads", "act_offload_layers", "ms-swift_version")
-"""Every other cell `row_to_config` reads (tests/test_predict_speed.py checks the two lists)."""
-
-
-@dataclass
-class RowBase:
-    """A row's configuration but its batch shape (`row_base`), with the defaults taken before and after
-    the batch shape's in `row_to_config`'s order."""
-
-    model: ModelSpec
-    gpu: GPUSpec
-    dp: int
-    pp: int
-    seq_len: int
-    kw: dict[str, Any]  # JobSpec fields; micro_batch and grad_accum are placeholders (None)
-    used_head: list[str]
-    used_tail: list[str]
-    mem_kind: str
-
-    def shape(self, row: dict) -> tuple[int, int, list[str]]:
-        """(micro-batch, grad accumulation, the defaults taken) from `row`'s batch cells (BATCH_COLUMNS)."""
-        used = _Defaults()
-        mb, ga = batch_shape(self.dp, *(_get(row, c) for c in BATCH_COLUMNS), used, self.pp)
-        return int(float(mb)), int(float(ga)), used
-
-    def config(self, mb: int, ga: int, used: list[str], cache: dict | None) -> RowConfig:
-        """The configuration at this batch shape (`used`: the defaults it took)."""
-        kw = {**self.kw, "micro_batch": mb, "grad_accum": ga}
-        return RowConfig(self.model, self.gpu, _memo(cache, ("job", *kw.items()), _job, kw), self.seq_len,
-                         self.used_head + used + self.used_tail, self.mem_kind)
-
-
-def row_base(row: dict, cache: dict | None = None) -> RowBase:
-    """Everything `row_to_config` reads of a row but its batch cells (BASE_COLUMNS)."""
+def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
+    """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
+    (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
     used = _Defaults()
     raw_stage = str(_get(row, "stage") or "sft").strip().lower()
     stage, note = read_stage(raw_stage)  # a stage not modelled: InputError naming it
@@ -488,13 +430,17 @@ def row_base(row: dict, cache: dict | None = None) -> RowBase:
     if rank is not None and optimizer == "galore-adamw":
         kw["galore_rank"] = _positive_int(rank, "galore_rank")
     kw.update(_row_adapter_fields(row, method, model, used))
-    vpp = _row_virtual_stages(row, shard)
-    if vpp > 1:
+    vp = VIRTUAL_STAGES_NOTE.search(str(_get(row, "notes") or "")) if shard.get("pp", 1) > 1 else None
+    if vp and (vpp := int(vp.group(1))) > 1:  # a pipelined row's virtual stages per rank (else plain 1F1B)
         kw["vpp"] = vpp
         used.append(f"vpp={vpp} (the notes' VP={vpp}: interleaved pipeline, virtual stages per rank)")
-    return RowBase(model=model, gpu=gpu, dp=dp, pp=shard.get("pp", 1), seq_len=int(round(float(seq))), kw=kw,
-                   used_head=used[:n_head], used_tail=used[n_head:],
-                   mem_kind=str(_get(row, "mem_kind") or "").strip().lower())
+    shape = _Defaults()
+    mb, ga = batch_shape(dp, *(_get(row, c) for c in ("micro_batch_size", "grad_accum", "global_batch_size")),
+                         shape, shard.get("pp", 1))
+    used[n_head:n_head] = shape  # the batch shape's defaults follow the GPU count's
+    kw.update(micro_batch=int(float(mb)), grad_accum=int(float(ga)))
+    return RowConfig(model, gpu, _memo(cache, ("job", *kw.items()), _job, kw), int(round(float(seq))), list(used),
+                     str(_get(row, "mem_kind") or "").strip().lower())
 
 
 def check_terms(model: ModelSpec, job: JobSpec, cache: dict) -> None:
@@ -503,13 +449,6 @@ def check_terms(model: ModelSpec, job: JobSpec, cache: dict) -> None:
     from tuneplan.physics.terms import model_terms, terms_key
 
     _memo(cache, ("terms", model.name, model.n_layers, model.params_total, *terms_key(job)), model_terms, model, job)
-
-
-def row_to_config(row: dict, cache: dict | None = None) -> RowConfig:
-    """One reference-schema row -> a configuration. Raises TuneplanError with the reason. `cache`
-    (any dict, shared across the rows of one table) resolves each distinct model and GPU name once."""
-    base = row_base(row, cache)
-    return base.config(*base.shape(row), cache)
 
 
 def configs_from_rows(rows: list[dict]) -> tuple[list[RowConfig | None], list[str | None]]:

@@ -46,10 +46,8 @@ def measured_tokens_per_s(df: pd.DataFrame) -> np.ndarray:
 
 def uncounted_token_rows(df: pd.DataFrame) -> np.ndarray:
     """Rows with a usable throughput figure (samples/s, step or run time) but no token count."""
-    has = np.zeros(len(df), dtype=bool)
-    for c in ("samples_per_s", "step_time_s", "runtime_s"):
-        has |= np.isfinite(numeric_column(df, c))
-    return has & ~np.isfinite(measured_tokens_per_s(df))
+    timed = [np.isfinite(numeric_column(df, c)) for c in ("samples_per_s", "step_time_s", "runtime_s")]
+    return np.logical_or.reduce(timed) & ~np.isfinite(measured_tokens_per_s(df))
 
 
 def _flag(df: pd.DataFrame, name: str, default: bool) -> np.ndarray:
@@ -102,20 +100,15 @@ class TrainingSet:
 def training_set(df: pd.DataFrame) -> TrainingSet:
     """Configure every row; keep those that configure, with their usable measurements."""
     df = df.reset_index(drop=True)
-    dup = _flag(df, "is_duplicate", False)
-    est = _flag(df, "is_estimate", False)
-    usable_t = _flag(df, "usable_throughput", True)
-    usable_m = _flag(df, "usable_memory", True)
-    oom = _flag(df, "is_oom", False)
-    thr = measured_tokens_per_s(df)
-    mem = numeric_column(df, "peak_mem_gib")
-    keep_rows = ~dup & ~est
+    dup, est, oom = (_flag(df, c, False) for c in ("is_duplicate", "is_estimate", "is_oom"))
+    usable_t, usable_m = (_flag(df, c, True) for c in ("usable_throughput", "usable_memory"))
     rows = df.to_dict("records")
     configs, errors = configs_from_rows(rows)
-    ok = np.array([c is not None for c in configs], dtype=bool) & keep_rows
+    ok = np.array([c is not None for c in configs], dtype=bool) & ~dup & ~est
     skipped = [f"{r.get('id', i)}: {e}" for i, (r, e) in enumerate(zip(rows, errors, strict=True)) if e]
     idx = np.flatnonzero(ok)
-    thr = np.where(usable_t & ~oom, thr, np.nan)
+    thr = np.where(usable_t & ~oom, measured_tokens_per_s(df), np.nan)
+    mem = numeric_column(df, "peak_mem_gib")
     mem = np.where(usable_m & ~oom & (mem > 0), mem, np.nan)
     uncounted = int((uncounted_token_rows(df) & usable_t & ~oom & ok).sum())
     notes = [f"{uncounted} rows time samples, steps or whole runs but give no token count (samples of varying "

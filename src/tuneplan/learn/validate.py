@@ -51,13 +51,10 @@ def _revealed(ts: TrainingSet, held: np.ndarray, k: int, rng: np.random.Generato
     """k rows of a held-out source moved to training (rows with measured throughput first: they are
     what a user's first runs give), at most all but one of its rows."""
     idx = np.flatnonzero(held)
-    k = min(k, max(len(idx) - 1, 0))
-    if k <= 0:
-        return np.zeros(len(held), dtype=bool)
-    measured = idx[ts.has_throughput[idx]]
-    pool = measured if len(measured) > k else idx
     out = np.zeros(len(held), dtype=bool)
-    out[rng.choice(pool, size=k, replace=False)] = True
+    if (k := min(k, max(len(idx) - 1, 0))) > 0:
+        measured = idx[ts.has_throughput[idx]]
+        out[rng.choice(measured if len(measured) > k else idx, size=k, replace=False)] = True
     return out
 
 
@@ -133,6 +130,14 @@ class ValidationReport:
     reliability: list[dict] = field(default_factory=list)  # the fit probability's reliability table
     hits: list[dict] = field(default_factory=list)  # the interval and fit rows (_fold_coverage)
 
+    @classmethod
+    def of(cls, split: str, seed: int, records: list[dict], hits: list[dict], messages: list[str], interval: float,
+           reveal: int) -> ValidationReport:
+        """The report of the judged rows and the interval hits."""
+        return cls(split=split, seed=seed, rows=pd.DataFrame(records), coverage=_coverage(hits), messages=messages,
+                   interval=interval, reveal=reveal, coverage_groups=coverage_by_group(pd.DataFrame(hits)),
+                   reliability=reliability(hits), hits=hits)
+
     def metrics(self) -> pd.DataFrame:
         out = []
         for (est, src), g in list(self.rows.groupby(["estimator", "source"])) + [
@@ -142,22 +147,15 @@ class ValidationReport:
             m = g.dropna(subset=["measured_mem_gib", "pred_mem_gib"])
             mape = (m["pred_mem_gib"] / m["measured_mem_gib"] - 1).abs()
             f = g.dropna(subset=["pred_fits", "measured_fits"])
+            pf, mf = f["pred_fits"].astype(bool), f["measured_fits"].astype(bool)
             out.append({
-                "estimator": est, "source": src, "n_throughput": len(t),
-                "throughput_mdape": float(ape.median()) if len(t) else np.nan,
-                "throughput_mape": float(ape.mean()) if len(t) else np.nan,
-                "within_10": float((ape <= 0.10).mean()) if len(t) else np.nan,
-                "within_25": float((ape <= 0.25).mean()) if len(t) else np.nan,
-                "n_memory": len(m), "memory_mdape": float(mape.median()) if len(m) else np.nan,
-                "memory_mape": float(mape.mean()) if len(m) else np.nan,
-                "n_fit": len(f),
+                "estimator": est, "source": src, "n_throughput": len(t), "throughput_mdape": float(ape.median()),
+                "throughput_mape": float(ape.mean()), "within_10": float((ape <= 0.10).mean()),
+                "within_25": float((ape <= 0.25).mean()), "n_memory": len(m), "memory_mdape": float(mape.median()),
+                "memory_mape": float(mape.mean()), "n_fit": len(f),
                 # confusion of predicted fits versus measured (OOM rows are the measured "does not fit")
-                "fit_tp": int((f["pred_fits"].astype(bool) & f["measured_fits"].astype(bool)).sum()),
-                "fit_fp": int((f["pred_fits"].astype(bool) & ~f["measured_fits"].astype(bool)).sum()),
-                "fit_fn": int((~f["pred_fits"].astype(bool) & f["measured_fits"].astype(bool)).sum()),
-                "fit_tn": int((~f["pred_fits"].astype(bool) & ~f["measured_fits"].astype(bool)).sum()),
-                "fit_accuracy": float((f["pred_fits"].astype(bool) == f["measured_fits"].astype(bool)).mean())
-                if len(f) else np.nan,
+                "fit_tp": int((pf & mf).sum()), "fit_fp": int((pf & ~mf).sum()), "fit_fn": int((~pf & mf).sum()),
+                "fit_tn": int((~pf & ~mf).sum()), "fit_accuracy": float((pf == mf).mean()),
             })
         return pd.DataFrame(out)
 
@@ -326,8 +324,7 @@ def _fold_coverage(fold: Fold, est, res: dict | None, interval: float, seed: int
     return out
 
 
-RELIABILITY_BINS = 10
-"""Equal-width bins of the fit probability in the reliability table."""
+RELIABILITY_BINS = 10  # Equal-width bins of the fit probability in the reliability table.
 
 
 def reliability(hits: list[dict]) -> list[dict]:
@@ -390,14 +387,11 @@ def validate(df: pd.DataFrame, split: str = "random", seed: int = 0, learners=LE
             if res is None:
                 res = _training_residuals(fold, fitted["tuneplan"], seed)
             hits.extend(_fold_coverage(fold, ests["tuneplan"], res, interval, seed, reveal))
-    rows = pd.DataFrame(records)
     if ts.skipped:
         messages.append(f"{len(ts.skipped)} rows could not be configured and were left out")
     messages.extend(ts.notes)
     messages.extend(_memory_note(hits, ts))
-    return ValidationReport(split=split, seed=seed, rows=rows, coverage=_coverage(hits), messages=messages,
-                            interval=interval, reveal=reveal, coverage_groups=coverage_by_group(pd.DataFrame(hits)),
-                            reliability=reliability(hits), hits=hits)
+    return ValidationReport.of(split, seed, records, hits, messages, interval, reveal)
 
 
 def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interval: float = 0.8,
@@ -437,11 +431,5 @@ def by_source_reveals(df: pd.DataFrame, reveals=(0, 3, 5), seed: int = 0, interv
                 ests["tuneplan-physics+adapter"] = physics.with_stack(fit_adapter(physics, fold.revealed).adapter)
             out[k][0].extend(_fold_records(fold, ests))
             out[k][1].extend(_fold_coverage(fold, ests["tuneplan"], res, interval, seed, k))
-    reports = {}
-    for k, (records, hits) in out.items():
-        reports[k] = ValidationReport(split="by-source", seed=seed, rows=pd.DataFrame(records),
-                                      coverage=_coverage(hits), interval=interval, reveal=k,
-                                      messages=_memory_note(hits, ts),
-                                      coverage_groups=coverage_by_group(pd.DataFrame(hits)),
-                                      reliability=reliability(hits), hits=hits)
-    return reports
+    return {k: ValidationReport.of("by-source", seed, records, hits, _memory_note(hits, ts), interval, k)
+            for k, (records, hits) in out.items()}

@@ -14,19 +14,7 @@ from tuneplan.runs.schema import ADDED_COLUMNS, NUMERIC_COLUMNS, REFERENCE_COLUM
 from tuneplan.runs.table import Problem, RunTable, format_summary, summarise
 
 __all__ = [
-    "ADDED_COLUMNS",
-    "NUMERIC_COLUMNS",
-    "REFERENCE_COLUMNS",
-    "REFERENCE_DIR_ENV",
-    "Defaults",
-    "Problem",
-    "RunTable",
-    "format_summary",
-    "load_defaults",
-    "load_reference_runs",
-    "read_runs",
-    "reference_run_files",
-    "reference_runs_dir",
-    "summarise",
-    "write_runs",
+    "ADDED_COLUMNS", "NUMERIC_COLUMNS", "REFERENCE_COLUMNS", "REFERENCE_DIR_ENV", "Defaults", "Problem",
+    "RunTable", "format_summary", "load_defaults", "load_reference_runs", "read_runs", "reference_run_files",
+    "reference_runs_dir", "summarise", "write_runs"
 ]

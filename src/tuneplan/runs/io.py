@@ -12,13 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tuneplan.errors import (
-    RUNS_SUFFIXES,
-    DataFileError,
-    InputError,
-    TuneplanError,
-    check_output_path,
-)
+from tuneplan.errors import RUNS_SUFFIXES, DataFileError, InputError, TuneplanError, check_output_path
 from tuneplan.runs.defaults import Defaults, load_defaults
 from tuneplan.runs.normalise import (
     DUPLICATE_NOTE,
@@ -71,12 +65,9 @@ _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
-    """Header, (first physical line, cells) of each record, and the delimiter of a CSV file.
-
-    Python's csv module reads the records (quoted multi-line cells included) and counts the lines.
-    Bytes that are not UTF-8 are kept as surrogates and reported on their row (`cell_problem`). A
-    semicolon-separated file (a spreadsheet's export where the comma is the decimal point) is read
-    with ';'."""
+    """Header, (first physical line, cells) of each record, and the delimiter of a CSV file (';' for a
+    spreadsheet's export where the comma is the decimal point). Bytes that are not UTF-8 are kept as
+    surrogates and reported on their row (`cell_problem`)."""
     csv.field_size_limit(2**31 - 1)  # a longer cell is reported on its row (MAX_CELL_CHARS), not fatal
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         first = f.readline()
@@ -96,8 +87,6 @@ def _csv_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]], st
 
 def cell_problem(cells: list[str]) -> str | None:
     """Why a record's cells cannot be a run: bytes that are not UTF-8, or a cell over MAX_CELL_CHARS."""
-    if max(map(len, cells), default=0) <= MAX_CELL_CHARS and not _NOT_UTF8.search("".join(cells)):
-        return None  # the common case in one pass; the loop below names the first bad cell
     for c in cells:
         if len(c) > MAX_CELL_CHARS:
             return f"a cell of {len(c):,} characters (at most {MAX_CELL_CHARS:,}); row skipped"
@@ -128,18 +117,14 @@ def _parquet_records(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]
 class _Reader:
     def __init__(self, strict: bool, resolve: bool, defaults: Defaults, strict_names: bool = False,
                  keep_unresolved: bool = False) -> None:
-        self.strict = strict
+        self.strict, self.resolve, self.defaults, self.strict_names = strict, resolve, defaults, strict_names
         self.keep_unresolved = keep_unresolved and resolve
         self.unresolved: list[dict[str, Any]] = []
-        self.strict_names = strict_names
-        self.resolve = resolve
-        self.defaults = defaults
         self.problems: list[Problem] = []
         self.rows: list[dict[str, Any]] = []
         self.extra_columns: list[str] = []
         self.seen_ids: dict[str, str] = {}
-        self.seen_rows: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}  # by `row_key`
-        self.key_names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.seen_rows: dict[tuple[tuple[str, str], ...], str] = {}  # by `row_key`
         self.model_cache: dict[tuple[str, str], Any] = {}
         self.gpu_cache: dict[tuple[str, str], Any] = {}
 
@@ -164,8 +149,7 @@ class _Reader:
         if not header:
             self.report(name, None, "empty file (no header); file skipped")
             return
-        bad = cell_problem(header)
-        if bad:
+        if bad := cell_problem(header):
             self.report(name, 1, f"header: {bad.removesuffix('; row skipped')}; file skipped")
             return
         if delimiter == ";":
@@ -181,16 +165,14 @@ class _Reader:
         if schema == "llmftbench":
             mapped |= {LLMFTBENCH_RENAMES[h] for h in header if h in LLMFTBENCH_RENAMES}
             mapped |= {_LLMFT_SPECIAL_TARGETS[h] for h in header if h in _LLMFT_SPECIAL_TARGETS}
-        missing = missing_required(mapped)
-        if missing:
+        if missing := missing_required(mapped):
             self.report(name, 1, f"missing required column(s): {'; '.join(missing)}; file skipped")
             return
         recs = []
         for line, cells in records:
             if not any(c.strip() for c in cells):
                 continue  # a blank line
-            problem = cell_problem(cells)
-            if problem:
+            if problem := cell_problem(cells):
                 self.report(name, line, problem)
                 continue
             recs.append((line, cells))
@@ -224,17 +206,11 @@ class _Reader:
                  unit: str) -> dict[str, Any] | None:
         name = str(path)
         original = raw
-        records: list[str] = []
-        errors: list[str] = []
-        if schema == "llmftbench":
-            raw, recs, errs = map_llmftbench(raw)
-            records += recs
-            errors += errs
+        raw, records, errors = map_llmftbench(raw) if schema == "llmftbench" else (raw, [], [])
         source = raw.get("source", "").strip() or path.stem
         raw["source"] = source
         v, errs = parse_numbers(raw, LLMFT_NUMERIC if schema == "llmftbench" else ())
-        errors += errs
-        errors += check_values(v)
+        errors += errs + check_values(v)
         if errors:
             for e in errors[:-1]:
                 self.report(name, line, e)
@@ -265,13 +241,11 @@ class _Reader:
                 self.unresolved.append(self.normalise(*before, source, schema, unit, name, line, False))
             raise
 
-    def row_key(self, cells: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """A row's exact-duplicate key: the names of its non-empty cells but the id, sorted, and their
-        values (equal for rows of any files whose non-empty cells are equal; the names' tuple is
-        shared by the rows with the same cells empty, a file's rows keep ~0.3 KB each)."""
-        items = sorted((k, c) for k, c in cells.items() if k != "id" and c)
-        names = tuple(k for k, _ in items)
-        return self.key_names.setdefault(names, names), tuple(c for _, c in items)
+    @staticmethod
+    def row_key(cells: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        """A row's exact-duplicate key: its non-empty cells but the id, sorted by name (equal for rows of
+        any files whose non-empty cells are equal)."""
+        return tuple(sorted((k, c) for k, c in cells.items() if k != "id" and c))
 
     def normalise(self, v: dict[str, Any], records: list[str], source: str, schema: str, unit: str, name: str,
                   line: int, resolve: bool) -> dict[str, Any]:
@@ -348,8 +322,7 @@ class _Reader:
         """Rows as a typed DataFrame: every reference, setting and added column, then the extras."""
         import pandas as pd
 
-        extras = [c for c in self.extra_columns
-                  if c not in REFERENCE_COLUMNS and c not in ADDED_COLUMNS and c not in SETTING_COLUMNS]
+        extras = [c for c in self.extra_columns if c not in SETTING_COLUMNS]  # not reference or added ones either
         columns = list(REFERENCE_COLUMNS) + list(SETTING_COLUMNS) + list(ADDED_COLUMNS) + extras
         df = pd.DataFrame.from_records(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
         numeric = set(NUMERIC_COLUMNS) | set(EXTRA_NUMERIC_COLUMNS)
@@ -390,24 +363,18 @@ def _lookup(cache: dict, key: tuple, resolve: Any) -> Any:
 def read_runs(paths: Iterable[str | Path] | str | Path, strict: bool = False, resolve: bool = True,
               defaults: Defaults | str | Path | None = None, strict_names: bool = False,
               keep_unresolved: bool = False) -> RunTable:
-    """Read runs files into one `RunTable`.
-
-    Each file is CSV (or Parquet, with pyarrow) in the reference schema or the LLMFineTuningBench
-    schema (detected by its header); a folder stands for the runs files in it. Problems (missing
-    columns, non-numeric cells, throughput <= 0, duplicate ids or rows, names the catalogs cannot
-    resolve) are reported one per line with file and line and the row (or file) is skipped; `strict=True` raises `DataFileError` at the first.
-    `resolve=False` skips catalog look-ups (model_resolved / gpu_resolved stay '').
-    `defaults`: a parsed `Defaults` or a YAML path; the shipped source_defaults.yaml when None.
-    A GPU family name (A100-80GB) is read as the catalog's default variant, recorded in `defaults_used`;
-    `strict_names=True` refuses it instead (the row is reported and skipped).
-    `keep_unresolved=True` also keeps, in `RunTable.unresolved`, the rows set aside only because a
-    name did not resolve, as `resolve=False` would read them (one reading instead of two).
+    """Read runs files (CSV or Parquet, reference or LLMFineTuningBench schema; a folder: its runs files) into
+    one `RunTable`. Each problem (missing columns, bad cells, duplicate ids or rows, names the catalogs cannot
+    resolve) is reported with file and line and its row or file skipped; `strict` raises `DataFileError` at
+    the first. `resolve=False` skips catalog look-ups; `defaults`: a `Defaults` or a YAML path (None: the
+    shipped source_defaults.yaml). A GPU family name reads as the catalog's default variant (recorded in
+    `defaults_used`) unless `strict_names`. `keep_unresolved` also keeps, in `RunTable.unresolved`, the rows
+    set aside only because a name did not resolve, as `resolve=False` reads them.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     defs = defaults if isinstance(defaults, Defaults) else load_defaults(defaults)
-    reader = _Reader(strict=strict, resolve=resolve, defaults=defs, strict_names=strict_names,
-                     keep_unresolved=keep_unresolved)
+    reader = _Reader(strict, resolve, defs, strict_names, keep_unresolved)
     for f in (f for p in map(Path, paths) for f in (reference_run_files(p) if p.is_dir() else [p])):
         reader.read_file(f)
     return reader.table()
@@ -424,14 +391,10 @@ def _runs_in(d: Path) -> Path | None:
 
 
 def reference_runs_dir() -> Path:
-    """The shared reference runs folder.
-
-    `$TUNEPLAN_REFERENCE_DIR` (the runs folder, or the reference folder that holds runs/), else
-    `shared/reference/runs` next to an ancestor of this package's source tree or of the current
-    working directory (CI clones the repository next to `shared/`).
-    """
-    env = os.environ.get(REFERENCE_DIR_ENV)
-    if env:
+    """The shared reference runs folder: `$TUNEPLAN_REFERENCE_DIR` (the runs folder, or the reference folder
+    that holds runs/), else `shared/reference/runs` next to an ancestor of this package's source tree or of
+    the current working directory (CI clones the repository next to `shared/`)."""
+    if env := os.environ.get(REFERENCE_DIR_ENV):
         found = _runs_in(Path(env).expanduser())
         if found is None:
             raise TuneplanError(f"{REFERENCE_DIR_ENV}={env}: no runs CSV files there or in its runs/ folder")
@@ -475,16 +438,11 @@ _ID_SUFFIX = re.compile(r"^(.*)-(\d+)$")
 
 
 def write_runs(rows_or_df: Any, path: str | Path, append: bool = True) -> int:
-    """Append rows to a runs CSV file; returns the number of rows written.
-
-    A new file gets the reference header plus any extra columns of the rows. An existing file keeps
-    its header: rows may leave columns empty but may not bring columns it lacks. Existing rows are
-    never rewritten; an id already in the file is refused; a row without an id gets
-    `<source>-<n>` after the largest n in the file. `append=False` refuses an existing file. The
-    columns `read_runs` adds (file, line, model_resolved, ...) are not written. The file is read and
-    appended to under one exclusive lock, so concurrent writers (two training runs' callbacks) never
-    give two rows the same id nor interleave their lines.
-    """
+    """Append rows to a runs CSV file (`append=False`: refuse an existing one); returns the rows written.
+    A new file gets the reference header plus the rows' extra columns; an existing one keeps its header
+    and its rows, refuses a column it lacks and an id it has, and gives a row without an id `<source>-<n>`
+    after the largest n. The columns `read_runs` adds are not written. One exclusive lock covers the read
+    and the append, so concurrent writers (two runs' callbacks) never share an id nor interleave lines."""
     p = Path(path)
     records = [{k: v for k, v in r.items() if k not in ADDED_COLUMNS} for r in _as_records(rows_or_df)]
     p.parent.mkdir(parents=True, exist_ok=True)

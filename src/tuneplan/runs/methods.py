@@ -57,8 +57,7 @@ LORA_NAMES = ("lora", "qlora", "dora", "gptq-lora", "alora")
 @lru_cache(maxsize=4096)
 def named_method(notes: str) -> str | None:
     """The PEFT method a row's notes name, or None (each distinct notes text searched once)."""
-    m = TUNER.search(notes)
-    if m:
+    if m := TUNER.search(notes):
         name = m.group(1).lower().replace("_", "-")
         if (name in CATALOGUE and name != "adapter") or name in LORA_NAMES:
             return name
@@ -69,8 +68,7 @@ def named_method(notes: str) -> str | None:
 
 
 def trainable_from_notes(notes: str) -> float | None:
-    m = TRAINABLE.search(notes)
-    if not m:
+    if not (m := TRAINABLE.search(notes)):
         return None
     value = float(m.group(2).replace(",", ""))
     return value * 1e6 if m.group(1) else value

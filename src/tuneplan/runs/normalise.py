@@ -163,11 +163,8 @@ LLMFT_NUMERIC = ("batch_size", "train_steps_per_second", "gpu_memory_utilization
 
 
 def map_llmftbench(raw: dict[str, str]) -> tuple[dict[str, str], list[str], list[str]]:
-    """Rename LLMFineTuningBench columns onto reference names; convert dtype/booleans/is_valid text.
-
-    Returns (row, records, errors). Numeric conversions that need numbers (batch_size, steps/s,
-    memory utilisation) happen in `finish_llmftbench` after parsing and GPU resolution.
-    """
+    """(row, records, errors): LLMFineTuningBench columns renamed onto reference names, dtype, booleans and
+    is_valid read; the conversions that need numbers happen in `finish_llmftbench`."""
     row: dict[str, str] = {}
     records: list[str] = []
     errors: list[str] = []
@@ -191,12 +188,10 @@ def map_llmftbench(raw: dict[str, str]) -> tuple[dict[str, str], list[str], list
     if not row.get("grad_ckpt", "").strip():  # the actuator's default, as source_defaults.yaml's llmftbench
         row["grad_ckpt"] = "1"
         records.append("grad_ckpt=1(ado sfttrainer actuator default: gradient_checkpointing True)")
-    targets = row.get("lora_targets", "")
-    if targets:
+    if targets := row.get("lora_targets", ""):
         parts = [t.strip().strip("'\"") for t in re.split(r"[,\s\[\]]+", targets) if t.strip().strip("'\"")]
         row["lora_targets"] = ",".join(p.removesuffix("_proj") for p in parts)
-    method = row.get("method", "").strip().lower()
-    if method:
+    if method := row.get("method", "").strip().lower():
         row["method"] = method
     if "/" in row.get("model", "") and not row.get("model_hf_id", "").strip():
         row["model_hf_id"] = row["model"]
@@ -269,12 +264,6 @@ def finish_llmftbench(v: dict[str, Any], unit: str, gpu_memory_gib: float | None
 
 # --- catalog names ------------------------------------------------------------------------------
 
-def _catalog_gpu(name: str, strict: bool = False):
-    from tuneplan.specs.gpu import resolve_gpu
-
-    return resolve_gpu(name, strict=strict)
-
-
 def _catalog_model(model: str, hf_id: str, notes: str = "", seq_len: Any = None, config_json: str = ""):
     from tuneplan.specs.catalog import resolve_run_model
 
@@ -287,16 +276,16 @@ def resolve_gpu_name(name: str, rules: SourceRules, strict: bool = False) -> tup
     The catalog's rule resolves names (a family name such as 'A100-80GB' reads as the family's default
     variant, recorded as `gpu=<variant>(catalog default for '<name>': <reason>)`; `strict` refuses it);
     a source's own `gpu_names` mapping, where source_defaults.yaml has one, comes first."""
+    from tuneplan.specs.gpu import family_of, resolve_gpu
+
     name = name.strip()
     if not name or NOT_STATED_GPU.match(name):
         return None, None
     if name in rules.gpu_names:
-        spec = _catalog_gpu(rules.gpu_names[name].value)
+        spec = resolve_gpu(rules.gpu_names[name].value)
         return spec, f"gpu={spec.name}(source default {rules.name}: '{name}' as written)"
-    spec = _catalog_gpu(name, strict)
+    spec = resolve_gpu(name, strict=strict)
     if spec.resolved_as:
-        from tuneplan.specs.gpu import family_of
-
         fam = family_of(name)
         why = fam.reason.split(";")[0] if fam else spec.resolved_as
         return spec, f"gpu={spec.name}(catalog default for '{name}': {why})"
@@ -347,10 +336,7 @@ class RowState:
 
 
 def _ctx(st: RowState, model_type: str) -> dict[str, Any]:
-    ctx = dict(st.v)
-    ctx["model_type"] = model_type
-    ctx["source"] = st.source
-    return ctx
+    return {**st.v, "model_type": model_type, "source": st.source}
 
 
 def apply_flags(st: RowState, rules: SourceRules, model_type: str) -> None:
@@ -387,16 +373,14 @@ def parallel_degrees(sharding: str) -> dict[str, int]:
     """tp/pp/cp/sp degrees from a sharding string like 'ddp+tp4+pp8+cp2' (missing ones are 1)."""
     out = {"tp": 1, "pp": 1, "cp": 1, "sp": 1, "ep": 1}
     for tok in str(sharding or "").lower().split("+"):
-        m = _DEGREE.match(tok.strip())
-        if m:
+        if m := _DEGREE.match(tok.strip()):
             out[m.group(1)] = int(m.group(2))
     return out
 
 
 def data_parallel(v: dict[str, Any]) -> float | None:
     """Data-parallel degree: gpus / (tp x pp x cp x sp); None when not a whole number."""
-    gpus = v.get("gpus")
-    if not gpus:
+    if not (gpus := v.get("gpus")):
         return None
     d = parallel_degrees(str(v.get("sharding") or ""))
     model_parallel = d["tp"] * d["pp"] * d["cp"] * d["sp"]
@@ -444,8 +428,7 @@ def derive(st: RowState) -> None:
                                     f"{fmt(old)} s x {round(accum)} iterations per step)")
 
     for _ in range(3):
-        gpus = v.get("gpus")
-        if gpus:
+        if gpus := v.get("gpus"):
             if v.get("tokens_per_s") is None and v.get("tokens_per_s_per_gpu"):
                 st.fill("tokens_per_s", v["tokens_per_s_per_gpu"] * gpus, "derived tokens_per_s_per_gpu*gpus")
             if v.get("tokens_per_s_per_gpu") is None and v.get("tokens_per_s"):
@@ -456,8 +439,7 @@ def derive(st: RowState) -> None:
                 st.fill("tokens_per_s", v["samples_per_s"] * tps, f"derived samples_per_s*{tps_name}")
             if v.get("samples_per_s") is None and v.get("tokens_per_s"):
                 st.fill("samples_per_s", v["tokens_per_s"] / tps, f"derived tokens_per_s/{tps_name}")
-        gbs = v.get("global_batch_size")
-        if gbs:
+        if gbs := v.get("global_batch_size"):
             if v.get("step_time_s") is None and v.get("samples_per_s"):
                 st.fill("step_time_s", gbs / v["samples_per_s"], "derived global_batch_size/samples_per_s")
             if v.get("samples_per_s") is None and v.get("step_time_s"):
@@ -470,8 +452,7 @@ def fill_from_catalog(st: RowState, model_spec: Any) -> None:
     """params_b (and active_params_b for MoE) from the catalog model when the row has neither."""
     if model_spec is None or not st.empty("params_b"):
         return
-    total = getattr(model_spec, "params_total", None)
-    if not total:
+    if not (total := getattr(model_spec, "params_total", None)):
         return
     st.fill("params_b", round(total / 1e9, 4), "catalog")
     active = getattr(model_spec, "params_active", None)

@@ -71,22 +71,12 @@ LLMFTBENCH_MARKERS = ("model_name", "gpu_model", "number_gpus", "dataset_tokens_
 """Header names that identify an LLMFineTuningBench file (needs `model_name` and one more)."""
 
 LLMFTBENCH_RENAMES: dict[str, str] = {
-    "model_name": "model",
-    "gpu_model": "gpu",
-    "number_gpus": "gpus",
-    "number_nodes": "nodes",
-    "tokens_per_sample": "seq_len",
-    "dataset_tokens_per_second": "tokens_per_s",
-    "dataset_tokens_per_second_per_gpu": "tokens_per_s_per_gpu",
-    "train_runtime": "runtime_s",
-    "train_samples_per_second": "samples_per_s",
-    "gradient_accumulation_steps": "grad_accum",
-    "r": "lora_rank",
-    "lora_r": "lora_rank",
-    "target_modules": "lora_targets",
-    "lora_target_modules": "lora_targets",
-    "dataset_id": "dataset",
-    "identifier": "id",
+    "model_name": "model", "gpu_model": "gpu", "number_gpus": "gpus", "number_nodes": "nodes",
+    "tokens_per_sample": "seq_len", "dataset_tokens_per_second": "tokens_per_s",
+    "dataset_tokens_per_second_per_gpu": "tokens_per_s_per_gpu", "train_runtime": "runtime_s",
+    "train_samples_per_second": "samples_per_s", "gradient_accumulation_steps": "grad_accum",
+    "r": "lora_rank", "lora_r": "lora_rank", "target_modules": "lora_targets", "lora_target_modules": "lora_targets",
+    "dataset_id": "dataset", "identifier": "id",
 }
 """LLMFineTuningBench column -> reference column, copied as is (units already match)."""
 

@@ -56,11 +56,8 @@ def cell_str(value: Any, float_format: str | None = None) -> str:
 
 @dataclass
 class RunTable:
-    """Rows of measured runs (`df`, one row per run kept) and the problems found while reading.
-
-    `df` has every reference column (numbers typed as float, NaN when empty; text '' when empty), the
-    columns of `tuneplan.runs.schema.ADDED_COLUMNS`, and any extra columns of the input files.
-    """
+    """Rows of measured runs (`df`: every reference column, numbers as float, NaN or '' when empty, the
+    `schema.ADDED_COLUMNS` and the files' extra columns) and the problems found while reading."""
 
     df: pd.DataFrame
     problems: list[Problem] = field(default_factory=list)
@@ -78,34 +75,24 @@ class RunTable:
         return sorted({str(s) for s in self.df["source"] if str(s)})
 
     def filter(self, **col_values: Any) -> RunTable:
-        """Rows whose column equals the value (or is one of the values, given a list/tuple/set).
-
-        `table.filter(source="ms-swift", method=["lora", "qlora"], usable_memory=True)`.
-        """
+        """Rows whose column equals the value (or is one of the values, given a list/tuple/set):
+        `table.filter(source="ms-swift", method=["lora", "qlora"], usable_memory=True)`."""
         df = self.df
-        mask = None
         for col, want in col_values.items():
-            if col not in df.columns:
+            if col not in self.df.columns:
                 raise KeyError(f"no column '{col}' in the runs table")
-            if isinstance(want, (list, tuple, set, frozenset)):
-                m = df[col].isin(list(want))
-            else:
-                m = df[col] == want
-            mask = m if mask is None else (mask & m)
-        out = df if mask is None else df[mask.fillna(False).astype(bool)]
-        return RunTable(df=out.reset_index(drop=True), problems=list(self.problems))
+            m = df[col].isin(list(want)) if isinstance(want, list | tuple | set | frozenset) else df[col] == want
+            df = df[m.fillna(False).astype(bool)]
+        return RunTable(df=df.reset_index(drop=True), problems=list(self.problems))
 
     def canonical_csv(self) -> str:
         """The rows as CSV text with sorted columns and rows, fixed number format and '\\n' endings."""
         import csv
 
         cols = sorted(c for c in self.df.columns if c not in FINGERPRINT_EXCLUDE)
-        rows = [[cell_str(v, ".12g") for v in rec] for rec in self.df[cols].itertuples(index=False, name=None)]
-        rows.sort()
+        rows = sorted([cell_str(v, ".12g") for v in rec] for rec in self.df[cols].itertuples(index=False, name=None))
         buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols)
-        w.writerows(rows)
+        csv.writer(buf, lineterminator="\n").writerows([cols, *rows])
         return buf.getvalue()
 
     def fingerprint(self) -> str:
@@ -120,15 +107,9 @@ def summarise(table: RunTable) -> dict[str, Any]:
     """Counts per source and overall: rows, usable for throughput / memory, OOM, duplicates,
     estimates, rows without a GPU, and the number of problems (rows skipped or files refused)."""
     df = table.df
-    by_source = {src: _counts(df[df["source"] == src]) for src in table.sources()}
-    problems_by_file = dict(Counter(p.path for p in table.problems))
-    return {
-        "rows": len(df),
-        "problems": len(table.problems),
-        "totals": _counts(df),
-        "by_source": by_source,
-        "problems_by_file": problems_by_file,
-    }
+    return {"rows": len(df), "problems": len(table.problems), "totals": _counts(df),
+            "by_source": {src: _counts(df[df["source"] == src]) for src in table.sources()},
+            "problems_by_file": dict(Counter(p.path for p in table.problems))}
 
 
 COUNTED = {"usable_throughput": "usable_throughput", "usable_memory": "usable_memory", "oom": "is_oom",
