@@ -297,9 +297,8 @@ class TuneplanEstimator:
         out["memory_gib"] = m["nvidia_smi_gib"]
         return out
 
-    def predict_arrays(self, a: Arrays, with_max_batch: bool = False, represents: int | None = None) -> Arrays:
-        """The physics' figures with the calibration's corrections. `represents`: the rows these distinct
-        configurations stand for (the figures do not depend on it)."""
+    def predict_arrays(self, a: Arrays, with_max_batch: bool = False) -> Arrays:
+        """The physics' figures with the calibration's corrections."""
         out = self.physics(a)
         if self.residual is not None or self.stack is not None:
             n = len(out["step_s"])
@@ -343,18 +342,16 @@ class TuneplanEstimator:
         settle_peaks(out, corrected, self.constants)
         out["memory_gib"] = out["nvidia_smi_gib"]
 
-    def max_micro_batch(self, a: Arrays, represents: int | None = None) -> np.ndarray:
+    def max_micro_batch(self, a: Arrays) -> np.ndarray:
         """The largest micro-batch that fits, per row, by the (corrected) memory's halvings of [0, 4097),
-        several per call when few rows are searched. `represents`: the rows these distinct ones stand for
-        (the search's steps per call follow that count)."""
+        several per call when few rows are searched."""
         n = len(a["micro_batch"])
-        rows = n if represents is None else represents
         lo = np.zeros(n)
         hi = np.full(n, 4097.0)
         done = 0
         while done < BISECTION_STEPS:
             # few rows (an estimate): LOOKAHEAD halvings per call, every micro-batch they may try at once
-            k = min(LOOKAHEAD if rows <= LOOKAHEAD_MAX_ROWS else 1, BISECTION_STEPS - done)
+            k = min(LOOKAHEAD if n <= LOOKAHEAD_MAX_ROWS else 1, BISECTION_STEPS - done)
             lo, hi = self._halvings(a, lo, hi, k)
             done += k
         return lo.astype(int)
