@@ -33,9 +33,9 @@ from tuneplan.commands.common import (
 )
 from tuneplan.commands.from_config import add_from_args, apply_from, apply_from_plan, print_provenance
 from tuneplan.errors import InputError, atomic_output
-from tuneplan.plan.objectives import OBJECTIVES
-from tuneplan.plan.units import hours, money, parse_duration, parse_money
-from tuneplan.specs.job import METHODS, SHARDINGS, plan_axes
+from tuneplan.plan.options import plan_options, plan_values
+from tuneplan.plan.units import hours, money
+from tuneplan.specs.job import plan_axes
 
 
 def register(sub) -> None:
@@ -46,35 +46,8 @@ def register(sub) -> None:
                     "in memory, and recommend one: the cheapest that meets the deadline by default. "
                     "Exit code 1 when nothing meets the constraints, 2 for bad input.")
     p.add_argument("--model", help="catalog name or Hugging Face id, or a config.json (or folder)")
-    s = p.add_argument_group("search")
-    s.add_argument("--gpus", type=name_list, help="GPU types, comma-separated (default: every GPU the price "
-                   "file prices), e.g. A100-SXM4-80GB,H100-SXM5-80GB,L40S-48GB")
-    s.add_argument("--methods", type=name_list, help=f"methods, comma-separated (default full,lora,qlora; "
-                   f"any of {','.join(METHODS)})")
-    s.add_argument("--method", dest="methods", type=name_list, help=argparse.SUPPRESS)
-    s.add_argument("--max-gpus", type=positive_int, default=8, help="largest GPU count (powers of two up to it; "
-                   "default 8)")
-    s.add_argument("--gpu-counts", type=int_list, help="GPU counts to try instead of powers of two")
-    s.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)")
-    add_strict_names(s)
-    s.add_argument("--micro-batches", type=int_list, help="micro-batches to try (default 1,2,4,...,64)")
-    s.add_argument("--micro-batch", type=positive_int, help="pin the micro-batch")
-    s.add_argument("--global-batch", type=positive_int, help="samples per optimizer step kept by gradient "
-                   "accumulation (default 32)")
-    s.add_argument("--grad-accums", type=int_list, help="gradient-accumulation steps to try instead of "
-                   "keeping --global-batch")
-    s.add_argument("--grad-accum", type=positive_int, help="pin the gradient accumulation")
-    s.add_argument("--shardings", type=name_list, help=f"shardings for >1 GPU (default ddp,fsdp; any of "
-                   f"{','.join(SHARDINGS)})")
-    s.add_argument("--sharding", choices=SHARDINGS, help="pin the sharding")
-    s.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None,
-                   help="pin gradient checkpointing on/off (default: try both)")
-    q = p.add_argument_group("the question")
-    q.add_argument("--deadline", help="wall-clock limit: 12h, 90min, 1h30m, 2d (a bare number is hours)")
-    q.add_argument("--deadline-h", type=positive_float, help="wall-clock limit in hours")
-    q.add_argument("--budget", "--budget-usd", dest="budget", help="cost limit in $ (e.g. 400)")
-    q.add_argument("--objective", choices=OBJECTIVES, default="cheapest",
-                   help="cheapest (default), fastest, energy, or balanced (smallest time x cost)")
+    add_strict_names(add_plan_args(p, "search"))
+    add_plan_args(p, "the question")
     add_job_args(p, skip=plan_axes())  # the job's other options (those JobSpec declares with axis= are searched)
     add_data_args(p, collator=False)
     o = p.add_argument_group("output")
@@ -105,6 +78,28 @@ def register(sub) -> None:
     add_from_args(cv, func=run_curve)
 
 
+PLAN_TYPES = {"names": name_list, "ints": int_list, "int": positive_int, "hours": positive_float}
+"""The argparse type of each kind of plan option (plan/options.py); `duration` and `money` are read by
+`plan_values`, `choice` and `bool` by argparse."""
+
+
+def add_plan_args(p: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
+    """The --help group `title` with the flags of its plan options (plan/options.py)."""
+    group = p.add_argument_group(title)
+    for o in plan_options(title).values():
+        kw: dict[str, Any] = {"dest": o.name, "default": o.default, "help": o.help}
+        if o.kind == "bool":
+            kw["action"] = argparse.BooleanOptionalAction
+        elif o.kind == "choice":
+            kw["choices"] = o.choices
+        elif o.kind in PLAN_TYPES:
+            kw["type"] = PLAN_TYPES[o.kind]
+        group.add_argument(o.flag, *o.flags[1:], **kw)
+        for alias in o.hidden:
+            group.add_argument(alias, **kw | {"help": argparse.SUPPRESS})
+    return group
+
+
 def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """`plan_run(...)` keyword arguments from the flags (model excluded)."""
     check_interval(args.interval)
@@ -114,23 +109,12 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if counts:  # `estimate --gpus 8` is a count; plan's --gpus names the GPU types to search
         raise InputError("gpus", f"plan's --gpus takes GPU types (e.g. H100-SXM5-80GB,A100-SXM4-80GB), not a count "
                          f"('{counts[0]}'): --max-gpus {counts[0]} searches up to that many GPUs")
-    kw: dict[str, Any] = {k: getattr(args, k) for k in (
-        "gpus", "methods", "max_gpus", "objective", "provider", "prices", "rate", "calibration", "gpus_per_node",
-        "micro_batches", "grad_accums", "global_batch", "shardings", "grid_gco2_kwh")}
-    kw |= {"interval": args.interval or None, "gpu_counts_": args.gpu_counts, "strict": args.strict_names}
-    if args.deadline is not None:
-        kw["deadline_s"] = parse_duration(args.deadline)
-    elif args.deadline_h is not None:
-        kw["deadline_s"] = args.deadline_h * 3600.0
-    if args.budget is not None:
-        kw["budget_usd"] = parse_money(args.budget)
-    if args.grad_ckpt is not None:
-        kw["grad_ckpt"] = (args.grad_ckpt,)
-    for dest, name in job_fields().items():  # the job options, and the pins of the search group
-        if name not in ("method", "gpus", "grad_ckpt", "rate_usd_per_gpu_hour", "grid_gco2_kwh"):
-            v = getattr(args, dest, None)
-            if v is not None:
-                kw[name] = v
+    kw: dict[str, Any] = {k: getattr(args, k) for k in ("provider", "prices", "rate", "calibration", "grid_gco2_kwh")}
+    kw |= {"interval": args.interval or None, "strict": args.strict_names}
+    kw |= plan_values({n: getattr(args, n) for n in plan_options()})
+    for dest, name in job_fields().items():  # the job options (plan_axes: the plan options above)
+        if name not in plan_axes() and name not in ("rate_usd_per_gpu_hour", "grid_gco2_kwh"):
+            kw[name] = getattr(args, dest, None)
     return {k: v for k, v in kw.items() if v is not None}
 
 

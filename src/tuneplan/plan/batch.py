@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from tuneplan.errors import DataFileError, InputError, TuneplanError, atomic_output, read_user_text, shown
-from tuneplan.plan.units import parse_duration, parse_money
+from tuneplan.plan.options import plan_options, plan_values
 
-ALIASES = {"avg_tokens_per_sample": "tokens_per_example", "method": "methods", "budget_usd": "budget"}
+COLUMNS = {o.name: o for o in plan_options().values() if o.column}
+"""The plan options a workload file takes as columns (plan/options.py), named as their flags."""
+ALIASES = {"avg_tokens_per_sample": "tokens_per_example"} | {
+    f.removeprefix("--").replace("-", "_"): n for n, o in COLUMNS.items() for f in (*o.flags[1:], *o.hidden)}
 NUMBER_FIELDS = ("examples", "tokens_per_example", "tokens", "epochs", "rate", "grid_gco2_kwh")
-INT_FIELDS = ("seq_len", "max_gpus", "global_batch", "lora_rank")
-TEXT_FIELDS = ("objective", "provider", "precision", "quant", "optimizer", "lora_targets")
+INT_FIELDS = ("seq_len", "lora_rank")
+TEXT_FIELDS = ("provider", "precision", "quant", "optimizer", "lora_targets")
+"""The job's columns (JobSpec's options, and the price's provider)."""
 OUT_COLUMNS = ("id", "model", "status", "message", "objective", "gpu", "gpus", "nodes", "method", "micro_batch",
                "grad_accum", "global_batch", "sharding", "grad_ckpt", "time_s", "time_h", "time_low_s",
                "time_high_s", "cost_usd", "cost_low_usd", "cost_high_usd", "energy_kwh", "co2_kg",
@@ -64,23 +68,27 @@ def row_kwargs(row: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
             kw[f] = cells[f].strip()
     if "packing" in cells:
         kw["packing"] = cells["packing"].strip().lower() in ("1", "true", "yes", "y", "on")
-    if "gpus" in cells:
-        g = cells["gpus"].strip()
+    if "gpus" in cells:  # GPU types, or a GPU count: the largest searched
         try:
-            kw["max_gpus"] = _num(g, "gpus", integer=True)
+            _num(cells["gpus"], "gpus", integer=True)
+            cells["max_gpus"] = cells.pop("gpus")
         except InputError:
-            kw["gpus"] = _names(g)
+            pass
     elif "gpu" in cells:
-        kw["gpus"] = [cells["gpu"].strip()]
-    if "methods" in cells:
-        kw["methods"] = _names(cells["methods"])
+        cells["gpus"] = cells["gpu"]
     if "deadline" in cells:
-        kw["deadline_s"] = parse_duration(cells["deadline"])
-    elif "deadline_h" in cells:
-        kw["deadline_s"] = float(_num(cells["deadline_h"], "deadline-h")) * 3600.0
-    if "budget" in cells:
-        kw["budget_usd"] = parse_money(cells["budget"])
+        cells.pop("deadline_h", None)
+    kw |= plan_values({n: _cell(o, cells[n]) for n, o in COLUMNS.items() if n in cells})
     return kw
+
+
+def _cell(o: Any, cell: str) -> Any:
+    """A plan option's value in a cell (a PlanOption of COLUMNS): a list of names, a number, or text."""
+    if o.kind == "names":
+        return _names(cell)
+    if o.kind in ("int", "hours"):
+        return _num(cell, o.flag.removeprefix("--"), integer=o.kind == "int")
+    return cell.strip()
 
 
 def read_workload(path: str | Path) -> list[tuple[int, dict[str, str]]]:

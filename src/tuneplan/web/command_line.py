@@ -7,11 +7,13 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
+from tuneplan.plan.options import plan_values
 from tuneplan.runs.table import cell_str
 from tuneplan.specs.job import job_fields, job_options
 from tuneplan.web.schemas import (
     DEFAULT_INTERVAL,
     ESTIMATE_JOB,
+    PLAN_FIELDS,
     PLAN_JOB,
     EstimateRequest,
     ModelChoice,
@@ -30,7 +32,7 @@ def _is_default(name: str, value: Any) -> bool:
     return value == d
 
 
-FLAGS = {"budget_usd": "budget", "ckpt_mode": "grad-ckpt"}
+FLAGS = {"ckpt_mode": "grad-ckpt"} | {f: o.flag.removeprefix("--") for f, o in PLAN_FIELDS.items()}
 """Request fields whose CLI flag has another name than JobSpec's or the field's own (with dashes)."""
 
 
@@ -74,31 +76,19 @@ def estimate_command(req: EstimateRequest) -> tuple[str, str]:
 def plan_command(req: PlanRequest) -> tuple[str, str]:
     """The `tuneplan plan ...` command line for a request."""
     args, note = _model_flags(req)
-    args += _flags(req, ("gpus", "methods", "gpu_counts", "micro_batches", "grad_accums", "shardings", "max_gpus",
-                         "gpus_per_node", "global_batch", "grad_ckpt", "deadline_h", "budget_usd", "objective",
-                         "interval", *(n for n in PLAN_JOB if n != "rate"), "rate", "provider"), PLAN_JOB)
+    args += _flags(req, (*PLAN_FIELDS, "interval", *(n for n in PLAN_JOB if n != "rate"), "rate", "provider"), PLAN_JOB)
     return shlex.join(["tuneplan", "plan", *args]), note
-
-
-PLAN_LISTS = {"gpus": "gpus", "methods": "methods", "gpu_counts": "gpu_counts_", "micro_batches": "micro_batches",
-              "grad_accums": "grad_accums", "shardings": "shardings"}
-"""Request field -> `plan_run` keyword of the values a plan searches (an empty list: the default)."""
 
 
 def plan_kwargs(req: PlanRequest) -> dict[str, Any]:
     """`tuneplan.plan.search.plan` keyword arguments for a request (the model apart)."""
-    kw: dict[str, Any] = {"max_gpus": req.max_gpus, "objective": req.objective,
-                          "interval": DEFAULT_INTERVAL if req.interval is None else (req.interval or None)}
-    kw |= {key: list(v) for name, key in PLAN_LISTS.items() if (v := getattr(req, name))}
-    kw |= {name: v for name in ("gpus_per_node", "global_batch", "budget_usd", "rate")
-           if (v := getattr(req, name)) is not None}
+    kw: dict[str, Any] = {"interval": DEFAULT_INTERVAL if req.interval is None else (req.interval or None)}
+    kw |= plan_values({o.name: v for f, o in PLAN_FIELDS.items() if (v := getattr(req, f)) != []})  # []: the default
     kw |= {field: v for name, field in PLAN_JOB.items() if name != "rate" and (v := getattr(req, name)) is not None}
-    if req.provider is not None and req.rate is None:  # a rate given replaces the provider's price
+    if req.rate is not None:  # a rate given replaces the provider's price
+        kw["rate"] = req.rate
+    elif req.provider is not None:
         kw["provider"] = req.provider
-    if req.grad_ckpt is not None:
-        kw["grad_ckpt"] = (req.grad_ckpt,)
-    if req.deadline_h is not None:
-        kw["deadline_s"] = req.deadline_h * 3600.0
     return kw
 
 

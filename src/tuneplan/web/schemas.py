@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from tuneplan.commands.common import plain_type
-from tuneplan.plan.objectives import OBJECTIVES
-from tuneplan.specs.job import Method, Option, Sharding, job_options, plan_axes
+from tuneplan.plan.options import PLAN_OPTIONS, PlanOption
+from tuneplan.specs.job import Option, job_options, plan_axes
 from tuneplan.specs.limits import JOB_BOUNDS
 
 ESTIMATORS = ("tuneplan", "kavier", "xia", "planner")
@@ -125,35 +125,31 @@ class EstimateRequest(ModelChoice, JobOptions, RunFields):
         return self
 
 
-PosIntList = list[Annotated[int, Field(ge=1, le=1_048_576)]]
+def _plan_type(o: PlanOption) -> Any:
+    """A plan option's type in a request: a bounded list (of its choices, names or positive integers),
+    a positive number at most its `upper`, one of its choices, or a switch."""
+    if o.kind in ("names", "ints"):
+        item = Literal[o.choices] if o.choices else Name if o.kind == "names" else Annotated[int, Field(ge=1, le=o.upper)]
+        return Annotated[list[item], Field(max_length=o.most)]
+    if o.kind == "int":
+        return Annotated[int, Field(ge=1, le=int(o.upper))]
+    return {"choice": Literal[o.choices], "bool": bool}.get(o.kind, Annotated[Float, Field(gt=0, le=o.upper)])
 
 
-class PlanRequest(ModelChoice, PlanJobOptions, RunFields):
+PLAN_FIELDS = {o.field: o for o in PLAN_OPTIONS if o.field}
+"""Request field -> plan option (plan/options.py) of the search and the question a plan request takes."""
+PlanOptions = create_model("PlanOptions", __doc__="The plan's search and question (plan/options.py).", **{
+    f: (_plan_type(o) | None if o.default is None else _plan_type(o), Field(o.default, description=o.help))
+    for f, o in PLAN_FIELDS.items()})
+
+
+class PlanRequest(ModelChoice, PlanOptions, PlanJobOptions, RunFields):
     """`POST /api/plan`: the inputs of `tuneplan plan` (a search over GPU type x count x method x batch)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
         "model": "Qwen/Qwen2.5-7B", "gpus": ["A100-SXM4-80GB", "H100-SXM5-80GB"], "methods": ["lora", "qlora"],
         "max_gpus": 8, "examples": 10000, "tokens_per_example": 512, "epochs": 1, "objective": "cheapest"}]})
 
-    gpus: list[Name] | None = Field(None, max_length=256,
-                                    description="GPU types to consider (default: every priced catalog GPU)")
-    methods: list[Method] | None = Field(None, max_length=64, description="methods (default full, lora, qlora)")
-    max_gpus: Annotated[int, Field(ge=1, le=1_048_576)] = Field(
-        8, description="largest GPU count (powers of two up to it)")
-    gpu_counts: PosIntList | None = Field(None, max_length=10_000,
-                                          description="GPU counts to try instead of powers of two")
-    gpus_per_node: Annotated[int, Field(ge=1, le=1024)] | None = Field(None, description="default 8")
-    micro_batches: PosIntList | None = Field(None, max_length=10_000,
-                                             description="micro-batches to try (default 1,2,4,...,64)")
-    global_batch: Annotated[int, Field(ge=1, le=1_048_576)] | None = Field(
-        None, description="samples per optimizer step kept by gradient accumulation (default 32)")
-    grad_accums: PosIntList | None = Field(None, max_length=10_000,
-                                           description="gradient accumulations to try instead of global_batch")
-    shardings: list[Sharding] | None = Field(None, max_length=64, description="default ddp, fsdp")
-    grad_ckpt: bool | None = Field(None, description="pin gradient checkpointing (default: try both)")
-    deadline_h: Annotated[Float, Field(gt=0, le=1e6)] | None = Field(None, description="wall-clock limit, hours")
-    budget_usd: Annotated[Float, Field(gt=0, le=1e12)] | None = Field(None, description="cost limit, $")
-    objective: Literal[OBJECTIVES] = "cheapest"
     max_candidates: Annotated[int, Field(ge=1, le=5000)] = Field(
         200, description="candidates returned, best first (all are searched; `points` has the best of "
                          "each GPU type x count x method)")
