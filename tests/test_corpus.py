@@ -122,6 +122,19 @@ def test_empty_file_unknown_type_and_shape(tmp_path):
     assert "no such file" in _error(tmp_path / "missing.jsonl")
 
 
+def test_fifo_named_as_a_data_file_or_tokenizer_is_refused_not_read(tmp_path):
+    # opening a FIFO for reading blocks until a writer comes: the read must refuse it before opening
+    import os
+
+    from tuneplan.corpus.tokens import token_counter
+
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    assert _error(fifo).endswith("not a regular file (a FIFO)")
+    with pytest.raises(InputError, match=r"^tokenizer: .*not a regular file \(a FIFO\)"):
+        token_counter(str(fifo))
+
+
 def test_csv_row_of_the_wrong_width(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text('text\n"a b"\n"c",extra\n"d"\n')

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, shown
+from tuneplan.errors import file_kind as mode_kind
 
 SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
 BATCH_ROWS = 4096
@@ -52,6 +53,8 @@ def file_kind(path: Path) -> str:
             return "arrow"
         raise InputError("data", f"{path}: a folder that is not a datasets.save_to_disk folder (no dataset_info.json "
                                  "or dataset_dict.json)")
+    if not path.is_file():  # a FIFO or a device named x.jsonl would block (or never end) on read
+        raise InputError("data", f"{shown(path)}: not a regular file ({mode_kind(path.stat().st_mode)})")
     suffix = path.suffix.lower()
     kind = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
             ".pq": "parquet"}.get(suffix)

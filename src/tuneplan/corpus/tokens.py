@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplan.corpus.read import Example
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, file_kind, shown
 
 CHARS_PER_TOKEN = 4.0
 """Without a tokenizer: tokens = ceil(characters / 4), the common rule of thumb for English BPE
@@ -162,4 +162,6 @@ def token_counter(path: str | None) -> TokenCounter:
         if (p / "tokenizer.json").exists():
             return FileTokenizer(p / "tokenizer.json")
         raise InputError("tokenizer", f"{p}: a folder with no tokenizer.json or tokenizer_config.json")
+    if not p.is_file():  # a FIFO or a device would block the tokenizers library's read
+        raise InputError("tokenizer", f"{shown(p)}: not a regular file ({file_kind(p.stat().st_mode)})")
     return FileTokenizer(p)
