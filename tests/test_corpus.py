@@ -135,6 +135,16 @@ def test_fifo_named_as_a_data_file_or_tokenizer_is_refused_not_read(tmp_path):
         token_counter(str(fifo))
 
 
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.csv"])
+def test_utf16_file_is_refused_in_one_line(tmp_path, name):
+    # Windows tools write UTF-16 with a byte-order mark: read line by line, its rows came out as bad JSON,
+    # a CSV newline error, or (with --skip-bad-rows) a shorter dataset than the file holds
+    p = tmp_path / name
+    text = '{"text": "hello world"}\n{"text": "abc def"}\n' if name.endswith("jsonl") else "text\nhello world\nabc\n"
+    p.write_bytes(text.encode("utf-16"))
+    assert _error(p, skip_bad_rows=True).endswith("UTF-16 text (it starts with a UTF-16 byte-order mark): save it as UTF-8")
+
+
 def test_csv_row_of_the_wrong_width(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text('text\n"a b"\n"c",extra\n"d"\n')

@@ -201,6 +201,10 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
 
 def _batches_lines(path: Path, row_reader) -> Iterator[tuple[int, list, int]]:
     with path.open("rb") as f:
+        if f.read(2) in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 (or -32): split at b"\n", each line's bytes misread
+            raise InputError("data", f"{shown(path)}: UTF-16 text (it starts with a UTF-16 byte-order mark): "
+                                     "save it as UTF-8")
+        f.seek(0)
         yield from _chunks(row_reader(f))
 
 
