@@ -297,6 +297,9 @@ def test_predict_writes_unreadable_rows_back(tmp_path, capsys):
     df = pd.read_csv(out)
     assert len(df) == len(lines) - 1
     assert df["error"].astype(str).str.contains("whole number").sum() == 1
+    # the skipped row comes back with its own cells (its id, its gpus as written), not as a bare error
+    bad = df[df["error"].astype(str).str.contains("whole number")].iloc[0]
+    assert str(bad["id"]) == cells[header.index("id")] and float(bad["gpus"]) == 1.5
 
 
 # --- the web server (issue 19 points 2 and 8) ----------------------------------------------------
