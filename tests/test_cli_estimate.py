@@ -148,6 +148,17 @@ def test_one_off_gpu_flags_and_gpu_file(tmp_path, capsys):
     assert d["gpu"] == "my-gpu"
 
 
+def test_one_off_gpu_flags_under_a_name_of_its_own(capsys):
+    # --gpu naming no catalog part with all three figures given: that GPU, not an "unknown GPU" error
+    # whose hint was to give those very flags
+    flags = ["estimate", "--model", "Qwen/Qwen2.5-0.5B", "--gpu", "lab-box", "--peak-tflops", "100",
+             "--memory-gib", "24", "--examples", "100", "--tokens-per-example", "256"]
+    d = run_json([*flags, "--bandwidth-gbs", "900"], capsys)
+    assert d["gpu"] == "lab-box" and d["memory_capacity_gib"] == 24 and d["cost_usd"] is None
+    assert main(flags) == 2  # a figure missing: still the unknown name
+    assert "gpu: unknown GPU 'lab-box'" in capsys.readouterr().err
+
+
 def test_catalog_listings(capsys):
     assert main(["models", "--json"]) == 0
     models = json.loads(capsys.readouterr().out)
