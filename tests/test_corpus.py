@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from sample_data import CHAT_ROWS, write_all, write_jsonl
 from tuneplan.corpus.collate import collate, grouped_batches, length_bins, pack_bfd, truncate
-from tuneplan.corpus.summary import render_histogram, summarise
+from tuneplan.corpus.summary import render_histogram, render_summary, summarise
 from tuneplan.corpus.tokens import APPROX_ERROR, CHARS_PER_TOKEN
 from tuneplan.errors import InputError
 
@@ -66,6 +66,8 @@ def test_preference_pair_and_rl_prompts(sample):
     assert s.shape == "preference"
     # prompt 2 words + BOS; chosen: 2 + 3 + BOS, rejected: 2 + 6 + BOS; the pair pads to the longer
     assert (s.prompt.tolist(), s.length.tolist(), s.real.tolist()) == ([3], [9], [6 + 9])
+    # the total holds both sequences, the split the longer one: said, not shown as if 3 + 6 made 15
+    assert render_summary(s)[2] == "  total 15 (all sequences; the longest of each example: prompt 3, completion 6)"
     r = summarise(sample["rl"], tokenizer=str(sample["tokenizer"]))
     assert r.shape == "rl-prompt" and r.length.tolist() == [5, 8]
 
