@@ -246,3 +246,12 @@ def test_interval_is_checked_alike_by_every_command(argv, message, capsys):
     """One check (commands.common.check_interval) behind each command's --interval, before any work."""
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == message
+
+
+def test_unknown_flag_names_its_command(capsys):
+    # argparse said "tuneplan: error: unrecognized arguments", not which command's flags to look up
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--runs", "r.csv", "--out", "c.json", "--calibration", "c0.json"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == ("tuneplan calibrate: error: unrecognized arguments: --calibration c0.json "
+                                       "(`tuneplan calibrate --help` lists the flags)\n")
