@@ -147,6 +147,15 @@ def test_utf16_file_is_refused_in_one_line(tmp_path, name):
     assert _error(p, skip_bad_rows=True).endswith("UTF-16 text (it starts with a UTF-16 byte-order mark): save it as UTF-8")
 
 
+def test_csv_cell_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    # a 300,000-character document was "not valid CSV (field larger than field limit)", and with
+    # --skip-bad-rows the longest examples, the ones that run out of memory, were left out
+    p = tmp_path / "long.csv"
+    p.write_text('text\n"' + "word " * 60_000 + '"\nshort\n')
+    s = summarise(p)
+    assert (s.examples, s.bad_rows) == (2, 0) and s.length.max() == math.ceil(300_000 / CHARS_PER_TOKEN)
+
+
 def test_csv_row_of_the_wrong_width(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text('text\n"a b"\n"c",extra\n"d"\n')

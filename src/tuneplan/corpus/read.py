@@ -188,6 +188,7 @@ def _csv_records(reader: Any) -> Iterator[list[str] | BadRow]:
 
 def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
     """(row number, dict or BadRow, bytes read) of each record (a record of the wrong width is a bad row)."""
+    csv.field_size_limit(2**31 - 1)  # a long document is one cell: the csv module's default stops at 128 KiB
     records = _csv_records(csv.reader(line.decode("utf-8", "replace") for line in f))
     header = next(records, None)
     header = [] if header is None or isinstance(header, BadRow) else header
