@@ -52,6 +52,7 @@ def test_text_values_are_read_as_their_type():
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"micro_batch": 0}, "micro-batch: must be a positive integer"),
     ({"micro_batch": 2.5}, "micro-batch: '2.5' is not a valid integer"),
+    ({"micro_batch": True}, "micro-batch: 'True' is a switch, not an integer"),  # was read as 1
     ({"method": "zz"}, "method: unknown value 'zz' (allowed: full, lora,"),
     ({"sharding": "zero9"}, "sharding: unknown value 'zero9' (allowed: none, ddp, zero1,"),
     ({"grad_ckpt": "zz"}, "grad-ckpt: unknown mode 'zz' (allowed: none, selective, full, offload)"),
