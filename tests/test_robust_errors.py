@@ -87,6 +87,9 @@ CASES = [
      "micro-batches"),
     (f"curve --model Llama-3.1-8B {GPU} --seq-len 512 --max-micro-batch 99999999999999999999", "max-micro-batch"),
     (f"curve --model Llama-3.1-8B {GPU} --seq-len 512 --max-micro-batch 100000000", "max-micro-batch"),
+    # curve's overlay: a missing or unreadable runs file is an error, not a note under an exit code 0
+    *[(f"curve --model Llama-3.1-8B {GPU} --seq-len 512 --runs {r}", "runs: no runs read")
+      for r in ("{empty}", "{bin}", "{tmp}/missing.csv")],
     # predict
     ("predict --runs {runs} --out {adir}", "folder"),
     ("predict --runs {runs} --out ''", "empty path"),
