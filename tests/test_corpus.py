@@ -156,6 +156,16 @@ def test_csv_cell_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
     assert (s.examples, s.bad_rows) == (2, 0) and s.length.max() == math.ceil(300_000 / CHARS_PER_TOKEN)
 
 
+def test_tokenizer_folder_without_its_vocabulary_is_refused(tmp_path):
+    # transformers loads a lone tokenizer_config.json as a tokenizer of special tokens only: every example
+    # counted 0 tokens, said to be "exact"
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text('{"tokenizer_class": "LlamaTokenizer"}')
+    p = write_jsonl(tmp_path / "t.jsonl", [{"text": "hello world"}])
+    msg = _error(p, tokenizer=str(tmp_path / "tok"))
+    assert msg.startswith("tokenizer: ") and "encodes text to no tokens" in msg
+
+
 def test_csv_row_of_the_wrong_width(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text('text\n"a b"\n"c",extra\n"d"\n')

@@ -132,6 +132,9 @@ class HFTokenizer(TokenCounter):
             self.tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as exc:  # transformers raises OSError / ValueError / its own for unreadable folders
             raise InputError("tokenizer", f"{path}: not a readable tokenizer folder ({str(exc).splitlines()[0]})") from None
+        if not self.tok("hello world", add_special_tokens=False)["input_ids"]:  # else every count is 0, "exact"
+            raise InputError("tokenizer", f"{path}: encodes text to no tokens (a tokenizer_config.json without its "
+                                          "vocabulary: tokenizer.json or tokenizer.model)")
         self.template = bool(getattr(self.tok, "chat_template", None))
         self.source = (f"exact, {path} (transformers AutoTokenizer)"
                        + ("; its chat template applied to message lists" if self.template else ""))
