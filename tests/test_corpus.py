@@ -162,8 +162,12 @@ def test_tokenizer_folder_without_its_vocabulary_is_refused(tmp_path):
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer_config.json").write_text('{"tokenizer_class": "LlamaTokenizer"}')
     p = write_jsonl(tmp_path / "t.jsonl", [{"text": "hello world"}])
-    msg = _error(p, tokenizer=str(tmp_path / "tok"))
-    assert msg.startswith("tokenizer: ") and "encodes text to no tokens" in msg
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.BPE(vocab={}, merges=[])).save(str(tmp_path / "empty.json"))  # a tokenizer.json the same
+    for tok in (tmp_path / "tok", tmp_path / "empty.json"):
+        msg = _error(p, tokenizer=str(tok))
+        assert msg.startswith("tokenizer: ") and "encodes text to no tokens" in msg
 
 
 def test_csv_row_of_the_wrong_width(tmp_path):

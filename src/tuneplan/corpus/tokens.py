@@ -132,9 +132,6 @@ class HFTokenizer(TokenCounter):
             self.tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as exc:  # transformers raises OSError / ValueError / its own for unreadable folders
             raise InputError("tokenizer", f"{path}: not a readable tokenizer folder ({str(exc).splitlines()[0]})") from None
-        if not self.tok("hello world", add_special_tokens=False)["input_ids"]:  # else every count is 0, "exact"
-            raise InputError("tokenizer", f"{path}: encodes text to no tokens (a tokenizer_config.json without its "
-                                          "vocabulary: tokenizer.json or tokenizer.model)")
         self.template = bool(getattr(self.tok, "chat_template", None))
         self.source = (f"exact, {path} (transformers AutoTokenizer)"
                        + ("; its chat template applied to message lists" if self.template else ""))
@@ -159,12 +156,13 @@ def token_counter(path: str | None) -> TokenCounter:
     p = Path(path)
     if not p.exists():
         raise InputError("tokenizer", f"{p}: no such file or folder (a tokenizer.json or a tokenizer folder)")
-    if p.is_dir():
-        if (p / "tokenizer_config.json").exists():
-            return HFTokenizer(p)
-        if (p / "tokenizer.json").exists():
-            return FileTokenizer(p / "tokenizer.json")
+    if p.is_dir() and not (p / "tokenizer_config.json").exists() and not (p / "tokenizer.json").exists():
         raise InputError("tokenizer", f"{p}: a folder with no tokenizer.json or tokenizer_config.json")
-    if not p.is_file():  # a FIFO or a device would block the tokenizers library's read
+    if not (p.is_dir() or p.is_file()):  # a FIFO or a device would block the library's read
         raise InputError("tokenizer", f"{shown(p)}: not a regular file ({file_kind(p.stat().st_mode)})")
-    return FileTokenizer(p)
+    counter = (HFTokenizer(p) if (p / "tokenizer_config.json").exists() else FileTokenizer(p / "tokenizer.json")) \
+        if p.is_dir() else FileTokenizer(p)
+    if not counter._encode(["hello world"], False)[0]:  # no vocabulary: every example counted 0 tokens, "exact"
+        raise InputError("tokenizer", f"{p}: encodes text to no tokens (no vocabulary: a tokenizer_config.json "
+                                      "without its tokenizer.json or tokenizer.model, or an empty one)")
+    return counter
