@@ -170,6 +170,13 @@ def test_tokenizer_folder_without_its_vocabulary_is_refused(tmp_path):
         assert msg.startswith("tokenizer: ") and "encodes text to no tokens" in msg
 
 
+def test_csv_with_a_duplicate_column_is_refused(tmp_path):
+    # 'text,text': each row kept the last cell only, a silently different dataset
+    p = tmp_path / "dup.csv"
+    p.write_text('text,text\n"a long first text",x\n')
+    assert _error(p) == f"data: {p}: duplicate column(s) in the header: text"
+
+
 def test_csv_row_of_the_wrong_width(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text('text\n"a b"\n"c",extra\n"d"\n')

@@ -194,6 +194,8 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
     header = [] if header is None or isinstance(header, BadRow) else header
     if header:
         header[0] = header[0].removeprefix("\ufeff")  # a byte-order mark
+    if dup := sorted({c for c in header if header.count(c) > 1}):  # a row would keep only the last one's cell
+        raise InputError("data", f"{shown(f.name)}: duplicate column(s) in the header: {', '.join(dup)}")
     for row, rec in enumerate(records, start=1):
         if not isinstance(rec, BadRow) and len(rec) != len(header):
             rec = BadRow(f"{len(rec)} fields, the header has {len(header)}")
