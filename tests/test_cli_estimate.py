@@ -148,6 +148,17 @@ def test_one_off_gpu_flags_and_gpu_file(tmp_path, capsys):
     assert d["gpu"] == "my-gpu"
 
 
+def test_one_off_gpu_flags_under_a_name_of_its_own(capsys):
+    # --gpu naming no catalog part with all three figures given: that GPU, not an "unknown GPU" error
+    # whose hint was to give those very flags
+    flags = ["estimate", "--model", "Qwen/Qwen2.5-0.5B", "--gpu", "lab-box", "--peak-tflops", "100",
+             "--memory-gib", "24", "--examples", "100", "--tokens-per-example", "256"]
+    d = run_json([*flags, "--bandwidth-gbs", "900"], capsys)
+    assert d["gpu"] == "lab-box" and d["memory_capacity_gib"] == 24 and d["cost_usd"] is None
+    assert main(flags) == 2  # a figure missing: still the unknown name
+    assert "gpu: unknown GPU 'lab-box'" in capsys.readouterr().err
+
+
 def test_catalog_listings(capsys):
     assert main(["models", "--json"]) == 0
     models = json.loads(capsys.readouterr().out)
@@ -235,3 +246,12 @@ def test_interval_is_checked_alike_by_every_command(argv, message, capsys):
     """One check (commands.common.check_interval) behind each command's --interval, before any work."""
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == message
+
+
+def test_unknown_flag_names_its_command(capsys):
+    # argparse said "tuneplan: error: unrecognized arguments", not which command's flags to look up
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--runs", "r.csv", "--out", "c.json", "--calibration", "c0.json"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == ("tuneplan calibrate: error: unrecognized arguments: --calibration c0.json "
+                                       "(`tuneplan calibrate --help` lists the flags)\n")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from sample_data import CHAT_ROWS, write_all, write_jsonl
 from tuneplan.corpus.collate import collate, grouped_batches, length_bins, pack_bfd, truncate
-from tuneplan.corpus.summary import render_histogram, summarise
+from tuneplan.corpus.summary import render_histogram, render_summary, summarise
 from tuneplan.corpus.tokens import APPROX_ERROR, CHARS_PER_TOKEN
 from tuneplan.errors import InputError
 
@@ -66,6 +66,8 @@ def test_preference_pair_and_rl_prompts(sample):
     assert s.shape == "preference"
     # prompt 2 words + BOS; chosen: 2 + 3 + BOS, rejected: 2 + 6 + BOS; the pair pads to the longer
     assert (s.prompt.tolist(), s.length.tolist(), s.real.tolist()) == ([3], [9], [6 + 9])
+    # the total holds both sequences, the split the longer one: said, not shown as if 3 + 6 made 15
+    assert render_summary(s)[2] == "  total 15 (all sequences; the longest of each example: prompt 3, completion 6)"
     r = summarise(sample["rl"], tokenizer=str(sample["tokenizer"]))
     assert r.shape == "rl-prompt" and r.length.tolist() == [5, 8]
 
@@ -120,6 +122,59 @@ def test_empty_file_unknown_type_and_shape(tmp_path):
     msg = _error(p)
     assert msg.startswith("data-format:") and "answer, question" in msg and "allowed: text, chat" in msg
     assert "no such file" in _error(tmp_path / "missing.jsonl")
+
+
+def test_fifo_named_as_a_data_file_or_tokenizer_is_refused_not_read(tmp_path):
+    # opening a FIFO for reading blocks until a writer comes: the read must refuse it before opening
+    import os
+
+    from tuneplan.corpus.tokens import token_counter
+
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    assert _error(fifo).endswith("not a regular file (a FIFO)")
+    with pytest.raises(InputError, match=r"^tokenizer: .*not a regular file \(a FIFO\)"):
+        token_counter(str(fifo))
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.csv"])
+def test_utf16_file_is_refused_in_one_line(tmp_path, name):
+    # Windows tools write UTF-16 with a byte-order mark: read line by line, its rows came out as bad JSON,
+    # a CSV newline error, or (with --skip-bad-rows) a shorter dataset than the file holds
+    p = tmp_path / name
+    text = '{"text": "hello world"}\n{"text": "abc def"}\n' if name.endswith("jsonl") else "text\nhello world\nabc\n"
+    p.write_bytes(text.encode("utf-16"))
+    assert _error(p, skip_bad_rows=True).endswith("UTF-16 text (it starts with a UTF-16 byte-order mark): save it as UTF-8")
+
+
+def test_csv_cell_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    # a 300,000-character document was "not valid CSV (field larger than field limit)", and with
+    # --skip-bad-rows the longest examples, the ones that run out of memory, were left out
+    p = tmp_path / "long.csv"
+    p.write_text('text\n"' + "word " * 60_000 + '"\nshort\n')
+    s = summarise(p)
+    assert (s.examples, s.bad_rows) == (2, 0) and s.length.max() == math.ceil(300_000 / CHARS_PER_TOKEN)
+
+
+def test_tokenizer_folder_without_its_vocabulary_is_refused(tmp_path):
+    # transformers loads a lone tokenizer_config.json as a tokenizer of special tokens only: every example
+    # counted 0 tokens, said to be "exact"
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text('{"tokenizer_class": "LlamaTokenizer"}')
+    p = write_jsonl(tmp_path / "t.jsonl", [{"text": "hello world"}])
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.BPE(vocab={}, merges=[])).save(str(tmp_path / "empty.json"))  # a tokenizer.json the same
+    for tok in (tmp_path / "tok", tmp_path / "empty.json"):
+        msg = _error(p, tokenizer=str(tok))
+        assert msg.startswith("tokenizer: ") and "encodes text to no tokens" in msg
+
+
+def test_csv_with_a_duplicate_column_is_refused(tmp_path):
+    # 'text,text': each row kept the last cell only, a silently different dataset
+    p = tmp_path / "dup.csv"
+    p.write_text('text,text\n"a long first text",x\n')
+    assert _error(p) == f"data: {p}: duplicate column(s) in the header: text"
 
 
 def test_csv_row_of_the_wrong_width(tmp_path):

@@ -167,6 +167,19 @@ def test_data_command(sample, tmp_path, capsys):
     assert d["tokens"] == 65 and d["collator"]["samples"] == 6 and d["collator"]["padded_tokens"] == 66
 
 
+def test_data_plot_path_refused_in_one_line(sample, tmp_path, capsys):
+    # a suffix matplotlib cannot draw, a folder or a missing folder: one line naming --plot, exit 2, and
+    # no file written (a folder named as the plot got a "folder.png" beside it)
+    folder = tmp_path / "plots"
+    folder.mkdir()
+    for plot, says in ((str(sample["chat"]), "plot: cannot tell the image type"), ("h.txt", "allowed: png, svg"),
+                       (str(folder), "plot: "), (str(tmp_path / "no" / "h.png"), "plot: cannot write")):
+        assert main(["data", str(sample["text_csv"]), "--plot", plot]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and "\n" not in err and "internal error" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plots"]
+
+
 def test_plan_and_memory_take_data(sample, capsys):
     assert main(["plan", "--model", MODEL, "--gpus", GPU, "--methods", "lora", "--data", str(sample["chat"]),
                  "--json", "--interval", "0"]) == 0

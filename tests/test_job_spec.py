@@ -52,6 +52,7 @@ def test_text_values_are_read_as_their_type():
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"micro_batch": 0}, "micro-batch: must be a positive integer"),
     ({"micro_batch": 2.5}, "micro-batch: '2.5' is not a valid integer"),
+    ({"micro_batch": True}, "micro-batch: 'True' is a switch, not an integer"),  # was read as 1
     ({"method": "zz"}, "method: unknown value 'zz' (allowed: full, lora,"),
     ({"sharding": "zero9"}, "sharding: unknown value 'zero9' (allowed: none, ddp, zero1,"),
     ({"grad_ckpt": "zz"}, "grad-ckpt: unknown mode 'zz' (allowed: none, selective, full, offload)"),
@@ -154,6 +155,21 @@ def test_web_request_bounds_are_the_job_bounds():
             EstimateRequest(**base, **bad)
         assert exc.value.errors()[0]["loc"][0] == next(iter(bad))
     assert EstimateRequest(**base, image_size=0, rate=0).rate == 0
+
+
+def test_settings_left_at_tuneplans_defaults_are_said():
+    from tuneplan.physics.job_assumptions import job_assumptions
+
+    def said(**kw):
+        return [a for a in job_assumptions(make_job(**kw)) if a.startswith("Not given")]
+
+    # nothing given: the method, micro-batch, epochs (with a data size) and the LoRA rank and targets filled in
+    assert said(examples=1000, tokens_per_example=500) == [
+        "Not given, tuneplan's defaults: method lora, micro-batch 4, 1 epoch, LoRA rank 16, adapters on all-linear "
+        "(--method, --micro-batch, --epochs, --lora-rank, --lora-targets set them)."]
+    # full fine-tuning has no rank, no data size no epochs; what is given is not said
+    assert said(method="full", micro_batch=2, seq_len=512) == []
+    assert said(method="full", seq_len=512)[0].startswith("Not given, tuneplan's defaults: micro-batch 4 (")
 
 
 def test_more_gpus_than_a_server_holds_fill_nodes_of_eight_and_say_so():

@@ -335,3 +335,37 @@ def test_reveal_adapts_the_learner_fitted_on_the_other_sources():
     err = {e: g.set_index("source")["throughput_mdape"] for e, g in shown.groupby("estimator")}
     assert err["tuneplan"]["ALL"] < 0.06 and err["tuneplan-physics+adapter"]["ALL"] < 0.03
     assert err["tuneplan-physics"]["ALL"] > 0.25  # the factors themselves
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="the shared reference runs are not beside the repository")
+def test_calibrate_never_writes_over_the_shipped_calibration_it_adapts(tmp_path, monkeypatch, capsys):
+    # without --from-scratch the runs adapt the shipped default.json: --out naming it (even with --force)
+    # would lose the base every later estimate reads; the package's data folder is a copy here
+    import shutil
+
+    import tuneplan.data
+    from tuneplan.cli import main
+
+    (tmp_path / "calibration").mkdir()
+    shipped = tmp_path / "calibration" / "default.json"
+    shutil.copy(tuneplan.data.DIR + "/calibration/default.json", shipped)
+    before = shipped.read_bytes()
+    monkeypatch.setattr(tuneplan.data, "DIR", str(tmp_path))
+    runs = str(reference_dir() / "litgpt.csv")
+    for extra in ([], ["--base", "default"]):
+        assert main(["calibrate", "--runs", runs, "--out", str(shipped), "--force", *extra]) == 2
+        assert "is also an input of this command" in capsys.readouterr().err
+    assert shipped.read_bytes() == before
+
+
+@pytest.mark.skipif(reference_dir() is None, reason="the shared reference runs are not beside the repository")
+def test_validate_title_does_not_claim_more_revealed_rows_than_a_source_has(tmp_path, monkeypatch, capsys):
+    # 3 rows of one source, --reveal 5: 2 are revealed (one stays held out); the title said "5 rows"
+    from tuneplan.cli import main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    runs = tmp_path / "three.csv"
+    runs.write_text("\n".join((reference_dir() / "litgpt.csv").read_text().splitlines()[:4]) + "\n")
+    assert main(["validate", "--runs", str(runs), "--split", "by-source", "--reveal", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "up to 5 rows of each held-out source revealed" in out and "source=litgpt (2 revealed)" in out

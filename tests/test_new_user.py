@@ -46,6 +46,18 @@ def test_torchtune_null_max_seq_len_names_the_key(capsys):
                  "--json"]) == 0
 
 
+def test_torchtune_null_max_seq_len_takes_the_lengths_of_data(capsys, tmp_path):
+    # untruncated samples are the data's lengths: --data gives them (it was refused, asking for --seq-len)
+    if not TORCHTUNE.exists():
+        pytest.skip("no shared fixtures")
+    from sample_data import write_jsonl
+
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": "a b c d " * 50}, {"text": "e f " * 10}])
+    assert main(["estimate", "--from", str(TORCHTUNE), "--gpu", "H100-SXM5-80GB", "--data", str(data),
+                 "--json"]) == 0
+    assert "or --data" in _err(capsys, ["estimate", "--from", str(TORCHTUNE), "--gpu", "H100-SXM5-80GB"])
+
+
 def test_api_misspelt_keyword_names_the_closest():
     import tuneplan
 

@@ -108,6 +108,9 @@ def test_linear_tflops_and_fallbacks():
     assert linear_tflops(H100, "fp8") == (H100.peak_tflops["fp8"], None)
     tf, note = linear_tflops(A100, "fp8")
     assert tf == A100.peak_tflops["bf16"] and "no fp8" in note
+    t4 = CAT["T4-16GB"]  # fp16 units only: the fallback names the peak it takes (it said "bf16 peak")
+    tf, note = linear_tflops(t4, "fp8")
+    assert tf == t4.peak_tflops["fp16"] and note.endswith(f"costed at its fp16 peak ({tf:g} TFLOP/s)")
     b200 = CAT["B200-180GB"]
     tf, note = linear_tflops(b200, "nvfp4")
     if b200.peak_tflops.get("fp4"):

@@ -279,3 +279,17 @@ def test_planner_gpu_counts_follow_the_expert_layout():
     grid = enumerate_grid(1, 1, Space(gpu_counts=(8, 16, 24, 32, 48), global_batch=None, grad_accums=(1,)),
                           model_par=model_par, gpu_multiple=multiple)
     assert sorted(set(grid.gpus.tolist())) == [16, 32, 48]
+
+
+def test_expert_parallel_refused_beyond_the_experts_or_on_a_dense_model():
+    # ep 8 on dense Llama was estimated as plain data parallel while the assumptions described an
+    # all-to-all over 8 GPUs; ep 16 over Mixtral's 8 experts left ranks with no expert
+    import tuneplan
+    from tuneplan.errors import InputError
+
+    kw = {"method": "full", "seq_len": 1024, "examples": 1000}
+    with pytest.raises(InputError, match=r"^ep: .*Llama-3.1-8B is a dense model \(no experts\): --ep 1$"):
+        tuneplan.estimate("meta-llama/Llama-3.1-8B", "H100-SXM5-80GB", gpus=8, ep=8, **kw)
+    with pytest.raises(InputError, match=r"^ep: .*ep 16 is more than mistralai/Mixtral-8x7B-v0.1's 8 experts$"):
+        tuneplan.estimate("mistralai/Mixtral-8x7B-v0.1", "H100-SXM5-80GB", gpus=16, ep=16, **kw)
+    assert tuneplan.estimate("mistralai/Mixtral-8x7B-v0.1", "H100-SXM5-80GB", gpus=16, ep=8, **kw).job.ep == 8

@@ -252,6 +252,17 @@ def test_probe_saves_a_gpu_entry(tmp_path, capsys):
     assert load_gpu_file(tmp_path / "g.yaml").name == "my-box"
 
 
+def test_probe_refuses_a_catalog_gpus_name(capsys):
+    # saved as 'H100' (or any spelling of a catalog part), this CPU's figures replaced the catalog's H100
+    # in every later estimate: 23 GiB and 7 tokens/s at the H100's price
+    from tuneplan.specs.gpu import user_gpu_dir
+
+    for name in ("H100", "NVIDIA A100-SXM4-80GB", "h100-sxm5-80gb"):
+        assert cli("probe", "--quick", "--threads", "1", "--name", name) == 2
+        assert f"name: '{name}' names a catalog GPU" in capsys.readouterr().err
+    assert not list(user_gpu_dir().glob("*[Hh]100*")) and not list(user_gpu_dir().glob("*A100*"))
+
+
 def test_commands_module_does_not_import_torch():
     code = ("import sys, tuneplan.profile.commands, tuneplan.profile; "
             "bad = [m for m in ('torch', 'transformers', 'peft', 'rich') if m in sys.modules]; "

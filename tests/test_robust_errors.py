@@ -87,6 +87,9 @@ CASES = [
      "micro-batches"),
     (f"curve --model Llama-3.1-8B {GPU} --seq-len 512 --max-micro-batch 99999999999999999999", "max-micro-batch"),
     (f"curve --model Llama-3.1-8B {GPU} --seq-len 512 --max-micro-batch 100000000", "max-micro-batch"),
+    # curve's overlay: a missing or unreadable runs file is an error, not a note under an exit code 0
+    *[(f"curve --model Llama-3.1-8B {GPU} --seq-len 512 --runs {r}", "runs: no runs read")
+      for r in ("{empty}", "{bin}", "{tmp}/missing.csv")],
     # predict
     ("predict --runs {runs} --out {adir}", "folder"),
     ("predict --runs {runs} --out ''", "empty path"),
@@ -297,6 +300,9 @@ def test_predict_writes_unreadable_rows_back(tmp_path, capsys):
     df = pd.read_csv(out)
     assert len(df) == len(lines) - 1
     assert df["error"].astype(str).str.contains("whole number").sum() == 1
+    # the skipped row comes back with its own cells (its id, its gpus as written), not as a bare error
+    bad = df[df["error"].astype(str).str.contains("whole number")].iloc[0]
+    assert str(bad["id"]) == cells[header.index("id")] and float(bad["gpus"]) == 1.5
 
 
 # --- the web server (issue 19 points 2 and 8) ----------------------------------------------------

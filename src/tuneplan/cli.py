@@ -116,7 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     first = next((a for a in argv if not a.startswith("-")), None)
     only = first if first in COMMANDS else None
     parser = build_parser(only)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named with the command whose flags they are not (argparse names only `tuneplan`)
+        prog = f"tuneplan {args.command}" if getattr(args, "command", None) else "tuneplan"
+        parser.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (`{prog} --help` lists the "
+                       "flags)\n")
     if getattr(args, "version", False):
         from tuneplan import __version__
 

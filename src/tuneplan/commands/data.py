@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tuneplan.commands.common import DATA_SHAPES, positive_int, print_json
+from tuneplan.commands.learn import check_plot_path
 
 
 def register(sub) -> None:
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from tuneplan.integrations.dataset import data_collation
     from tuneplan.specs.job import make_job
 
+    check_plot_path(args.plot)  # before the read: a folder or a suffix matplotlib cannot draw is refused
     s = summarise(args.path, shape=args.data_format, tokenizer=args.tokenizer, skip_bad_rows=args.skip_bad_rows)
     grouped = args.group_by_length or args.padding == "group-by-length"
     job = make_job(seq_len=args.seq_len, micro_batch=args.micro_batch,
@@ -75,5 +77,8 @@ def plot_lengths(s, col, path: str, bins: int = 40) -> None:
     ax.set_title(f"{s.path}: {s.examples:,} examples ({'exact' if s.exact else 'approximate'} tokens)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    from tuneplan.errors import atomic_output
+
+    with atomic_output(path, "plot", "plot") as tmp:  # all at once: an interrupted write leaves no half file
+        fig.savefig(tmp, format=path.rsplit(".", 1)[-1].lower())
     plt.close(fig)

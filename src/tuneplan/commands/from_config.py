@@ -69,12 +69,12 @@ def _fill(args: argparse.Namespace, cfg) -> None:
 
 
 def _check_nulls(args: argparse.Namespace, cfg) -> None:
-    """A length the config sets to null (torchtune's `tokenizer.max_seq_len: null`) and no flag gives:
-    the error names the file's key."""
+    """A length the config sets to null (torchtune's `tokenizer.max_seq_len: null`) and no flag gives
+    (--data gives the lengths, untruncated): the error names the file's key."""
     where = cfg.nulls.get("seq_len")
-    if where and getattr(args, "seq_len", None) is None and getattr(args, "tokens_per_example", None) is None:
+    if where and not any(getattr(args, k, None) is not None for k in ("seq_len", "tokens_per_example", "data")):
         raise InputError("seq-len", f"{where} is null (samples are not truncated, so the length is the data's): "
-                         "give --seq-len or --tokens-per-example")
+                         "give --seq-len, --tokens-per-example or --data")
 
 
 def apply_from_plan(args: argparse.Namespace):

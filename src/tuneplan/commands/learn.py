@@ -126,11 +126,15 @@ def _base_calibration(args: argparse.Namespace):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from tuneplan.data import DIR as DATA_DIR
     from tuneplan.learn.calibration import fit_calibration
     from tuneplan.learn.learners import NotEnoughData
 
     runs = args.runs or [_recorded_runs()]
-    check_output_path(args.out, "out", "calibration file (.json)", [*input_paths(args), *runs], args.force)
+    # the shipped calibration the runs adapt (no --from-scratch) is read too: never written over
+    shipped = not args.from_scratch and (args.base == "default" or (not args.base and args.learner == "tuneplan"))
+    check_output_path(args.out, "out", "calibration file (.json)", [*input_paths(args), *runs,
+                      *[os.path.join(DATA_DIR, "calibration", "default.json")] * shipped], args.force)
     table = _read(runs, args.strict)
     if table.df.empty:
         print("tuneplan calibrate: no usable row in the runs given. Nothing written.", file=sys.stderr)
@@ -191,7 +195,8 @@ def run_validate(args: argparse.Namespace) -> int:
     m = report.metrics()
     if not args.by_source:
         m = m[m["source"] == "ALL"]
-    revealed = f"; {args.reveal} rows of each held-out source revealed to its fit" if args.reveal else ""
+    # a source of fewer rows keeps at least one held out: the notes say how many each fold revealed
+    revealed = f"; up to {args.reveal} rows of each held-out source revealed to its fit" if args.reveal else ""
     def pct(v):
         return "-" if v != v else f"{100 * v:.1f}%"
 

@@ -74,13 +74,14 @@ def run(args: argparse.Namespace) -> int:
 
 def with_unreadable_rows(out, problems):
     """The rows no reader could take (a bad byte, gpus=1.5, a broken quote) written back too, in file
-    order, with `file:line: reason` in their `error` column."""
+    order, with their cells as read (where the record split into the header's columns) and
+    `file:line: reason` in their `error` column."""
     import pandas as pd
 
     if not {"file", "line"} <= set(out.columns) or all(p.line is None for p in problems):
         return out
     have = set(zip(out["file"], out["line"], strict=True))
-    extra = [{"file": p.path, "line": p.line, "error": f"{p.path}:{p.line}: {p.message}"}
+    extra = [{**(p.cells or {}), "file": p.path, "line": p.line, "error": f"{p.path}:{p.line}: {p.message}"}
              for p in problems if p.line is not None and (p.path, p.line) not in have]
     if not extra:
         return out

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, shown
+from tuneplan.errors import file_kind as mode_kind
 
 SHAPES = ("text", "chat", "prompt-completion", "alpaca", "preference", "rl-prompt")
 BATCH_ROWS = 4096
@@ -52,6 +53,8 @@ def file_kind(path: Path) -> str:
             return "arrow"
         raise InputError("data", f"{path}: a folder that is not a datasets.save_to_disk folder (no dataset_info.json "
                                  "or dataset_dict.json)")
+    if not path.is_file():  # a FIFO or a device named x.jsonl would block (or never end) on read
+        raise InputError("data", f"{shown(path)}: not a regular file ({mode_kind(path.stat().st_mode)})")
     suffix = path.suffix.lower()
     kind = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".parquet": "parquet",
             ".pq": "parquet"}.get(suffix)
@@ -185,11 +188,14 @@ def _csv_records(reader: Any) -> Iterator[list[str] | BadRow]:
 
 def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
     """(row number, dict or BadRow, bytes read) of each record (a record of the wrong width is a bad row)."""
+    csv.field_size_limit(2**31 - 1)  # a long document is one cell: the csv module's default stops at 128 KiB
     records = _csv_records(csv.reader(line.decode("utf-8", "replace") for line in f))
     header = next(records, None)
     header = [] if header is None or isinstance(header, BadRow) else header
     if header:
         header[0] = header[0].removeprefix("\ufeff")  # a byte-order mark
+    if dup := sorted({c for c in header if header.count(c) > 1}):  # a row would keep only the last one's cell
+        raise InputError("data", f"{shown(f.name)}: duplicate column(s) in the header: {', '.join(dup)}")
     for row, rec in enumerate(records, start=1):
         if not isinstance(rec, BadRow) and len(rec) != len(header):
             rec = BadRow(f"{len(rec)} fields, the header has {len(header)}")
@@ -198,6 +204,10 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, Any, int]]:
 
 def _batches_lines(path: Path, row_reader) -> Iterator[tuple[int, list, int]]:
     with path.open("rb") as f:
+        if f.read(2) in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 (or -32): split at b"\n", each line's bytes misread
+            raise InputError("data", f"{shown(path)}: UTF-16 text (it starts with a UTF-16 byte-order mark): "
+                                     "save it as UTF-8")
+        f.seek(0)
         yield from _chunks(row_reader(f))
 
 

@@ -139,10 +139,13 @@ def render_collation(c: Collation) -> list[str]:
 
 def render_summary(s: DataSummary) -> list[str]:
     st = s.stats()
+    parts = f"prompt {st['prompt_tokens']:,}, completion {st['completion_tokens']:,}"
+    if st["tokens"] != st["prompt_tokens"] + st["completion_tokens"]:  # a preference pair's two sequences
+        parts = "all sequences; the longest of each example: " + parts
     lines = [f"{s.path}: {st['examples']:,} examples ({s.kind}, {s.shape} rows"
              + (f", split '{s.split}'" if s.split else "") + ")",
              f"tokens: {s.tokens_source}",
-             f"  total {st['tokens']:,} (prompt {st['prompt_tokens']:,}, completion {st['completion_tokens']:,})",
+             f"  total {st['tokens']:,} ({parts})",
              f"  length per example: mean {st['mean_length']:,.1f}, median {st['median_length']:,.0f}, "
              f"p90 {st['p90_length']:,.0f}, p99 {st['p99_length']:,.0f}, max {st['max_length']:,}"]
     if s.bad_rows:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneplan.corpus.read import Example
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, file_kind, shown
 
 CHARS_PER_TOKEN = 4.0
 """Without a tokenizer: tokens = ceil(characters / 4), the common rule of thumb for English BPE
@@ -156,10 +156,13 @@ def token_counter(path: str | None) -> TokenCounter:
     p = Path(path)
     if not p.exists():
         raise InputError("tokenizer", f"{p}: no such file or folder (a tokenizer.json or a tokenizer folder)")
-    if p.is_dir():
-        if (p / "tokenizer_config.json").exists():
-            return HFTokenizer(p)
-        if (p / "tokenizer.json").exists():
-            return FileTokenizer(p / "tokenizer.json")
+    if p.is_dir() and not (p / "tokenizer_config.json").exists() and not (p / "tokenizer.json").exists():
         raise InputError("tokenizer", f"{p}: a folder with no tokenizer.json or tokenizer_config.json")
-    return FileTokenizer(p)
+    if not (p.is_dir() or p.is_file()):  # a FIFO or a device would block the library's read
+        raise InputError("tokenizer", f"{shown(p)}: not a regular file ({file_kind(p.stat().st_mode)})")
+    counter = (HFTokenizer(p) if (p / "tokenizer_config.json").exists() else FileTokenizer(p / "tokenizer.json")) \
+        if p.is_dir() else FileTokenizer(p)
+    if not counter._encode(["hello world"], False)[0]:  # no vocabulary: every example counted 0 tokens, "exact"
+        raise InputError("tokenizer", f"{p}: encodes text to no tokens (no vocabulary: a tokenizer_config.json "
+                                      "without its tokenizer.json or tokenizer.model, or an empty one)")
+    return counter

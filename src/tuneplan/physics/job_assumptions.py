@@ -1,4 +1,5 @@
-"""What a job's settings mean for the figures, said once for every estimate: the node count filled in
+"""What a job's settings mean for the figures, said once for every estimate: the settings left at
+tuneplan's defaults (method, micro-batch, epochs, LoRA rank and targets), the node count filled in
 for more GPUs than one server holds, the adapters' dtype (LoRA family) and the master copy of 16-bit
 weights (full and freeze fine-tuning)."""
 
@@ -9,6 +10,16 @@ from tuneplan.specs.job import JobSpec
 
 def job_assumptions(job: JobSpec) -> list[str]:
     out: list[str] = []
+    # the settings the caller left out that no framework filled either: JobSpec's own defaults
+    filled = [text for fld, text, applies in (
+        ("method", f"method {job.method}", True), ("micro_batch", f"micro-batch {job.micro_batch}", True),
+        ("epochs", f"{job.epochs:g} epoch" + "s" * (job.epochs != 1), job.examples is not None or job.tokens is not None),
+        ("lora_rank", f"LoRA rank {job.lora_rank}", job.is_lora_family),
+        ("lora_targets", f"adapters on {', '.join(job.lora_targets)}", job.is_lora_family))
+        if applies and fld not in job.given]
+    if filled:
+        out.append(f"Not given, tuneplan's defaults: {', '.join(filled)} (--method, --micro-batch, --epochs, "
+                   "--lora-rank, --lora-targets set them).")
     if job.nodes > 1 and "nodes" not in getattr(job, "stated", ("nodes",)):
         out.append(f"Nodes not given (--nodes): {job.nodes} nodes of {job.gpus // job.nodes} GPUs, as many GPUs as "
                    "an HGX / DGX server or a cloud 8-GPU instance holds; collectives between nodes run over the "

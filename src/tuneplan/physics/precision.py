@@ -85,7 +85,8 @@ def linear_tflops(gpu, precision: str) -> tuple[float, str | None]:
     the units runs the next precision it has: Transformer Engine needs compute capability >= 8.9 for fp8
     and 10.0 for NVFP4)."""
     peaks = dict(getattr(gpu, "peak_tflops", {}) or {})
-    bf16 = peaks.get("bf16") or peaks.get("fp16")
+    half = "bf16" if peaks.get("bf16") else "fp16"  # a T4 or a V100 has fp16 units only
+    bf16 = peaks.get(half)
     order = {"fp8": ("fp8",), "nvfp4": ("fp4", "fp8"), "mxfp4": ("fp4", "fp8")}.get(precision)
     if order is None:
         return float(gpu.tflops(precision)), None
@@ -98,7 +99,7 @@ def linear_tflops(gpu, precision: str) -> tuple[float, str | None]:
     if not bf16:
         raise InputError("precision", f"GPU '{gpu.name}' has no peak TFLOP/s for {precision}, fp8 or bf16")
     return float(bf16), (f"{gpu.name} has no {'/'.join(order)} units in the catalog: {precision} linear layers "
-                         f"costed at its bf16 peak ({float(bf16):g} TFLOP/s)")
+                         f"costed at its {half} peak ({float(bf16):g} TFLOP/s)")
 
 
 def cast_seconds(io_elements_per_token, tokens, code, bandwidth):

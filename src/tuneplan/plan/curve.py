@@ -162,6 +162,8 @@ def measured_points(runs: Any, res: CurveResult, mspec: Any) -> pd.DataFrame:
 
     table = read_runs(runs)
     df, problems = table.df, [str(p) for p in table.problems]
+    if df.empty and problems:  # a mistyped path or a file of no readable run: no overlay of nothing
+        raise InputError("runs", f"no runs read: {problems[0]}")
     if problems:
         res.notes.append(f"{len(problems)} problem(s) reading the runs file (rows skipped); first: {problems[0]}")
     cols = ["micro_batch", "tokens_per_s", "peak_mem_gib", "seq_len", "id", "source"]

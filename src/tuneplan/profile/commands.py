@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, shown
 
 
 def _need_profile_deps() -> None:
@@ -35,6 +35,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from tuneplan.profile.device import probe, save_entry
 
     _check_threads(args.threads)
+    from tuneplan.specs.gpu import names_catalog_part
+
+    if args.name and names_catalog_part(args.name):  # before the measurement
+        raise InputError("name", f"'{shown(args.name)}' names a catalog GPU: this machine's measured figures "
+                                 "saved under it would replace the catalog's in every estimate naming it; give "
+                                 "another name (default local-cpu, or local-<CUDA device name>)")
     if args.out is not None and not str(args.out).strip():
         raise InputError("out", "empty path: give a YAML/JSON file or a folder")
     # before the measurement: an --out file that exists only with --force (a folder's file is named after

@@ -128,10 +128,10 @@ class _Reader:
         self.model_cache: dict[tuple[str, str], Any] = {}
         self.gpu_cache: dict[tuple[str, str], Any] = {}
 
-    def report(self, path: str, line: int | None, message: str) -> None:
+    def report(self, path: str, line: int | None, message: str, cells: dict[str, str] | None = None) -> None:
         if self.strict:
             raise DataFileError(path, line, message)
-        self.problems.append(Problem(path, line, message))
+        self.problems.append(Problem(path, line, message, cells))
 
     # -- files --
 
@@ -195,7 +195,7 @@ class _Reader:
             try:
                 row = self.read_row(raw, path, line, schema, unit)
             except RowError as exc:
-                self.report(name, line, str(exc))
+                self.report(name, line, str(exc), raw)
                 continue
             if row is not None:
                 self.rows.append(row)

@@ -23,6 +23,8 @@ class Problem:
     path: str
     line: int | None
     message: str
+    cells: dict[str, str] | None = field(default=None, repr=False)
+    """The row's cells as read, for a row skipped (`tuneplan predict` writes them back with the reason)."""
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line is not None else self.path

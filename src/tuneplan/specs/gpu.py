@@ -243,6 +243,14 @@ def gpu_families() -> dict[str, Family]:
     return {f.name: f for f in _load_catalog().families.values()}
 
 
+def names_catalog_part(name: str) -> bool:
+    """Whether `name` reads as a catalog GPU by itself (its name in any spelling, an alias or a family name):
+    a user entry under it would replace the catalog's figures wherever that GPU is named."""
+    cat = _load_catalog()
+    sq = _squash(_strip_vendor(str(name)))
+    return sq in cat.aliases or sq in cat.families or any(_squash(k) == sq for k in cat.gpus)
+
+
 def user_gpu_dir() -> Path:
     """Where `tuneplan probe` saves the user's own GPU entries."""
     return Path(os.environ.get("TUNEPLAN_HOME") or Path.home() / ".tuneplan") / "gpus"

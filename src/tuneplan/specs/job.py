@@ -791,6 +791,8 @@ def _as_type(kind: Any, v: Any) -> Any:
             return v.strip().lower() in TRUE_WORDS
         raise _Bad(f"'{v}' is not a valid switch (allowed: true, false)")
     if kind is int:
+        if isinstance(v, bool):  # an Integral too: micro_batch=True read as 1
+            raise _Bad(f"'{v}' is a switch, not an integer")
         if isinstance(v, numbers.Integral):
             return int(v)
         if isinstance(v, numbers.Real) and math.isfinite(v) and v == int(v):

@@ -196,6 +196,12 @@ def check_job_for_model(model: Any, job: Any, seq_len: int | None, known_targets
     if layers and job.pp > layers:
         raise InputError("pp", f"pipeline parallelism splits layers: pp {job.pp} is more than the model's "
                                f"{layers} layers")
+    experts = int(getattr(model, "n_experts", 0) or 0)
+    if job.ep > max(experts, 1):  # Megatron-Core needs num_moe_experts divisible by expert_model_parallel_size
+        name = getattr(model, "name", "the model")
+        raise InputError("ep", "expert parallelism splits the experts: " + (
+            f"ep {job.ep} is more than {name}'s {experts} experts" if experts else
+            f"{name} is a dense model (no experts): --ep 1"))
     if job.act_offload_layers and (job.pp > 1 or job.grad_ckpt):  # megatron-core 0.14 transformer_config.py refuses all three
         raise InputError("act-offload-layers", "Megatron-Core offloads activations only without pipeline "
                                                "parallelism and without recompute (--pp 1, no --grad-ckpt)")

@@ -3,7 +3,7 @@ ModelSpec), a GPU (catalog name, GPU file, one-off flags, or a GPUSpec) and the 
 
 from __future__ import annotations
 
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, UnknownNameError
 from tuneplan.specs.gpu import GPUSpec, gpu_from_dict, load_gpu_file, resolve_gpu
 from tuneplan.specs.model import ModelSpec
 
@@ -26,7 +26,12 @@ def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = Non
     elif gpu_file:
         base = load_gpu_file(gpu_file)
     elif gpu:
-        base = resolve_gpu(gpu, strict=strict)
+        try:
+            base = resolve_gpu(gpu, strict=strict)
+        except UnknownNameError:
+            if None in (peak_tflops, memory_gib, bandwidth_gbs):
+                raise
+            base = None  # all three figures given: a one-off GPU under the user's name
     else:
         base = None
     missing = [n for n, v in (("peak-tflops", peak_tflops), ("memory-gib", memory_gib),
@@ -39,7 +44,7 @@ def resolve_gpu_arg(gpu: str | GPUSpec | None = None, gpu_file: str | None = Non
     if base is None and missing:
         raise InputError(missing[0], "is needed for a one-off GPU (with --peak-tflops, --memory-gib, "
                          "--bandwidth-gbs), or name a catalog --gpu to start from")
-    d = base.to_dict() if base else {"name": "custom-gpu"}
+    d = base.to_dict() if base else {"name": gpu if isinstance(gpu, str) and gpu else "custom-gpu"}
     if peak_tflops is not None:
         d["peak_tflops"] = dict.fromkeys(("bf16", "fp16", "fp8", "fp32", "tf32"), peak_tflops)
         d["name"] = f"{d['name']} (custom peak)" if base else d["name"]
