@@ -336,7 +336,8 @@ def test_units():
     assert parse_duration("1h30m") == 5400
     assert parse_duration("2d") == 172800
     assert parse_duration("12") == 43200
-    for bad in ("", "12x", "h", "-1h", "0"):
+    assert parse_duration("1e3h") == 3.6e6 and parse_duration("1.5e1min") == 900  # an exponent, then the unit
+    for bad in ("", "12x", "h", "-1h", "0", "1e400h", "1eh"):
         with pytest.raises(InputError):
             parse_duration(bad)
     assert parse_money("$1,200.50") == 1200.5

@@ -228,6 +228,7 @@ def test_catalog_model_with_overrides(tmp_path):
     measured = json.loads(Path(r["model_hf_id"]).read_text())  # the measured architecture, next to out
     assert measured["hidden_size"] == 64 and measured["num_hidden_layers"] == 24
     assert Path(r["model_hf_id"]).parent == tmp_path / "runs.configs"
+    assert [f.name for f in (tmp_path / "runs.configs").iterdir()] == [Path(r["model_hf_id"]).name]  # no temp file left
 
 
 def test_rows_read_by_the_runs_reader(tiny, tmp_path):

@@ -12,7 +12,7 @@ _UNIT_S = {"s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
            "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
            "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
            "d": 86400.0, "day": 86400.0, "days": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)")
+_PART = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([a-z]*)")  # 1e3h: exponent, then unit
 
 
 def parse_duration(text: str) -> float:

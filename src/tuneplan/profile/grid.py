@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tuneplan.errors import InputError
+from tuneplan.errors import InputError, atomic_output
 from tuneplan.profile.config import (
     ModelSource,
     ProfileConfig,
@@ -132,8 +132,9 @@ def effective_config_path(out: str | Path, src: ModelSource, cfg: ProfileConfig)
     folder = Path(out).resolve().parent / (Path(out).stem + ".configs")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{slug}-{digest}.json"
-    if not path.exists():
-        path.write_text(text + "\n", encoding="utf-8")
+    if not path.exists():  # written whole or not at all: a half file would never be rewritten
+        with atomic_output(path, "out", "architecture config") as tmp:
+            Path(tmp).write_text(text + "\n", encoding="utf-8")
     return path
 
 
