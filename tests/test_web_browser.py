@@ -165,6 +165,10 @@ def test_estimate_page_shows_the_python_api_figures(page, server):
     assert verdict.startswith("Fits" if ref.fits else "Does not fit")
     if ref.max_micro_batch:
         assert f"Largest micro-batch that fits: {ref.max_micro_batch}" in verdict
+    fit_gib = ref.extra.get("memory_fit_gib", ref.memory_per_gpu_gib) if ref.memory_per_gpu_gib > ref.memory_capacity_gib \
+        else ref.memory_per_gpu_gib
+    assert shown_number(verdict.split(" of ")[0]) <= ref.memory_capacity_gib or not ref.fits  # never "fits: 105 of 80"
+    assert shown_number(verdict.split(" of ")[0]) == pytest.approx(fit_gib, rel=0.01)
     # the interval is as wide as what the estimate leaves to defaults (learn.intervals): the Python API's
     # for the settings the page stated
     from tuneplan.web.schemas import ESTIMATE_JOB, EstimateRequest
@@ -191,6 +195,19 @@ def test_estimate_page_shows_the_python_api_figures(page, server):
     again = tuneplan.estimate(args.model, args.gpu, **job_kwargs(args))
     assert again.wall_clock_s == pytest.approx(ref.wall_clock_s, rel=1e-12)
     shot(page, "web.png")
+
+    # a peak above the GPU that fits (blocks cached for other batch shapes): the verdict gives the figure it is
+    # judged on, never "Fits: 96 GiB of 80 GiB"
+    page.select_option("#method", "lora")
+    page.fill("#gpus", "1")
+    page.fill("#micro_batch", "4")
+    idle(page)
+    ref3 = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", method="lora", gpus=1, micro_batch=4,
+                             examples=30000, tokens_per_example=900, epochs=3)
+    assert ref3.fits and ref3.memory_per_gpu_gib > ref3.memory_capacity_gib
+    verdict = page.inner_text("#verdict")
+    assert verdict.startswith("Fits") and "with blocks cached for other batch shapes" in verdict
+    assert shown_number(verdict.split(" of ")[0]) == pytest.approx(ref3.extra["memory_fit_gib"], rel=0.01)
 
     # a configuration that does not fit: the verdict turns
     page.select_option("#method", "full")

@@ -367,8 +367,13 @@
     }
     if (iv && Number.isFinite(iv.fit_probability)) mbText += ` Fit probability ${Math.round(iv.fit_probability * 100)}%.`;
     if (d.weights_scheme) mbText += ` Full fine-tuning: ${d.weights_scheme}.`;
+    // a peak above the GPU that still fits holds blocks cached for other batch shapes (torch frees them
+    // before it runs out): the verdict names the figure it is judged on, then the peak
+    const cached = fits && Number.isFinite(d.memory_fit_gib) && d.memory_per_gpu_gib > cap;
+    const fitGib = cached ? d.memory_fit_gib : d.memory_per_gpu_gib;
+    if (cached) mbText = `${fmtGib(d.memory_per_gpu_gib)} with blocks cached for other batch shapes, which torch frees before it runs out. ` + mbText;
     v.innerHTML = fits
-      ? `Fits: ${esc(fmtGib(d.memory_per_gpu_gib))} of ${esc(fmtGib(cap))} per GPU<span class="s">${esc(mbText)}</span>`
+      ? `Fits: ${esc(fmtGib(fitGib))} of ${esc(fmtGib(cap))} per GPU<span class="s">${esc(mbText)}</span>`
       : `Does not fit: needs ${esc(fmtGib(d.memory_per_gpu_gib))} per GPU, ${esc(fmtGib(cap))} available<span class="s">${esc(mbText)}</span>`;
 
     const sized = d.wall_clock_s !== null && d.wall_clock_s !== undefined;
