@@ -116,6 +116,19 @@ def shown_number(text: str) -> float:
     return float(m.group(0).replace(",", ""))
 
 
+def switch_job(pg, method: str, gpus: int, micro_batch: int):
+    """Change the estimate form's method, GPU count and micro-batch (Llama-3.1-8B on A100-SXM4-80GB, 30,000 x 900
+    tokens x 3 epochs, as the test filled it) and return the Python API's estimate of the same job."""
+    import tuneplan
+
+    pg.select_option("#method", method)
+    pg.fill("#gpus", str(gpus))
+    pg.fill("#micro_batch", str(micro_batch))
+    idle(pg)
+    return tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", method=method, gpus=gpus,
+                             micro_batch=micro_batch, examples=30000, tokens_per_example=900, epochs=3)
+
+
 def choose_model(pg, typed: str, name: str) -> None:
     pg.click("#model-search")
     pg.fill("#model-search", "")
@@ -198,24 +211,14 @@ def test_estimate_page_shows_the_python_api_figures(page, server):
 
     # a peak above the GPU that fits (blocks cached for other batch shapes): the verdict gives the figure it is
     # judged on, never "Fits: 96 GiB of 80 GiB"
-    page.select_option("#method", "lora")
-    page.fill("#gpus", "1")
-    page.fill("#micro_batch", "4")
-    idle(page)
-    ref3 = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", method="lora", gpus=1, micro_batch=4,
-                             examples=30000, tokens_per_example=900, epochs=3)
+    ref3 = switch_job(page, "lora", 1, 4)
     assert ref3.fits and ref3.memory_per_gpu_gib > ref3.memory_capacity_gib
     verdict = page.inner_text("#verdict")
     assert verdict.startswith("Fits") and "with blocks cached for other batch shapes" in verdict
     assert shown_number(verdict.split(" of ")[0]) == pytest.approx(ref3.extra["memory_fit_gib"], rel=0.01)
 
     # a configuration that does not fit: the verdict turns
-    page.select_option("#method", "full")
-    page.fill("#gpus", "1")
-    page.fill("#micro_batch", "16")
-    idle(page)
-    ref2 = tuneplan.estimate("meta-llama/Llama-3.1-8B", "A100-SXM4-80GB", method="full", gpus=1, micro_batch=16,
-                             examples=30000, tokens_per_example=900, epochs=3)
+    ref2 = switch_job(page, "full", 1, 16)
     assert ref2.fits is False
     assert page.get_attribute("#verdict", "data-fits") == "false"
     assert page.inner_text("#verdict").startswith("Does not fit")
